@@ -1,0 +1,118 @@
+"""Pipeline bubbles: per stage and step, the share of the pipeline window in which the stage
+computes nothing, beside what the schedule's theory predicts.
+
+The pipeline window of a step spans, over the ranks of one pipeline (the ``pp`` process group),
+from the first microbatch annotation to start to the last one to end (``meshscope/forward``,
+``backward``, ``weight-grad``; traces without them fall back to the ``meshscope/pipeline``
+range): from the first stage's first forward to the last backward anywhere. Each stage's bubble
+is measured against that shared window, so a stage that waits at the start or finishes early is
+charged for it, as in the schedule diagrams; time a rank spends before the pipeline starts
+(waiting for the previous step's stragglers) is not bubble.
+
+Theory, for p stages, m microbatches and v virtual stages per rank, as a fraction of the
+pipeline window (Huang et al., 2019; Narayanan et al., 2021): GPipe and 1F1B (p−1)/(m+p−1);
+interleaved 1F1B (p−1)/(v·m+p−1); zero-bubble schedules 0 when F, B and W are balanced.
+
+``bubble_table`` columns: rank, stage, step, pipeline_window_us, busy_us (|C ∩ window|),
+bubble_us, bubble_fraction (bubble_us / pipeline_window_us), theory_fraction, schedule,
+stages, microbatches.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from . import intervals as iv
+from .timeline import RankTimeline
+
+COLUMNS = ["rank", "stage", "step", "pipeline_window_us", "busy_us", "bubble_us",
+           "bubble_fraction", "theory_fraction", "schedule", "stages", "microbatches"]
+
+
+def theory_fraction(schedule: str | None, p: int, m: int, v: int = 1) -> float:
+    """The schedule's bubble as a fraction of the pipeline window; NaN if unknown."""
+    if p <= 1:
+        return 0.0
+    if schedule in ("gpipe", "1f1b"):
+        return (p - 1) / (m + p - 1)
+    if schedule == "interleaved-1f1b":
+        return (p - 1) / (v * m + p - 1)
+    if schedule in ("zero-bubble", "dualpipev"):
+        return 0.0
+    return math.nan
+
+
+def _pipeline_groups(run: dict | None, ranks: list[int]) -> list[list[int]]:
+    if run:
+        groups = [g["ranks"] for g in run.get("process_groups", []) if g["dimension"] == "pp"]
+        if groups:
+            return groups
+    return [[r] for r in ranks]
+
+
+def _stage_of(rank: int, tl: RankTimeline, run: dict | None) -> int:
+    if run:
+        coords = run.get("mesh", {}).get("coordinates", {}).get(str(rank))
+        if coords and "pp" in coords:
+            return int(coords["pp"])
+    if not tl.microbatches.empty:
+        return int(tl.microbatches["stage"].mode().iloc[0])
+    return 0
+
+
+def _work_span(tl: RankTimeline, start: float, end: float) -> np.ndarray:
+    """The rank's pipeline work within [start, end): microbatch spans, else pipeline ranges."""
+    mb = tl.microbatches
+    if not mb.empty:
+        inside = mb[(mb["ts_us"] >= start) & (mb["end_us"] <= end)]
+        if not inside.empty:
+            return np.array([[inside["ts_us"].min(), inside["end_us"].max()]])
+    return iv.clip(tl.pipeline, start, end)
+
+
+def pipeline_windows(timelines: dict[int, RankTimeline], run: dict | None
+                     ) -> dict[int, dict[int, np.ndarray]]:
+    """rank → step → the shared pipeline window (an interval set) of that rank's pipeline."""
+    out: dict[int, dict[int, np.ndarray]] = {r: {} for r in timelines}
+    for group in _pipeline_groups(run, sorted(timelines)):
+        present = [r for r in group if r in timelines]
+        steps = set().union(*(timelines[r].steps for r in present)) if present else set()
+        for step in steps:
+            spans = []
+            for r in present:
+                w = timelines[r].steps.get(step)
+                if w is not None:
+                    spans.append(_work_span(timelines[r], *w))
+            merged = iv.merge(*spans) if spans else iv.EMPTY
+            window = iv.EMPTY if not len(merged) else np.array(
+                [[merged[0, 0], merged[-1, 1]]])
+            for r in present:
+                out[r][step] = window
+    return out
+
+
+def bubble_table(timelines: dict[int, RankTimeline], windows: dict[int, dict[int, np.ndarray]],
+                 run: dict | None) -> pd.DataFrame:
+    stages = int((run or {}).get("layout", {}).get("pp", 1))
+    if stages <= 1:
+        return pd.DataFrame(columns=COLUMNS)
+    schedule = (run or {}).get("schedule")
+    m = int((run or {}).get("microbatches", 1))
+    v = int((run or {}).get("pipeline", {}).get("virtual_stages", 1))
+    theory = theory_fraction(schedule, stages, m, v)
+    rows = []
+    for rank, tl in sorted(timelines.items()):
+        stage = _stage_of(rank, tl, run)
+        for step, window in sorted(windows.get(rank, {}).items()):
+            total = iv.length(window)
+            if total <= 0:
+                continue
+            busy = iv.length(iv.intersect(tl.compute, window))
+            rows.append({"rank": rank, "stage": stage, "step": step,
+                         "pipeline_window_us": total, "busy_us": busy,
+                         "bubble_us": total - busy, "bubble_fraction": (total - busy) / total,
+                         "theory_fraction": theory, "schedule": schedule, "stages": stages,
+                         "microbatches": m})
+    return pd.DataFrame(rows, columns=COLUMNS)

@@ -1,0 +1,81 @@
+"""Per rank and step: where the step's time went (DESIGN.md, "analysis/ — definitions").
+
+With W the step window (the ``ProfilerStep#N`` range; on GPUs extended to the next step's start),
+C compute, M communication, P the pipeline window (pipelined runs only; see ``bubble``) and O
+other device work, all clipped to W, ``step_breakdown`` returns one row per (rank, step):
+
+======================= ==================================================================
+column                  definition (all times in µs)
+======================= ==================================================================
+rank, step              the rank and the profiler step index
+window_us               |W|
+compute_us              |C|
+comm_us                 |M|
+overlapped_comm_us      |M ∩ C| — communication hidden behind compute
+exposed_comm_us         |M \\ C \\ P| — communication nothing hides (waiting inside the
+                        pipeline window is bubble, not exposed communication)
+exposed_comm_<dim>_us   the part of exposed_comm_us from dimension <dim> (disjoint parts,
+                        overlapping collectives credited in the order of ``DIM_ORDER``)
+bubble_us               |P \\ C| — pipeline window in which the rank computes nothing
+other_us                |O \\ (C ∪ M ∪ P)| — memcpy/memset and the like
+idle_us                 |W| − |C ∪ M ∪ P ∪ O|
+overlap_pct             |M ∩ C| / |M| × 100 (HTA's ``get_comm_comp_overlap``); NaN when M = ∅
+======================= ==================================================================
+
+The stacked breakdown (compute_us − overlapped_comm_us) + overlapped_comm_us + exposed_comm_us +
+bubble_us + other_us + idle_us equals window_us exactly.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from . import intervals as iv
+from .timeline import RankTimeline
+
+DIM_ORDER = ("pp", "tp", "cp", "ep", "dp", "unknown")
+BASE_COLUMNS = ["rank", "step", "window_us", "compute_us", "comm_us", "overlapped_comm_us",
+                "exposed_comm_us", "bubble_us", "other_us", "idle_us", "overlap_pct"]
+DIM_COLUMNS = [f"exposed_comm_{d}_us" for d in DIM_ORDER]
+COLUMNS = BASE_COLUMNS + DIM_COLUMNS
+
+
+def overlap_pct(compute: np.ndarray, comm: np.ndarray) -> float:
+    """|M ∩ C| / |M| × 100, NaN when there is no communication."""
+    m = iv.length(comm)
+    return iv.length(iv.intersect(comm, compute)) / m * 100.0 if m > 0 else math.nan
+
+
+def step_breakdown(tl: RankTimeline, pipeline_windows: dict[int, np.ndarray] | None = None
+                   ) -> pd.DataFrame:
+    rows = []
+    for step, (start, end) in sorted(tl.steps.items()):
+        C, M, O = (iv.clip(x, start, end) for x in (tl.compute, tl.comm, tl.other))
+        P = iv.clip((pipeline_windows or {}).get(step, iv.EMPTY), start, end)
+        exposed = iv.subtract(iv.subtract(M, C), P)
+        row = {
+            "rank": tl.rank, "step": step, "window_us": end - start,
+            "compute_us": iv.length(C), "comm_us": iv.length(M),
+            "overlapped_comm_us": iv.length(iv.intersect(M, C)),
+            "exposed_comm_us": iv.length(exposed),
+            "bubble_us": iv.length(iv.subtract(P, C)),
+            "other_us": iv.length(iv.subtract(O, iv.merge(C, M, P))),
+            "idle_us": (end - start) - iv.length(iv.merge(C, M, P, O)),
+            "overlap_pct": overlap_pct(C, M),
+        }
+        remaining = exposed
+        for dim in DIM_ORDER:
+            part = iv.intersect(remaining, tl.comm_by_dim.get(dim, iv.EMPTY))
+            row[f"exposed_comm_{dim}_us"] = iv.length(part)
+            remaining = iv.subtract(remaining, part)
+        rows.append(row)
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def trace_overlap(tl: RankTimeline) -> dict:
+    """Whole-trace communication/computation overlap of one rank, as HTA reports it."""
+    return {"rank": tl.rank, "compute_us": iv.length(tl.compute), "comm_us": iv.length(tl.comm),
+            "overlapped_comm_us": iv.length(iv.intersect(tl.comm, tl.compute)),
+            "overlap_pct": overlap_pct(tl.compute, tl.comm)}

@@ -1,0 +1,149 @@
+"""Analyse a run directory (or any folder of Kineto traces) and write its report.
+
+``analyze(path)`` finds the traces, ingests every usable one (problems with the others are
+recorded, never fatal while one rank remains), computes the tables of ``overlap`` and
+``bubble``, and returns a ``Report``. ``Report.write(dir)`` stores ``breakdown.parquet``,
+``trace_overlap.parquet``, ``bubbles.parquet`` and ``summary.json`` (docs/report-format.md).
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import json
+import math
+import pathlib
+import re
+
+import pandas as pd
+
+from collectors import run_dir as rd
+
+from . import bubble, overlap, timeline
+from .errors import InputError
+from .ingest import load_trace
+
+REPORT_SCHEMA_VERSION = 1
+TRACE_SUFFIXES = (".json", ".json.gz")
+
+
+@dataclasses.dataclass
+class Report:
+    source: pathlib.Path
+    run: dict | None
+    breakdown: pd.DataFrame
+    trace_overlap: pd.DataFrame
+    bubbles: pd.DataFrame
+    problems: list[str]
+    missing_ranks: list[int]
+    ranks: list[int]
+    on_gpu: bool
+
+    def summary(self) -> dict:
+        return _summary(self)
+
+    def write(self, out: pathlib.Path) -> pathlib.Path:
+        out = pathlib.Path(out)
+        out.mkdir(parents=True, exist_ok=True)
+        self.breakdown.to_parquet(out / "breakdown.parquet", index=False)
+        self.trace_overlap.to_parquet(out / "trace_overlap.parquet", index=False)
+        self.bubbles.to_parquet(out / "bubbles.parquet", index=False)
+        rd.write_json_atomic(out / "summary.json", self.summary())
+        return out
+
+
+def find_traces(path: pathlib.Path) -> list[pathlib.Path]:
+    """Trace files of a run directory (``traces/``) or, for any other folder, all ``*.json`` and
+    ``*.json.gz`` below it except meshscope's own files."""
+    path = pathlib.Path(path)
+    if path.is_file():
+        return [path]
+    root = path / rd.TRACES if (path / rd.TRACES).is_dir() else path
+    skip = {rd.RUN_JSON, "summary.json", "config.json"}
+    return sorted(p for p in root.rglob("*") if p.is_file() and p.name.endswith(TRACE_SUFFIXES)
+                  and p.name not in skip and rd.REPORT not in p.relative_to(root).parts[:-1])
+
+
+def analyze(path: pathlib.Path, *, comm_kernel_re: str | None = None) -> Report:
+    path = pathlib.Path(path)
+    if not path.exists():
+        raise InputError(path, "no such file or directory")
+    run = rd.read_run_json(path) if path.is_dir() else None
+    files = find_traces(path)
+    if not files:
+        raise InputError(path, "no trace files (*.json, *.json.gz) found"
+                         + (" in traces/" if (path / rd.TRACES).is_dir() else ""))
+    pattern = re.compile(comm_kernel_re) if comm_kernel_re else None
+    problems: list[str] = []
+    timelines: dict[int, timeline.RankTimeline] = {}
+    sources: dict[int, pathlib.Path] = {}
+    for f in files:
+        try:
+            trace = load_trace(f, comm_kernel_re=pattern)
+        except InputError as e:
+            problems.append(str(e))
+            continue
+        if trace.rank in timelines:
+            problems.append(f"{f}: duplicate rank {trace.rank} (already read from "
+                            f"{sources[trace.rank]}); skipped")
+            continue
+        sources[trace.rank] = f
+        timelines[trace.rank] = timeline.build(trace, run)
+    if not timelines:
+        raise InputError(path, "no usable trace: " + "; ".join(problems))
+    expected = set(range(int(run["world_size"]))) if run and "world_size" in run else set()
+    missing = sorted(expected - set(timelines))
+    windows = bubble.pipeline_windows(timelines, run) if run and \
+        run.get("layout", {}).get("pp", 1) > 1 else {}
+    breakdown = pd.concat([overlap.step_breakdown(tl, windows.get(r))
+                           for r, tl in sorted(timelines.items())], ignore_index=True)
+    trace_ov = pd.DataFrame([overlap.trace_overlap(tl) for _, tl in sorted(timelines.items())])
+    bubbles = bubble.bubble_table(timelines, windows, run)
+    return Report(source=path, run=run, breakdown=breakdown, trace_overlap=trace_ov,
+                  bubbles=bubbles, problems=problems, missing_ranks=missing,
+                  ranks=sorted(timelines), on_gpu=any(t.on_gpu for t in timelines.values()))
+
+
+def _clean(x):
+    if isinstance(x, float) and (math.isnan(x) or math.isinf(x)):
+        return None
+    return x
+
+
+def _records(df: pd.DataFrame) -> list[dict]:
+    return [{k: _clean(v.item() if hasattr(v, "item") else v) for k, v in row.items()}
+            for row in df.to_dict(orient="records")]
+
+
+def _summary(r: Report) -> dict:
+    per_rank = r.breakdown.drop(columns=["step"]).groupby("rank").mean().reset_index() \
+        if not r.breakdown.empty else r.breakdown
+    stages = (r.bubbles.groupby(["stage"]).agg(
+        bubble_fraction=("bubble_fraction", "mean"), theory_fraction=("theory_fraction", "first"),
+        ranks=("rank", lambda s: sorted(set(int(x) for x in s)))).reset_index()
+        if not r.bubbles.empty else pd.DataFrame())
+    run = r.run or {}
+    return {
+        "schema_version": REPORT_SCHEMA_VERSION,
+        "generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "source": str(r.source),
+        "run": {k: run.get(k) for k in ("run_id", "layout_str", "world_size", "schedule",
+                                        "microbatches", "steps", "profile_steps")} if run else None,
+        "device": "gpu" if r.on_gpu else "cpu",
+        "ranks": r.ranks,
+        "missing_ranks": r.missing_ranks,
+        "problems": r.problems,
+        "steps": sorted(int(s) for s in r.breakdown["step"].unique()) if not r.breakdown.empty
+        else [],
+        "per_rank_mean": _records(per_rank),
+        "trace_overlap": _records(r.trace_overlap),
+        "pipeline_stages": _records(stages),
+    }
+
+
+def load_written(report_dir: pathlib.Path) -> dict[str, object]:
+    """The tables and summary of a written report directory."""
+    report_dir = pathlib.Path(report_dir)
+    out: dict[str, object] = {"summary": json.loads((report_dir / "summary.json").read_text())}
+    for name in ("breakdown", "trace_overlap", "bubbles"):
+        out[name] = pd.read_parquet(report_dir / f"{name}.parquet")
+    return out

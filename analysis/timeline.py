@@ -1,0 +1,118 @@
+"""One rank's timeline as interval sets: compute C, communication M, other device work O, the
+step windows, the pipeline windows and the microbatch spans.
+
+On GPU traces the lanes are the device streams: C and M are the unions of compute and
+communication kernels, O of memcpy/memset. On CPU-only traces the lanes are the threads, and
+a thread's time belongs to the innermost range covering it (``intervals.innermost``): it
+computes where that is a ``cpu_op`` and communicates where it is a communication range
+(``gloo:*``, ``c10d::*``). So a backward op that encloses a blocking all-reduce does not count
+the wait as compute, and an asynchronous ``gloo:send`` that stays open on the main thread while
+the next forward runs does not hide that forward's compute. M is the union of all communication
+ranges (in flight, whether or not the thread waits on them).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pandas as pd
+
+from collectors import annotations
+
+from . import classify
+from . import intervals as iv
+from .ingest import RankTrace
+
+
+@dataclasses.dataclass
+class RankTimeline:
+    rank: int
+    on_gpu: bool
+    compute: np.ndarray
+    comm: np.ndarray
+    comm_by_dim: dict[str, np.ndarray]
+    other: np.ndarray
+    steps: dict[int, tuple[float, float]]
+    pipeline: np.ndarray
+    microbatches: pd.DataFrame
+    span: tuple[float, float]
+
+
+def _iv(df: pd.DataFrame) -> np.ndarray:
+    return iv.union(df["ts_us"].to_numpy(), df["end_us"].to_numpy())
+
+
+def comm_dimension(name: str, run: dict | None) -> str:
+    """The parallel dimension of a communication event on a CPU/gloo trace.
+
+    gloo ranges carry no process group, so the dimension follows from the operation and the
+    run's layout: send/recv belong to pipeline parallelism; a collective belongs to the one
+    other dimension of size > 1, when there is exactly one; otherwise it is ``unknown``.
+    """
+    if run is None:
+        return "unknown"
+    sizes = run.get("layout", {})
+    if classify.is_p2p(name):
+        return "pp" if sizes.get("pp", 1) > 1 else "unknown"
+    others = [d for d, n in sizes.items() if n > 1 and d != "pp"]
+    return others[0] if len(others) == 1 else "unknown"
+
+
+def _step_windows(host: pd.DataFrame, device: pd.DataFrame) -> dict[int, tuple[float, float]]:
+    steps = host[host["cat"].isin(["user_annotation", "cpu_op"])
+                 & host["name"].str.startswith("ProfilerStep#")]
+    out: dict[int, tuple[float, float]] = {}
+    for name, ts, end in zip(steps["name"], steps["ts_us"], steps["end_us"]):
+        m = annotations.STEP_RE.match(name)
+        if m:
+            out[int(m["step"])] = (float(ts), float(end))
+    if device.empty or not out:
+        return out
+    # On a GPU the kernels of a step run after their launch: a step's device window runs to
+    # the next step's start, and the last one to the end of the last kernel.
+    keys = sorted(out)
+    last_dev_end = float(device["end_us"].max())
+    for i, k in enumerate(keys):
+        start, end = out[k]
+        end = out[keys[i + 1]][0] if i + 1 < len(keys) else max(end, last_dev_end)
+        out[k] = (start, end)
+    return out
+
+
+def _microbatches(host: pd.DataFrame) -> pd.DataFrame:
+    ann = host[host["name"].str.startswith(annotations.PREFIX)]
+    rows = []
+    for name, ts, end in zip(ann["name"], ann["ts_us"], ann["end_us"]):
+        parsed = annotations.parse_microbatch(name)
+        if parsed:
+            rows.append({**parsed, "ts_us": ts, "end_us": end})
+    return pd.DataFrame(rows, columns=["phase", "stage", "chunk", "mb", "ts_us", "end_us"])
+
+
+def build(trace: RankTrace, run: dict | None = None) -> RankTimeline:
+    ev = trace.events
+    dev = ev[ev["device"]]
+    host = ev[~ev["device"]]
+    if not dev.empty:
+        compute = _iv(dev[dev["kind"] == classify.COMPUTE])
+        comm_ev = dev[dev["kind"] == classify.COMMUNICATION]
+        other = _iv(dev[dev["kind"] == classify.MEMORY])
+    else:
+        comm_ev = host[host["kind"] == classify.COMMUNICATION]
+        per_lane = []
+        work = host[host["kind"].isin([classify.COMPUTE, classify.COMMUNICATION])]
+        for _, g in work.groupby("lane", sort=False):
+            owned = iv.innermost(g["ts_us"].to_numpy(), g["end_us"].to_numpy(), g["kind"])
+            per_lane.append(owned.get(classify.COMPUTE, iv.EMPTY))
+        compute = iv.merge(*per_lane) if per_lane else iv.EMPTY.copy()
+        other = iv.EMPTY.copy()
+    comm = _iv(comm_ev)
+    dims = comm_ev["name"].map(lambda n: comm_dimension(n, run)) if not comm_ev.empty \
+        else pd.Series(dtype=str)
+    comm_by_dim = {d: _iv(comm_ev[dims == d]) for d in sorted(set(dims))}
+    pipe = host[host["name"] == annotations.PIPELINE]
+    return RankTimeline(
+        rank=trace.rank, on_gpu=not dev.empty, compute=compute, comm=comm,
+        comm_by_dim=comm_by_dim, other=other, steps=_step_windows(host, dev),
+        pipeline=_iv(pipe), microbatches=_microbatches(host),
+        span=(float(ev["ts_us"].min()), float(ev["end_us"].max())))

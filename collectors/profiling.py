@@ -1,0 +1,54 @@
+"""The PyTorch profiler set up for a run: which steps are traced, and where the trace goes.
+
+Profiled steps are given as an inclusive range ``(first, last)`` of 0-based step indices; the
+step before ``first`` (when there is one) is the profiler's warm-up, which is not recorded. The
+trace of rank R is written to ``traces/rank{R}.json.gz`` with the run's metadata embedded under
+the key ``meshscope``; the profiler itself adds ``distributedInfo`` (rank, world size, backend).
+"""
+from __future__ import annotations
+
+import json
+import pathlib
+
+import torch
+from torch.profiler import ProfilerActivity, profile, schedule
+
+from .run_dir import trace_path
+
+
+def parse_step_range(text: str) -> tuple[int, int]:
+    """``"3-5"`` → (3, 5); ``"4"`` → (4, 4)."""
+    first, _, last = text.partition("-")
+    a, b = int(first), int(last or first)
+    if a < 0 or b < a:
+        raise ValueError(f"step range {text!r}: expected FIRST-LAST with 0 <= FIRST <= LAST")
+    return a, b
+
+
+def default_profile_steps(steps: int) -> tuple[int, int]:
+    """A window after warm-up: the last three steps, or every step after the first two."""
+    if steps <= 2:
+        return 0, steps - 1
+    return max(2, steps - 3), steps - 1
+
+
+def make_profiler(run_dir: pathlib.Path, rank: int, steps: tuple[int, int],
+                  device: torch.device, meta: dict) -> profile:
+    first, last = steps
+    activities = [ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    out = trace_path(run_dir, rank)
+
+    def on_trace_ready(prof: profile) -> None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        prof.add_metadata_json("meshscope", json.dumps(meta))
+        prof.export_chrome_trace(str(out))
+
+    return profile(
+        activities=activities,
+        schedule=schedule(wait=max(first - 1, 0), warmup=1 if first >= 1 else 0,
+                          active=last - first + 1, repeat=1),
+        on_trace_ready=on_trace_ready,
+        record_shapes=True,
+    )

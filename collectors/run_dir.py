@@ -1,0 +1,63 @@
+"""The run directory: the contract between collection and analysis (docs/run-directory.md).
+
+```
+RUN/
+  run.json      schema-versioned description of the run
+  traces/       rank{R}.json.gz — one Kineto trace per rank, profiled steps only
+  steps/        rank{R}.parquet — per-rank step timings and losses
+  report/       written by ``meshscope analyze``
+```
+"""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import tempfile
+
+RUN_SCHEMA_VERSION = 1
+RUN_JSON = "run.json"
+TRACES = "traces"
+STEPS = "steps"
+REPORT = "report"
+
+
+class RunDirError(ValueError):
+    """A run directory file that cannot be used; the message names the file and the problem."""
+
+
+def trace_path(run: pathlib.Path, rank: int) -> pathlib.Path:
+    return pathlib.Path(run) / TRACES / f"rank{rank}.json.gz"
+
+
+def steps_path(run: pathlib.Path, rank: int) -> pathlib.Path:
+    return pathlib.Path(run) / STEPS / f"rank{rank}.parquet"
+
+
+def write_json_atomic(path: pathlib.Path, data: dict) -> None:
+    """Write JSON through a temporary file and a rename, so readers never see half a file."""
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f, indent=2, sort_keys=False)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def read_run_json(run: pathlib.Path) -> dict | None:
+    """run.json of ``run``, None if absent; RunDirError if unreadable or of an unknown version."""
+    path = pathlib.Path(run) / RUN_JSON
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise RunDirError(f"{path}: not readable JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise RunDirError(f"{path}: expected a JSON object")
+    version = data.get("schema_version")
+    if version != RUN_SCHEMA_VERSION:
+        raise RunDirError(f"{path}: unknown schema_version {version!r} "
+                          f"(this meshscope reads version {RUN_SCHEMA_VERSION})")
+    return data
