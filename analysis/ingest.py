@@ -14,6 +14,8 @@ end_us     float   ts_us + dur_us
 lane       str     ``gpu:<device>:<stream>`` for device events, ``cpu:<pid>:<tid>`` else
 device     bool    True for GPU kernels / memcpy / memset
 kind       str     one of ``classify.KINDS``
+correlation int    launch correlation id linking a GPU event to its CPU runtime
+                   call (``cuda_runtime`` / ``cuda_driver``); -1 where absent
 ========== ======= ============================================================
 """
 from __future__ import annotations
@@ -96,7 +98,8 @@ def load_trace(path: pathlib.Path, *, comm_kernel_re: re.Pattern | None = None) 
     path = pathlib.Path(path)
     doc = read_trace_json(path)
     rank = rank_of(path, doc)
-    rows = {k: [] for k in ("name", "cat", "ts_us", "dur_us", "lane", "device", "kind")}
+    rows = {k: [] for k in ("name", "cat", "ts_us", "dur_us", "lane", "device", "kind",
+                            "correlation")}
     for ev in doc["traceEvents"]:
         if not isinstance(ev, dict) or ev.get("ph") != "X":
             continue
@@ -113,6 +116,8 @@ def load_trace(path: pathlib.Path, *, comm_kernel_re: re.Pattern | None = None) 
         rows["lane"].append(_lane(ev, device))
         rows["device"].append(device)
         rows["kind"].append(classify.classify(name, cat, comm_kernel_re=comm_kernel_re))
+        corr = (ev.get("args") or {}).get("correlation", -1)
+        rows["correlation"].append(corr if isinstance(corr, int) else -1)
     if not rows["name"]:
         raise InputError(path, "the trace has no complete ('X') events")
     events = pd.DataFrame(rows)

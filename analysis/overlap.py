@@ -75,7 +75,10 @@ def step_breakdown(tl: RankTimeline, pipeline_windows: dict[int, np.ndarray] | N
 
 
 def trace_overlap(tl: RankTimeline) -> dict:
-    """Whole-trace communication/computation overlap of one rank, as HTA reports it."""
-    return {"rank": tl.rank, "compute_us": iv.length(tl.compute), "comm_us": iv.length(tl.comm),
-            "overlapped_comm_us": iv.length(iv.intersect(tl.comm, tl.compute)),
-            "overlap_pct": overlap_pct(tl.compute, tl.comm)}
+    """Whole-trace overlap of one rank over the events HTA's ``get_comm_comp_overlap`` selects
+    (on GPU traces, kernels launched before the last profiled step; see
+    ``timeline._complete_steps``). Columns: rank, compute_us, comm_us, overlapped_comm_us,
+    overlap_pct."""
+    C, M = tl.trace_compute, tl.trace_comm
+    return {"rank": tl.rank, "compute_us": iv.length(C), "comm_us": iv.length(M),
+            "overlapped_comm_us": iv.length(iv.intersect(M, C)), "overlap_pct": overlap_pct(C, M)}

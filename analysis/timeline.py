@@ -36,6 +36,9 @@ class RankTimeline:
     pipeline: np.ndarray
     microbatches: pd.DataFrame
     span: tuple[float, float]
+    # The whole-trace selection HTA's get_comm_comp_overlap uses (see ``_complete_steps``).
+    trace_compute: np.ndarray
+    trace_comm: np.ndarray
 
 
 def _iv(df: pd.DataFrame) -> np.ndarray:
@@ -89,6 +92,27 @@ def _microbatches(host: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["phase", "stage", "chunk", "mb", "ts_us", "end_us"])
 
 
+def _complete_steps(dev: pd.DataFrame, host: pd.DataFrame,
+                    steps: dict[int, tuple[float, float]]) -> pd.DataFrame:
+    """GPU events launched before the last profiled step began.
+
+    The last step's kernels can be cut off when the profiler stops, so whole-trace figures
+    leave it out, as HTA does (its ``include_last_profiler_step=False`` default): a kernel is
+    kept when the runtime call that launched it (joined by ``correlation``) started before the
+    last ``ProfilerStep#N`` did. With fewer than two steps, or no launch records, all are kept.
+    """
+    if len(steps) < 2:
+        return dev
+    last_start = max(s for s, _ in steps.values())
+    launches = host[(host["correlation"] >= 0)
+                    & host["cat"].isin(["cuda_runtime", "cuda_driver", "cpu_op"])]
+    if launches.empty:
+        return dev
+    launch_ts = launches.drop_duplicates("correlation").set_index("correlation")["ts_us"]
+    ts = dev["correlation"].map(launch_ts)
+    return dev[ts.notna() & (ts < last_start)]
+
+
 def build(trace: RankTrace, run: dict | None = None) -> RankTimeline:
     ev = trace.events
     dev = ev[ev["device"]]
@@ -111,8 +135,16 @@ def build(trace: RankTrace, run: dict | None = None) -> RankTimeline:
         else pd.Series(dtype=str)
     comm_by_dim = {d: _iv(comm_ev[dims == d]) for d in sorted(set(dims))}
     pipe = host[host["name"] == annotations.PIPELINE]
+    steps = _step_windows(host, dev)
+    if not dev.empty:
+        sel = _complete_steps(dev, host, steps)
+        trace_compute = _iv(sel[sel["kind"] == classify.COMPUTE])
+        trace_comm = _iv(sel[sel["kind"] == classify.COMMUNICATION])
+    else:
+        trace_compute, trace_comm = compute, comm
     return RankTimeline(
         rank=trace.rank, on_gpu=not dev.empty, compute=compute, comm=comm,
-        comm_by_dim=comm_by_dim, other=other, steps=_step_windows(host, dev),
+        comm_by_dim=comm_by_dim, other=other, steps=steps,
         pipeline=_iv(pipe), microbatches=_microbatches(host),
-        span=(float(ev["ts_us"].min()), float(ev["end_us"].max())))
+        span=(float(ev["ts_us"].min()), float(ev["end_us"].max())),
+        trace_compute=trace_compute, trace_comm=trace_comm)
