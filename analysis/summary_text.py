@@ -1,0 +1,44 @@
+"""The human-readable summary that ``meshscope analyze`` prints (from summary.json alone)."""
+from __future__ import annotations
+
+
+def _ms(us) -> str:
+    return "-" if us is None else f"{us / 1000:9.2f}"
+
+
+def _pct(x) -> str:
+    return "    -" if x is None else f"{x:5.1f}"
+
+
+def render(summary: dict) -> str:
+    lines = []
+    run = summary.get("run") or {}
+    head = f"meshscope report — {summary['source']}"
+    if run:
+        head += (f"\n  layout {run.get('layout_str')}, {run.get('world_size')} ranks, schedule "
+                 f"{run.get('schedule') or '-'}, {run.get('microbatches')} microbatches")
+    lines.append(head)
+    lines.append(f"  device {summary['device']}; ranks analysed {summary['ranks']}; "
+                 f"profiled steps {summary['steps']}")
+    if summary["missing_ranks"]:
+        lines.append(f"  MISSING ranks: {summary['missing_ranks']}")
+    for p in summary["problems"]:
+        lines.append(f"  problem: {p}")
+    lines.append("")
+    lines.append("Per rank, mean over profiled steps (ms):")
+    lines.append("  rank    window   compute      comm overlapped   exposed    bubble      idle"
+                 "  overlap%")
+    for r in summary["per_rank_mean"]:
+        lines.append(f"  {r['rank']:>4} {_ms(r['window_us'])} {_ms(r['compute_us'])} "
+                     f"{_ms(r['comm_us'])}  {_ms(r['overlapped_comm_us'])} "
+                     f"{_ms(r['exposed_comm_us'])} {_ms(r['bubble_us'])} {_ms(r['idle_us'])}"
+                     f"     {_pct(r['overlap_pct'])}")
+    if summary["pipeline_stages"]:
+        lines.append("")
+        lines.append("Pipeline bubble per stage (fraction of the pipeline window):")
+        lines.append("  stage  measured  theory  ranks")
+        for s in summary["pipeline_stages"]:
+            theory = s["theory_fraction"]
+            lines.append(f"  {s['stage']:>5}  {s['bubble_fraction']:8.3f}  "
+                         f"{'-' if theory is None else f'{theory:6.3f}'}  {s['ranks']}")
+    return "\n".join(lines)

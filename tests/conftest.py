@@ -1,0 +1,31 @@
+"""Shared test helpers: running the CLI as a user would, and the shared real-trace corpus."""
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+SHARED_TRACES = ROOT.parent / "shared" / "traces"
+
+
+def meshscope(*args, timeout=600, check=False) -> subprocess.CompletedProcess:
+    """Run ``meshscope ARGS`` in a fresh interpreter; returns the completed process."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.run([sys.executable, "-m", "meshscope_cli", *map(str, args)], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"meshscope {' '.join(map(str, args))} exited {proc.returncode}\n"
+                             f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}")
+    return proc
+
+
+def shared_trace(rel: str) -> pathlib.Path:
+    """A file of ../shared/traces, or skip the test when the corpus is absent."""
+    path = SHARED_TRACES / rel
+    if not path.exists():
+        pytest.skip(f"shared trace corpus not available: {path} is missing")
+    return path

@@ -1,0 +1,75 @@
+"""Bad input: one line naming the problem, exit code 2, and nothing started or written."""
+import gzip
+
+from conftest import meshscope
+
+
+def _one_error_line(proc):
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("meshscope: error: ")
+    assert "Traceback" not in proc.stderr
+    return lines[0]
+
+
+def test_more_stages_than_layers_is_refused_before_launch(tmp_path):
+    out = tmp_path / "run"
+    proc = meshscope("run", "--layout", "dp=2,pp=64", "--out", out)
+    assert proc.returncode == 2
+    line = _one_error_line(proc)
+    assert "pp=64" in line and "layers" in line
+    assert not out.exists(), "nothing may be written before the layout is validated"
+
+
+def test_unknown_schedule_is_refused_before_launch(tmp_path):
+    out = tmp_path / "run"
+    proc = meshscope("run", "--schedule", "zigzag", "--out", out)
+    assert proc.returncode == 2
+    assert "zigzag" in _one_error_line(proc)
+    assert not out.exists()
+
+
+def test_unimplemented_dimension_is_named(tmp_path):
+    proc = meshscope("run", "--layout", "dp=2,tp=2", "--out", tmp_path / "run")
+    assert proc.returncode == 2
+    assert "tp" in _one_error_line(proc)
+
+
+def test_analyze_folder_without_traces(tmp_path):
+    (tmp_path / "notes.txt").write_text("nothing here")
+    proc = meshscope("analyze", tmp_path)
+    assert proc.returncode == 2
+    line = _one_error_line(proc)
+    assert str(tmp_path) in line and "no trace files" in line
+
+
+def test_analyze_only_broken_traces_names_each_file(tmp_path):
+    (tmp_path / "rank0.json").write_text('{"traceEvents": [{"ph": "X", "na')
+    (tmp_path / "rank1.json.gz").write_bytes(gzip.compress(b"")[:10])
+    (tmp_path / "rank2.json").write_text("")
+    proc = meshscope("analyze", tmp_path)
+    assert proc.returncode == 2
+    line = _one_error_line(proc)
+    for name, problem in (("rank0.json", "truncated"), ("rank1.json.gz", "gzip"),
+                          ("rank2.json", "empty")):
+        assert name in line and problem in line
+
+
+def test_one_damaged_rank_leaves_the_others_analysed(tmp_path):
+    """A truncated trace (a killed job): named in the report, the other ranks still analysed."""
+    import json
+    import shutil
+
+    from conftest import ROOT
+
+    run = tmp_path / "run"
+    shutil.copytree(ROOT / "samples" / "dp2-pp2-1f1b", run)
+    shutil.rmtree(run / "report")
+    victim = run / "traces" / "rank1.json.gz"
+    victim.write_bytes(victim.read_bytes()[: victim.stat().st_size // 2])
+    proc = meshscope("analyze", run, "--json")
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert summary["ranks"] == [0, 2, 3]
+    assert summary["missing_ranks"] == [1]
+    assert len(summary["problems"]) == 1 and "rank1.json.gz" in summary["problems"][0]

@@ -1,0 +1,54 @@
+"""Interval arithmetic against a brute-force model on a grid of half-microseconds."""
+import random
+
+import numpy as np
+
+from analysis import intervals as iv
+
+
+def _points(pairs, res=0.5):
+    out = set()
+    for s, e in pairs:
+        x = s
+        while x < e:
+            out.add(x)
+            x += res
+    return out
+
+
+def _random_set(rng):
+    pairs = [(s := rng.randint(0, 60), s + rng.randint(0, 12)) for _ in range(rng.randint(0, 7))]
+    return pairs, iv.union([p[0] for p in pairs], [p[1] for p in pairs])
+
+
+def test_set_operations_match_brute_force():
+    rng = random.Random(7)
+    for _ in range(400):
+        pa, a = _random_set(rng)
+        pb, b = _random_set(rng)
+        A, B = _points(pa), _points(pb)
+        assert _points(a) == A
+        assert _points(iv.intersect(a, b)) == A & B
+        assert _points(iv.subtract(a, b)) == A - B
+        assert _points(iv.merge(a, b)) == A | B
+        assert iv.length(a) == len(A) * 0.5
+
+
+def test_innermost_gives_time_to_the_latest_started_range():
+    # An asynchronous send open over [0, 10) while ops run at [1, 2) and [3, 12).
+    owned = iv.innermost([0, 1, 3], [10, 2, 12], ["comm", "op", "op"])
+    assert owned["op"].tolist() == [[1, 2], [3, 12]]
+    assert owned["comm"].tolist() == [[0, 1], [2, 3]]
+
+
+def test_innermost_nested_call_owns_its_span():
+    # A backward op [0, 10) that blocks in an all-reduce [4, 6).
+    owned = iv.innermost([0, 4], [10, 6], ["op", "comm"])
+    assert owned["op"].tolist() == [[0, 4], [6, 10]]
+    assert owned["comm"].tolist() == [[4, 6]]
+
+
+def test_empty_inputs():
+    e = iv.union([], [])
+    assert e.shape == (0, 2)
+    assert iv.length(iv.intersect(e, np.array([[0.0, 1.0]]))) == 0.0
