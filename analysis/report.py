@@ -3,7 +3,7 @@
 ``analyze(path)`` finds the traces, ingests every usable one (problems with the others are
 recorded, never fatal while one rank remains), computes the tables of ``overlap`` and
 ``bubble``, and returns a ``Report``. ``Report.write(dir)`` stores ``breakdown.parquet``,
-``trace_overlap.parquet``, ``bubbles.parquet`` and ``summary.json`` (docs/report-format.md).
+``trace_overlap.parquet``, ``bubbles.parquet`` and ``summary.json`` (docs/metrics.md).
 """
 from __future__ import annotations
 

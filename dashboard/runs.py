@@ -15,7 +15,7 @@ from analysis.report import load_written
 from collectors import run_dir as rd
 
 # Stacked segments of the step breakdown, bottom to top: (label, column, column subtracted or
-# None, colour). Together they add up to ``window_us`` (docs/report-format.md).
+# None, colour). Together they add up to ``window_us`` (docs/metrics.md).
 SEGMENTS: tuple[tuple[str, str, str | None, str], ...] = (
     ("compute", "compute_us", "overlapped_comm_us", "#4C78A8"),
     ("overlapped comm", "overlapped_comm_us", None, "#72B7B2"),
