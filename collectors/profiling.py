@@ -42,13 +42,22 @@ def make_profiler(run_dir: pathlib.Path, rank: int, steps: tuple[int, int],
 
     def on_trace_ready(prof: profile) -> None:
         out.parent.mkdir(parents=True, exist_ok=True)
-        prof.add_metadata_json("meshscope", json.dumps(meta))
         prof.export_chrome_trace(str(out))
 
-    return profile(
+    prof = profile(
         activities=activities,
         schedule=schedule(wait=max(first - 1, 0), warmup=1 if first >= 1 else 0,
                           active=last - first + 1, repeat=1),
         on_trace_ready=on_trace_ready,
         record_shapes=True,
     )
+    # Metadata only reaches the trace when it is added while the profiler records; the first
+    # profiled step is the first such moment (see ``embed_metadata``).
+    prof.meshscope_meta = meta
+    return prof
+
+
+def embed_metadata(prof: profile, step: int, steps: tuple[int, int]) -> None:
+    """Call at the start of every step: adds the run metadata once recording has begun."""
+    if step == steps[0]:
+        prof.add_metadata_json("meshscope", json.dumps(prof.meshscope_meta))

@@ -20,7 +20,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.profiler import record_function
 
 from collectors import annotations
-from collectors.profiling import make_profiler
+from collectors.profiling import embed_metadata, make_profiler
 from collectors.run_dir import steps_path, write_json_atomic
 from collectors.step_timer import StepTimer
 
@@ -117,6 +117,7 @@ def main(config_path: str) -> None:
                 x, y = global_batch(conf["seed"], step, conf["global_batch"], cfg.seq_len,
                                     cfg.vocab_size)
                 x, y = dp_shard(x, coords["dp"], dp).to(device), dp_shard(y, coords["dp"], dp).to(device)
+                embed_metadata(prof, step, tuple(conf["profile_steps"]))
                 timer.start()
                 opt.zero_grad(set_to_none=True)
                 with record_function(annotations.PIPELINE):

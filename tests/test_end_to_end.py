@@ -1,4 +1,5 @@
 """The whole path on real multi-process gloo runs: run → run directory → analyze → report."""
+import gzip
 import json
 
 import pandas as pd
@@ -32,7 +33,10 @@ def test_run_directory_is_complete(dp2pp2):
     assert all(g.get("name") and g.get("desc") == f"mesh_{g['dimension']}"
                for g in desc["process_groups"])
     for r in range(4):
-        assert (run / "traces" / f"rank{r}.json.gz").stat().st_size > 0
+        trace = json.loads(gzip.decompress((run / "traces" / f"rank{r}.json.gz").read_bytes()))
+        assert trace["distributedInfo"]["rank"] == r
+        assert trace["meshscope"] == {"layout": "dp=2,pp=2", "rank": r, "run_id": desc["run_id"],
+                                      "coordinates": desc["mesh"]["coordinates"][str(r)]}
         steps = pd.read_parquet(run / "steps" / f"rank{r}.parquet")
         assert steps["step"].tolist() == list(range(6))
     assert not (run / ".meta").exists()
