@@ -123,7 +123,10 @@ def _analyze(path, out, comm_kernel_regex):
     except (InputError, RunDirError) as e:
         _fail(str(e))
     target = pathlib.Path(out) if out else pathlib.Path(path) / REPORT
-    report.write(target)
+    try:
+        report.write(target)
+    except OSError as e:
+        _fail(f"{target}: cannot write the report ({e.strerror}); choose another with --out DIR")
     return report, target
 
 

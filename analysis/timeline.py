@@ -7,8 +7,10 @@ a thread's time belongs to the innermost range covering it (``intervals.innermos
 computes where that is a ``cpu_op`` and communicates where it is a communication range
 (``gloo:*``, ``c10d::*``). So a backward op that encloses a blocking all-reduce does not count
 the wait as compute, and an asynchronous ``gloo:send`` that stays open on the main thread while
-the next forward runs does not hide that forward's compute. M is the union of all communication
-ranges (in flight, whether or not the thread waits on them).
+the next forward runs does not hide that forward's compute. The runner's microbatch and
+optimizer ranges (``meshscope/forward …``, ``meshscope/optimizer``) count as compute too, so the
+Python that dispatches a stage's operators is the stage's work, not idle time or bubble. M is
+the union of all communication ranges (in flight, whether or not the thread waits on them).
 """
 from __future__ import annotations
 
@@ -39,6 +41,13 @@ class RankTimeline:
     # The whole-trace selection HTA's get_comm_comp_overlap uses (see ``_complete_steps``).
     trace_compute: np.ndarray
     trace_comm: np.ndarray
+
+
+def _is_work_annotation(name: str) -> bool:
+    """Microbatch and optimizer ranges: on a CPU the host time inside them is the stage's
+    work (operators and the Python that dispatches them), except where communication is
+    innermost."""
+    return name == annotations.OPTIMIZER or annotations.parse_microbatch(name) is not None
 
 
 def _iv(df: pd.DataFrame) -> np.ndarray:
@@ -124,7 +133,9 @@ def build(trace: RankTrace, run: dict | None = None) -> RankTimeline:
     else:
         comm_ev = host[host["kind"] == classify.COMMUNICATION]
         per_lane = []
-        work = host[host["kind"].isin([classify.COMPUTE, classify.COMMUNICATION])]
+        kind = host["kind"].where(~host["name"].map(_is_work_annotation), classify.COMPUTE)
+        work = host.assign(kind=kind)
+        work = work[work["kind"].isin([classify.COMPUTE, classify.COMMUNICATION])]
         for _, g in work.groupby("lane", sort=False):
             owned = iv.innermost(g["ts_us"].to_numpy(), g["end_us"].to_numpy(), g["kind"])
             per_lane.append(owned.get(classify.COMPUTE, iv.EMPTY))

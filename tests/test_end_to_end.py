@@ -95,3 +95,12 @@ def test_bubble_close_to_theory_on_two_ranks(tmp_path, schedule):
     for stage in summary["pipeline_stages"]:
         assert stage["theory_fraction"] == pytest.approx(theory)
         assert 0.5 * theory <= stage["bubble_fraction"] <= 1.5 * theory, stage
+
+
+def test_demo_runs_and_analyses_without_serving(tmp_path):
+    """What `make demo` runs, minus the server: a run directory with its report."""
+    proc = meshscope("demo", "--no-serve", "--out", tmp_path, check=True)
+    run = tmp_path / "demo-1"
+    assert (run / "report" / "summary.json").exists()
+    assert "Pipeline bubble per stage" in proc.stdout
+    assert "loss" in proc.stdout
