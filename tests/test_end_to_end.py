@@ -89,12 +89,17 @@ def test_bubble_close_to_theory_on_two_ranks(tmp_path, schedule):
     within ±50% of (p−1)/(m+p−1) = 1/5."""
     run = tmp_path / "pp2"
     meshscope("run", "--layout", "pp=2", "--schedule", schedule, "--microbatches", 4,
-              "--steps", 5, "--model", "balanced", "--out", run, check=True)
-    summary = json.loads(meshscope("analyze", run, "--json", check=True).stdout)
+              "--steps", 6, "--model", "balanced", "--out", run, check=True)
+    meshscope("analyze", run, check=True)
+    bub = pd.read_parquet(run / "report" / "bubbles.parquet")
     theory = (2 - 1) / (4 + 2 - 1)
-    for stage in summary["pipeline_stages"]:
-        assert stage["theory_fraction"] == pytest.approx(theory)
-        assert 0.5 * theory <= stage["bubble_fraction"] <= 1.5 * theory, stage
+    assert sorted(bub["stage"].unique()) == [0, 1] and len(bub) == 2 * 3
+    assert (bub["theory_fraction"] == pytest.approx(theory)).all()
+    # The median over the three profiled steps, so that one step disturbed by another
+    # process on this shared 2-core machine does not decide the verdict.
+    measured = bub.groupby("stage")["bubble_fraction"].median()
+    for stage, value in measured.items():
+        assert 0.5 * theory <= value <= 1.5 * theory, (stage, bub.to_dict("records"))
 
 
 def test_demo_runs_and_analyses_without_serving(tmp_path):
