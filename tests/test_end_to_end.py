@@ -94,7 +94,7 @@ def test_bubble_close_to_theory_on_two_ranks(tmp_path, schedule):
     bub = pd.read_parquet(run / "report" / "bubbles.parquet")
     theory = (2 - 1) / (4 + 2 - 1)
     assert sorted(bub["stage"].unique()) == [0, 1] and len(bub) == 2 * 3
-    assert (bub["theory_fraction"] == pytest.approx(theory)).all()
+    assert bub["theory_fraction"].tolist() == pytest.approx([theory] * len(bub))
     # The median over the three profiled steps, so that one step disturbed by another
     # process on this shared 2-core machine does not decide the verdict.
     measured = bub.groupby("stage")["bubble_fraction"].median()
