@@ -27,30 +27,63 @@ def main():
     """Profile and analyse parallel LLM training runs."""
 
 
-def _run_options(layout, schedule, microbatches, steps, out, seed, global_batch, model,
-                 profile_steps):
+def _int_list(text: str | None, what: str) -> list[int] | None:
+    from parallel.layout import LayoutError
+
+    if not text:
+        return None
+    try:
+        return [int(x) for x in text.split(",")]
+    except ValueError:
+        raise LayoutError(f"{what} {text!r}: expected comma-separated integers") from None
+
+
+def _run_options(o: dict):
+    """RunOptions from the ``run``/``demo`` command's options (LayoutError if unusable)."""
+    import dataclasses
+
     from collectors.profiling import parse_step_range
+    from parallel.faults import parse_fault
     from parallel.launch import RunOptions
     from parallel.layout import LayoutError, parse_layout
     from parallel.model import PRESETS
 
     try:
-        steps_range = parse_step_range(profile_steps) if profile_steps else None
+        steps_range = parse_step_range(o["profile_steps"]) if o.get("profile_steps") else None
+        faults = [parse_fault(f) for f in o.get("inject") or ()]
     except ValueError as e:
-        raise LayoutError(f"--profile-steps: {e}") from None
-    return RunOptions(layout=parse_layout(layout), model=PRESETS[model], out=pathlib.Path(out),
-                      schedule=schedule, microbatches=microbatches, steps=steps, seed=seed,
-                      global_batch=global_batch, profile_steps=steps_range, model_preset=model)
+        raise LayoutError(str(e)) from None
+    overrides = {k: o[k] for k in ("moe_experts", "moe_top_k", "moe_every")
+                 if o.get(k) is not None}
+    if o.get("layers") is not None:
+        overrides["n_layers"] = o["layers"]
+    model = dataclasses.replace(PRESETS[o["model"]], **overrides)
+    return RunOptions(
+        layout=parse_layout(o["layout"]), model=model, out=pathlib.Path(o["out"]),
+        schedule=o["schedule"], microbatches=o["microbatches"], steps=o["steps"],
+        seed=o["seed"], global_batch=o["global_batch"], profile_steps=steps_range,
+        model_preset=o["model"], virtual_stages=o.get("virtual_stages"),
+        stage_layers=_int_list(o.get("stage_layers"), "--stage-layers"),
+        dp_mode=o.get("dp_mode", "ddp"), sp=not o.get("no_sp", False), faults=faults,
+        timeout_s=o.get("timeout", 300), nnodes=o.get("nnodes", 1),
+        node_rank=o.get("node_rank", 0), rdzv_endpoint=o.get("rdzv_endpoint"))
 
 
 def run_options_decorator(f):
     from parallel.model import PRESETS
+    from parallel.pipeline import SCHEDULES
 
     opts = [
         click.option("--layout", default="dp=2,pp=2", show_default=True,
-                     help="Parallel layout, e.g. dp=2,pp=2 (dimensions dp, tp, pp, cp, ep)."),
+                     help="Parallel layout, e.g. dp=2,tp=2,pp=2 (dimensions dp, tp, pp, cp, "
+                          "ep; world size = dp·tp·pp·cp; ep divides dp·cp)."),
         click.option("--schedule", default="1f1b", show_default=True,
-                     help="Pipeline schedule: gpipe or 1f1b."),
+                     help=f"Pipeline schedule: {', '.join(SCHEDULES)}."),
+        click.option("--virtual-stages", type=int, default=None,
+                     help="Stages per pipeline rank for interleaved-1f1b, looped-bfs and "
+                          "zero-bubble (default 2)."),
+        click.option("--stage-layers", default=None,
+                     help="Layers per pipeline stage, e.g. 3,1 (default: even split)."),
         click.option("--microbatches", default=4, show_default=True, type=int),
         click.option("--steps", default=6, show_default=True, type=int),
         click.option("--seed", default=0, show_default=True, type=int),
@@ -58,9 +91,29 @@ def run_options_decorator(f):
                      help="Sequences per step over all data-parallel ranks."),
         click.option("--model", default="tiny", show_default=True,
                      type=click.Choice(sorted(PRESETS)), help="Model size preset."),
+        click.option("--layers", type=int, default=None, help="Override the preset's layers."),
+        click.option("--moe-experts", type=int, default=None,
+                     help="Mixture-of-experts FFN with this many experts (0 = dense)."),
+        click.option("--moe-top-k", type=int, default=None, help="Experts per token."),
+        click.option("--moe-every", type=int, default=None,
+                     help="MoE in every k-th layer (1 = all)."),
+        click.option("--dp-mode", default="ddp", show_default=True,
+                     type=click.Choice(["ddp", "fsdp", "zero2"]),
+                     help="ddp (bucketed all-reduce), fsdp (ZeRO-3) or zero2."),
+        click.option("--no-sp", is_flag=True, help="Tensor parallelism without sequence "
+                                                   "parallelism."),
+        click.option("--inject", multiple=True,
+                     help="Fault: slow-rank=R:MS, hang=R:STEP or crash=R:STEP (repeatable)."),
+        click.option("--timeout", default=300, show_default=True, type=int,
+                     help="Collective timeout in seconds."),
         click.option("--profile-steps", default=None,
                      help="Steps to trace, FIRST-LAST (0-based); default: the last three after "
                           "warm-up."),
+        click.option("--nnodes", default=1, show_default=True, type=int,
+                     help="Hosts taking part (run the same command on each)."),
+        click.option("--node-rank", default=0, show_default=True, type=int),
+        click.option("--rdzv-endpoint", default=None,
+                     help="HOST:PORT of node 0, where the launchers meet (nnodes > 1)."),
     ]
     for o in reversed(opts):
         f = o(f)
@@ -79,38 +132,38 @@ def _do_run(opts) -> dict:
         _fail(f"the run failed: {e}", code=1)
 
 
-def _print_losses(run_dir: pathlib.Path) -> None:
-    import pandas as pd
+def _print_losses(run_dir: pathlib.Path, desc: dict) -> None:
+    from parallel.throughput import step_table
 
-    files = sorted((run_dir / "steps").glob("rank*.parquet"))
-    if not files:
+    table = step_table(run_dir, desc)
+    if table is None:
         return
-    steps = pd.concat([pd.read_parquet(f) for f in files])
-    loss = steps.dropna(subset=["loss"]).groupby("step")["loss"].mean()
-    wall = steps.groupby("step")["wall_time_us"].max()
-    for step, value in loss.items():
-        click.echo(f"  step {step:3d}  loss {value:.4f}  step time {wall[step] / 1000:8.1f} ms")
+    for row in table.itertuples():
+        mfu = f"  MFU {row.mfu_pct:5.2f}%" if row.mfu_pct == row.mfu_pct else ""
+        click.echo(f"  step {row.step:3d}  loss {row.loss:.4f}  step time "
+                   f"{row.step_time_us / 1000:8.1f} ms  {row.tokens_per_s:9.0f} tokens/s{mfu}")
 
 
 @main.command()
 @run_options_decorator
 @click.option("--out", required=True, type=click.Path(file_okay=False),
               help="Run directory to create.")
-def run(layout, schedule, microbatches, steps, seed, global_batch, model, profile_steps, out):
+def run(**o):
     """Train the small Llama-style model in LAYOUT and record a run directory."""
+    from parallel.launch import check
     from parallel.layout import LayoutError
 
     try:
-        opts = _run_options(layout, schedule, microbatches, steps, out, seed, global_batch, model,
-                            profile_steps)
-        from parallel.launch import check
+        opts = _run_options(o)
         check(opts)
     except LayoutError as e:
         _fail(str(e))
-    click.echo(f"meshscope run: layout {opts.layout} on {opts.layout.world_size} ranks -> {out}")
-    _do_run(opts)
-    _print_losses(pathlib.Path(out))
-    click.echo(f"run directory written: {out}")
+    click.echo(f"meshscope run: layout {opts.layout} on {opts.layout.world_size} ranks "
+               f"-> {opts.out}")
+    click.echo(opts.layout.coordinate_table())
+    desc = _do_run(opts)
+    _print_losses(pathlib.Path(opts.out), desc)
+    click.echo(f"run directory written: {opts.out}")
 
 
 def _analyze(path, out, comm_kernel_regex):
@@ -189,10 +242,12 @@ def demo(out, no_serve, port):
     while (root / f"demo-{n}").exists():
         n += 1
     run_dir = root / f"demo-{n}"
-    opts = _run_options("dp=2,pp=2", "1f1b", 4, 6, run_dir, 0, 16, "tiny", None)
+    opts = _run_options({"layout": "dp=2,pp=2", "schedule": "1f1b", "microbatches": 4,
+                         "steps": 6, "out": run_dir, "seed": 0, "global_batch": 16,
+                         "model": "tiny"})
     click.echo(f"meshscope demo: training dp=2,pp=2 on 4 local ranks -> {run_dir}")
-    _do_run(opts)
-    _print_losses(run_dir)
+    desc = _do_run(opts)
+    _print_losses(run_dir, desc)
     _, target = _analyze(run_dir, None, None)
     click.echo(render(json.loads((target / "summary.json").read_text())))
     if not no_serve:

@@ -21,7 +21,9 @@ import torch
 
 from collectors.run_dir import RUN_JSON, RUN_SCHEMA_VERSION, write_json_atomic
 
-from .layout import Layout, LayoutError, stage_layers, validate
+from .data_parallel import DP_MODES
+from .faults import Fault
+from .layout import Layout, LayoutError, stage_layers, validate, virtual_stages
 from .model import ModelConfig
 
 
@@ -42,20 +44,50 @@ class RunOptions:
     lr: float = 1e-3
     profile_steps: tuple[int, int] | None = None
     model_preset: str = "tiny"
+    virtual_stages: int | None = None
+    stage_layers: list[int] | None = None
+    dp_mode: str = "ddp"
+    sp: bool = True
+    faults: list[Fault] = dataclasses.field(default_factory=list)
+    timeout_s: int = 300
+    nnodes: int = 1
+    node_rank: int = 0
+    rdzv_endpoint: str | None = None
     command: list[str] = dataclasses.field(default_factory=lambda: list(sys.argv))
+
+    @property
+    def virtual(self) -> int:
+        return virtual_stages(self.schedule, self.virtual_stages) \
+            if self.layout.size("pp") > 1 else 1
 
 
 def check(opts: RunOptions) -> None:
     """Every pre-launch check; raises LayoutError."""
     validate(opts.layout, opts.model, schedule=opts.schedule, microbatches=opts.microbatches,
-             global_batch=opts.global_batch)
+             global_batch=opts.global_batch, virtual=opts.virtual_stages,
+             layers_per_stage=opts.stage_layers)
+    world = opts.layout.world_size
+    if opts.dp_mode not in DP_MODES:
+        raise LayoutError(f"unknown --dp-mode {opts.dp_mode!r} (known: {', '.join(DP_MODES)})")
+    if opts.layout.size("ep") > 1 and opts.dp_mode != "ddp":
+        raise LayoutError(f"expert parallelism runs with --dp-mode ddp only, not {opts.dp_mode}")
+    for f in opts.faults:
+        if not 0 <= f.rank < world:
+            raise LayoutError(f"--inject {f.kind}={f.rank}:{f.value}: rank {f.rank} is not in "
+                              f"0..{world - 1}")
+    if opts.nnodes < 1 or world % opts.nnodes:
+        raise LayoutError(f"--nnodes {opts.nnodes} must divide the world size {world}")
+    if opts.nnodes > 1 and not opts.rdzv_endpoint:
+        raise LayoutError("--nnodes > 1 needs --rdzv-endpoint HOST:PORT (node 0's address)")
+    if not 0 <= opts.node_rank < opts.nnodes:
+        raise LayoutError(f"--node-rank {opts.node_rank} is not in 0..{opts.nnodes - 1}")
     if opts.steps < 1:
         raise LayoutError("--steps must be at least 1")
     if opts.profile_steps is not None and opts.profile_steps[1] >= opts.steps:
         raise LayoutError(f"--profile-steps {opts.profile_steps[0]}-{opts.profile_steps[1]} "
                           f"goes past the last step {opts.steps - 1}")
     out = pathlib.Path(opts.out)
-    if out.exists() and any(out.iterdir()):
+    if opts.node_rank == 0 and out.exists() and any(out.iterdir()):
         raise LayoutError(f"output directory {out} exists and is not empty (choose a new one)")
 
 
@@ -76,8 +108,12 @@ def _versions() -> dict:
 def run_description(opts: RunOptions, run_id: str) -> dict:
     """The launcher's part of run.json (process-group names are added from the ranks)."""
     layout, cfg = opts.layout, opts.model
-    pp = layout.size("pp")
+    pp, v = layout.size("pp"), opts.virtual
     cuda = torch.cuda.is_available()
+    groups = [{"dimension": d, "ranks": g} for d in layout.mesh_dims for g in layout.groups(d)]
+    if layout.size("ep") > 1:
+        groups += [{"dimension": "ep", "ranks": g} for g in layout.ep_groups()]
+        groups += [{"dimension": "ep_replica", "ranks": g} for g in layout.ep_replica_groups()]
     return {
         "schema_version": RUN_SCHEMA_VERSION,
         "run_id": run_id,
@@ -89,11 +125,14 @@ def run_description(opts: RunOptions, run_id: str) -> dict:
                  "shape": [layout.size(d) for d in layout.mesh_dims],
                  "coordinates": {str(r): layout.coordinates(r)
                                  for r in range(layout.world_size)}},
-        "process_groups": [{"dimension": d, "ranks": g}
-                           for d in layout.mesh_dims for g in layout.groups(d)],
+        "process_groups": groups,
         "schedule": opts.schedule if pp > 1 else None,
-        "pipeline": {"stages": pp, "virtual_stages": 1, "microbatches": opts.microbatches,
-                     "stage_layers": stage_layers(cfg.n_layers, pp)},
+        "pipeline": {"stages": pp, "virtual_stages": v, "microbatches": opts.microbatches,
+                     "stage_layers": stage_layers(cfg.n_layers, pp * v, opts.stage_layers)},
+        "dp_mode": opts.dp_mode,
+        "sequence_parallel": opts.sp if layout.size("tp") > 1 else None,
+        "faults": [f.as_dict() for f in opts.faults],
+        "nnodes": opts.nnodes,
         "microbatches": opts.microbatches,
         "global_batch": opts.global_batch,
         "steps": opts.steps,
@@ -127,16 +166,18 @@ def _merge_rank_meta(run: pathlib.Path, desc: dict) -> None:
 
 
 def _failure_message(err) -> str:
-    parts = []
-    for rank, failure in sorted(err.failures.items()):
-        msg = failure.message
-        if isinstance(msg, dict):
-            msg = msg.get("message", "")
-        text = str(msg).strip().splitlines()
-        last = next((line for line in reversed(text) if line.strip()), "")
-        parts.append(f"rank {rank} failed (exit code {failure.exitcode}): "
-                     f"{last or 'no error message (see its output above)'}")
-    return "; ".join(parts) or str(err)
+    """The first rank to fail and its error; the ranks stopped because of it after."""
+    rank, failure = err.get_first_failure()
+    msg = failure.message
+    if isinstance(msg, dict):
+        msg = msg.get("message", "")
+    lines = [line for line in str(msg).strip().splitlines() if line.strip()]
+    text = (f"rank {rank} failed (exit code {failure.exitcode}): "
+            f"{lines[-1] if lines else 'no error message (see its output above)'}")
+    others = sorted(r for r in err.failures if r != rank)
+    if others:
+        text += f"; ranks {', '.join(map(str, others))} were stopped"
+    return text
 
 
 def launch(opts: RunOptions) -> dict:
@@ -150,30 +191,43 @@ def launch(opts: RunOptions) -> dict:
     run.mkdir(parents=True, exist_ok=True)
     run_id = uuid.uuid4().hex[:12]
     desc = run_description(opts, run_id)
-    write_json_atomic(run / RUN_JSON, desc)
+    if opts.node_rank == 0:
+        write_json_atomic(run / RUN_JSON, desc)
     config = {"run_dir": str(run), "run_id": run_id, "layout": opts.layout.sizes,
               "model": dataclasses.asdict(opts.model), "schedule": opts.schedule,
+              "virtual_stages": opts.virtual, "stage_layers": opts.stage_layers,
               "microbatches": opts.microbatches, "steps": opts.steps, "seed": opts.seed,
-              "global_batch": opts.global_batch, "lr": opts.lr,
-              "profile_steps": list(opts.profile_steps)}
-    config_path = run / ".meta" / "config.json"
+              "global_batch": opts.global_batch, "lr": opts.lr, "dp_mode": opts.dp_mode,
+              "sp": opts.sp, "faults": [f.as_dict() for f in opts.faults],
+              "timeout_s": opts.timeout_s, "profile_steps": list(opts.profile_steps)}
+    config_path = run / ".meta" / f"config-node{opts.node_rank}.json"
     write_json_atomic(config_path, config)
 
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import get_args_parser, run as torchrun
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    nproc = opts.layout.world_size // opts.nnodes
+    if opts.nnodes == 1:
+        where = ["--standalone"]
+    else:
+        # Every node's launcher meets at node 0's endpoint (torchrun's c10d rendezvous).
+        where = [f"--nnodes={opts.nnodes}", f"--node-rank={opts.node_rank}",
+                 "--rdzv-backend=c10d", f"--rdzv-endpoint={opts.rdzv_endpoint}",
+                 f"--rdzv-id=meshscope-{opts.layout}-{opts.rdzv_endpoint}"]
     args = get_args_parser().parse_args([
-        "--standalone", f"--nproc-per-node={opts.layout.world_size}", "--max-restarts=0",
-        "--monitor-interval=0.5", "-m", "parallel.worker", str(config_path)])
+        *where, f"--nproc-per-node={nproc}", "--max-restarts=0", "--monitor-interval=0.5",
+        "-m", "parallel.worker", str(config_path)])
     try:
         torchrun(args)
     except ChildFailedError as e:
         desc.update(status="failed", end_time=_now(), error=_failure_message(e))
-        write_json_atomic(run / RUN_JSON, desc)
+        if opts.node_rank == 0:
+            write_json_atomic(run / RUN_JSON, desc)
         raise LaunchError(desc["error"]) from None
-    _merge_rank_meta(run, desc)
-    shutil.rmtree(run / ".meta", ignore_errors=True)
     desc.update(status="completed", end_time=_now())
-    write_json_atomic(run / RUN_JSON, desc)
+    if opts.node_rank == 0:
+        _merge_rank_meta(run, desc)
+        write_json_atomic(run / RUN_JSON, desc)
+        shutil.rmtree(run / ".meta", ignore_errors=True)
     return desc

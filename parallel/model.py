@@ -27,24 +27,43 @@ class ModelConfig:
     seq_len: int = 64
     rope_theta: float = 10000.0
     norm_eps: float = 1e-5
+    # Mixture of experts: 0 experts = dense. ``moe_every`` = k puts an MoE FFN in every k-th
+    # layer (layers k-1, 2k-1, …); 1 = every layer.
+    moe_experts: int = 0
+    moe_top_k: int = 2
+    moe_every: int = 1
+    moe_hidden: int = 64
+    moe_aux_coef: float = 0.01
+
+    def is_moe_layer(self, i: int) -> bool:
+        return self.moe_experts > 0 and (i + 1) % self.moe_every == 0
 
     @property
     def head_dim(self) -> int:
         return self.dim // self.n_heads
 
-    def n_params(self) -> int:
-        """Parameter count (embedding and output head untied)."""
-        per_layer = 4 * self.dim * self.dim + 3 * self.dim * self.ffn_hidden + 2 * self.dim
-        return 2 * self.vocab_size * self.dim + self.n_layers * per_layer + self.dim
+    def _ffn_params(self, i: int, active: bool) -> int:
+        if not self.is_moe_layer(i):
+            return 3 * self.dim * self.ffn_hidden
+        experts = self.moe_top_k if active else self.moe_experts
+        return self.dim * self.moe_experts + experts * 3 * self.dim * self.moe_hidden
+
+    def n_params(self, active: bool = False) -> int:
+        """Parameter count (embedding and output head untied); ``active`` counts only the
+        top-k experts a token passes through."""
+        attn = 4 * self.dim * self.dim + 2 * self.dim
+        layers = sum(attn + self._ffn_params(i, active) for i in range(self.n_layers))
+        return 2 * self.vocab_size * self.dim + layers + self.dim
 
     def flops_per_token(self) -> int:
-        """Training FLOPs per token: 6 × (non-embedding parameters) + attention.
+        """Training FLOPs per token: 6 × (active non-embedding parameters) + attention.
 
-        The 6N rule (Kaplan et al., 2020: 2N forward, 4N backward) plus the attention score and
-        value products, 12 · n_layers · dim · seq_len (forward 4 · n_layers · dim · seq_len, × 3
-        for training), as in the PaLM paper's MFU definition (Chowdhery et al., 2022, App. B).
+        The 6N rule (Kaplan et al., 2020: 2N forward, 4N backward) with N the parameters a token
+        actually passes through (top-k experts for MoE), plus the attention score and value
+        products, 12 · n_layers · dim · seq_len (forward 4 · n_layers · dim · seq_len, × 3 for
+        training), as in the PaLM paper's MFU definition (Chowdhery et al., 2022, App. B).
         """
-        n = self.n_params() - self.vocab_size * self.dim  # the input embedding is a lookup
+        n = self.n_params(active=True) - self.vocab_size * self.dim  # embedding is a lookup
         return 6 * n + 12 * self.n_layers * self.dim * self.seq_len
 
 
@@ -53,6 +72,9 @@ class ModelConfig:
 PRESETS: dict[str, ModelConfig] = {
     "tiny": ModelConfig(),
     "balanced": ModelConfig(dim=256, n_layers=4, n_heads=4, ffn_hidden=680, seq_len=128),
+    # 8 layers so that 4 pipeline ranks can hold two stages each.
+    "tiny8": ModelConfig(n_layers=8),
+    "tiny-moe": ModelConfig(moe_experts=4, moe_top_k=2, moe_every=1, moe_hidden=64),
     "small": ModelConfig(vocab_size=32000, dim=1024, n_layers=16, n_heads=16, ffn_hidden=2816,
                          seq_len=1024),
 }
@@ -84,10 +106,19 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return out.flatten(-2)
 
 
+def causal_attention(q, k, v):
+    """Causal scaled dot-product attention over (batch, heads, seq, head_dim)."""
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
 class Attention(nn.Module):
+    """Multi-head causal self-attention. ``attn_fn`` is the core (q, k, v) → out operation;
+    context parallelism replaces it with ring attention (``parallel.context_parallel``)."""
+
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.n_heads, self.head_dim = cfg.n_heads, cfg.head_dim
+        self.attn_fn = causal_attention
         self.wq = nn.Linear(cfg.dim, cfg.dim, bias=False)
         self.wk = nn.Linear(cfg.dim, cfg.dim, bias=False)
         self.wv = nn.Linear(cfg.dim, cfg.dim, bias=False)
@@ -98,7 +129,7 @@ class Attention(nn.Module):
         q, k, v = (w(x).view(b, s, -1, self.head_dim).transpose(1, 2)
                    for w in (self.wq, self.wk, self.wv))
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        out = self.attn_fn(q, k, v)
         return self.wo(out.transpose(1, 2).reshape(b, s, -1))
 
 
@@ -116,12 +147,16 @@ class FeedForward(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, index: int):
         super().__init__()
         self.attention_norm = RMSNorm(cfg.dim, cfg.norm_eps)
         self.attention = Attention(cfg)
         self.ffn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
-        self.feed_forward = FeedForward(cfg)
+        if cfg.is_moe_layer(index):
+            from .moe import MoE
+            self.feed_forward = MoE(cfg)
+        else:
+            self.feed_forward = FeedForward(cfg)
 
     def forward(self, x, cos, sin):
         x = x + self.attention(self.attention_norm(x), cos, sin)
@@ -136,18 +171,25 @@ class Transformer(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.tok_embeddings: nn.Module | None = nn.Embedding(cfg.vocab_size, cfg.dim)
-        self.layers = nn.ModuleDict({str(i): Block(cfg) for i in range(cfg.n_layers)})
+        self.layers = nn.ModuleDict({str(i): Block(cfg, i) for i in range(cfg.n_layers)})
         self.norm: nn.Module | None = RMSNorm(cfg.dim, cfg.norm_eps)
         self.output: nn.Module | None = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
         cos, sin = rope_tables(cfg)
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
+        # Global positions of this rank's tokens when the sequence is sharded (context
+        # parallelism); None means positions 0 … seq-1.
+        self.positions: torch.Tensor | None = None
 
     def forward(self, tokens_or_hidden: torch.Tensor) -> torch.Tensor:
         h = self.tok_embeddings(tokens_or_hidden) if self.tok_embeddings is not None \
             else tokens_or_hidden
+        if self.positions is not None:
+            cos, sin = self.rope_cos[self.positions], self.rope_sin[self.positions]
+        else:
+            cos, sin = self.rope_cos, self.rope_sin
         for layer in self.layers.values():
-            h = layer(h, self.rope_cos, self.rope_sin)
+            h = layer(h, cos, sin)
         if self.norm is not None:
             h = self.norm(h)
         return self.output(h) if self.output is not None else h
@@ -162,3 +204,4 @@ def build_model(cfg: ModelConfig, seed: int) -> Transformer:
 def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Mean next-token cross-entropy."""
     return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(0, 1))
+

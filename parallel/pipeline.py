@@ -1,27 +1,63 @@
 """Pipeline parallelism through ``torch.distributed.pipelining``.
 
-Each pipeline rank keeps only its stage's layers of the full model (``split_model``); the first
-stage also owns the token embedding and the last the final norm and output head. A schedule
-(GPipe: all forwards then all backwards; 1F1B: after a warm-up of p−s−1 forwards, stage s
-alternates one forward and one backward — Narayanan et al., 2021) then moves microbatches
-between stages with point-to-point sends. The bubble, the share of the schedule in which a
-stage waits, is (p−1)/(m+p−1) for both when stages are balanced (Huang et al., 2019).
+The model's layers are cut into ``p · v`` stages (p pipeline ranks, v virtual stages per rank).
+Each stage keeps only its layers of the full model (``split_model``); the first stage also owns
+the token embedding, the last the final norm and output head. Stages are placed on ranks in one
+of two ways:
 
-``torch.distributed.pipelining`` adds no per-microbatch profiler ranges of its own around the
-compute, so ``AnnotatedStage`` wraps every forward, backward and weight-gradient call in the
-annotations of ``collectors.annotations``; the analysis finds microbatches by those names.
+- **loop** (GPipe, 1F1B, interleaved 1F1B, looped BFS, interleaved zero bubble): stage s runs on
+  rank s mod p, so rank r holds stages r, r+p, r+2p, …;
+- **V** (ZB-V, DualPipeV; v = 2): rank r holds stages r and 2p−1−r, so the first and the last
+  stage share rank 0.
+
+The schedule then moves microbatches between stages with point-to-point sends: GPipe runs all
+forwards then all backwards (Huang et al., 2019); 1F1B alternates one forward and one backward
+after a warm-up (Narayanan et al., 2021); interleaved 1F1B does so over v chunks per rank,
+shrinking the bubble by v (same paper); zero-bubble schedules split the backward into the input
+gradient (B) and the weight gradient (W) and use W to fill the bubble (Qi et al., 2024);
+DualPipeV overlaps a forward and a backward chunk (DeepSeek-V3 report, 2024).
+
+``torch.distributed.pipelining`` adds no per-microbatch profiler ranges around the compute, so
+``AnnotatedStage`` wraps every forward, backward and weight-gradient call in the annotations of
+``collectors.annotations``; the analysis finds microbatches by those names.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import torch
-from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+from torch.distributed.pipelining import PipelineStage, schedules
 from torch.profiler import record_function
 
 from collectors import annotations
 
 from .model import Transformer
 
-SCHEDULE_CLASSES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
+
+@dataclasses.dataclass(frozen=True)
+class ScheduleSpec:
+    cls: type
+    placement: str           # "loop" or "v"
+    fixed_virtual: int | None  # v the schedule requires, None if any v (multi-stage) or 1
+    multi: bool              # takes a list of stages
+
+
+SCHEDULES: dict[str, ScheduleSpec] = {
+    "gpipe": ScheduleSpec(schedules.ScheduleGPipe, "loop", 1, False),
+    "1f1b": ScheduleSpec(schedules.Schedule1F1B, "loop", 1, False),
+    "interleaved-1f1b": ScheduleSpec(schedules.ScheduleInterleaved1F1B, "loop", None, True),
+    "looped-bfs": ScheduleSpec(schedules.ScheduleLoopedBFS, "loop", None, True),
+    "zero-bubble": ScheduleSpec(schedules.ScheduleInterleavedZeroBubble, "loop", None, True),
+    "zbv": ScheduleSpec(schedules.ScheduleZBVZeroBubble, "v", 2, True),
+    "dualpipev": ScheduleSpec(schedules.ScheduleDualPipeV, "v", 2, True),
+}
+
+
+def stages_of_rank(rank: int, p: int, v: int, placement: str) -> list[int]:
+    """Global stage indices held by pipeline rank ``rank``, in chunk order."""
+    if placement == "v":
+        return [rank, 2 * p - 1 - rank]
+    return [rank + i * p for i in range(v)]
 
 
 def split_model(model: Transformer, layer_ids: list[int], *, first: bool, last: bool
@@ -62,8 +98,14 @@ class AnnotatedStage(PipelineStage):
             return super().backward_weight_one_chunk(bwd_chunk_id, *args, **kwargs)
 
 
-def build_schedule(module: torch.nn.Module, *, stage_index: int, num_stages: int,
-                   device: torch.device, group, schedule: str, microbatches: int, loss_fn):
-    """The stage for ``module`` and the named schedule running ``microbatches`` per step."""
-    stage = AnnotatedStage(module, stage_index, num_stages, device, group=group)
-    return SCHEDULE_CLASSES[schedule](stage, microbatches, loss_fn=loss_fn)
+def build_schedule(modules: dict[int, torch.nn.Module], *, num_stages: int, device: torch.device,
+                   group, schedule: str, microbatches: int, loss_fn):
+    """Stages for ``modules`` (global stage index → module, in chunk order) and the named
+    schedule running ``microbatches`` per step."""
+    spec = SCHEDULES[schedule]
+    stages = [AnnotatedStage(mod, idx, num_stages, device, group=group, chunk=chunk)
+              for chunk, (idx, mod) in enumerate(modules.items())]
+    if spec.multi:
+        return spec.cls(stages, microbatches, loss_fn=loss_fn)
+    (stage,) = stages
+    return spec.cls(stage, microbatches, loss_fn=loss_fn)

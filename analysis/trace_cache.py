@@ -1,0 +1,68 @@
+"""Parquet cache of per-rank event tables, keyed by the trace file's content.
+
+An entry is one file, ``<cache_dir>/<key>.parquet``: the Arrow event table of
+``analysis/ingest.py`` with the trace's metadata (every top-level key but ``traceEvents``) stored
+as JSON under the key ``meshscope.meta`` of the parquet file's key-value metadata, so table and
+metadata are written and replaced together. ``key`` is the BLAKE2b hash (160 bits) of the file's
+bytes as stored (compressed or not) and of the ingest settings that change the table, so a
+trace edited in place, or read with another ``--comm-kernel-regex``, gets a new entry. The
+file name, and so the rank taken from it, is not part of the key: the rank is worked out again
+on every load.
+
+``meshscope analyze`` keeps its cache in ``<report dir>/.cache/`` (``--no-cache`` skips it);
+deleting that folder is always safe. A cache that cannot be written (read-only folder, full
+disk) or an entry that cannot be read is ignored: the trace is parsed again.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pathlib
+import tempfile
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+META_KEY = b"meshscope.meta"
+
+
+def key(raw: bytes, settings: str) -> str:
+    h = hashlib.blake2b(raw, digest_size=20)
+    h.update(b"\0" + settings.encode())
+    return h.hexdigest()
+
+
+def entry(cache_dir: pathlib.Path, k: str) -> pathlib.Path:
+    return pathlib.Path(cache_dir) / f"{k}.parquet"
+
+
+def read(cache_dir: pathlib.Path, k: str) -> tuple[pa.Table, dict] | None:
+    """(table, metadata) of entry ``k``, or None when there is none usable."""
+    path = entry(cache_dir, k)
+    if not path.is_file():
+        return None
+    try:
+        table = pq.read_table(path)
+        meta = json.loads((table.schema.metadata or {})[META_KEY])
+    except (OSError, KeyError, ValueError, pa.ArrowException):
+        return None
+    return table.replace_schema_metadata(None), meta
+
+
+def write(cache_dir: pathlib.Path, k: str, table: pa.Table, meta: dict) -> pathlib.Path | None:
+    """Store an entry atomically (write to a temporary file, then rename); None on failure."""
+    cache_dir = pathlib.Path(cache_dir)
+    tmp = None
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=".tmp-", suffix=".parquet")
+        os.close(fd)
+        stored = table.replace_schema_metadata({META_KEY: json.dumps(meta).encode()})
+        pq.write_table(stored, tmp)
+        os.replace(tmp, entry(cache_dir, k))
+        return entry(cache_dir, k)
+    except (OSError, ValueError, TypeError, pa.ArrowException):
+        if tmp is not None:
+            pathlib.Path(tmp).unlink(missing_ok=True)
+        return None

@@ -1,0 +1,58 @@
+"""Fault injection, for testing diagnosis tools against a known cause.
+
+``--inject`` takes ``slow-rank=R:MS`` (rank R sleeps MS milliseconds at the start of every
+microbatch forward), ``hang=R:STEP`` (at step STEP every rank joins one extra all-reduce on the
+world group except rank R, so the others wait until the collective timeout) and
+``crash=R:STEP`` (rank R raises at the start of step STEP). Several may be given.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import torch
+import torch.distributed as dist
+
+KINDS = ("slow-rank", "hang", "crash")
+
+
+@dataclasses.dataclass(frozen=True)
+class Fault:
+    kind: str
+    rank: int
+    value: int  # milliseconds for slow-rank, step for hang and crash
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def parse_fault(text: str) -> Fault:
+    kind, sep, rest = text.partition("=")
+    rank, sep2, value = rest.partition(":")
+    if kind not in KINDS or not sep or not sep2:
+        raise ValueError(f"--inject {text!r}: expected slow-rank=R:MS, hang=R:STEP or "
+                         f"crash=R:STEP")
+    try:
+        return Fault(kind, int(rank), int(value))
+    except ValueError:
+        raise ValueError(f"--inject {text!r}: rank and value must be integers") from None
+
+
+class InjectedCrash(RuntimeError):
+    pass
+
+
+def install_slow_rank(faults: list[Fault], rank: int, module: torch.nn.Module) -> None:
+    for f in faults:
+        if f.kind == "slow-rank" and f.rank == rank:
+            delay = f.value / 1000.0
+            module.register_forward_pre_hook(lambda *_: time.sleep(delay))
+
+
+def before_step(faults: list[Fault], rank: int, step: int, device: torch.device) -> None:
+    """Crash or hang as injected for this rank and step."""
+    for f in faults:
+        if f.kind == "crash" and f.rank == rank and f.value == step:
+            raise InjectedCrash(f"injected crash on rank {rank} at step {step}")
+        if f.kind == "hang" and f.value == step and f.rank != rank:
+            dist.all_reduce(torch.zeros(1, device=device))  # rank f.rank never joins this one
