@@ -66,7 +66,8 @@ def _run_options(o: dict):
         stage_layers=_int_list(o.get("stage_layers"), "--stage-layers"),
         dp_mode=o.get("dp_mode", "ddp"), sp=not o.get("no_sp", False), faults=faults,
         timeout_s=o.get("timeout", 300), nnodes=o.get("nnodes", 1),
-        node_rank=o.get("node_rank", 0), rdzv_endpoint=o.get("rdzv_endpoint"))
+        node_rank=o.get("node_rank", 0), rdzv_endpoint=o.get("rdzv_endpoint"),
+        nproc_per_node=o.get("nproc_per_node"))
 
 
 def run_options_decorator(f):
@@ -112,6 +113,9 @@ def run_options_decorator(f):
         click.option("--nnodes", default=1, show_default=True, type=int,
                      help="Hosts taking part (run the same command on each)."),
         click.option("--node-rank", default=0, show_default=True, type=int),
+        click.option("--nproc-per-node", type=int, default=None,
+                     help="Ranks per host (default: world size / nnodes); must agree with the "
+                          "layout."),
         click.option("--rdzv-endpoint", default=None,
                      help="HOST:PORT of node 0, where the launchers meet (nnodes > 1)."),
     ]
@@ -166,16 +170,29 @@ def run(**o):
     click.echo(f"run directory written: {opts.out}")
 
 
-def _analyze(path, out, comm_kernel_regex):
+def _analyze(path, out, comm_kernel_regex, rank_regex=None, cache=True):
+    import re
+
     from analysis.errors import InputError
+    from analysis.ingest import compile_rank_regex
     from analysis.report import analyze as do_analyze
     from collectors.run_dir import REPORT, RunDirError
 
     try:
-        report = do_analyze(pathlib.Path(path), comm_kernel_re=comm_kernel_regex)
+        compile_rank_regex(rank_regex)
+        if comm_kernel_regex:
+            re.compile(comm_kernel_regex)
+    except ValueError as e:
+        _fail(str(e))
+    except re.error as e:
+        _fail(f"--comm-kernel-regex {comm_kernel_regex!r} is not a regular expression ({e})")
+    target = pathlib.Path(out) if out else pathlib.Path(path) / REPORT
+    try:
+        report = do_analyze(pathlib.Path(path), comm_kernel_re=comm_kernel_regex,
+                            rank_regex=rank_regex, cache_dir=target / ".cache" if cache else None,
+                            progress=True)
     except (InputError, RunDirError) as e:
         _fail(str(e))
-    target = pathlib.Path(out) if out else pathlib.Path(path) / REPORT
     try:
         report.write(target)
     except OSError as e:
@@ -191,11 +208,18 @@ def _analyze(path, out, comm_kernel_regex):
 @click.option("--comm-kernel-regex", default=None,
               help="Extra regular expression for communication kernels (e.g. custom "
                    "symmetric-memory or DeepEP kernels).")
-def analyze(path, out, as_json, comm_kernel_regex):
+@click.option("--rank-regex", default=None,
+              help="For traces without distributedInfo whose file names are not rank<N> / "
+                   "worker<N>: a regular expression with one group that captures the rank "
+                   "from the file name, e.g. 'gpu(\\d+)'.")
+@click.option("--no-cache", is_flag=True,
+              help="Parse every trace afresh instead of reusing the parquet copies kept in "
+                   "the report directory's .cache/ (keyed by each file's content hash).")
+def analyze(path, out, as_json, comm_kernel_regex, rank_regex, no_cache):
     """Analyse a run directory or any folder of Kineto traces."""
     from analysis.summary_text import render
 
-    report, target = _analyze(path, out, comm_kernel_regex)
+    report, target = _analyze(path, out, comm_kernel_regex, rank_regex, cache=not no_cache)
     summary = json.loads((target / "summary.json").read_text())
     if as_json:
         click.echo(json.dumps(summary, indent=2))

@@ -20,7 +20,8 @@ from collectors import run_dir as rd
 
 from . import bubble, overlap, timeline
 from .errors import InputError
-from .ingest import load_trace
+from .ingest import compile_rank_regex
+from .ingest_pool import load_traces
 
 REPORT_SCHEMA_VERSION = 1
 TRACE_SUFFIXES = (".json", ".json.gz")
@@ -63,7 +64,18 @@ def find_traces(path: pathlib.Path) -> list[pathlib.Path]:
                   and p.name not in skip and rd.REPORT not in p.relative_to(root).parts[:-1])
 
 
-def analyze(path: pathlib.Path, *, comm_kernel_re: str | None = None) -> Report:
+def analyze(path: pathlib.Path, *, comm_kernel_re: str | None = None,
+            rank_regex: str | None = None, cache_dir: pathlib.Path | None = None,
+            workers: int | None = None, progress: bool = False) -> Report:
+    """Analyse the traces under ``path``.
+
+    ``comm_kernel_re``: extra pattern for communication kernels. ``rank_regex``: a pattern with
+    one group that takes the rank from a file name, for traces without ``distributedInfo``.
+    ``cache_dir``: parquet cache of event tables (``analysis/trace_cache.py``; the CLI uses
+    ``<report dir>/.cache``); None reads every trace afresh. ``workers``: ingest processes
+    (default: one per core, at most one per file). ``progress``: a progress bar on stderr
+    when it is a terminal and ingest takes over a second.
+    """
     path = pathlib.Path(path)
     if not path.exists():
         raise InputError(path, "no such file or directory")
@@ -73,14 +85,14 @@ def analyze(path: pathlib.Path, *, comm_kernel_re: str | None = None) -> Report:
         raise InputError(path, "no trace files (*.json, *.json.gz) found"
                          + (" in traces/" if (path / rd.TRACES).is_dir() else ""))
     pattern = re.compile(comm_kernel_re) if comm_kernel_re else None
+    rank_rx = compile_rank_regex(rank_regex)
     problems: list[str] = []
     timelines: dict[int, timeline.RankTimeline] = {}
     sources: dict[int, pathlib.Path] = {}
-    for f in files:
-        try:
-            trace = load_trace(f, comm_kernel_re=pattern)
-        except InputError as e:
-            problems.append(str(e))
+    for f, trace in load_traces(files, comm_kernel_re=pattern, rank_regex=rank_rx,
+                                cache_dir=cache_dir, workers=workers, progress=progress):
+        if isinstance(trace, str):
+            problems.append(trace)
             continue
         if trace.rank in timelines:
             problems.append(f"{f}: duplicate rank {trace.rank} (already read from "

@@ -19,7 +19,7 @@ import hashlib
 import json
 import os
 import pathlib
-import tempfile
+import uuid
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -53,16 +53,16 @@ def read(cache_dir: pathlib.Path, k: str) -> tuple[pa.Table, dict] | None:
 def write(cache_dir: pathlib.Path, k: str, table: pa.Table, meta: dict) -> pathlib.Path | None:
     """Store an entry atomically (write to a temporary file, then rename); None on failure."""
     cache_dir = pathlib.Path(cache_dir)
-    tmp = None
+    tmp = cache_dir / f".tmp-{os.getpid()}-{uuid.uuid4().hex}.parquet"
     try:
         cache_dir.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=".tmp-", suffix=".parquet")
-        os.close(fd)
         stored = table.replace_schema_metadata({META_KEY: json.dumps(meta).encode()})
         pq.write_table(stored, tmp)
         os.replace(tmp, entry(cache_dir, k))
         return entry(cache_dir, k)
     except (OSError, ValueError, TypeError, pa.ArrowException):
-        if tmp is not None:
-            pathlib.Path(tmp).unlink(missing_ok=True)
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
         return None

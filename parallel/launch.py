@@ -19,6 +19,7 @@ import uuid
 
 import torch
 
+from collectors import flight_recorder
 from collectors.run_dir import RUN_JSON, RUN_SCHEMA_VERSION, write_json_atomic
 
 from .data_parallel import DP_MODES
@@ -53,6 +54,7 @@ class RunOptions:
     nnodes: int = 1
     node_rank: int = 0
     rdzv_endpoint: str | None = None
+    nproc_per_node: int | None = None
     command: list[str] = dataclasses.field(default_factory=lambda: list(sys.argv))
 
     @property
@@ -77,6 +79,10 @@ def check(opts: RunOptions) -> None:
                               f"0..{world - 1}")
     if opts.nnodes < 1 or world % opts.nnodes:
         raise LayoutError(f"--nnodes {opts.nnodes} must divide the world size {world}")
+    if opts.nproc_per_node is not None and opts.nproc_per_node * opts.nnodes != world:
+        raise LayoutError(f"layout {opts.layout} needs {world} ranks, but --nproc-per-node "
+                          f"{opts.nproc_per_node} × --nnodes {opts.nnodes} = "
+                          f"{opts.nproc_per_node * opts.nnodes} were requested")
     if opts.nnodes > 1 and not opts.rdzv_endpoint:
         raise LayoutError("--nnodes > 1 needs --rdzv-endpoint HOST:PORT (node 0's address)")
     if not 0 <= opts.node_rank < opts.nnodes:
@@ -207,6 +213,7 @@ def launch(opts: RunOptions) -> dict:
     from torch.distributed.run import get_args_parser, run as torchrun
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("TORCH_FR_BUFFER_SIZE", str(flight_recorder.DEFAULT_BUFFER_SIZE))
     nproc = opts.layout.world_size // opts.nnodes
     if opts.nnodes == 1:
         where = ["--standalone"]
@@ -214,7 +221,10 @@ def launch(opts: RunOptions) -> dict:
         # Every node's launcher meets at node 0's endpoint (torchrun's c10d rendezvous).
         where = [f"--nnodes={opts.nnodes}", f"--node-rank={opts.node_rank}",
                  "--rdzv-backend=c10d", f"--rdzv-endpoint={opts.rdzv_endpoint}",
-                 f"--rdzv-id=meshscope-{opts.layout}-{opts.rdzv_endpoint}"]
+                 f"--rdzv-id=meshscope-{opts.layout}-{opts.rdzv_endpoint}",
+                 # Node 0 serves the rendezvous store; the others connect to it (needed when
+                 # several launchers share one host, e.g. 127.0.0.1 in a test).
+                 f"--rdzv-conf=is_host={1 if opts.node_rank == 0 else 0}"]
     args = get_args_parser().parse_args([
         *where, f"--nproc-per-node={nproc}", "--max-restarts=0", "--monitor-interval=0.5",
         "-m", "parallel.worker", str(config_path)])

@@ -11,6 +11,7 @@ import datetime
 import json
 import os
 import pathlib
+import signal
 import sys
 
 import torch
@@ -18,7 +19,7 @@ import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.profiler import record_function
 
-from collectors import annotations
+from collectors import annotations, flight_recorder
 from collectors.profiling import embed_metadata, make_profiler
 from collectors.run_dir import steps_path, write_json_atomic
 from collectors.step_timer import StepTimer
@@ -72,6 +73,14 @@ def _step_with_pp(rm: RankModel, schedule, x, y) -> float | None:
     return torch.stack([l.detach() for l in losses]).mean().item() if rm.has_last else None
 
 
+class Terminated(RuntimeError):
+    """torchrun stopped this rank (another rank failed)."""
+
+
+def _on_sigterm(signum, frame):
+    raise Terminated("stopped by the launcher (signal SIGTERM) after another rank failed")
+
+
 @record
 def main(config_path: str) -> None:
     conf = json.loads(pathlib.Path(config_path).read_text())
@@ -82,6 +91,9 @@ def main(config_path: str) -> None:
     device, backend = _device()
     dist.init_process_group(backend, timeout=datetime.timedelta(seconds=conf["timeout_s"]))
     rank = dist.get_rank()
+    # Python runs this handler once the main thread leaves the blocking call it is in, so a rank
+    # stuck in a collective still records its Flight Recorder buffer before it goes.
+    signal.signal(signal.SIGTERM, _on_sigterm)
     rm = build_rank_model(conf, layout, cfg, device, faults)
     write_json_atomic(run_dir / ".meta" / f"rank{rank}.json",
                       {"rank": rank, "coordinates": rm.coords, "groups": rm.groups,
@@ -121,8 +133,13 @@ def main(config_path: str) -> None:
                     opt.step()
                 timer.stop(step, tokens=local_tokens, loss=loss)
                 prof.step()
+    except BaseException as e:
+        reason = "terminated" if isinstance(e, Terminated) else "exception"
+        flight_recorder.dump(run_dir, rank, reason, f"{type(e).__name__}: {e}")
+        raise
     finally:
         timer.flush()
+    flight_recorder.dump(run_dir, rank, "end")
     dist.destroy_process_group()
 
 

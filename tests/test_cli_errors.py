@@ -1,6 +1,8 @@
 """Bad input: one line naming the problem, exit code 2, and nothing started or written."""
 import gzip
 
+import pytest
+
 from conftest import meshscope
 
 
@@ -27,12 +29,6 @@ def test_unknown_schedule_is_refused_before_launch(tmp_path):
     assert proc.returncode == 2
     assert "zigzag" in _one_error_line(proc)
     assert not out.exists()
-
-
-def test_unimplemented_dimension_is_named(tmp_path):
-    proc = meshscope("run", "--layout", "dp=2,tp=2", "--out", tmp_path / "run")
-    assert proc.returncode == 2
-    assert "tp" in _one_error_line(proc)
 
 
 def test_analyze_folder_without_traces(tmp_path):
@@ -73,3 +69,23 @@ def test_one_damaged_rank_leaves_the_others_analysed(tmp_path):
     assert summary["ranks"] == [0, 2, 3]
     assert summary["missing_ranks"] == [1]
     assert len(summary["problems"]) == 1 and "rank1.json.gz" in summary["problems"][0]
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--layout", "tp=3"], "tp=3 does not divide"),
+    (["--layout", "pp=5"], "pp=5 is larger than the model's 4 layers"),
+    (["--layout", "cp=3"], "cp=3 needs the sequence length"),
+    (["--layout", "dp=2,ep=2", "--moe-experts", "3"], "ep=2 does not divide the 3 experts"),
+    (["--layout", "dp=2,ep=2"], "needs a mixture-of-experts model"),
+    (["--layout", "pp=2", "--schedule", "1f1b", "--microbatches", 1], "at least 2 microbatches"),
+    (["--layout", "pp=2", "--schedule", "zbv", "--virtual-stages", 3], "exactly 2 stage"),
+    (["--layout", "dp=2,pp=2", "--nproc-per-node", 2], "needs 4 ranks"),
+    (["--inject", "crash=9:1"], "rank 9 is not in 0..3"),
+    (["--layout", "pp=2", "--stage-layers", "3,3"], "--stage-layers 3,3"),
+])
+def test_layout_constraints_refused_before_launch(tmp_path, args, needle):
+    out = tmp_path / "run"
+    proc = meshscope("run", *args, "--out", out)
+    assert proc.returncode == 2, proc.stderr
+    assert needle in _one_error_line(proc)
+    assert not out.exists()

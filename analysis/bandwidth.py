@@ -1,0 +1,135 @@
+"""Algorithm and bus bandwidth of collectives, as nccl-tests defines them.
+
+For one collective instance moving S bytes in t seconds on a group of n ranks:
+
+- ``algbw_gbps = S / t / 1e9`` (GB/s with GB = 1e9 bytes, like nccl-tests);
+- ``busbw_gbps = algbw_gbps × f(op, n)``, the bandwidth each rank's link must sustain, which is
+  comparable across ops and group sizes and with the hardware's peak:
+
+  ============================================= =================
+  op                                            f(op, n)
+  ============================================= =================
+  all_reduce                                    2(n−1)/n
+  all_gather, reduce_scatter, all_to_all,       (n−1)/n
+  gather, scatter
+  broadcast, reduce, send, recv, send_recv      1
+  ============================================= =================
+
+S is the size nccl-tests prints in its ``size`` column: the whole buffer of one rank for
+all_reduce, broadcast and reduce; the whole *gathered* output for all_gather and the whole
+*input* for reduce_scatter (n × one rank's share); one rank's whole send buffer for all_to_all.
+n is the size of the collective's **process group**, never the world size: an all_reduce over
+a dp group of 2 in a world of 8 has f = 1.
+
+Times here are in µs, as in event tables (``dur_us``): ``algbw_gbps = S / dur_us / 1e3``.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL = ("all_reduce", "all_gather",
+                                                      "reduce_scatter", "all_to_all")
+BROADCAST, REDUCE, SEND, RECV, SEND_RECV = "broadcast", "reduce", "send", "recv", "send_recv"
+GATHER, SCATTER = "gather", "scatter"
+OPS = (ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL, BROADCAST, REDUCE, SEND, RECV,
+       SEND_RECV, GATHER, SCATTER)
+
+# Squashed spellings (lower case, letters only) -> op, longest match first. Covers torch's
+# collective names (allreduce, _allgather_base, reduce_scatter_tensor_coalesced,
+# alltoall_base...), gloo:/nccl: ranges, NCCL kernel names (ncclDevKernel_AllGather_RING_LL)
+# and nccl-tests binaries (all_reduce_perf, sendrecv_perf).
+_PATTERNS = (("reducescatter", REDUCE_SCATTER), ("allreduce", ALL_REDUCE),
+             ("allgather", ALL_GATHER), ("alltoall", ALL_TO_ALL), ("sendrecv", SEND_RECV),
+             ("broadcast", BROADCAST), ("gather", GATHER), ("scatter", SCATTER),
+             ("reduce", REDUCE), ("send", SEND), ("recv", RECV))
+_NON_LETTERS = re.compile(r"[^a-z]")
+
+
+def canonical_op(name) -> str | None:
+    """The op of a collective's name in any of its spellings; None when not a known
+    collective (``barrier``, ``wait``, ``ncclDevKernel_Generic``...)."""
+    if not isinstance(name, str):
+        return None
+    squashed = _NON_LETTERS.sub("", name.lower())
+    for pattern, op in _PATTERNS:
+        if pattern in squashed:
+            return op
+    return None
+
+
+def bus_factor(op: str, n: int) -> float:
+    """nccl-tests' factor f(op, n) from algbw to busbw (module docstring)."""
+    canon = canonical_op(op)
+    if canon is None:
+        raise ValueError(f"unknown collective {op!r}")
+    if n < 1:
+        raise ValueError(f"group size must be at least 1, got {n}")
+    if canon == ALL_REDUCE:
+        return 2.0 * (n - 1) / n
+    if canon in (ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL, GATHER, SCATTER):
+        return (n - 1) / n
+    return 1.0
+
+
+def algbw_gbps(size_bytes: float, time_us: float) -> float:
+    """S / t in GB/s (1e9 bytes per second); NaN for a non-positive time."""
+    return size_bytes / time_us / 1e3 if time_us > 0 else float("nan")
+
+
+def busbw_gbps(op: str, size_bytes: float, time_us: float, n: int) -> float:
+    return algbw_gbps(size_bytes, time_us) * bus_factor(op, n)
+
+
+def add_bandwidth(df: pd.DataFrame, *, op: str = "op", size: str = "msg_bytes",
+                  time: str = "dur_us", group: str = "group_size") -> pd.DataFrame:
+    """``df`` with ``bus_factor``, ``algbw_gbps`` and ``busbw_gbps`` added, one per row.
+
+    ``op``: column of collective names (any spelling ``canonical_op`` knows); ``size``: bytes
+    S; ``time``: µs; ``group``: ranks n in the process group. Rows whose op is unknown, or
+    whose size, time or group is missing or not positive, get NaN.
+    """
+    ops = df[op].map(canonical_op) if len(df) else pd.Series([], dtype=object)
+    n = pd.to_numeric(df[group], errors="coerce").astype("float64").to_numpy()
+    s = pd.to_numeric(df[size], errors="coerce").astype("float64").to_numpy()
+    t = pd.to_numeric(df[time], errors="coerce").astype("float64").to_numpy()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        f = np.full(len(df), np.nan)
+        f = np.where(ops == ALL_REDUCE, 2.0 * (n - 1) / n, f)
+        f = np.where(ops.isin([ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL, GATHER, SCATTER]),
+                     (n - 1) / n, f)
+        f = np.where(ops.isin([BROADCAST, REDUCE, SEND, RECV, SEND_RECV]), 1.0, f)
+        f = np.where(n >= 1, f, np.nan)
+        alg = np.where((t > 0) & (s >= 0), s / t / 1e3, np.nan)
+    return df.assign(bus_factor=f, algbw_gbps=alg, busbw_gbps=alg * f)
+
+
+def size_bucket(size_bytes) -> int:
+    """The power of two at or below ``size_bytes`` (0 for 0): messages in [2^k, 2^(k+1)) share
+    the bucket 2^k."""
+    size_bytes = int(size_bytes)
+    if size_bytes < 0:
+        raise ValueError(f"negative size {size_bytes}")
+    return 0 if size_bytes == 0 else 1 << (size_bytes.bit_length() - 1)
+
+
+def size_buckets(sizes) -> np.ndarray:
+    """``size_bucket`` of each size (int64; -1 where a size is missing or negative)."""
+    s = pd.to_numeric(pd.Series(sizes), errors="coerce").astype("float64").to_numpy()
+    out = np.full(len(s), -1, dtype=np.int64)
+    ok = np.isfinite(s) & (s >= 0)
+    mantissa, exp = np.frexp(np.where(ok & (s > 0), s, 1.0))
+    out[ok] = np.where(s[ok] > 0, np.ldexp(1.0, exp[ok] - 1), 0).astype(np.int64)
+    return out
+
+
+def bucket_label(bucket: int) -> str:
+    """``"64 KiB"``-style name of a bucket's lower bound."""
+    if bucket <= 0:
+        return "0 B"
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if bucket >= 1 << shift:
+            return f"{bucket >> shift} {unit}"
+    return f"{bucket} B"

@@ -1,0 +1,98 @@
+"""Ingest many ranks' traces at once, in worker processes.
+
+``load_traces(files)`` yields ``(file, RankTrace)`` or ``(file, problem)`` (the one-line message
+of an ``InputError``) in the order of ``files``, whatever order the workers finish in, so the
+first of two files claiming one rank is always the one kept. With two or more files the work
+runs in a ``ProcessPoolExecutor`` of ``min(files, os.cpu_count())`` processes (parsing JSON is
+CPU-bound Python: threads would share one core); at most two files per worker are in flight,
+so memory is bounded by per-rank work, not by the rank count. One file is read in this process.
+A worker that dies (killed for memory, say) does not end the run: the files it left are read
+here, one by one.
+
+Workers are forked when this process runs a single thread (quick, and safe then); otherwise
+they come from a fork server that has imported ingest once.
+"""
+from __future__ import annotations
+
+import collections
+import multiprocessing as mp
+import os
+import pathlib
+import re
+import threading
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from typing import Iterator
+
+from . import ingest
+from .errors import InputError
+from .progress import Progress
+
+
+def _load_one(path: pathlib.Path, comm_kernel_re, rank_regex, cache_dir) -> ingest.RankTrace | str:
+    try:
+        return ingest.load_trace(path, comm_kernel_re=comm_kernel_re, rank_regex=rank_regex,
+                                 cache_dir=cache_dir)
+    except InputError as e:
+        return str(e)
+
+
+def _context():
+    methods = mp.get_all_start_methods()
+    if "fork" in methods and threading.active_count() == 1:
+        return mp.get_context("fork")
+    if "forkserver" in methods:
+        ctx = mp.get_context("forkserver")
+        ctx.set_forkserver_preload(["analysis.ingest"])
+        return ctx
+    return mp.get_context("spawn")
+
+
+def worker_count(n_files: int, workers: int | None = None) -> int:
+    limit = (os.cpu_count() or 1) if workers is None else workers
+    return max(1, min(n_files, limit))
+
+
+def load_traces(files: list[pathlib.Path], *, comm_kernel_re: re.Pattern | None = None,
+                rank_regex: re.Pattern | str | None = None,
+                cache_dir: pathlib.Path | None = None, workers: int | None = None,
+                progress: bool = False) -> Iterator[tuple[pathlib.Path, ingest.RankTrace | str]]:
+    """Each file's ``RankTrace`` or problem, in the order of ``files``. ``progress``: show a
+    bar on stderr when it is a terminal and the work takes over a second."""
+    files = [pathlib.Path(f) for f in files]
+    rank_regex = ingest.compile_rank_regex(rank_regex)
+    job = (comm_kernel_re, rank_regex, cache_dir)
+    n_workers = worker_count(len(files), workers)
+    if n_workers < 2:
+        with Progress(len(files), "ingest", enabled=progress) as bar:
+            for f in files:
+                result = _load_one(f, *job)
+                bar.advance()
+                yield f, result
+        return
+    queue = collections.deque(files)
+    with ProcessPoolExecutor(max_workers=n_workers, mp_context=_context()) as pool:
+        running = collections.deque()
+        while queue and len(running) < 2 * n_workers:
+            f = queue.popleft()
+            running.append((f, pool.submit(_load_one, f, *job)))
+        with Progress(len(files), f"ingest ({n_workers} processes)", enabled=progress) as bar:
+            while running:
+                f, future = running.popleft()
+                try:
+                    result = future.result()
+                except BrokenProcessPool:
+                    break
+                bar.advance()
+                yield f, result
+                if queue:
+                    nxt = queue.popleft()
+                    running.append((nxt, pool.submit(_load_one, nxt, *job)))
+            else:
+                return
+            # A worker died: read what is left here.
+            left = [f] + [g for g, _ in running] + list(queue)
+            for g in left:
+                result = _load_one(g, *job)
+                bar.advance()
+                yield g, result

@@ -1,0 +1,107 @@
+"""nccl-tests' bandwidth definitions, message-size buckets, and both on real NCCL kernels."""
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis import bandwidth as bw
+from analysis.ingest import load_trace
+from conftest import shared_trace
+
+
+@pytest.mark.parametrize("op,n,factor", [
+    ("all_reduce", 8, 1.75), ("allreduce", 2, 1.0), ("all_reduce", 1, 0.0),
+    ("all_gather", 4, 0.75), ("_allgather_base", 8, 7 / 8),
+    ("reduce_scatter", 4, 0.75), ("_reduce_scatter_base", 2, 0.5),
+    ("all_to_all", 16, 15 / 16), ("alltoall_base", 4, 0.75),
+    ("broadcast", 8, 1.0), ("reduce", 8, 1.0), ("send", 2, 1.0), ("recv", 2, 1.0),
+    ("sendrecv", 8, 1.0),
+])
+def test_bus_factor(op, n, factor):
+    assert bw.bus_factor(op, n) == pytest.approx(factor)
+
+
+@pytest.mark.parametrize("name,op", [
+    ("gloo:all_reduce", "all_reduce"), ("nccl:_all_gather_base", "all_gather"),
+    ("ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)",
+     "all_reduce"),
+    ("ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "all_gather"),
+    ("ncclDevKernel_ReduceScatter_Sum_f32_RING_LL", "reduce_scatter"),
+    ("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", "send_recv"),
+    ("reduce_scatter_tensor_coalesced", "reduce_scatter"), ("all_to_all_single", "all_to_all"),
+    ("gloo:recv", "recv"), ("c10d::send", "send"), ("all_reduce_perf", "all_reduce"),
+    ("barrier", None), ("wait", None), ("ncclDevKernel_Generic", None), (None, None),
+])
+def test_canonical_op(name, op):
+    assert bw.canonical_op(name) == op
+
+
+def test_unknown_op_and_bad_group_are_refused():
+    with pytest.raises(ValueError, match="unknown collective"):
+        bw.bus_factor("barrier", 4)
+    with pytest.raises(ValueError, match="group size"):
+        bw.bus_factor("all_reduce", 0)
+
+
+def test_algbw_units():
+    assert bw.algbw_gbps(1e9, 1e6) == pytest.approx(1.0)       # 1 GB in 1 s
+    assert bw.algbw_gbps(8 * 2**30, 63896) == pytest.approx(134.44, abs=0.005)  # nccl-tests row
+    assert math.isnan(bw.algbw_gbps(1, 0))
+    assert bw.busbw_gbps("all_reduce", 1e9, 1e6, 4) == pytest.approx(1.5)
+
+
+def test_vectorised_matches_per_instance():
+    df = pd.DataFrame({
+        "coll_name": ["allreduce", "_allgather_base", "broadcast", "gloo:send", "barrier",
+                      "allreduce", "alltoall"],
+        "msg_bytes": pd.array([4096, 1 << 20, 100, 64, 8, None, 1 << 30], dtype="Int64"),
+        "dur_us": [10.0, 100.0, 1.0, 2.0, 1.0, 5.0, 0.0],
+        "group_size": pd.array([8, 4, 2, 2, 2, 8, 16], dtype="Int64"),
+    })
+    out = bw.add_bandwidth(df, op="coll_name")
+    for i in range(3):
+        row = df.iloc[i]
+        assert out["busbw_gbps"].iloc[i] == pytest.approx(bw.busbw_gbps(
+            row["coll_name"], row["msg_bytes"], row["dur_us"], row["group_size"]))
+    assert out["bus_factor"].iloc[3] == 1.0 and out["algbw_gbps"].iloc[3] == pytest.approx(0.032)
+    assert out[["bus_factor", "busbw_gbps"]].iloc[4].isna().all()     # barrier: no op
+    assert np.isnan(out["busbw_gbps"].iloc[5])                        # size unknown
+    assert np.isnan(out["algbw_gbps"].iloc[6])                        # zero time
+    assert bw.add_bandwidth(df.iloc[:0], op="coll_name").empty
+
+
+def test_group_size_not_world_size():
+    """An all_reduce over a 2-rank dp group in a world of 8: f = 1, not 1.75."""
+    df = pd.DataFrame({"op": ["all_reduce"], "msg_bytes": [1e9], "dur_us": [1e6],
+                       "group_size": [2], "world_size": [8]})
+    assert bw.add_bandwidth(df)["busbw_gbps"].iloc[0] == pytest.approx(1.0)
+
+
+def test_size_buckets():
+    cases = {0: 0, 1: 1, 2: 2, 3: 2, 1023: 512, 1024: 1024, 1025: 1024,
+             (1 << 40) + 5: 1 << 40, 115456 * 4: 1 << 18}
+    for size, bucket in cases.items():
+        assert bw.size_bucket(size) == bucket
+    rng = np.random.default_rng(0)
+    sizes = rng.integers(0, 1 << 45, 2000)
+    assert list(bw.size_buckets(sizes)) == [bw.size_bucket(s) for s in sizes]
+    assert list(bw.size_buckets([None, -1, 4096])) == [-1, -1, 4096]
+    assert [bw.bucket_label(b) for b in (0, 512, 1 << 16, 3 << 20, 1 << 31)] == \
+        ["0 B", "512 B", "64 KiB", "3 MiB", "2 GiB"]
+    with pytest.raises(ValueError):
+        bw.size_bucket(-1)
+
+
+def test_real_nccl_kernels():
+    """DDP on 2 A100s (nccl_data.json.gz): the kernels' record_param_comms arguments give S
+    and n; busbw/algbw is the factor of a 2-rank group."""
+    ev = load_trace(shared_trace("gpu/hta/nccl_parser_config/nccl_data.json.gz")).events
+    kernels = ev[(ev["cat"] == "kernel") & ev["coll_name"].notna()]
+    out = bw.add_bandwidth(kernels, op="coll_name")
+    assert len(out) == 21 and out["busbw_gbps"].notna().all()
+    assert (out["busbw_gbps"] / out["algbw_gbps"]).round(12).eq(1.0).all()  # n=2: f=1
+    expected = out["msg_bytes"].astype(float) / out["dur_us"] / 1e3
+    assert np.allclose(out["algbw_gbps"], expected)
+    buckets = bw.size_buckets(out["msg_bytes"])
+    assert (buckets <= out["msg_bytes"]).all() and (out["msg_bytes"] < 2 * buckets).all()

@@ -1,0 +1,89 @@
+"""A failing rank ends the job promptly, with its error, and leaves no process behind; a hang
+ends at the collective timeout with every rank's Flight Recorder buffer on disk."""
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from conftest import ROOT, meshscope
+
+pytestmark = pytest.mark.slow
+
+
+def _job_processes(run_dir) -> list[psutil.Process]:
+    """Live processes whose command line names this run's directory (workers and launcher)."""
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        try:
+            if any(str(run_dir) in part for part in p.info["cmdline"] or ()):
+                found.append(p)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+    return found
+
+
+def test_crash_ends_the_job_naming_the_rank(tmp_path):
+    run = tmp_path / "crash"
+    start = time.monotonic()
+    proc = meshscope("run", "--layout", "dp=2,pp=2", "--inject", "crash=1:2", "--out", run,
+                     timeout=120)
+    elapsed = time.monotonic() - start
+    assert proc.returncode != 0
+    assert elapsed < 30, f"the job took {elapsed:.1f} s to end after the crash"
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("meshscope: error: the run failed: rank 1 failed")
+    assert "InjectedCrash: injected crash on rank 1 at step 2" in last
+    assert _job_processes(run) == []
+    desc = json.loads((run / "run.json").read_text())
+    assert desc["status"] == "failed" and "rank 1" in desc["error"]
+    dumps = {r: json.loads((run / "comms" / f"rank{r}.json").read_text()) for r in range(4)}
+    assert dumps[1]["reason"] == "exception" and "InjectedCrash" in dumps[1]["error"]
+
+
+def test_hang_times_out_and_every_rank_dumps_its_flight_recorder(tmp_path):
+    run = tmp_path / "hang"
+    proc = meshscope("run", "--layout", "dp=2,pp=2", "--inject", "hang=1:2", "--timeout", 20,
+                     "--out", run, timeout=180)
+    assert proc.returncode != 0
+    assert "Timed out" in proc.stderr or "timed out" in proc.stderr.lower()
+    assert _job_processes(run) == []
+    for r in range(4):
+        dump = json.loads((run / "comms" / f"rank{r}.json").read_text())
+        assert dump["schema_version"] == 1 and dump["rank"] == r
+        entries = dump["flight_recorder"]["entries"]
+        assert entries, f"rank {r} recorded no collective"
+        # gloo measures no start/completion times: they stay empty, not invented.
+        assert all(e["time_discovered_started_ns"] is None for e in entries)
+        joined_world = any(e["process_group"][1] == "default_pg" for e in entries)
+        # Every rank but 1 joined the extra world all-reduce; rank 1 skipped it.
+        assert joined_world == (r != 1), r
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_launchers_form_one_job(tmp_path):
+    """Multi-node through torchrun's rendezvous: two launchers on 127.0.0.1, 2 ranks each."""
+    run = tmp_path / "multinode"
+    endpoint = f"127.0.0.1:{_free_port()}"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "meshscope_cli", "run", "--layout", "dp=2,pp=2", "--nnodes",
+           "2", "--rdzv-endpoint", endpoint, "--steps", "4", "--out", str(run)]
+    nodes = [subprocess.Popen(cmd + ["--node-rank", str(n)], cwd=ROOT, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for n in (0, 1)]
+    outs = [n.communicate(timeout=180)[0] for n in nodes]
+    assert [n.returncode for n in nodes] == [0, 0], outs
+    desc = json.loads((run / "run.json").read_text())
+    assert desc["nnodes"] == 2 and desc["status"] == "completed"
+    assert sorted(p.name for p in (run / "traces").iterdir()) == \
+        [f"rank{r}.json.gz" for r in range(4)]
+    assert all(g.get("name") for g in desc["process_groups"])
