@@ -67,7 +67,9 @@ def _run_options(o: dict):
         dp_mode=o.get("dp_mode", "ddp"), sp=not o.get("no_sp", False), faults=faults,
         timeout_s=o.get("timeout", 300), nnodes=o.get("nnodes", 1),
         node_rank=o.get("node_rank", 0), rdzv_endpoint=o.get("rdzv_endpoint"),
-        nproc_per_node=o.get("nproc_per_node"))
+        nproc_per_node=o.get("nproc_per_node"),
+        peak_flops=o["peak_tflops"] * 1e12 if o.get("peak_tflops") else None,
+        peak_bandwidth=o["peak_bandwidth_gbps"] * 1e9 if o.get("peak_bandwidth_gbps") else None)
 
 
 def run_options_decorator(f):
@@ -110,6 +112,11 @@ def run_options_decorator(f):
         click.option("--profile-steps", default=None,
                      help="Steps to trace, FIRST-LAST (0-based); default: the last three after "
                           "warm-up."),
+        click.option("--peak-tflops", type=float, default=None,
+                     help="Peak dense TFLOP/s of one device, for MFU (default: from the device "
+                          "table when the device is known)."),
+        click.option("--peak-bandwidth-gbps", type=float, default=None,
+                     help="Peak memory bandwidth of one device, GB/s."),
         click.option("--nnodes", default=1, show_default=True, type=int,
                      help="Hosts taking part (run the same command on each)."),
         click.option("--node-rank", default=0, show_default=True, type=int),

@@ -55,6 +55,8 @@ class RunOptions:
     node_rank: int = 0
     rdzv_endpoint: str | None = None
     nproc_per_node: int | None = None
+    peak_flops: float | None = None          # per device, overrides collectors.devices
+    peak_bandwidth: float | None = None      # bytes/s per device, likewise
     command: list[str] = dataclasses.field(default_factory=lambda: list(sys.argv))
 
     @property
@@ -111,6 +113,22 @@ def _versions() -> dict:
     return out
 
 
+def _device_entry(cuda: bool, opts: RunOptions) -> dict:
+    """Device type, name, backend, and its peak FLOP/s and memory bandwidth: from the command
+    line when given, else from ``collectors.devices`` by name, else null (unknown)."""
+    from collectors.devices import lookup
+
+    name = torch.cuda.get_device_name(0) if cuda else (platform.processor()
+                                                         or platform.machine())
+    known = lookup(name) or (None, None)
+    return {"type": "cuda" if cuda else "cpu", "name": name,
+            "backend": "nccl" if cuda else "gloo",
+            "peak_flops": opts.peak_flops or known[0],
+            "memory_bandwidth_bytes_per_s": opts.peak_bandwidth or known[1],
+            "peak_source": "command line" if opts.peak_flops or opts.peak_bandwidth
+            else ("collectors/devices.py" if known[0] else None)}
+
+
 def run_description(opts: RunOptions, run_id: str) -> dict:
     """The launcher's part of run.json (process-group names are added from the ranks)."""
     layout, cfg = opts.layout, opts.model
@@ -147,10 +165,7 @@ def run_description(opts: RunOptions, run_id: str) -> dict:
         "lr": opts.lr,
         "model": {"preset": opts.model_preset, **dataclasses.asdict(cfg),
                   "n_params": cfg.n_params(), "flops_per_token": cfg.flops_per_token()},
-        "device": {"type": "cuda" if cuda else "cpu",
-                   "name": torch.cuda.get_device_name(0) if cuda else platform.processor()
-                   or platform.machine(),
-                   "backend": "nccl" if cuda else "gloo"},
+        "device": _device_entry(cuda, opts),
         "versions": _versions(),
         "command": opts.command,
         "start_time": _now(),

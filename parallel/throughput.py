@@ -4,7 +4,8 @@ For step t, ``step_time_us`` is the slowest rank's wall time (every rank waits f
 ``tokens_per_s`` = global batch × sequence length / step time, and ``mfu_pct`` =
 flops_per_token × tokens_per_s / (world size × the device's peak FLOP/s) × 100 — model FLOPs
 utilisation as in the PaLM paper, with flops_per_token from ``ModelConfig.flops_per_token``.
-MFU is NaN where the device's peak is unknown (every CPU).
+MFU is NaN where the device's peak is unknown (every CPU); the peak comes from run.json
+(``device.peak_flops``: the command line's ``--peak-tflops`` or ``collectors/devices.py``).
 """
 from __future__ import annotations
 
@@ -12,8 +13,6 @@ import math
 import pathlib
 
 import pandas as pd
-
-from collectors.devices import peak_flops
 
 
 def step_table(run_dir: pathlib.Path, desc: dict) -> pd.DataFrame | None:
@@ -28,7 +27,7 @@ def step_table(run_dir: pathlib.Path, desc: dict) -> pd.DataFrame | None:
     out["loss"] = out["step"].map(loss)
     tokens = desc["global_batch"] * desc["model"]["seq_len"]
     out["tokens_per_s"] = tokens / (out["step_time_us"] / 1e6)
-    peak = peak_flops((desc.get("device") or {}).get("name", ""))
+    peak = (desc.get("device") or {}).get("peak_flops")
     flops = desc["model"]["flops_per_token"]
     out["mfu_pct"] = (flops * out["tokens_per_s"] / (desc["world_size"] * peak) * 100
                       if peak else math.nan)

@@ -106,8 +106,7 @@ def main(config_path: str) -> None:
                                   group=rm.mesh["pp"].get_group(), schedule=conf["schedule"],
                                   microbatches=conf["microbatches"], loss_fn=lm_loss)
     dp_cp = layout.size("dp") * layout.size("cp")
-    timer = StepTimer(steps_path(run_dir, rank), rank,
-                      sync=torch.cuda.synchronize if device.type == "cuda" else None)
+    timer = StepTimer(steps_path(run_dir, rank), rank, cuda=device.type == "cuda")
     meta = {"layout": str(layout), "rank": rank, "coordinates": rm.coords,
             "run_id": conf["run_id"]}
     prof = make_profiler(run_dir, rank, tuple(conf["profile_steps"]), device, meta)
@@ -122,14 +121,14 @@ def main(config_path: str) -> None:
                 timer.start()
                 before_step(faults, rank, step, device)
                 opt.zero_grad(set_to_none=True)
-                with record_function(annotations.PIPELINE):
+                with timer.phase("fwd_bwd"), record_function(annotations.PIPELINE):
                     if schedule is None:
                         loss = _step_without_pp(rm, x, y, conf["microbatches"])
                     else:
                         loss = _step_with_pp(rm, schedule, x, y)
-                if rm.expert_params:
-                    sync_expert_grads(rm.expert_params, rm.ep_replica_group, dp_cp)
-                with record_function(annotations.OPTIMIZER):
+                    if rm.expert_params:
+                        sync_expert_grads(rm.expert_params, rm.ep_replica_group, dp_cp)
+                with timer.phase("optimizer"), record_function(annotations.OPTIMIZER):
                     opt.step()
                 timer.stop(step, tokens=local_tokens, loss=loss)
                 prof.step()
