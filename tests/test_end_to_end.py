@@ -42,6 +42,27 @@ def test_run_directory_is_complete(dp2pp2):
     assert not (run / ".meta").exists()
 
 
+def test_every_record_is_present_and_consistent(dp2pp2):
+    """traces, comms and steps for ranks 0-3; step counts agree; Flight Recorder sequence
+    numbers of each process group increase by one."""
+    run, _ = dp2pp2
+    for sub, suffix in (("traces", ".json.gz"), ("comms", ".json"), ("steps", ".parquet")):
+        assert sorted(p.name for p in (run / sub).iterdir()) == \
+            [f"rank{r}{suffix}" for r in range(4)], sub
+    counts = {len(pd.read_parquet(run / "steps" / f"rank{r}.parquet")) for r in range(4)}
+    assert counts == {6}
+    for r in range(4):
+        dump = json.loads((run / "comms" / f"rank{r}.json").read_text())
+        assert dump["reason"] == "end" and dump["rank"] == r
+        by_group: dict = {}
+        for e in dump["flight_recorder"]["entries"]:
+            key = "p2p_seq_id" if e["is_p2p"] else "collective_seq_id"
+            by_group.setdefault((e["process_group"][0], key), []).append(e[key])
+        assert by_group, f"rank {r}: no collectives recorded"
+        for (group, key), seqs in by_group.items():
+            assert seqs == list(range(seqs[0], seqs[0] + len(seqs))), (r, group, key, seqs)
+
+
 def test_losses_match_one_process(dp2pp2):
     """Correct or worthless: the same losses as one process with the same global batch."""
     run, _ = dp2pp2
