@@ -55,6 +55,7 @@ class RunOptions:
     node_rank: int = 0
     rdzv_endpoint: str | None = None
     nproc_per_node: int | None = None
+    always_on: bool = True   # step-timer flushes and Flight Recorder; off only to measure them
     peak_flops: float | None = None          # per device, overrides collectors.devices
     peak_bandwidth: float | None = None      # bytes/s per device, likewise
     command: list[str] = dataclasses.field(default_factory=lambda: list(sys.argv))
@@ -220,7 +221,8 @@ def launch(opts: RunOptions) -> dict:
               "microbatches": opts.microbatches, "steps": opts.steps, "seed": opts.seed,
               "global_batch": opts.global_batch, "lr": opts.lr, "dp_mode": opts.dp_mode,
               "sp": opts.sp, "faults": [f.as_dict() for f in opts.faults],
-              "timeout_s": opts.timeout_s, "profile_steps": list(opts.profile_steps)}
+              "timeout_s": opts.timeout_s, "profile_steps": list(opts.profile_steps),
+              "always_on": opts.always_on}
     config_path = run / ".meta" / f"config-node{opts.node_rank}.json"
     write_json_atomic(config_path, config)
 
@@ -228,7 +230,9 @@ def launch(opts: RunOptions) -> dict:
     from torch.distributed.run import get_args_parser, run as torchrun
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    os.environ.setdefault("TORCH_FR_BUFFER_SIZE", str(flight_recorder.DEFAULT_BUFFER_SIZE))
+    os.environ["TORCH_FR_BUFFER_SIZE"] = os.environ.get(
+        "TORCH_FR_BUFFER_SIZE", str(flight_recorder.DEFAULT_BUFFER_SIZE)) \
+        if opts.always_on else "0"
     nproc = opts.layout.world_size // opts.nnodes
     if opts.nnodes == 1:
         where = ["--standalone"]

@@ -106,7 +106,10 @@ def main(config_path: str) -> None:
                                   group=rm.mesh["pp"].get_group(), schedule=conf["schedule"],
                                   microbatches=conf["microbatches"], loss_fn=lm_loss)
     dp_cp = layout.size("dp") * layout.size("cp")
-    timer = StepTimer(steps_path(run_dir, rank), rank, cuda=device.type == "cuda")
+    # With the always-on collectors off (only to measure their cost) the timers write once at
+    # the end and the Flight Recorder keeps nothing.
+    timer = StepTimer(steps_path(run_dir, rank), rank, cuda=device.type == "cuda",
+                      flush_every=10 if conf["always_on"] else 10**9)
     meta = {"layout": str(layout), "rank": rank, "coordinates": rm.coords,
             "run_id": conf["run_id"]}
     prof = make_profiler(run_dir, rank, tuple(conf["profile_steps"]), device, meta)
@@ -134,11 +137,13 @@ def main(config_path: str) -> None:
                 prof.step()
     except BaseException as e:
         reason = "terminated" if isinstance(e, Terminated) else "exception"
-        flight_recorder.dump(run_dir, rank, reason, f"{type(e).__name__}: {e}")
+        if conf["always_on"]:
+            flight_recorder.dump(run_dir, rank, reason, f"{type(e).__name__}: {e}")
         raise
     finally:
         timer.flush()
-    flight_recorder.dump(run_dir, rank, "end")
+    if conf["always_on"]:
+        flight_recorder.dump(run_dir, rank, "end")
     dist.destroy_process_group()
 
 
