@@ -1,0 +1,101 @@
+"""Hang and desync diagnosis from the Flight Recorder dumps (``comms/rank{R}.json``).
+
+For every process group and sequence number seen in any rank's buffer, the ranks of that group
+that recorded the operation are compared (the verdicts of PyTorch's ``torchfrtrace``):
+
+- ``missing`` — some ranks of the group never reached this sequence number, while others did:
+  the ranks that did are stuck waiting for them (a hang, or a rank that skipped a collective);
+- ``mismatch`` — every rank has it, but op, sizes or dtypes differ (a desynchronised program);
+- ``state`` — ranks disagree on the state (some completed, others still scheduled/started).
+
+``diagnose(run_dir)`` returns one row per problem: process_group (name), group_desc, seq,
+kind (``collective`` / ``p2p``), op, verdict, ranks_present, ranks_missing, detail; and for each
+missing rank the last sequence number it reached in that group. It is empty for a healthy run.
+"""
+from __future__ import annotations
+
+import pathlib
+
+import pandas as pd
+
+from collectors.flight_recorder import COMMS, read_dump
+
+COLUMNS = ["process_group", "group_desc", "seq", "kind", "op", "verdict", "ranks_present",
+           "ranks_missing", "last_seq_of_missing", "detail"]
+
+
+def load_dumps(run: pathlib.Path) -> tuple[dict[int, dict], list[str]]:
+    dumps, problems = {}, []
+    for f in sorted((pathlib.Path(run) / COMMS).glob("rank*.json")):
+        try:
+            d = read_dump(f)
+        except ValueError as e:
+            problems.append(str(e))
+            continue
+        dumps[int(d["rank"])] = d
+    return dumps, problems
+
+
+def _group_ranks(dumps: dict[int, dict], run: dict | None) -> dict[str, list[int]]:
+    """Process group name → its global ranks: from run.json's process groups (and the default
+    group = every rank), else from the dumps' ``pg_config`` (NCCL fills it; gloo leaves it
+    empty)."""
+    out: dict[str, list[int]] = {}
+    if run:
+        out["0"] = list(range(int(run.get("world_size", 0))))
+        for g in run.get("process_groups", []):
+            if g.get("name") is not None:
+                out[str(g["name"])] = sorted(g["ranks"])
+    for d in dumps.values():
+        fr = d.get("flight_recorder") or {}
+        for name, cfg in (fr.get("pg_config") or {}).items():
+            ranks = cfg.get("ranks")
+            if isinstance(ranks, str):
+                ranks = [int(x) for x in ranks.strip("[]").split(",") if x.strip()]
+            if ranks and str(name) not in out:
+                out[str(name)] = sorted(int(r) for r in ranks)
+    return out
+
+
+def diagnose(run: pathlib.Path, run_json: dict | None = None) -> pd.DataFrame:
+    dumps, _ = load_dumps(run)
+    members = _group_ranks(dumps, run_json)
+    seen: dict[tuple, dict[int, dict]] = {}
+    last: dict[tuple, int] = {}
+    for rank, d in dumps.items():
+        for e in (d.get("flight_recorder") or {}).get("entries", []):
+            pg, desc = str(e["process_group"][0]), e["process_group"][1]
+            kind = "p2p" if e.get("is_p2p") else "collective"
+            seq = e["p2p_seq_id"] if kind == "p2p" else e["collective_seq_id"]
+            seen.setdefault((pg, desc, kind, seq), {})[rank] = e
+            last[(pg, kind, rank)] = max(last.get((pg, kind, rank), -1), seq)
+    rows = []
+    for (pg, desc, kind, seq), by_rank in sorted(seen.items(), key=lambda kv: (kv[0][0], kv[0][2],
+                                                                               kv[0][3])):
+        group = [r for r in members.get(pg, sorted(by_rank)) if r in dumps]
+        present = sorted(by_rank)
+        any_entry = next(iter(by_rank.values()))
+        base = {"process_group": pg, "group_desc": desc, "seq": seq, "kind": kind,
+                "op": any_entry["profiling_name"], "ranks_present": present}
+        missing = [r for r in group if r not in by_rank]
+        if kind == "collective" and missing:
+            rows.append({**base, "verdict": "missing", "ranks_missing": missing,
+                         "last_seq_of_missing": {r: last.get((pg, kind, r), -1) for r in missing},
+                         "detail": f"ranks {missing} of group {pg} ({desc}) never reached "
+                                   f"sequence number {seq} ({any_entry['profiling_name']})"})
+            continue
+        if len(by_rank) < 2:
+            continue
+        keys = {(e["profiling_name"], str(e.get("input_sizes")), str(e.get("input_dtypes")))
+                for e in by_rank.values()}
+        if len(keys) > 1:
+            rows.append({**base, "verdict": "mismatch", "ranks_missing": [],
+                         "last_seq_of_missing": {}, "detail": f"ranks disagree on op/size/"
+                                                               f"dtype: {sorted(keys)}"})
+        states = {e.get("state") for e in by_rank.values()}
+        if len(states) > 1:
+            rows.append({**base, "verdict": "state", "ranks_missing": [],
+                         "last_seq_of_missing": {},
+                         "detail": "states " + ", ".join(f"rank {r}: {e.get('state')}"
+                                                         for r, e in sorted(by_rank.items()))})
+    return pd.DataFrame(rows, columns=COLUMNS)
