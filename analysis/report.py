@@ -18,7 +18,8 @@ import pandas as pd
 
 from collectors import run_dir as rd
 
-from . import bubble, overlap, timeline
+from . import bubble, findings as findings_mod, hangs, overlap, pipeline_report, stragglers
+from . import timeline
 from .errors import InputError
 from .ingest import compile_rank_regex
 from .ingest_pool import load_traces
@@ -38,6 +39,21 @@ class Report:
     missing_ranks: list[int]
     ranks: list[int]
     on_gpu: bool
+    microbatches: pd.DataFrame = None
+    pipeline_phases: pd.DataFrame = None
+    stage_imbalance: pd.DataFrame = None
+    imbalance: dict | None = None
+    clock_offsets: pd.DataFrame = None
+    collectives: pd.DataFrame = None
+    rank_waits: pd.DataFrame = None
+    straggler: dict | None = None
+    unmatched: list[str] = dataclasses.field(default_factory=list)
+    step_heatmap: pd.DataFrame = None
+    hangs: pd.DataFrame = None
+    findings: list[dict] = dataclasses.field(default_factory=list)
+
+    TABLES = ("breakdown", "trace_overlap", "bubbles", "microbatches", "pipeline_phases",
+              "stage_imbalance", "clock_offsets", "collectives", "rank_waits", "step_heatmap")
 
     def summary(self) -> dict:
         return _summary(self)
@@ -45,9 +61,10 @@ class Report:
     def write(self, out: pathlib.Path) -> pathlib.Path:
         out = pathlib.Path(out)
         out.mkdir(parents=True, exist_ok=True)
-        self.breakdown.to_parquet(out / "breakdown.parquet", index=False)
-        self.trace_overlap.to_parquet(out / "trace_overlap.parquet", index=False)
-        self.bubbles.to_parquet(out / "bubbles.parquet", index=False)
+        for name in self.TABLES:
+            table = getattr(self, name)
+            if table is not None:
+                table.to_parquet(out / f"{name}.parquet", index=False)
         rd.write_json_atomic(out / "summary.json", self.summary())
         return out
 
@@ -89,6 +106,7 @@ def analyze(path: pathlib.Path, *, comm_kernel_re: str | None = None,
     problems: list[str] = []
     timelines: dict[int, timeline.RankTimeline] = {}
     sources: dict[int, pathlib.Path] = {}
+    collectives = []
     for f, trace in load_traces(files, comm_kernel_re=pattern, rank_regex=rank_rx,
                                 cache_dir=cache_dir, workers=workers, progress=progress):
         if isinstance(trace, str):
@@ -100,6 +118,8 @@ def analyze(path: pathlib.Path, *, comm_kernel_re: str | None = None,
             continue
         sources[trace.rank] = f
         timelines[trace.rank] = timeline.build(trace, run)
+        # Only this rank's collectives are kept, not its events: memory stays per rank.
+        collectives.append(stragglers.rank_collectives(trace, timelines[trace.rank], run))
     if not timelines:
         raise InputError(path, "no usable trace: " + "; ".join(problems))
     expected = set(range(int(run["world_size"]))) if run and "world_size" in run else set()
@@ -110,9 +130,45 @@ def analyze(path: pathlib.Path, *, comm_kernel_re: str | None = None,
                            for r, tl in sorted(timelines.items())], ignore_index=True)
     trace_ov = pd.DataFrame([overlap.trace_overlap(tl) for _, tl in sorted(timelines.items())])
     bubbles = bubble.bubble_table(timelines, windows, run)
+    mb = pipeline_report.microbatch_table(timelines, windows)
+    phases = pipeline_report.phase_table(mb, windows)
+    imbalance_tab = pipeline_report.imbalance_table(mb)
+    imbalance = pipeline_report.imbalance_summary(imbalance_tab)
+    if not bubbles.empty:
+        groups = [g["ranks"] for g in (run or {}).get("process_groups", [])
+                  if g["dimension"] == "pp"]
+        replayed = pipeline_report.replay(mb, groups)
+        bubbles = bubbles.merge(replayed, on=["rank", "step"], how="left")
+    coll = pd.concat(collectives, ignore_index=True) if collectives else \
+        pd.DataFrame(columns=stragglers.INSTANCE_COLUMNS)
+    unmatched = stragglers.matchability(coll, sorted(timelines))
+    offsets = stragglers.clock_offsets(coll)
+    inst, waits = stragglers.waits(coll, offsets) if not unmatched else (None, None)
+    verdict = stragglers.verdict(waits) if waits is not None else None
+    heatmap = stragglers.step_heatmap(_steps_table(path))
+    hang_table = hangs.diagnose(path, run) if (path / "comms").is_dir() else None
+    n_steps = breakdown["step"].nunique() if not breakdown.empty else 0
+    found = findings_mod.findings(breakdown, bubbles, imbalance,
+                                  int((run or {}).get("microbatches", 1)), verdict, n_steps,
+                                  hang_table, heatmap)
     return Report(source=path, run=run, breakdown=breakdown, trace_overlap=trace_ov,
                   bubbles=bubbles, problems=problems, missing_ranks=missing,
-                  ranks=sorted(timelines), on_gpu=any(t.on_gpu for t in timelines.values()))
+                  ranks=sorted(timelines), on_gpu=any(t.on_gpu for t in timelines.values()),
+                  microbatches=mb, pipeline_phases=phases, stage_imbalance=imbalance_tab,
+                  imbalance=imbalance, clock_offsets=offsets, collectives=inst,
+                  rank_waits=waits, straggler=verdict, unmatched=unmatched,
+                  step_heatmap=heatmap, hangs=hang_table, findings=found)
+
+
+def _steps_table(path: pathlib.Path) -> pd.DataFrame:
+    """The step timers of every rank (empty when the folder has none or they are unreadable)."""
+    frames = []
+    for f in sorted((path / rd.STEPS).glob("rank*.parquet")) if path.is_dir() else []:
+        try:
+            frames.append(pd.read_parquet(f))
+        except Exception:  # noqa: BLE001 - a damaged timer file loses its rank's row only
+            continue
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
 def _clean(x):
@@ -129,9 +185,11 @@ def _records(df: pd.DataFrame) -> list[dict]:
 def _summary(r: Report) -> dict:
     per_rank = r.breakdown.drop(columns=["step"]).groupby("rank").mean().reset_index() \
         if not r.breakdown.empty else r.breakdown
+    extra = {"replayed_bubble_fraction": ("replayed_bubble_fraction", "mean")} \
+        if "replayed_bubble_fraction" in r.bubbles else {}
     stages = (r.bubbles.groupby(["stage"]).agg(
         bubble_fraction=("bubble_fraction", "mean"), theory_fraction=("theory_fraction", "first"),
-        ranks=("rank", lambda s: sorted(set(int(x) for x in s)))).reset_index()
+        ranks=("rank", lambda s: sorted(set(int(x) for x in s))), **extra).reset_index()
         if not r.bubbles.empty else pd.DataFrame())
     run = r.run or {}
     return {
@@ -149,6 +207,17 @@ def _summary(r: Report) -> dict:
         "per_rank_mean": _records(per_rank),
         "trace_overlap": _records(r.trace_overlap),
         "pipeline_stages": _records(stages),
+        "stage_imbalance": r.imbalance,
+        "clock_offsets": _records(r.clock_offsets) if r.clock_offsets is not None else [],
+        "cross_rank": {"matchable": not r.unmatched, "why_not": r.unmatched,
+                       "straggler": r.straggler,
+                       "rank_waits": _records(r.rank_waits) if r.rank_waits is not None
+                       else []},
+        "slow_steps": sorted({int(s) for s in r.step_heatmap.loc[r.step_heatmap["slow"], "step"]})
+        if r.step_heatmap is not None and not r.step_heatmap.empty else [],
+        "hangs": _records(r.hangs.astype({"last_seq_of_missing": str}))
+        if r.hangs is not None and not r.hangs.empty else [],
+        "findings": r.findings,
     }
 
 
