@@ -1,0 +1,138 @@
+"""docs/run.schema.json and collectors.schema.validate_run_json.
+
+Checked against: the bundled sample, what the runner's launcher writes now (its
+``run_description`` for several layouts, also as completed and failed), a Recorder's run.json
+from a one-process run, and damaged files (the message names the file and the failing place).
+"""
+import copy
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import jsonschema
+import pytest
+
+from collectors.run_dir import RunDirError
+from collectors.schema import SCHEMA_PATH, json_path, validate_run_json
+from conftest import ROOT
+
+SAMPLE = ROOT / "samples" / "dp2-pp2-1f1b" / "run.json"
+
+
+def test_schema_is_valid_draft_2020_12():
+    schema = json.loads(SCHEMA_PATH.read_text())
+    assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    jsonschema.Draft202012Validator.check_schema(schema)
+    assert set(schema["required"]) == {"schema_version", "layout", "world_size", "mesh",
+                                       "process_groups", "versions", "command", "start_time",
+                                       "status"}
+
+
+def test_sample_run_json_validates():
+    desc = validate_run_json(SAMPLE)
+    assert desc["layout_str"] == "dp=2,pp=2"
+    assert validate_run_json(SAMPLE.parent) == desc, "a run directory is accepted too"
+
+
+@pytest.mark.parametrize("layout,extra", [
+    ("dp=2,pp=2", {}),
+    ("dp=2,tp=2", {"dp_mode": "fsdp"}),
+    ("pp=2,ep=2,dp=2", {"schedule": "interleaved-1f1b"}),
+    ("cp=2,tp=2", {"sp": False}),
+])
+def test_what_the_launcher_writes_validates(tmp_path, layout, extra):
+    from parallel.faults import Fault
+    from parallel.launch import RunOptions, run_description
+    from parallel.layout import parse_layout
+    from parallel.model import PRESETS
+
+    preset = "tiny-moe" if "ep" in layout else "tiny"
+    opts = RunOptions(layout=parse_layout(layout), model=PRESETS[preset], out=tmp_path,
+                      profile_steps=(3, 5), model_preset=preset,
+                      faults=[Fault("slow-rank", 1, 50)], **extra)
+    desc = run_description(opts, "0123456789ab")
+    path = tmp_path / "run.json"
+    for status in ("running", "completed", "failed"):
+        d = copy.deepcopy(desc)
+        if status != "running":
+            d.update(status=status, end_time="2026-11-29T21:31:55+00:00")
+        if status == "failed":
+            d["error"] = "rank 1 failed (exit code 1): RuntimeError: injected crash"
+        path.write_text(json.dumps(d))
+        assert validate_run_json(path)["status"] == status
+
+
+RECORDER_SCRIPT = """
+import sys
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from collectors import Recorder
+
+dist.init_process_group("gloo", init_method="file://" + sys.argv[2], rank=0, world_size=1)
+mesh = init_device_mesh("cpu", (1, 1), mesh_dim_names=("dp_shard", "tp"))
+with Recorder(sys.argv[1], mesh=mesh, profile_steps=None, model_flops_per_token=1e6,
+              peak_flops=1e12) as rec:
+    for step in range(3):
+        rec.step(loss=1.0 / (step + 1), tokens=16)
+dist.destroy_process_group()
+"""
+
+
+def test_recorder_run_json_validates(tmp_path):
+    script = tmp_path / "loop.py"
+    script.write_text(textwrap.dedent(RECORDER_SCRIPT))
+    out = tmp_path / "run"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TORCH_FR_BUFFER_SIZE": "100",
+           "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, str(script), str(out), str(tmp_path / "store")],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    desc = validate_run_json(out / "run.json")
+    assert desc["status"] == "completed" and desc["steps"] == 3
+    assert desc["mesh"]["dims"] == ["dp_shard", "tp"]
+    assert desc["layout"]["dp"] == 1 and desc["profile_steps"] is None
+    assert desc["device"]["peak_flops"] == 1e12
+    assert desc["device"]["peak_source"] == "Recorder arguments"
+    assert not (out / "traces").exists(), "profile_steps=None records no trace"
+
+
+def _broken(tmp_path, change) -> pathlib.Path:
+    desc = json.loads(SAMPLE.read_text())
+    change(desc)
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(desc))
+    return path
+
+
+@pytest.mark.parametrize("change,where", [
+    (lambda d: d.pop("world_size"), "$: 'world_size' is a required property"),
+    (lambda d: d["process_groups"][2].update(ranks=[]), "$.process_groups[2].ranks"),
+    (lambda d: d["mesh"]["coordinates"].update({"x": {"pp": 0}}), "$.mesh.coordinates"),
+    (lambda d: d.update(schema_version=2), "$.schema_version"),
+    (lambda d: d["layout"].update(tp=0), "$.layout.tp"),
+    (lambda d: d.update(status="failed"), "'error' is a required property"),
+    (lambda d: d.update(start_time="yesterday"), "$.start_time"),
+])
+def test_a_broken_run_json_is_named_with_its_path(tmp_path, change, where):
+    path = _broken(tmp_path, change)
+    with pytest.raises(RunDirError) as e:
+        validate_run_json(path)
+    assert str(e.value).startswith(f"{path}: ") and where in str(e.value)
+
+
+def test_unreadable_run_json(tmp_path):
+    path = tmp_path / "run.json"
+    path.write_text('{"schema_version": 1,')
+    with pytest.raises(RunDirError, match="not readable JSON"):
+        validate_run_json(path)
+    with pytest.raises(RunDirError, match="missing: not readable JSON"):
+        validate_run_json(tmp_path / "missing")
+
+
+def test_json_path():
+    assert json_path([]) == "$"
+    assert json_path(["mesh", "shape", 0]) == "$.mesh.shape[0]"
