@@ -15,7 +15,8 @@ with the assumption spelled out). Findings are sorted by cost, largest first.
   1.1). Cost: the excess × microbatches. What-if: every stage at the mean.
 - ``straggler``: one rank arrives last to most collectives. Cost: the wait it caused per step.
   What-if: the straggler at the median rank's pace (its wait caused removed).
-- ``hang``: ranks missing from a collective in the Flight Recorder dumps (always high).
+- ``hang``: ranks missing from a collective in the Flight Recorder dumps (always high and
+  listed first; its cost is not a step time, so ``cost_us`` is null).
 - ``slow-steps``: steps flagged slow by the step timers. Cost: their excess over the median.
 """
 from __future__ import annotations
@@ -48,6 +49,16 @@ def findings(breakdown: pd.DataFrame, bubbles: pd.DataFrame, imbalance: dict | N
              microbatches: int, straggler: dict | None, n_steps: int, hangs: pd.DataFrame,
              heatmap: pd.DataFrame) -> list[dict]:
     out = []
+    if hangs is not None and not hangs.empty:
+        miss = hangs[hangs["verdict"] == "missing"]
+        first = (miss if not miss.empty else hangs).iloc[0]
+        out.append({"id": "hang", "severity": "high", "dimension": "all", "cost_us": None,
+                    "cost_pct": None, "title": str(first["detail"]),
+                    "evidence": {k: (v if not hasattr(v, "tolist") else v.tolist())
+                                 for k, v in first.items()},
+                    "remedy": "see why those ranks never issued the collective (a code path "
+                              "that skips it, an exception, a desynchronised schedule)",
+                    "what_if": {"step_time_us": None, "assumption": "no hang"}})
     if breakdown.empty:
         return out
     per_rank = breakdown.groupby("rank").mean(numeric_only=True)
@@ -96,16 +107,6 @@ def findings(breakdown: pd.DataFrame, bubbles: pd.DataFrame, imbalance: dict | N
             f"of collectives",
             straggler, "find what slows that rank (host, data loading, thermal, placement)",
             "the straggler at the other ranks' pace"))
-    if hangs is not None and not hangs.empty:
-        miss = hangs[hangs["verdict"] == "missing"]
-        first = (miss if not miss.empty else hangs).iloc[0]
-        out.append({"id": "hang", "severity": "high", "dimension": "all", "cost_us": window,
-                    "cost_pct": 100.0, "title": str(first["detail"]),
-                    "evidence": {k: (v if not hasattr(v, "tolist") else v.tolist())
-                                 for k, v in first.items()},
-                    "remedy": "see why those ranks never issued the collective (a code path "
-                              "that skips it, an exception, a desynchronised schedule)",
-                    "what_if": {"step_time_us": None, "assumption": "no hang"}})
     if heatmap is not None and not heatmap.empty and heatmap["slow"].any():
         worst = heatmap.groupby("step")["wall_time_us"].max()
         med = worst.median()
@@ -117,4 +118,5 @@ def findings(breakdown: pd.DataFrame, bubbles: pd.DataFrame, imbalance: dict | N
             {"steps": slow.index.tolist(), "median_step_us": float(med)},
             "look at what else ran then (checkpointing, evaluation, GC, another job)",
             "slow steps at the median step time"))
-    return sorted(out, key=lambda f: -f["cost_us"])
+    # A hang first (it stops the job), then by cost.
+    return sorted(out, key=lambda f: (f["id"] != "hang", -(f["cost_us"] or 0.0)))

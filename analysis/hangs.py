@@ -9,8 +9,9 @@ that recorded the operation are compared (the verdicts of PyTorch's ``torchfrtra
 - ``state`` — ranks disagree on the state (some completed, others still scheduled/started).
 
 ``diagnose(run_dir)`` returns one row per problem: process_group (name), group_desc, seq,
-kind (``collective`` / ``p2p``), op, verdict, ranks_present, ranks_missing, detail; and for each
-missing rank the last sequence number it reached in that group. It is empty for a healthy run.
+kind (``collective`` / ``p2p``), op, verdict, ranks_present, ranks_missing, detail; for each
+missing rank the last sequence number it reached in that group, and in ``detail`` the last step
+its step timers finished and its last recorded operation. It is empty for a healthy run.
 """
 from __future__ import annotations
 
@@ -57,9 +58,33 @@ def _group_ranks(dumps: dict[int, dict], run: dict | None) -> dict[str, list[int
     return out
 
 
+def _last_steps(run: pathlib.Path) -> dict[int, int]:
+    """rank → the last step its step timers recorded as finished."""
+    out = {}
+    for f in sorted((pathlib.Path(run) / "steps").glob("rank*.parquet")):
+        try:
+            steps = pd.read_parquet(f, columns=["rank", "step"])
+        except Exception:  # noqa: BLE001 - a damaged timer file only loses this detail
+            continue
+        if not steps.empty:
+            out[int(steps["rank"].iloc[0])] = int(steps["step"].max())
+    return out
+
+
+def _last_op(dump: dict) -> str:
+    entries = (dump.get("flight_recorder") or {}).get("entries") or []
+    if not entries:
+        return "no recorded operation"
+    e = entries[-1]
+    seq = e["p2p_seq_id"] if e.get("is_p2p") else e["collective_seq_id"]
+    return (f"{e['profiling_name']} #{seq} in group {e['process_group'][0]} "
+            f"({e['process_group'][1]}), {e.get('state')}")
+
+
 def diagnose(run: pathlib.Path, run_json: dict | None = None) -> pd.DataFrame:
     dumps, _ = load_dumps(run)
     members = _group_ranks(dumps, run_json)
+    last_step = _last_steps(run)
     seen: dict[tuple, dict[int, dict]] = {}
     last: dict[tuple, int] = {}
     for rank, d in dumps.items():
@@ -79,10 +104,14 @@ def diagnose(run: pathlib.Path, run_json: dict | None = None) -> pd.DataFrame:
                 "op": any_entry["profiling_name"], "ranks_present": present}
         missing = [r for r in group if r not in by_rank]
         if kind == "collective" and missing:
+            where = "; ".join(
+                f"rank {r} last finished step {last_step.get(r, 'none')}, its last operation "
+                f"{_last_op(dumps[r])}" for r in missing)
             rows.append({**base, "verdict": "missing", "ranks_missing": missing,
                          "last_seq_of_missing": {r: last.get((pg, kind, r), -1) for r in missing},
                          "detail": f"ranks {missing} of group {pg} ({desc}) never reached "
-                                   f"sequence number {seq} ({any_entry['profiling_name']})"})
+                                   f"sequence number {seq} ({any_entry['profiling_name']}); "
+                                   f"{where}"})
             continue
         if len(by_rank) < 2:
             continue

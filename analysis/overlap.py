@@ -12,11 +12,13 @@ window_us               |W|
 compute_us              |C|
 comm_us                 |M|
 overlapped_comm_us      |M ∩ C| — communication hidden behind compute
-exposed_comm_us         |M \\ C \\ P| — communication nothing hides (waiting inside the
-                        pipeline window is bubble, not exposed communication)
+exposed_comm_us         |M \\ C \\ B| — communication nothing hides and that is not bubble
 exposed_comm_<dim>_us   the part of exposed_comm_us from dimension <dim> (disjoint parts,
                         overlapping collectives credited in the order of ``DIM_ORDER``)
-bubble_us               |P \\ C| — pipeline window in which the rank computes nothing
+bubble_us               |B| with B = (P ∪ M_pp) \\ C — the pipeline window in which the rank
+                        computes nothing, plus any exposed pipeline send/recv outside it
+                        (a stage waiting for its neighbour is bubble, not transfer, wherever
+                        the step boundary falls)
 other_us                |O \\ (C ∪ M ∪ P)| — memcpy/memset and the like
 idle_us                 |W| − |C ∪ M ∪ P ∪ O|
 overlap_pct             |M ∩ C| / |M| × 100 (HTA's ``get_comm_comp_overlap``); NaN when M = ∅
@@ -54,6 +56,8 @@ def step_breakdown(tl: RankTimeline, pipeline_windows: dict[int, np.ndarray] | N
     for step, (start, end) in sorted(tl.steps.items()):
         C, M, O = (iv.clip(x, start, end) for x in (tl.compute, tl.comm, tl.other))
         P = iv.clip((pipeline_windows or {}).get(step, iv.EMPTY), start, end)
+        if pipeline_windows:
+            P = iv.merge(P, iv.clip(tl.comm_by_dim.get("pp", iv.EMPTY), start, end))
         exposed = iv.subtract(iv.subtract(M, C), P)
         row = {
             "rank": tl.rank, "step": step, "window_us": end - start,

@@ -66,11 +66,13 @@ def _op(name: str) -> str:
 def rank_collectives(tr, tl, run: dict | None) -> pd.DataFrame:
     """The collective instances of one rank (``tr`` its RankTrace, ``tl`` its timeline)."""
     ev = tr.events
-    comm = ev[(ev["kind"] == classify.COMMUNICATION) & ~ev["name"].map(classify.is_p2p)]
+    comm = ev[ev["kind"] == classify.COMMUNICATION]
     groups = _groups_of(tr.rank, run)
     if tl.on_gpu:
+        # NCCL runs all-to-all as SendRecv kernels: on a GPU every communication kernel counts.
         calls, ends = comm[comm["device"]], None
     else:
+        comm = comm[~comm["name"].map(classify.is_p2p)]
         calls = comm[comm["name"].str.startswith("c10d::")
                      & ~comm["name"].str.contains("barrier")]
         ends = comm[comm["name"].str.startswith("gloo:")]
@@ -102,15 +104,19 @@ def collective_table(traces: dict[int, object], timelines: dict, run: dict | Non
         columns=INSTANCE_COLUMNS)
 
 
-def matchability(table: pd.DataFrame, ranks: list[int]) -> list[str]:
+def matchability(table: pd.DataFrame, ranks: list[int], world_size: int | None = None
+                 ) -> list[str]:
     """Why groups cannot be matched (empty when every group can)."""
     why = []
     if table.empty:
-        return ["no collectives in the profiled steps"]
+        return why
+    if world_size and len(ranks) < world_size:
+        why.append(f"only {len(ranks)} of the job's {world_size} ranks have a trace: "
+                   f"collectives whose other ranks are absent have nothing to match")
     for group, g in table.groupby("group"):
         if not group:
-            why.append("collectives with no known process group (no run.json and no group "
-                       "arguments in the traces)")
+            why.append(f"{len(g)} collectives with no known process group (no run.json and no "
+                       f"group arguments on them in the traces)")
             continue
         members = [int(x) for x in group.split(",")]
         absent = [r for r in members if r not in ranks]

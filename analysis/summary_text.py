@@ -24,6 +24,8 @@ def render(summary: dict) -> str:
         lines.append(f"  MISSING ranks: {summary['missing_ranks']}")
     for p in summary["problems"]:
         lines.append(f"  problem: {p}")
+    if not summary["per_rank_mean"]:
+        lines.append("  (no profiled step in the traces: only the always-on records below)")
     lines.append("")
     lines.append("Per rank, mean over profiled steps (ms):")
     lines.append("  rank    window   compute      comm overlapped   exposed    bubble      idle"
@@ -36,9 +38,34 @@ def render(summary: dict) -> str:
     if summary["pipeline_stages"]:
         lines.append("")
         lines.append("Pipeline bubble per stage (fraction of the pipeline window):")
-        lines.append("  stage  measured  theory  ranks")
+        lines.append("  stage  measured  replayed  theory  ranks")
         for s in summary["pipeline_stages"]:
-            theory = s["theory_fraction"]
+            theory, replayed = s["theory_fraction"], s.get("replayed_bubble_fraction")
             lines.append(f"  {s['stage']:>5}  {s['bubble_fraction']:8.3f}  "
+                         f"{'-' if replayed is None else f'{replayed:8.3f}'}  "
                          f"{'-' if theory is None else f'{theory:6.3f}'}  {s['ranks']}")
+        imb = summary.get("stage_imbalance")
+        if imb:
+            lines.append(f"  stage imbalance: max/mean {imb['max_over_mean']:.2f}, slowest stage "
+                         f"{imb['slowest_stage']}")
+    cross = summary.get("cross_rank") or {}
+    if cross.get("why_not"):
+        lines.append("")
+        lines.append("Collectives cannot be matched across ranks:")
+        lines.extend(f"  {w}" for w in cross["why_not"])
+    elif cross.get("straggler"):
+        st = cross["straggler"]
+        lines.append("")
+        lines.append(f"Straggler: rank {st['rank']} (last to {st['last_share']:.0%} of its "
+                     f"collectives; caused {st['wait_caused_us'] / 1000:.1f} ms of waiting)")
+    for h in summary.get("hangs", [])[:5]:
+        lines.append(f"HANG: {h['detail']}")
+    if summary.get("findings"):
+        lines.append("")
+        lines.append("Findings (largest cost first):")
+        for i, f in enumerate(summary["findings"], 1):
+            cost = "" if f["cost_us"] is None else \
+                f" — costs {f['cost_us'] / 1000:.1f} ms/step ({f['cost_pct']:.1f}%)"
+            lines.append(f"  {i}. [{f['severity']}] {f['title']}{cost}")
+            lines.append(f"     remedy: {f['remedy']}")
     return "\n".join(lines)

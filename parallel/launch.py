@@ -251,12 +251,16 @@ def launch(opts: RunOptions) -> dict:
         torchrun(args)
     except ChildFailedError as e:
         desc.update(status="failed", end_time=_now(), error=_failure_message(e))
-        if opts.node_rank == 0:
-            write_json_atomic(run / RUN_JSON, desc)
+        _finish(run, desc, opts)
         raise LaunchError(desc["error"]) from None
     desc.update(status="completed", end_time=_now())
+    _finish(run, desc, opts)
+    return desc
+
+
+def _finish(run: pathlib.Path, desc: dict, opts: RunOptions) -> None:
+    """Node 0 completes run.json with the ranks' group names and removes the scratch files."""
     if opts.node_rank == 0:
         _merge_rank_meta(run, desc)
         write_json_atomic(run / RUN_JSON, desc)
         shutil.rmtree(run / ".meta", ignore_errors=True)
-    return desc
