@@ -89,6 +89,9 @@ def main(config_path: str) -> None:
     cfg = ModelConfig(**conf["model"])
     faults = [Fault(**f) for f in conf["faults"]]
     device, backend = _device()
+    if conf.get("nccl_debug") and backend == "nccl":
+        from collectors.nccl_debug import nccl_debug_env
+        os.environ.update(nccl_debug_env(run_dir, rank=int(os.environ["RANK"])))
     dist.init_process_group(backend, timeout=datetime.timedelta(seconds=conf["timeout_s"]))
     rank = dist.get_rank()
     # Python runs this handler once the main thread leaves the blocking call it is in, so a rank
