@@ -68,7 +68,7 @@ def _run_options(o: dict):
         timeout_s=o.get("timeout", 300), nnodes=o.get("nnodes", 1),
         node_rank=o.get("node_rank", 0), rdzv_endpoint=o.get("rdzv_endpoint"),
         nproc_per_node=o.get("nproc_per_node"),
-        always_on=o.get("always_on", True),
+        always_on=o.get("always_on", True), nccl_debug=o.get("nccl_debug", False),
         peak_flops=o["peak_tflops"] * 1e12 if o.get("peak_tflops") else None,
         peak_bandwidth=o["peak_bandwidth_gbps"] * 1e9 if o.get("peak_bandwidth_gbps") else None)
 
@@ -116,6 +116,9 @@ def run_options_decorator(f):
         click.option("--always-on/--no-always-on", default=True, show_default=True,
                      help="Always-on collectors (step-timer flushes, Flight Recorder); off "
                           "only to measure what they cost (bench/collector_overhead.py)."),
+        click.option("--nccl-debug", is_flag=True,
+                     help="CUDA: NCCL_DEBUG=INFO per rank into comms/nccl-rank{R}.log, parsed "
+                          "by collectors.nccl_debug."),
         click.option("--peak-tflops", type=float, default=None,
                      help="Peak dense TFLOP/s of one device, for MFU (default: from the device "
                           "table when the device is known)."),

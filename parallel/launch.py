@@ -56,6 +56,7 @@ class RunOptions:
     rdzv_endpoint: str | None = None
     nproc_per_node: int | None = None
     always_on: bool = True   # step-timer flushes and Flight Recorder; off only to measure them
+    nccl_debug: bool = False  # NCCL_DEBUG=INFO per rank into comms/nccl-rank{R}.log (CUDA)
     peak_flops: float | None = None          # per device, overrides collectors.devices
     peak_bandwidth: float | None = None      # bytes/s per device, likewise
     command: list[str] = dataclasses.field(default_factory=lambda: list(sys.argv))
@@ -222,7 +223,7 @@ def launch(opts: RunOptions) -> dict:
               "global_batch": opts.global_batch, "lr": opts.lr, "dp_mode": opts.dp_mode,
               "sp": opts.sp, "faults": [f.as_dict() for f in opts.faults],
               "timeout_s": opts.timeout_s, "profile_steps": list(opts.profile_steps),
-              "always_on": opts.always_on}
+              "always_on": opts.always_on, "nccl_debug": opts.nccl_debug}
     config_path = run / ".meta" / f"config-node{opts.node_rank}.json"
     write_json_atomic(config_path, config)
 

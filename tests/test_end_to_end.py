@@ -5,6 +5,7 @@ import json
 import pandas as pd
 import pytest
 
+from collectors.schema import validate_run_json
 from conftest import meshscope
 from parallel.model import PRESETS
 from parallel.reference import reference_losses
@@ -24,6 +25,7 @@ def dp2pp2(tmp_path_factory):
 
 def test_run_directory_is_complete(dp2pp2):
     run, _ = dp2pp2
+    validate_run_json(run / "run.json")
     desc = json.loads((run / "run.json").read_text())
     assert desc["schema_version"] == 1 and desc["status"] == "completed"
     assert desc["world_size"] == 4 and desc["layout"]["dp"] == 2 and desc["layout"]["pp"] == 2

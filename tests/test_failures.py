@@ -10,6 +10,7 @@ import time
 import psutil
 import pytest
 
+from collectors.schema import validate_run_json
 from conftest import ROOT, meshscope
 
 pytestmark = pytest.mark.slow
@@ -39,6 +40,7 @@ def test_crash_ends_the_job_naming_the_rank(tmp_path):
     assert last.startswith("meshscope: error: the run failed: rank 1 failed")
     assert "InjectedCrash: injected crash on rank 1 at step 2" in last
     assert _job_processes(run) == []
+    validate_run_json(run / "run.json")
     desc = json.loads((run / "run.json").read_text())
     assert desc["status"] == "failed" and "rank 1" in desc["error"]
     dumps = {r: json.loads((run / "comms" / f"rank{r}.json").read_text()) for r in range(4)}
@@ -82,6 +84,7 @@ def test_two_launchers_form_one_job(tmp_path):
              for n in (0, 1)]
     outs = [n.communicate(timeout=180)[0] for n in nodes]
     assert [n.returncode for n in nodes] == [0, 0], outs
+    validate_run_json(run / "run.json")
     desc = json.loads((run / "run.json").read_text())
     assert desc["nnodes"] == 2 and desc["status"] == "completed"
     assert sorted(p.name for p in (run / "traces").iterdir()) == \

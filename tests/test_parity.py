@@ -9,6 +9,7 @@ import dataclasses
 import pandas as pd
 import pytest
 
+from collectors.schema import validate_run_json
 from conftest import meshscope
 from parallel.model import PRESETS
 from parallel.reference import reference_losses
@@ -51,5 +52,6 @@ def test_losses_equal_one_process(case, tmp_path):
               "--profile-steps", "4-4", "--out", run, check=True)
     cfg = PRESETS[preset] if layers is None else dataclasses.replace(PRESETS[preset],
                                                                      n_layers=layers)
+    validate_run_json(run / "run.json")
     expected = reference_losses(cfg, steps=STEPS, seed=0, batch=16)
     assert _losses(run) == pytest.approx(expected, rel=1e-4)
