@@ -38,14 +38,16 @@ msg_bytes   Int64   bytes S of the collective as nccl-tests defines them:
 
 Where the collective metadata comes from is spelled out in ``analysis/comm_meta.py``.
 
-How it is read: the file is decompressed whole and split into events with msgspec (a JSON
-decoder that skips the arguments nobody reads), in batches so that only one batch's event
-objects exist at a time; columns are built per batch and classification runs once per distinct
-(name, category) pair. With ``cache_dir``, the table is stored as parquet under
-``<cache_dir>/<key>.parquet`` with the metadata as JSON in the file's key-value metadata
-(``analysis/trace_cache.py``); the key is the BLAKE2b hash of the file's bytes plus the ingest
-version and the ``comm_kernel_re`` pattern, so an edited trace or a different pattern is never
-served from a stale entry.
+How it is read: the file is inflated and cut into batches of events on the fly
+(``analysis/json_stream.py``), so the whole text of a trace is never in memory; each batch is
+decoded with msgspec into small typed structs that keep only the fields above (other arguments
+are skipped unparsed), its columns are built at once, and classification runs once per distinct
+(name, category). A file that cannot be streamed (an unusual layout, or damage) is read whole
+instead, which also names what is wrong with it. With ``cache_dir``, the table is stored as
+parquet under ``<cache_dir>/<key>.parquet`` with the metadata as JSON in the file's key-value
+metadata (``analysis/trace_cache.py``); the key is the BLAKE2b hash of the file's bytes plus the
+ingest version and the ``comm_kernel_re`` pattern, so an edited trace or a different pattern is
+never served from a stale entry. The rank is not cached: it is worked out on every load.
 """
 from __future__ import annotations
 
@@ -54,7 +56,7 @@ import gzip
 import pathlib
 import re
 import zlib
-from typing import Any
+from typing import Any, Iterable
 
 import msgspec
 import numpy as np
@@ -62,13 +64,14 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import classify, comm_meta, trace_cache
+from . import classify, comm_meta, json_stream, trace_cache
 from .errors import InputError
 
 RANK_FROM_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
 # Bump when the table's columns or their meaning change: it is part of the cache key.
 INGEST_VERSION = 2
-BATCH_EVENTS = 8192
+BATCH_EVENTS = 8192             # events per batch when a trace is read whole
+BATCH_BYTES = 1 << 19           # text per batch when it is streamed (fastest on a 54 MB trace)
 # How many times a trace's JSON was parsed in this process (a cache hit does not parse).
 PARSE_COUNT = 0
 
@@ -78,9 +81,9 @@ SCHEMA = pa.schema([
     ("dur_us", pa.float64()), ("lane", pa.large_string()), ("device", pa.bool_()),
     ("kind", pa.large_string()), ("correlation", pa.int64()), ("end_us", pa.float64()),
     ("coll_name", pa.large_string()), ("in_nelems", pa.int64()), ("out_nelems", pa.int64()),
-    ("dtype", pa.large_string()), ("pg_name", pa.large_string()), ("pg_desc", pa.large_string()),
-    ("pg_ranks", pa.large_string()), ("group_size", pa.int64()), ("seq", pa.int64()),
-    ("msg_bytes", pa.int64()),
+    ("dtype", pa.large_string()), ("pg_name", pa.large_string()),
+    ("pg_desc", pa.large_string()), ("pg_ranks", pa.large_string()),
+    ("group_size", pa.int64()), ("seq", pa.int64()), ("msg_bytes", pa.int64()),
 ])
 
 
@@ -110,8 +113,9 @@ class _Args(msgspec.Struct, gc=False):
     pg_ranks: Any = msgspec.field(default=None, name="Process Group Ranks")
     group_size: Any = msgspec.field(default=None, name="Group size")
     seq: Any = msgspec.field(default=None, name="Seq")
-    input_dims: msgspec.Raw | None = msgspec.field(default=None, name="Input Dims")
-    input_type: msgspec.Raw | None = msgspec.field(default=None, name="Input type")
+    # Kept undecoded (empty when absent): only gloo:/nccl: ranges' shapes are ever read.
+    input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input Dims")
+    input_type: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input type")
 
 
 class _Event(msgspec.Struct, gc=False):
@@ -141,37 +145,10 @@ def _read_bytes(path: pathlib.Path) -> bytes:
     return raw
 
 
-def _gunzip(raw: bytes) -> bytearray:
-    """gzip.decompress into one buffer sized from the gzip trailer, in bounded steps, so the
-    peak memory is the output once (``gzip.decompress`` briefly holds it twice). Reads
-    every member of a multi-member file; trailing bytes that start no member are ignored."""
-    out = bytearray(int.from_bytes(raw[-4:], "little") if len(raw) >= 4 else 0)
-    view, pos, member = memoryview(raw), 0, 0
-    while True:
-        d, offset = zlib.decompressobj(16 + zlib.MAX_WBITS), member
-        while offset < len(view) and not d.eof:
-            piece = view[offset:offset + (1 << 16)]
-            offset += len(piece)
-            while piece and not d.eof:
-                chunk = d.decompress(piece, 1 << 20)
-                if pos + len(chunk) > len(out):
-                    out.extend(bytes(pos + len(chunk) - len(out)))
-                out[pos:pos + len(chunk)] = chunk
-                pos += len(chunk)
-                piece = d.unconsumed_tail
-        if not d.eof:
-            raise EOFError("compressed file ended before the end-of-stream marker was reached")
-        member = offset - len(d.unused_data)
-        if view[member:member + 2] != b"\x1f\x8b":
-            break
-    del out[pos:]
-    return out
-
-
-def _decompress(path: pathlib.Path, raw: bytes) -> bytes | bytearray:
-    if raw[:2] == b"\x1f\x8b":
+def _decompress(path: pathlib.Path, raw: bytes) -> bytes:
+    if raw[:2] == json_stream.GZIP_MAGIC:
         try:
-            return _gunzip(raw)
+            return gzip.decompress(raw)
         except (EOFError, OSError, zlib.error) as e:
             raise InputError(path, f"truncated or corrupt gzip ({e})") from None
     return raw
@@ -184,38 +161,22 @@ def _json_problem(e: Exception) -> str:
     return f"not valid JSON ({text})"
 
 
-class _Top(msgspec.Struct):
-    traceEvents: list[msgspec.Raw] | None = None
-
-
-def _address(buf) -> int:
-    return np.frombuffer(buf, np.uint8).__array_interface__["data"][0]
-
-
-def _split(path: pathlib.Path, data: bytes | bytearray) -> tuple[dict, list[msgspec.Raw]]:
-    """(metadata, one undecoded slice of ``data`` per event).
-
-    One pass finds the events; the metadata is then read from the document with the events
-    cut out, located from where the first and last event lie in ``data`` (msgspec's ``Raw``
-    slices point into the input).
-    """
+def _split(path: pathlib.Path, data: bytes) -> tuple[dict, list[msgspec.Raw]]:
+    """(metadata, one undecoded slice of ``data`` per event)."""
     try:
-        raws = msgspec.json.decode(data, type=_Top).traceEvents
+        top = msgspec.json.decode(data, type=dict[str, msgspec.Raw])
     except msgspec.ValidationError:
-        raws = None
+        raise InputError(path, "not a Kineto trace: no 'traceEvents' list") from None
     except msgspec.DecodeError as e:
         raise InputError(path, _json_problem(e)) from None
-    if raws is None:
-        raise InputError(path, "not a Kineto trace: no 'traceEvents' list")
-    rest = data
-    if raws:
-        base = _address(data)
-        start, end = _address(raws[0]) - base, _address(raws[-1]) - base + len(raws[-1])
-        if 0 < start < end <= len(data):
-            rest = bytes(memoryview(data)[:start]) + bytes(memoryview(data)[end:])
-    meta = msgspec.json.decode(rest)
-    meta.pop("traceEvents", None)
-    return meta, raws
+    events = top.pop("traceEvents", None)
+    try:
+        if events is None:
+            raise msgspec.ValidationError
+        raws = msgspec.json.decode(events, type=list[msgspec.Raw])
+    except msgspec.ValidationError:
+        raise InputError(path, "not a Kineto trace: no 'traceEvents' list") from None
+    return {k: msgspec.json.decode(v) for k, v in top.items()}, raws
 
 
 def read_trace_json(path: pathlib.Path) -> dict:
@@ -286,13 +247,16 @@ def _str_array(values: list) -> pa.Array:
     return arr.fill_null("") if arr.null_count else arr
 
 
+_CPU, _COLON = pa.scalar("cpu", pa.large_string()), pa.scalar(":", pa.large_string())
+
+
 def _cpu_lanes(pids: list, tids: list) -> pa.Array:
     """``cpu:<pid>:<tid>`` for each event."""
     try:
         p = pc.cast(pa.array(pids), pa.large_string())
         t = pc.cast(pa.array(tids), pa.large_string())
         if not (p.null_count or t.null_count):
-            return pc.binary_join_element_wise("cpu", p, t, ":")
+            return pc.binary_join_element_wise(_CPU, p, t, _COLON)
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
         pass
     return pa.array([f"cpu:{p}:{t}" for p, t in zip(pids, tids)], pa.large_string())
@@ -366,12 +330,17 @@ def _kinds(name: pa.Array, cat: pa.Array, comm_kernel_re: re.Pattern | None) -> 
 
 
 def _meta_columns(n: int, found: list[tuple[int, dict]]) -> dict[str, pa.Array]:
+    """Collective metadata columns: null (``seq``: -1) except at the rows in ``found``."""
+    found = sorted(found, key=lambda item: item[0])
+    mask = np.zeros(n, dtype=bool)
+    mask[[i for i, _ in found]] = True
+    mask = pa.array(mask)
     out = {}
     for col in comm_meta.COLUMNS:
-        values: list = [-1 if col == "seq" else None] * n
-        for i, m in found:
-            values[i] = m[col]
-        out[col] = pa.array(values, SCHEMA.field(col).type)
+        kind = SCHEMA.field(col).type
+        base = pa.array(np.full(n, -1, dtype=np.int64)) if col == "seq" else pa.nulls(n, kind)
+        out[col] = pc.replace_with_mask(base, mask, pa.array([m[col] for _, m in found], kind)) \
+            if found else base
     return out
 
 
@@ -385,7 +354,7 @@ def _lenient(buf: bytes) -> list[_Event]:
         a = ev.get("args")
         args = None
         if isinstance(a, dict):
-            args = _Args(**{attr: (msgspec.Raw(msgspec.json.encode(a[key])) if key in a else None)
+            args = _Args(**{attr: msgspec.Raw(msgspec.json.encode(a[key]) if key in a else b"")
                             if attr in _RAW_ARGS else a.get(key)
                             for attr, key in _ARG_KEYS.items()})
         out.append(_Event(ph=ev.get("ph"), name=ev.get("name"), cat=ev.get("cat"),
@@ -394,9 +363,17 @@ def _lenient(buf: bytes) -> list[_Event]:
     return out
 
 
-def parse_events(raws: list[msgspec.Raw], *,
+def _decode(text: bytes) -> list[_Event]:
+    """The events of a JSON array text; ``msgspec.DecodeError`` when it is not valid JSON."""
+    try:
+        return _DECODE_EVENTS.decode(text)
+    except msgspec.ValidationError:
+        return _lenient(text)
+
+
+def parse_events(batches: Iterable[list[_Event]], *,
                  comm_kernel_re: re.Pattern | None = None) -> pa.Table:
-    """The event table (module docstring) of undecoded events, as an Arrow table.
+    """The event table (module docstring) of batches of decoded events, as an Arrow table.
 
     Arrow allocates through the C library's allocator meanwhile: the many short-lived
     per-batch arrays made pyarrow's default (mimalloc) pool hold ~40 MB more at the peak of a
@@ -405,22 +382,16 @@ def parse_events(raws: list[msgspec.Raw], *,
     previous = pa.default_memory_pool()
     pa.set_memory_pool(pa.system_memory_pool())
     try:
-        return _parse_events(raws, comm_kernel_re)
+        return _parse_events(batches, comm_kernel_re)
     finally:
         pa.set_memory_pool(previous)
 
 
-def _parse_events(raws: list[msgspec.Raw], comm_kernel_re: re.Pattern | None) -> pa.Table:
+def _parse_events(batches: Iterable[list[_Event]], comm_kernel_re: re.Pattern | None) -> pa.Table:
     chunks: dict[str, list[pa.Array]] = {}
     found: list[tuple[int, dict]] = []
     n = 0
-    for start in range(0, len(raws), BATCH_EVENTS):
-        buf = b"[" + b",".join(raws[start:start + BATCH_EVENTS]) + b"]"
-        try:
-            evs = _DECODE_EVENTS.decode(buf)
-        except msgspec.ValidationError:
-            evs = _lenient(buf)
-        del buf
+    for evs in batches:
         got = _batch(evs)
         if got is None:
             continue
@@ -436,6 +407,24 @@ def _parse_events(raws: list[msgspec.Raw], comm_kernel_re: re.Pattern | None) ->
     arrays["kind"] = _kinds(arrays["name"], arrays["cat"], comm_kernel_re)
     arrays.update(_meta_columns(n, found))
     return pa.Table.from_arrays([arrays[f.name] for f in SCHEMA], schema=SCHEMA)
+
+
+def _parse(path: pathlib.Path, raw: bytes,
+           comm_kernel_re: re.Pattern | None) -> tuple[pa.Table, dict]:
+    """(event table, metadata): streamed (``json_stream``), or, for a file that cannot be
+    streamed, decompressed whole and split with msgspec (which also names what is wrong with
+    a damaged file)."""
+    stream = json_stream.EventStream(raw, _decode, batch_bytes=BATCH_BYTES)
+    try:
+        return parse_events(stream.batches(), comm_kernel_re=comm_kernel_re), stream.meta
+    except json_stream.Fallback:
+        pass
+    data = _decompress(path, raw)
+    meta, raws = _split(path, data)
+    del data
+    batches = (_decode(b"[" + b",".join(raws[i:i + BATCH_EVENTS]) + b"]")
+               for i in range(0, len(raws), BATCH_EVENTS))
+    return parse_events(batches, comm_kernel_re=comm_kernel_re), meta
 
 
 def to_frame(table: pa.Table) -> pd.DataFrame:
@@ -468,14 +457,12 @@ def load_trace(path: pathlib.Path, *, comm_kernel_re: re.Pattern | None = None,
         table, meta = hit
         rank = rank_of(path, meta, rank_regex)
     else:
-        meta, raws = _split(path, _decompress(path, raw))
-        del raw
-        rank = rank_of(path, meta, rank_regex)
         PARSE_COUNT += 1
-        table = parse_events(raws, comm_kernel_re=comm_kernel_re)
-        del raws
+        table, meta = _parse(path, raw, comm_kernel_re)
+        del raw
         if table.num_rows == 0:
             raise InputError(path, "the trace has no complete ('X') events")
         if key:
             trace_cache.write(cache_dir, key, table, meta)
+        rank = rank_of(path, meta, rank_regex)
     return RankTrace(path=path, rank=rank, events=to_frame(table), meta=meta)

@@ -75,7 +75,12 @@ def find_traces(path: pathlib.Path) -> list[pathlib.Path]:
     path = pathlib.Path(path)
     if path.is_file():
         return [path]
-    root = path / rd.TRACES if (path / rd.TRACES).is_dir() else path
+    if (path / rd.RUN_JSON).is_file():  # a run directory: its traces are in traces/ only
+        root = path / rd.TRACES
+        if not root.is_dir():
+            return []
+    else:
+        root = path
     skip = {rd.RUN_JSON, "summary.json", "config.json"}
     return sorted(p for p in root.rglob("*") if p.is_file() and p.name.endswith(TRACE_SUFFIXES)
                   and p.name not in skip and rd.REPORT not in p.relative_to(root).parts[:-1])
@@ -98,15 +103,20 @@ def analyze(path: pathlib.Path, *, comm_kernel_re: str | None = None,
         raise InputError(path, "no such file or directory")
     run = rd.read_run_json(path) if path.is_dir() else None
     files = find_traces(path)
+    comms = path / "comms" if path.is_dir() else None
     if not files:
+        if run is not None and comms is not None and comms.is_dir():
+            return _records_only_report(path, run, ["no traces: the run ended before its "
+                                                    "profiled steps"])
         raise InputError(path, "no trace files (*.json, *.json.gz) found"
-                         + (" in traces/" if (path / rd.TRACES).is_dir() else ""))
+                         + (" in traces/" if run is not None else ""))
     pattern = re.compile(comm_kernel_re) if comm_kernel_re else None
     rank_rx = compile_rank_regex(rank_regex)
     problems: list[str] = []
     timelines: dict[int, timeline.RankTimeline] = {}
     sources: dict[int, pathlib.Path] = {}
     collectives = []
+    world_seen = 0  # the job's world size as the traces' distributedInfo states it
     for f, trace in load_traces(files, comm_kernel_re=pattern, rank_regex=rank_rx,
                                 cache_dir=cache_dir, workers=workers, progress=progress):
         if isinstance(trace, str):
@@ -117,10 +127,15 @@ def analyze(path: pathlib.Path, *, comm_kernel_re: str | None = None,
                             f"{sources[trace.rank]}); skipped")
             continue
         sources[trace.rank] = f
+        info = trace.meta.get("distributedInfo")
+        if isinstance(info, dict) and isinstance(info.get("world_size"), int):
+            world_seen = max(world_seen, info["world_size"])
         timelines[trace.rank] = timeline.build(trace, run)
         # Only this rank's collectives are kept, not its events: memory stays per rank.
         collectives.append(stragglers.rank_collectives(trace, timelines[trace.rank], run))
     if not timelines:
+        if run is not None and comms is not None and comms.is_dir():
+            return _records_only_report(path, run, problems)
         raise InputError(path, "no usable trace: " + "; ".join(problems))
     expected = set(range(int(run["world_size"]))) if run and "world_size" in run else set()
     missing = sorted(expected - set(timelines))
@@ -141,7 +156,8 @@ def analyze(path: pathlib.Path, *, comm_kernel_re: str | None = None,
         bubbles = bubbles.merge(replayed, on=["rank", "step"], how="left")
     coll = pd.concat(collectives, ignore_index=True) if collectives else \
         pd.DataFrame(columns=stragglers.INSTANCE_COLUMNS)
-    unmatched = stragglers.matchability(coll, sorted(timelines))
+    unmatched = stragglers.matchability(coll, sorted(timelines),
+                                        int(run["world_size"]) if run else world_seen or None)
     offsets = stragglers.clock_offsets(coll)
     inst, waits = stragglers.waits(coll, offsets) if not unmatched else (None, None)
     verdict = stragglers.verdict(waits) if waits is not None else None
@@ -158,6 +174,22 @@ def analyze(path: pathlib.Path, *, comm_kernel_re: str | None = None,
                   imbalance=imbalance, clock_offsets=offsets, collectives=inst,
                   rank_waits=waits, straggler=verdict, unmatched=unmatched,
                   step_heatmap=heatmap, hangs=hang_table, findings=found)
+
+
+def _records_only_report(path: pathlib.Path, run: dict, problems: list[str]) -> Report:
+    """A run with no usable trace (it failed or hung before its profiled steps): what the
+    always-on records say — step timers and the Flight Recorder diagnosis."""
+    heatmap = stragglers.step_heatmap(_steps_table(path))
+    hang_table = hangs.diagnose(path, run)
+    empty_breakdown = pd.DataFrame(columns=overlap.COLUMNS)
+    found = findings_mod.findings(empty_breakdown, pd.DataFrame(columns=bubble.COLUMNS), None,
+                                  1, None, 0, hang_table, heatmap)
+    return Report(source=path, run=run, breakdown=empty_breakdown,
+                  trace_overlap=pd.DataFrame(columns=["rank", "compute_us", "comm_us",
+                                                      "overlapped_comm_us", "overlap_pct"]),
+                  bubbles=pd.DataFrame(columns=bubble.COLUMNS), problems=problems,
+                  missing_ranks=list(range(int(run.get("world_size", 0)))), ranks=[],
+                  on_gpu=False, step_heatmap=heatmap, hangs=hang_table, findings=found)
 
 
 def _steps_table(path: pathlib.Path) -> pd.DataFrame:

@@ -10,7 +10,7 @@ sample() {  # NAME, then `meshscope run` arguments
     local name=$1; shift
     rm -rf "samples/$name"
     $MS run "$@" --steps 6 --seed 0 --out "samples/$name"
-    $MS analyze "samples/$name" > /dev/null
+    $MS analyze --no-cache "samples/$name" > /dev/null
 }
 
 sample dp4-ddp                 --layout dp=4
