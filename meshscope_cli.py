@@ -184,7 +184,30 @@ def run(**o):
     click.echo(f"run directory written: {opts.out}")
 
 
-def _analyze(path, out, comm_kernel_regex, rank_regex=None, cache=True):
+def _load_baseline(path: str | None):
+    """A bandwidth baseline: bench-comm's baseline.parquet/.csv, or nccl-tests output (a log
+    file or a folder of them)."""
+    if not path:
+        return None
+    import pandas as pd
+
+    from analysis import nccl_tests
+
+    p = pathlib.Path(path)
+    try:
+        if p.is_dir():
+            frames = [nccl_tests.read(f) for f in sorted(p.glob("*.log"))]
+            return pd.concat(frames, ignore_index=True) if frames else None
+        if p.suffix == ".parquet":
+            return pd.read_parquet(p)
+        if p.suffix == ".csv":
+            return pd.read_csv(p)
+        return nccl_tests.read(p)
+    except (OSError, ValueError) as e:
+        _fail(f"{p}: not a usable baseline ({e})")
+
+
+def _analyze(path, out, comm_kernel_regex, rank_regex=None, cache=True, baseline=None):
     import re
 
     from analysis.errors import InputError
@@ -204,7 +227,7 @@ def _analyze(path, out, comm_kernel_regex, rank_regex=None, cache=True):
     try:
         report = do_analyze(pathlib.Path(path), comm_kernel_re=comm_kernel_regex,
                             rank_regex=rank_regex, cache_dir=target / ".cache" if cache else None,
-                            progress=True)
+                            progress=True, baseline=_load_baseline(baseline))
     except (InputError, RunDirError) as e:
         _fail(str(e))
     try:
@@ -229,11 +252,15 @@ def _analyze(path, out, comm_kernel_regex, rank_regex=None, cache=True):
 @click.option("--no-cache", is_flag=True,
               help="Parse every trace afresh instead of reusing the parquet copies kept in "
                    "the report directory's .cache/ (keyed by each file's content hash).")
-def analyze(path, out, as_json, comm_kernel_regex, rank_regex, no_cache):
+@click.option("--baseline", default=None, type=click.Path(exists=True),
+              help="Bandwidth baseline: `meshscope bench-comm`'s baseline.parquet, or "
+                   "nccl-tests output (a log, or a folder of *.log).")
+def analyze(path, out, as_json, comm_kernel_regex, rank_regex, no_cache, baseline):
     """Analyse a run directory or any folder of Kineto traces."""
     from analysis.summary_text import render
 
-    report, target = _analyze(path, out, comm_kernel_regex, rank_regex, cache=not no_cache)
+    report, target = _analyze(path, out, comm_kernel_regex, rank_regex, cache=not no_cache,
+                              baseline=baseline)
     summary = json.loads((target / "summary.json").read_text())
     if as_json:
         click.echo(json.dumps(summary, indent=2))
@@ -263,6 +290,60 @@ def dashboard(runs_dir, port, host):
     if not path.is_dir():
         _fail(f"{path}: no such directory")
     _serve(path, host, port)
+
+
+def _sizes(text: str) -> list[int]:
+    """``1K-64M`` (every power of 4 between) or ``4096,65536`` → sizes in bytes."""
+    units = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+    def one(tok: str) -> int:
+        tok = tok.strip().upper().rstrip("B")
+        return int(float(tok[:-1]) * units[tok[-1]]) if tok[-1:] in "KMG" else int(tok)
+
+    if "-" in text:
+        lo, hi = (one(t) for t in text.split("-", 1))
+        out = []
+        while lo <= hi:
+            out.append(lo)
+            lo *= 4
+        return out
+    return [one(t) for t in text.split(",")]
+
+
+@main.command("bench-comm")
+@click.option("--layout", default="dp=2", show_default=True,
+              help="Groups to measure: each dimension of size > 1 of this layout.")
+@click.option("--ops", default="all_reduce,all_gather,reduce_scatter,all_to_all,broadcast,"
+                              "send_recv", show_default=True)
+@click.option("--sizes", default="1K-64M", show_default=True,
+              help="Message sizes S (nccl-tests' meaning): LO-HI in powers of 4, or a list.")
+@click.option("--iters", default=20, show_default=True, type=int)
+@click.option("--warmup", default=5, show_default=True, type=int)
+@click.option("--profile", is_flag=True,
+              help="Also trace every rank, so `meshscope analyze OUT` reports the sweep.")
+@click.option("--out", required=True, type=click.Path(file_okay=False))
+def bench_comm_cmd(layout, ops, sizes, iters, warmup, profile, out):
+    """nccl-tests-style bandwidth sweep; writes OUT/baseline.parquet for `analyze --baseline`."""
+    import pandas as pd
+
+    from parallel.launch import LaunchError, bench_comm
+    from parallel.layout import LayoutError, parse_layout
+
+    try:
+        path = bench_comm(parse_layout(layout), pathlib.Path(out),
+                          ops=[o.strip() for o in ops.split(",") if o.strip()],
+                          sizes=_sizes(sizes), iters=iters, warmup=warmup, profile=profile)
+    except (LayoutError, ValueError) as e:
+        _fail(str(e))
+    except LaunchError as e:
+        _fail(f"the sweep failed: {e}", code=1)
+    table = pd.read_parquet(path)
+    click.echo(f"{'dim':>4} {'op':>15} {'ranks':>5} {'size':>10} {'time us':>10} "
+               f"{'algbw GB/s':>10} {'busbw GB/s':>10}")
+    for r in table.itertuples():
+        click.echo(f"{r.dim:>4} {r.op:>15} {r.n_ranks:>5} {r.size_bytes:>10} {r.time_us:>10.1f} "
+                   f"{r.algbw_gbps:>10.3f} {r.busbw_gbps:>10.3f}")
+    click.echo(f"baseline written: {path}")
 
 
 @main.command()

@@ -18,7 +18,8 @@ import pandas as pd
 
 from collectors import run_dir as rd
 
-from . import bubble, findings as findings_mod, hangs, overlap, pipeline_report, stragglers
+from . import bubble, comm_report, findings as findings_mod, hangs, overlap, pipeline_report
+from . import stragglers
 from . import timeline
 from .errors import InputError
 from .ingest import compile_rank_regex
@@ -51,9 +52,12 @@ class Report:
     step_heatmap: pd.DataFrame = None
     hangs: pd.DataFrame = None
     findings: list[dict] = dataclasses.field(default_factory=list)
+    bandwidth: pd.DataFrame = None
+    bandwidth_summary: pd.DataFrame = None
 
     TABLES = ("breakdown", "trace_overlap", "bubbles", "microbatches", "pipeline_phases",
-              "stage_imbalance", "clock_offsets", "collectives", "rank_waits", "step_heatmap")
+              "stage_imbalance", "clock_offsets", "collectives", "rank_waits", "step_heatmap",
+              "bandwidth", "bandwidth_summary")
 
     def summary(self) -> dict:
         return _summary(self)
@@ -88,7 +92,8 @@ def find_traces(path: pathlib.Path) -> list[pathlib.Path]:
 
 def analyze(path: pathlib.Path, *, comm_kernel_re: str | None = None,
             rank_regex: str | None = None, cache_dir: pathlib.Path | None = None,
-            workers: int | None = None, progress: bool = False) -> Report:
+            workers: int | None = None, progress: bool = False,
+            baseline: pd.DataFrame | None = None) -> Report:
     """Analyse the traces under ``path``.
 
     ``comm_kernel_re``: extra pattern for communication kernels. ``rank_regex``: a pattern with
@@ -115,7 +120,7 @@ def analyze(path: pathlib.Path, *, comm_kernel_re: str | None = None,
     problems: list[str] = []
     timelines: dict[int, timeline.RankTimeline] = {}
     sources: dict[int, pathlib.Path] = {}
-    collectives = []
+    collectives, transfers = [], []
     world_seen = 0  # the job's world size as the traces' distributedInfo states it
     for f, trace in load_traces(files, comm_kernel_re=pattern, rank_regex=rank_rx,
                                 cache_dir=cache_dir, workers=workers, progress=progress):
@@ -133,6 +138,7 @@ def analyze(path: pathlib.Path, *, comm_kernel_re: str | None = None,
         timelines[trace.rank] = timeline.build(trace, run)
         # Only this rank's collectives are kept, not its events: memory stays per rank.
         collectives.append(stragglers.rank_collectives(trace, timelines[trace.rank], run))
+        transfers.append(comm_report.rank_transfers(trace, timelines[trace.rank], run))
     if not timelines:
         if run is not None and comms is not None and comms.is_dir():
             return _records_only_report(path, run, problems)
@@ -167,9 +173,11 @@ def analyze(path: pathlib.Path, *, comm_kernel_re: str | None = None,
     found = findings_mod.findings(breakdown, bubbles, imbalance,
                                   int((run or {}).get("microbatches", 1)), verdict, n_steps,
                                   hang_table, heatmap)
+    bw = comm_report.bandwidth_table(pd.concat(transfers, ignore_index=True))
     return Report(source=path, run=run, breakdown=breakdown, trace_overlap=trace_ov,
                   bubbles=bubbles, problems=problems, missing_ranks=missing,
                   ranks=sorted(timelines), on_gpu=any(t.on_gpu for t in timelines.values()),
+                  bandwidth=bw, bandwidth_summary=comm_report.bandwidth_summary(bw, baseline),
                   microbatches=mb, pipeline_phases=phases, stage_imbalance=imbalance_tab,
                   imbalance=imbalance, clock_offsets=offsets, collectives=inst,
                   rank_waits=waits, straggler=verdict, unmatched=unmatched,
@@ -250,6 +258,7 @@ def _summary(r: Report) -> dict:
         "hangs": _records(r.hangs.astype({"last_seq_of_missing": str}))
         if r.hangs is not None and not r.hangs.empty else [],
         "findings": r.findings,
+        "bandwidth": _records(r.bandwidth_summary) if r.bandwidth_summary is not None else [],
     }
 
 

@@ -36,7 +36,7 @@ import numpy as np
 import pandas as pd
 
 from . import classify
-from .timeline import comm_dimension
+from .timeline import comm_dimension, scope_at
 
 INSTANCE_COLUMNS = ["rank", "step", "group", "dim", "op", "k", "arrival_us", "end_us"]
 
@@ -85,7 +85,7 @@ def rank_collectives(tr, tl, run: dict | None) -> pd.DataFrame:
         for i, row in enumerate(c.itertuples()):
             op = _op(row.name)
             pg = getattr(row, "pg_ranks", None)
-            dim = comm_dimension(row.name, run) if run else "unknown"
+            dim = comm_dimension(row.name, run, scope_at(tl.scopes, row.ts_us))
             group = pg if isinstance(pg, str) and pg else groups.get(dim, "")
             k = counters.get((group, op), 0)
             counters[(group, op)] = k + 1

@@ -60,6 +60,20 @@ def render(summary: dict) -> str:
                      f"collectives; caused {st['wait_caused_us'] / 1000:.1f} ms of waiting)")
     for h in summary.get("hangs", [])[:5]:
         lines.append(f"HANG: {h['detail']}")
+    bw = summary.get("bandwidth") or []
+    if bw:
+        lines.append("")
+        lines.append("Collective bandwidth (median per dimension, op and size bucket):")
+        lines.append("   dim              op  ranks     bytes  transfer us  busbw GB/s  "
+                     "efficiency")
+        for b in bw[:20]:
+            eff = b.get("efficiency")
+            lines.append(f"  {b['dim']:>4} {b['op']:>15} {b['group_size'] or '-':>6} "
+                         f"{b['msg_bytes'] or 0:>9.0f} {b['transfer_us'] or 0:>12.1f} "
+                         f"{b['busbw_gbps'] or 0:>11.3f}  "
+                         f"{'-' if eff is None else f'{eff:.0%}'}")
+        if len(bw) > 20:
+            lines.append(f"  … {len(bw) - 20} more rows in report/bandwidth_summary.parquet")
     if summary.get("findings"):
         lines.append("")
         lines.append("Findings (largest cost first):")

@@ -38,6 +38,8 @@ class RankTimeline:
     pipeline: np.ndarray
     microbatches: pd.DataFrame
     span: tuple[float, float]
+    # ``meshscope/comm dim=D`` ranges: starts, ends (sorted by start) and their dimensions.
+    scopes: tuple[np.ndarray, np.ndarray, list[str]]
     # The whole-trace selection HTA's get_comm_comp_overlap uses (see ``_complete_steps``).
     trace_compute: np.ndarray
     trace_comm: np.ndarray
@@ -54,13 +56,16 @@ def _iv(df: pd.DataFrame) -> np.ndarray:
     return iv.union(df["ts_us"].to_numpy(), df["end_us"].to_numpy())
 
 
-def comm_dimension(name: str, run: dict | None) -> str:
+def comm_dimension(name: str, run: dict | None, scope: str | None = None) -> str:
     """The parallel dimension of a communication event on a CPU/gloo trace.
 
-    gloo ranges carry no process group, so the dimension follows from the operation and the
-    run's layout: send/recv belong to pipeline parallelism; a collective belongs to the one
-    other dimension of size > 1, when there is exactly one; otherwise it is ``unknown``.
+    gloo ranges carry no process group. A ``meshscope/comm dim=D`` range around the event
+    (``scope``) says D; otherwise the dimension follows from the operation and the run's
+    layout: send/recv belong to pipeline parallelism; a collective belongs to the one other
+    dimension of size > 1, when there is exactly one; otherwise it is ``unknown``.
     """
+    if scope:
+        return scope
     if run is None:
         return "unknown"
     sizes = run.get("layout", {})
@@ -89,6 +94,27 @@ def _step_windows(host: pd.DataFrame, device: pd.DataFrame) -> dict[int, tuple[f
         end = out[keys[i + 1]][0] if i + 1 < len(keys) else max(end, last_dev_end)
         out[k] = (start, end)
     return out
+
+
+def _scopes(host: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    ann = host[host["name"].str.startswith(annotations.PREFIX + "comm ")].sort_values("ts_us")
+    dims = [annotations.COMM_SCOPE_RE.match(n) for n in ann["name"]]
+    keep = np.array([m is not None for m in dims], dtype=bool)
+    ann = ann[keep]
+    return (ann["ts_us"].to_numpy(), ann["end_us"].to_numpy(),
+            [m["dim"] for m in dims if m is not None])
+
+
+def scope_at(scopes: tuple[np.ndarray, np.ndarray, list[str]], ts: float) -> str | None:
+    """The dimension of the latest-started ``meshscope/comm`` range containing time ``ts``
+    (ranges are short and rarely nested, so only the last few starting before ``ts`` are
+    looked at)."""
+    starts, ends, dims = scopes
+    i = int(np.searchsorted(starts, ts, side="right")) - 1
+    for j in range(i, max(i - 8, -1), -1):
+        if ends[j] >= ts:
+            return dims[j]
+    return None
 
 
 def _microbatches(host: pd.DataFrame) -> pd.DataFrame:
@@ -142,8 +168,10 @@ def build(trace: RankTrace, run: dict | None = None) -> RankTimeline:
         compute = iv.merge(*per_lane) if per_lane else iv.EMPTY.copy()
         other = iv.EMPTY.copy()
     comm = _iv(comm_ev)
-    dims = comm_ev["name"].map(lambda n: comm_dimension(n, run)) if not comm_ev.empty \
-        else pd.Series(dtype=str)
+    scopes = _scopes(host)
+    dims = pd.Series([comm_dimension(n, run, scope_at(scopes, t))
+                      for n, t in zip(comm_ev["name"], comm_ev["ts_us"])],
+                     index=comm_ev.index, dtype=object)
     comm_by_dim = {d: _iv(comm_ev[dims == d]) for d in sorted(set(dims))}
     pipe = host[host["name"] == annotations.PIPELINE]
     steps = _step_windows(host, dev)
@@ -157,5 +185,5 @@ def build(trace: RankTrace, run: dict | None = None) -> RankTimeline:
         rank=trace.rank, on_gpu=not dev.empty, compute=compute, comm=comm,
         comm_by_dim=comm_by_dim, other=other, steps=steps,
         pipeline=_iv(pipe), microbatches=_microbatches(host),
-        span=(float(ev["ts_us"].min()), float(ev["end_us"].max())),
+        span=(float(ev["ts_us"].min()), float(ev["end_us"].max())), scopes=scopes,
         trace_compute=trace_compute, trace_comm=trace_comm)

@@ -7,7 +7,10 @@ Every annotation is a ``torch.profiler.record_function`` range whose name starts
 - ``meshscope/<phase> stage=S chunk=C mb=M`` — one microbatch's work on one stage, with phase
   ``forward``, ``backward`` (the full backward, or the input-gradient part when a schedule splits
   it) or ``weight-grad``;
-- ``meshscope/optimizer`` — the optimizer step.
+- ``meshscope/optimizer`` — the optimizer step;
+- ``meshscope/comm dim=D`` — communication inside this range belongs to parallel dimension D
+  (``dp``, ``tp``, ``pp``, ``cp``, ``ep``); gloo ranges carry no process group, so this is how
+  the analysis attributes them where the layout alone cannot.
 
 Steps themselves are the profiler's own ``ProfilerStep#N`` ranges (N = the run's step index).
 """
@@ -24,6 +27,11 @@ _MICROBATCH_RE = re.compile(
     r"^meshscope/(?P<phase>forward|backward|weight-grad) stage=(?P<stage>\d+) "
     r"chunk=(?P<chunk>\d+) mb=(?P<mb>\d+)$")
 STEP_RE = re.compile(r"^ProfilerStep#(?P<step>\d+)$")
+COMM_SCOPE_RE = re.compile(r"^meshscope/comm dim=(?P<dim>\w+)$")
+
+
+def comm_scope(dim: str) -> str:
+    return f"{PREFIX}comm dim={dim}"
 
 
 def microbatch(phase: str, stage: int, chunk: int, mb: int) -> str:

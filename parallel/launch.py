@@ -227,36 +227,47 @@ def launch(opts: RunOptions) -> dict:
     config_path = run / ".meta" / f"config-node{opts.node_rank}.json"
     write_json_atomic(config_path, config)
 
+    os.environ["TORCH_FR_BUFFER_SIZE"] = os.environ.get(
+        "TORCH_FR_BUFFER_SIZE", str(flight_recorder.DEFAULT_BUFFER_SIZE)) \
+        if opts.always_on else "0"
+    try:
+        run_ranks("parallel.worker", config_path, nproc=opts.layout.world_size // opts.nnodes,
+                  nnodes=opts.nnodes, node_rank=opts.node_rank,
+                  rdzv_endpoint=opts.rdzv_endpoint, rdzv_id=f"meshscope-{opts.layout}")
+    except LaunchError as e:
+        desc.update(status="failed", end_time=_now(), error=str(e))
+        _finish(run, desc, opts)
+        raise
+    desc.update(status="completed", end_time=_now())
+    _finish(run, desc, opts)
+    return desc
+
+
+def run_ranks(module: str, config_path: pathlib.Path, *, nproc: int, nnodes: int = 1,
+              node_rank: int = 0, rdzv_endpoint: str | None = None,
+              rdzv_id: str = "meshscope") -> None:
+    """``python -m MODULE CONFIG`` on ``nproc`` local ranks through torchrun's machinery;
+    LaunchError naming the first failing rank."""
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import get_args_parser, run as torchrun
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    os.environ["TORCH_FR_BUFFER_SIZE"] = os.environ.get(
-        "TORCH_FR_BUFFER_SIZE", str(flight_recorder.DEFAULT_BUFFER_SIZE)) \
-        if opts.always_on else "0"
-    nproc = opts.layout.world_size // opts.nnodes
-    if opts.nnodes == 1:
+    if nnodes == 1:
         where = ["--standalone"]
     else:
         # Every node's launcher meets at node 0's endpoint (torchrun's c10d rendezvous).
-        where = [f"--nnodes={opts.nnodes}", f"--node-rank={opts.node_rank}",
-                 "--rdzv-backend=c10d", f"--rdzv-endpoint={opts.rdzv_endpoint}",
-                 f"--rdzv-id=meshscope-{opts.layout}-{opts.rdzv_endpoint}",
+        where = [f"--nnodes={nnodes}", f"--node-rank={node_rank}", "--rdzv-backend=c10d",
+                 f"--rdzv-endpoint={rdzv_endpoint}", f"--rdzv-id={rdzv_id}-{rdzv_endpoint}",
                  # Node 0 serves the rendezvous store; the others connect to it (needed when
                  # several launchers share one host, e.g. 127.0.0.1 in a test).
-                 f"--rdzv-conf=is_host={1 if opts.node_rank == 0 else 0}"]
+                 f"--rdzv-conf=is_host={1 if node_rank == 0 else 0}"]
     args = get_args_parser().parse_args([
         *where, f"--nproc-per-node={nproc}", "--max-restarts=0", "--monitor-interval=0.5",
-        "-m", "parallel.worker", str(config_path)])
+        "-m", module, str(config_path)])
     try:
         torchrun(args)
     except ChildFailedError as e:
-        desc.update(status="failed", end_time=_now(), error=_failure_message(e))
-        _finish(run, desc, opts)
-        raise LaunchError(desc["error"]) from None
-    desc.update(status="completed", end_time=_now())
-    _finish(run, desc, opts)
-    return desc
+        raise LaunchError(_failure_message(e)) from None
 
 
 def _finish(run: pathlib.Path, desc: dict, opts: RunOptions) -> None:
@@ -265,3 +276,41 @@ def _finish(run: pathlib.Path, desc: dict, opts: RunOptions) -> None:
         _merge_rank_meta(run, desc)
         write_json_atomic(run / RUN_JSON, desc)
         shutil.rmtree(run / ".meta", ignore_errors=True)
+
+
+def bench_comm(layout: Layout, out: pathlib.Path, *, ops: list[str], sizes: list[int],
+               iters: int = 20, warmup: int = 5, profile: bool = False) -> pathlib.Path:
+    """Run the ``parallel.bench_comm`` sweep on ``layout``'s ranks; returns the baseline path.
+    With ``profile``, ``out`` is also a run directory (run.json, traces/)."""
+    from .bench_comm import OPS
+
+    unknown = [o for o in ops if o not in OPS]
+    if unknown:
+        raise LayoutError(f"unknown op {unknown[0]!r} (known: {', '.join(OPS)})")
+    world = layout.world_size
+    for s in sizes:
+        if s < 4 * world or s % (4 * world):
+            raise LayoutError(f"size {s} B must be a positive multiple of 4 × {world} ranks "
+                              f"(float32 elements split evenly over any group)")
+    out = pathlib.Path(out).resolve()
+    if out.exists() and any(out.iterdir()):
+        raise LayoutError(f"output directory {out} exists and is not empty (choose a new one)")
+    out.mkdir(parents=True, exist_ok=True)
+    if profile:
+        opts = RunOptions(layout=layout, model=ModelConfig(), out=out, steps=1,
+                          profile_steps=(0, 0))
+        desc = run_description(opts, uuid.uuid4().hex[:12])
+        desc.update(kind="bench-comm", schedule=None, steps=len(ops) * len(sizes))
+        write_json_atomic(out / RUN_JSON, desc)
+    config = {"run_dir": str(out), "layout": layout.sizes, "ops": ops, "sizes": sizes,
+              "iters": iters, "warmup": warmup, "profile": profile}
+    config_path = out / ".meta" / "bench-config.json"
+    write_json_atomic(config_path, config)
+    try:
+        run_ranks("parallel.bench_comm", config_path, nproc=world, rdzv_id="meshscope-bench")
+    finally:
+        shutil.rmtree(out / ".meta", ignore_errors=True)
+    if profile:
+        desc.update(status="completed", end_time=_now())
+        write_json_atomic(out / RUN_JSON, desc)
+    return out / "baseline.parquet"
