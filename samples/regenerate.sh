@@ -9,7 +9,7 @@ export OMP_NUM_THREADS=1
 sample() {  # NAME, then `meshscope run` arguments
     local name=$1; shift
     rm -rf "samples/$name"
-    $MS run "$@" --steps 6 --seed 0 --out "samples/$name"
+    $MS run "$@" --steps 6 --profile-steps 4-5 --seed 0 --out "samples/$name"
     $MS analyze --no-cache "samples/$name" > /dev/null
 }
 
