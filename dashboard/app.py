@@ -1,6 +1,7 @@
 """The meshscope dashboard (Dash): an overview page over a folder of runs.
 
-``create_app(runs_dir)`` discovers the runs once; the page has a run picker (``run-select``)
+``create_app(runs_dir)`` discovers the runs once; the page has a run picker (``run-select``;
+``?run=ID`` in the address picks a run, so a view can be linked)
 and, for the chosen run, a header (layout, world size, schedule, microbatches), any missing
 ranks and analysis problems, the per-rank step breakdown (``breakdown-graph``) and the
 pipeline bubble against the schedule's theory (``bubble-table``). All figures and tables are
@@ -11,7 +12,9 @@ from __future__ import annotations
 import pathlib
 
 import plotly.graph_objects as go
-from dash import Dash, Input, Output, dcc, html
+from urllib.parse import parse_qs
+
+from dash import Dash, Input, Output, dcc, html, no_update
 
 from . import runs as R
 
@@ -144,10 +147,18 @@ def create_app(runs_dir: pathlib.Path) -> Dash:
         html.H1("meshscope", style={"marginBottom": "4px"}),
         html.Div(f"{len(runs)} run(s) in {runs_dir}", style={"color": "#666"}),
         html.Div(picker, style={"margin": "12px 0"}),
-        dcc.Loading(html.Div(id="run-view"), type="dot")])
+        dcc.Loading(html.Div(id="run-view"), type="dot"),
+        dcc.Location(id="url", refresh=False)])
 
     if options:
         @app.callback(Output("run-view", "children"), Input("run-select", "value"))
         def show_run(run_id):
             return overview(runs, run_id)
+
+        @app.callback(Output("run-select", "value"), Input("url", "search"))
+        def pick_from_url(search):
+            """``?run=ID`` in the address picks that run (a link to share); an unknown id
+            leaves the default."""
+            chosen = parse_qs((search or "").lstrip("?")).get("run", [None])[0]
+            return chosen if chosen in runs else no_update
     return app

@@ -97,7 +97,8 @@ def check(opts: RunOptions) -> None:
         raise LayoutError(f"--profile-steps {opts.profile_steps[0]}-{opts.profile_steps[1]} "
                           f"goes past the last step {opts.steps - 1}")
     out = pathlib.Path(opts.out)
-    if opts.node_rank == 0 and out.exists() and any(out.iterdir()):
+    # Other nodes' launchers may already have written their scratch files (.meta/).
+    if opts.node_rank == 0 and out.exists() and any(p.name != ".meta" for p in out.iterdir()):
         raise LayoutError(f"output directory {out} exists and is not empty (choose a new one)")
 
 

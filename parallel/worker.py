@@ -13,6 +13,7 @@ import os
 import pathlib
 import signal
 import sys
+import threading
 
 import torch
 import torch.distributed as dist
@@ -73,12 +74,22 @@ def _step_with_pp(rm: RankModel, schedule, x, y) -> float | None:
     return torch.stack([l.detach() for l in losses]).mean().item() if rm.has_last else None
 
 
-class Terminated(RuntimeError):
-    """torchrun stopped this rank (another rank failed)."""
+def _record_on_sigterm(on_term) -> None:
+    """When torchrun stops this rank (SIGTERM, after another rank failed), run ``on_term`` and
+    exit. A Python signal handler would only run once the main thread returns from the C++
+    call it is blocked in — a collective waiting for the failed rank may not return before the
+    launcher's SIGKILL — so SIGTERM is blocked here, before any other thread exists, and a
+    dedicated thread waits for it."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
 
+    def wait():
+        signal.sigwait({signal.SIGTERM})
+        try:
+            on_term()
+        finally:
+            os._exit(128 + signal.SIGTERM)
 
-def _on_sigterm(signum, frame):
-    raise Terminated("stopped by the launcher (signal SIGTERM) after another rank failed")
+    threading.Thread(target=wait, name="meshscope-sigterm", daemon=True).start()
 
 
 @record
@@ -88,15 +99,14 @@ def main(config_path: str) -> None:
     layout = Layout(conf["layout"])
     cfg = ModelConfig(**conf["model"])
     faults = [Fault(**f) for f in conf["faults"]]
+    on_term: list = []  # what to save if the launcher stops this rank, filled in below
+    _record_on_sigterm(lambda: [f() for f in on_term])
     device, backend = _device()
     if conf.get("nccl_debug") and backend == "nccl":
         from collectors.nccl_debug import nccl_debug_env
         os.environ.update(nccl_debug_env(run_dir, rank=int(os.environ["RANK"])))
     dist.init_process_group(backend, timeout=datetime.timedelta(seconds=conf["timeout_s"]))
     rank = dist.get_rank()
-    # Python runs this handler once the main thread leaves the blocking call it is in, so a rank
-    # stuck in a collective still records its Flight Recorder buffer before it goes.
-    signal.signal(signal.SIGTERM, _on_sigterm)
     rm = build_rank_model(conf, layout, cfg, device, faults)
     write_json_atomic(run_dir / ".meta" / f"rank{rank}.json",
                       {"rank": rank, "coordinates": rm.coords, "groups": rm.groups,
@@ -113,6 +123,11 @@ def main(config_path: str) -> None:
     # the end and the Flight Recorder keeps nothing.
     timer = StepTimer(steps_path(run_dir, rank), rank, cuda=device.type == "cuda",
                       flush_every=10 if conf["always_on"] else 10**9)
+    on_term.append(timer.flush)
+    if conf["always_on"]:
+        on_term.append(lambda: flight_recorder.dump(
+            run_dir, rank, "terminated", "stopped by the launcher (SIGTERM) after another "
+                                         "rank failed"))
     meta = {"layout": str(layout), "rank": rank, "coordinates": rm.coords,
             "run_id": conf["run_id"]}
     prof = make_profiler(run_dir, rank, tuple(conf["profile_steps"]), device, meta)
@@ -139,9 +154,8 @@ def main(config_path: str) -> None:
                 timer.stop(step, tokens=local_tokens, loss=loss)
                 prof.step()
     except BaseException as e:
-        reason = "terminated" if isinstance(e, Terminated) else "exception"
         if conf["always_on"]:
-            flight_recorder.dump(run_dir, rank, reason, f"{type(e).__name__}: {e}")
+            flight_recorder.dump(run_dir, rank, "exception", f"{type(e).__name__}: {e}")
         raise
     finally:
         timer.flush()

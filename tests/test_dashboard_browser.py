@@ -160,11 +160,12 @@ def driver(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def page(server, driver):
-    """The overview page of the default (first) run, once the graph and table have rendered."""
+    """The overview page of the pipelined sample (picked by ``?run=``), once the graph and the
+    bubble table have rendered."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
-    driver.get(server)
+    driver.get(f"{server}?run={SAMPLE.name}")
     WebDriverWait(driver, 30).until(lambda d: d.find_elements(
         By.CSS_SELECTOR, "#breakdown-graph .xtick text") and d.find_elements(
         By.CSS_SELECTOR, "#bubble-table tbody tr"))
