@@ -55,7 +55,7 @@ def _cpu_pairs(comm: pd.DataFrame):
 def rank_transfers(tr, tl, run: dict | None) -> pd.DataFrame:
     ev = tr.events
     comm = ev[ev["kind"] == classify.COMMUNICATION]
-    groups = _groups_of(tr.rank, run)
+    groups = _groups_of(tr.rank, run, tr.meta)
     rows = []
     for step, (s, e) in sorted(tl.steps.items()):
         inside = comm[(comm["ts_us"] >= s) & (comm["ts_us"] < e)]
@@ -73,9 +73,12 @@ def rank_transfers(tr, tl, run: dict | None) -> pd.DataFrame:
                 counters[op] = k + 1
                 m = meta_by_op.get(op, [])
                 m = m[k] if k < len(m) else None
-                group = (m.pg_ranks if m is not None and isinstance(m.pg_ranks, str) else "")
+                group = (m.pg_ranks if m is not None and isinstance(m.pg_ranks, str)
+                         else groups.get("unknown", ""))
+                desc = m.pg_desc if m is not None and isinstance(m.pg_desc, str) else ""
                 items.append((op, op, group, m.msg_bytes if m is not None else np.nan,
-                              kern.dur_us, kern.name, kern.ts_us))
+                              kern.dur_us, desc if desc.startswith("mesh_") else kern.name,
+                              kern.ts_us))
             counters = {}
         else:
             items = []
@@ -89,7 +92,8 @@ def rank_transfers(tr, tl, run: dict | None) -> pd.DataFrame:
                     size = size * n  # the range holds one rank's share; S is the gathered whole
                 items.append((op, backend, group, size, rng.dur_us, rng.name, rng.ts_us))
         for op, backend, group, size, dur, name, ts in items:
-            dim = comm_dimension(name, run, scope_at(tl.scopes, ts))
+            dim = name[len("mesh_"):] if name.startswith("mesh_") else \
+                comm_dimension(name, run, scope_at(tl.scopes, ts))
             k = counters.get((group, op), 0)
             counters[(group, op)] = k + 1
             rows.append({"rank": tr.rank, "step": step, "group": group, "dim": dim, "op": op,

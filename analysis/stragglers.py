@@ -41,12 +41,18 @@ from .timeline import comm_dimension, scope_at
 INSTANCE_COLUMNS = ["rank", "step", "group", "dim", "op", "k", "arrival_us", "end_us"]
 
 
-def _groups_of(rank: int, run: dict | None) -> dict[str, str]:
-    """dimension → this rank's group in run.json, as "r0,r1,…"."""
+def _groups_of(rank: int, run: dict | None, meta: dict | None = None) -> dict[str, str]:
+    """dimension → this rank's group, as "r0,r1,…": from run.json; for a foreign trace whose
+    job has a single process group (``distributedInfo.pg_config``: plain DDP), that group for
+    the dimension ``unknown``."""
     out = {}
     for g in (run or {}).get("process_groups", []):
         if rank in g["ranks"]:
             out.setdefault(g["dimension"], ",".join(map(str, sorted(g["ranks"]))))
+    if run is None and meta:
+        pgs = (meta.get("distributedInfo") or {}).get("pg_config") or []
+        if isinstance(pgs, list) and len(pgs) == 1 and isinstance(pgs[0].get("ranks"), list):
+            out["unknown"] = ",".join(map(str, sorted(pgs[0]["ranks"])))
     return out
 
 
@@ -67,7 +73,7 @@ def rank_collectives(tr, tl, run: dict | None) -> pd.DataFrame:
     """The collective instances of one rank (``tr`` its RankTrace, ``tl`` its timeline)."""
     ev = tr.events
     comm = ev[ev["kind"] == classify.COMMUNICATION]
-    groups = _groups_of(tr.rank, run)
+    groups = _groups_of(tr.rank, run, tr.meta)
     if tl.on_gpu:
         # NCCL runs all-to-all as SendRecv kernels: on a GPU every communication kernel counts.
         calls, ends = comm[comm["device"]], None

@@ -56,8 +56,37 @@ def _iv(df: pd.DataFrame) -> np.ndarray:
     return iv.union(df["ts_us"].to_numpy(), df["end_us"].to_numpy())
 
 
+def kernel_group_desc(dev_comm: pd.DataFrame, host: pd.DataFrame) -> pd.Series:
+    """For each GPU communication kernel, the process-group description of the
+    ``record_param_comms`` call that launched it (the call whose range on the launching thread
+    holds the runtime launch with the kernel's correlation id); NaN where unknown."""
+    out = pd.Series(np.nan, index=dev_comm.index, dtype=object)
+    if dev_comm.empty or "pg_desc" not in host:
+        return out
+    calls = host[(host["name"] == "record_param_comms") & host["pg_desc"].notna()]
+    launches = host[(host["correlation"] >= 0)
+                    & host["cat"].isin(["cuda_runtime", "cuda_driver"])]
+    if calls.empty or launches.empty:
+        return out
+    launch = launches.drop_duplicates("correlation").set_index("correlation")
+    by_lane = {lane: (g["ts_us"].to_numpy(), g["end_us"].to_numpy(), g["pg_desc"].to_numpy())
+               for lane, g in calls.sort_values("ts_us").groupby("lane")}
+    for idx, corr in zip(dev_comm.index, dev_comm["correlation"]):
+        if corr not in launch.index:
+            continue
+        ts, lane = launch.at[corr, "ts_us"], launch.at[corr, "lane"]
+        if lane not in by_lane:
+            continue
+        starts, ends, descs = by_lane[lane]
+        i = int(np.searchsorted(starts, ts, side="right")) - 1
+        if i >= 0 and ends[i] >= ts:
+            out.at[idx] = descs[i]
+    return out
+
+
 def comm_dimension(name: str, run: dict | None, scope: str | None = None) -> str:
-    """The parallel dimension of a communication event on a CPU/gloo trace.
+    """The parallel dimension of a communication event without a ``mesh_<dim>`` group
+    description (GPU kernels get theirs from ``kernel_group_desc``).
 
     gloo ranges carry no process group. A ``meshscope/comm dim=D`` range around the event
     (``scope``) says D; otherwise the dimension follows from the operation and the run's
@@ -169,8 +198,13 @@ def build(trace: RankTrace, run: dict | None = None) -> RankTimeline:
         other = iv.EMPTY.copy()
     comm = _iv(comm_ev)
     scopes = _scopes(host)
-    dims = pd.Series([comm_dimension(n, run, scope_at(scopes, t))
-                      for n, t in zip(comm_ev["name"], comm_ev["ts_us"])],
+    # A DeviceMesh names its groups mesh_<dim>: on GPU traces that description, found through
+    # the kernel's launch, names the dimension directly.
+    descs = kernel_group_desc(comm_ev, host) if not dev.empty else \
+        pd.Series(np.nan, index=comm_ev.index, dtype=object)
+    dims = pd.Series([d[len("mesh_"):] if isinstance(d, str) and d.startswith("mesh_")
+                      else comm_dimension(n, run, scope_at(scopes, t))
+                      for n, t, d in zip(comm_ev["name"], comm_ev["ts_us"], descs)],
                      index=comm_ev.index, dtype=object)
     comm_by_dim = {d: _iv(comm_ev[dims == d]) for d in sorted(set(dims))}
     pipe = host[host["name"] == annotations.PIPELINE]

@@ -89,3 +89,28 @@ def test_layout_constraints_refused_before_launch(tmp_path, args, needle):
     assert proc.returncode == 2, proc.stderr
     assert needle in _one_error_line(proc)
     assert not out.exists()
+
+
+def test_each_kind_of_bad_file_is_named_and_the_good_rank_analysed(tmp_path):
+    """A non-JSON file, JSON without traceEvents and a second trace of the same rank: one
+    problem line each, naming the file; the usable rank is still analysed (exit 0)."""
+    import json
+    import shutil
+
+    from conftest import ROOT
+
+    good = ROOT / "samples" / "dp2-pp2-1f1b" / "traces" / "rank0.json.gz"
+    shutil.copy(good, tmp_path / "rank0.json.gz")
+    shutil.copy(good, tmp_path / "copy-of-rank0.json.gz")   # distributedInfo says rank 0 too
+    (tmp_path / "rank1.json").write_text("this is not JSON at all")
+    (tmp_path / "rank2.json").write_text(json.dumps({"schemaVersion": 1, "events": []}))
+    proc = meshscope("analyze", tmp_path, "--json")
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert summary["ranks"] == [0]
+    problems = summary["problems"]
+    assert len(problems) == 3, problems
+    by_file = {p.split(":")[0].rsplit("/", 1)[-1]: p for p in problems}
+    assert "not valid JSON" in by_file["rank1.json"] or "JSON" in by_file["rank1.json"]
+    assert "traceEvents" in by_file["rank2.json"]
+    assert "duplicate rank 0" in " ".join(problems)

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from collectors.flight_recorder import UnsafePickleError, load_pickle_dump
-from conftest import ROOT, meshscope
+from conftest import meshscope
 
 DUMP_SCRIPT = r'''
 import sys, torch, torch.distributed as dist
