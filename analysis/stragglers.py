@@ -1,7 +1,8 @@
 """Cross-rank timing: clock alignment, arrival skew, waits, and the straggler.
 
-**Instances.** ``collective_table`` lists every collective (point-to-point excluded) of every
-rank in the profiled steps: rank, step, group (its ranks, ``"0,1"``), dim, op, k (its index
+**Instances.** ``rank_collectives`` lists every collective (on CPU traces point-to-point is
+excluded; on GPUs every NCCL kernel counts, as all-to-all runs as SendRecv) of one rank in the
+profiled steps: rank, step, group (its ranks, ``"0,1"``), dim, op, k (its index
 among the rank's collectives of that group and op in that step), arrival_us and end_us. On
 CPU/gloo traces the arrival is the calling thread's ``c10d::`` call (the rank is ready to
 reduce) and the end is the k-th ``gloo:`` range's end on the worker thread; on GPU traces
@@ -100,14 +101,6 @@ def rank_collectives(tr, tl, run: dict | None) -> pd.DataFrame:
             rows.append({"rank": tr.rank, "step": step, "group": group, "dim": dim, "op": op,
                          "k": k, "arrival_us": row.ts_us, "end_us": end})
     return pd.DataFrame(rows, columns=INSTANCE_COLUMNS)
-
-
-def collective_table(traces: dict[int, object], timelines: dict, run: dict | None
-                     ) -> pd.DataFrame:
-    """``rank_collectives`` of every rank, concatenated."""
-    parts = [rank_collectives(tr, timelines[r], run) for r, tr in sorted(traces.items())]
-    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
-        columns=INSTANCE_COLUMNS)
 
 
 def matchability(table: pd.DataFrame, ranks: list[int], world_size: int | None = None
