@@ -2,10 +2,9 @@
 and nccl-tests' algbw/busbw — per instance and per (dimension, op, message-size bucket).
 
 **Instances** (``rank_transfers``, one rank at a time). On CPU/gloo traces each collective is a
-pair: the ``c10d::`` call on the calling thread names the *algorithm* (``_reduce_scatter_base_``
-is a reduce_scatter), and the ``gloo:`` range that runs it (on a gloo worker thread, or on the
-calling thread for send/recv) gives its duration and the tensor it moved. Calls and ranges are
-paired in issue order. gloo runs reduce_scatter as an all_reduce of the whole input: the row
+pair (``collectives.gloo_pairs``): the ``c10d::`` call names the *algorithm*
+(``_reduce_scatter_base_`` is a reduce_scatter), and the ``gloo:`` range that ran it gives its
+duration and the tensor it moved. gloo runs reduce_scatter as an all_reduce of the whole input: the row
 keeps the algorithm's op and bytes and names the backend's op in ``backend_op`` (its bus
 traffic is 2(n−1)/n × S instead of (n−1)/n × S). On GPU traces the NCCL kernel gives the
 duration and its op; bytes and group come from the matching ``record_param_comms`` (the k-th of
@@ -31,7 +30,7 @@ import pandas as pd
 
 from . import classify
 from .bandwidth import add_bandwidth, canonical_op, size_buckets
-from .stragglers import _groups_of
+from .collectives import gloo_pairs, rank_groups
 from .timeline import comm_dimension, scope_at
 
 TRANSFER_COLUMNS = ["rank", "step", "group", "dim", "op", "backend_op", "k", "msg_bytes",
@@ -42,20 +41,10 @@ def _group_size(group: str) -> int | None:
     return len(group.split(",")) if group else None
 
 
-def _cpu_pairs(comm: pd.DataFrame):
-    calls = comm[comm["name"].str.startswith("c10d::")
-                 & comm["name"].map(lambda n: canonical_op(n.split("::")[-1]) is not None)]
-    ranges = comm[comm["name"].str.startswith("gloo:")
-                  & comm["name"].map(lambda n: canonical_op(n) is not None)]
-    calls, ranges = calls.sort_values("ts_us"), ranges.sort_values("ts_us")
-    for call, rng in zip(calls.itertuples(), ranges.itertuples()):
-        yield call.ts_us, canonical_op(call.name.split("::")[-1]), rng
-
-
 def rank_transfers(tr, tl, run: dict | None) -> pd.DataFrame:
     ev = tr.events
     comm = ev[ev["kind"] == classify.COMMUNICATION]
-    groups = _groups_of(tr.rank, run, tr.meta)
+    groups = rank_groups(tr.rank, run, tr.meta)
     rows = []
     for step, (s, e) in sorted(tl.steps.items()):
         inside = comm[(comm["ts_us"] >= s) & (comm["ts_us"] < e)]
@@ -82,7 +71,7 @@ def rank_transfers(tr, tl, run: dict | None) -> pd.DataFrame:
             counters = {}
         else:
             items = []
-            for _, op, rng in _cpu_pairs(inside):
+            for _, rng, op in gloo_pairs(inside):
                 backend = canonical_op(rng.name)
                 dim = comm_dimension(rng.name, run, scope_at(tl.scopes, rng.ts_us))
                 group = groups.get(dim, "")

@@ -58,17 +58,20 @@ def _group_ranks(dumps: dict[int, dict], run: dict | None) -> dict[str, list[int
     return out
 
 
-def _last_steps(run: pathlib.Path) -> dict[int, int]:
-    """rank → the last step its step timers recorded as finished."""
-    out = {}
-    for f in sorted((pathlib.Path(run) / "steps").glob("rank*.parquet")):
-        try:
-            steps = pd.read_parquet(f, columns=["rank", "step"])
-        except Exception:  # noqa: BLE001 - a damaged timer file only loses this detail
-            continue
-        if not steps.empty:
-            out[int(steps["rank"].iloc[0])] = int(steps["step"].max())
-    return out
+def _last_steps(run: pathlib.Path, steps: pd.DataFrame | None) -> dict[int, int]:
+    """rank → the last step its step timers recorded as finished (``steps``: the timers
+    already read, else read here)."""
+    if steps is None:
+        frames = []
+        for f in sorted((pathlib.Path(run) / "steps").glob("rank*.parquet")):
+            try:
+                frames.append(pd.read_parquet(f, columns=["rank", "step"]))
+            except Exception:  # noqa: BLE001 - a damaged timer file only loses this detail
+                continue
+        steps = pd.concat(frames) if frames else pd.DataFrame()
+    if steps.empty:
+        return {}
+    return {int(r): int(s) for r, s in steps.groupby("rank")["step"].max().items()}
 
 
 def _last_op(dump: dict) -> str:
@@ -81,10 +84,11 @@ def _last_op(dump: dict) -> str:
             f"({e['process_group'][1]}), {e.get('state')}")
 
 
-def diagnose(run: pathlib.Path, run_json: dict | None = None) -> pd.DataFrame:
+def diagnose(run: pathlib.Path, run_json: dict | None = None,
+             steps: pd.DataFrame | None = None) -> pd.DataFrame:
     dumps, _ = load_dumps(run)
     members = _group_ranks(dumps, run_json)
-    last_step = _last_steps(run)
+    last_step = _last_steps(run, steps)
     seen: dict[tuple, dict[int, dict]] = {}
     last: dict[tuple, int] = {}
     for rank, d in dumps.items():

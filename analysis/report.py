@@ -167,8 +167,9 @@ def analyze(path: pathlib.Path, *, comm_kernel_re: str | None = None,
     offsets = stragglers.clock_offsets(coll)
     inst, waits = stragglers.waits(coll, offsets) if not unmatched else (None, None)
     verdict = stragglers.verdict(waits) if waits is not None else None
-    heatmap = stragglers.step_heatmap(_steps_table(path))
-    hang_table = hangs.diagnose(path, run) if (path / "comms").is_dir() else None
+    steps = _steps_table(path)
+    heatmap = stragglers.step_heatmap(steps)
+    hang_table = hangs.diagnose(path, run, steps) if (path / "comms").is_dir() else None
     n_steps = breakdown["step"].nunique() if not breakdown.empty else 0
     found = findings_mod.findings(breakdown, bubbles, imbalance,
                                   int((run or {}).get("microbatches", 1)), verdict, n_steps,
@@ -187,8 +188,9 @@ def analyze(path: pathlib.Path, *, comm_kernel_re: str | None = None,
 def _records_only_report(path: pathlib.Path, run: dict, problems: list[str]) -> Report:
     """A run with no usable trace (it failed or hung before its profiled steps): what the
     always-on records say — step timers and the Flight Recorder diagnosis."""
-    heatmap = stragglers.step_heatmap(_steps_table(path))
-    hang_table = hangs.diagnose(path, run)
+    steps = _steps_table(path)
+    heatmap = stragglers.step_heatmap(steps)
+    hang_table = hangs.diagnose(path, run, steps)
     empty_breakdown = pd.DataFrame(columns=overlap.COLUMNS)
     found = findings_mod.findings(empty_breakdown, pd.DataFrame(columns=bubble.COLUMNS), None,
                                   1, None, 0, hang_table, heatmap)

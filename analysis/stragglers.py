@@ -5,7 +5,8 @@ excluded; on GPUs every NCCL kernel counts, as all-to-all runs as SendRecv) of o
 profiled steps: rank, step, group (its ranks, ``"0,1"``), dim, op, k (its index
 among the rank's collectives of that group and op in that step), arrival_us and end_us. On
 CPU/gloo traces the arrival is the calling thread's ``c10d::`` call (the rank is ready to
-reduce) and the end is the k-th ``gloo:`` range's end on the worker thread; on GPU traces
+reduce) and the end is the end of the ``gloo:`` range paired with it
+(``collectives.gloo_pairs``); on GPU traces
 both come from the NCCL kernel (it starts when launched and spins until every rank arrives).
 The group comes from the trace's own process-group arguments where present, else from
 run.json via the collective's dimension (``timeline.comm_dimension``).
@@ -37,69 +38,38 @@ import numpy as np
 import pandas as pd
 
 from . import classify
+from .bandwidth import canonical_op
+from .collectives import gloo_pairs, rank_groups
 from .timeline import comm_dimension, scope_at
 
 INSTANCE_COLUMNS = ["rank", "step", "group", "dim", "op", "k", "arrival_us", "end_us"]
-
-
-def _groups_of(rank: int, run: dict | None, meta: dict | None = None) -> dict[str, str]:
-    """dimension → this rank's group, as "r0,r1,…": from run.json; for a foreign trace whose
-    job has a single process group (``distributedInfo.pg_config``: plain DDP), that group for
-    the dimension ``unknown``."""
-    out = {}
-    for g in (run or {}).get("process_groups", []):
-        if rank in g["ranks"]:
-            out.setdefault(g["dimension"], ",".join(map(str, sorted(g["ranks"]))))
-    if run is None and meta:
-        pgs = (meta.get("distributedInfo") or {}).get("pg_config") or []
-        if isinstance(pgs, list) and len(pgs) == 1 and isinstance(pgs[0].get("ranks"), list):
-            out["unknown"] = ",".join(map(str, sorted(pgs[0]["ranks"])))
-    return out
-
-
-def _op(name: str) -> str:
-    """Canonical op of a communication event name."""
-    base = name.split("::")[-1].split(":")[-1].rstrip("_").lower()
-    for key, op in (("allreduce", "all_reduce"), ("all_reduce", "all_reduce"),
-                    ("allgather", "all_gather"), ("all_gather", "all_gather"),
-                    ("reduce_scatter", "reduce_scatter"), ("reducescatter", "reduce_scatter"),
-                    ("alltoall", "all_to_all"), ("all_to_all", "all_to_all"),
-                    ("broadcast", "broadcast"), ("barrier", "barrier")):
-        if key in base.replace("_", "") or key in base:
-            return op
-    return base
 
 
 def rank_collectives(tr, tl, run: dict | None) -> pd.DataFrame:
     """The collective instances of one rank (``tr`` its RankTrace, ``tl`` its timeline)."""
     ev = tr.events
     comm = ev[ev["kind"] == classify.COMMUNICATION]
-    groups = _groups_of(tr.rank, run, tr.meta)
+    groups = rank_groups(tr.rank, run, tr.meta)
     if tl.on_gpu:
         # NCCL runs all-to-all as SendRecv kernels: on a GPU every communication kernel counts.
-        calls, ends = comm[comm["device"]], None
+        events = [(k.name, k.ts_us, k.end_us, canonical_op(k.name) or k.name,
+                   getattr(k, "pg_ranks", None)) for k in comm[comm["device"]].itertuples()]
     else:
-        comm = comm[~comm["name"].map(classify.is_p2p)]
-        calls = comm[comm["name"].str.startswith("c10d::")
-                     & ~comm["name"].str.contains("barrier")]
-        ends = comm[comm["name"].str.startswith("gloo:")]
+        events = [(call.name, call.ts_us, rng.end_us, op, None)
+                  for call, rng, op in gloo_pairs(comm, p2p=False)]
+    events.sort(key=lambda x: x[1])
     rows = []
     for step, (s, e) in sorted(tl.steps.items()):
-        c = calls[(calls["ts_us"] >= s) & (calls["ts_us"] < e)].sort_values("ts_us")
-        done = None if ends is None else \
-            ends[(ends["ts_us"] >= s) & (ends["ts_us"] < e)].sort_values("ts_us")
         counters: dict = {}
-        for i, row in enumerate(c.itertuples()):
-            op = _op(row.name)
-            pg = getattr(row, "pg_ranks", None)
-            dim = comm_dimension(row.name, run, scope_at(tl.scopes, row.ts_us))
+        for name, ts, end, op, pg in events:
+            if not s <= ts < e:
+                continue
+            dim = comm_dimension(name, run, scope_at(tl.scopes, ts))
             group = pg if isinstance(pg, str) and pg else groups.get(dim, "")
             k = counters.get((group, op), 0)
             counters[(group, op)] = k + 1
-            end = row.end_us if done is None else (
-                done["end_us"].iloc[i] if i < len(done) else np.nan)
             rows.append({"rank": tr.rank, "step": step, "group": group, "dim": dim, "op": op,
-                         "k": k, "arrival_us": row.ts_us, "end_us": end})
+                         "k": k, "arrival_us": ts, "end_us": end})
     return pd.DataFrame(rows, columns=INSTANCE_COLUMNS)
 
 
