@@ -90,7 +90,10 @@ def main(config_path: str) -> None:
     prof = None
     if conf["profile"]:
         from torch.profiler import ProfilerActivity, profile, schedule
+
+        from collectors.profiling import shapes_without_values
         acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+        shapes_without_values()  # a sweep to 256 MB messages would otherwise keep them all
         prof = profile(activities=acts, record_shapes=True,
                        schedule=schedule(wait=0, warmup=0, active=len(blocks), repeat=1),
                        on_trace_ready=lambda p: p.export_chrome_trace(
