@@ -68,10 +68,14 @@ class ModelConfig:
 
 
 # Named sizes. "tiny" keeps CI fast; "balanced" makes compute dominate per pipeline stage on CPU
-# so bubble measurements are meaningful; "small" is a sensible GPU smoke size.
+# so bubble measurements are meaningful, "wide" even more so; "small" is a sensible GPU smoke size.
 PRESETS: dict[str, ModelConfig] = {
     "tiny": ModelConfig(),
     "balanced": ModelConfig(dim=256, n_layers=4, n_heads=4, ffn_hidden=680, seq_len=128),
+    # Four times balanced's compute per token for twice its bytes between stages, and the last
+    # stage's head and loss about 1% of its work: what the bubble-vs-closed-form checks need at
+    # 8 microbatches, where a few ms per transfer or a 3% heavier stage move the bubble by 10%.
+    "wide": ModelConfig(dim=512, n_layers=4, n_heads=8, ffn_hidden=1536, seq_len=128),
     # 8 layers so that 4 pipeline ranks can hold two stages each.
     "tiny8": ModelConfig(n_layers=8),
     "tiny-moe": ModelConfig(moe_experts=4, moe_top_k=2, moe_every=1, moe_hidden=64),

@@ -28,19 +28,20 @@ def _stage_medians(run) -> pd.Series:
     return bub.groupby("stage")["bubble_fraction"].median()
 
 
-# m=8 is left out for both schedules: on this machine GPipe measures 0.15–0.25 and 1F1B
-# 0.12–0.14 against 1/9 = 0.11 (replays about 0.14 and 0.12), so the issue's ±25% does not
-# hold reliably for them here; see docs/metrics.md.
-@pytest.mark.parametrize("schedule,m", [("gpipe", 4), ("1f1b", 4)])
+@pytest.mark.parametrize("schedule,m", [("gpipe", 4), ("1f1b", 4), ("gpipe", 8), ("1f1b", 8)])
 def test_bubble_matches_theory_on_two_ranks(tmp_path, schedule, m):
-    """pp=2 on 2 ranks (one per core), balanced compute-heavy stages, 4 sequences per
-    microbatch: the measured bubble is within ±25% of (p−1)/(m+p−1)."""
+    """pp=2 on 2 ranks (one per core): the measured bubble is within ±25% of (p−1)/(m+p−1).
+
+    The closed form assumes equal stages and free transfers. The "wide" preset with 8 sequences
+    per microbatch (about 0.5 s of forward and backward per microbatch and stage here) keeps the
+    last stage's extra head and loss near 1% of its work and gloo's few milliseconds per
+    transfer near 1% of a microbatch (docs/metrics.md, "Measured against the closed form")."""
     run = tmp_path / "pp2"
     # Five profiled steps after three of warm-up; per stage the median step, so that one step
     # disturbed by another process on this shared machine does not decide the verdict.
     _run_and_analyze(run, "--layout", "pp=2", "--schedule", schedule, "--microbatches", m,
-                     "--global-batch", 4 * m, "--steps", 8, "--profile-steps", "3-7",
-                     "--model", "balanced")
+                     "--global-batch", 8 * m, "--steps", 8, "--profile-steps", "3-7",
+                     "--model", "wide")
     theory = 1 / (m + 1)
     measured = float(_stage_medians(run).mean())
     assert abs(measured - theory) <= 0.25 * theory, (measured, theory)
