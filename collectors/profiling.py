@@ -44,9 +44,10 @@ def default_profile_steps(steps: int) -> tuple[int, int]:
 
 
 def shapes_without_values() -> bool:
-    """Stop the profiler from recording (and so retaining) op input values; keep shapes.
+    """Stop the profiler from recording op input values (the memory growth described above);
+    keep shapes.
 
-    Process-wide. Returns False where this torch has no such switch (then the retention
+    Process-wide. Returns False where this torch has no such switch (then the growth
     described above applies).
     """
     switch = getattr(torch._C._profiler, "_set_record_concrete_inputs_enabled_val", None)

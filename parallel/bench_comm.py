@@ -93,7 +93,7 @@ def main(config_path: str) -> None:
 
         from collectors.profiling import shapes_without_values
         acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-        shapes_without_values()  # a sweep to 256 MB messages would otherwise keep them all
+        shapes_without_values()  # as every profiler the collectors set up
         prof = profile(activities=acts, record_shapes=True,
                        schedule=schedule(wait=0, warmup=0, active=len(blocks), repeat=1),
                        on_trace_ready=lambda p: p.export_chrome_trace(
