@@ -52,6 +52,7 @@ never served from a stale entry. The rank is not cached: it is worked out on eve
 from __future__ import annotations
 
 import dataclasses
+import functools
 import gzip
 import pathlib
 import re
@@ -179,13 +180,6 @@ def _split(path: pathlib.Path, data: bytes) -> tuple[dict, list[msgspec.Raw]]:
     return {k: msgspec.json.decode(v) for k, v in top.items()}, raws
 
 
-def read_trace_json(path: pathlib.Path) -> dict:
-    """The whole trace as plain Python objects (slow on big traces: ingest does not use it)."""
-    path = pathlib.Path(path)
-    meta, raws = _split(path, _decompress(path, _read_bytes(path)))
-    return {**meta, "traceEvents": [msgspec.json.decode(r) for r in raws]}
-
-
 def compile_rank_regex(pattern: str | re.Pattern | None) -> re.Pattern | None:
     """A ``--rank-regex``: applied with ``re.search`` to the file name; its one group is the
     rank. ValueError when it does not compile or has not exactly one group."""
@@ -295,8 +289,9 @@ def _batch(evs: list[_Event]) -> tuple[dict[str, pa.Array], list[tuple[int, dict
         lane = pc.replace_with_mask(lane, device, pa.array(gpu, pa.large_string()))
     found = [(i, comm_meta.from_record(a)) for i, a in enumerate(args)
              if a is not None and a.coll_name is not None]
-    host = pc.and_(pc.or_(pc.starts_with(name, "gloo:"), pc.starts_with(name, "nccl:")),
-                   pc.invert(pc.is_in(cat, value_set=_HOST_META_CATS)))
+    prefixed = functools.reduce(pc.or_, (pc.starts_with(name, p)
+                                         for p in comm_meta.HOST_PREFIXES))
+    host = pc.and_(prefixed, pc.invert(pc.is_in(cat, value_set=_HOST_META_CATS)))
     if pc.any(host).as_py():
         have = {i for i, _ in found}
         for i in np.flatnonzero(host.to_numpy(zero_copy_only=False)).tolist():
@@ -419,11 +414,17 @@ def _parse(path: pathlib.Path, raw: bytes,
         return parse_events(stream.batches(), comm_kernel_re=comm_kernel_re), stream.meta
     except json_stream.Fallback:
         pass
+    return _parse_whole(path, raw, comm_kernel_re)
+
+
+def _parse_whole(path: pathlib.Path, raw: bytes, comm_kernel_re: re.Pattern | None = None,
+                 batch_events: int = BATCH_EVENTS) -> tuple[pa.Table, dict]:
+    """The whole-file reader: decompress, split with msgspec, parse ``batch_events`` at a time."""
     data = _decompress(path, raw)
     meta, raws = _split(path, data)
     del data
-    batches = (_decode(b"[" + b",".join(raws[i:i + BATCH_EVENTS]) + b"]")
-               for i in range(0, len(raws), BATCH_EVENTS))
+    batches = (_decode(b"[" + b",".join(raws[i:i + batch_events]) + b"]")
+               for i in range(0, len(raws), batch_events))
     return parse_events(batches, comm_kernel_re=comm_kernel_re), meta
 
 
@@ -455,7 +456,6 @@ def load_trace(path: pathlib.Path, *, comm_kernel_re: re.Pattern | None = None,
     hit = trace_cache.read(cache_dir, key) if key else None
     if hit is not None:
         table, meta = hit
-        rank = rank_of(path, meta, rank_regex)
     else:
         PARSE_COUNT += 1
         table, meta = _parse(path, raw, comm_kernel_re)
@@ -464,5 +464,5 @@ def load_trace(path: pathlib.Path, *, comm_kernel_re: re.Pattern | None = None,
             raise InputError(path, "the trace has no complete ('X') events")
         if key:
             trace_cache.write(cache_dir, key, table, meta)
-        rank = rank_of(path, meta, rank_regex)
-    return RankTrace(path=path, rank=rank, events=to_frame(table), meta=meta)
+    return RankTrace(path=path, rank=rank_of(path, meta, rank_regex), events=to_frame(table),
+                     meta=meta)

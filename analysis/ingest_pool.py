@@ -53,6 +53,14 @@ def worker_count(n_files: int, workers: int | None = None) -> int:
     return max(1, min(n_files, limit))
 
 
+def _serial(files, job, bar):
+    """Load ``files`` one after another in this process, advancing ``bar``."""
+    for f in files:
+        result = _load_one(f, *job)
+        bar.advance()
+        yield f, result
+
+
 def load_traces(files: list[pathlib.Path], *, comm_kernel_re: re.Pattern | None = None,
                 rank_regex: re.Pattern | str | None = None,
                 cache_dir: pathlib.Path | None = None, workers: int | None = None,
@@ -65,10 +73,7 @@ def load_traces(files: list[pathlib.Path], *, comm_kernel_re: re.Pattern | None 
     n_workers = worker_count(len(files), workers)
     if n_workers < 2:
         with Progress(len(files), "ingest", enabled=progress) as bar:
-            for f in files:
-                result = _load_one(f, *job)
-                bar.advance()
-                yield f, result
+            yield from _serial(files, job, bar)
         return
     queue = collections.deque(files)
     with ProcessPoolExecutor(max_workers=n_workers, mp_context=_context()) as pool:
@@ -91,8 +96,4 @@ def load_traces(files: list[pathlib.Path], *, comm_kernel_re: re.Pattern | None 
             else:
                 return
             # A worker died: read what is left here.
-            left = [f] + [g for g, _ in running] + list(queue)
-            for g in left:
-                result = _load_one(g, *job)
-                bar.advance()
-                yield g, result
+            yield from _serial([f] + [g for g, _ in running] + list(queue), job, bar)

@@ -61,7 +61,7 @@ def kernel_group_desc(dev_comm: pd.DataFrame, host: pd.DataFrame) -> pd.Series:
     ``record_param_comms`` call that launched it (the call whose range on the launching thread
     holds the runtime launch with the kernel's correlation id); NaN where unknown."""
     out = pd.Series(np.nan, index=dev_comm.index, dtype=object)
-    if dev_comm.empty or "pg_desc" not in host:
+    if dev_comm.empty:
         return out
     calls = host[(host["name"] == "record_param_comms") & host["pg_desc"].notna()]
     launches = host[(host["correlation"] >= 0)

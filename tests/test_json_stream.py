@@ -12,11 +12,7 @@ from conftest import ROOT, shared_trace
 
 def _whole(raw):
     """The event table and metadata as the whole-file reader makes them."""
-    meta, raws = ingest._split(ingest.pathlib.Path("x"), ingest._decompress(
-        ingest.pathlib.Path("x"), raw))
-    batches = (ingest._decode(b"[" + b",".join(raws[i:i + 100]) + b"]")
-               for i in range(0, len(raws), 100))
-    return ingest.parse_events(batches), meta
+    return ingest._parse_whole(ingest.pathlib.Path("x"), raw, batch_events=100)
 
 
 def _streamed(raw, batch_bytes):
