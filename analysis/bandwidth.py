@@ -36,6 +36,8 @@ BROADCAST, REDUCE, SEND, RECV, SEND_RECV = "broadcast", "reduce", "send", "recv"
 GATHER, SCATTER = "gather", "scatter"
 OPS = (ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL, BROADCAST, REDUCE, SEND, RECV,
        SEND_RECV, GATHER, SCATTER)
+# nccl-tests' bus factor by op: 2(n−1)/n for all_reduce, (n−1)/n for these, 1 for the rest.
+_N_MINUS_1_OVER_N = (ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL, GATHER, SCATTER)
 
 # Squashed spellings (lower case, letters only) -> op, longest match first. Covers torch's
 # collective names (allreduce, _allgather_base, reduce_scatter_tensor_coalesced,
@@ -69,7 +71,7 @@ def bus_factor(op: str, n: int) -> float:
         raise ValueError(f"group size must be at least 1, got {n}")
     if canon == ALL_REDUCE:
         return 2.0 * (n - 1) / n
-    if canon in (ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL, GATHER, SCATTER):
+    if canon in _N_MINUS_1_OVER_N:
         return (n - 1) / n
     return 1.0
 
@@ -98,9 +100,9 @@ def add_bandwidth(df: pd.DataFrame, *, op: str = "op", size: str = "msg_bytes",
     with np.errstate(divide="ignore", invalid="ignore"):
         f = np.full(len(df), np.nan)
         f = np.where(ops == ALL_REDUCE, 2.0 * (n - 1) / n, f)
-        f = np.where(ops.isin([ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL, GATHER, SCATTER]),
-                     (n - 1) / n, f)
-        f = np.where(ops.isin([BROADCAST, REDUCE, SEND, RECV, SEND_RECV]), 1.0, f)
+        f = np.where(ops.isin(_N_MINUS_1_OVER_N), (n - 1) / n, f)
+        f = np.where(ops.isin([o for o in OPS
+                               if o != ALL_REDUCE and o not in _N_MINUS_1_OVER_N]), 1.0, f)
         f = np.where(n >= 1, f, np.nan)
         alg = np.where((t > 0) & (s >= 0), s / t / 1e3, np.nan)
     return df.assign(bus_factor=f, algbw_gbps=alg, busbw_gbps=alg * f)
@@ -120,7 +122,7 @@ def size_buckets(sizes) -> np.ndarray:
     s = pd.to_numeric(pd.Series(sizes), errors="coerce").astype("float64").to_numpy()
     out = np.full(len(s), -1, dtype=np.int64)
     ok = np.isfinite(s) & (s >= 0)
-    mantissa, exp = np.frexp(np.where(ok & (s > 0), s, 1.0))
+    _, exp = np.frexp(np.where(ok & (s > 0), s, 1.0))
     out[ok] = np.where(s[ok] > 0, np.ldexp(1.0, exp[ok] - 1), 0).astype(np.int64)
     return out
 

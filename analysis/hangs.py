@@ -8,7 +8,8 @@ that recorded the operation are compared (the verdicts of PyTorch's ``torchfrtra
 - ``mismatch`` — every rank has it, but op, sizes or dtypes differ (a desynchronised program);
 - ``state`` — ranks disagree on the state (some completed, others still scheduled/started).
 
-``diagnose(run_dir)`` returns one row per problem: process_group (name), group_desc, seq,
+``diagnose(run_dir, run_json, steps)`` (steps: the step timers the report read) returns one
+row per problem: process_group (name), group_desc, seq,
 kind (``collective`` / ``p2p``), op, verdict, ranks_present, ranks_missing, detail; for each
 missing rank the last sequence number it reached in that group, and in ``detail`` the last step
 its step timers finished and its last recorded operation. It is empty for a healthy run.
@@ -58,17 +59,9 @@ def _group_ranks(dumps: dict[int, dict], run: dict | None) -> dict[str, list[int
     return out
 
 
-def _last_steps(run: pathlib.Path, steps: pd.DataFrame | None) -> dict[int, int]:
-    """rank → the last step its step timers recorded as finished (``steps``: the timers
-    already read, else read here)."""
-    if steps is None:
-        frames = []
-        for f in sorted((pathlib.Path(run) / "steps").glob("rank*.parquet")):
-            try:
-                frames.append(pd.read_parquet(f, columns=["rank", "step"]))
-            except Exception:  # noqa: BLE001 - a damaged timer file only loses this detail
-                continue
-        steps = pd.concat(frames) if frames else pd.DataFrame()
+def _last_steps(steps: pd.DataFrame) -> dict[int, int]:
+    """rank → the last step its step timers (already read by the report) recorded as
+    finished."""
     if steps.empty:
         return {}
     return {int(r): int(s) for r, s in steps.groupby("rank")["step"].max().items()}
@@ -84,11 +77,10 @@ def _last_op(dump: dict) -> str:
             f"({e['process_group'][1]}), {e.get('state')}")
 
 
-def diagnose(run: pathlib.Path, run_json: dict | None = None,
-             steps: pd.DataFrame | None = None) -> pd.DataFrame:
+def diagnose(run: pathlib.Path, run_json: dict | None, steps: pd.DataFrame) -> pd.DataFrame:
     dumps, _ = load_dumps(run)
     members = _group_ranks(dumps, run_json)
-    last_step = _last_steps(run, steps)
+    last_step = _last_steps(steps)
     seen: dict[tuple, dict[int, dict]] = {}
     last: dict[tuple, int] = {}
     for rank, d in dumps.items():

@@ -17,6 +17,7 @@ import re
 import pandas as pd
 
 from collectors import run_dir as rd
+from collectors.flight_recorder import COMMS
 
 from . import bubble, comm_report, findings as findings_mod, hangs, overlap, pipeline_report
 from . import stragglers
@@ -108,9 +109,10 @@ def analyze(path: pathlib.Path, *, comm_kernel_re: str | None = None,
         raise InputError(path, "no such file or directory")
     run = rd.read_run_json(path) if path.is_dir() else None
     files = find_traces(path)
-    comms = path / "comms" if path.is_dir() else None
+    has_dumps = (path / COMMS).is_dir()  # Flight Recorder dumps
+    has_records = run is not None and has_dumps
     if not files:
-        if run is not None and comms is not None and comms.is_dir():
+        if has_records:
             return _records_only_report(path, run, ["no traces: the run ended before its "
                                                     "profiled steps"])
         raise InputError(path, "no trace files (*.json, *.json.gz) found"
@@ -140,7 +142,7 @@ def analyze(path: pathlib.Path, *, comm_kernel_re: str | None = None,
         collectives.append(stragglers.rank_collectives(trace, timelines[trace.rank], run))
         transfers.append(comm_report.rank_transfers(trace, timelines[trace.rank], run))
     if not timelines:
-        if run is not None and comms is not None and comms.is_dir():
+        if has_records:
             return _records_only_report(path, run, problems)
         raise InputError(path, "no usable trace: " + "; ".join(problems))
     expected = set(range(int(run["world_size"]))) if run and "world_size" in run else set()
@@ -169,7 +171,7 @@ def analyze(path: pathlib.Path, *, comm_kernel_re: str | None = None,
     verdict = stragglers.verdict(waits) if waits is not None else None
     steps = _steps_table(path)
     heatmap = stragglers.step_heatmap(steps)
-    hang_table = hangs.diagnose(path, run, steps) if (path / "comms").is_dir() else None
+    hang_table = hangs.diagnose(path, run, steps) if has_dumps else None
     n_steps = breakdown["step"].nunique() if not breakdown.empty else 0
     found = findings_mod.findings(breakdown, bubbles, imbalance,
                                   int((run or {}).get("microbatches", 1)), verdict, n_steps,
