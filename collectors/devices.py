@@ -23,8 +23,3 @@ def lookup(name: str) -> tuple[float, float] | None:
         if key in upper:
             return value
     return None
-
-
-def peak_flops(name: str) -> float | None:
-    found = lookup(name)
-    return found[0] if found else None

@@ -28,10 +28,9 @@ import pathlib
 import pickle
 import time
 
-from .run_dir import write_json_atomic
+from .run_dir import COMMS, write_json_atomic
 
 FR_SCHEMA_VERSION = 1
-COMMS = "comms"
 DEFAULT_BUFFER_SIZE = 20000
 EMPTY_WHEN_ZERO = ("time_discovered_started_ns", "time_discovered_completed_ns")
 

@@ -52,7 +52,8 @@ import re
 
 import pandas as pd
 
-COMMS = "comms"
+from .run_dir import COMMS
+
 PREFIX_RE = re.compile(
     r"(?P<host>[^\s:]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] NCCL INFO (?P<msg>.*?)\s*$")
 VERSION_RE = re.compile(r"NCCL version (?P<version>\S+)")

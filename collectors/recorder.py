@@ -37,7 +37,6 @@ entry, so that nothing disturbs the profiled steps.
 from __future__ import annotations
 
 import contextlib
-import datetime as _dt
 import os
 import pathlib
 import platform
@@ -50,7 +49,7 @@ import torch
 import torch.distributed as dist
 from torch.profiler import record_function
 
-from . import annotations, flight_recorder
+from . import annotations, flight_recorder, run_dir
 from .devices import lookup
 from .profiling import embed_metadata, make_profiler
 from .run_dir import RUN_JSON, RUN_SCHEMA_VERSION, steps_path, write_json_atomic
@@ -61,19 +60,6 @@ DIMENSIONS = {"dp": "dp", "dp_shard": "dp", "dp_replicate": "dp", "tp": "tp", "p
               "cp": "cp", "ep": "ep"}
 CANONICAL = ("dp", "tp", "pp", "cp", "ep")
 _PHASE_RANGES = {"fwd_bwd": annotations.PIPELINE, "optimizer": annotations.OPTIMIZER}
-
-
-def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-
-
-def _versions() -> dict:
-    import importlib.metadata as md
-    try:
-        mine = md.version("meshscope")
-    except md.PackageNotFoundError:
-        mine = "unknown"
-    return {"python": platform.python_version(), "torch": torch.__version__, "meshscope": mine}
 
 
 def infer_layout(mesh_dims: list[str], shape: list[int], world: int) -> dict[str, int]:
@@ -177,7 +163,7 @@ class Recorder:
                        "memory_bandwidth_bytes_per_s": o["bw"] or known[1],
                        "peak_source": "Recorder arguments" if o["peak"] or o["bw"] else
                        "collectors/devices.py" if known[0] else None},
-            "versions": _versions(), "command": list(sys.argv),
+            "versions": run_dir.versions(), "command": list(sys.argv),
             "start_time": mine["start_time"], "end_time": None,
         }
 
@@ -195,7 +181,7 @@ class Recorder:
         if self.rank == 0 and os.environ.get("TORCH_FR_BUFFER_SIZE", "").strip() == "0":
             warnings.warn("TORCH_FR_BUFFER_SIZE=0: the Flight Recorder records nothing "
                           "(set it, e.g. to 20000, before init_process_group)", stacklevel=2)
-        here = {"run_id": uuid.uuid4().hex[:12], "start_time": _now(),
+        here = {"run_id": uuid.uuid4().hex[:12], "start_time": run_dir.now(),
                 "host": socket.gethostname(), "groups": self._groups_here(),
                 "used": self.out.is_dir() and any(self.out.iterdir())}
         gathered: list = [None] * dist.get_world_size()
@@ -241,7 +227,7 @@ class Recorder:
         return wall
 
     def _finish_run_json(self, error: str | None) -> None:
-        self.desc.update(status="failed" if error else "completed", end_time=_now(),
+        self.desc.update(status="failed" if error else "completed", end_time=run_dir.now(),
                          steps=self.step_index)
         if error:
             self.desc["error"] = f"rank 0: {error}"

@@ -10,16 +10,36 @@ RUN/
 """
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import pathlib
+import platform
 import tempfile
 
 RUN_SCHEMA_VERSION = 1
 RUN_JSON = "run.json"
 TRACES = "traces"
 STEPS = "steps"
+COMMS = "comms"
 REPORT = "report"
+
+
+def now() -> str:
+    """UTC now as run.json writes it (ISO 8601, seconds)."""
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def versions() -> dict:
+    """run.json's ``versions``: python, torch and meshscope."""
+    import importlib.metadata as md
+
+    import torch
+    try:
+        mine = md.version("meshscope")
+    except md.PackageNotFoundError:
+        mine = "unknown"
+    return {"python": platform.python_version(), "torch": torch.__version__, "meshscope": mine}
 
 
 class RunDirError(ValueError):

@@ -31,7 +31,6 @@ from torch.profiler import record_function
 
 from analysis.bandwidth import algbw_gbps, busbw_gbps
 from collectors import annotations
-from collectors.run_dir import trace_path
 
 from .layout import Layout
 
@@ -89,16 +88,10 @@ def main(config_path: str) -> None:
               for s in conf["sizes"]]
     prof = None
     if conf["profile"]:
-        from torch.profiler import ProfilerActivity, profile, schedule
+        from collectors.profiling import make_profiler
 
-        from collectors.profiling import shapes_without_values
-        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-        shapes_without_values()  # as every profiler the collectors set up
-        prof = profile(activities=acts, record_shapes=True,
-                       schedule=schedule(wait=0, warmup=0, active=len(blocks), repeat=1),
-                       on_trace_ready=lambda p: p.export_chrome_trace(
-                           str(trace_path(run_dir, rank))))
-        trace_path(run_dir, rank).parent.mkdir(parents=True, exist_ok=True)
+        # One profiler step per block, every one recorded.
+        prof = make_profiler(run_dir, rank, (0, len(blocks) - 1), device, {})
         prof.start()
     rows = []
     for dim, group, op, size in blocks:

@@ -8,7 +8,6 @@ CUDA; a failing rank ends the whole job, and ``LaunchError`` names the rank and 
 from __future__ import annotations
 
 import dataclasses
-import datetime as _dt
 import json
 import os
 import pathlib
@@ -20,6 +19,7 @@ import uuid
 import torch
 
 from collectors import flight_recorder
+from collectors import run_dir
 from collectors.run_dir import RUN_JSON, RUN_SCHEMA_VERSION, write_json_atomic
 
 from .data_parallel import DP_MODES
@@ -102,20 +102,6 @@ def check(opts: RunOptions) -> None:
         raise LayoutError(f"output directory {out} exists and is not empty (choose a new one)")
 
 
-def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-
-
-def _versions() -> dict:
-    import importlib.metadata as md
-    out = {"python": platform.python_version(), "torch": torch.__version__}
-    try:
-        out["meshscope"] = md.version("meshscope")
-    except md.PackageNotFoundError:
-        out["meshscope"] = "unknown"
-    return out
-
-
 def _device_entry(cuda: bool, opts: RunOptions) -> dict:
     """Device type, name, backend, and its peak FLOP/s and memory bandwidth: from the command
     line when given, else from ``collectors.devices`` by name, else null (unknown)."""
@@ -169,9 +155,9 @@ def run_description(opts: RunOptions, run_id: str) -> dict:
         "model": {"preset": opts.model_preset, **dataclasses.asdict(cfg),
                   "n_params": cfg.n_params(), "flops_per_token": cfg.flops_per_token()},
         "device": _device_entry(cuda, opts),
-        "versions": _versions(),
+        "versions": run_dir.versions(),
         "command": opts.command,
-        "start_time": _now(),
+        "start_time": run_dir.now(),
         "end_time": None,
     }
 
@@ -236,10 +222,10 @@ def launch(opts: RunOptions) -> dict:
                   nnodes=opts.nnodes, node_rank=opts.node_rank,
                   rdzv_endpoint=opts.rdzv_endpoint, rdzv_id=f"meshscope-{opts.layout}")
     except LaunchError as e:
-        desc.update(status="failed", end_time=_now(), error=str(e))
+        desc.update(status="failed", end_time=run_dir.now(), error=str(e))
         _finish(run, desc, opts)
         raise
-    desc.update(status="completed", end_time=_now())
+    desc.update(status="completed", end_time=run_dir.now())
     _finish(run, desc, opts)
     return desc
 
@@ -312,6 +298,6 @@ def bench_comm(layout: Layout, out: pathlib.Path, *, ops: list[str], sizes: list
     finally:
         shutil.rmtree(out / ".meta", ignore_errors=True)
     if profile:
-        desc.update(status="completed", end_time=_now())
+        desc.update(status="completed", end_time=run_dir.now())
         write_json_atomic(out / RUN_JSON, desc)
     return out / "baseline.parquet"

@@ -56,7 +56,6 @@ class MoE(nn.Module):
         self.experts = nn.ModuleDict({str(e): _Expert(cfg.dim, cfg.moe_hidden)
                                       for e in range(cfg.moe_experts)})
         self.ep_group = None
-        self.last_aux: torch.Tensor | None = None
 
     # -- routing ----------------------------------------------------------------------------
 
@@ -113,7 +112,6 @@ class MoE(nn.Module):
             y_sorted = self._dispatch_ep(x_sorted, counts)
         y = torch.zeros_like(tokens).index_add(0, token_of[order],
                                                y_sorted * gates.flatten()[order, None])
-        self.last_aux = aux.detach()
         return _AddAuxLoss.apply(y.view(b, s, d), aux * self.aux_coef)
 
 
