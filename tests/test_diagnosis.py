@@ -23,9 +23,9 @@ def _run_and_analyze(run, *args):
     return json.loads(meshscope("analyze", run, "--json", check=True).stdout)
 
 
-def _stage_medians(run) -> pd.Series:
+def _stage_medians(run, column="bubble_fraction") -> pd.Series:
     bub = pd.read_parquet(run / "report" / "bubbles.parquet")
-    return bub.groupby("stage")["bubble_fraction"].median()
+    return bub.groupby("stage")[column].median()
 
 
 # GPipe with m=8 is left out: it measured +9% to +18% in four runs but +45% to +56% in three
@@ -38,16 +38,33 @@ def test_bubble_matches_theory_on_two_ranks(tmp_path, schedule, m):
     The closed form assumes equal stages and free transfers. The "wide" preset with 8 sequences
     per microbatch (about 0.5 s of forward and backward per microbatch and stage here) keeps the
     last stage's extra head and loss near 1% of its work and gloo's few milliseconds per
-    transfer near 1% of a microbatch (docs/metrics.md, "Measured against the closed form")."""
-    run = tmp_path / "pp2"
-    # Five profiled steps after three of warm-up; per stage the median step, so that one step
-    # disturbed by another process on this shared machine does not decide the verdict.
-    _run_and_analyze(run, "--layout", "pp=2", "--schedule", schedule, "--microbatches", m,
-                     "--global-batch", 8 * m, "--steps", 8, "--profile-steps", "3-7",
-                     "--model", "wide")
+    transfer near 1% of a microbatch (docs/metrics.md, "Measured against the closed form").
+
+    Equal stages is a premise this shared machine does not always grant: another process, or
+    page faults at GPipe's memory peak, can stretch one stage's microbatches. The run's own
+    replay (its measured durations scheduled with free transfers) says whether they were equal:
+    for equal durations it is the closed form exactly. A run whose replay is more than 10% off
+    the closed form is not evidence either way, so the test runs again, at most three times in
+    all; on a run that grants the premise, the measured bubble (which also carries the
+    transfers, and is computed from the trace, not by the replay) must be within ±25%."""
     theory = 1 / (m + 1)
-    measured = float(_stage_medians(run).mean())
-    assert abs(measured - theory) <= 0.25 * theory, (measured, theory)
+    attempts = []
+    for attempt in range(3):
+        run = tmp_path / f"pp2-{attempt}"
+        # Five profiled steps after three of warm-up; per stage the median step, so that one
+        # step disturbed by another process does not decide the verdict.
+        _run_and_analyze(run, "--layout", "pp=2", "--schedule", schedule, "--microbatches", m,
+                         "--global-batch", 8 * m, "--steps", 8, "--profile-steps", "3-7",
+                         "--model", "wide")
+        measured = float(_stage_medians(run).mean())
+        replayed = float(_stage_medians(run, "replayed_bubble_fraction").mean())
+        attempts.append({"measured": round(measured, 4), "replayed": round(replayed, 4)})
+        if abs(replayed - theory) <= 0.10 * theory:
+            break
+    else:
+        pytest.fail(f"stages never ran equal in time (replay within 10% of the closed form "
+                    f"{theory:.4f}) in {len(attempts)} runs: {attempts}")
+    assert abs(measured - theory) <= 0.25 * theory, (theory, attempts)
 
 
 def test_interleaving_shrinks_the_bubble(tmp_path):
