@@ -51,7 +51,7 @@ from torch.profiler import record_function
 
 from . import annotations, flight_recorder, run_dir
 from .devices import lookup
-from .profiling import embed_metadata, make_profiler
+from .profiling import at_step_start, make_profiler
 from .run_dir import RUN_JSON, RUN_SCHEMA_VERSION, steps_path, write_json_atomic
 from .step_timer import StepTimer
 
@@ -202,7 +202,7 @@ class Recorder:
             self.prof = make_profiler(self.out, self.rank, self.profile_steps,
                                       torch.device(self._device_type), meta)
             self.prof.start()
-            embed_metadata(self.prof, 0, self.profile_steps)
+            at_step_start(self.prof, 0, self.profile_steps)
         self.timer.start()
         return self
 
@@ -222,7 +222,7 @@ class Recorder:
         self.step_index += 1
         if self.prof is not None:
             self.prof.step()
-            embed_metadata(self.prof, self.step_index, self.profile_steps)
+            at_step_start(self.prof, self.step_index, self.profile_steps)
         self.timer.start()
         return wall
 

@@ -15,7 +15,8 @@ tokens               tokens this rank processed in the step
 loss                 the step's loss on this rank; NaN on ranks that do not compute it (every
                      pipeline stage but the last)
 peak_memory_bytes    CUDA: peak allocated device memory in the step; CPU: the process's peak
-                     resident set size so far (the OS keeps no per-step peak)
+                     resident set size so far (the OS keeps no per-step peak), including
+                     the heap reserved for the profiled steps (collectors/heap.py)
 ==================== ======================================================================
 
 Durations use CUDA events on a GPU (recorded on the current stream, read once at the end of the

@@ -21,7 +21,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from torch.profiler import record_function
 
 from collectors import annotations, flight_recorder
-from collectors.profiling import embed_metadata, make_profiler
+from collectors.profiling import at_step_start, make_profiler
 from collectors.run_dir import steps_path, write_json_atomic
 from collectors.step_timer import StepTimer
 
@@ -138,7 +138,7 @@ def main(config_path: str) -> None:
                 x, y = global_batch(conf["seed"], step, conf["global_batch"], cfg.seq_len,
                                     cfg.vocab_size)
                 x, y = (local_batch(t, layout, rm.coords).to(device) for t in (x, y))
-                embed_metadata(prof, step, tuple(conf["profile_steps"]))
+                at_step_start(prof, step, tuple(conf["profile_steps"]))
                 timer.start()
                 before_step(faults, rank, step, device)
                 opt.zero_grad(set_to_none=True)

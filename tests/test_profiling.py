@@ -3,26 +3,33 @@
 The reference is torch's own profiler: with its default ``record_shapes=True`` it also records
 every op's "Concrete Inputs", and the same training steps under it grow the process by about a
 step's activations per profiled step (pytorch/pytorch#133444 describes the inputs as held until
-the profiler stops); with ``record_shapes=False`` it records no inputs at all.
+the profiler stops); with ``record_shapes=False`` it records no inputs at all. The second
+reference is the kernel's count of page faults: the profiled steps must not fault in fresh
+pages (collectors/heap.py says why that matters).
 """
 import gzip
 import json
+import resource
 import subprocess
 import sys
+
+import pytest
 
 from conftest import ROOT
 
 # One process, one thread: five steps of the "balanced" model, each 8 microbatches of 4 sequences
 # (forward and backward, gradients accumulated, as the runner's pipeline steps do), the last four
-# profiled; prints the resident-memory growth over the profiled steps and writes the trace. MODE
-# "collectors" uses collectors.profiling.make_profiler; "torch-default" a plain
+# profiled; prints the resident-memory growth and the minor page faults over the profiled steps
+# and writes the trace. MODE "collectors" uses collectors.profiling.make_profiler and calls
+# at_step_start at each step as the runner does; "no-reserve" the same profiler without
+# at_step_start (so without the heap reserve); "torch-default" a plain
 # torch.profiler.profile(record_shapes=True) with torch's default input recording; "no-shapes"
 # the same with record_shapes=False, which records no inputs at all.
 SCRIPT = r"""
-import json, pathlib, sys
+import json, pathlib, resource, sys
 import psutil, torch
 from torch.profiler import ProfilerActivity, profile, schedule
-from collectors.profiling import make_profiler
+from collectors.profiling import at_step_start, make_profiler
 from parallel.model import PRESETS, build_model, lm_loss
 
 mode, out = sys.argv[1], pathlib.Path(sys.argv[2])
@@ -30,43 +37,69 @@ torch.set_num_threads(1)
 cfg = PRESETS["balanced"]
 model = build_model(cfg, seed=0)
 x = torch.randint(0, cfg.vocab_size, (4, cfg.seq_len))
-if mode == "collectors":
+if mode in ("collectors", "no-reserve"):
     prof = make_profiler(out, 0, (1, 4), torch.device("cpu"), {"test": True})
 else:
     prof = profile(activities=[ProfilerActivity.CPU], record_shapes=mode == "torch-default",
                    schedule=schedule(wait=0, warmup=1, active=4, repeat=1),
                    on_trace_ready=lambda p: None)
-rss = []
+rss, faults = [], []
 with prof:
     for step in range(5):
+        if mode == "collectors":
+            at_step_start(prof, step, (1, 4))
         for microbatch in range(8):
             lm_loss(model(x), x).backward()
         prof.step()
         rss.append(psutil.Process().memory_info().rss)
-print(json.dumps({"growth_bytes": rss[-1] - rss[0]}))
+        faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt)
+print(json.dumps({"growth_bytes": rss[-1] - rss[0], "faults": faults[-1] - faults[0]}))
 """
 
 
-def _profiled_growth(mode, tmp_path) -> int:
-    out = subprocess.run([sys.executable, "-c", SCRIPT, mode, str(tmp_path / mode)],
-                         cwd=ROOT, capture_output=True, text=True, timeout=600,
-                         env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"})
-    assert out.returncode == 0, out.stderr[-2000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])["growth_bytes"]
+@pytest.fixture(scope="module")
+def profiled(tmp_path_factory):
+    """MODE → what SCRIPT printed for it; each mode runs once per module, in its own process."""
+    base, results = tmp_path_factory.mktemp("profiled"), {}
+
+    def run(mode: str) -> dict:
+        if mode not in results:
+            out = subprocess.run([sys.executable, "-c", SCRIPT, mode, str(base / mode)],
+                                 cwd=ROOT, capture_output=True, text=True, timeout=600,
+                                 env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"})
+            assert out.returncode == 0, out.stderr[-2000:]
+            results[mode] = json.loads(out.stdout.strip().splitlines()[-1])
+            results[mode]["dir"] = base / mode
+        return results[mode]
+    return run
 
 
-def test_profiled_steps_keep_memory_flat_and_shapes(tmp_path):
-    ours = _profiled_growth("collectors", tmp_path)
-    default = _profiled_growth("torch-default", tmp_path)
-    bare = _profiled_growth("no-shapes", tmp_path)
-    print(f"resident growth over 4 profiled steps: collectors {ours / 2**20:.0f} MiB, "
-          f"torch default {default / 2**20:.0f} MiB, no shapes {bare / 2**20:.0f} MiB")
+def test_profiled_steps_keep_memory_flat_and_shapes(profiled):
+    ours = profiled("no-reserve")["growth_bytes"]
+    default = profiled("torch-default")["growth_bytes"]
+    bare = profiled("no-shapes")["growth_bytes"]
+    print(f"resident growth over 4 profiled steps: collectors (no reserve) "
+          f"{ours / 2**20:.0f} MiB, torch default {default / 2**20:.0f} MiB, "
+          f"no shapes {bare / 2**20:.0f} MiB")
     # Recording input values costs this model about 1 GB over four steps here ...
     assert default - bare > 200 * 2**20, (default, bare)
     # ... and the collectors' profiler grows no more than one that records no inputs at all.
     assert ours - bare < (default - bare) / 10, (ours, default, bare)
     # ... while the shapes analysis needs are still recorded.
-    trace = json.loads(gzip.decompress((tmp_path / "collectors" / "traces" / "rank0.json.gz")
-                                       .read_bytes()))
+    trace_file = profiled("no-reserve")["dir"] / "traces" / "rank0.json.gz"
+    trace = json.loads(gzip.decompress(trace_file.read_bytes()))
     mm = [e for e in trace["traceEvents"] if e.get("name") == "aten::mm"]
     assert mm and all(e["args"].get("Input Dims") for e in mm)
+
+
+def test_profiled_steps_fault_in_no_fresh_pages(profiled):
+    """Without the heap reserve the profiled steps fault in their memory growth page by page;
+    with it (at_step_start, as the runner and the Recorder call it) they fault in almost none."""
+    page = resource.getpagesize()
+    bare, ours = profiled("no-reserve"), profiled("collectors")
+    print(f"minor faults over 4 profiled steps: no reserve {bare['faults']} "
+          f"(growth {bare['growth_bytes'] / 2**20:.0f} MiB), with it {ours['faults']}")
+    # The kernel's count agrees that the growth was fresh memory ...
+    assert bare["faults"] >= bare["growth_bytes"] // page // 2, bare
+    # ... and with the reserve a twentieth of those faults remain at most.
+    assert ours["faults"] * 20 <= bare["faults"], (ours, bare)
