@@ -63,13 +63,18 @@ def reserve(nbytes: int) -> int:
     libc = _glibc()
     if libc is None or nbytes <= 0:
         return 0
-    libc.mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_BYTES)
-    libc.mallopt(_M_TRIM_THRESHOLD, 2**31 - 1)
-    start = libc.mallinfo2().arena
+    # mallopt returns 0 when it refuses a value (a 32-bit glibc caps the threshold lower); then
+    # the chunks below would be mapped one by one and the heap would not grow.
+    if not (libc.mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_BYTES)
+            and libc.mallopt(_M_TRIM_THRESHOLD, 2**31 - 1)):
+        return 0
+    info = libc.mallinfo2()
+    start, budget = info.arena, info.fordblks + nbytes + _CHUNK_BYTES
     chunks = []
     # Chunks first fill the heap's free space (already resident), then extend its top; stop
-    # once the top has grown by nbytes.
-    while libc.mallinfo2().arena < start + nbytes:
+    # once the top has grown by nbytes (or, whatever the accounting says, once that free space
+    # and nbytes have been handed out).
+    while libc.mallinfo2().arena < start + nbytes and len(chunks) * _CHUNK_BYTES < budget:
         p = libc.malloc(_CHUNK_BYTES)
         if not p:
             break
