@@ -12,7 +12,9 @@ that recorded the operation are compared (the verdicts of PyTorch's ``torchfrtra
 row per problem: process_group (name), group_desc, seq,
 kind (``collective`` / ``p2p``), op, verdict, ranks_present, ranks_missing, detail; for each
 missing rank the last sequence number it reached in that group, and in ``detail`` the last step
-its step timers finished and its last recorded operation. It is empty for a healthy run.
+its step timers finished and its last recorded operation. It is empty for a healthy run. Beside
+it, a line for each dump that could not be read (the report lists them under ``problems``); a
+rank without a usable dump is left out of every group's comparison rather than called missing.
 """
 from __future__ import annotations
 
@@ -27,14 +29,19 @@ COLUMNS = ["process_group", "group_desc", "seq", "kind", "op", "verdict", "ranks
 
 
 def load_dumps(run: pathlib.Path) -> tuple[dict[int, dict], list[str]]:
+    """rank → its Flight Recorder dump, and a line naming each dump that could not be used."""
     dumps, problems = {}, []
     for f in sorted((pathlib.Path(run) / COMMS).glob("rank*.json")):
         try:
             d = read_dump(f)
+            rank = int(d["rank"])
         except ValueError as e:
             problems.append(str(e))
             continue
-        dumps[int(d["rank"])] = d
+        except (KeyError, TypeError):
+            problems.append(f"{f}: Flight Recorder dump without a rank")
+            continue
+        dumps[rank] = d
     return dumps, problems
 
 
@@ -77,8 +84,10 @@ def _last_op(dump: dict) -> str:
             f"({e['process_group'][1]}), {e.get('state')}")
 
 
-def diagnose(run: pathlib.Path, run_json: dict | None, steps: pd.DataFrame) -> pd.DataFrame:
-    dumps, _ = load_dumps(run)
+def diagnose(run: pathlib.Path, run_json: dict | None, steps: pd.DataFrame
+             ) -> tuple[pd.DataFrame, list[str]]:
+    """The hang/desync table (COLUMNS) from the run's usable dumps, and the unusable ones."""
+    dumps, problems = load_dumps(run)
     members = _group_ranks(dumps, run_json)
     last_step = _last_steps(steps)
     seen: dict[tuple, dict[int, dict]] = {}
@@ -123,4 +132,4 @@ def diagnose(run: pathlib.Path, run_json: dict | None, steps: pd.DataFrame) -> p
                          "last_seq_of_missing": {},
                          "detail": "states " + ", ".join(f"rank {r}: {e.get('state')}"
                                                          for r, e in sorted(by_rank.items()))})
-    return pd.DataFrame(rows, columns=COLUMNS)
+    return pd.DataFrame(rows, columns=COLUMNS), problems

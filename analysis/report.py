@@ -171,7 +171,10 @@ def analyze(path: pathlib.Path, *, comm_kernel_re: str | None = None,
     verdict = stragglers.verdict(waits) if waits is not None else None
     steps = _steps_table(path)
     heatmap = stragglers.step_heatmap(steps)
-    hang_table = hangs.diagnose(path, run, steps) if has_dumps else None
+    hang_table = None
+    if has_dumps:
+        hang_table, dump_problems = hangs.diagnose(path, run, steps)
+        problems += dump_problems
     n_steps = breakdown["step"].nunique() if not breakdown.empty else 0
     found = findings_mod.findings(breakdown, bubbles, imbalance,
                                   int((run or {}).get("microbatches", 1)), verdict, n_steps,
@@ -192,7 +195,8 @@ def _records_only_report(path: pathlib.Path, run: dict, problems: list[str]) -> 
     always-on records say — step timers and the Flight Recorder diagnosis."""
     steps = _steps_table(path)
     heatmap = stragglers.step_heatmap(steps)
-    hang_table = hangs.diagnose(path, run, steps)
+    hang_table, dump_problems = hangs.diagnose(path, run, steps)
+    problems = problems + dump_problems
     empty_breakdown = pd.DataFrame(columns=overlap.COLUMNS)
     found = findings_mod.findings(empty_breakdown, pd.DataFrame(columns=bubble.COLUMNS), None,
                                   1, None, 0, hang_table, heatmap)

@@ -114,3 +114,26 @@ def test_each_kind_of_bad_file_is_named_and_the_good_rank_analysed(tmp_path):
     assert "not valid JSON" in by_file["rank1.json"] or "JSON" in by_file["rank1.json"]
     assert "traceEvents" in by_file["rank2.json"]
     assert "duplicate rank 0" in " ".join(problems)
+
+
+def test_damaged_flight_recorder_dump_is_named_and_the_others_diagnosed(tmp_path):
+    """A truncated comms/rank1.json: named under problems; the other ranks' dumps are still
+    compared, and rank 1 is not called missing from collectives it simply has no record of."""
+    import json
+    import shutil
+
+    from conftest import ROOT
+
+    run = tmp_path / "run"
+    shutil.copytree(ROOT / "samples" / "dp2-pp2-1f1b", run)
+    shutil.rmtree(run / "report")
+    victim = run / "comms" / "rank1.json"
+    victim.write_bytes(victim.read_bytes()[: victim.stat().st_size // 2])
+    proc = meshscope("analyze", run, "--json")
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert summary["ranks"] == [0, 1, 2, 3]
+    assert len(summary["problems"]) == 1, summary["problems"]
+    assert "rank1.json" in summary["problems"][0]
+    assert "Flight Recorder" in summary["problems"][0]
+    assert not any(1 in h["ranks_missing"] for h in summary["hangs"]), summary["hangs"]
