@@ -153,7 +153,9 @@ def _do_run(opts) -> dict:
 def _print_losses(run_dir: pathlib.Path, desc: dict) -> None:
     from parallel.throughput import step_table
 
-    table = step_table(run_dir, desc)
+    table, problems = step_table(run_dir, desc)
+    for line in problems:
+        click.echo(f"meshscope: warning: {line}", err=True)
     if table is None:
         return
     for row in table.itertuples():

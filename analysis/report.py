@@ -16,7 +16,7 @@ import re
 
 import pandas as pd
 
-from collectors import run_dir as rd
+from collectors import run_dir as rd, step_timer
 from collectors.flight_recorder import COMMS
 
 from . import bubble, comm_report, findings as findings_mod, hangs, overlap, pipeline_report
@@ -169,7 +169,7 @@ def analyze(path: pathlib.Path, *, comm_kernel_re: str | None = None,
     offsets = stragglers.clock_offsets(coll)
     inst, waits = stragglers.waits(coll, offsets) if not unmatched else (None, None)
     verdict = stragglers.verdict(waits) if waits is not None else None
-    steps = _steps_table(path)
+    steps = _steps_table(path, problems)
     heatmap = stragglers.step_heatmap(steps)
     hang_table = None
     if has_dumps:
@@ -193,10 +193,11 @@ def analyze(path: pathlib.Path, *, comm_kernel_re: str | None = None,
 def _records_only_report(path: pathlib.Path, run: dict, problems: list[str]) -> Report:
     """A run with no usable trace (it failed or hung before its profiled steps): what the
     always-on records say — step timers and the Flight Recorder diagnosis."""
-    steps = _steps_table(path)
+    problems = list(problems)
+    steps = _steps_table(path, problems)
     heatmap = stragglers.step_heatmap(steps)
     hang_table, dump_problems = hangs.diagnose(path, run, steps)
-    problems = problems + dump_problems
+    problems += dump_problems
     empty_breakdown = pd.DataFrame(columns=overlap.COLUMNS)
     found = findings_mod.findings(empty_breakdown, pd.DataFrame(columns=bubble.COLUMNS), None,
                                   1, None, 0, hang_table, heatmap)
@@ -208,15 +209,14 @@ def _records_only_report(path: pathlib.Path, run: dict, problems: list[str]) -> 
                   on_gpu=False, step_heatmap=heatmap, hangs=hang_table, findings=found)
 
 
-def _steps_table(path: pathlib.Path) -> pd.DataFrame:
-    """The step timers of every rank (empty when the folder has none or they are unreadable)."""
-    frames = []
-    for f in sorted((path / rd.STEPS).glob("rank*.parquet")) if path.is_dir() else []:
-        try:
-            frames.append(pd.read_parquet(f))
-        except Exception:  # noqa: BLE001 - a damaged timer file loses its rank's row only
-            continue
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+def _steps_table(path: pathlib.Path, problems: list[str]) -> pd.DataFrame:
+    """The step timers of every rank (empty when the folder has none); a damaged timer file
+    loses its rank's rows and is named in ``problems``."""
+    if not path.is_dir():
+        return pd.DataFrame()
+    steps, unreadable = step_timer.read_all(path)
+    problems += unreadable
+    return steps
 
 
 def _clean(x):

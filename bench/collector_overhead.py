@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 
-import pandas as pd
+from collectors import step_timer
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -32,8 +32,9 @@ def one_run(out: pathlib.Path, steps: int, on: bool) -> float:
                     "--steps", str(steps), "--profile-steps", f"{steps - 1}-{steps - 1}",
                     "--always-on" if on else "--no-always-on", "--out", str(out)],
                    cwd=ROOT, env=env, check=True, capture_output=True)
-    frames = [pd.read_parquet(f) for f in (out / "steps").glob("rank*.parquet")]
-    steps_df = pd.concat(frames)
+    steps_df, problems = step_timer.read_all(out)
+    if problems:
+        raise SystemExit("; ".join(problems))
     per_step = steps_df.groupby("step")["wall_time_us"].max()
     return float(per_step.loc[5:steps - 2].median())
 

@@ -35,6 +35,8 @@ import time
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .run_dir import STEPS
+
 PHASES = ("fwd_bwd", "optimizer")
 SCHEMA = pa.schema([
     ("rank", pa.int32()),
@@ -134,3 +136,19 @@ class StepTimer:
         tmp = self.path.with_suffix(".parquet.tmp")
         pq.write_table(table, tmp)
         tmp.replace(self.path)
+
+
+def read_all(run: pathlib.Path):
+    """Every rank's step timers (``steps/rank*.parquet`` of run directory ``run``) as one pandas
+    table with the columns above (empty when there are none), and a line naming each file that
+    could not be read; a damaged file loses its rank's rows only."""
+    import pandas as pd
+
+    frames, problems = [], []
+    for f in sorted((pathlib.Path(run) / STEPS).glob("rank*.parquet")):
+        try:
+            frames.append(pq.read_table(f).to_pandas())
+        except (OSError, pa.ArrowException) as e:
+            problems.append(f"{f}: not a readable step-timer file ({e})")
+    table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    return table, problems

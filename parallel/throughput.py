@@ -14,14 +14,16 @@ import pathlib
 
 import pandas as pd
 
+from collectors import step_timer
 
-def step_table(run_dir: pathlib.Path, desc: dict) -> pd.DataFrame | None:
+
+def step_table(run_dir: pathlib.Path, desc: dict) -> tuple[pd.DataFrame | None, list[str]]:
     """Columns: step, loss (mean over the ranks that compute it), step_time_us, tokens_per_s,
-    mfu_pct. None when the run left no step timers."""
-    files = sorted((pathlib.Path(run_dir) / "steps").glob("rank*.parquet"))
-    if not files:
-        return None
-    steps = pd.concat([pd.read_parquet(f) for f in files])
+    mfu_pct — None when the run left no readable step timers; and a line naming each timer file
+    that could not be read (its rank is left out)."""
+    steps, problems = step_timer.read_all(run_dir)
+    if steps.empty:
+        return None, problems
     out = steps.groupby("step").agg(step_time_us=("wall_time_us", "max")).reset_index()
     loss = steps.dropna(subset=["loss"]).groupby("step")["loss"].mean()
     out["loss"] = out["step"].map(loss)
@@ -31,4 +33,4 @@ def step_table(run_dir: pathlib.Path, desc: dict) -> pd.DataFrame | None:
     flops = desc["model"]["flops_per_token"]
     out["mfu_pct"] = (flops * out["tokens_per_s"] / (desc["world_size"] * peak) * 100
                       if peak else math.nan)
-    return out
+    return out, problems

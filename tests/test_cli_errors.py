@@ -137,3 +137,27 @@ def test_damaged_flight_recorder_dump_is_named_and_the_others_diagnosed(tmp_path
     assert "rank1.json" in summary["problems"][0]
     assert "Flight Recorder" in summary["problems"][0]
     assert not any(1 in h["ranks_missing"] for h in summary["hangs"]), summary["hangs"]
+
+
+def test_damaged_step_timer_file_is_named_and_the_other_ranks_kept(tmp_path):
+    """A truncated steps/rank2.parquet: named under problems; the other ranks' step timers
+    still make the step heatmap."""
+    import json
+    import shutil
+
+    import pandas as pd
+
+    from conftest import ROOT
+
+    run = tmp_path / "run"
+    shutil.copytree(ROOT / "samples" / "dp2-pp2-1f1b", run)
+    shutil.rmtree(run / "report")
+    victim = run / "steps" / "rank2.parquet"
+    victim.write_bytes(victim.read_bytes()[: victim.stat().st_size // 2])
+    proc = meshscope("analyze", run, "--json")
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert len(summary["problems"]) == 1, summary["problems"]
+    assert "rank2.parquet" in summary["problems"][0]
+    heatmap = pd.read_parquet(run / "report" / "step_heatmap.parquet")
+    assert sorted(heatmap["rank"].unique()) == [0, 1, 3]
