@@ -1,9 +1,12 @@
 """Bad input: one line naming the problem, exit code 2, and nothing started or written."""
 import gzip
+import json
+import shutil
 
+import pandas as pd
 import pytest
 
-from conftest import meshscope
+from conftest import ROOT, meshscope
 
 
 def _one_error_line(proc):
@@ -51,21 +54,22 @@ def test_analyze_only_broken_traces_names_each_file(tmp_path):
         assert name in line and problem in line
 
 
-def test_one_damaged_rank_leaves_the_others_analysed(tmp_path):
-    """A truncated trace (a killed job): named in the report, the other ranks still analysed."""
-    import json
-    import shutil
-
-    from conftest import ROOT
-
+def _analyze_sample_with_half_of(tmp_path, damaged: str) -> dict:
+    """Copy the dp2-pp2-1f1b sample without its report, cut the file ``damaged`` (relative to
+    the run) in half as a killed writer would, analyse it: exit 0 and the summary."""
     run = tmp_path / "run"
     shutil.copytree(ROOT / "samples" / "dp2-pp2-1f1b", run)
     shutil.rmtree(run / "report")
-    victim = run / "traces" / "rank1.json.gz"
+    victim = run / damaged
     victim.write_bytes(victim.read_bytes()[: victim.stat().st_size // 2])
     proc = meshscope("analyze", run, "--json")
     assert proc.returncode == 0, proc.stderr
-    summary = json.loads(proc.stdout)
+    return json.loads(proc.stdout)
+
+
+def test_one_damaged_rank_leaves_the_others_analysed(tmp_path):
+    """A truncated trace (a killed job): named in the report, the other ranks still analysed."""
+    summary = _analyze_sample_with_half_of(tmp_path, "traces/rank1.json.gz")
     assert summary["ranks"] == [0, 2, 3]
     assert summary["missing_ranks"] == [1]
     assert len(summary["problems"]) == 1 and "rank1.json.gz" in summary["problems"][0]
@@ -94,11 +98,6 @@ def test_layout_constraints_refused_before_launch(tmp_path, args, needle):
 def test_each_kind_of_bad_file_is_named_and_the_good_rank_analysed(tmp_path):
     """A non-JSON file, JSON without traceEvents and a second trace of the same rank: one
     problem line each, naming the file; the usable rank is still analysed (exit 0)."""
-    import json
-    import shutil
-
-    from conftest import ROOT
-
     good = ROOT / "samples" / "dp2-pp2-1f1b" / "traces" / "rank0.json.gz"
     shutil.copy(good, tmp_path / "rank0.json.gz")
     shutil.copy(good, tmp_path / "copy-of-rank0.json.gz")   # distributedInfo says rank 0 too
@@ -119,19 +118,7 @@ def test_each_kind_of_bad_file_is_named_and_the_good_rank_analysed(tmp_path):
 def test_damaged_flight_recorder_dump_is_named_and_the_others_diagnosed(tmp_path):
     """A truncated comms/rank1.json: named under problems; the other ranks' dumps are still
     compared, and rank 1 is not called missing from collectives it simply has no record of."""
-    import json
-    import shutil
-
-    from conftest import ROOT
-
-    run = tmp_path / "run"
-    shutil.copytree(ROOT / "samples" / "dp2-pp2-1f1b", run)
-    shutil.rmtree(run / "report")
-    victim = run / "comms" / "rank1.json"
-    victim.write_bytes(victim.read_bytes()[: victim.stat().st_size // 2])
-    proc = meshscope("analyze", run, "--json")
-    assert proc.returncode == 0, proc.stderr
-    summary = json.loads(proc.stdout)
+    summary = _analyze_sample_with_half_of(tmp_path, "comms/rank1.json")
     assert summary["ranks"] == [0, 1, 2, 3]
     assert len(summary["problems"]) == 1, summary["problems"]
     assert "rank1.json" in summary["problems"][0]
@@ -142,22 +129,8 @@ def test_damaged_flight_recorder_dump_is_named_and_the_others_diagnosed(tmp_path
 def test_damaged_step_timer_file_is_named_and_the_other_ranks_kept(tmp_path):
     """A truncated steps/rank2.parquet: named under problems; the other ranks' step timers
     still make the step heatmap."""
-    import json
-    import shutil
-
-    import pandas as pd
-
-    from conftest import ROOT
-
-    run = tmp_path / "run"
-    shutil.copytree(ROOT / "samples" / "dp2-pp2-1f1b", run)
-    shutil.rmtree(run / "report")
-    victim = run / "steps" / "rank2.parquet"
-    victim.write_bytes(victim.read_bytes()[: victim.stat().st_size // 2])
-    proc = meshscope("analyze", run, "--json")
-    assert proc.returncode == 0, proc.stderr
-    summary = json.loads(proc.stdout)
+    summary = _analyze_sample_with_half_of(tmp_path, "steps/rank2.parquet")
     assert len(summary["problems"]) == 1, summary["problems"]
     assert "rank2.parquet" in summary["problems"][0]
-    heatmap = pd.read_parquet(run / "report" / "step_heatmap.parquet")
+    heatmap = pd.read_parquet(tmp_path / "run" / "report" / "step_heatmap.parquet")
     assert sorted(heatmap["rank"].unique()) == [0, 1, 3]
