@@ -38,6 +38,7 @@ OPS = (ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL, BROADCAST, REDUCE, SE
        SEND_RECV, GATHER, SCATTER)
 # nccl-tests' bus factor by op: 2(n−1)/n for all_reduce, (n−1)/n for these, 1 for the rest.
 _N_MINUS_1_OVER_N = (ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL, GATHER, SCATTER)
+_ONE = tuple(o for o in OPS if o != ALL_REDUCE and o not in _N_MINUS_1_OVER_N)
 
 # Squashed spellings (lower case, letters only) -> op, longest match first. Covers torch's
 # collective names (allreduce, _allgather_base, reduce_scatter_tensor_coalesced,
@@ -101,8 +102,7 @@ def add_bandwidth(df: pd.DataFrame, *, op: str = "op", size: str = "msg_bytes",
         f = np.full(len(df), np.nan)
         f = np.where(ops == ALL_REDUCE, 2.0 * (n - 1) / n, f)
         f = np.where(ops.isin(_N_MINUS_1_OVER_N), (n - 1) / n, f)
-        f = np.where(ops.isin([o for o in OPS
-                               if o != ALL_REDUCE and o not in _N_MINUS_1_OVER_N]), 1.0, f)
+        f = np.where(ops.isin(_ONE), 1.0, f)
         f = np.where(n >= 1, f, np.nan)
         alg = np.where((t > 0) & (s >= 0), s / t / 1e3, np.nan)
     return df.assign(bus_factor=f, algbw_gbps=alg, busbw_gbps=alg * f)

@@ -17,7 +17,6 @@ import re
 import pandas as pd
 
 from collectors import run_dir as rd, step_timer
-from collectors.flight_recorder import COMMS
 
 from . import bubble, comm_report, findings as findings_mod, hangs, overlap, pipeline_report
 from . import stragglers
@@ -109,7 +108,7 @@ def analyze(path: pathlib.Path, *, comm_kernel_re: str | None = None,
         raise InputError(path, "no such file or directory")
     run = rd.read_run_json(path) if path.is_dir() else None
     files = find_traces(path)
-    has_dumps = (path / COMMS).is_dir()  # Flight Recorder dumps
+    has_dumps = (path / rd.COMMS).is_dir()  # Flight Recorder dumps
     has_records = run is not None and has_dumps
     if not files:
         if has_records:
