@@ -21,7 +21,10 @@ so each profiled step lifts the process's memory peak into fresh pages, and wher
 are expensive (a VM whose host reclaims free memory) the step's memory peak runs slower than
 the rest of it. ``at_step_start`` grows and keeps the heap before the window (``heap.reserve``,
 ``HEAP_RESERVE_PER_STEP_BYTES`` per profiled step), so the profiled steps grow into pages the
-process already holds.
+process already holds. Writing those pages takes time (on a VM whose free memory is all
+host-reclaimed, about 2.4 s for 768 MiB), and ranks finish it at different moments; the ranks
+then meet at a barrier before the step's timer starts, so no step's wall time holds the reserve
+or another rank's wait for it (otherwise the step before the window shows up as a slow step).
 """
 from __future__ import annotations
 
@@ -30,6 +33,7 @@ import os
 import pathlib
 
 import torch
+import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile, schedule
 
 from . import heap
@@ -115,12 +119,24 @@ def heap_reserve_bytes(steps: tuple[int, int]) -> int:
                _available_bytes() // (4 * ranks_here))
 
 
+def _barrier() -> None:
+    """Wait for every rank of the default group (a no-op without torch.distributed)."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    if dist.get_backend() == "nccl":
+        dist.barrier(device_ids=[torch.cuda.current_device()])
+    else:
+        dist.barrier()
+
+
 def at_step_start(prof: profile, step: int, steps: tuple[int, int]) -> None:
-    """Call at the start of every step, before its timer starts. In the step before the
-    profiled window (or the first step) it reserves the heap (see the module doc); once
-    recording has begun it adds the run metadata."""
+    """Call at the start of every step, before its timer starts, on every rank. In the step
+    before the profiled window (or the first step) it reserves the heap and waits for the
+    other ranks to do the same (see the module doc); once recording has begun it adds the run
+    metadata."""
     first, _ = steps
     if step == max(first - 1, 0):
         heap.reserve(heap_reserve_bytes(steps))
+        _barrier()
     if step == first:
         prof.add_metadata_json("meshscope", json.dumps(prof.meshscope_meta))
