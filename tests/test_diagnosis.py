@@ -54,6 +54,9 @@ def test_bubble_matches_theory_on_two_ranks(tmp_path, schedule, m):
         _run_and_analyze(run, "--layout", "pp=2", "--schedule", schedule, "--microbatches", m,
                          "--global-batch", 8 * m, "--steps", 8, "--profile-steps", "3-7",
                          "--model", "wide")
+        bub = pd.read_parquet(run / "report" / "bubbles.parquet")
+        assert sorted(bub["stage"].unique()) == [0, 1] and len(bub) == 2 * 5
+        assert bub["theory_fraction"].tolist() == pytest.approx([theory] * len(bub))
         measured = float(_stage_medians(run).mean())
         replayed = float(_stage_medians(run, "replayed_bubble_fraction").mean())
         attempts.append({"measured": round(measured, 4), "replayed": round(replayed, 4)})
