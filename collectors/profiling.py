@@ -23,8 +23,11 @@ the rest of it. ``at_step_start`` grows and keeps the heap before the window (``
 ``HEAP_RESERVE_PER_STEP_BYTES`` per profiled step), so the profiled steps grow into pages the
 process already holds. Writing those pages takes time (on a VM whose free memory is all
 host-reclaimed, about 2.4 s for 768 MiB), and ranks finish it at different moments; the ranks
-then meet at a barrier before the step's timer starts, so no step's wall time holds the reserve
-or another rank's wait for it (otherwise the step before the window shows up as a slow step).
+then meet (``rendezvous.meet_all_ranks``, which is not a collective of the job) before the
+step's timer starts, so no step's wall time holds the reserve or another rank's wait for it
+(otherwise the step before the window shows up as a slow step).
+A window that starts at step 0 has no step before it: there is no reserve, and its steps pay
+the faults (as the first step pays its warm-up anyway).
 """
 from __future__ import annotations
 
@@ -33,10 +36,9 @@ import os
 import pathlib
 
 import torch
-import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile, schedule
 
-from . import heap
+from . import heap, rendezvous
 from .run_dir import trace_path
 
 # Heap kept resident for each profiled step: the profiler's storage grew 100–220 MB per step on
@@ -119,24 +121,13 @@ def heap_reserve_bytes(steps: tuple[int, int]) -> int:
                _available_bytes() // (4 * ranks_here))
 
 
-def _barrier() -> None:
-    """Wait for every rank of the default group (a no-op without torch.distributed)."""
-    if not (dist.is_available() and dist.is_initialized()):
-        return
-    if dist.get_backend() == "nccl":
-        dist.barrier(device_ids=[torch.cuda.current_device()])
-    else:
-        dist.barrier()
-
-
 def at_step_start(prof: profile, step: int, steps: tuple[int, int]) -> None:
     """Call at the start of every step, before its timer starts, on every rank. In the step
-    before the profiled window (or the first step) it reserves the heap and waits for the
-    other ranks to do the same (see the module doc); once recording has begun it adds the run
-    metadata."""
+    before the profiled window it reserves the heap and waits for the other ranks to do the
+    same (see the module doc); once recording has begun it adds the run metadata."""
     first, _ = steps
-    if step == max(first - 1, 0):
+    if step == first - 1:
         heap.reserve(heap_reserve_bytes(steps))
-        _barrier()
+        rendezvous.meet_all_ranks()
     if step == first:
         prof.add_metadata_json("meshscope", json.dumps(prof.meshscope_meta))

@@ -127,7 +127,7 @@ def test_heap_reserve_stays_out_of_the_step_times(slow_runs, rank):
     """The step before the profiled window reserves each rank's heap (collectors/profiling.py);
     that takes each rank its own time, and unless the ranks meet before the step's timer starts
     the others wait for the slowest in the step's first collective: the step then shows as a
-    slow step (measured here without the barrier: 1.3–3× the median step)."""
+    slow step (measured here without the meeting: 1.3–3× the median step)."""
     run, summary = slow_runs[rank]
     before_window = json.loads((run / "run.json").read_text())["profile_steps"][0] - 1
     heat = pd.read_parquet(run / "report" / "step_heatmap.parquet")

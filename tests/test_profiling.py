@@ -103,3 +103,36 @@ def test_profiled_steps_fault_in_no_fresh_pages(profiled):
     assert bare["faults"] >= bare["growth_bytes"] // page // 2, bare
     # ... and with the reserve a twentieth of those faults remain at most.
     assert ours["faults"] * 20 <= bare["faults"], (ours, bare)
+
+
+# Calls at_step_start for step 0 of a window that starts at step FIRST, inside the profiler as
+# the runner does; prints the resident growth and the reserve heap_reserve_bytes asks for.
+WINDOW_SCRIPT = r"""
+import json, pathlib, sys
+import psutil, torch
+from collectors.profiling import at_step_start, heap_reserve_bytes, make_profiler
+
+first = int(sys.argv[1])
+window = (first, first + 1)
+prof = make_profiler(pathlib.Path(sys.argv[2]), 0, window, torch.device("cpu"), {})
+with prof:
+    before = psutil.Process().memory_info().rss
+    at_step_start(prof, 0, window)
+    grown = psutil.Process().memory_info().rss - before
+print(json.dumps({"growth_bytes": grown, "reserve_bytes": heap_reserve_bytes(window)}))
+"""
+
+
+@pytest.mark.parametrize("first", [0, 1])
+def test_heap_reserve_goes_in_the_step_before_the_window(tmp_path, first):
+    """The reserve is written in the step before the profiled window; a window that starts at
+    step 0 has no such step, and a reserve there would land in its first profiled step."""
+    out = subprocess.run([sys.executable, "-c", WINDOW_SCRIPT, str(first), str(tmp_path)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300,
+                         env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    if first == 1:
+        assert got["growth_bytes"] >= 0.9 * got["reserve_bytes"] > 0, got
+    else:
+        assert got["growth_bytes"] < 0.1 * got["reserve_bytes"], got
