@@ -20,7 +20,7 @@ import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.profiler import record_function
 
-from collectors import annotations, flight_recorder
+from collectors import annotations, flight_recorder, rendezvous
 from collectors.profiling import at_step_start, make_profiler
 from collectors.run_dir import steps_path, write_json_atomic
 from collectors.step_timer import StepTimer
@@ -128,8 +128,9 @@ def main(config_path: str) -> None:
         on_term.append(lambda: flight_recorder.dump(
             run_dir, rank, "terminated", "stopped by the launcher (SIGTERM) after another "
                                          "rank failed"))
+    # With several launchers (--nnodes) each drew its own run id; run.json holds node 0's.
     meta = {"layout": str(layout), "rank": rank, "coordinates": rm.coords,
-            "run_id": conf["run_id"]}
+            "run_id": rendezvous.rank0_value("run_id", conf["run_id"])}
     prof = make_profiler(run_dir, rank, tuple(conf["profile_steps"]), device, meta)
     local_tokens = conf["global_batch"] // layout.size("dp") * cfg.seq_len // layout.size("cp")
     try:

@@ -1,5 +1,6 @@
 """A failing rank ends the job promptly, with its error, and leaves no process behind; a hang
 ends at the collective timeout with every rank's Flight Recorder buffer on disk."""
+import gzip
 import json
 import os
 import socket
@@ -90,3 +91,7 @@ def test_two_launchers_form_one_job(tmp_path):
     assert sorted(p.name for p in (run / "traces").iterdir()) == \
         [f"rank{r}.json.gz" for r in range(4)]
     assert all(g.get("name") for g in desc["process_groups"])
+    # Each launcher draws a run id; every rank's trace carries node 0's, the one in run.json.
+    for r in range(4):
+        trace = json.loads(gzip.decompress((run / "traces" / f"rank{r}.json.gz").read_bytes()))
+        assert trace["meshscope"]["run_id"] == desc["run_id"], r
