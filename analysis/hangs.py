@@ -34,14 +34,10 @@ def load_dumps(run: pathlib.Path) -> tuple[dict[int, dict], list[str]]:
     for f in sorted((pathlib.Path(run) / COMMS).glob("rank*.json")):
         try:
             d = read_dump(f)
-            rank = int(d["rank"])
         except ValueError as e:
             problems.append(str(e))
             continue
-        except (KeyError, TypeError):
-            problems.append(f"{f}: Flight Recorder dump without a rank")
-            continue
-        dumps[rank] = d
+        dumps[d["rank"]] = d
     return dumps, problems
 
 

@@ -117,4 +117,8 @@ def read_dump(path: pathlib.Path) -> dict:
     if not isinstance(data, dict) or data.get("schema_version") != FR_SCHEMA_VERSION:
         raise ValueError(f"{path}: unknown Flight Recorder dump schema "
                          f"{data.get('schema_version') if isinstance(data, dict) else None!r}")
+    try:
+        data["rank"] = int(data["rank"])
+    except (KeyError, TypeError, ValueError):
+        raise ValueError(f"{path}: Flight Recorder dump without a rank") from None
     return data

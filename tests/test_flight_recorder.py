@@ -9,7 +9,8 @@ import sys
 import pandas as pd
 import pytest
 
-from collectors.flight_recorder import UnsafePickleError, load_pickle_dump
+from collectors.flight_recorder import (FR_SCHEMA_VERSION, UnsafePickleError,
+                                        load_pickle_dump, read_dump)
 from conftest import meshscope
 
 DUMP_SCRIPT = r'''
@@ -47,6 +48,22 @@ def test_pickle_reader_refuses_non_plain_builtins(tmp_path):
     with pytest.raises(UnsafePickleError, match="set"):
         load_pickle_dump(odd)
 
+
+
+@pytest.mark.parametrize("rank", ["missing", None, "two"])
+def test_dump_without_a_rank_is_named(tmp_path, rank):
+    """A dump whose rank is absent or not a number cannot be placed in any group's comparison:
+    read_dump refuses it, naming the file."""
+    dump = {"schema_version": FR_SCHEMA_VERSION, "flight_recorder": {"entries": []}}
+    if rank != "missing":
+        dump["rank"] = rank
+    path = tmp_path / "rank0.json"
+    path.write_text(json.dumps(dump))
+    with pytest.raises(ValueError, match=f"{path}: Flight Recorder dump without a rank"):
+        read_dump(path)
+    dump["rank"] = "3"
+    path.write_text(json.dumps(dump))
+    assert read_dump(path)["rank"] == 3
 
 @pytest.mark.slow
 def test_pickle_reader_reads_a_real_pytorch_dump(tmp_path):
