@@ -168,12 +168,7 @@ def analyze(path: pathlib.Path, *, comm_kernel_re: str | None = None,
     offsets = stragglers.clock_offsets(coll)
     inst, waits = stragglers.waits(coll, offsets) if not unmatched else (None, None)
     verdict = stragglers.verdict(waits) if waits is not None else None
-    steps = _steps_table(path, problems)
-    heatmap = stragglers.step_heatmap(steps)
-    hang_table = None
-    if has_dumps:
-        hang_table, dump_problems = hangs.diagnose(path, run, steps)
-        problems += dump_problems
+    heatmap, hang_table = _always_on_records(path, run, problems, with_dumps=has_dumps)
     n_steps = breakdown["step"].nunique() if not breakdown.empty else 0
     found = findings_mod.findings(breakdown, bubbles, imbalance,
                                   int((run or {}).get("microbatches", 1)), verdict, n_steps,
@@ -193,10 +188,7 @@ def _records_only_report(path: pathlib.Path, run: dict, problems: list[str]) -> 
     """A run with no usable trace (it failed or hung before its profiled steps): what the
     always-on records say — step timers and the Flight Recorder diagnosis."""
     problems = list(problems)
-    steps = _steps_table(path, problems)
-    heatmap = stragglers.step_heatmap(steps)
-    hang_table, dump_problems = hangs.diagnose(path, run, steps)
-    problems += dump_problems
+    heatmap, hang_table = _always_on_records(path, run, problems, with_dumps=True)
     empty_breakdown = pd.DataFrame(columns=overlap.COLUMNS)
     found = findings_mod.findings(empty_breakdown, pd.DataFrame(columns=bubble.COLUMNS), None,
                                   1, None, 0, hang_table, heatmap)
@@ -208,14 +200,20 @@ def _records_only_report(path: pathlib.Path, run: dict, problems: list[str]) -> 
                   on_gpu=False, step_heatmap=heatmap, hangs=hang_table, findings=found)
 
 
-def _steps_table(path: pathlib.Path, problems: list[str]) -> pd.DataFrame:
-    """The step timers of every rank (empty when the folder has none); a damaged timer file
-    loses its rank's rows and is named in ``problems``."""
-    if not path.is_dir():
-        return pd.DataFrame()
-    steps, unreadable = step_timer.read_all(path)
-    problems += unreadable
-    return steps
+def _always_on_records(path: pathlib.Path, run: dict | None, problems: list[str], *,
+                       with_dumps: bool) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """The step heatmap from every rank's step timers (empty when there are none) and, with
+    ``with_dumps``, the Flight Recorder's hang table; each damaged timer file or dump loses its
+    rank's rows and is named in ``problems``."""
+    steps = pd.DataFrame()
+    if path.is_dir():
+        steps, unreadable = step_timer.read_all(path)
+        problems += unreadable
+    hang_table = None
+    if with_dumps:
+        hang_table, unusable = hangs.diagnose(path, run, steps)
+        problems += unusable
+    return stragglers.step_heatmap(steps), hang_table
 
 
 def _clean(x):
