@@ -57,6 +57,15 @@ print(json.dumps({"growth_bytes": rss[-1] - rss[0], "faults": faults[-1] - fault
 """
 
 
+def _run_script(script: str, *args) -> dict:
+    """Run ``script`` in a fresh one-thread process; the JSON it printed last."""
+    out = subprocess.run([sys.executable, "-c", script, *map(str, args)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=600,
+                         env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 @pytest.fixture(scope="module")
 def profiled(tmp_path_factory):
     """MODE → what SCRIPT printed for it; each mode runs once per module, in its own process."""
@@ -64,11 +73,7 @@ def profiled(tmp_path_factory):
 
     def run(mode: str) -> dict:
         if mode not in results:
-            out = subprocess.run([sys.executable, "-c", SCRIPT, mode, str(base / mode)],
-                                 cwd=ROOT, capture_output=True, text=True, timeout=600,
-                                 env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"})
-            assert out.returncode == 0, out.stderr[-2000:]
-            results[mode] = json.loads(out.stdout.strip().splitlines()[-1])
+            results[mode] = _run_script(SCRIPT, mode, base / mode)
             results[mode]["dir"] = base / mode
         return results[mode]
     return run
@@ -127,11 +132,7 @@ print(json.dumps({"growth_bytes": grown, "reserve_bytes": heap_reserve_bytes(win
 def test_heap_reserve_goes_in_the_step_before_the_window(tmp_path, first):
     """The reserve is written in the step before the profiled window; a window that starts at
     step 0 has no such step, and a reserve there would land in its first profiled step."""
-    out = subprocess.run([sys.executable, "-c", WINDOW_SCRIPT, str(first), str(tmp_path)],
-                         cwd=ROOT, capture_output=True, text=True, timeout=300,
-                         env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"})
-    assert out.returncode == 0, out.stderr[-2000:]
-    got = json.loads(out.stdout.strip().splitlines()[-1])
+    got = _run_script(WINDOW_SCRIPT, first, tmp_path)
     if first == 1:
         assert got["growth_bytes"] >= 0.9 * got["reserve_bytes"] > 0, got
     else:
