@@ -23,8 +23,11 @@ def _run_and_analyze(run, *args):
     return json.loads(meshscope("analyze", run, "--json", check=True).stdout)
 
 
-def _stage_medians(run, column="bubble_fraction") -> pd.Series:
-    bub = pd.read_parquet(run / "report" / "bubbles.parquet")
+def _bubbles(run) -> pd.DataFrame:
+    return pd.read_parquet(run / "report" / "bubbles.parquet")
+
+
+def _stage_medians(bub: pd.DataFrame, column="bubble_fraction") -> pd.Series:
     return bub.groupby("stage")[column].median()
 
 
@@ -54,11 +57,11 @@ def test_bubble_matches_theory_on_two_ranks(tmp_path, schedule, m):
         _run_and_analyze(run, "--layout", "pp=2", "--schedule", schedule, "--microbatches", m,
                          "--global-batch", 8 * m, "--steps", 8, "--profile-steps", "3-7",
                          "--model", "wide")
-        bub = pd.read_parquet(run / "report" / "bubbles.parquet")
+        bub = _bubbles(run)
         assert sorted(bub["stage"].unique()) == [0, 1] and len(bub) == 2 * 5
         assert bub["theory_fraction"].tolist() == pytest.approx([theory] * len(bub))
-        measured = float(_stage_medians(run).mean())
-        replayed = float(_stage_medians(run, "replayed_bubble_fraction").mean())
+        measured = float(_stage_medians(bub).mean())
+        replayed = float(_stage_medians(bub, "replayed_bubble_fraction").mean())
         attempts.append({"measured": round(measured, 4), "replayed": round(replayed, 4)})
         if abs(replayed - theory) <= 0.10 * theory:
             break
@@ -75,8 +78,8 @@ def test_interleaving_shrinks_the_bubble(tmp_path):
     _run_and_analyze(tmp_path / "a", *common, "--schedule", "1f1b")
     _run_and_analyze(tmp_path / "b", *common, "--schedule", "interleaved-1f1b",
                      "--virtual-stages", 2)
-    plain = float(_stage_medians(tmp_path / "a").mean())
-    interleaved = float(pd.read_parquet(tmp_path / "b" / "report" / "bubbles.parquet")
+    plain = float(_stage_medians(_bubbles(tmp_path / "a")).mean())
+    interleaved = float(_bubbles(tmp_path / "b")
                         .groupby("rank")["bubble_fraction"].median().mean())
     assert interleaved < plain, (interleaved, plain)
 
@@ -96,7 +99,7 @@ def test_pp4_bubble_matches_its_replay(tmp_path):
     run = tmp_path / "pp4"
     _run_and_analyze(run, "--layout", "pp=4", "--schedule", "1f1b", "--microbatches", 8,
                      "--global-batch", 32, "--steps", 5, "--model", "balanced")
-    bub = pd.read_parquet(run / "report" / "bubbles.parquet")
+    bub = _bubbles(run)
     measured, replayed = bub["bubble_fraction"].median(), bub["replayed_bubble_fraction"].median()
     assert abs(measured - replayed) <= 0.25 * replayed, (measured, replayed)
 
