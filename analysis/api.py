@@ -1,6 +1,6 @@
 """The notebook API: one object per analysed run, whose methods return the report's tables.
 
-    import analysis
+    from meshscope import analysis
     run = analysis.open("runs/a")              # or any folder of Kineto traces
     run.breakdown()                            # per rank × step, docs/metrics.md
     run.findings()[0]
@@ -16,7 +16,7 @@ import pathlib
 
 import pandas as pd
 
-from .report import Report, analyze
+from meshscope.analysis.report.analyze import Report, analyze
 
 
 class RunAnalysis:

@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 
-from collectors import step_timer
+from meshscope.collectors import step_timer
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -28,7 +28,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 def one_run(out: pathlib.Path, steps: int, on: bool) -> float:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     env.pop("TORCH_FR_BUFFER_SIZE", None)
-    subprocess.run([sys.executable, "-m", "meshscope_cli", "run", "--layout", "dp=2,pp=2",
+    subprocess.run([sys.executable, "-m", "meshscope", "run", "--layout", "dp=2,pp=2",
                     "--steps", str(steps), "--profile-steps", f"{steps - 1}-{steps - 1}",
                     "--always-on" if on else "--no-always-on", "--out", str(out)],
                    cwd=ROOT, env=env, check=True, capture_output=True)

@@ -77,7 +77,7 @@ def child(kind: str, trace: str, folder: str, started: float, write_cache: bool)
         t0 = time.perf_counter()
         TraceAnalysis(trace_dir=folder)
     else:
-        from analysis import ingest
+        from meshscope.analysis.ingest import events as ingest
         before = _status_mb("VmRSS")
         t0 = time.perf_counter()
         trace_obj = ingest.load_trace(pathlib.Path(trace),

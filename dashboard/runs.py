@@ -11,8 +11,8 @@ import pathlib
 
 import pandas as pd
 
-from analysis.report import load_written
-from collectors import run_dir as rd
+from meshscope.analysis.report.analyze import load_written
+from meshscope.collectors import run_dir as rd
 
 # Stacked segments of the step breakdown, bottom to top: (label, column, column subtracted or
 # None, colour). Together they add up to ``window_us`` (docs/metrics.md).

@@ -29,8 +29,8 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.profiler import record_function
 
-from analysis.bandwidth import algbw_gbps, busbw_gbps
-from collectors import annotations
+from meshscope.analysis.comm.bandwidth import algbw_gbps, busbw_gbps
+from meshscope.collectors import annotations
 
 from .layout import Layout
 
@@ -88,7 +88,7 @@ def main(config_path: str) -> None:
               for s in conf["sizes"]]
     prof = None
     if conf["profile"]:
-        from collectors.profiling import make_profiler
+        from meshscope.collectors.profiling import make_profiler
 
         # One profiler step per block, every one recorded.
         prof = make_profiler(run_dir, rank, (0, len(blocks) - 1), device, {})

@@ -18,9 +18,9 @@ import uuid
 
 import torch
 
-from collectors import flight_recorder
-from collectors import run_dir
-from collectors.run_dir import RUN_JSON, RUN_SCHEMA_VERSION, write_json_atomic
+from meshscope.collectors import flight_recorder
+from meshscope.collectors import run_dir
+from meshscope.collectors.run_dir import RUN_JSON, RUN_SCHEMA_VERSION, write_json_atomic
 
 from .data_parallel import DP_MODES
 from .faults import Fault
@@ -105,7 +105,7 @@ def check(opts: RunOptions) -> None:
 def _device_entry(cuda: bool, opts: RunOptions) -> dict:
     """Device type, name, backend, and its peak FLOP/s and memory bandwidth: from the command
     line when given, else from ``collectors.devices`` by name, else null (unknown)."""
-    from collectors.devices import lookup
+    from meshscope.collectors.devices import lookup
 
     name = torch.cuda.get_device_name(0) if cuda else (platform.processor()
                                                          or platform.machine())
@@ -194,7 +194,7 @@ def launch(opts: RunOptions) -> dict:
     """Run the job; returns the final run.json contents. Raises LayoutError before launch and
     LaunchError if a rank fails."""
     if opts.profile_steps is None:
-        from collectors.profiling import default_profile_steps
+        from meshscope.collectors.profiling import default_profile_steps
         opts.profile_steps = default_profile_steps(opts.steps)
     check(opts)
     run = pathlib.Path(opts.out).resolve()
@@ -218,7 +218,7 @@ def launch(opts: RunOptions) -> dict:
         "TORCH_FR_BUFFER_SIZE", str(flight_recorder.DEFAULT_BUFFER_SIZE)) \
         if opts.always_on else "0"
     try:
-        run_ranks("parallel.worker", config_path, nproc=opts.layout.world_size // opts.nnodes,
+        run_ranks("meshscope.parallel.worker", config_path, nproc=opts.layout.world_size // opts.nnodes,
                   nnodes=opts.nnodes, node_rank=opts.node_rank,
                   rdzv_endpoint=opts.rdzv_endpoint, rdzv_id=f"meshscope-{opts.layout}")
     except LaunchError as e:
@@ -294,7 +294,7 @@ def bench_comm(layout: Layout, out: pathlib.Path, *, ops: list[str], sizes: list
     config_path = out / ".meta" / "bench-config.json"
     write_json_atomic(config_path, config)
     try:
-        run_ranks("parallel.bench_comm", config_path, nproc=world, rdzv_id="meshscope-bench")
+        run_ranks("meshscope.parallel.bench_comm", config_path, nproc=world, rdzv_id="meshscope-bench")
     finally:
         shutil.rmtree(out / ".meta", ignore_errors=True)
     if profile:

@@ -11,7 +11,7 @@ import dataclasses
 import itertools
 import math
 
-from .model import ModelConfig
+from .config import ModelConfig
 
 MESH_ORDER = ("pp", "dp", "cp", "tp")
 ALL_DIMS = ("dp", "tp", "pp", "cp", "ep")
@@ -118,7 +118,7 @@ def parse_layout(text: str) -> Layout:
 def virtual_stages(schedule: str, requested: int | None) -> int:
     """Stages per pipeline rank for ``schedule``: 1 for single-stage schedules, 2 for the
     V-shaped ones, ``requested`` (default 2) for the other multi-stage schedules."""
-    from .pipeline import SCHEDULES
+    from .schedules import SCHEDULES
 
     spec = SCHEDULES[schedule]
     if spec.fixed_virtual is not None:
@@ -136,7 +136,7 @@ def validate(layout: Layout, cfg: ModelConfig, *, schedule: str, microbatches: i
              global_batch: int, virtual: int | None = None,
              layers_per_stage: list[int] | None = None) -> None:
     """Raise LayoutError naming the first violated constraint."""
-    from .pipeline import SCHEDULES
+    from .schedules import SCHEDULES
 
     pp = layout.size("pp")
     if schedule not in SCHEDULES:

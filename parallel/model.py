@@ -10,78 +10,11 @@ References: Llama (Touvron et al., 2023) for the block layout; RMSNorm (Zhang & 
 """
 from __future__ import annotations
 
-import dataclasses
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-
-@dataclasses.dataclass(frozen=True)
-class ModelConfig:
-    vocab_size: int = 256
-    dim: int = 64
-    n_layers: int = 4
-    n_heads: int = 4
-    ffn_hidden: int = 172
-    seq_len: int = 64
-    rope_theta: float = 10000.0
-    norm_eps: float = 1e-5
-    # Mixture of experts: 0 experts = dense. ``moe_every`` = k puts an MoE FFN in every k-th
-    # layer (layers k-1, 2k-1, …); 1 = every layer.
-    moe_experts: int = 0
-    moe_top_k: int = 2
-    moe_every: int = 1
-    moe_hidden: int = 64
-    moe_aux_coef: float = 0.01
-
-    def is_moe_layer(self, i: int) -> bool:
-        return self.moe_experts > 0 and (i + 1) % self.moe_every == 0
-
-    @property
-    def head_dim(self) -> int:
-        return self.dim // self.n_heads
-
-    def _ffn_params(self, i: int, active: bool) -> int:
-        if not self.is_moe_layer(i):
-            return 3 * self.dim * self.ffn_hidden
-        experts = self.moe_top_k if active else self.moe_experts
-        return self.dim * self.moe_experts + experts * 3 * self.dim * self.moe_hidden
-
-    def n_params(self, active: bool = False) -> int:
-        """Parameter count (embedding and output head untied); ``active`` counts only the
-        top-k experts a token passes through."""
-        attn = 4 * self.dim * self.dim + 2 * self.dim
-        layers = sum(attn + self._ffn_params(i, active) for i in range(self.n_layers))
-        return 2 * self.vocab_size * self.dim + layers + self.dim
-
-    def flops_per_token(self) -> int:
-        """Training FLOPs per token: 6 × (active non-embedding parameters) + attention.
-
-        The 6N rule (Kaplan et al., 2020: 2N forward, 4N backward) with N the parameters a token
-        actually passes through (top-k experts for MoE), plus the attention score and value
-        products, 12 · n_layers · dim · seq_len (forward 4 · n_layers · dim · seq_len, × 3 for
-        training), as in the PaLM paper's MFU definition (Chowdhery et al., 2022, App. B).
-        """
-        n = self.n_params(active=True) - self.vocab_size * self.dim  # embedding is a lookup
-        return 6 * n + 12 * self.n_layers * self.dim * self.seq_len
-
-
-# Named sizes. "tiny" keeps CI fast; "balanced" makes compute dominate per pipeline stage on CPU
-# so bubble measurements are meaningful, "wide" even more so; "small" is a sensible GPU smoke size.
-PRESETS: dict[str, ModelConfig] = {
-    "tiny": ModelConfig(),
-    "balanced": ModelConfig(dim=256, n_layers=4, n_heads=4, ffn_hidden=680, seq_len=128),
-    # Four times balanced's compute per token for twice its bytes between stages, and the last
-    # stage's head and loss about 1% of its work: what the bubble-vs-closed-form checks need at
-    # 8 microbatches, where a few ms per transfer or a 3% heavier stage move the bubble by 10%.
-    "wide": ModelConfig(dim=512, n_layers=4, n_heads=8, ffn_hidden=1536, seq_len=128),
-    # 8 layers so that 4 pipeline ranks can hold two stages each.
-    "tiny8": ModelConfig(n_layers=8),
-    "tiny-moe": ModelConfig(moe_experts=4, moe_top_k=2, moe_every=1, moe_hidden=64),
-    "small": ModelConfig(vocab_size=32000, dim=1024, n_layers=16, n_heads=16, ffn_hidden=2816,
-                         seq_len=1024),
-}
+from .config import PRESETS, ModelConfig  # noqa: F401 - re-exported: the sizes live in config.py
 
 
 class RMSNorm(nn.Module):

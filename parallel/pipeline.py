@@ -23,33 +23,26 @@ DualPipeV overlaps a forward and a backward chunk (DeepSeek-V3 report, 2024).
 """
 from __future__ import annotations
 
-import dataclasses
-
 import torch
 from torch.distributed.pipelining import PipelineStage, schedules
 from torch.profiler import record_function
 
-from collectors import annotations
+from meshscope.collectors import annotations
 
 from .model import Transformer
+from .schedules import SCHEDULES  # noqa: F401 - the names, placements and stages per rank
 
 
-@dataclasses.dataclass(frozen=True)
-class ScheduleSpec:
-    cls: type
-    placement: str           # "loop" or "v"
-    fixed_virtual: int | None  # v the schedule requires, None if any v (multi-stage) or 1
-    multi: bool              # takes a list of stages
-
-
-SCHEDULES: dict[str, ScheduleSpec] = {
-    "gpipe": ScheduleSpec(schedules.ScheduleGPipe, "loop", 1, False),
-    "1f1b": ScheduleSpec(schedules.Schedule1F1B, "loop", 1, False),
-    "interleaved-1f1b": ScheduleSpec(schedules.ScheduleInterleaved1F1B, "loop", None, True),
-    "looped-bfs": ScheduleSpec(schedules.ScheduleLoopedBFS, "loop", None, True),
-    "zero-bubble": ScheduleSpec(schedules.ScheduleInterleavedZeroBubble, "loop", None, True),
-    "zbv": ScheduleSpec(schedules.ScheduleZBVZeroBubble, "v", 2, True),
-    "dualpipev": ScheduleSpec(schedules.ScheduleDualPipeV, "v", 2, True),
+# The torch class of each schedule in ``schedules.SCHEDULES`` (placement and stages per rank
+# are there, without torch).
+SCHEDULE_CLASSES = {
+    "gpipe": schedules.ScheduleGPipe,
+    "1f1b": schedules.Schedule1F1B,
+    "interleaved-1f1b": schedules.ScheduleInterleaved1F1B,
+    "looped-bfs": schedules.ScheduleLoopedBFS,
+    "zero-bubble": schedules.ScheduleInterleavedZeroBubble,
+    "zbv": schedules.ScheduleZBVZeroBubble,
+    "dualpipev": schedules.ScheduleDualPipeV,
 }
 
 
@@ -102,10 +95,10 @@ def build_schedule(modules: dict[int, torch.nn.Module], *, num_stages: int, devi
                    group, schedule: str, microbatches: int, loss_fn):
     """Stages for ``modules`` (global stage index → module, in chunk order) and the named
     schedule running ``microbatches`` per step."""
-    spec = SCHEDULES[schedule]
+    spec, cls = SCHEDULES[schedule], SCHEDULE_CLASSES[schedule]
     stages = [AnnotatedStage(mod, idx, num_stages, device, group=group, chunk=chunk)
               for chunk, (idx, mod) in enumerate(modules.items())]
     if spec.multi:
-        return spec.cls(stages, microbatches, loss_fn=loss_fn)
+        return cls(stages, microbatches, loss_fn=loss_fn)
     (stage,) = stages
-    return spec.cls(stage, microbatches, loss_fn=loss_fn)
+    return cls(stage, microbatches, loss_fn=loss_fn)

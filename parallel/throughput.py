@@ -14,7 +14,7 @@ import pathlib
 
 import pandas as pd
 
-from collectors import step_timer
+from meshscope.collectors import step_timer
 
 
 def step_table(run_dir: pathlib.Path, desc: dict) -> tuple[pd.DataFrame | None, list[str]]:

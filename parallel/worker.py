@@ -20,10 +20,10 @@ import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.profiler import record_function
 
-from collectors import annotations, flight_recorder, rendezvous
-from collectors.profiling import at_step_start, make_profiler
-from collectors.run_dir import steps_path, write_json_atomic
-from collectors.step_timer import StepTimer
+from meshscope.collectors import annotations, flight_recorder, rendezvous
+from meshscope.collectors.profiling import at_step_start, make_profiler
+from meshscope.collectors.run_dir import steps_path, write_json_atomic
+from meshscope.collectors.step_timer import StepTimer
 
 from .build import RankModel, build_rank_model, local_batch
 from .data import global_batch
@@ -103,7 +103,7 @@ def main(config_path: str) -> None:
     _record_on_sigterm(lambda: [f() for f in on_term])
     device, backend = _device()
     if conf.get("nccl_debug") and backend == "nccl":
-        from collectors.nccl_debug import nccl_debug_env
+        from meshscope.collectors.nccl_debug import nccl_debug_env
         os.environ.update(nccl_debug_env(run_dir, rank=int(os.environ["RANK"])))
     dist.init_process_group(backend, timeout=datetime.timedelta(seconds=conf["timeout_s"]))
     rank = dist.get_rank()

@@ -15,7 +15,7 @@ SHARED_TRACES = ROOT.parent / "shared" / "traces"
 def meshscope(*args, timeout=600, check=False) -> subprocess.CompletedProcess:
     """Run ``meshscope ARGS`` in a fresh interpreter; returns the completed process."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.run([sys.executable, "-m", "meshscope_cli", *map(str, args)], cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-m", "meshscope", *map(str, args)], cwd=ROOT,
                           env=env, capture_output=True, text=True, timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(f"meshscope {' '.join(map(str, args))} exited {proc.returncode}\n"

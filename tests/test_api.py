@@ -4,7 +4,7 @@ import shutil
 
 import pandas as pd
 
-import analysis
+from meshscope import analysis
 from conftest import ROOT, meshscope
 
 

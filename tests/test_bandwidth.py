@@ -5,8 +5,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import bandwidth as bw
-from analysis.ingest import load_trace
+from meshscope.analysis.comm import bandwidth as bw
+from meshscope.analysis.ingest.events import load_trace
 from conftest import shared_trace
 
 

@@ -17,8 +17,8 @@ import time
 import pandas as pd
 import pytest
 
-from dashboard import runs as R
-from dashboard.app import create_app
+from meshscope.dashboard import runs as R
+from meshscope.dashboard.app import create_app
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "samples"
@@ -110,7 +110,7 @@ def server(tmp_path_factory):
     port = _free_port()
     log = tmp_path_factory.mktemp("dash") / "server.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "meshscope_cli", "dashboard",
+        proc = subprocess.Popen([sys.executable, "-m", "meshscope", "dashboard",
                                  str(SAMPLES), "--port", str(port)],
                                 cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
     try:

@@ -11,7 +11,7 @@ import time
 import psutil
 import pytest
 
-from collectors.schema import validate_run_json
+from meshscope.collectors.schema import validate_run_json
 from conftest import ROOT, meshscope
 
 pytestmark = pytest.mark.slow
@@ -78,7 +78,7 @@ def test_two_launchers_form_one_job(tmp_path):
     run = tmp_path / "multinode"
     endpoint = f"127.0.0.1:{_free_port()}"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "meshscope_cli", "run", "--layout", "dp=2,pp=2", "--nnodes",
+    cmd = [sys.executable, "-m", "meshscope", "run", "--layout", "dp=2,pp=2", "--nnodes",
            "2", "--rdzv-endpoint", endpoint, "--steps", "4", "--out", str(run)]
     nodes = [subprocess.Popen(cmd + ["--node-rank", str(n)], cwd=ROOT, env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

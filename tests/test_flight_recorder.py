@@ -9,7 +9,7 @@ import sys
 import pandas as pd
 import pytest
 
-from collectors.flight_recorder import (FR_SCHEMA_VERSION, UnsafePickleError,
+from meshscope.collectors.flight_recorder import (FR_SCHEMA_VERSION, UnsafePickleError,
                                         load_pickle_dump, read_dump)
 from conftest import meshscope
 

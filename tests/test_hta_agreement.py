@@ -8,8 +8,9 @@ import shutil
 
 import pytest
 
-from analysis import overlap, timeline
-from analysis.ingest import load_trace
+from meshscope.analysis.timeline import breakdown as overlap
+from meshscope.analysis.timeline import rank_timeline as timeline
+from meshscope.analysis.ingest.events import load_trace
 from conftest import shared_trace
 
 TRACES = [

@@ -9,9 +9,11 @@ import time
 import pandas as pd
 import pytest
 
-from analysis import ingest, ingest_pool, trace_cache
-from analysis.errors import InputError
-from analysis.progress import Progress
+from meshscope.analysis.ingest import events as ingest
+from meshscope.analysis.ingest import pool as ingest_pool
+from meshscope.analysis.ingest import cache as trace_cache
+from meshscope.analysis.errors import InputError
+from meshscope.analysis.ingest.progress import Progress
 from conftest import ROOT, meshscope, shared_trace
 
 SAMPLE = ROOT / "samples" / "dp2-pp2-1f1b" / "traces"

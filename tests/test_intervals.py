@@ -3,7 +3,7 @@ import random
 
 import numpy as np
 
-from analysis import intervals as iv
+from meshscope.analysis.timeline import intervals as iv
 
 
 def _points(pairs, res=0.5):

@@ -6,7 +6,8 @@ import json
 import msgspec
 import pytest
 
-from analysis import ingest, json_stream
+from meshscope.analysis.ingest import events as ingest
+from meshscope.analysis.ingest import json_stream
 from conftest import ROOT, shared_trace
 
 

@@ -1,7 +1,7 @@
 """collectors.nccl_debug on a real NCCL_DEBUG=INFO log: 2 nodes × 8 A100 on AWS p4d (EFA)."""
 import pytest
 
-from collectors.nccl_debug import (CONN_COLUMNS, RANK_COLUMNS, nccl_debug_env, parse_log,
+from meshscope.collectors.nccl_debug import (CONN_COLUMNS, RANK_COLUMNS, nccl_debug_env, parse_log,
                                    parse_run)
 from conftest import shared_trace
 

@@ -2,7 +2,8 @@
 ``analysis.bandwidth``'s factor and the log's rank count, to the log's printed precision."""
 import pytest
 
-from analysis import bandwidth, nccl_tests
+from meshscope.analysis.comm import bandwidth
+from meshscope.analysis.comm import nccl_tests
 from conftest import shared_trace
 
 SUPERBENCH = "logs/nccl_tests_logs/superbench_a100x8"

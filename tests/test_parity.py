@@ -9,10 +9,10 @@ import dataclasses
 import pandas as pd
 import pytest
 
-from collectors.schema import validate_run_json
+from meshscope.collectors.schema import validate_run_json
 from conftest import meshscope
-from parallel.model import PRESETS
-from parallel.reference import reference_losses
+from meshscope.parallel.model import PRESETS
+from meshscope.parallel.reference import reference_losses
 
 pytestmark = pytest.mark.slow
 

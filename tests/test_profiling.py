@@ -29,8 +29,8 @@ SCRIPT = r"""
 import json, pathlib, resource, sys
 import psutil, torch
 from torch.profiler import ProfilerActivity, profile, schedule
-from collectors.profiling import at_step_start, make_profiler
-from parallel.model import PRESETS, build_model, lm_loss
+from meshscope.collectors.profiling import at_step_start, make_profiler
+from meshscope.parallel.model import PRESETS, build_model, lm_loss
 
 mode, out = sys.argv[1], pathlib.Path(sys.argv[2])
 torch.set_num_threads(1)
@@ -115,7 +115,7 @@ def test_profiled_steps_fault_in_no_fresh_pages(profiled):
 WINDOW_SCRIPT = r"""
 import json, pathlib, sys
 import psutil, torch
-from collectors.profiling import at_step_start, heap_reserve_bytes, make_profiler
+from meshscope.collectors.profiling import at_step_start, heap_reserve_bytes, make_profiler
 
 first = int(sys.argv[1])
 window = (first, first + 1)

@@ -14,10 +14,10 @@ import textwrap
 import pandas as pd
 import pytest
 
-from collectors import Recorder
-from collectors.flight_recorder import read_dump
-from collectors.recorder import given_layout, infer_layout, layout_str
-from collectors.schema import validate_run_json
+from meshscope.collectors import Recorder
+from meshscope.collectors.flight_recorder import read_dump
+from meshscope.collectors.recorder import given_layout, infer_layout, layout_str
+from meshscope.collectors.schema import validate_run_json
 from conftest import ROOT, meshscope
 
 pytestmark = pytest.mark.slow
@@ -31,7 +31,7 @@ import sys
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
-from collectors import Recorder
+from meshscope.collectors import Recorder
 
 dist.init_process_group("gloo")
 torch.manual_seed(0)
@@ -60,7 +60,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.nn.parallel import DistributedDataParallel as DDP
-from collectors import Recorder
+from meshscope.collectors import Recorder
 
 dist.init_process_group("gloo")
 mesh = init_device_mesh("cpu", ({dp}, {tp}), mesh_dim_names=("dp", "tp"))
@@ -221,7 +221,7 @@ def test_recorder_needs_torch_distributed(tmp_path):
 ONE_RANK_SCRIPT = """
 import sys
 import torch.distributed as dist
-from collectors import Recorder
+from meshscope.collectors import Recorder
 
 dist.init_process_group("gloo", init_method="file://" + sys.argv[2], rank=0, world_size=1)
 with Recorder(sys.argv[1], profile_steps=(0, 0)) as rec:

@@ -15,8 +15,8 @@ import textwrap
 import jsonschema
 import pytest
 
-from collectors.run_dir import RunDirError
-from collectors.schema import SCHEMA_PATH, json_path, validate_run_json
+from meshscope.collectors.run_dir import RunDirError
+from meshscope.collectors.schema import SCHEMA_PATH, json_path, validate_run_json
 from conftest import ROOT
 
 SAMPLE = ROOT / "samples" / "dp2-pp2-1f1b" / "run.json"
@@ -44,10 +44,10 @@ def test_sample_run_json_validates():
     ("cp=2,tp=2", {"sp": False}),
 ])
 def test_what_the_launcher_writes_validates(tmp_path, layout, extra):
-    from parallel.faults import Fault
-    from parallel.launch import RunOptions, run_description
-    from parallel.layout import parse_layout
-    from parallel.model import PRESETS
+    from meshscope.parallel.faults import Fault
+    from meshscope.parallel.launch import RunOptions, run_description
+    from meshscope.parallel.layout import parse_layout
+    from meshscope.parallel.model import PRESETS
 
     preset = "tiny-moe" if "ep" in layout else "tiny"
     opts = RunOptions(layout=parse_layout(layout), model=PRESETS[preset], out=tmp_path,
@@ -70,7 +70,7 @@ import sys
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
-from collectors import Recorder
+from meshscope.collectors import Recorder
 
 dist.init_process_group("gloo", init_method="file://" + sys.argv[2], rank=0, world_size=1)
 mesh = init_device_mesh("cpu", (1, 1), mesh_dim_names=("dp_shard", "tp"))

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from . import classify
-from .bandwidth import canonical_op
+from meshscope.analysis.ingest import classify
+from meshscope.analysis.comm.bandwidth import canonical_op
 
 
 def rank_groups(rank: int, run: dict | None, meta: dict | None = None) -> dict[str, str]:

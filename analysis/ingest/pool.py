@@ -24,9 +24,9 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Iterator
 
-from . import ingest
-from .errors import InputError
-from .progress import Progress
+from meshscope.analysis.ingest import events as ingest
+from meshscope.analysis.errors import InputError
+from meshscope.analysis.ingest.progress import Progress
 
 
 def _load_one(path: pathlib.Path, comm_kernel_re, rank_regex, cache_dir) -> ingest.RankTrace | str:
@@ -43,7 +43,7 @@ def _context():
         return mp.get_context("fork")
     if "forkserver" in methods:
         ctx = mp.get_context("forkserver")
-        ctx.set_forkserver_preload(["analysis.ingest"])
+        ctx.set_forkserver_preload(["meshscope.analysis.ingest.events"])
         return ctx
     return mp.get_context("spawn")
 

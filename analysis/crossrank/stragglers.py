@@ -37,10 +37,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from . import classify
-from .bandwidth import canonical_op
-from .collectives import gloo_pairs, rank_groups
-from .timeline import comm_dimension, scope_at
+from meshscope.analysis.ingest import classify
+from meshscope.analysis.comm.bandwidth import canonical_op
+from meshscope.analysis.comm.collectives import gloo_pairs, rank_groups
+from meshscope.analysis.timeline.rank_timeline import comm_dimension, scope_at
 
 INSTANCE_COLUMNS = ["rank", "step", "group", "dim", "op", "k", "arrival_us", "end_us"]
 

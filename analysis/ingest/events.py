@@ -34,6 +34,10 @@ seq         int     the collective's sequence number in its group (``Seq``); -1
 msg_bytes   Int64   bytes S of the collective as nccl-tests defines them:
                     max(in_nelems, out_nelems) × element size; for ranges with only
                     ``Input Dims``, the input tensor's bytes
+call_args   str     on ``c10d::`` calls only: their recorded arguments as JSON text,
+                    ``{"dims": Input Dims, "types": Input type, "scalars": Concrete
+                    Inputs}`` (the peer of a send/recv, the output and input buffers
+                    of an all_to_all: ``analysis/comm/instances.py``); null elsewhere
 =========== ======= ============================================================
 
 Where the collective metadata comes from is spelled out in ``analysis/comm_meta.py``.
@@ -65,12 +69,15 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import classify, comm_meta, json_stream, trace_cache
-from .errors import InputError
+from meshscope.analysis.ingest import classify
+from meshscope.analysis.ingest import comm_meta
+from meshscope.analysis.ingest import json_stream
+from meshscope.analysis.ingest import cache as trace_cache
+from meshscope.analysis.errors import InputError
 
 RANK_FROM_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
 # Bump when the table's columns or their meaning change: it is part of the cache key.
-INGEST_VERSION = 2
+INGEST_VERSION = 3
 BATCH_EVENTS = 8192             # events per batch when a trace is read whole
 BATCH_BYTES = 1 << 19           # text per batch when it is streamed (fastest on a 54 MB trace)
 # How many times a trace's JSON was parsed in this process (a cache hit does not parse).
@@ -85,6 +92,7 @@ SCHEMA = pa.schema([
     ("dtype", pa.large_string()), ("pg_name", pa.large_string()),
     ("pg_desc", pa.large_string()), ("pg_ranks", pa.large_string()),
     ("group_size", pa.int64()), ("seq", pa.int64()), ("msg_bytes", pa.int64()),
+    ("call_args", pa.large_string()),
 ])
 
 
@@ -117,6 +125,7 @@ class _Args(msgspec.Struct, gc=False):
     # Kept undecoded (empty when absent): only gloo:/nccl: ranges' shapes are ever read.
     input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input Dims")
     input_type: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input type")
+    concrete: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Concrete Inputs")
 
 
 class _Event(msgspec.Struct, gc=False):
@@ -133,7 +142,7 @@ class _Event(msgspec.Struct, gc=False):
 _DECODE_EVENTS = msgspec.json.Decoder(list[_Event])
 # JSON key of each ``_Args`` attribute.
 _ARG_KEYS = {f.name: f.encode_name for f in msgspec.structs.fields(_Args)}
-_RAW_ARGS = ("input_dims", "input_type")
+_RAW_ARGS = ("input_dims", "input_type", "concrete")
 
 
 def _read_bytes(path: pathlib.Path) -> bytes:
@@ -301,14 +310,31 @@ def _batch(evs: list[_Event]) -> tuple[dict[str, pa.Array], list[tuple[int, dict
             dims = msgspec.json.decode(a.input_dims) if a and a.input_dims else None
             types = msgspec.json.decode(a.input_type) if a and a.input_type else None
             found.append((i, comm_meta.from_host_range(name[i].as_py(), dims, types)))
+    calls = pc.starts_with(name, "c10d::")
+    call_args = pa.nulls(len(xs), pa.large_string())
+    if pc.any(calls).as_py():
+        idx = np.flatnonzero(calls.to_numpy(zero_copy_only=False)).tolist()
+        texts = [_call_args_json(args[i]) for i in idx]
+        call_args = pc.replace_with_mask(call_args, calls, pa.array(texts, pa.large_string()))
     cols = {
         "name": name, "cat": cat, "ts_us": pa.array(ts), "dur_us": pa.array(dur),
+        "call_args": call_args,
         "lane": lane, "device": device,
         "correlation": pa.array([a.correlation if a is not None
                                  and type(a.correlation) is int else -1 for a in args],
                                 pa.int64()),
     }
     return cols, found
+
+
+def _call_args_json(a: _Args | None) -> str | None:
+    """``{"dims": …, "types": …, "scalars": …}`` of a ``c10d::`` call: the raw JSON of its
+    ``Input Dims``, ``Input type`` and ``Concrete Inputs`` (null for an absent one)."""
+    if a is None:
+        return None
+    parts = [bytes(raw) if raw else b"null" for raw in (a.input_dims, a.input_type, a.concrete)]
+    return (b'{"dims":' + parts[0] + b',"types":' + parts[1] + b',"scalars":' + parts[2]
+            + b"}").decode("utf-8", "replace")
 
 
 def _kinds(name: pa.Array, cat: pa.Array, comm_kernel_re: re.Pattern | None) -> pa.Array:

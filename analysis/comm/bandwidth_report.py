@@ -28,10 +28,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from . import classify
-from .bandwidth import add_bandwidth, canonical_op, size_buckets
-from .collectives import gloo_pairs, rank_groups
-from .timeline import comm_dimension, scope_at
+from meshscope.analysis.ingest import classify
+from meshscope.analysis.comm.bandwidth import add_bandwidth, canonical_op, size_buckets
+from meshscope.analysis.comm.collectives import gloo_pairs, rank_groups
+from meshscope.analysis.timeline.rank_timeline import comm_dimension, scope_at
 
 TRANSFER_COLUMNS = ["rank", "step", "group", "dim", "op", "backend_op", "k", "msg_bytes",
                     "group_size", "dur_us"]

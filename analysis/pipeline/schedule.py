@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .timeline import RankTimeline
+from meshscope.analysis.timeline.rank_timeline import RankTimeline
 
 MB_COLUMNS = ["rank", "step", "stage", "chunk", "mb", "phase", "start_us", "end_us", "dur_us"]
 

@@ -34,8 +34,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from . import intervals as iv
-from .timeline import RankTimeline
+from meshscope.analysis.timeline import intervals as iv
+from meshscope.analysis.timeline.rank_timeline import RankTimeline
 
 DIM_ORDER = ("pp", "tp", "cp", "ep", "dp", "unknown")
 BASE_COLUMNS = ["rank", "step", "window_us", "compute_us", "comm_us", "overlapped_comm_us",

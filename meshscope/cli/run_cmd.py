@@ -1,34 +1,15 @@
-"""The ``meshscope`` command line: run, analyze, dashboard, demo.
-
-Every stage is also a Python API (``parallel.launch``, ``analysis.report``,
-``dashboard.app``); this module only parses options, calls them, and turns unusable input into
-one line on stderr and exit code 2.
-"""
+"""``meshscope run``, ``demo`` and ``bench-comm``: the commands that train or measure."""
 from __future__ import annotations
 
 import json
 import pathlib
-import sys
 
 import click
 
-EXIT_BAD_INPUT = 2
-DEFAULT_RUNS = pathlib.Path(__file__).resolve().parent / "samples"
-
-
-def _fail(message: str, code: int = EXIT_BAD_INPUT):
-    click.echo(f"meshscope: error: {message}", err=True)
-    sys.exit(code)
-
-
-@click.group()
-@click.version_option(package_name="meshscope")
-def main():
-    """Profile and analyse parallel LLM training runs."""
-
+from .common import fail
 
 def _int_list(text: str | None, what: str) -> list[int] | None:
-    from parallel.layout import LayoutError
+    from meshscope.parallel.layout import LayoutError
 
     if not text:
         return None
@@ -42,11 +23,11 @@ def _run_options(o: dict):
     """RunOptions from the ``run``/``demo`` command's options (LayoutError if unusable)."""
     import dataclasses
 
-    from collectors.profiling import parse_step_range
-    from parallel.faults import parse_fault
-    from parallel.launch import RunOptions
-    from parallel.layout import LayoutError, parse_layout
-    from parallel.model import PRESETS
+    from meshscope.collectors.profiling import parse_step_range
+    from meshscope.parallel.faults import parse_fault
+    from meshscope.parallel.launch import RunOptions
+    from meshscope.parallel.layout import LayoutError, parse_layout
+    from meshscope.parallel.config import PRESETS
 
     try:
         steps_range = parse_step_range(o["profile_steps"]) if o.get("profile_steps") else None
@@ -74,8 +55,8 @@ def _run_options(o: dict):
 
 
 def run_options_decorator(f):
-    from parallel.model import PRESETS
-    from parallel.pipeline import SCHEDULES
+    from meshscope.parallel.config import PRESETS
+    from meshscope.parallel.schedules import SCHEDULES
 
     opts = [
         click.option("--layout", default="dp=2,pp=2", show_default=True,
@@ -139,19 +120,19 @@ def run_options_decorator(f):
 
 
 def _do_run(opts) -> dict:
-    from parallel.launch import LaunchError, launch
-    from parallel.layout import LayoutError
+    from meshscope.parallel.launch import LaunchError, launch
+    from meshscope.parallel.layout import LayoutError
 
     try:
         return launch(opts)
     except LayoutError as e:
-        _fail(str(e))
+        fail(str(e))
     except LaunchError as e:
-        _fail(f"the run failed: {e}", code=1)
+        fail(f"the run failed: {e}", code=1)
 
 
 def _print_losses(run_dir: pathlib.Path, desc: dict) -> None:
-    from parallel.throughput import step_table
+    from meshscope.parallel.throughput import step_table
 
     table, problems = step_table(run_dir, desc)
     for line in problems:
@@ -164,134 +145,26 @@ def _print_losses(run_dir: pathlib.Path, desc: dict) -> None:
                    f"{row.step_time_us / 1000:8.1f} ms  {row.tokens_per_s:9.0f} tokens/s{mfu}")
 
 
-@main.command()
+@click.command()
 @run_options_decorator
 @click.option("--out", required=True, type=click.Path(file_okay=False),
               help="Run directory to create.")
 def run(**o):
     """Train the small Llama-style model in LAYOUT and record a run directory."""
-    from parallel.launch import check
-    from parallel.layout import LayoutError
+    from meshscope.parallel.launch import check
+    from meshscope.parallel.layout import LayoutError
 
     try:
         opts = _run_options(o)
         check(opts)
     except LayoutError as e:
-        _fail(str(e))
+        fail(str(e))
     click.echo(f"meshscope run: layout {opts.layout} on {opts.layout.world_size} ranks "
                f"-> {opts.out}")
     click.echo(opts.layout.coordinate_table())
     desc = _do_run(opts)
     _print_losses(pathlib.Path(opts.out), desc)
     click.echo(f"run directory written: {opts.out}")
-
-
-def _load_baseline(path: str | None):
-    """A bandwidth baseline: bench-comm's baseline.parquet/.csv, or nccl-tests output (a log
-    file or a folder of them)."""
-    if not path:
-        return None
-    import pandas as pd
-
-    from analysis import nccl_tests
-
-    p = pathlib.Path(path)
-    try:
-        if p.is_dir():
-            frames = [nccl_tests.read(f) for f in sorted(p.glob("*.log"))]
-            return pd.concat(frames, ignore_index=True) if frames else None
-        if p.suffix == ".parquet":
-            return pd.read_parquet(p)
-        if p.suffix == ".csv":
-            return pd.read_csv(p)
-        return nccl_tests.read(p)
-    except (OSError, ValueError) as e:
-        _fail(f"{p}: not a usable baseline ({e})")
-
-
-def _analyze(path, out, comm_kernel_regex, rank_regex=None, cache=True, baseline=None):
-    import re
-
-    from analysis.errors import InputError
-    from analysis.ingest import compile_rank_regex
-    from analysis.report import analyze as do_analyze
-    from collectors.run_dir import REPORT, RunDirError
-
-    try:
-        compile_rank_regex(rank_regex)
-        if comm_kernel_regex:
-            re.compile(comm_kernel_regex)
-    except ValueError as e:
-        _fail(str(e))
-    except re.error as e:
-        _fail(f"--comm-kernel-regex {comm_kernel_regex!r} is not a regular expression ({e})")
-    target = pathlib.Path(out) if out else pathlib.Path(path) / REPORT
-    try:
-        report = do_analyze(pathlib.Path(path), comm_kernel_re=comm_kernel_regex,
-                            rank_regex=rank_regex, cache_dir=target / ".cache" if cache else None,
-                            progress=True, baseline=_load_baseline(baseline))
-    except (InputError, RunDirError) as e:
-        _fail(str(e))
-    try:
-        report.write(target)
-    except OSError as e:
-        _fail(f"{target}: cannot write the report ({e.strerror}); choose another with --out DIR")
-    return report, target
-
-
-@main.command()
-@click.argument("path", type=click.Path())
-@click.option("--out", type=click.Path(file_okay=False),
-              help="Report directory (default: PATH/report).")
-@click.option("--json", "as_json", is_flag=True, help="Print summary.json instead of text.")
-@click.option("--comm-kernel-regex", default=None,
-              help="Extra regular expression for communication kernels (e.g. custom "
-                   "symmetric-memory or DeepEP kernels).")
-@click.option("--rank-regex", default=None,
-              help="For traces without distributedInfo whose file names are not rank<N> / "
-                   "worker<N>: a regular expression with one group that captures the rank "
-                   "from the file name, e.g. 'gpu(\\d+)'.")
-@click.option("--no-cache", is_flag=True,
-              help="Parse every trace afresh instead of reusing the parquet copies kept in "
-                   "the report directory's .cache/ (keyed by each file's content hash).")
-@click.option("--baseline", default=None, type=click.Path(exists=True),
-              help="Bandwidth baseline: `meshscope bench-comm`'s baseline.parquet, or "
-                   "nccl-tests output (a log, or a folder of *.log).")
-def analyze(path, out, as_json, comm_kernel_regex, rank_regex, no_cache, baseline):
-    """Analyse a run directory or any folder of Kineto traces."""
-    from analysis.summary_text import render
-
-    report, target = _analyze(path, out, comm_kernel_regex, rank_regex, cache=not no_cache,
-                              baseline=baseline)
-    summary = json.loads((target / "summary.json").read_text())
-    if as_json:
-        click.echo(json.dumps(summary, indent=2))
-    else:
-        for p in report.problems:
-            click.echo(f"meshscope: warning: {p}", err=True)
-        click.echo(render(summary))
-        click.echo(f"\nreport written: {target}")
-
-
-def _serve(runs_dir: pathlib.Path, host: str, port: int) -> None:
-    from dashboard.app import create_app
-
-    app = create_app(runs_dir)
-    click.echo(f"meshscope dashboard on http://{host}:{port}/ over {runs_dir} (Ctrl-C stops)")
-    app.run(host=host, port=port, debug=False)
-
-
-@main.command()
-@click.argument("runs_dir", required=False, type=click.Path(file_okay=False))
-@click.option("--port", default=8050, show_default=True, type=int)
-@click.option("--host", default="127.0.0.1", show_default=True,
-              help="Interface to bind; loopback unless you mean to share it.")
-def dashboard(runs_dir, port, host):
-    """Serve the web dashboard over RUNS_DIR (default: the bundled samples/)."""
-    path = pathlib.Path(runs_dir) if runs_dir else DEFAULT_RUNS
-    if not path.is_dir():
-        _fail(f"{path}: no such directory")
-    _serve(path, host, port)
 
 
 def _sizes(text: str) -> list[int]:
@@ -312,7 +185,7 @@ def _sizes(text: str) -> list[int]:
     return [one(t) for t in text.split(",")]
 
 
-@main.command("bench-comm")
+@click.command("bench-comm")
 @click.option("--layout", default="dp=2", show_default=True,
               help="Groups to measure: each dimension of size > 1 of this layout.")
 @click.option("--ops", default="all_reduce,all_gather,reduce_scatter,all_to_all,broadcast,"
@@ -328,17 +201,17 @@ def bench_comm_cmd(layout, ops, sizes, iters, warmup, profile, out):
     """nccl-tests-style bandwidth sweep; writes OUT/baseline.parquet for `analyze --baseline`."""
     import pandas as pd
 
-    from parallel.launch import LaunchError, bench_comm
-    from parallel.layout import LayoutError, parse_layout
+    from meshscope.parallel.launch import LaunchError, bench_comm
+    from meshscope.parallel.layout import LayoutError, parse_layout
 
     try:
         path = bench_comm(parse_layout(layout), pathlib.Path(out),
                           ops=[o.strip() for o in ops.split(",") if o.strip()],
                           sizes=_sizes(sizes), iters=iters, warmup=warmup, profile=profile)
     except (LayoutError, ValueError) as e:
-        _fail(str(e))
+        fail(str(e))
     except LaunchError as e:
-        _fail(f"the sweep failed: {e}", code=1)
+        fail(f"the sweep failed: {e}", code=1)
     table = pd.read_parquet(path)
     click.echo(f"{'dim':>4} {'op':>15} {'ranks':>5} {'size':>10} {'time us':>10} "
                f"{'algbw GB/s':>10} {'busbw GB/s':>10}")
@@ -348,14 +221,17 @@ def bench_comm_cmd(layout, ops, sizes, iters, warmup, profile, out):
     click.echo(f"baseline written: {path}")
 
 
-@main.command()
+@click.command()
 @click.option("--out", default="runs", show_default=True, type=click.Path(file_okay=False),
               help="Folder that receives the demo run (a new run-N directory inside).")
 @click.option("--no-serve", is_flag=True, help="Run and analyse, but do not start the dashboard.")
 @click.option("--port", default=8050, show_default=True, type=int)
 def demo(out, no_serve, port):
     """Run dp=2,pp=2 (1F1B, 4 microbatches, 6 steps) here, analyse it, show the dashboard."""
-    from analysis.summary_text import render
+    from meshscope.analysis.report.text import render
+
+    from .analyze_cmd import run_analysis
+    from .dashboard_cmd import serve
 
     root = pathlib.Path(out)
     root.mkdir(parents=True, exist_ok=True)
@@ -369,11 +245,11 @@ def demo(out, no_serve, port):
     click.echo(f"meshscope demo: training dp=2,pp=2 on 4 local ranks -> {run_dir}")
     desc = _do_run(opts)
     _print_losses(run_dir, desc)
-    _, target = _analyze(run_dir, None, None)
+    _, target = run_analysis(run_dir, None, None)
     click.echo(render(json.loads((target / "summary.json").read_text())))
     if not no_serve:
-        _serve(root, "127.0.0.1", port)
+        serve(root, "127.0.0.1", port)
 
 
-if __name__ == "__main__":
-    main()
+
+COMMANDS = (run, bench_comm_cmd, demo)

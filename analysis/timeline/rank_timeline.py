@@ -19,11 +19,11 @@ import dataclasses
 import numpy as np
 import pandas as pd
 
-from collectors import annotations
+from meshscope.collectors import annotations
 
-from . import classify
-from . import intervals as iv
-from .ingest import RankTrace
+from meshscope.analysis.ingest import classify
+from meshscope.analysis.timeline import intervals as iv
+from meshscope.analysis.ingest.events import RankTrace
 
 
 @dataclasses.dataclass

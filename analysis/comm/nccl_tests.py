@@ -37,7 +37,7 @@ import re
 
 import pandas as pd
 
-from . import bandwidth
+from meshscope.analysis.comm import bandwidth
 
 _PREFIX = re.compile(r"^\s*\d+:\s")
 _RANK_LINE = re.compile(r"#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid")

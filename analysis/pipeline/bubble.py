@@ -24,8 +24,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from . import intervals as iv
-from .timeline import RankTimeline
+from meshscope.analysis.timeline import intervals as iv
+from meshscope.analysis.timeline.rank_timeline import RankTimeline
 
 COLUMNS = ["rank", "stage", "step", "pipeline_window_us", "busy_us", "bubble_us",
            "bubble_fraction", "theory_fraction", "schedule", "stages", "microbatches"]

@@ -16,17 +16,22 @@ import re
 
 import pandas as pd
 
-from collectors import run_dir as rd, step_timer
+from meshscope.collectors import run_dir as rd
 
-from . import bubble, comm_report, findings as findings_mod, hangs, overlap, pipeline_report
-from . import stragglers
-from . import timeline
-from .errors import InputError
-from .ingest import compile_rank_regex
-from .ingest_pool import load_traces
+from meshscope.analysis.pipeline import bubble
+from meshscope.analysis.comm import bandwidth_report as comm_report
+from meshscope.analysis.report import findings as findings_mod
+from meshscope.analysis.records import flight_recorder as hangs
+from meshscope.analysis.timeline import breakdown as overlap
+from meshscope.analysis.pipeline import schedule as pipeline_report
+from meshscope.analysis.crossrank import stragglers
+from meshscope.analysis.timeline import rank_timeline as timeline
+from meshscope.analysis.errors import InputError
+from meshscope.analysis.ingest.events import compile_rank_regex
+from meshscope.analysis.ingest.pool import load_traces
+from meshscope.analysis.report import inputs
 
 REPORT_SCHEMA_VERSION = 1
-TRACE_SUFFIXES = (".json", ".json.gz")
 
 
 @dataclasses.dataclass
@@ -73,23 +78,6 @@ class Report:
         return out
 
 
-def find_traces(path: pathlib.Path) -> list[pathlib.Path]:
-    """Trace files of a run directory (``traces/``) or, for any other folder, all ``*.json`` and
-    ``*.json.gz`` below it except meshscope's own files."""
-    path = pathlib.Path(path)
-    if path.is_file():
-        return [path]
-    if (path / rd.RUN_JSON).is_file():  # a run directory: its traces are in traces/ only
-        root = path / rd.TRACES
-        if not root.is_dir():
-            return []
-    else:
-        root = path
-    skip = {rd.RUN_JSON, "summary.json", "config.json"}
-    return sorted(p for p in root.rglob("*") if p.is_file() and p.name.endswith(TRACE_SUFFIXES)
-                  and p.name not in skip and rd.REPORT not in p.relative_to(root).parts[:-1])
-
-
 def analyze(path: pathlib.Path, *, comm_kernel_re: str | None = None,
             rank_regex: str | None = None, cache_dir: pathlib.Path | None = None,
             workers: int | None = None, progress: bool = False,
@@ -103,22 +91,20 @@ def analyze(path: pathlib.Path, *, comm_kernel_re: str | None = None,
     (default: one per core, at most one per file). ``progress``: a progress bar on stderr
     when it is a terminal and ingest takes over a second.
     """
-    path = pathlib.Path(path)
-    if not path.exists():
-        raise InputError(path, "no such file or directory")
-    run = rd.read_run_json(path) if path.is_dir() else None
-    files = find_traces(path)
-    has_dumps = (path / rd.COMMS).is_dir()  # Flight Recorder dumps
-    has_records = run is not None and has_dumps
+    inp = inputs.gather(path)
+    path = inp.path
+    run = inp.run.raw if inp.run is not None else None
+    files = inp.trace_files
+    has_records = run is not None and inp.has_comms
     if not files:
         if has_records:
-            return _records_only_report(path, run, ["no traces: the run ended before its "
-                                                    "profiled steps"])
+            inp.problems.append("no traces: the run ended before its profiled steps")
+            return _records_only_report(inp)
         raise InputError(path, "no trace files (*.json, *.json.gz) found"
                          + (" in traces/" if run is not None else ""))
     pattern = re.compile(comm_kernel_re) if comm_kernel_re else None
     rank_rx = compile_rank_regex(rank_regex)
-    problems: list[str] = []
+    problems = inp.problems
     timelines: dict[int, timeline.RankTimeline] = {}
     sources: dict[int, pathlib.Path] = {}
     collectives, transfers = [], []
@@ -142,7 +128,7 @@ def analyze(path: pathlib.Path, *, comm_kernel_re: str | None = None,
         transfers.append(comm_report.rank_transfers(trace, timelines[trace.rank], run))
     if not timelines:
         if has_records:
-            return _records_only_report(path, run, problems)
+            return _records_only_report(inp)
         raise InputError(path, "no usable trace: " + "; ".join(problems))
     expected = set(range(int(run["world_size"]))) if run and "world_size" in run else set()
     missing = sorted(expected - set(timelines))
@@ -168,7 +154,7 @@ def analyze(path: pathlib.Path, *, comm_kernel_re: str | None = None,
     offsets = stragglers.clock_offsets(coll)
     inst, waits = stragglers.waits(coll, offsets) if not unmatched else (None, None)
     verdict = stragglers.verdict(waits) if waits is not None else None
-    heatmap, hang_table = _always_on_records(path, run, problems, with_dumps=has_dumps)
+    heatmap, hang_table = _always_on_records(inp)
     n_steps = breakdown["step"].nunique() if not breakdown.empty else 0
     found = findings_mod.findings(breakdown, bubbles, imbalance,
                                   int((run or {}).get("microbatches", 1)), verdict, n_steps,
@@ -184,36 +170,27 @@ def analyze(path: pathlib.Path, *, comm_kernel_re: str | None = None,
                   step_heatmap=heatmap, hangs=hang_table, findings=found)
 
 
-def _records_only_report(path: pathlib.Path, run: dict, problems: list[str]) -> Report:
+def _records_only_report(inp: inputs.Inputs) -> Report:
     """A run with no usable trace (it failed or hung before its profiled steps): what the
     always-on records say — step timers and the Flight Recorder diagnosis."""
-    problems = list(problems)
-    heatmap, hang_table = _always_on_records(path, run, problems, with_dumps=True)
+    heatmap, hang_table = _always_on_records(inp)
     empty_breakdown = pd.DataFrame(columns=overlap.COLUMNS)
     found = findings_mod.findings(empty_breakdown, pd.DataFrame(columns=bubble.COLUMNS), None,
                                   1, None, 0, hang_table, heatmap)
-    return Report(source=path, run=run, breakdown=empty_breakdown,
+    return Report(source=inp.path, run=inp.run.raw, breakdown=empty_breakdown,
                   trace_overlap=pd.DataFrame(columns=["rank", "compute_us", "comm_us",
                                                       "overlapped_comm_us", "overlap_pct"]),
-                  bubbles=pd.DataFrame(columns=bubble.COLUMNS), problems=problems,
-                  missing_ranks=list(range(int(run.get("world_size", 0)))), ranks=[],
+                  bubbles=pd.DataFrame(columns=bubble.COLUMNS), problems=inp.problems,
+                  missing_ranks=list(range(inp.run.world_size)), ranks=[],
                   on_gpu=False, step_heatmap=heatmap, hangs=hang_table, findings=found)
 
 
-def _always_on_records(path: pathlib.Path, run: dict | None, problems: list[str], *,
-                       with_dumps: bool) -> tuple[pd.DataFrame, pd.DataFrame | None]:
-    """The step heatmap from every rank's step timers (empty when there are none) and, with
-    ``with_dumps``, the Flight Recorder's hang table; each damaged timer file or dump loses its
-    rank's rows and is named in ``problems``."""
-    steps = pd.DataFrame()
-    if path.is_dir():
-        steps, unreadable = step_timer.read_all(path)
-        problems += unreadable
-    hang_table = None
-    if with_dumps:
-        hang_table, unusable = hangs.diagnose(path, run, steps)
-        problems += unusable
-    return stragglers.step_heatmap(steps), hang_table
+def _always_on_records(inp: inputs.Inputs) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """The step heatmap from every rank's step timers (empty when there are none) and, when the
+    run has a comms/ folder, the Flight Recorder's hang table."""
+    hang_table = hangs.diagnose(inp.dumps, inp.run.raw if inp.run else None, inp.steps) \
+        if inp.has_comms else None
+    return stragglers.step_heatmap(inp.steps), hang_table
 
 
 def _clean(x):

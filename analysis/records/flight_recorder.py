@@ -8,37 +8,22 @@ that recorded the operation are compared (the verdicts of PyTorch's ``torchfrtra
 - ``mismatch`` — every rank has it, but op, sizes or dtypes differ (a desynchronised program);
 - ``state`` — ranks disagree on the state (some completed, others still scheduled/started).
 
-``diagnose(run_dir, run_json, steps)`` (steps: the step timers the report read) returns one
+``diagnose(dumps, run_json, steps)`` (the dumps and step timers the report read,
+``analysis/report/inputs.py``) returns one
 row per problem: process_group (name), group_desc, seq,
 kind (``collective`` / ``p2p``), op, verdict, ranks_present, ranks_missing, detail; for each
 missing rank the last sequence number it reached in that group, and in ``detail`` the last step
-its step timers finished and its last recorded operation. It is empty for a healthy run. Beside
-it, a line for each dump that could not be read (the report lists them under ``problems``); a
-rank without a usable dump is left out of every group's comparison rather than called missing.
+its step timers finished and its last recorded operation. It is empty for a healthy run. A rank
+without a usable dump (the report names it under ``problems``) is left out of every group's
+comparison rather than called missing.
 """
 from __future__ import annotations
 
-import pathlib
-
 import pandas as pd
 
-from collectors.flight_recorder import COMMS, read_dump
 
 COLUMNS = ["process_group", "group_desc", "seq", "kind", "op", "verdict", "ranks_present",
            "ranks_missing", "last_seq_of_missing", "detail"]
-
-
-def load_dumps(run: pathlib.Path) -> tuple[dict[int, dict], list[str]]:
-    """rank → its Flight Recorder dump, and a line naming each dump that could not be used."""
-    dumps, problems = {}, []
-    for f in sorted((pathlib.Path(run) / COMMS).glob("rank*.json")):
-        try:
-            d = read_dump(f)
-        except ValueError as e:
-            problems.append(str(e))
-            continue
-        dumps[d["rank"]] = d
-    return dumps, problems
 
 
 def _group_ranks(dumps: dict[int, dict], run: dict | None) -> dict[str, list[int]]:
@@ -80,10 +65,9 @@ def _last_op(dump: dict) -> str:
             f"({e['process_group'][1]}), {e.get('state')}")
 
 
-def diagnose(run: pathlib.Path, run_json: dict | None, steps: pd.DataFrame
-             ) -> tuple[pd.DataFrame, list[str]]:
-    """The hang/desync table (COLUMNS) from the run's usable dumps, and the unusable ones."""
-    dumps, problems = load_dumps(run)
+def diagnose(dumps: dict[int, dict], run_json: dict | None, steps: pd.DataFrame
+             ) -> pd.DataFrame:
+    """The hang/desync table (COLUMNS) from the run's usable dumps (rank → dump)."""
     members = _group_ranks(dumps, run_json)
     last_step = _last_steps(steps)
     seen: dict[tuple, dict[int, dict]] = {}
@@ -128,4 +112,4 @@ def diagnose(run: pathlib.Path, run_json: dict | None, steps: pd.DataFrame
                          "last_seq_of_missing": {},
                          "detail": "states " + ", ".join(f"rank {r}: {e.get('state')}"
                                                          for r, e in sorted(by_rank.items()))})
-    return pd.DataFrame(rows, columns=COLUMNS), problems
+    return pd.DataFrame(rows, columns=COLUMNS)

@@ -1,0 +1,1 @@
+"""Communication: the collective-instance table, bandwidth as nccl-tests defines it, baselines."""

@@ -1,0 +1,1 @@
+"""Pipeline parallelism: bubbles against the schedule's theory, microbatch timeline, stage imbalance."""

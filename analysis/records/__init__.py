@@ -1,0 +1,1 @@
+"""The always-on records: step timers (heatmap, warm-up, slow steps) and Flight Recorder verdicts."""

@@ -1,0 +1,327 @@
+"""run.json as a typed object: what a run was (layout, mesh, process groups, schedule, model,
+device), read once at the boundary and passed around as ``RunInfo``.
+
+``read_run_info(run_dir)`` returns None when the folder has no run.json (a plain folder of
+traces), else a ``RunInfo``; a run.json that cannot be used raises ``RunDirError`` whose one-line
+message names the file, the field (as a JSON path, ``$.process_groups[2].ranks``) and what is
+wrong. The checks are those of the JSON Schema (``collectors/schemas/run.schema.json``) and the
+bounds the schema cannot state (``check_bounds``). Readers never index the raw dict: every field
+the analysis uses is an attribute here, with its unit or meaning in its name.
+
+The process groups of a run are ``ProcessGroup`` records: the dimension they belong to (``dp``,
+``tp``, ``pp``, ``cp``, ``ep``, ``ep_replica``, ``world``…), their global ranks (sorted), and
+torch's name and description of the group (the ``pg_name`` / ``pg_desc`` that traces and Flight
+Recorder dumps carry). The default group (name ``"0"``, every rank) is always known, whether or
+not run.json lists it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+from typing import Any, Mapping
+
+from .run_dir import RUN_JSON, RUN_SCHEMA_VERSION, RunDirError
+
+PARALLEL_DIMS = ("dp", "tp", "pp", "cp", "ep")
+DEFAULT_GROUP_NAME = "0"
+
+
+def ranks_key(ranks) -> str:
+    """The canonical text of a rank set, ``"0,1,3"`` (sorted): how tables name a group's
+    ranks."""
+    return ",".join(str(r) for r in sorted(int(x) for x in ranks))
+
+
+@dataclasses.dataclass(frozen=True)
+class ProcessGroup:
+    dimension: str
+    ranks: tuple[int, ...]
+    name: str | None = None
+    desc: str | None = None
+
+    @property
+    def ranks_key(self) -> str:
+        return ranks_key(self.ranks)
+
+    @property
+    def size(self) -> int:
+        return len(self.ranks)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelInfo:
+    """The model as run.json describes it; any field may be unknown (None) for a Recorder run."""
+    preset: str | None = None
+    n_layers: int | None = None
+    dim: int | None = None
+    n_heads: int | None = None
+    n_kv_heads: int | None = None
+    ffn_hidden: int | None = None
+    vocab_size: int | None = None
+    seq_len: int | None = None
+    moe_experts: int = 0
+    moe_top_k: int | None = None
+    moe_every: int | None = None
+    moe_hidden: int | None = None
+    n_params: int | None = None
+    flops_per_token: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceInfo:
+    type: str = "cpu"
+    name: str | None = None
+    backend: str | None = None
+    peak_flops: float | None = None
+    memory_bandwidth_bytes_per_s: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class FaultInfo:
+    kind: str
+    rank: int
+    value: int
+
+
+@dataclasses.dataclass(frozen=True)
+class RunInfo:
+    path: pathlib.Path
+    run_id: str | None
+    status: str | None
+    layout: Mapping[str, int]
+    layout_str: str
+    world_size: int
+    mesh_dims: tuple[str, ...]
+    coordinates: Mapping[int, Mapping[str, int]]
+    process_groups: tuple[ProcessGroup, ...]
+    schedule: str | None
+    microbatches: int
+    virtual_stages: int
+    stage_layers: tuple[tuple[int, ...], ...] | None
+    steps: int | None
+    profile_steps: tuple[int, int] | None
+    dp_mode: str | None
+    sequence_parallel: bool | None
+    global_batch: int | None
+    model: ModelInfo
+    device: DeviceInfo
+    faults: tuple[FaultInfo, ...]
+    kind: str | None
+    start_time: str | None
+    raw: Mapping[str, Any] = dataclasses.field(repr=False, compare=False)
+
+    # -- the layout --------------------------------------------------------------------------
+    def size(self, dim: str) -> int:
+        """The size of parallel dimension ``dim`` (1 when the layout does not name it)."""
+        return int(self.layout.get(dim, 1))
+
+    @property
+    def pipeline_stages(self) -> int:
+        return self.size("pp")
+
+    def stage_of(self, rank: int) -> int | None:
+        """The pipeline coordinate of ``rank`` (0 without pipeline parallelism); None when the
+        mesh does not place the rank."""
+        coords = self.coordinates.get(int(rank))
+        if coords is None:
+            return None
+        return int(coords.get("pp", 0))
+
+    def stage_peers(self, rank: int) -> list[int]:
+        """The other ranks of ``rank``'s pipeline stage: in dp, tp and cp they do the same work
+        by construction."""
+        stage = self.stage_of(rank)
+        return [r for r in sorted(self.coordinates) if r != rank and self.stage_of(r) == stage]
+
+    # -- the process groups ------------------------------------------------------------------
+    def groups_along(self, dim: str) -> list[ProcessGroup]:
+        return [g for g in self.process_groups if g.dimension == dim]
+
+    def groups_of(self, rank: int) -> dict[str, ProcessGroup]:
+        """dimension → the first group of that dimension holding ``rank``."""
+        out: dict[str, ProcessGroup] = {}
+        for g in self.process_groups:
+            if rank in g.ranks:
+                out.setdefault(g.dimension, g)
+        return out
+
+    def group_named(self, name) -> ProcessGroup | None:
+        """The group torch named ``name`` (the default group ``"0"`` is every rank)."""
+        name = str(name)
+        for g in self.process_groups:
+            if g.name == name:
+                return g
+        if name == DEFAULT_GROUP_NAME:
+            return self.default_group
+        return None
+
+    @property
+    def default_group(self) -> ProcessGroup:
+        for g in self.process_groups:
+            if g.name == DEFAULT_GROUP_NAME:
+                return g
+        return ProcessGroup("world", tuple(range(self.world_size)), DEFAULT_GROUP_NAME,
+                            "default_pg")
+
+    def dims_of_ranks(self, ranks) -> list[str]:
+        """The dimensions whose groups have exactly this rank set (several when dimensions
+        coincide, e.g. dp and ep on the same two ranks)."""
+        key = ranks_key(ranks)
+        return [g.dimension for g in self.process_groups if g.ranks_key == key]
+
+
+# -- reading ---------------------------------------------------------------------------------
+
+def _field(path: pathlib.Path, where: str, problem: str) -> RunDirError:
+    return RunDirError(f"{path}: {where}: {problem}")
+
+
+def _int(value, path, where, *, minimum: int | None = None, default=None) -> int | None:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _field(path, where, f"expected an integer, got {json.dumps(value)[:40]}")
+    if minimum is not None and value < minimum:
+        raise _field(path, where, f"must be at least {minimum}, got {value}")
+    return value
+
+
+def _num(value, path, where) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 \
+            or value != value or value == float("inf"):
+        raise _field(path, where, f"expected a positive finite number, got "
+                                  f"{json.dumps(value)[:40]}")
+    return float(value)
+
+
+def _str(value, path, where) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise _field(path, where, f"expected a string, got {json.dumps(value)[:40]}")
+    return value
+
+
+def _obj(value, path, where) -> dict:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _field(path, where, f"expected an object, got {json.dumps(value)[:40]}")
+    return value
+
+
+def from_dict(data: Mapping[str, Any], path: pathlib.Path) -> RunInfo:
+    """A ``RunInfo`` of parsed run.json ``data`` (already checked against the schema by
+    ``read_run_info``); RunDirError naming the field for what the schema cannot state."""
+    path = pathlib.Path(path)
+    layout_raw = _obj(data.get("layout"), path, "$.layout")
+    layout = {str(k): _int(v, path, f"$.layout.{k}", minimum=1) for k, v in layout_raw.items()}
+    world = _int(data.get("world_size"), path, "$.world_size", minimum=1)
+    if world is None:
+        raise _field(path, "$.world_size", "missing")
+    mesh = _obj(data.get("mesh"), path, "$.mesh")
+    coords: dict[int, dict[str, int]] = {}
+    for key, c in _obj(mesh.get("coordinates"), path, "$.mesh.coordinates").items():
+        where = f"$.mesh.coordinates.{key}"
+        if not str(key).isdigit():
+            raise _field(path, where, "a rank must be a decimal number")
+        coords[int(key)] = {str(d): _int(i, path, f"{where}.{d}", minimum=0)
+                            for d, i in _obj(c, path, where).items()}
+    groups = []
+    for i, g in enumerate(data.get("process_groups") or []):
+        where = f"$.process_groups[{i}]"
+        g = _obj(g, path, where)
+        ranks = g.get("ranks")
+        if not isinstance(ranks, list) or not ranks:
+            raise _field(path, f"{where}.ranks", "expected a non-empty list of ranks")
+        ranks = tuple(sorted(_int(r, path, f"{where}.ranks", minimum=0) for r in ranks))
+        dim = _str(g.get("dimension"), path, f"{where}.dimension")
+        if dim is None:
+            raise _field(path, f"{where}.dimension", "missing")
+        name = g.get("name")
+        groups.append(ProcessGroup(dim, ranks, None if name is None else str(name),
+                                   _str(g.get("desc"), path, f"{where}.desc")))
+    pipe = _obj(data.get("pipeline"), path, "$.pipeline")
+    micro = _int(data.get("microbatches", pipe.get("microbatches")), path, "$.microbatches",
+                 minimum=1, default=1)
+    stage_layers = pipe.get("stage_layers")
+    if stage_layers is not None:
+        if not isinstance(stage_layers, list):
+            raise _field(path, "$.pipeline.stage_layers", "expected a list of layer lists")
+        stage_layers = tuple(tuple(_int(x, path, f"$.pipeline.stage_layers[{i}]", minimum=0)
+                                   for x in (s if isinstance(s, list) else [None]))
+                             for i, s in enumerate(stage_layers))
+    profile = data.get("profile_steps")
+    if profile is not None:
+        if not (isinstance(profile, list) and len(profile) == 2):
+            raise _field(path, "$.profile_steps", "expected [first, last]")
+        profile = tuple(_int(x, path, "$.profile_steps", minimum=0) for x in profile)
+    m = _obj(data.get("model"), path, "$.model")
+    model = ModelInfo(
+        preset=_str(m.get("preset"), path, "$.model.preset"),
+        **{k: _int(m.get(k), path, f"$.model.{k}", minimum=1)
+           for k in ("n_layers", "dim", "n_heads", "n_kv_heads", "ffn_hidden", "vocab_size",
+                     "seq_len", "moe_top_k", "moe_every", "moe_hidden")},
+        moe_experts=_int(m.get("moe_experts"), path, "$.model.moe_experts", minimum=0,
+                         default=0),
+        n_params=_int(m.get("n_params"), path, "$.model.n_params", minimum=0),
+        flops_per_token=_num(m.get("flops_per_token"), path, "$.model.flops_per_token"))
+    d = _obj(data.get("device"), path, "$.device")
+    device = DeviceInfo(type=_str(d.get("type"), path, "$.device.type") or "cpu",
+                        name=_str(d.get("name"), path, "$.device.name"),
+                        backend=_str(d.get("backend"), path, "$.device.backend"),
+                        peak_flops=_num(d.get("peak_flops"), path, "$.device.peak_flops"),
+                        memory_bandwidth_bytes_per_s=_num(
+                            d.get("memory_bandwidth_bytes_per_s"), path,
+                            "$.device.memory_bandwidth_bytes_per_s"))
+    faults = tuple(FaultInfo(_str(f.get("kind"), path, f"$.faults[{i}].kind") or "",
+                             _int(f.get("rank"), path, f"$.faults[{i}].rank", minimum=0),
+                             _int(f.get("value"), path, f"$.faults[{i}].value"))
+                   for i, f in enumerate(_obj(x, path, f"$.faults[{i}]")
+                                         for i, x in enumerate(data.get("faults") or [])))
+    return RunInfo(
+        path=path, run_id=_str(data.get("run_id"), path, "$.run_id"),
+        status=_str(data.get("status"), path, "$.status"), layout=layout,
+        layout_str=_str(data.get("layout_str"), path, "$.layout_str")
+        or ",".join(f"{k}={v}" for k, v in layout.items() if v > 1) or "dp=1",
+        world_size=world,
+        mesh_dims=tuple(str(x) for x in (mesh.get("dims") or [])),
+        coordinates=coords, process_groups=tuple(groups),
+        schedule=_str(data.get("schedule"), path, "$.schedule"),
+        microbatches=micro,
+        virtual_stages=_int(pipe.get("virtual_stages"), path, "$.pipeline.virtual_stages",
+                            minimum=1, default=1),
+        stage_layers=stage_layers,
+        steps=_int(data.get("steps"), path, "$.steps", minimum=0),
+        profile_steps=profile,
+        dp_mode=_str(data.get("dp_mode"), path, "$.dp_mode"),
+        sequence_parallel=data.get("sequence_parallel")
+        if isinstance(data.get("sequence_parallel"), bool) else None,
+        global_batch=_int(data.get("global_batch"), path, "$.global_batch", minimum=1),
+        model=model, device=device, faults=faults,
+        kind=_str(data.get("kind"), path, "$.kind"),
+        start_time=_str(data.get("start_time"), path, "$.start_time"),
+        raw=data)
+
+
+def read_run_info(run: pathlib.Path) -> RunInfo | None:
+    """The typed run.json of run directory ``run``; None when it has none; RunDirError when it
+    cannot be used (unreadable, not an object, unknown schema version, a field of the wrong
+    type or out of bounds)."""
+    path = pathlib.Path(run) / RUN_JSON
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise RunDirError(f"{path}: not readable JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise RunDirError(f"{path}: expected a JSON object")
+    version = data.get("schema_version")
+    if version != RUN_SCHEMA_VERSION:
+        raise RunDirError(f"{path}: unknown schema_version {version!r} "
+                          f"(this meshscope reads version {RUN_SCHEMA_VERSION})")
+    return from_dict(data, path)

@@ -1,0 +1,99 @@
+"""``meshscope analyze``: a run directory or any folder of Kineto traces → its report."""
+from __future__ import annotations
+
+import json
+import pathlib
+
+import click
+
+from .common import fail
+
+def _load_baseline(path: str | None):
+    """A bandwidth baseline: bench-comm's baseline.parquet/.csv, or nccl-tests output (a log
+    file or a folder of them)."""
+    if not path:
+        return None
+    import pandas as pd
+
+    from meshscope.analysis.comm import nccl_tests
+
+    p = pathlib.Path(path)
+    try:
+        if p.is_dir():
+            frames = [nccl_tests.read(f) for f in sorted(p.glob("*.log"))]
+            return pd.concat(frames, ignore_index=True) if frames else None
+        if p.suffix == ".parquet":
+            return pd.read_parquet(p)
+        if p.suffix == ".csv":
+            return pd.read_csv(p)
+        return nccl_tests.read(p)
+    except (OSError, ValueError) as e:
+        fail(f"{p}: not a usable baseline ({e})")
+
+
+def run_analysis(path, out, comm_kernel_regex, rank_regex=None, cache=True, baseline=None):
+    import re
+
+    from meshscope.analysis.errors import InputError
+    from meshscope.analysis.ingest.events import compile_rank_regex
+    from meshscope.analysis.report.analyze import analyze as do_analyze
+    from meshscope.collectors.run_dir import REPORT, RunDirError
+
+    try:
+        compile_rank_regex(rank_regex)
+        if comm_kernel_regex:
+            re.compile(comm_kernel_regex)
+    except ValueError as e:
+        fail(str(e))
+    except re.error as e:
+        fail(f"--comm-kernel-regex {comm_kernel_regex!r} is not a regular expression ({e})")
+    target = pathlib.Path(out) if out else pathlib.Path(path) / REPORT
+    try:
+        report = do_analyze(pathlib.Path(path), comm_kernel_re=comm_kernel_regex,
+                            rank_regex=rank_regex, cache_dir=target / ".cache" if cache else None,
+                            progress=True, baseline=_load_baseline(baseline))
+    except (InputError, RunDirError) as e:
+        fail(str(e))
+    try:
+        report.write(target)
+    except OSError as e:
+        fail(f"{target}: cannot write the report ({e.strerror}); choose another with --out DIR")
+    return report, target
+
+
+@click.command()
+@click.argument("path", type=click.Path())
+@click.option("--out", type=click.Path(file_okay=False),
+              help="Report directory (default: PATH/report).")
+@click.option("--json", "as_json", is_flag=True, help="Print summary.json instead of text.")
+@click.option("--comm-kernel-regex", default=None,
+              help="Extra regular expression for communication kernels (e.g. custom "
+                   "symmetric-memory or DeepEP kernels).")
+@click.option("--rank-regex", default=None,
+              help="For traces without distributedInfo whose file names are not rank<N> / "
+                   "worker<N>: a regular expression with one group that captures the rank "
+                   "from the file name, e.g. 'gpu(\\d+)'.")
+@click.option("--no-cache", is_flag=True,
+              help="Parse every trace afresh instead of reusing the parquet copies kept in "
+                   "the report directory's .cache/ (keyed by each file's content hash).")
+@click.option("--baseline", default=None, type=click.Path(exists=True),
+              help="Bandwidth baseline: `meshscope bench-comm`'s baseline.parquet, or "
+                   "nccl-tests output (a log, or a folder of *.log).")
+def analyze(path, out, as_json, comm_kernel_regex, rank_regex, no_cache, baseline):
+    """Analyse a run directory or any folder of Kineto traces."""
+    from meshscope.analysis.report.text import render
+
+    report, target = run_analysis(path, out, comm_kernel_regex, rank_regex, cache=not no_cache,
+                              baseline=baseline)
+    summary = json.loads((target / "summary.json").read_text())
+    if as_json:
+        click.echo(json.dumps(summary, indent=2))
+    else:
+        for p in report.problems:
+            click.echo(f"meshscope: warning: {p}", err=True)
+        click.echo(render(summary))
+        click.echo(f"\nreport written: {target}")
+
+
+
+COMMANDS = (analyze,)

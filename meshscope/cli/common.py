@@ -1,0 +1,23 @@
+"""What every ``meshscope`` command shares: how unusable input ends a command (one line on
+stderr, exit code 2), and where the bundled sample runs are."""
+from __future__ import annotations
+
+import pathlib
+import sys
+
+import click
+
+EXIT_BAD_INPUT = 2
+
+
+def fail(message: str, code: int = EXIT_BAD_INPUT):
+    """End the command: ``meshscope: error: MESSAGE`` on stderr, exit ``code``."""
+    click.echo(f"meshscope: error: {message}", err=True)
+    sys.exit(code)
+
+
+def default_runs_dir() -> pathlib.Path:
+    """The runs folder the dashboard serves when none is given: the repository's ``samples/``
+    in a source checkout, else ``./runs`` (where ``meshscope demo`` writes)."""
+    checkout = pathlib.Path(__file__).resolve().parents[2] / "samples"
+    return checkout if checkout.is_dir() else pathlib.Path("runs")
