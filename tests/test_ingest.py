@@ -147,16 +147,16 @@ def test_parallel_ingest_keeps_file_order(tmp_path):
     assert ingest_pool.worker_count(1) == 1 and ingest_pool.worker_count(64, 2) == 2
 
 
-_REAL_LOAD_ONE = ingest_pool._load_one
+_REAL_LOAD = ingest_pool._load
 
 
 def _dies_in_a_worker(path, *job):
-    """``_load_one`` that kills the worker process that gets rank1's file."""
+    """``_load`` that kills the worker process that gets rank1's file."""
     import os
 
     if os.getpid() != _dies_in_a_worker.parent and path.name == "rank1.json.gz":
         os._exit(9)
-    return _REAL_LOAD_ONE(path, *job)
+    return _REAL_LOAD(path, *job)
 
 
 def test_parallel_ingest_beside_other_threads_and_dying_workers(monkeypatch):
@@ -177,7 +177,7 @@ def test_parallel_ingest_beside_other_threads_and_dying_workers(monkeypatch):
         thread.join()
     assert [r.rank for _, r in got] == [0, 1, 2, 3]
 
-    monkeypatch.setattr(ingest_pool, "_load_one", _dies_in_a_worker)
+    monkeypatch.setattr(ingest_pool, "_load", _dies_in_a_worker)
     monkeypatch.setattr(_dies_in_a_worker, "parent", os.getpid(), raising=False)
     got = list(ingest_pool.load_traces(files, workers=2))
     assert [f for f, _ in got] == files and [r.rank for _, r in got] == [0, 1, 2, 3]

@@ -1,8 +1,13 @@
-"""Ingest many ranks' traces at once, in worker processes.
+"""Work on many ranks' traces at once, in worker processes.
 
-``load_traces(files)`` yields ``(file, RankTrace)`` or ``(file, problem)`` (the one-line message
-of an ``InputError``) in the order of ``files``, whatever order the workers finish in, so the
-first of two files claiming one rank is always the one kept. With two or more files the work
+``map_files(files, fn, job)`` yields ``(file, fn(file, *job))`` — or ``(file, problem)``, the
+one-line message of an ``InputError`` that ``fn`` raised — in the order of ``files``, whatever
+order the workers finish in. ``fn`` must be a module-level function (it is sent to the workers
+by name) and should return something small: the analysis sends each worker a trace and gets
+back that rank's small tables (``analysis/report/rank_work.py``), never its event table.
+``load_traces(files)`` is the same with ``fn`` = ``ingest.load_trace``: each file's
+``RankTrace`` (used by tests and benchmarks that want the events themselves). With two or more
+files the work
 runs in a ``ProcessPoolExecutor`` of ``min(files, os.cpu_count())`` processes (parsing JSON is
 CPU-bound Python: threads would share one core); at most two files per worker are in flight,
 so memory is bounded by per-rank work, not by the rank count. One file is read in this process.
@@ -29,12 +34,16 @@ from meshscope.analysis.errors import InputError
 from meshscope.analysis.ingest.progress import Progress
 
 
-def _load_one(path: pathlib.Path, comm_kernel_re, rank_regex, cache_dir) -> ingest.RankTrace | str:
+def _call(fn, path: pathlib.Path, job: tuple):
     try:
-        return ingest.load_trace(path, comm_kernel_re=comm_kernel_re, rank_regex=rank_regex,
-                                 cache_dir=cache_dir)
+        return fn(path, *job)
     except InputError as e:
         return str(e)
+
+
+def _load(path: pathlib.Path, comm_kernel_re, rank_regex, cache_dir) -> ingest.RankTrace:
+    return ingest.load_trace(path, comm_kernel_re=comm_kernel_re, rank_regex=rank_regex,
+                             cache_dir=cache_dir)
 
 
 def _context():
@@ -43,7 +52,7 @@ def _context():
         return mp.get_context("fork")
     if "forkserver" in methods:
         ctx = mp.get_context("forkserver")
-        ctx.set_forkserver_preload(["meshscope.analysis.ingest.events"])
+        ctx.set_forkserver_preload(["meshscope.analysis.report.rank_work"])
         return ctx
     return mp.get_context("spawn")
 
@@ -53,10 +62,10 @@ def worker_count(n_files: int, workers: int | None = None) -> int:
     return max(1, min(n_files, limit))
 
 
-def _serial(files, job, bar):
-    """Load ``files`` one after another in this process, advancing ``bar``."""
+def _serial(files, fn, job, bar):
+    """Run ``fn`` on ``files`` one after another in this process, advancing ``bar``."""
     for f in files:
-        result = _load_one(f, *job)
+        result = _call(fn, f, job)
         bar.advance()
         yield f, result
 
@@ -67,21 +76,26 @@ def load_traces(files: list[pathlib.Path], *, comm_kernel_re: re.Pattern | None 
                 progress: bool = False) -> Iterator[tuple[pathlib.Path, ingest.RankTrace | str]]:
     """Each file's ``RankTrace`` or problem, in the order of ``files``. ``progress``: show a
     bar on stderr when it is a terminal and the work takes over a second."""
+    job = (comm_kernel_re, ingest.compile_rank_regex(rank_regex), cache_dir)
+    yield from map_files(files, _load, job, workers=workers, progress=progress)
+
+
+def map_files(files: list[pathlib.Path], fn, job: tuple, *, workers: int | None = None,
+              progress: bool = False, label: str = "ingest") -> Iterator[tuple[pathlib.Path, object]]:
+    """``(file, fn(file, *job))`` for each file, in order (module docstring)."""
     files = [pathlib.Path(f) for f in files]
-    rank_regex = ingest.compile_rank_regex(rank_regex)
-    job = (comm_kernel_re, rank_regex, cache_dir)
     n_workers = worker_count(len(files), workers)
     if n_workers < 2:
-        with Progress(len(files), "ingest", enabled=progress) as bar:
-            yield from _serial(files, job, bar)
+        with Progress(len(files), label, enabled=progress) as bar:
+            yield from _serial(files, fn, job, bar)
         return
     queue = collections.deque(files)
     with ProcessPoolExecutor(max_workers=n_workers, mp_context=_context()) as pool:
         running = collections.deque()
         while queue and len(running) < 2 * n_workers:
             f = queue.popleft()
-            running.append((f, pool.submit(_load_one, f, *job)))
-        with Progress(len(files), f"ingest ({n_workers} processes)", enabled=progress) as bar:
+            running.append((f, pool.submit(_call, fn, f, job)))
+        with Progress(len(files), f"{label} ({n_workers} processes)", enabled=progress) as bar:
             while running:
                 f, future = running.popleft()
                 try:
@@ -92,8 +106,8 @@ def load_traces(files: list[pathlib.Path], *, comm_kernel_re: re.Pattern | None 
                 yield f, result
                 if queue:
                     nxt = queue.popleft()
-                    running.append((nxt, pool.submit(_load_one, nxt, *job)))
+                    running.append((nxt, pool.submit(_call, fn, nxt, job)))
             else:
                 return
             # A worker died: read what is left here.
-            yield from _serial([f] + [g for g, _ in running] + list(queue), job, bar)
+            yield from _serial([f] + [g for g, _ in running] + list(queue), fn, job, bar)

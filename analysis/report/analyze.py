@@ -28,8 +28,8 @@ from meshscope.analysis.crossrank import stragglers
 from meshscope.analysis.timeline import rank_timeline as timeline
 from meshscope.analysis.errors import InputError
 from meshscope.analysis.ingest.events import compile_rank_regex
-from meshscope.analysis.ingest.pool import load_traces
-from meshscope.analysis.report import inputs
+from meshscope.analysis.ingest.pool import map_files
+from meshscope.analysis.report import inputs, rank_work
 
 REPORT_SCHEMA_VERSION = 1
 
@@ -103,29 +103,32 @@ def analyze(path: pathlib.Path, *, comm_kernel_re: str | None = None,
         raise InputError(path, "no trace files (*.json, *.json.gz) found"
                          + (" in traces/" if run is not None else ""))
     pattern = re.compile(comm_kernel_re) if comm_kernel_re else None
-    rank_rx = compile_rank_regex(rank_regex)
+    opts = rank_work.RankOptions(comm_kernel_re=pattern, rank_regex=compile_rank_regex(rank_regex),
+                                 cache_dir=cache_dir, run=run)
     problems = inp.problems
+    results: list[rank_work.RankResult] = []
+    for f, result in map_files(files, rank_work.rank_work, (opts,), workers=workers,
+                               progress=progress):
+        if isinstance(result, str):
+            problems.append(result)
+        else:
+            results.append(result)
+    chosen, skipped = inputs.resolve_identities([r.identity for r in results])
+    problems += skipped
+    results = [r for r in results if r.identity.path in chosen]
     timelines: dict[int, timeline.RankTimeline] = {}
-    sources: dict[int, pathlib.Path] = {}
-    collectives, transfers = [], []
-    world_seen = 0  # the job's world size as the traces' distributedInfo states it
-    for f, trace in load_traces(files, comm_kernel_re=pattern, rank_regex=rank_rx,
-                                cache_dir=cache_dir, workers=workers, progress=progress):
-        if isinstance(trace, str):
-            problems.append(trace)
+    collectives, transfers, overlaps = [], [], []
+    world_seen = max((r.identity.world_size or 0 for r in results), default=0)
+    for r in results:
+        problems += r.problems
+        if r.implausible:
+            problems.append(f"{r.identity.path}: {r.implausible}; rank {r.rank} left out of "
+                            f"the report")
             continue
-        if trace.rank in timelines:
-            problems.append(f"{f}: duplicate rank {trace.rank} (already read from "
-                            f"{sources[trace.rank]}); skipped")
-            continue
-        sources[trace.rank] = f
-        info = trace.meta.get("distributedInfo")
-        if isinstance(info, dict) and isinstance(info.get("world_size"), int):
-            world_seen = max(world_seen, info["world_size"])
-        timelines[trace.rank] = timeline.build(trace, run)
-        # Only this rank's collectives are kept, not its events: memory stays per rank.
-        collectives.append(stragglers.rank_collectives(trace, timelines[trace.rank], run))
-        transfers.append(comm_report.rank_transfers(trace, timelines[trace.rank], run))
+        timelines[r.rank] = r.timeline
+        collectives.append(r.collectives)
+        transfers.append(r.transfers)
+        overlaps.append(r.trace_overlap)
     if not timelines:
         if has_records:
             return _records_only_report(inp)
@@ -136,7 +139,7 @@ def analyze(path: pathlib.Path, *, comm_kernel_re: str | None = None,
         run.get("layout", {}).get("pp", 1) > 1 else {}
     breakdown = pd.concat([overlap.step_breakdown(tl, windows.get(r))
                            for r, tl in sorted(timelines.items())], ignore_index=True)
-    trace_ov = pd.DataFrame([overlap.trace_overlap(tl) for _, tl in sorted(timelines.items())])
+    trace_ov = pd.DataFrame(sorted(overlaps, key=lambda o: o["rank"]))
     bubbles = bubble.bubble_table(timelines, windows, run)
     mb = pipeline_report.microbatch_table(timelines, windows)
     phases = pipeline_report.phase_table(mb, windows)

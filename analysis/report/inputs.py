@@ -8,6 +8,10 @@ which the ingest workers read (``analysis/ingest``).
 
 ``find_traces(path)``: the trace files of a run directory (``traces/``) or, for any other
 folder, every ``*.json`` and ``*.json.gz`` below it but meshscope's own files.
+
+``resolve_identities(ids)``: which rank each ingested trace file is (``TraceIdentity``: what its
+``distributedInfo`` and its name say), and which files cannot be kept: of two files claiming
+one rank the first (in name order) is kept and the other named under ``problems``.
 """
 from __future__ import annotations
 
@@ -34,6 +38,43 @@ class Inputs:
     steps: pd.DataFrame             # every rank's step timers (collectors/step_timer.py)
     problems: list[str]
     notes: list[str] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass(frozen=True)
+class TraceIdentity:
+    """Who a trace file says it is."""
+    path: pathlib.Path
+    rank: int                  # as ingest decided: distributedInfo.rank, else the file name
+    info_rank: int | None      # distributedInfo.rank
+    world_size: int | None     # distributedInfo.world_size
+    run_id: str | None         # the run id in the trace's meshscope metadata
+
+
+def identity(path: pathlib.Path, rank: int, meta: dict) -> TraceIdentity:
+    info = meta.get("distributedInfo") if isinstance(meta, dict) else None
+    info = info if isinstance(info, dict) else {}
+    mine = meta.get("meshscope") if isinstance(meta, dict) else None
+    def _int(v):
+        return v if isinstance(v, int) and not isinstance(v, bool) else None
+    return TraceIdentity(path=pathlib.Path(path), rank=rank, info_rank=_int(info.get("rank")),
+                         world_size=_int(info.get("world_size")),
+                         run_id=mine.get("run_id") if isinstance(mine, dict)
+                         and isinstance(mine.get("run_id"), str) else None)
+
+
+def resolve_identities(ids: list[TraceIdentity]) -> tuple[dict[pathlib.Path, int], list[str]]:
+    """file → rank for the files to keep, and a line for each file left out."""
+    kept: dict[pathlib.Path, int] = {}
+    owner: dict[int, pathlib.Path] = {}
+    problems = []
+    for i in ids:
+        if i.rank in owner:
+            problems.append(f"{i.path}: duplicate rank {i.rank} (already read from "
+                            f"{owner[i.rank]}); skipped")
+            continue
+        owner[i.rank] = i.path
+        kept[i.path] = i.rank
+    return kept, problems
 
 
 def find_traces(path: pathlib.Path) -> list[pathlib.Path]:
