@@ -53,11 +53,11 @@ from . import annotations, flight_recorder, run_dir
 from .devices import lookup
 from .profiling import at_step_start, make_profiler
 from .run_dir import RUN_JSON, RUN_SCHEMA_VERSION, steps_path, write_json_atomic
+from .run_info import MESH_DIMENSIONS
 from .step_timer import StepTimer
 
 # Mesh dimension name -> parallel dimension. Any other name is kept as it is.
-DIMENSIONS = {"dp": "dp", "dp_shard": "dp", "dp_replicate": "dp", "tp": "tp", "pp": "pp",
-              "cp": "cp", "ep": "ep"}
+DIMENSIONS = MESH_DIMENSIONS
 CANONICAL = ("dp", "tp", "pp", "cp", "ep")
 _PHASE_RANGES = {"fwd_bwd": annotations.PIPELINE, "optimizer": annotations.OPTIMIZER}
 

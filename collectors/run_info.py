@@ -25,6 +25,10 @@ from .run_dir import RUN_JSON, RUN_SCHEMA_VERSION, RunDirError
 
 PARALLEL_DIMS = ("dp", "tp", "pp", "cp", "ep")
 DEFAULT_GROUP_NAME = "0"
+# DeviceMesh dimension name -> parallel dimension (torchtitan's dp_shard and dp_replicate are
+# both data parallelism); any other name keeps its own.
+MESH_DIMENSIONS = {"dp": "dp", "dp_shard": "dp", "dp_replicate": "dp", "tp": "tp", "pp": "pp",
+                   "cp": "cp", "ep": "ep"}
 
 
 def ranks_key(ranks) -> str:
