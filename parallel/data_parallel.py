@@ -42,7 +42,10 @@ def parallelize_dp(module: torch.nn.Module, *, mode: str, mesh, device: torch.de
             names = [n for n, p in module.named_parameters() if p in ignored_set]
             DDP._set_params_and_buffers_to_ignore_for_model(module, names)
         # The model's only buffers are the constant RoPE tables: nothing to broadcast per step.
-        return DDP(module, process_group=mesh.get_group(), broadcast_buffers=False,
+        # (They still join the one broadcast of the parameters at construction, which
+        # forward_sync_buffers=False keeps, unlike the deprecated broadcast_buffers=False;
+        # every rank computes the same tables, so that broadcast changes nothing.)
+        return DDP(module, process_group=mesh.get_group(), forward_sync_buffers=False,
                    device_ids=[device.index] if device.type == "cuda" else None)
     reshard = mode == "fsdp"
     for block in module.layers.values():

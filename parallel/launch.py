@@ -4,11 +4,19 @@ Everything that can be checked before launch is checked here (``layout.validate`
 bad layout costs one line and exit code 2, not a crash in eight processes. The ranks are then
 started through torchrun's own machinery (``torch.distributed.run``), gloo on CPU and NCCL on
 CUDA; a failing rank ends the whole job, and ``LaunchError`` names the rank and its error.
+
+What the ranks print (library warnings, Kineto's ``profiler_start/stop`` lines, NCCL's chatter)
+goes to ``RUN/logs/rank{R}.stdout.log`` and ``rank{R}.stderr.log`` (``RunLogs``), torchrun's
+own lines to ``RUN/logs/launcher.log``; the terminal shows what meshscope prints, and on failure
+one line with the failing rank's error (before it, the last lines of its stderr log when the
+rank died without an error message, e.g. killed by a signal).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import logging
 import os
 import pathlib
 import platform
@@ -17,6 +25,7 @@ import sys
 import uuid
 
 import torch
+from torch.distributed.elastic.multiprocessing.api import LogsDest, LogsSpecs, Std
 
 from meshscope.collectors import flight_recorder
 from meshscope.collectors import run_dir
@@ -26,6 +35,10 @@ from .data_parallel import DP_MODES
 from .faults import Fault
 from .layout import Layout, LayoutError, stage_layers, validate, virtual_stages
 from .model import ModelConfig
+
+
+LOGS = "logs"  # RUN/logs/: each rank's stdout and stderr (RunLogs)
+FAILED_LOG_TAIL_LINES = 20  # how much of a failed rank's stderr log the launcher shows
 
 
 class LaunchError(RuntimeError):
@@ -175,15 +188,57 @@ def _merge_rank_meta(run: pathlib.Path, desc: dict) -> None:
             g["name"], g["desc"] = seen["name"], seen["desc"]
 
 
-def _failure_message(err) -> str:
-    """The first rank to fail and its error; the ranks stopped because of it after."""
+class RunLogs(LogsSpecs):
+    """Where torchrun puts each rank's output: ``LOG_DIR/rank{R}.stdout.log`` and
+    ``rank{R}.stderr.log`` (both streams redirected, nothing on the terminal), and the error
+    file that ``@record`` writes when the rank raises, ``rank{R}.error.json`` — the launcher
+    reads the failing rank's error from it. Files are named by global rank, so the launchers of
+    several hosts can share one run directory. torchrun's own ``DefaultLogsSpecs`` nests them
+    as ``LOG_DIR/<run id>_<random>/attempt_0/<local rank>/``."""
+
+    def __init__(self, log_dir: pathlib.Path):
+        super().__init__(log_dir=str(log_dir), redirects=Std.ALL, tee=Std.NONE)
+
+    @property
+    def root_log_dir(self) -> str:
+        return str(self._root_log_dir)
+
+    def reify(self, envs: dict[int, dict[str, str]]) -> LogsDest:
+        os.makedirs(self._root_log_dir, exist_ok=True)
+        dest = LogsDest()
+        for local_rank, env in envs.items():
+            base = os.path.join(self._root_log_dir, f"rank{env['RANK']}")
+            dest.stdouts[local_rank] = base + ".stdout.log"
+            dest.stderrs[local_rank] = base + ".stderr.log"
+            dest.error_files[local_rank] = env["TORCHELASTIC_ERROR_FILE"] = base + ".error.json"
+        return dest
+
+
+def _log_tail(path: pathlib.Path, lines: int) -> list[str]:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return []
+    return [line for line in text.splitlines() if line.strip()][-lines:]
+
+
+def _failure_message(err, log_dir: pathlib.Path) -> str:
+    """The first rank to fail and its error; the ranks stopped because of it after. A rank
+    that died without writing its error (killed by a signal, a crash in C++) gets the last
+    lines of its stderr log printed to the terminal first."""
     rank, failure = err.get_first_failure()
+    stderr_log = log_dir / f"rank{rank}.stderr.log"
     msg = failure.message
     if isinstance(msg, dict):
         msg = msg.get("message", "")
     lines = [line for line in str(msg).strip().splitlines() if line.strip()]
+    if not os.path.isfile(failure.error_file):
+        tail = _log_tail(stderr_log, FAILED_LOG_TAIL_LINES)
+        if tail:
+            print(f"--- the last lines of rank {rank}'s output ({stderr_log}) ---",
+                  *tail, "---", sep="\n", file=sys.stderr)
     text = (f"rank {rank} failed (exit code {failure.exitcode}): "
-            f"{lines[-1] if lines else 'no error message (see its output above)'}")
+            f"{lines[-1] if lines else 'no error message'} (its output: {stderr_log})")
     others = sorted(r for r in err.failures if r != rank)
     if others:
         text += f"; ranks {', '.join(map(str, others))} were stopped"
@@ -218,9 +273,10 @@ def launch(opts: RunOptions) -> dict:
         "TORCH_FR_BUFFER_SIZE", str(flight_recorder.DEFAULT_BUFFER_SIZE)) \
         if opts.always_on else "0"
     try:
-        run_ranks("meshscope.parallel.worker", config_path, nproc=opts.layout.world_size // opts.nnodes,
-                  nnodes=opts.nnodes, node_rank=opts.node_rank,
-                  rdzv_endpoint=opts.rdzv_endpoint, rdzv_id=f"meshscope-{opts.layout}")
+        run_ranks("meshscope.parallel.worker", config_path, log_dir=run / LOGS,
+                  nproc=opts.layout.world_size // opts.nnodes, nnodes=opts.nnodes,
+                  node_rank=opts.node_rank, rdzv_endpoint=opts.rdzv_endpoint,
+                  rdzv_id=f"meshscope-{opts.layout}")
     except LaunchError as e:
         desc.update(status="failed", end_time=run_dir.now(), error=str(e))
         _finish(run, desc, opts)
@@ -230,17 +286,20 @@ def launch(opts: RunOptions) -> dict:
     return desc
 
 
-def run_ranks(module: str, config_path: pathlib.Path, *, nproc: int, nnodes: int = 1,
-              node_rank: int = 0, rdzv_endpoint: str | None = None,
+def run_ranks(module: str, config_path: pathlib.Path, *, log_dir: pathlib.Path, nproc: int,
+              nnodes: int = 1, node_rank: int = 0, rdzv_endpoint: str | None = None,
               rdzv_id: str = "meshscope") -> None:
-    """``python -m MODULE CONFIG`` on ``nproc`` local ranks through torchrun's machinery;
-    LaunchError naming the first failing rank."""
+    """``python -m MODULE CONFIG`` on ``nproc`` local ranks through torchrun's machinery, their
+    output in ``log_dir`` (``RunLogs``); LaunchError naming the first failing rank."""
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.run import get_args_parser, run as torchrun
+    from torch.distributed.launcher.api import elastic_launch
+    from torch.distributed.run import config_from_args, get_args_parser
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     if nnodes == 1:
-        where = ["--standalone"]
+        # What torchrun's --standalone means: a private c10d store on a free local port.
+        where = ["--rdzv-backend=c10d", "--rdzv-endpoint=localhost:0",
+                 f"--rdzv-id={uuid.uuid4()}"]
     else:
         # Every node's launcher meets at node 0's endpoint (torchrun's c10d rendezvous).
         where = [f"--nnodes={nnodes}", f"--node-rank={node_rank}", "--rdzv-backend=c10d",
@@ -251,10 +310,35 @@ def run_ranks(module: str, config_path: pathlib.Path, *, nproc: int, nnodes: int
     args = get_args_parser().parse_args([
         *where, f"--nproc-per-node={nproc}", "--max-restarts=0", "--monitor-interval=0.5",
         "-m", module, str(config_path)])
+    # torchrun's own run(args), with the log destinations replaced by RunLogs.
+    config, entrypoint, entry_args = config_from_args(args)
+    config.logs_specs = RunLogs(log_dir)
     try:
-        torchrun(args)
+        with _launcher_log(log_dir / "launcher.log"):
+            elastic_launch(config=config, entrypoint=entrypoint)(*entry_args)
     except ChildFailedError as e:
-        raise LaunchError(_failure_message(e)) from None
+        raise LaunchError(_failure_message(e, log_dir)) from None
+
+
+@contextlib.contextmanager
+def _launcher_log(path: pathlib.Path):
+    """The launcher's own torchrun lines (rendezvous, "Sending process … closing signal
+    SIGTERM", "failed (exitcode: 1)") go to ``path`` instead of the terminal, where
+    ``LaunchError`` says what failed in one line."""
+    logger = logging.getLogger("torch.distributed.elastic")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    saved = logger.propagate, logger.level
+    logger.addHandler(handler)
+    logger.propagate = False
+    logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        handler.close()
+        logger.propagate, logger.level = saved
 
 
 def _finish(run: pathlib.Path, desc: dict, opts: RunOptions) -> None:
@@ -294,7 +378,8 @@ def bench_comm(layout: Layout, out: pathlib.Path, *, ops: list[str], sizes: list
     config_path = out / ".meta" / "bench-config.json"
     write_json_atomic(config_path, config)
     try:
-        run_ranks("meshscope.parallel.bench_comm", config_path, nproc=world, rdzv_id="meshscope-bench")
+        run_ranks("meshscope.parallel.bench_comm", config_path, log_dir=out / LOGS, nproc=world,
+                  rdzv_id="meshscope-bench")
     finally:
         shutil.rmtree(out / ".meta", ignore_errors=True)
     if profile:
