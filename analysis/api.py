@@ -32,66 +32,93 @@ class RunAnalysis:
         return self.report.summary()
 
     def breakdown(self) -> pd.DataFrame:
-        """Per rank and step: compute/comm/overlap/bubble/idle (analysis/overlap.py)."""
+        """Per rank and step: compute/comm/overlap/bubble/idle (analysis/timeline/breakdown.py)."""
         return self.report.breakdown
 
     def trace_overlap(self) -> pd.DataFrame:
-        """Per rank, whole-trace overlap as HTA computes it (analysis/overlap.py)."""
+        """Per rank, whole-trace overlap as HTA computes it (analysis/timeline/breakdown.py)."""
         return self.report.trace_overlap
 
     def bubbles(self) -> pd.DataFrame:
-        """Per pipeline stage and step: bubble, theory, replay (analysis/bubble.py)."""
+        """Per pipeline stage and step: bubble, theory, replay (analysis/pipeline/bubble.py)."""
         return self.report.bubbles
 
     def microbatches(self) -> pd.DataFrame:
-        """Microbatch timeline (analysis/pipeline_report.py)."""
+        """Microbatch timeline (analysis/pipeline/schedule.py)."""
         return self.report.microbatches
 
     def pipeline_phases(self) -> pd.DataFrame:
-        """Warm-up / steady / cool-down per rank and step (analysis/pipeline_report.py)."""
+        """Warm-up / steady / cool-down per rank and step (analysis/pipeline/schedule.py)."""
         return self.report.pipeline_phases
 
     def stage_imbalance(self) -> pd.DataFrame:
-        """Compute per microbatch per stage (analysis/pipeline_report.py)."""
+        """Compute per microbatch per stage (analysis/pipeline/schedule.py)."""
         return self.report.stage_imbalance
 
     def bandwidth(self) -> pd.DataFrame:
-        """Every collective instance with transfer, wait, algbw, busbw (analysis/comm_report.py)."""
+        """Every collective instance with transfer, wait, algbw, busbw (analysis/comm/bandwidth_report.py)."""
         return self.report.bandwidth
 
     def bandwidth_summary(self) -> pd.DataFrame:
-        """Per dimension, op and size bucket, with efficiency (analysis/comm_report.py)."""
+        """Per dimension, op and size bucket, with efficiency (analysis/comm/bandwidth_report.py)."""
         return self.report.bandwidth_summary
 
-    def collectives(self) -> pd.DataFrame | None:
-        """Matched instances: skew, holdup, last rank (analysis/stragglers.py); None when the
-        collectives cannot be matched (see ``summary()['cross_rank']['why_not']``)."""
+    def instances(self) -> pd.DataFrame:
+        """Every collective and send/recv of every rank, matched (analysis/comm/instances.py)."""
+        return self.report.instances
+
+    def collectives(self) -> pd.DataFrame:
+        """Per matched collective: arrival skew, holdup, last rank, transfer
+        (analysis/comm/matching.py); empty when they cannot be matched (see
+        ``summary()['cross_rank']['why_not']``)."""
         return self.report.collectives
 
-    def rank_waits(self) -> pd.DataFrame | None:
-        """Per rank: last arrivals, wait caused, wait suffered (analysis/stragglers.py)."""
+    def whatif(self) -> pd.DataFrame:
+        """Per rank and step: the step with that rank at its reference pace
+        (analysis/crossrank/whatif.py)."""
+        return self.report.whatif
+
+    def critical_path(self) -> pd.DataFrame:
+        """Each profiled step's critical path (analysis/crossrank/graph.py)."""
+        return self.report.critical_path
+
+    def rank_waits(self) -> pd.DataFrame:
+        """Per rank: what-if saving, waits suffered and caused (analysis/crossrank/whatif.py)."""
         return self.report.rank_waits
 
+    def straggler(self) -> dict | None:
+        """The straggler, or None (analysis/crossrank/whatif.py)."""
+        return self.report.straggler
+
     def clock_offsets(self) -> pd.DataFrame:
-        """Per rank clock offset and its uncertainty (analysis/stragglers.py)."""
+        """Per rank clock offset, its uncertainty, the applied offset
+        (analysis/crossrank/clocks.py)."""
         return self.report.clock_offsets
 
+    def timeline(self) -> pd.DataFrame:
+        """The aligned per-rank segments of each step (analysis/timeline/segments.py)."""
+        return self.report.timeline
+
     def step_heatmap(self) -> pd.DataFrame:
-        """Per rank × step wall time from the step timers, slow steps flagged."""
+        """Per rank × step wall time from the step timers, warm-up and slow steps flagged
+        (analysis/records/steps.py)."""
         return self.report.step_heatmap
 
-    def hangs(self) -> pd.DataFrame | None:
-        """Flight Recorder verdicts (analysis/hangs.py); None without comms/."""
-        return self.report.hangs
+    def throughput(self) -> pd.DataFrame:
+        """Per step: step time, tokens/s, MFU (analysis/records/steps.py)."""
+        return self.report.throughput
+
+    def hangs(self) -> pd.DataFrame:
+        """Flight Recorder verdicts (analysis/records/flight_recorder.py)."""
+        return self.report.flight_recorder
 
     def findings(self) -> list[dict]:
-        """Ranked findings with evidence, remedy and what-if (analysis/findings.py)."""
-        return self.report.findings
+        """Ranked findings with evidence, cost, remedy and what-if (analysis/report/findings.py)."""
+        return [f.to_dict() for f in self.report.findings]
 
 
-def open(path, *, baseline: pd.DataFrame | None = None, comm_kernel_re: str | None = None,
-         rank_regex: str | None = None, cache_dir: pathlib.Path | None = None) -> RunAnalysis:
-    """Analyse ``path`` (a run directory or a folder of traces)."""
-    return RunAnalysis(analyze(pathlib.Path(path), baseline=baseline,
-                               comm_kernel_re=comm_kernel_re, rank_regex=rank_regex,
-                               cache_dir=cache_dir))
+def open(path, **options) -> RunAnalysis:
+    """Analyse ``path`` (a run directory or a folder of traces); ``options`` are those of
+    ``analysis.report.analyze.analyze`` (``baseline``, ``comm_kernel_re``, ``rank_regex``,
+    ``cache_dir``, ``layout``, ``rank_order``, ``warmup_steps``…)."""
+    return RunAnalysis(analyze(pathlib.Path(path), **options))

@@ -23,6 +23,9 @@ import math
 
 import torch
 import torch.distributed as dist
+from torch.profiler import record_function
+
+from meshscope.collectors import annotations
 
 
 def shard_positions(seq_len: int, cp: int, rank: int) -> torch.Tensor:
@@ -46,7 +49,10 @@ def _ring_exchange(tensors: list[torch.Tensor], group) -> tuple[list[torch.Tenso
     bufs = [torch.empty_like(t, memory_format=torch.contiguous_format) for t in tensors]
     ops = [dist.P2POp(dist.isend, t.contiguous(), nxt, group) for t in tensors]
     ops += [dist.P2POp(dist.irecv, b, prv, group) for b in bufs]
-    return bufs, dist.batch_isend_irecv(ops)
+    # The ring's sends and recvs are context-parallel traffic: gloo traces carry no group, and
+    # a pipeline's sends look the same, so the range names the dimension for the analysis.
+    with record_function(annotations.comm_scope("cp")):
+        return bufs, dist.batch_isend_irecv(ops)
 
 
 def _scores(q, k, q_pos, k_pos, scale):

@@ -2,8 +2,12 @@
 
 ``--inject`` takes ``slow-rank=R:MS`` (rank R sleeps MS milliseconds at the start of every
 microbatch forward), ``hang=R:STEP`` (at step STEP every rank joins one extra all-reduce on the
-world group except rank R, so the others wait until the collective timeout) and
-``crash=R:STEP`` (rank R raises at the start of step STEP). Several may be given.
+world group except rank R, so the others wait until the collective timeout),
+``crash=R:STEP`` (rank R raises at the start of step STEP) and ``desync=R:STEP`` (at step STEP
+every rank joins one extra ``all_to_all_single`` on the world group, sending 2 rows to every
+rank, but rank R expects 3 rows from rank 0 — a program whose ranks disagree on the split
+sizes; gloo completes it without an error, with rank R's extra row never written, which is
+exactly what only the Flight Recorder can show). Several may be given.
 """
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ import time
 import torch
 import torch.distributed as dist
 
-KINDS = ("slow-rank", "hang", "crash")
+KINDS = ("slow-rank", "hang", "crash", "desync")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,8 +34,8 @@ def parse_fault(text: str) -> Fault:
     kind, sep, rest = text.partition("=")
     rank, sep2, value = rest.partition(":")
     if kind not in KINDS or not sep or not sep2:
-        raise ValueError(f"--inject {text!r}: expected slow-rank=R:MS, hang=R:STEP or "
-                         f"crash=R:STEP")
+        raise ValueError(f"--inject {text!r}: expected slow-rank=R:MS, hang=R:STEP, "
+                         f"crash=R:STEP or desync=R:STEP")
     try:
         return Fault(kind, int(rank), int(value))
     except ValueError:
@@ -50,9 +54,17 @@ def install_slow_rank(faults: list[Fault], rank: int, module: torch.nn.Module) -
 
 
 def before_step(faults: list[Fault], rank: int, step: int, device: torch.device) -> None:
-    """Crash or hang as injected for this rank and step."""
+    """Crash, hang or desynchronise as injected for this rank and step."""
     for f in faults:
         if f.kind == "crash" and f.rank == rank and f.value == step:
             raise InjectedCrash(f"injected crash on rank {rank} at step {step}")
         if f.kind == "hang" and f.value == step and f.rank != rank:
             dist.all_reduce(torch.zeros(1, device=device))  # rank f.rank never joins this one
+        if f.kind == "desync" and f.value == step:
+            world = dist.get_world_size()
+            out_splits = [2] * world
+            if rank == f.rank:
+                out_splits[0] = 3                           # expects a row rank 0 never sends
+            send = torch.zeros(2 * world, 4, device=device)
+            recv = torch.zeros(sum(out_splits), 4, device=device)
+            dist.all_to_all_single(recv, send, out_splits, [2] * world)

@@ -1,20 +1,17 @@
-"""Throughput per step: tokens/s, model FLOPs and MFU.
+"""Throughput per step for ``meshscope run``'s printout: tokens/s, model FLOPs and MFU.
 
-For step t, ``step_time_us`` is the slowest rank's wall time (every rank waits for it),
-``tokens_per_s`` = global batch × sequence length / step time, and ``mfu_pct`` =
-flops_per_token × tokens_per_s / (world size × the device's peak FLOP/s) × 100 — model FLOPs
-utilisation as in the PaLM paper, with flops_per_token from ``ModelConfig.flops_per_token``.
-MFU is NaN where the device's peak is unknown (every CPU); the peak comes from run.json
-(``device.peak_flops``: the command line's ``--peak-tflops`` or ``collectors/devices.py``).
+The definitions live once, in ``meshscope.analysis.records.steps`` (``throughput``), which the
+report uses too; this is the run command's view of the same table.
 """
 from __future__ import annotations
 
-import math
 import pathlib
 
 import pandas as pd
 
+from meshscope.analysis.records.steps import throughput
 from meshscope.collectors import step_timer
+from meshscope.collectors.run_info import from_dict
 
 
 def step_table(run_dir: pathlib.Path, desc: dict) -> tuple[pd.DataFrame | None, list[str]]:
@@ -24,13 +21,4 @@ def step_table(run_dir: pathlib.Path, desc: dict) -> tuple[pd.DataFrame | None, 
     steps, problems = step_timer.read_all(run_dir)
     if steps.empty:
         return None, problems
-    out = steps.groupby("step").agg(step_time_us=("wall_time_us", "max")).reset_index()
-    loss = steps.dropna(subset=["loss"]).groupby("step")["loss"].mean()
-    out["loss"] = out["step"].map(loss)
-    tokens = desc["global_batch"] * desc["model"]["seq_len"]
-    out["tokens_per_s"] = tokens / (out["step_time_us"] / 1e6)
-    peak = (desc.get("device") or {}).get("peak_flops")
-    flops = desc["model"]["flops_per_token"]
-    out["mfu_pct"] = (flops * out["tokens_per_s"] / (desc["world_size"] * peak) * 100
-                      if peak else math.nan)
-    return out, problems
+    return throughput(steps, from_dict(desc, pathlib.Path(run_dir) / "run.json")), problems

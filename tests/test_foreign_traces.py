@@ -79,7 +79,8 @@ def test_plain_ddp_script_without_meshscope(tmp_path):
         assert row["compute_us"] > 0 and row["comm_us"] > 0  # DDP's gradient all-reduce
     # One process group in distributedInfo (the world): its all-reduces can be matched.
     assert summary["cross_rank"]["matchable"] is True
-    assert {w["rank"] for w in summary["cross_rank"]["rank_waits"]} == {0, 1}
+    assert {w["rank"] for w in summary["cross_rank"]["rank_savings"]} == {0, 1}
+    assert summary["cross_rank"]["matched_on"] == "group_order"
 
 
 def test_devicemesh_group_descriptions_name_the_dimension(tmp_path):

@@ -14,8 +14,9 @@ pipeline window (Huang et al., 2019; Narayanan et al., 2021): GPipe and 1F1B (p�
 interleaved 1F1B (p−1)/(v·m+p−1); zero-bubble schedules 0 when F, B and W are balanced.
 
 ``bubble_table`` columns: rank, stage, step, pipeline_window_us, busy_us (|C ∩ window|),
-bubble_us, bubble_fraction (bubble_us / pipeline_window_us), theory_fraction, schedule,
-stages, microbatches.
+bubble_fraction (1 − busy_us / pipeline_window_us), theory_fraction, schedule, stages,
+microbatches. (The bubble *time* of a step is one column, ``bubble_us`` of the step breakdown,
+``analysis/timeline/breakdown.py``, which stacks it with the other segments.)
 """
 from __future__ import annotations
 
@@ -26,15 +27,18 @@ import pandas as pd
 
 from meshscope.analysis.timeline import intervals as iv
 from meshscope.analysis.timeline.rank_timeline import RankTimeline
+from meshscope.collectors.run_info import RunInfo
 
-COLUMNS = ["rank", "stage", "step", "pipeline_window_us", "busy_us", "bubble_us",
-           "bubble_fraction", "theory_fraction", "schedule", "stages", "microbatches"]
+COLUMNS = ["rank", "stage", "step", "pipeline_window_us", "busy_us", "bubble_fraction",
+           "theory_fraction", "schedule", "stages", "microbatches"]
 
 
 def theory_fraction(schedule: str | None, p: int, m: int, v: int = 1) -> float:
     """The schedule's bubble as a fraction of the pipeline window; NaN if unknown."""
     if p <= 1:
         return 0.0
+    if m < 1 or v < 1:
+        return math.nan
     if schedule in ("gpipe", "1f1b"):
         return (p - 1) / (m + p - 1)
     if schedule == "interleaved-1f1b":
@@ -44,19 +48,20 @@ def theory_fraction(schedule: str | None, p: int, m: int, v: int = 1) -> float:
     return math.nan
 
 
-def _pipeline_groups(run: dict | None, ranks: list[int]) -> list[list[int]]:
-    if run:
-        groups = [g["ranks"] for g in run.get("process_groups", []) if g["dimension"] == "pp"]
+def pipeline_groups(run: RunInfo | None, ranks: list[int]) -> list[list[int]]:
+    """The ranks of each pipeline (run.json's pp groups), else each rank on its own."""
+    if run is not None:
+        groups = [list(g.ranks) for g in run.groups_along("pp")]
         if groups:
             return groups
     return [[r] for r in ranks]
 
 
-def _stage_of(rank: int, tl: RankTimeline, run: dict | None) -> int:
-    if run:
-        coords = run.get("mesh", {}).get("coordinates", {}).get(str(rank))
-        if coords and "pp" in coords:
-            return int(coords["pp"])
+def _stage_of(rank: int, tl: RankTimeline, run: RunInfo | None) -> int:
+    if run is not None:
+        stage = run.stage_of(rank)
+        if stage is not None:
+            return stage
     if not tl.microbatches.empty:
         return int(tl.microbatches["stage"].mode().iloc[0])
     return 0
@@ -72,11 +77,13 @@ def _work_span(tl: RankTimeline, start: float, end: float) -> np.ndarray:
     return iv.clip(tl.pipeline, start, end)
 
 
-def pipeline_windows(timelines: dict[int, RankTimeline], run: dict | None
+def pipeline_windows(timelines: dict[int, RankTimeline], run: RunInfo | None
                      ) -> dict[int, dict[int, np.ndarray]]:
-    """rank → step → the shared pipeline window (an interval set) of that rank's pipeline."""
+    """rank → step → the shared pipeline window (an interval set) of that rank's pipeline.
+    The timelines must be on aligned clocks (``analysis/crossrank/clocks.py``): the window is
+    a cross-rank figure."""
     out: dict[int, dict[int, np.ndarray]] = {r: {} for r in timelines}
-    for group in _pipeline_groups(run, sorted(timelines)):
+    for group in pipeline_groups(run, sorted(timelines)):
         present = [r for r in group if r in timelines]
         steps = set().union(*(timelines[r].steps for r in present)) if present else set()
         for step in steps:
@@ -94,13 +101,11 @@ def pipeline_windows(timelines: dict[int, RankTimeline], run: dict | None
 
 
 def bubble_table(timelines: dict[int, RankTimeline], windows: dict[int, dict[int, np.ndarray]],
-                 run: dict | None) -> pd.DataFrame:
-    stages = int((run or {}).get("layout", {}).get("pp", 1))
+                 run: RunInfo | None) -> pd.DataFrame:
+    stages = run.pipeline_stages if run is not None else 1
     if stages <= 1:
         return pd.DataFrame(columns=COLUMNS)
-    schedule = (run or {}).get("schedule")
-    m = int((run or {}).get("microbatches", 1))
-    v = int((run or {}).get("pipeline", {}).get("virtual_stages", 1))
+    schedule, m, v = run.schedule, run.microbatches, run.virtual_stages
     theory = theory_fraction(schedule, stages, m, v)
     rows = []
     for rank, tl in sorted(timelines.items()):
@@ -112,7 +117,7 @@ def bubble_table(timelines: dict[int, RankTimeline], windows: dict[int, dict[int
             busy = iv.length(iv.intersect(tl.compute, window))
             rows.append({"rank": rank, "stage": stage, "step": step,
                          "pipeline_window_us": total, "busy_us": busy,
-                         "bubble_us": total - busy, "bubble_fraction": (total - busy) / total,
+                         "bubble_fraction": (total - busy) / total,
                          "theory_fraction": theory, "schedule": schedule, "stages": stages,
                          "microbatches": m})
     return pd.DataFrame(rows, columns=COLUMNS)

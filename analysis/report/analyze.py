@@ -1,71 +1,94 @@
 """Analyse a run directory (or any folder of Kineto traces) and write its report.
 
-``analyze(path)`` finds the traces, ingests every usable one (problems with the others are
-recorded, never fatal while one rank remains), computes the tables of ``overlap`` and
-``bubble``, and returns a ``Report``. ``Report.write(dir)`` stores ``breakdown.parquet``,
-``trace_overlap.parquet``, ``bubbles.parquet`` and ``summary.json`` (docs/metrics.md).
+``analyze(path)`` runs the analysis in three stages:
+
+1. **Inputs** (``inputs.gather``): run.json, the trace files, the Flight Recorder dumps and the
+   step timers, read and checked once; problems recorded, never fatal while a rank remains.
+2. **Per rank** (``rank_work.rank_work``, in worker processes): each trace reduced to its small
+   tables (timeline, operations); the event table never leaves the worker.
+3. **Cross-rank**, here, on those small tables, in this order — clocks first, because every
+   figure after them compares ranks:
+   the collective-instance table (``comm/instances.finalize``: Flight Recorder join, groups,
+   dimensions) → matching across ranks (``comm/matching``) → clock offsets, applied to every
+   rank's times (``crossrank/clocks``) → per-dimension communication sets → pipeline windows,
+   the step breakdown and bubbles (``timeline/breakdown``, ``pipeline/``) → each step's
+   dependency graph, critical path and what-if savings (``crossrank/``) → Flight Recorder
+   verdicts and step-timer records (``records/``) → bandwidth (``comm/bandwidth_report``) →
+   findings (``report/findings``).
+
+``Report.write(dir)`` stores every table as parquet and ``summary.json``
+(docs/report-format.md lists them; docs/metrics.md defines every number).
 """
 from __future__ import annotations
 
 import dataclasses
-import datetime as _dt
 import json
-import math
 import pathlib
 import re
 
+import numpy as np
 import pandas as pd
 
-from meshscope.collectors import run_dir as rd
-
-from meshscope.analysis.pipeline import bubble
-from meshscope.analysis.comm import bandwidth_report as comm_report
-from meshscope.analysis.report import findings as findings_mod
-from meshscope.analysis.records import flight_recorder as hangs
-from meshscope.analysis.timeline import breakdown as overlap
-from meshscope.analysis.pipeline import schedule as pipeline_report
-from meshscope.analysis.crossrank import stragglers
-from meshscope.analysis.timeline import rank_timeline as timeline
+from meshscope.analysis.comm import bandwidth_report, dims, instances, matching
+from meshscope.analysis.crossrank import clocks, program, whatif
 from meshscope.analysis.errors import InputError
 from meshscope.analysis.ingest.events import compile_rank_regex
 from meshscope.analysis.ingest.pool import map_files
-from meshscope.analysis.report import inputs, rank_work
+from meshscope.analysis.pipeline import bubble, schedule
+from meshscope.analysis.records import flight_recorder, steps as step_records
+from meshscope.analysis.report import findings as findings_mod, inputs, rank_work
+from meshscope.analysis.report.summary import REPORT_SCHEMA_VERSION, summary_of
+from meshscope.analysis.timeline import breakdown, segments
+from meshscope.analysis.timeline.rank_timeline import RankTimeline
+from meshscope.collectors import run_dir as rd
+from meshscope.collectors.run_info import RunInfo
 
-REPORT_SCHEMA_VERSION = 1
+__all__ = ["REPORT_SCHEMA_VERSION", "Report", "analyze", "load_written"]
 
 
 @dataclasses.dataclass
 class Report:
+    """Everything one analysis found; ``TABLES`` are written as parquet, the rest goes into
+    summary.json (``analysis/report/summary.py``)."""
     source: pathlib.Path
-    run: dict | None
+    run: RunInfo | None
+    ranks: list[int]
+    missing_ranks: list[int]
+    problems: list[str]
+    notes: list[str]
+    on_gpu: bool
     breakdown: pd.DataFrame
     trace_overlap: pd.DataFrame
     bubbles: pd.DataFrame
-    problems: list[str]
-    missing_ranks: list[int]
-    ranks: list[int]
-    on_gpu: bool
-    microbatches: pd.DataFrame = None
-    pipeline_phases: pd.DataFrame = None
-    stage_imbalance: pd.DataFrame = None
-    imbalance: dict | None = None
-    clock_offsets: pd.DataFrame = None
-    collectives: pd.DataFrame = None
-    rank_waits: pd.DataFrame = None
-    straggler: dict | None = None
-    unmatched: list[str] = dataclasses.field(default_factory=list)
-    step_heatmap: pd.DataFrame = None
-    hangs: pd.DataFrame = None
-    findings: list[dict] = dataclasses.field(default_factory=list)
-    bandwidth: pd.DataFrame = None
-    bandwidth_summary: pd.DataFrame = None
+    microbatches: pd.DataFrame
+    pipeline_phases: pd.DataFrame
+    stage_imbalance: pd.DataFrame
+    instances: pd.DataFrame
+    collectives: pd.DataFrame
+    clock_offsets: pd.DataFrame
+    whatif: pd.DataFrame
+    critical_path: pd.DataFrame
+    rank_waits: pd.DataFrame
+    bandwidth: pd.DataFrame
+    bandwidth_summary: pd.DataFrame
+    step_heatmap: pd.DataFrame
+    flight_recorder: pd.DataFrame
+    timeline: pd.DataFrame
+    throughput: pd.DataFrame
+    straggler: dict | None
+    imbalance: dict | None
+    cross_rank: dict
+    step_records: step_records.StepRecords
+    step_time_us: float | None
+    findings: list[findings_mod.Finding]
 
     TABLES = ("breakdown", "trace_overlap", "bubbles", "microbatches", "pipeline_phases",
-              "stage_imbalance", "clock_offsets", "collectives", "rank_waits", "step_heatmap",
-              "bandwidth", "bandwidth_summary")
+              "stage_imbalance", "instances", "collectives", "clock_offsets", "whatif",
+              "critical_path", "rank_waits", "bandwidth", "bandwidth_summary", "step_heatmap",
+              "flight_recorder", "timeline", "throughput")
 
     def summary(self) -> dict:
-        return _summary(self)
+        return summary_of(self)
 
     def write(self, out: pathlib.Path) -> pathlib.Path:
         out = pathlib.Path(out)
@@ -73,184 +96,250 @@ class Report:
         for name in self.TABLES:
             table = getattr(self, name)
             if table is not None:
-                table.to_parquet(out / f"{name}.parquet", index=False)
+                _parquet_safe(table).to_parquet(out / f"{name}.parquet", index=False)
         rd.write_json_atomic(out / "summary.json", self.summary())
         return out
+
+
+def _parquet_safe(df: pd.DataFrame) -> pd.DataFrame:
+    """Columns of mixed Python objects (lists, dicts) as JSON text, so parquet can hold them."""
+    out = df.copy()
+    for col in out.columns:
+        if out[col].dtype == object and out[col].map(
+                lambda v: isinstance(v, (list, dict, tuple))).any():
+            out[col] = out[col].map(lambda v: json.dumps(v, default=str)
+                                    if isinstance(v, (list, dict, tuple)) else v)
+    return out
+
+
+def _empty(columns) -> pd.DataFrame:
+    return pd.DataFrame(columns=list(columns))
 
 
 def analyze(path: pathlib.Path, *, comm_kernel_re: str | None = None,
             rank_regex: str | None = None, cache_dir: pathlib.Path | None = None,
             workers: int | None = None, progress: bool = False,
-            baseline: pd.DataFrame | None = None) -> Report:
-    """Analyse the traces under ``path``.
+            baseline: pd.DataFrame | None = None, layout: str | None = None,
+            rank_order: str | None = None, warmup_steps: int = 0) -> Report:
+    """Analyse the traces under ``path`` (module docstring).
 
     ``comm_kernel_re``: extra pattern for communication kernels. ``rank_regex``: a pattern with
     one group that takes the rank from a file name, for traces without ``distributedInfo``.
-    ``cache_dir``: parquet cache of event tables (``analysis/trace_cache.py``; the CLI uses
+    ``cache_dir``: parquet cache of event tables (``analysis/ingest/cache.py``; the CLI uses
     ``<report dir>/.cache``); None reads every trace afresh. ``workers``: ingest processes
     (default: one per core, at most one per file). ``progress``: a progress bar on stderr
-    when it is a terminal and ingest takes over a second.
+    when it is a terminal and ingest takes over a second. ``baseline``: bandwidth baseline
+    (bench-comm or nccl-tests). ``layout`` / ``rank_order``: for foreign traces, how the job's
+    ranks were laid out (``analysis/comm/dims.py``, ``LayoutMap``). ``warmup_steps``: the first
+    N steps are warm-up whatever the step timers say.
     """
     inp = inputs.gather(path)
-    path = inp.path
-    run = inp.run.raw if inp.run is not None else None
-    files = inp.trace_files
-    has_records = run is not None and inp.has_comms
-    if not files:
-        if has_records:
+    run = inp.run
+    if not inp.trace_files:
+        if run is not None and inp.has_comms:
             inp.problems.append("no traces: the run ended before its profiled steps")
-            return _records_only_report(inp)
-        raise InputError(path, "no trace files (*.json, *.json.gz) found"
+            return _records_only(inp, warmup_steps)
+        raise InputError(inp.path, "no trace files (*.json, *.json.gz) found"
                          + (" in traces/" if run is not None else ""))
-    pattern = re.compile(comm_kernel_re) if comm_kernel_re else None
-    opts = rank_work.RankOptions(comm_kernel_re=pattern, rank_regex=compile_rank_regex(rank_regex),
-                                 cache_dir=cache_dir, run=run)
-    problems = inp.problems
-    results: list[rank_work.RankResult] = []
-    for f, result in map_files(files, rank_work.rank_work, (opts,), workers=workers,
+    try:
+        layout_map = dims.LayoutMap.parse(layout, rank_order).groups() if layout else None
+    except ValueError as e:
+        raise InputError(inp.path, str(e)) from None
+    opts = rank_work.RankOptions(comm_kernel_re=re.compile(comm_kernel_re) if comm_kernel_re
+                                 else None, rank_regex=compile_rank_regex(rank_regex),
+                                 cache_dir=cache_dir)
+    results = _per_rank(inp, opts, workers, progress)
+    if not results:
+        if run is not None and inp.has_comms:
+            return _records_only(inp, warmup_steps)
+        raise InputError(inp.path, "no usable trace: " + "; ".join(inp.problems))
+    return _cross_rank(inp, results, layout_map, baseline, warmup_steps)
+
+
+def _per_rank(inp: inputs.Inputs, opts, workers, progress) -> list[rank_work.RankResult]:
+    results = []
+    for _, result in map_files(inp.trace_files, rank_work.rank_work, (opts,), workers=workers,
                                progress=progress):
         if isinstance(result, str):
-            problems.append(result)
+            inp.problems.append(result)
         else:
             results.append(result)
     chosen, skipped = inputs.resolve_identities([r.identity for r in results])
-    problems += skipped
-    results = [r for r in results if r.identity.path in chosen]
-    timelines: dict[int, timeline.RankTimeline] = {}
-    collectives, transfers, overlaps = [], [], []
-    world_seen = max((r.identity.world_size or 0 for r in results), default=0)
+    inp.problems.extend(skipped)
+    kept = []
     for r in results:
-        problems += r.problems
-        if r.implausible:
-            problems.append(f"{r.identity.path}: {r.implausible}; rank {r.rank} left out of "
-                            f"the report")
+        if r.identity.path not in chosen:
             continue
-        timelines[r.rank] = r.timeline
-        collectives.append(r.collectives)
-        transfers.append(r.transfers)
-        overlaps.append(r.trace_overlap)
-    if not timelines:
-        if has_records:
-            return _records_only_report(inp)
-        raise InputError(path, "no usable trace: " + "; ".join(problems))
-    expected = set(range(int(run["world_size"]))) if run and "world_size" in run else set()
-    missing = sorted(expected - set(timelines))
-    windows = bubble.pipeline_windows(timelines, run) if run and \
-        run.get("layout", {}).get("pp", 1) > 1 else {}
-    breakdown = pd.concat([overlap.step_breakdown(tl, windows.get(r))
-                           for r, tl in sorted(timelines.items())], ignore_index=True)
-    trace_ov = pd.DataFrame(sorted(overlaps, key=lambda o: o["rank"]))
-    bubbles = bubble.bubble_table(timelines, windows, run)
-    mb = pipeline_report.microbatch_table(timelines, windows)
-    phases = pipeline_report.phase_table(mb, windows)
-    imbalance_tab = pipeline_report.imbalance_table(mb)
-    imbalance = pipeline_report.imbalance_summary(imbalance_tab)
-    if not bubbles.empty:
-        groups = [g["ranks"] for g in (run or {}).get("process_groups", [])
-                  if g["dimension"] == "pp"]
-        replayed = pipeline_report.replay(mb, groups)
-        bubbles = bubbles.merge(replayed, on=["rank", "step"], how="left")
-    coll = pd.concat(collectives, ignore_index=True) if collectives else \
-        pd.DataFrame(columns=stragglers.INSTANCE_COLUMNS)
-    unmatched = stragglers.matchability(coll, sorted(timelines),
-                                        int(run["world_size"]) if run else world_seen or None)
-    offsets = stragglers.clock_offsets(coll)
-    inst, waits = stragglers.waits(coll, offsets) if not unmatched else (None, None)
-    verdict = stragglers.verdict(waits) if waits is not None else None
-    heatmap, hang_table = _always_on_records(inp)
-    n_steps = breakdown["step"].nunique() if not breakdown.empty else 0
-    found = findings_mod.findings(breakdown, bubbles, imbalance,
-                                  int((run or {}).get("microbatches", 1)), verdict, n_steps,
-                                  hang_table, heatmap)
-    bw = comm_report.bandwidth_table(pd.concat(transfers, ignore_index=True))
-    return Report(source=path, run=run, breakdown=breakdown, trace_overlap=trace_ov,
-                  bubbles=bubbles, problems=problems, missing_ranks=missing,
-                  ranks=sorted(timelines), on_gpu=any(t.on_gpu for t in timelines.values()),
-                  bandwidth=bw, bandwidth_summary=comm_report.bandwidth_summary(bw, baseline),
-                  microbatches=mb, pipeline_phases=phases, stage_imbalance=imbalance_tab,
-                  imbalance=imbalance, clock_offsets=offsets, collectives=inst,
-                  rank_waits=waits, straggler=verdict, unmatched=unmatched,
-                  step_heatmap=heatmap, hangs=hang_table, findings=found)
+        inp.problems.extend(r.problems)
+        if r.implausible:
+            inp.problems.append(f"{r.identity.path}: {r.implausible}; rank {r.rank} left out "
+                                f"of the report")
+            continue
+        kept.append(r)
+    return kept
 
 
-def _records_only_report(inp: inputs.Inputs) -> Report:
+def _cross_rank(inp: inputs.Inputs, results: list[rank_work.RankResult], layout_map,
+                baseline, warmup_steps: int) -> Report:
+    run = inp.run
+    ranks = sorted(r.rank for r in results)
+    notes = list(inp.notes)
+    # 1. The collective-instance table, matched across ranks.
+    inst = pd.concat([instances.finalize(r.operations, rank=r.rank, meta=r.meta,
+                                         timeline=r.timeline, run=run,
+                                         dump=inp.dumps.get(r.rank), layout_map=layout_map)
+                      for r in results], ignore_index=True)
+    trace_world = max((r.identity.world_size or 0 for r in results), default=0) or None
+    matched = matching.match(inst, ranks, world_size=run.world_size if run else None,
+                             trace_world=trace_world)
+    inst = matched.instances
+    notes += matched.notes
+    matchable = not matched.why_not and len(inst) > 0
+    # 2. Clocks, before any cross-rank figure.
+    hosts = {r.rank: r.meta.get("host_name") for r in results}
+    offsets = clocks.clock_offsets(inst, matching.p2p_table(inst), ranks, hosts) \
+        if matchable else _empty(clocks.COLUMNS)
+    applied = offsets.set_index("rank")["applied_us"].to_dict() if len(offsets) else {}
+    timelines: dict[int, RankTimeline] = {
+        r.rank: r.timeline.shifted(applied.get(r.rank, 0.0)) for r in results}
+    inst = clocks.align_instances(inst, offsets)
+    by_rank = {r: g for r, g in inst.groupby("rank")} if len(inst) else {}
+    for r, tl in timelines.items():
+        g = by_rank.get(r)
+        tl.comm_by_dim = dims.interval_sets(g, tl.waits, tl.wait_until) if g is not None else {}
+    colls = matching.collective_table(inst)
+    p2p = matching.p2p_table(inst)
+    step_windows = [b - a for tl in timelines.values() for a, b in tl.steps.values()]
+    notes += clocks.describe(offsets, float(np.median(step_windows)) if step_windows else None)
+    # 3. Pipeline windows, the step breakdown, bubbles.
+    pipelined = run is not None and run.pipeline_stages > 1
+    windows = bubble.pipeline_windows(timelines, run) if pipelined else {}
+    bd = pd.concat([breakdown.step_breakdown(tl, windows.get(r))
+                    for r, tl in sorted(timelines.items())], ignore_index=True)
+    trace_ov = pd.DataFrame(sorted((r.trace_overlap for r in results), key=lambda o: o["rank"]))
+    bub = bubble.bubble_table(timelines, windows, run)
+    mb = schedule.microbatch_table(timelines, windows)
+    phases = schedule.phase_table(mb, windows)
+    imbalance_tab = schedule.imbalance_table(mb)
+    if not bub.empty:
+        replayed = schedule.replay(mb, bubble.pipeline_groups(run, ranks))
+        bub = bub.merge(replayed, on=["rank", "step"], how="left")
+    # 4. The always-on records.
+    records = step_records.analyse(inp.steps, warmup_steps,
+                                   run.profile_steps if run is not None else None)
+    throughput = step_records.throughput(inp.steps, run)
+    verdicts = flight_recorder.diagnose(inp.dumps, run, inp.steps) if inp.has_comms else \
+        _empty(flight_recorder.COLUMNS)
+    # 5. The dependency graph: critical path, what-if savings, the straggler.
+    if matchable:
+        graphs = program.step_graphs(timelines, inst, colls, p2p)
+        ops = dict(zip(inst["match_id"], inst["op"]))
+        out_bytes = {(int(r), m): float(b) for r, m, b in
+                     zip(inst["rank"], inst["match_id"], inst["out_bytes"]) if not pd.isna(b)}
+        wi = whatif.analyse(graphs, run, ops, out_bytes, records.noise_us)
+    else:
+        wi = None
+    # 6. Bandwidth, the aligned timeline, findings.
+    bw = bandwidth_report.bandwidth_table(inst, colls, p2p)
+    segs = segments.segments(timelines, windows, wi.charged if wi else [])
+    step_us = wi.step_time_us if wi is not None and np.isfinite(wi.step_time_us) else \
+        (float(bd.groupby("step")["window_us"].max().mean()) if len(bd) else float("nan"))
+    worst = inp.steps.groupby("step")["wall_time_us"].max() if len(inp.steps) else \
+        pd.Series(dtype=float)
+    resolution = wi.resolution_us if wi is not None else whatif.resolution(
+        records.noise_us, bd["step"].nunique() if len(bd) else 1)
+    found = findings_mod.findings(findings_mod.FindingInputs(
+        step_us=step_us, noise_us=resolution, breakdown=bd, bubbles=bub,
+        schedule=run.schedule if run else None, stages=run.pipeline_stages if run else 1,
+        microbatches=run.microbatches if run else 1,
+        virtual_stages=run.virtual_stages if run else 1,
+        straggler=wi.straggler if wi else None,
+        savings=wi.savings if wi else _empty(whatif.SAVINGS_COLUMNS),
+        imbalance=wi.imbalance if wi else None, dim_savings=wi.dim_savings if wi else {},
+        dim_timing=_dim_timing(colls, p2p),
+        hangs=verdicts, slow_steps=records.slow_steps, warmup_steps=records.warmup_steps,
+        step_times=worst, median_step_us=records.median_step_us,
+        on_gpu=any(r.on_gpu for r in results)))
+    expected = set(range(run.world_size)) if run is not None else set()
+    return Report(
+        source=inp.path, run=run, ranks=ranks, missing_ranks=sorted(expected - set(ranks)),
+        problems=inp.problems, notes=notes, on_gpu=any(r.on_gpu for r in results),
+        breakdown=bd, trace_overlap=trace_ov, bubbles=bub, microbatches=mb,
+        pipeline_phases=phases, stage_imbalance=imbalance_tab, instances=inst,
+        collectives=colls, clock_offsets=offsets,
+        whatif=wi.table if wi else _empty(whatif.WHATIF_COLUMNS),
+        critical_path=wi.critical_path if wi else _empty(["step", "order", "rank", "kind",
+                                                         "what", "start_us", "end_us",
+                                                         "dur_us"]),
+        rank_waits=wi.savings if wi else _empty(whatif.SAVINGS_COLUMNS),
+        bandwidth=bw, bandwidth_summary=bandwidth_report.bandwidth_summary(bw, baseline),
+        step_heatmap=records.heatmap, flight_recorder=verdicts, timeline=segs,
+        throughput=throughput, straggler=wi.straggler if wi else None,
+        imbalance=wi.imbalance if wi else None,
+        cross_rank={"matchable": matchable, "why_not": matched.why_not,
+                    "matched_on": matched.matched_on if matchable else None,
+                    "noise_us": records.noise_us,
+                    "floor_us": wi.floor_us if wi is not None else None,
+                    "resolution_us": resolution},
+        step_records=records, step_time_us=step_us, findings=found)
+
+
+def _dim_timing(colls: pd.DataFrame, p2p: pd.DataFrame) -> dict[str, dict]:
+    """dimension → medians of its matched operations' transfer and completion after the last
+    arrival, and its operations per step (the evidence of an exposed-communication finding)."""
+    both = pd.concat([colls[["dim", "step", "transfer_us", "after_last_us"]],
+                      p2p.assign(after_last_us=p2p["transfer_us"])[
+                          ["dim", "step", "transfer_us", "after_last_us"]]], ignore_index=True)
+    out = {}
+    for dim, g in both.groupby("dim"):
+        out[str(dim)] = {"transfer_us": float(g["transfer_us"].median()),
+                         "after_last_us": float(g["after_last_us"].median()),
+                         "ops_per_step": float(g.groupby("step").size().mean())}
+    return out
+
+
+def _records_only(inp: inputs.Inputs, warmup_steps: int) -> Report:
     """A run with no usable trace (it failed or hung before its profiled steps): what the
-    always-on records say — step timers and the Flight Recorder diagnosis."""
-    heatmap, hang_table = _always_on_records(inp)
-    empty_breakdown = pd.DataFrame(columns=overlap.COLUMNS)
-    found = findings_mod.findings(empty_breakdown, pd.DataFrame(columns=bubble.COLUMNS), None,
-                                  1, None, 0, hang_table, heatmap)
-    return Report(source=inp.path, run=inp.run.raw, breakdown=empty_breakdown,
-                  trace_overlap=pd.DataFrame(columns=["rank", "compute_us", "comm_us",
-                                                      "overlapped_comm_us", "overlap_pct"]),
-                  bubbles=pd.DataFrame(columns=bubble.COLUMNS), problems=inp.problems,
-                  missing_ranks=list(range(inp.run.world_size)), ranks=[],
-                  on_gpu=False, step_heatmap=heatmap, hangs=hang_table, findings=found)
-
-
-def _always_on_records(inp: inputs.Inputs) -> tuple[pd.DataFrame, pd.DataFrame | None]:
-    """The step heatmap from every rank's step timers (empty when there are none) and, when the
-    run has a comms/ folder, the Flight Recorder's hang table."""
-    hang_table = hangs.diagnose(inp.dumps, inp.run.raw if inp.run else None, inp.steps) \
-        if inp.has_comms else None
-    return stragglers.step_heatmap(inp.steps), hang_table
-
-
-def _clean(x):
-    if isinstance(x, float) and (math.isnan(x) or math.isinf(x)):
-        return None
-    return x
-
-
-def _records(df: pd.DataFrame) -> list[dict]:
-    return [{k: _clean(v.item() if hasattr(v, "item") else v) for k, v in row.items()}
-            for row in df.to_dict(orient="records")]
-
-
-def _summary(r: Report) -> dict:
-    per_rank = r.breakdown.drop(columns=["step"]).groupby("rank").mean().reset_index() \
-        if not r.breakdown.empty else r.breakdown
-    extra = {"replayed_bubble_fraction": ("replayed_bubble_fraction", "mean")} \
-        if "replayed_bubble_fraction" in r.bubbles else {}
-    stages = (r.bubbles.groupby(["stage"]).agg(
-        bubble_fraction=("bubble_fraction", "mean"), theory_fraction=("theory_fraction", "first"),
-        ranks=("rank", lambda s: sorted(set(int(x) for x in s))), **extra).reset_index()
-        if not r.bubbles.empty else pd.DataFrame())
-    run = r.run or {}
-    return {
-        "schema_version": REPORT_SCHEMA_VERSION,
-        "generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "source": str(r.source),
-        "run": {k: run.get(k) for k in ("run_id", "layout_str", "world_size", "schedule",
-                                        "microbatches", "steps", "profile_steps")} if run else None,
-        "device": "gpu" if r.on_gpu else "cpu",
-        "ranks": r.ranks,
-        "missing_ranks": r.missing_ranks,
-        "problems": r.problems,
-        "steps": sorted(int(s) for s in r.breakdown["step"].unique()) if not r.breakdown.empty
-        else [],
-        "per_rank_mean": _records(per_rank),
-        "trace_overlap": _records(r.trace_overlap),
-        "pipeline_stages": _records(stages),
-        "stage_imbalance": r.imbalance,
-        "clock_offsets": _records(r.clock_offsets) if r.clock_offsets is not None else [],
-        "cross_rank": {"matchable": not r.unmatched, "why_not": r.unmatched,
-                       "straggler": r.straggler,
-                       "rank_waits": _records(r.rank_waits) if r.rank_waits is not None
-                       else []},
-        "slow_steps": sorted({int(s) for s in r.step_heatmap.loc[r.step_heatmap["slow"], "step"]})
-        if r.step_heatmap is not None and not r.step_heatmap.empty else [],
-        "hangs": _records(r.hangs.astype({"last_seq_of_missing": str}))
-        if r.hangs is not None and not r.hangs.empty else [],
-        "findings": r.findings,
-        "bandwidth": _records(r.bandwidth_summary) if r.bandwidth_summary is not None else [],
-    }
+    always-on records say — step timers and the Flight Recorder verdicts."""
+    run = inp.run
+    records = step_records.analyse(inp.steps, warmup_steps, run.profile_steps)
+    verdicts = flight_recorder.diagnose(inp.dumps, run, inp.steps)
+    worst = inp.steps.groupby("step")["wall_time_us"].max() if len(inp.steps) else \
+        pd.Series(dtype=float)
+    found = findings_mod.findings(findings_mod.FindingInputs(
+        step_us=records.median_step_us, noise_us=records.noise_us,
+        breakdown=_empty(breakdown.COLUMNS), bubbles=_empty(bubble.COLUMNS),
+        schedule=run.schedule, stages=1, microbatches=run.microbatches,
+        virtual_stages=run.virtual_stages, straggler=None,
+        savings=_empty(whatif.SAVINGS_COLUMNS), imbalance=None, dim_savings={},
+        hangs=verdicts, slow_steps=records.slow_steps, warmup_steps=records.warmup_steps,
+        step_times=worst, median_step_us=records.median_step_us))
+    e = _empty
+    return Report(
+        source=inp.path, run=run, ranks=[], missing_ranks=list(range(run.world_size)),
+        problems=inp.problems, notes=list(inp.notes), on_gpu=False,
+        breakdown=e(breakdown.COLUMNS), trace_overlap=e(["rank", "compute_us", "comm_us",
+                                                         "overlapped_comm_us", "overlap_pct"]),
+        bubbles=e(bubble.COLUMNS), microbatches=e(schedule.MB_COLUMNS),
+        pipeline_phases=e([]), stage_imbalance=e([]), instances=instances.empty(),
+        collectives=e(matching.COLLECTIVE_COLUMNS), clock_offsets=e(clocks.COLUMNS),
+        whatif=e(whatif.WHATIF_COLUMNS), critical_path=e([]),
+        rank_waits=e(whatif.SAVINGS_COLUMNS), bandwidth=e(bandwidth_report.TABLE_COLUMNS),
+        bandwidth_summary=e(bandwidth_report.SUMMARY_COLUMNS), step_heatmap=records.heatmap,
+        flight_recorder=verdicts, timeline=e(segments.COLUMNS),
+        throughput=step_records.throughput(inp.steps, run), straggler=None, imbalance=None,
+        cross_rank={"matchable": False, "why_not": ["no traces"], "matched_on": None,
+                    "noise_us": records.noise_us},
+        step_records=records, step_time_us=None, findings=found)
 
 
 def load_written(report_dir: pathlib.Path) -> dict[str, object]:
-    """The tables and summary of a written report directory."""
+    """The summary and the tables of a written report directory (a table the report does not
+    have — an older report — is absent from the dict)."""
     report_dir = pathlib.Path(report_dir)
     out: dict[str, object] = {"summary": json.loads((report_dir / "summary.json").read_text())}
-    for name in ("breakdown", "trace_overlap", "bubbles"):
-        out[name] = pd.read_parquet(report_dir / f"{name}.parquet")
+    for name in Report.TABLES:
+        f = report_dir / f"{name}.parquet"
+        if f.is_file():
+            out[name] = pd.read_parquet(f)
     return out

@@ -1,27 +1,47 @@
-"""Findings: what is wrong with a run, ranked by the step time it costs, with the evidence and
-the usual remedy.
+"""Findings: what is wrong with a run, ranked by what fixing it would save, each with the
+numbers behind it and the remedy that fits its cause.
 
-Each finding is a dict: ``id``, ``severity`` (``high`` when it costs ≥ 10% of the step,
-``medium`` ≥ 3%, else ``low``), ``dimension``, ``cost_us`` (estimated step time it costs,
-mean per profiled step), ``cost_pct`` (of the mean step window), ``title``, ``evidence``
-(the numbers behind it), ``remedy``, and ``what_if`` (the projected step time were it fixed,
-with the assumption spelled out). Findings are sorted by cost, largest first.
+A finding (``Finding``) has ``id``, ``severity`` (``high`` when it costs ≥ 10% of the step,
+``medium`` ≥ 3%, else ``low``; never above ``low`` when its cost does not stand three times
+above the run's own step-to-step noise), ``dimension``, ``cost_us`` / ``cost_pct`` (the what-if
+saving per profiled step, and its share of the step; null for hangs and desyncs, which stop a
+job rather than slow it), ``title``, ``evidence`` (the numbers, ranks, group and steps behind
+it), ``remedy``, ``what_if`` (the step time were it fixed, and the assumption) and ``symptoms``
+(other observations it explains). A cost that does not beat the noise (nor 1% of the step) is
+no finding at all: a healthy run has none of the timing findings.
 
-- ``exposed-comm-<dim>``: communication of one dimension that nothing overlaps. Cost: its
-  exposed time (per rank mean, the worst rank). What-if: hidden entirely behind compute.
-- ``pipeline-bubble``: measured bubble above the schedule's theory. Cost: (measured − theory)
-  × pipeline window, on the worst stage. What-if: the bubble at theory.
-- ``stage-imbalance``: the slowest stage's compute per microbatch above the mean (max/mean >
-  1.1). Cost: the excess × microbatches. What-if: every stage at the mean.
-- ``straggler``: one rank arrives last to most collectives. Cost: the wait it caused per step.
-  What-if: the straggler at the median rank's pace (its wait caused removed).
-- ``hang``: ranks missing from a collective in the Flight Recorder dumps (always high and
-  listed first; its cost is not a step time, so ``cost_us`` is null).
-- ``slow-steps``: steps flagged slow by the step timers. Cost: their excess over the median.
+The findings, from ``FindingInputs``, in the order they are judged — each later one on the
+run *with the earlier causes fixed*, so that a symptom of one is not reported as another:
+
+- ``hang`` — ranks missing from a collective (Flight Recorder); first, always high.
+- ``desync`` — ranks whose entries of one collective disagree in a way its op does not allow.
+- ``straggler`` — the rank whose work at its reference pace saves the most
+  (``analysis/crossrank/whatif.py``); cost: that saving. Its peers' waits, the pipeline bubble
+  it causes and its share of the critical path are its evidence and symptoms, not findings.
+  On GPU traces a straggler whose device mostly *idles* more than its peers' (it is not
+  computing more, it is not given work) is ``host-bound`` instead: the host does not launch
+  work fast enough (data loading, Python overhead, CPU contention).
+- ``stage-imbalance`` — with the straggler at its peers' pace, the pipeline stages' work still
+  unequal (max/mean > 1.1); cost: the replay with every stage's work at the mean.
+- ``pipeline-bubble`` — the schedule's own bubble: the closed form's fraction of the pipeline
+  window ((p−1)/(m+p−1) for GPipe and 1F1B, (p−1)/(v·m+p−1) interleaved), which a zero-bubble
+  schedule would save; the remedy gives the closed form at twice the microbatches. What the
+  measured bubble has beyond it is the straggler's or the stage imbalance's when those exist
+  (their evidence), transfer time and contention otherwise (this finding's evidence).
+- ``exposed-comm-<dim>`` — communication of one dimension that nothing hides; cost: the
+  replay with that dimension's operations finishing as soon as their last rank arrives
+  (``transfer_factor`` 0). Waiting for a straggler is not transfer: it is not counted here.
+- ``slow-steps`` — steps the step timers flag (warm-up excluded, ``analysis/records/steps.py``);
+  cost: their excess over the median, per step.
 """
 from __future__ import annotations
 
+import dataclasses
+import math
+
 import pandas as pd
+
+from meshscope.analysis.pipeline.bubble import theory_fraction
 
 REMEDIES = {
     "pp": "more microbatches, or an interleaved / zero-bubble schedule",
@@ -29,94 +49,270 @@ REMEDIES = {
     "dp": "a larger DDP bucket or a different ZeRO stage, and more compute to overlap with",
     "cp": "larger chunks per rank, or overlap the K/V exchange with more attention work",
     "ep": "capacity/load balancing of the router, or fewer expert-parallel ranks",
-    "unknown": "find which process group it belongs to (record_param_comms / run.json)",
+    "unknown": "find which process group it belongs to (record_param_comms, run.json, or "
+               "`meshscope analyze --layout`)",
 }
+HOST_BOUND_REMEDY = ("the host does not launch work fast enough: look at data loading, "
+                     "Python overhead and CPU contention on that rank's host")
+STRAGGLER_REMEDY = ("find what slows that rank: its host (other processes, CPU frequency, "
+                    "thermal limits), its data loading, or its placement")
+NOISE_FACTOR = 3.0
+MIN_COST_PCT = 1.0
 
 
-def _severity(pct: float) -> str:
-    return "high" if pct >= 10 else "medium" if pct >= 3 else "low"
+@dataclasses.dataclass
+class Finding:
+    id: str
+    severity: str
+    dimension: str
+    cost_us: float | None
+    cost_pct: float | None
+    title: str
+    evidence: dict
+    remedy: str
+    what_if: dict
+    symptoms: list[str] = dataclasses.field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
 
 
-def _finding(fid, dimension, cost_us, window_us, title, evidence, remedy, what_if):
-    pct = 100 * cost_us / window_us if window_us else 0.0
-    return {"id": fid, "severity": _severity(pct), "dimension": dimension,
-            "cost_us": float(cost_us), "cost_pct": float(pct), "title": title,
-            "evidence": evidence, "remedy": remedy,
-            "what_if": {"step_time_us": float(window_us - cost_us), "assumption": what_if}}
+@dataclasses.dataclass
+class FindingInputs:
+    step_us: float                        # the step's time (replayed makespan or mean window)
+    noise_us: float                       # what a measured cost must beat: the larger of the
+                                          # step noise over √(profiled steps) and the what-if
+                                          # floor (analysis/crossrank/whatif.py); NaN unknown
+    breakdown: pd.DataFrame
+    bubbles: pd.DataFrame
+    schedule: str | None
+    stages: int
+    microbatches: int
+    virtual_stages: int
+    straggler: dict | None                # whatif.WhatIf.straggler
+    savings: pd.DataFrame                 # whatif.WhatIf.savings
+    imbalance: dict | None                # whatif stage balance: saving_us, stage_work_us
+    dim_savings: dict[str, float]         # dimension → what-if saving of its transfers
+    hangs: pd.DataFrame | None
+    slow_steps: list[int]
+    warmup_steps: list[int]
+    step_times: pd.Series                 # step → T(s) from the step timers
+    median_step_us: float
+    on_gpu: bool = False
+    # dimension → {"transfer_us", "after_last_us", "ops_per_step"}: medians over its matched
+    # operations (analysis/comm/matching.py)
+    dim_timing: dict[str, dict] = dataclasses.field(default_factory=dict)
 
 
-def findings(breakdown: pd.DataFrame, bubbles: pd.DataFrame, imbalance: dict | None,
-             microbatches: int, straggler: dict | None, n_steps: int, hangs: pd.DataFrame,
-             heatmap: pd.DataFrame) -> list[dict]:
+def _severity(pct: float, cost_us: float, noise_us: float) -> str:
+    sev = "high" if pct >= 10 else "medium" if pct >= 3 else "low"
+    if noise_us == noise_us and cost_us < NOISE_FACTOR * noise_us:
+        sev = "low"
+    return sev
+
+
+def _beats_noise(cost_us: float, step_us: float, noise_us: float) -> bool:
+    if not (cost_us == cost_us) or step_us <= 0:
+        return False
+    return cost_us >= MIN_COST_PCT / 100 * step_us and \
+        (noise_us != noise_us or cost_us >= noise_us)
+
+
+def _timed(fid, dimension, cost_us, inp: FindingInputs, title, evidence, remedy, assumption,
+           symptoms=(), measured: bool = True) -> Finding:
+    """A timed finding; ``measured`` False for a cost that is not measured but follows from the
+    schedule's closed form (no noise to beat)."""
+    pct = 100 * cost_us / inp.step_us if inp.step_us else 0.0
+    noise = inp.noise_us if measured else float("nan")
+    return Finding(fid, _severity(pct, cost_us, noise), dimension, float(cost_us),
+                   float(pct), title, evidence, remedy,
+                   {"step_time_us": float(inp.step_us - cost_us), "assumption": assumption},
+                   list(symptoms))
+
+
+def _ms(us: float) -> str:
+    return f"{us / 1000:.1f} ms"
+
+
+def _records(df: pd.DataFrame) -> list[dict]:
+    return [{k: (v.item() if hasattr(v, "item") else v) for k, v in r.items()}
+            for r in df.to_dict("records")]
+
+
+def _flight_recorder(hangs: pd.DataFrame | None) -> list[Finding]:
     out = []
-    if hangs is not None and not hangs.empty:
-        miss = hangs[hangs["verdict"] == "missing"]
-        first = (miss if not miss.empty else hangs).iloc[0]
-        out.append({"id": "hang", "severity": "high", "dimension": "all", "cost_us": None,
-                    "cost_pct": None, "title": str(first["detail"]),
-                    "evidence": {k: (v if not hasattr(v, "tolist") else v.tolist())
-                                 for k, v in first.items()},
-                    "remedy": "see why those ranks never issued the collective (a code path "
-                              "that skips it, an exception, a desynchronised schedule)",
-                    "what_if": {"step_time_us": None, "assumption": "no hang"}})
-    if breakdown.empty:
+    if hangs is None or hangs.empty:
         return out
-    per_rank = breakdown.groupby("rank").mean(numeric_only=True)
-    window = float(per_rank["window_us"].mean())
-    for col in [c for c in breakdown.columns if c.startswith("exposed_comm_") and c != "exposed_comm_us"]:
-        dim = col[len("exposed_comm_"):-len("_us")]
-        worst = per_rank[col].idxmax()
-        cost = float(per_rank[col].max())
-        if cost <= 0.01 * window:
+    for verdict, fid, remedy in (
+            ("missing", "hang", "see why those ranks never issued the collective (a code path "
+                                "that skips it, an exception, a desynchronised schedule)"),
+            ("mismatch", "desync", "make every rank issue the same collective with compatible "
+                                   "sizes: the program's ranks disagree (split sizes, shapes, "
+                                   "dtypes or the op itself)")):
+        rows = hangs[hangs["verdict"] == verdict]
+        if rows.empty:
             continue
-        out.append(_finding(
-            f"exposed-comm-{dim}", dim, cost, window,
-            f"Exposed {dim} communication: {cost / 1000:.2f} ms per step on rank {worst}",
-            {"exposed_us": cost, "rank": int(worst),
-             "overlap_pct": float(per_rank.loc[worst, "overlap_pct"])},
-            REMEDIES.get(dim, REMEDIES["unknown"]),
-            f"all {dim} communication hidden behind compute"))
-    if not bubbles.empty:
-        stage = bubbles.groupby("stage").mean(numeric_only=True)
-        excess = (stage["bubble_fraction"] - stage["theory_fraction"]) * stage["pipeline_window_us"]
-        worst = excess.idxmax()
-        if excess.max() > 0.01 * window:
-            row = stage.loc[worst]
-            out.append(_finding(
-                "pipeline-bubble", "pp", float(excess.max()), window,
-                f"Pipeline bubble {row['bubble_fraction']:.1%} on stage {worst}, theory "
-                f"{row['theory_fraction']:.1%}",
-                {"stage": int(worst), "bubble_fraction": float(row["bubble_fraction"]),
-                 "theory_fraction": float(row["theory_fraction"]),
-                 "replayed_fraction": float(row.get("replayed_bubble_fraction", float("nan")))},
-                REMEDIES["pp"], "the bubble at the schedule's theoretical fraction"))
-    if imbalance and imbalance["max_over_mean"] > 1.1:
-        mean = imbalance["slowest_compute_per_mb_us"] / imbalance["max_over_mean"]
-        cost = (imbalance["slowest_compute_per_mb_us"] - mean) * microbatches
-        out.append(_finding(
-            "stage-imbalance", "pp", cost, window,
-            f"Stage {imbalance['slowest_stage']} is the slowest: "
-            f"{imbalance['max_over_mean']:.2f}× the mean compute per microbatch",
-            imbalance, "rebalance layers across stages (--stage-layers)",
-            "every stage at the mean compute per microbatch"))
-    if straggler and n_steps:
-        cost = straggler["wait_caused_us"] / n_steps
-        out.append(_finding(
-            "straggler", "all", cost, window,
-            f"Rank {straggler['rank']} is the straggler: last to {straggler['last_share']:.0%} "
-            f"of collectives",
-            straggler, "find what slows that rank (host, data loading, thermal, placement)",
-            "the straggler at the other ranks' pace"))
-    if heatmap is not None and not heatmap.empty and heatmap["slow"].any():
-        worst = heatmap.groupby("step")["wall_time_us"].max()
-        med = worst.median()
-        slow = worst[heatmap.groupby("step")["slow"].any()]
-        cost = float((slow - med).sum() / len(worst))
-        out.append(_finding(
-            "slow-steps", "all", cost, window,
-            f"{len(slow)} slow step(s): {', '.join(map(str, slow.index.tolist()[:8]))}",
-            {"steps": slow.index.tolist(), "median_step_us": float(med)},
-            "look at what else ran then (checkpointing, evaluation, GC, another job)",
-            "slow steps at the median step time"))
-    # A hang first (it stops the job), then by cost.
-    return sorted(out, key=lambda f: (f["id"] != "hang", -(f["cost_us"] or 0.0)))
+        first = rows.iloc[0]
+        evidence = {k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in first.items()}
+        evidence["count"] = int(len(rows))
+        out.append(Finding(fid, "high", "all", None, None, str(first["detail"]), evidence,
+                           remedy, {"step_time_us": None, "assumption": f"no {fid}"}))
+    return out
+
+
+def _per_rank(inp: FindingInputs) -> pd.DataFrame:
+    return inp.breakdown.groupby("rank").mean(numeric_only=True) if len(inp.breakdown) else \
+        pd.DataFrame()
+
+
+def _straggler(inp: FindingInputs) -> Finding | None:
+    st = inp.straggler
+    if not st:
+        return None
+    r = st["rank"]
+    per_rank = _per_rank(inp)
+    sav = inp.savings.set_index("rank") if len(inp.savings) else pd.DataFrame()
+    peers = [int(x) for x in st.get("peers", [])]
+    evidence = {"rank": r, "stage": st.get("stage"), "saving_us": st["saving_us"],
+                "reference": st["reference"], "noise_us": st["noise_us"],
+                "critical_path_share": st["critical_path_share"],
+                "wait_caused_us": st["wait_caused_us"]}
+    symptoms = []
+    if r in per_rank.index:
+        evidence["compute_us"] = float(per_rank.loc[r, "compute_us"])
+        if peers:
+            ref = per_rank.loc[[p for p in peers if p in per_rank.index], "compute_us"]
+            if len(ref):
+                evidence["peer_compute_us"] = float(ref.median())
+    waited = sav[(sav.index != r) & (sav["wait_us"] > 0)] if len(sav) else sav
+    if len(waited):
+        symptoms.append("ranks " + ", ".join(str(int(q)) for q in waited.index) + " wait "
+                        + ", ".join(_ms(float(w)) for w in waited["wait_us"])
+                        + " per step, charged to rank " + str(r))
+    fid, remedy = "straggler", STRAGGLER_REMEDY
+    title = (f"Rank {r} is the straggler: at its "
+             f"{'peers' if peers else 'reference'}' pace the step would be "
+             f"{_ms(st['saving_us'])} ({st['saving_pct']:.0f}%) shorter")
+    if "peer_compute_us" in evidence:
+        title += (f"; it computes {_ms(evidence['compute_us'])} per step against "
+                  f"{_ms(evidence['peer_compute_us'])} for its stage peers")
+    if inp.on_gpu and r in per_rank.index and peers:
+        idle = per_rank["idle_us"]
+        mine, theirs = float(idle.loc[r]), float(idle.loc[[p for p in peers
+                                                            if p in idle.index]].median())
+        if mine - theirs > 0.5 * st["saving_us"]:
+            fid, remedy = "host-bound", HOST_BOUND_REMEDY
+            evidence.update(idle_us=mine, peer_idle_us=theirs)
+            title = (f"Rank {r}'s GPU idles {_ms(mine - theirs)} per step more than its "
+                     f"peers': its host does not launch work fast enough")
+    return _timed(fid, "all", st["saving_us"], inp, title, evidence, remedy,
+                  f"rank {r}'s own work at its reference pace ({st['reference']})", symptoms)
+
+
+def _imbalance(inp: FindingInputs) -> Finding | None:
+    imb = inp.imbalance
+    if not imb or imb.get("max_over_mean", 1.0) <= 1.1:
+        return None
+    cost = float(imb["saving_us"])
+    if not _beats_noise(cost, inp.step_us, inp.noise_us):
+        return None
+    slowest = imb["slowest_stage"]
+    title = (f"Stage {slowest} is the slowest: {imb['max_over_mean']:.2f}× the mean work per "
+             f"stage")
+    return _timed("stage-imbalance", "pp", cost, inp, title, dict(imb),
+                  "rebalance layers across stages (--stage-layers)",
+                  "every stage's work at the mean" + (" (with the straggler at its peers' "
+                                                      "pace)" if inp.straggler else ""))
+
+
+def _bubble(inp: FindingInputs) -> Finding | None:
+    if inp.bubbles.empty or inp.stages < 2:
+        return None
+    stage = inp.bubbles.groupby("stage").mean(numeric_only=True)
+    theory = theory_fraction(inp.schedule, inp.stages, inp.microbatches, inp.virtual_stages)
+    if not theory == theory or theory <= 0:
+        return None
+    window = float(stage["pipeline_window_us"].mean())
+    cost = theory * window
+    if not _beats_noise(cost, inp.step_us, float("nan")):
+        return None
+    measured = float(stage["bubble_fraction"].mean())
+    replayed = float(stage["replayed_bubble_fraction"].mean()) \
+        if "replayed_bubble_fraction" in stage else float("nan")
+    twice = theory_fraction(inp.schedule, inp.stages, 2 * inp.microbatches, inp.virtual_stages)
+    evidence = {"theory_fraction": theory, "measured_fraction": measured,
+                "replayed_fraction": replayed, "pipeline_window_us": window,
+                "stages": inp.stages, "microbatches": inp.microbatches,
+                "theory_at_twice_the_microbatches": twice,
+                "per_stage": _records(stage[["bubble_fraction"]].reset_index())}
+    if inp.straggler or inp.imbalance:
+        cause = "the straggler" if inp.straggler else "the stage imbalance"
+        evidence["excess_explained_by"] = cause
+    else:
+        evidence["excess_explained_by"] = ("transfer time and contention (measured − replayed)"
+                                           if measured > theory else None)
+    title = (f"Pipeline bubble: the {inp.schedule} schedule leaves {theory:.0%} of the "
+             f"pipeline window idle with {inp.stages} stages and {inp.microbatches} "
+             f"microbatches (measured {measured:.0%})")
+    remedy = (f"{2 * inp.microbatches} microbatches would bring the closed form to {twice:.0%}; "
+              f"or an interleaved / zero-bubble schedule")
+    return _timed("pipeline-bubble", "pp", cost, inp, title, evidence, remedy,
+                  "a schedule without bubble (zero-bubble), as the closed form counts it",
+                  measured=False)
+
+
+def _exposed(inp: FindingInputs) -> list[Finding]:
+    out = []
+    per_rank = _per_rank(inp)
+    for dim, cost in sorted(inp.dim_savings.items()):
+        if not _beats_noise(cost, inp.step_us, inp.noise_us):
+            continue
+        col = f"exposed_comm_{dim}_us"
+        evidence = {"saving_us": cost}
+        if col in per_rank:
+            worst = per_rank[col].idxmax()
+            evidence.update(rank=int(worst), exposed_us=float(per_rank.loc[worst, col]),
+                            overlap_pct=float(per_rank.loc[worst, "overlap_pct"]))
+        timing = inp.dim_timing.get(dim, {})
+        evidence.update(timing)
+        title = (f"Exposed {dim} communication: finishing it as soon as its last rank arrives "
+                 f"would save {_ms(cost)} per step")
+        t, after = timing.get("transfer_us"), timing.get("after_last_us")
+        if t is not None and after is not None and after > 2 * t:
+            title += (f" (a median {dim} operation takes {_ms(t)} once its last rank is there, "
+                      f"but finishes {_ms(after)} after that rank arrived: its backend starts "
+                      f"late — CPU contention, or a busy communication thread)")
+        out.append(_timed(f"exposed-comm-{dim}", dim, cost, inp, title, evidence,
+                          REMEDIES.get(dim, REMEDIES["unknown"]),
+                          f"every {dim} operation completes the moment its last rank arrives"))
+    return out
+
+
+def _slow_steps(inp: FindingInputs) -> Finding | None:
+    if not inp.slow_steps or inp.step_times.empty:
+        return None
+    rest = inp.step_times.drop(index=[s for s in inp.warmup_steps if s in inp.step_times.index])
+    excess = (rest.loc[inp.slow_steps] - inp.median_step_us).clip(lower=0.0)
+    cost = float(excess.sum() / max(len(rest), 1))
+    if cost <= 0:
+        return None
+    inp_median = dataclasses.replace(inp, step_us=inp.median_step_us)
+    title = (f"{len(inp.slow_steps)} slow step(s): "
+             f"{', '.join(map(str, inp.slow_steps[:8]))} (warm-up steps "
+             f"{inp.warmup_steps or 'none'} left out)")
+    return _timed("slow-steps", "all", cost, inp_median, title,
+                  {"steps": inp.slow_steps, "median_step_us": inp.median_step_us,
+                   "noise_us": inp.noise_us, "warmup_steps": inp.warmup_steps},
+                  "look at what else ran then (checkpointing, evaluation, GC, another job)",
+                  "slow steps at the median step time")
+
+
+def findings(inp: FindingInputs) -> list[Finding]:
+    """The ranked findings (module docstring)."""
+    out = _flight_recorder(inp.hangs)
+    timed = []
+    for f in (_straggler(inp), _imbalance(inp), _bubble(inp), *_exposed(inp), _slow_steps(inp)):
+        if f is not None:
+            timed.append(f)
+    timed.sort(key=lambda f: -(f.cost_us or 0.0))
+    return out + timed

@@ -10,6 +10,11 @@ def _pct(x) -> str:
     return "    -" if x is None else f"{x:5.1f}"
 
 
+def _num(x, width: int, digits: int) -> str:
+    """A number right-aligned in ``width``; "-" where unknown (never 0 for unknown)."""
+    return f"{'-':>{width}}" if x is None else f"{x:>{width}.{digits}f}"
+
+
 def render(summary: dict) -> str:
     lines = []
     run = summary.get("run") or {}
@@ -53,13 +58,30 @@ def render(summary: dict) -> str:
         lines.append("")
         lines.append("Collectives cannot be matched across ranks:")
         lines.extend(f"  {w}" for w in cross["why_not"])
-    elif cross.get("straggler"):
-        st = cross["straggler"]
-        lines.append("")
-        lines.append(f"Straggler: rank {st['rank']} (last to {st['last_share']:.0%} of its "
-                     f"collectives; caused {st['wait_caused_us'] / 1000:.1f} ms of waiting)")
+    else:
+        st = cross.get("straggler")
+        savings = cross.get("rank_savings") or []
+        if savings:
+            lines.append("")
+            lines.append("What-if: the step with each rank's work at its reference pace "
+                         "(ms saved per step):")
+            lines.append("  " + "  ".join(f"rank {s['rank']}: {_ms(s['saving_us']).strip()}"
+                                          for s in savings))
+        if st:
+            lines.append(f"Straggler: rank {st['rank']} — {st['saving_us'] / 1000:.1f} ms per "
+                         f"step ({st['saving_pct']:.0f}%) at its reference pace "
+                         f"({st['reference']}); it beats the what-if's resolution "
+                         f"({_ms(st.get('gate_us') / 2 if st.get('gate_us') else None).strip()} ms)")
+        elif savings:
+            lines.append("No straggler: no rank's saving stands twice above what the what-if "
+                         f"resolves on this run ({_ms(cross.get('resolution_us')).strip()} ms: "
+                         f"step noise {_ms(cross.get('noise_us')).strip()} ms, what-if floor "
+                         f"{_ms(cross.get('floor_us')).strip()} ms).")
+    for n in summary.get("notes", []):
+        lines.append(f"  note: {n}")
     for h in summary.get("hangs", [])[:5]:
-        lines.append(f"HANG: {h['detail']}")
+        if h.get("verdict") in ("missing", "mismatch"):
+            lines.append(f"{'HANG' if h['verdict'] == 'missing' else 'DESYNC'}: {h['detail']}")
     bw = summary.get("bandwidth") or []
     if bw:
         lines.append("")
@@ -69,8 +91,8 @@ def render(summary: dict) -> str:
         for b in bw[:20]:
             eff = b.get("efficiency")
             lines.append(f"  {b['dim']:>4} {b['op']:>15} {b['group_size'] or '-':>6} "
-                         f"{b['msg_bytes'] or 0:>9.0f} {b['transfer_us'] or 0:>12.1f} "
-                         f"{b['busbw_gbps'] or 0:>11.3f}  "
+                         f"{_num(b['msg_bytes'], 9, 0)} {_num(b['transfer_us'], 12, 1)} "
+                         f"{_num(b['busbw_gbps'], 11, 3)}  "
                          f"{'-' if eff is None else f'{eff:.0%}'}")
         if len(bw) > 20:
             lines.append(f"  … {len(bw) - 20} more rows in report/bandwidth_summary.parquet")

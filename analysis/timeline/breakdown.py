@@ -14,7 +14,9 @@ comm_us                 |M|
 overlapped_comm_us      |M ∩ C| — communication hidden behind compute
 exposed_comm_us         |M \\ C \\ B| — communication nothing hides and that is not bubble
 exposed_comm_<dim>_us   the part of exposed_comm_us from dimension <dim> (disjoint parts,
-                        overlapping collectives credited in the order of ``DIM_ORDER``)
+                        overlapping operations credited in the order of ``DIM_ORDER``; the
+                        dimension of each operation is the instance table's, and ``unknown``
+                        holds the rest: operations of no known dimension, barriers)
 bubble_us               |B| with B = (P ∪ M_pp) \\ C — the pipeline window in which the rank
                         computes nothing, plus any exposed pipeline send/recv outside it
                         (a stage waiting for its neighbour is bubble, not transfer, wherever
@@ -70,10 +72,11 @@ def step_breakdown(tl: RankTimeline, pipeline_windows: dict[int, np.ndarray] | N
             "overlap_pct": overlap_pct(C, M),
         }
         remaining = exposed
-        for dim in DIM_ORDER:
+        for dim in DIM_ORDER[:-1]:
             part = iv.intersect(remaining, tl.comm_by_dim.get(dim, iv.EMPTY))
             row[f"exposed_comm_{dim}_us"] = iv.length(part)
             remaining = iv.subtract(remaining, part)
+        row["exposed_comm_unknown_us"] = iv.length(remaining)
         rows.append(row)
     return pd.DataFrame(rows, columns=COLUMNS)
 

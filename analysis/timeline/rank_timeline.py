@@ -1,5 +1,5 @@
 """One rank's timeline as interval sets: compute C, communication M, other device work O, the
-step windows, the pipeline windows and the microbatch spans.
+step windows, the pipeline windows, the microbatch spans and the wait regions.
 
 On GPU traces the lanes are the device streams: C and M are the unions of compute and
 communication kernels, O of memcpy/memset. On CPU-only traces the lanes are the threads, and
@@ -9,8 +9,16 @@ computes where that is a ``cpu_op`` and communicates where it is a communication
 the wait as compute, and an asynchronous ``gloo:send`` that stays open on the main thread while
 the next forward runs does not hide that forward's compute. The runner's microbatch and
 optimizer ranges (``meshscope/forward …``, ``meshscope/optimizer``) count as compute too, so the
-Python that dispatches a stage's operators is the stage's work, not idle time or bubble. M is
-the union of all communication ranges (in flight, whether or not the thread waits on them).
+Python that dispatches a stage's operators is the stage's work, not idle time or bubble —
+except where the issuing thread is waiting (``waits``, ``analysis/timeline/waits.py``): DDP
+waits for its last all-reduce inside the last backward with no operator running, and that
+time is communication, not compute. M is the union of all communication ranges (in flight,
+whether or not the thread waits on them) and the waits.
+
+``comm_by_dim`` (dimension → the part of M that belongs to it) is filled from the rank's
+collective-instance table (``analysis/comm/instances.py``, ``dims.interval_sets``), which is
+where every communication operation's dimension is decided once. ``shifted(dt)`` is the same
+timeline on a clock ``dt`` µs earlier (the clock alignment, ``analysis/crossrank/clocks.py``).
 """
 from __future__ import annotations
 
@@ -23,6 +31,7 @@ from meshscope.collectors import annotations
 
 from meshscope.analysis.ingest import classify
 from meshscope.analysis.timeline import intervals as iv
+from meshscope.analysis.timeline import waits as wt
 from meshscope.analysis.ingest.events import RankTrace
 
 
@@ -43,6 +52,33 @@ class RankTimeline:
     # The whole-trace selection HTA's get_comm_comp_overlap uses (see ``_complete_steps``).
     trace_compute: np.ndarray
     trace_comm: np.ndarray
+    # The rank's wait regions and, for each, the completion that ended it (waits.py).
+    waits: np.ndarray = dataclasses.field(default_factory=lambda: iv.EMPTY.copy())
+    wait_until: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
+    main_lane: str | None = None
+
+    def shifted(self, dt_us: float) -> "RankTimeline":
+        """This timeline with ``dt_us`` subtracted from every time."""
+        if not dt_us:
+            return self
+        mb = self.microbatches.copy()
+        if len(mb):
+            mb["ts_us"] -= dt_us
+            mb["end_us"] -= dt_us
+        starts, ends, dims = self.scopes
+        return dataclasses.replace(
+            self, compute=self.compute - dt_us, comm=self.comm - dt_us,
+            comm_by_dim={d: x - dt_us for d, x in self.comm_by_dim.items()},
+            other=self.other - dt_us,
+            steps={k: (a - dt_us, b - dt_us) for k, (a, b) in self.steps.items()},
+            pipeline=self.pipeline - dt_us, microbatches=mb,
+            span=(self.span[0] - dt_us, self.span[1] - dt_us),
+            scopes=(starts - dt_us, ends - dt_us, dims),
+            trace_compute=self.trace_compute - dt_us, trace_comm=self.trace_comm - dt_us,
+            waits=self.waits - dt_us, wait_until=self.wait_until - dt_us)
+
+
+_RECEIVES = ("gloo:recv", "nccl:recv")
 
 
 def _is_work_annotation(name: str) -> bool:
@@ -54,54 +90,6 @@ def _is_work_annotation(name: str) -> bool:
 
 def _iv(df: pd.DataFrame) -> np.ndarray:
     return iv.union(df["ts_us"].to_numpy(), df["end_us"].to_numpy())
-
-
-def kernel_group_desc(dev_comm: pd.DataFrame, host: pd.DataFrame) -> pd.Series:
-    """For each GPU communication kernel, the process-group description of the
-    ``record_param_comms`` call that launched it (the call whose range on the launching thread
-    holds the runtime launch with the kernel's correlation id); NaN where unknown."""
-    out = pd.Series(np.nan, index=dev_comm.index, dtype=object)
-    if dev_comm.empty:
-        return out
-    calls = host[(host["name"] == "record_param_comms") & host["pg_desc"].notna()]
-    launches = host[(host["correlation"] >= 0)
-                    & host["cat"].isin(["cuda_runtime", "cuda_driver"])]
-    if calls.empty or launches.empty:
-        return out
-    launch = launches.drop_duplicates("correlation").set_index("correlation")
-    by_lane = {lane: (g["ts_us"].to_numpy(), g["end_us"].to_numpy(), g["pg_desc"].to_numpy())
-               for lane, g in calls.sort_values("ts_us").groupby("lane")}
-    for idx, corr in zip(dev_comm.index, dev_comm["correlation"]):
-        if corr not in launch.index:
-            continue
-        ts, lane = launch.at[corr, "ts_us"], launch.at[corr, "lane"]
-        if lane not in by_lane:
-            continue
-        starts, ends, descs = by_lane[lane]
-        i = int(np.searchsorted(starts, ts, side="right")) - 1
-        if i >= 0 and ends[i] >= ts:
-            out.at[idx] = descs[i]
-    return out
-
-
-def comm_dimension(name: str, run: dict | None, scope: str | None = None) -> str:
-    """The parallel dimension of a communication event without a ``mesh_<dim>`` group
-    description (GPU kernels get theirs from ``kernel_group_desc``).
-
-    gloo ranges carry no process group. A ``meshscope/comm dim=D`` range around the event
-    (``scope``) says D; otherwise the dimension follows from the operation and the run's
-    layout: send/recv belong to pipeline parallelism; a collective belongs to the one other
-    dimension of size > 1, when there is exactly one; otherwise it is ``unknown``.
-    """
-    if scope:
-        return scope
-    if run is None:
-        return "unknown"
-    sizes = run.get("layout", {})
-    if classify.is_p2p(name):
-        return "pp" if sizes.get("pp", 1) > 1 else "unknown"
-    others = [d for d, n in sizes.items() if n > 1 and d != "pp"]
-    return others[0] if len(others) == 1 else "unknown"
 
 
 def _step_windows(host: pd.DataFrame, device: pd.DataFrame) -> dict[int, tuple[float, float]]:
@@ -177,38 +165,75 @@ def _complete_steps(dev: pd.DataFrame, host: pd.DataFrame,
     return dev[ts.notna() & (ts < last_start)]
 
 
-def build(trace: RankTrace, run: dict | None = None) -> RankTimeline:
+def _main_lane(host: pd.DataFrame) -> str | None:
+    """The thread that ran the profiled steps (the lane of the ``ProfilerStep`` ranges), else
+    the one with the most operator time."""
+    steps = host[host["name"].str.startswith("ProfilerStep#")]
+    if len(steps):
+        return str(steps["lane"].mode().iloc[0])
+    ops = host[host["cat"] == "cpu_op"]
+    if ops.empty:
+        return None
+    return str(ops.groupby("lane")["dur_us"].sum().idxmax())
+
+
+def _windows(steps: dict[int, tuple[float, float]], span: tuple[float, float]) -> np.ndarray:
+    if steps:
+        return iv.union([a for a, _ in steps.values()], [b for _, b in steps.values()])
+    return np.array([span], dtype=np.float64)
+
+
+def build(trace: RankTrace, run=None) -> RankTimeline:
+    """The timeline of one rank (module docstring). ``run`` is unused: since the collective-
+    instance table, nothing here depends on the layout."""
     ev = trace.events
     dev = ev[ev["device"]]
     host = ev[~ev["device"]]
+    steps = _step_windows(host, dev)
+    span = (float(ev["ts_us"].min()), float(ev["end_us"].max()))
+    windows = _windows(steps, span)
+    main = _main_lane(host)
     if not dev.empty:
         compute = _iv(dev[dev["kind"] == classify.COMPUTE])
         comm_ev = dev[dev["kind"] == classify.COMMUNICATION]
         other = _iv(dev[dev["kind"] == classify.MEMORY])
+        comm = _iv(comm_ev)
+        receiving = comm_ev[~comm_ev["name"].str.contains("Send(?!Recv)", regex=True)]
+        waits, until = wt.wait_regions(iv.intersect(wt.gpu_blocked(compute, comm), windows),
+                                       receiving["end_us"].to_numpy(),
+                                       begun=receiving["ts_us"].to_numpy())
     else:
         comm_ev = host[host["kind"] == classify.COMMUNICATION]
         per_lane = []
-        kind = host["kind"].where(~host["name"].map(_is_work_annotation), classify.COMPUTE)
-        work = host.assign(kind=kind)
-        work = work[work["kind"].isin([classify.COMPUTE, classify.COMMUNICATION])]
-        for _, g in work.groupby("lane", sort=False):
-            owned = iv.innermost(g["ts_us"].to_numpy(), g["end_us"].to_numpy(), g["kind"])
-            per_lane.append(owned.get(classify.COMPUTE, iv.EMPTY))
+        is_ann = host["name"].map(_is_work_annotation)
+        is_recv = host["name"].isin(_RECEIVES)
+        label = np.where(is_ann, "ann", np.where(
+            host["kind"] == classify.COMPUTE, "op", np.where(
+                is_recv, "recv", np.where(host["kind"] == classify.COMMUNICATION, "comm", ""))))
+        work = host.assign(label=label)
+        work = work[work["label"] != ""]
+        main_owned: dict = {}
+        for lane, g in work.groupby("lane", sort=False):
+            owned = iv.innermost(g["ts_us"].to_numpy(), g["end_us"].to_numpy(), g["label"])
+            per_lane.append(iv.merge(owned.get("op", iv.EMPTY), owned.get("ann", iv.EMPTY)))
+            if lane == main:
+                main_owned = owned
         compute = iv.merge(*per_lane) if per_lane else iv.EMPTY.copy()
         other = iv.EMPTY.copy()
-    comm = _iv(comm_ev)
+        ranges = comm_ev[comm_ev["name"].str.startswith(("gloo:", "nccl:"))
+                         & ~comm_ev["name"].isin(["gloo:send", "nccl:send"])]
+        in_recv, elsewhere = wt.cpu_blocked(main_owned, windows)
+        on_main = (ranges["lane"] == main).to_numpy()
+        w1, u1 = wt.wait_regions(in_recv, ranges["end_us"].to_numpy()[on_main],
+                                 late_us=wt.SAME_THREAD_US)
+        w2, u2 = wt.wait_regions(elsewhere, ranges["end_us"].to_numpy()[~on_main],
+                                 begun=ranges["ts_us"].to_numpy()[~on_main])
+        order = np.argsort(np.concatenate([w1[:, 0], w2[:, 0]]), kind="stable")
+        waits, until = np.concatenate([w1, w2])[order], np.concatenate([u1, u2])[order]
+        compute = iv.subtract(compute, waits)
+        comm = iv.merge(_iv(comm_ev), waits)
     scopes = _scopes(host)
-    # A DeviceMesh names its groups mesh_<dim>: on GPU traces that description, found through
-    # the kernel's launch, names the dimension directly.
-    descs = kernel_group_desc(comm_ev, host) if not dev.empty else \
-        pd.Series(np.nan, index=comm_ev.index, dtype=object)
-    dims = pd.Series([d[len("mesh_"):] if isinstance(d, str) and d.startswith("mesh_")
-                      else comm_dimension(n, run, scope_at(scopes, t))
-                      for n, t, d in zip(comm_ev["name"], comm_ev["ts_us"], descs)],
-                     index=comm_ev.index, dtype=object)
-    comm_by_dim = {d: _iv(comm_ev[dims == d]) for d in sorted(set(dims))}
     pipe = host[host["name"] == annotations.PIPELINE]
-    steps = _step_windows(host, dev)
     if not dev.empty:
         sel = _complete_steps(dev, host, steps)
         trace_compute = _iv(sel[sel["kind"] == classify.COMPUTE])
@@ -216,8 +241,7 @@ def build(trace: RankTrace, run: dict | None = None) -> RankTimeline:
     else:
         trace_compute, trace_comm = compute, comm
     return RankTimeline(
-        rank=trace.rank, on_gpu=not dev.empty, compute=compute, comm=comm,
-        comm_by_dim=comm_by_dim, other=other, steps=steps,
-        pipeline=_iv(pipe), microbatches=_microbatches(host),
-        span=(float(ev["ts_us"].min()), float(ev["end_us"].max())), scopes=scopes,
-        trace_compute=trace_compute, trace_comm=trace_comm)
+        rank=trace.rank, on_gpu=not dev.empty, compute=compute, comm=comm, comm_by_dim={},
+        other=other, steps=steps, pipeline=_iv(pipe), microbatches=_microbatches(host),
+        span=span, scopes=scopes, trace_compute=trace_compute, trace_comm=trace_comm,
+        waits=waits, wait_until=until, main_lane=main)

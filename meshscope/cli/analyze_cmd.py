@@ -31,7 +31,10 @@ def _load_baseline(path: str | None):
         fail(f"{p}: not a usable baseline ({e})")
 
 
-def run_analysis(path, out, comm_kernel_regex, rank_regex=None, cache=True, baseline=None):
+def run_analysis(path, out, comm_kernel_regex, rank_regex=None, cache=True, baseline=None,
+                 **options):
+    """Analyse ``path`` and write its report (``options``: analyze's keyword arguments, e.g.
+    ``layout``, ``rank_order``, ``warmup_steps``); one line and exit code 2 on bad input."""
     import re
 
     from meshscope.analysis.errors import InputError
@@ -51,7 +54,7 @@ def run_analysis(path, out, comm_kernel_regex, rank_regex=None, cache=True, base
     try:
         report = do_analyze(pathlib.Path(path), comm_kernel_re=comm_kernel_regex,
                             rank_regex=rank_regex, cache_dir=target / ".cache" if cache else None,
-                            progress=True, baseline=_load_baseline(baseline))
+                            progress=True, baseline=_load_baseline(baseline), **options)
     except (InputError, RunDirError) as e:
         fail(str(e))
     try:
@@ -79,12 +82,24 @@ def run_analysis(path, out, comm_kernel_regex, rank_regex=None, cache=True, base
 @click.option("--baseline", default=None, type=click.Path(exists=True),
               help="Bandwidth baseline: `meshscope bench-comm`'s baseline.parquet, or "
                    "nccl-tests output (a log, or a folder of *.log).")
-def analyze(path, out, as_json, comm_kernel_regex, rank_regex, no_cache, baseline):
+@click.option("--layout", default=None,
+              help="For traces of another framework whose groups carry no mesh names: the "
+                   "job's layout, e.g. dp=4,tp=2,pp=2, so that each process group maps to its "
+                   "dimension by its ranks.")
+@click.option("--rank-order", default=None,
+              help="With --layout: how ranks were laid out, dimensions from the fastest-varying "
+                   "to the slowest, e.g. tp-cp-ep-dp-pp (Megatron's default, also "
+                   "'megatron'), tp-cp-dp-pp ('torchtitan', meshscope's own; the default).")
+@click.option("--warmup-steps", default=0, show_default=True, type=click.IntRange(min=0),
+              help="Treat the first N steps as warm-up (besides those the step time shows).")
+def analyze(path, out, as_json, comm_kernel_regex, rank_regex, no_cache, baseline, layout,
+            rank_order, warmup_steps):
     """Analyse a run directory or any folder of Kineto traces."""
     from meshscope.analysis.report.text import render
 
     report, target = run_analysis(path, out, comm_kernel_regex, rank_regex, cache=not no_cache,
-                              baseline=baseline)
+                                  baseline=baseline, layout=layout, rank_order=rank_order,
+                                  warmup_steps=warmup_steps)
     summary = json.loads((target / "summary.json").read_text())
     if as_json:
         click.echo(json.dumps(summary, indent=2))
@@ -93,7 +108,6 @@ def analyze(path, out, as_json, comm_kernel_regex, rank_regex, no_cache, baselin
             click.echo(f"meshscope: warning: {p}", err=True)
         click.echo(render(summary))
         click.echo(f"\nreport written: {target}")
-
 
 
 COMMANDS = (analyze,)

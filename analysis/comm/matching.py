@@ -1,0 +1,202 @@
+"""One operation seen from every rank: matching the instance table across ranks.
+
+``match(instances, ranks, ...)`` gives every row of the instance table
+(``analysis/comm/instances.py``) a ``match_id`` shared by the rows of all ranks that took part
+in the same operation, and says how it matched:
+
+- **by (group, sequence number)** where the trace or the Flight Recorder gives the op its
+  ``seq`` in its group (``matched_on = "group_seq"``);
+- else **by (group, step, op, k)**, the k-th op of that kind the rank issued on that group in
+  that step: the ranks of a group issue its collectives in the same order
+  (``"group_order"``);
+- a send and the matching recv by (sender, receiver, step, k): the k-th message from one rank
+  to the other in the step;
+- with no group information at all (no run.json, no group arguments), when every rank of a job
+  has a trace (the ``distributedInfo`` world size equals the number of rank files) and all issue
+  the same sequence of collectives, on the **world group** (``"world"``; the report says so).
+
+``why_not`` lists what prevents matching (ranks of a group without a trace, ranks that saw
+different numbers of an op in a step — a trace cut short or subsampled — or no group at all);
+when it is not empty no cross-rank figure is computed.
+
+``collective_table(instances)`` — one row per matched collective (times on aligned clocks):
+match_id, pg_ranks, dim, step, op, seq, k, n_ranks, first_arrival_us, last_arrival_us,
+skew_us (last − first arrival), holdup_us (last − second-last arrival: how long the last
+rank alone held the group up), last_rank, completion_us (median over ranks of the end),
+transfer_us, msg_bytes. **Transfer** (one definition, used by the bandwidth report and the
+dependency graph alike): the shortest executing span over the group's ranks — the rank that
+arrived last waited for nobody, so its span is the operation itself (nccl-tests' time); the
+rest of every other rank's span is waiting. Without executing spans, completion − last arrival.
+after_last_us: completion − last arrival (at least 0), how long the operation took to finish
+once its last rank arrived — what the dependency graph needs (``analysis/crossrank/graph.py``);
+it exceeds transfer_us when the last rank's backend started the operation late.
+
+``p2p_table(instances)`` — one row per matched send/recv pair: match_id, src, dst, step, k, dim,
+send_us (the sender's post), recv_us (the receiver's post), completion_us (the recv's end),
+transfer_us (completion − max(send, recv post), at least 0), msg_bytes.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pandas as pd
+
+COLLECTIVE_COLUMNS = ["match_id", "pg_ranks", "dim", "step", "op", "seq", "k", "n_ranks",
+                      "first_arrival_us", "last_arrival_us", "skew_us", "holdup_us",
+                      "last_rank", "completion_us", "transfer_us", "after_last_us", "msg_bytes"]
+P2P_COLUMNS = ["match_id", "src", "dst", "step", "k", "dim", "send_us", "recv_us",
+               "completion_us", "transfer_us", "msg_bytes"]
+
+
+@dataclasses.dataclass
+class Matched:
+    instances: pd.DataFrame      # the instance table with ``match_id`` ("" where unmatched)
+    matched_on: str | None
+    why_not: list[str]
+    notes: list[str]
+
+
+def _collective_id(row) -> str:
+    group = row.pg_ranks or (f"name={row.pg_name}" if isinstance(row.pg_name, str) else "")
+    if not pd.isna(row.seq):
+        return f"{group}|seq={int(row.seq)}"
+    return f"{group}|{row.step}|{row.op}|{row.k}"
+
+
+def _p2p_id(row) -> str:
+    if pd.isna(row.peer):
+        return ""
+    src, dst = (row.rank, int(row.peer)) if row.op == "send" else (int(row.peer), row.rank)
+    return f"{src}>{dst}|{row.step}|{row.k}"
+
+
+def _world_fallback(inst: pd.DataFrame, ranks: list[int], trace_world: int | None
+                    ) -> pd.DataFrame | None:
+    """The instances on the world group, when no op has a group, every rank of the job has a
+    trace, and all ranks issued the same sequence of collectives in each step; else None."""
+    coll = inst[~inst["p2p"]]
+    if coll.empty or (coll["pg_ranks"] != "").any() or coll["pg_name"].notna().any():
+        return None
+    if trace_world is None or trace_world != len(ranks) or sorted(ranks) != list(range(trace_world)):
+        return None
+    seqs = {r: tuple(zip(g["step"], g["op"])) for r, g in coll.groupby("rank")}
+    if len(seqs) != len(ranks) or len(set(seqs.values())) != 1:
+        return None
+    world = ",".join(map(str, range(trace_world)))
+    out = inst.copy()
+    mask = ~out["p2p"]
+    out.loc[mask, "pg_ranks"] = world
+    out.loc[mask, "group_size"] = trace_world
+    out.loc[mask, "dim_source"] = np.where(out.loc[mask, "dim"] == "unknown", "world",
+                                           out.loc[mask, "dim_source"])
+    out.loc[mask, "k"] = out[mask].groupby(["rank", "step", "op"]).cumcount()
+    return out
+
+
+def _why_not(inst: pd.DataFrame, ranks: list[int], world_size: int | None) -> list[str]:
+    why = []
+    if inst.empty:
+        return why
+    if world_size and len(ranks) < world_size:
+        why.append(f"only {len(ranks)} of the job's {world_size} ranks have a trace: "
+                   f"collectives whose other ranks are absent have nothing to match")
+    coll = inst[~inst["p2p"]]
+    nogroup = coll[(coll["pg_ranks"] == "") & coll["pg_name"].isna()]
+    if len(nogroup):
+        why.append(f"{len(nogroup)} collectives with no known process group (no run.json and "
+                   f"no group arguments on them in the traces)")
+    for group, g in coll[coll["pg_ranks"] != ""].groupby("pg_ranks"):
+        members = [int(x) for x in group.split(",")]
+        absent = [r for r in members if r not in ranks]
+        if absent:
+            why.append(f"group {{{group[:60]}}}: {len(absent)} of its {len(members)} ranks have "
+                       f"no trace")
+            continue
+        if g["seq"].notna().all():
+            continue
+        counts = g.groupby(["step", "op", "rank"]).size().unstack("rank")
+        uneven = counts[counts.nunique(axis=1) > 1]
+        if not uneven.empty:
+            step, op = uneven.index[0]
+            seen = uneven.iloc[0].dropna().astype(int).to_dict()
+            why.append(f"group {{{group}}}: ranks saw different numbers of {op} in step {step} "
+                       f"({seen}); the traces are incomplete or subsampled")
+    return why
+
+
+def match(instances: pd.DataFrame, ranks: list[int], *, world_size: int | None = None,
+          trace_world: int | None = None) -> Matched:
+    """``instances``: the instance tables of all ranks, concatenated. ``world_size``: the job's
+    (run.json's) world size; ``trace_world``: the world size the traces' ``distributedInfo``
+    states (for the world-group fallback)."""
+    inst = instances.copy()
+    notes: list[str] = []
+    matched_on = None
+    world = _world_fallback(inst, ranks, trace_world) if world_size is None else None
+    if world is not None:
+        inst = world
+        matched_on = "world"
+        notes.append(f"no process-group information in the traces: collectives were matched "
+                     f"on the world group (all {len(ranks)} ranks issue the same sequence)")
+    why = _why_not(inst, ranks, world_size)
+    if inst.empty:
+        inst["match_id"] = pd.Series(dtype=str)
+        return Matched(inst, None, why, notes)
+    ids = [(_p2p_id(r) if r.p2p else _collective_id(r)) for r in inst.itertuples()]
+    inst["match_id"] = ids
+    if matched_on is None:
+        coll = inst[~inst["p2p"]]
+        matched_on = ("group_seq" if len(coll) and coll["seq"].notna().all() else
+                      "group_order" if len(coll) else None)
+    return Matched(inst, matched_on, why, notes)
+
+
+def collective_table(inst: pd.DataFrame) -> pd.DataFrame:
+    """Per matched collective (module docstring); ``inst`` on aligned clocks."""
+    coll = inst[~inst["p2p"] & (inst["match_id"] != "")]
+    rows = []
+    for mid, g in coll.groupby("match_id", sort=False):
+        if len(g) < 2:
+            continue
+        arr = g.sort_values("arrival_us")
+        a = arr["arrival_us"].to_numpy()
+        completion = float(np.median(g["end_us"].to_numpy()))
+        spans = (g["exec_end_us"] - g["exec_ts_us"]).dropna()
+        transfer = float(spans.min()) if len(spans) else max(0.0, completion - float(a[-1]))
+        first = g.iloc[0]
+        rows.append({"match_id": mid, "pg_ranks": first["pg_ranks"], "dim": first["dim"],
+                     "step": int(first["step"]), "op": first["op"], "seq": first["seq"],
+                     "k": int(first["k"]), "n_ranks": len(g), "first_arrival_us": float(a[0]),
+                     "last_arrival_us": float(a[-1]), "skew_us": float(a[-1] - a[0]),
+                     "holdup_us": float(a[-1] - a[-2]), "last_rank": int(arr["rank"].iloc[-1]),
+                     "completion_us": completion, "transfer_us": max(0.0, transfer),
+                     "after_last_us": max(0.0, completion - float(a[-1])),
+                     "msg_bytes": g["msg_bytes"].dropna().max() if g["msg_bytes"].notna().any()
+                     else pd.NA})
+    out = pd.DataFrame(rows, columns=COLLECTIVE_COLUMNS)
+    out["seq"] = pd.array(out["seq"].tolist(), dtype="Int64")
+    out["msg_bytes"] = pd.array(out["msg_bytes"].tolist(), dtype="Int64")
+    return out
+
+
+def p2p_table(inst: pd.DataFrame) -> pd.DataFrame:
+    """Per matched send/recv pair (module docstring); ``inst`` on aligned clocks."""
+    p2p = inst[inst["p2p"] & (inst["match_id"] != "")]
+    rows = []
+    for mid, g in p2p.groupby("match_id", sort=False):
+        send, recv = g[g["op"] == "send"], g[g["op"] == "recv"]
+        if len(send) != 1 or len(recv) != 1:
+            continue
+        s, r = send.iloc[0], recv.iloc[0]
+        completion = float(r["end_us"])
+        rows.append({"match_id": mid, "src": int(s["rank"]), "dst": int(r["rank"]),
+                     "step": int(s["step"]), "k": int(s["k"]), "dim": s["dim"],
+                     "send_us": float(s["arrival_us"]), "recv_us": float(r["arrival_us"]),
+                     "completion_us": completion,
+                     "transfer_us": max(0.0, completion - max(float(s["arrival_us"]),
+                                                              float(r["arrival_us"]))),
+                     "msg_bytes": s["msg_bytes"] if not pd.isna(s["msg_bytes"]) else r["msg_bytes"]})
+    out = pd.DataFrame(rows, columns=P2P_COLUMNS)
+    out["msg_bytes"] = pd.array(out["msg_bytes"].tolist(), dtype="Int64")
+    return out

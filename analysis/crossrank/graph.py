@@ -1,0 +1,229 @@
+"""The cross-rank dependency graph of one step, its replay, and its critical path.
+
+Each rank's step is a chain of **points** in program order (``RankStep``): the moments it
+*calls* an operation (arrives at a collective, posts a send or a recv) and the moments a
+*wait* for an operation ends (it was blocked until the operation completed). Between two points
+the rank spends ``own_us`` on its own work (everything that is not waiting). An operation
+completes ``transfer_us`` after its last participant called it; a wait ends at the later of
+"the rank is ready" and "the operation completed" (plus the rank's measured resume latency).
+Collectives join every rank of their group; a send/recv pair joins the two ranks.
+
+``StepGraph.replay(scale)`` runs that model with each rank's own work multiplied by
+``scale[rank]`` (a number, or one factor per point) and returns the step's makespan and every
+point's time. With all factors 1 it reproduces the measured step (the measured waits are
+exactly the model's). ``critical_path`` walks back from the last rank to finish through the
+binding dependency of each point: the rank's own previous point (its own work was binding) or
+the last participant to call the operation it waited for (then the path crosses ranks,
+through the operation's transfer).
+
+This is the what-if engine of ``analysis/crossrank/whatif.py``: the saving of making a rank as
+fast as its peers is the replayed makespan with its work at their pace, subtracted from the
+replayed makespan as measured.
+
+``critical_path`` columns: step, order (0 = first), rank, kind (``work`` — the rank's own
+work; ``transfer`` — an operation completing once its last participant arrived), what (for
+transfers: op and dimension), start_us, end_us, dur_us (times relative to the step's start).
+"""
+from __future__ import annotations
+
+import dataclasses
+import heapq
+from collections import defaultdict
+
+import numpy as np
+import pandas as pd
+
+CALL, WAIT, END = "call", "wait", "end"
+PATH_COLUMNS = ["step", "order", "rank", "kind", "what", "start_us", "end_us", "dur_us"]
+
+
+@dataclasses.dataclass
+class Point:
+    kind: str              # CALL, WAIT or END
+    t_us: float            # measured time (aligned clock)
+    own_us: float          # own work since the previous point
+    mid: str = ""          # the operation called or waited for
+    resume_us: float = 0.0  # WAIT: measured end − the operation's measured completion
+
+
+@dataclasses.dataclass
+class RankStep:
+    rank: int
+    start_us: float
+    points: list[Point]    # in program order, the last one of kind END
+
+    def segments(self) -> list[list[int]]:
+        """Point indices grouped into segments that end at a call (and the last, at the end):
+        the unit of comparison between peers, whose programs issue the same calls."""
+        out, cur = [], []
+        for i, p in enumerate(self.points):
+            cur.append(i)
+            if p.kind in (CALL, END):
+                out.append(cur)
+                cur = []
+        if cur:
+            out.append(cur)
+        return out
+
+    def call_ops(self, ops: dict[str, str]) -> tuple[str, ...]:
+        return tuple(ops.get(p.mid, "?") for p in self.points if p.kind == CALL)
+
+    @property
+    def own_total_us(self) -> float:
+        return float(sum(p.own_us for p in self.points))
+
+
+@dataclasses.dataclass
+class Operation:
+    mid: str
+    op: str
+    dim: str
+    participants: list[int]   # ranks that call it in this step
+    transfer_us: float        # completion − last arrival, as measured (matching.after_last_us)
+    completion_us: float      # measured
+
+
+class StepGraph:
+    def __init__(self, step: int, ranks: dict[int, RankStep], ops: dict[str, Operation]):
+        self.step, self.ranks, self.ops = step, ranks, ops
+        self.t0 = min(r.start_us for r in ranks.values()) if ranks else 0.0
+        # Where each operation is called: mid → [(rank, point index)].
+        self._callers: dict[str, list[tuple[int, int]]] = defaultdict(list)
+        for r, rs in ranks.items():
+            for i, p in enumerate(rs.points):
+                if p.kind == CALL and p.mid in ops:
+                    self._callers[p.mid].append((r, i))
+
+    def measured_makespan_us(self) -> float:
+        return max(rs.points[-1].t_us for rs in self.ranks.values()) - self.t0
+
+    def replay(self, scale: dict[int, float | np.ndarray] | None = None,
+               transfer_factor: dict[str, float] | None = None
+               ) -> tuple[float, dict[int, np.ndarray], dict]:
+        """(makespan, rank → point times, binding) with own work scaled by ``scale`` and the
+        operations of dimension d taking ``transfer_factor[d]`` × their time;
+        ``binding[(rank, i)]`` is ("self", None) or ("op", (caller rank, caller index)).
+        A wait whose operation never gets all its calls (inconsistent input) ends at its
+        measured time."""
+        scale = scale or {}
+        tf = transfer_factor or {}
+        times = {r: np.full(len(rs.points), np.nan) for r, rs in self.ranks.items()}
+        binding: dict = {}
+        pending = {mid: len(c) for mid, c in self._callers.items()}
+        last_call: dict[str, tuple[float, tuple[int, int]]] = {}
+        blocked: dict[str, list[int]] = defaultdict(list)
+        nxt = {r: 0 for r in self.ranks}
+        ready = list(self.ranks)
+        while ready:
+            r = ready.pop()
+            rs, i = self.ranks[r], nxt[r]
+            f = scale.get(r, 1.0)
+            while i < len(rs.points):
+                p = rs.points[i]
+                prev = times[r][i - 1] if i else rs.start_us
+                fi = f[i] if isinstance(f, np.ndarray) else f
+                t = prev + p.own_us * fi
+                bind = ("self", None)
+                if p.kind == WAIT and p.mid in self.ops and self._callers.get(p.mid):
+                    if pending[p.mid] > 0:
+                        blocked[p.mid].append(r)
+                        break
+                    arrive, who = last_call[p.mid]
+                    op = self.ops[p.mid]
+                    done = arrive + op.transfer_us * tf.get(op.dim, 1.0) + p.resume_us
+                    if done > t:
+                        t, bind = done, ("op", who) if who is not None else ("self", None)
+                times[r][i] = t
+                binding[(r, i)] = bind
+                if p.kind == CALL and p.mid in pending:
+                    if p.mid not in last_call or t > last_call[p.mid][0]:
+                        last_call[p.mid] = (t, (r, i))
+                    pending[p.mid] -= 1
+                    if pending[p.mid] == 0:
+                        ready.extend(blocked.pop(p.mid, []))
+                i += 1
+            nxt[r] = i
+            if not ready and blocked:
+                # Every rank left waits for an operation some rank never calls: release the
+                # oldest such wait at its measured time.
+                mid, waiting = next(iter(blocked.items()))
+                del blocked[mid]
+                pending[mid] = 0
+                last_call.setdefault(mid, (self.ops[mid].completion_us
+                                           - self.ops[mid].transfer_us, None))
+                ready.extend(waiting)
+        ends = [times[r][-1] for r in self.ranks if len(times[r])]
+        if any(np.isnan(e) for e in ends):
+            return float("nan"), times, binding     # a wait whose op never got all its calls
+        return float(max(ends) - self.t0), times, binding
+
+    def critical_path(self) -> pd.DataFrame:
+        """The measured step's critical path (module docstring)."""
+        makespan, times, binding = self.replay()
+        rows = []
+        if not self.ranks or np.isnan(makespan):
+            return pd.DataFrame(columns=PATH_COLUMNS)
+        r = max(self.ranks, key=lambda k: times[k][-1])
+        i = len(self.ranks[r].points) - 1
+        segs = []
+        guard = sum(len(rs.points) for rs in self.ranks.values()) + 1
+        while i >= 0 and guard > 0:
+            guard -= 1
+            end = times[r][i]
+            kind, who = binding.get((r, i), ("self", None))
+            if kind == "op":
+                cr, ci = who
+                op = self.ops[self.ranks[r].points[i].mid]
+                segs.append((r, "transfer", f"{op.op} ({op.dim})", times[cr][ci], end))
+                r, i = cr, ci
+                continue
+            start = times[r][i - 1] if i else self.ranks[r].start_us
+            if end > start:
+                segs.append((r, "work", "", start, end))
+            i -= 1
+        for order, (rank, kind, what, s, e) in enumerate(reversed(segs)):
+            rows.append({"step": self.step, "order": order, "rank": rank, "kind": kind,
+                         "what": what, "start_us": s - self.t0, "end_us": e - self.t0,
+                         "dur_us": e - s})
+        return pd.DataFrame(rows, columns=PATH_COLUMNS)
+
+
+def waits_charged(graph: StepGraph) -> list[tuple[int, int, float, float]]:
+    """(waiting rank, rank charged, wait µs, end of the wait) for every wait of the measured
+    step that the model says was binding. What is charged is the waiting that lateness caused:
+    how much later than this rank the last participant called the operation (the operation's
+    own transfer time is nobody's fault), at most the time waited. It is charged to the rank
+    whose own work made the operation late: from the last participant to call it, back through
+    calls that were themselves late only because their rank waited for another operation."""
+    makespan, times, binding = graph.replay()
+    out = []
+    if np.isnan(makespan):
+        return out
+    for r, rs in graph.ranks.items():
+        for i, p in enumerate(rs.points):
+            kind, who = binding.get((r, i), ("self", None))
+            if kind != "op":
+                continue
+            prev = times[r][i - 1] if i else rs.start_us
+            waited = times[r][i] - (prev + p.own_us)
+            cr, ci = who
+            if waited <= 0 or cr == r:   # the last to arrive: its "wait" is the operation itself
+                continue
+            own_call = next((times[r][j] for j in range(i - 1, -1, -1)
+                             if rs.points[j].kind == CALL and rs.points[j].mid == p.mid), None)
+            late = times[cr][ci] - own_call if own_call is not None else waited
+            waited = min(waited, max(late, 0.0))
+            if waited <= 0:
+                continue
+            for _ in range(64):       # follow late calls that only waited themselves
+                crs = graph.ranks[cr]
+                j = ci - 1
+                own_since = crs.points[ci].own_us
+                if j < 0 or own_since > 0.5 * waited:
+                    break
+                k2, who2 = binding.get((cr, j), ("self", None))
+                if crs.points[j].kind != WAIT or k2 != "op":
+                    break
+                cr, ci = who2
+            out.append((r, cr, float(waited), float(times[r][i])))
+    return out

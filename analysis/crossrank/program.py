@@ -1,0 +1,97 @@
+"""Each rank's step as a program: the points of ``analysis/crossrank/graph.py`` read from its
+aligned timeline and its rows of the (matched) instance table.
+
+- A **call** point at each operation's arrival (``arrival_us`` of the instance table).
+- A **wait** point at the end of each of the rank's wait regions (``RankTimeline.waits``:
+  stretches in which its issuing thread — on GPUs its device — did nothing but wait, ending
+  promptly after one of its operations completed). The operation waited for is the one whose
+  completion ended the wait; ``resume_us`` is the time from that completion to the end of the
+  wait as measured.
+- An **end** point at the end of the step window.
+
+``own_us`` of a point is the time since the previous point that is not inside a wait region.
+Operations are the matched ones (``match_id``); a wait for an operation that has no match (a
+barrier, an op outside the profiled steps) has no dependency in the graph: its time counts as
+the rank's own.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from meshscope.analysis.crossrank.graph import CALL, END, WAIT, Operation, Point, RankStep, \
+    StepGraph
+from meshscope.analysis.timeline import intervals as iv
+
+
+def _own(a: float, b: float, waits: np.ndarray) -> float:
+    """|[a, b] minus the wait regions|."""
+    if b <= a:
+        return 0.0
+    return (b - a) - iv.length(iv.clip(waits, a, b))
+
+
+def rank_step(rank: int, window: tuple[float, float], inst: pd.DataFrame, waits: np.ndarray,
+              wait_until: np.ndarray) -> RankStep:
+    """The program of one rank in one step. ``inst``: this rank's instances of the step (aligned,
+    with ``match_id``); ``waits``/``wait_until``: its wait regions and the completion each ended
+    at (aligned)."""
+    s0, s1 = window
+    events: list[tuple[float, int, str, float]] = []   # (time, order, kind, extra)
+    ends_by_time = {}
+    for row in inst.itertuples():
+        if row.match_id:
+            events.append((float(row.arrival_us), 0, CALL, row.match_id))
+            ends_by_time.setdefault(round(float(row.end_us), 3), row.match_id)
+    inside = (waits[:, 1] > s0) & (waits[:, 0] < s1) if len(waits) else np.zeros(0, bool)
+    w_in = waits[inside] if len(waits) else waits
+    u_in = wait_until[inside] if len(waits) else wait_until
+    for (ws, we), until in zip(w_in, u_in):
+        mid = ends_by_time.get(round(float(until), 3), "")
+        if mid:
+            events.append((float(we), 1, WAIT, (mid, float(until))))
+    events.sort(key=lambda e: (e[0], e[1]))
+    points, prev = [], s0
+    clipped = iv.clip(w_in, s0, s1) if len(w_in) else iv.EMPTY
+    for t, _, kind, extra in events:
+        t = min(max(t, s0), s1)
+        own = _own(prev, t, clipped)
+        if kind == CALL:
+            points.append(Point(CALL, t, own, extra))
+        else:
+            mid, until = extra
+            points.append(Point(WAIT, t, own, mid, max(0.0, t - until)))
+        prev = t
+    points.append(Point(END, s1, _own(prev, s1, clipped)))
+    return RankStep(rank, s0, points)
+
+
+def operations(collectives: pd.DataFrame, p2p: pd.DataFrame, step: int) -> dict[str, Operation]:
+    """The matched operations of a step, from ``matching.collective_table`` / ``p2p_table``."""
+    out = {}
+    for row in collectives[collectives["step"] == step].itertuples():
+        out[row.match_id] = Operation(row.match_id, row.op, row.dim, [],
+                                      float(row.after_last_us), float(row.completion_us))
+    for row in p2p[p2p["step"] == step].itertuples():
+        out[row.match_id] = Operation(row.match_id, "send/recv", row.dim, [row.src, row.dst],
+                                      float(row.transfer_us), float(row.completion_us))
+    return out
+
+
+def step_graphs(timelines: dict, inst: pd.DataFrame, collectives: pd.DataFrame,
+                p2p: pd.DataFrame) -> dict[int, StepGraph]:
+    """step → its graph over every rank that has that step (timelines and ``inst`` aligned)."""
+    steps = sorted(set().union(*(tl.steps for tl in timelines.values()))) if timelines else []
+    by_rank_step = {key: g for key, g in inst.groupby(["rank", "step"])} if len(inst) else {}
+    empty = inst.iloc[:0]
+    out = {}
+    for step in steps:
+        ranks = {}
+        for r, tl in sorted(timelines.items()):
+            if step not in tl.steps:
+                continue
+            ranks[r] = rank_step(r, tl.steps[step], by_rank_step.get((r, step), empty),
+                                 tl.waits, tl.wait_until)
+        ops = operations(collectives, p2p, step)
+        out[step] = StepGraph(step, ranks, ops)
+    return out

@@ -1,0 +1,330 @@
+"""What-if savings: how much shorter each step would be if one rank worked at the pace it
+should, and the straggler — the rank whose fix saves the most, when that beats the run's noise.
+
+**The reference pace of a rank** (``reference_scales``):
+
+- *Stage peers*: the other ranks of its pipeline stage (run.json's mesh; every rank when there
+  is no run.json) do the same work by construction in dp, tp and cp. Their programs issue the
+  same calls, so the rank's step splits into the same segments (``RankStep.segments``: the
+  work up to each call); each segment's reference is the median of the peers' durations of that
+  segment. In expert parallelism the work after a dispatch all_to_all is proportional to the
+  tokens that rank received: that segment's reference is the peers' median time per received
+  byte × the rank's received bytes. When the peers' programs differ (other calls), the whole
+  step is scaled to the peers' median own work.
+- *A stage without peers* (pp alone): the other stages' median own work per unit of work
+  content — the stage's training FLOPs per token from run.json's model (its layers, and the
+  output head on the last stage), else its layer count, else 1 — times this stage's.
+
+**The saving** of rank r in a step is the replayed makespan with every rank as measured minus
+the replayed makespan with r's own work at its reference pace (``graph.StepGraph.replay``);
+it is negative for a rank faster than its reference.
+
+**Noise and the straggler.** Two things a saving must stand above:
+
+- the run's own step-to-step noise — ``noise_us``, 1.4826 × the median absolute deviation of
+  the step time over the step timers' non-warm-up steps (every step, not only the profiled
+  ones; over the profiled steps' replayed makespans when there are no step timers) — divided
+  by √(profiled steps), since a saving is a mean over the profiled steps;
+- the what-if's own floor — ``floor_us``, per step the largest saving of any other rank (what
+  holding a healthy rank against its peers gives on this machine: its peers' pace differs by
+  that much when nothing is wrong), the median over steps. (A healthy rank held against a slow
+  peer shows a negative saving: that is the straggler's mirror image, not noise.)
+
+The straggler is the rank with the largest mean saving when that saving is at least
+``NOISE_FACTOR`` × both and at least ``MIN_SAVING_PCT`` of the step, and the rank's saving is
+the largest in at least two thirds of the profiled steps (a slow rank is slow every step; a
+rank that one step's contention slowed is not a straggler); otherwise there is none.
+
+``whatif_table`` columns: rank, step, makespan_us (replayed as measured), whatif_us (with the
+rank at its reference pace), saving_us, reference.
+``rank_savings`` columns: rank, stage, saving_us (mean over steps), saving_pct (of the mean
+makespan), reference, critical_path_share (share of the critical path that is this rank's
+own work), wait_us (mean per step of the waits it suffered), wait_caused_us (mean per step
+of the waits charged to it: ``graph.waits_charged``).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pandas as pd
+
+from meshscope.collectors.run_info import RunInfo
+
+from meshscope.analysis.crossrank.graph import CALL, RankStep, StepGraph, waits_charged
+
+NOISE_FACTOR = 2.0
+MIN_SAVING_PCT = 5.0
+WHATIF_COLUMNS = ["rank", "step", "makespan_us", "whatif_us", "saving_us", "reference"]
+SAVINGS_COLUMNS = ["rank", "stage", "saving_us", "saving_pct", "reference",
+                   "critical_path_share", "wait_us", "wait_caused_us"]
+
+
+def stage_work_units(run: RunInfo | None) -> dict[int, float]:
+    """stage → its work content (module docstring): training FLOPs per token of its layers and,
+    on the last stage, the output head; its layer count when the model is unknown."""
+    if run is None or run.pipeline_stages < 2:
+        return {}
+    p, v = run.pipeline_stages, max(run.virtual_stages, 1)
+    layers = run.stage_layers
+    m = run.model
+    units = {}
+    for s in range(p):
+        # Rank-stage s holds global stages s, s + p, … (loop placement) or s and 2p−1−s (V).
+        if layers is None:
+            n_layers = [1] * v
+            held = [s]
+        else:
+            held = [s + i * p for i in range(v)] if run.schedule not in ("zbv", "dualpipev") \
+                else [s, 2 * p - 1 - s]
+            n_layers = [len(layers[g]) for g in held if g < len(layers)]
+        total_stages = p * v
+        if m.dim and m.ffn_hidden and m.seq_len:
+            d, f, sl = m.dim, m.ffn_hidden, m.seq_len
+            per_layer = 6 * (4 * d * d + 3 * d * f) + 12 * d * sl
+            flops = per_layer * sum(n_layers)
+            if m.vocab_size and (total_stages - 1) in held:
+                flops += 6 * d * m.vocab_size
+            units[s] = float(flops)
+        else:
+            units[s] = float(max(sum(n_layers), 1))
+    return units
+
+
+def _peers(rank: int, present: list[int], run: RunInfo | None) -> list[int]:
+    if run is None:
+        return [r for r in present if r != rank]
+    return [r for r in run.stage_peers(rank) if r in present]
+
+
+def reference_scales(graph: StepGraph, run: RunInfo | None, ops: dict[str, str],
+                     out_bytes: dict[tuple[int, str], float]
+                     ) -> dict[int, tuple[np.ndarray, str, list[int]]]:
+    """rank → (per-point scale factors that bring its own work to its reference pace, a few
+    words naming the reference, the peers it was held against)."""
+    present = sorted(graph.ranks)
+    units = stage_work_units(run)
+    ep = run is not None and run.size("ep") > 1
+    out = {}
+    for r in present:
+        rs = graph.ranks[r]
+        scale = np.ones(len(rs.points))
+        peers = _peers(r, present, run)
+        if peers:
+            mine = rs.call_ops(ops)
+            same = [q for q in peers if graph.ranks[q].call_ops(ops) == mine]
+            if same:
+                segs = rs.segments()
+                for j, seg in enumerate(segs):
+                    own = sum(rs.points[i].own_us for i in seg)
+                    ref_vals = []
+                    opener = _opening_call(rs, segs, j)
+                    for q in same:
+                        qs = graph.ranks[q]
+                        qseg = qs.segments()[j]
+                        q_own = sum(qs.points[i].own_us for i in qseg)
+                        if ep and opener is not None and ops.get(rs.points[opener].mid) == \
+                                "all_to_all":
+                            mine_b = out_bytes.get((r, rs.points[opener].mid))
+                            q_open = _opening_call(qs, qs.segments(), j)
+                            q_b = out_bytes.get((q, qs.points[q_open].mid)) \
+                                if q_open is not None else None
+                            if mine_b and q_b:
+                                q_own = q_own / q_b * mine_b
+                        ref_vals.append(q_own)
+                    ref = float(np.median(ref_vals))
+                    if own > 0:
+                        scale[seg] = ref / own
+                out[r] = (scale, f"stage peers {same}", same)
+                continue
+            totals = [graph.ranks[q].own_total_us for q in peers]
+            if rs.own_total_us > 0:
+                scale[:] = float(np.median(totals)) / rs.own_total_us
+            out[r] = (scale, f"stage peers {peers} (whole step: their calls differ)", peers)
+            continue
+        if run is not None and units:
+            stage = run.stage_of(r)
+            others = [q for q in present if run.stage_of(q) != stage]
+            rates = [graph.ranks[q].own_total_us / units[run.stage_of(q)] for q in others
+                     if run.stage_of(q) in units and units[run.stage_of(q)] > 0]
+            if rates and stage in units and rs.own_total_us > 0:
+                scale[:] = float(np.median(rates)) * units[stage] / rs.own_total_us
+                out[r] = (scale, "other stages, per unit of work", [])
+                continue
+        out[r] = (scale, "none", [])
+    return out
+
+
+def _opening_call(rs: RankStep, segs: list[list[int]], j: int) -> int | None:
+    """Index of the call that opens segment j (the last point of segment j−1)."""
+    if j == 0:
+        return None
+    i = segs[j - 1][-1]
+    return i if rs.points[i].kind == CALL else None
+
+
+@dataclasses.dataclass
+class WhatIf:
+    table: pd.DataFrame        # WHATIF_COLUMNS
+    savings: pd.DataFrame      # SAVINGS_COLUMNS
+    critical_path: pd.DataFrame
+    straggler: dict | None
+    noise_us: float
+    step_time_us: float        # mean replayed makespan over steps
+    floor_us: float            # the what-if's own floor (module docstring)
+    resolution_us: float       # what a saving must beat: ``resolution``
+    dim_savings: dict[str, float]   # dimension → mean saving with its operations instant
+    imbalance: dict | None     # stage balance on the straggler-corrected run (below)
+    charged: list[tuple[int, int, int, float, float]]  # (step, waiter, cause, µs, end)
+
+
+def resolution(noise_us: float, n_steps: int, floor_us: float = 0.0) -> float:
+    """The smallest saving the run can resolve: the larger of the step noise over
+    √(profiled steps) and the what-if floor (module docstring). Findings are judged by it too
+    (``analysis/report/findings.py``)."""
+    step_noise = noise_us / np.sqrt(max(n_steps, 1)) if np.isfinite(noise_us) else 0.0
+    return float(max(step_noise, floor_us))
+
+
+def _stage_balance(g: StepGraph, run: RunInfo | None, base_scale: dict[int, np.ndarray]
+                   ) -> tuple[dict[int, float], dict[int, float]] | None:
+    """Per stage its mean own work (with ``base_scale`` applied) and, per rank, the factor that
+    brings its stage to the mean of the stages; None without a pipeline."""
+    if run is None or run.pipeline_stages < 2:
+        return None
+    work: dict[int, list[float]] = {}
+    for r, rs in g.ranks.items():
+        st = run.stage_of(r)
+        if st is None:
+            continue
+        f = base_scale.get(r)
+        own = np.array([p.own_us for p in rs.points])
+        work.setdefault(st, []).append(float((own * f).sum()) if f is not None
+                                       else float(own.sum()))
+    if len(work) < 2:
+        return None
+    per_stage = {s: float(np.mean(v)) for s, v in work.items()}
+    mean = float(np.mean(list(per_stage.values())))
+    factors = {r: mean / per_stage[run.stage_of(r)] for r in g.ranks
+               if run.stage_of(r) in per_stage and per_stage[run.stage_of(r)] > 0}
+    return per_stage, factors
+
+
+def analyse(graphs: dict[int, StepGraph], run: RunInfo | None, ops: dict[str, str],
+            out_bytes: dict[tuple[int, str], float], noise_us: float | None) -> WhatIf:
+    """Savings, the straggler, per-dimension savings and the stage balance over every step's
+    graph (module docstring)."""
+    rows, paths, charged = [], [], []
+    charged_us: dict[int, float] = {}
+    suffered: dict[int, float] = {}
+    share: dict[int, list[float]] = {}
+    refs: dict[int, tuple[str, list[int]]] = {}
+    scales_by_step: dict[int, dict[int, np.ndarray]] = {}
+    dims = sorted({op.dim for g in graphs.values() for op in g.ops.values()})
+    dim_saved: dict[str, list[float]] = {d: [] for d in dims}
+    for step, g in sorted(graphs.items()):
+        base, _, _ = g.replay()
+        if not np.isfinite(base) or base <= 0:
+            continue
+        path = g.critical_path()
+        paths.append(path)
+        work = path[path["kind"] == "work"]
+        total = float(path["dur_us"].sum()) or 1.0
+        for r in g.ranks:
+            share.setdefault(r, []).append(float(work.loc[work["rank"] == r, "dur_us"].sum())
+                                           / total)
+        for waiter, cause, us, end in waits_charged(g):
+            suffered[waiter] = suffered.get(waiter, 0.0) + us
+            charged_us[cause] = charged_us.get(cause, 0.0) + us
+            charged.append((step, waiter, cause, us, end))
+        scales_by_step[step] = {}
+        for r, (scale, ref, peers) in reference_scales(g, run, ops, out_bytes).items():
+            refs[r] = (ref, peers)
+            scales_by_step[step][r] = scale
+            what, _, _ = g.replay({r: scale})
+            rows.append({"rank": r, "step": step, "makespan_us": base, "whatif_us": what,
+                         "saving_us": base - what, "reference": ref})
+        for d in dims:
+            what, _, _ = g.replay(transfer_factor={d: 0.0})
+            if np.isfinite(what):
+                dim_saved[d].append(base - what)
+    table = pd.DataFrame(rows, columns=WHATIF_COLUMNS)
+    n_steps = max(table["step"].nunique(), 1) if len(table) else 1
+    step_time = float(table.groupby("step")["makespan_us"].first().mean()) if len(table) else \
+        float("nan")
+    if noise_us is None or not np.isfinite(noise_us):
+        spans = table.groupby("step")["makespan_us"].first() if len(table) else pd.Series([])
+        noise_us = float((spans - spans.median()).abs().median() * 1.4826) if len(spans) > 2 \
+            else float("nan")
+    sav_rows = []
+    for r, grp in table.groupby("rank") if len(table) else []:
+        saving = float(grp["saving_us"].mean())
+        sav_rows.append({"rank": int(r), "stage": run.stage_of(r) if run else None,
+                         "saving_us": saving,
+                         "saving_pct": 100 * saving / step_time if step_time > 0 else np.nan,
+                         "reference": refs.get(r, ("none", []))[0],
+                         "critical_path_share": float(np.mean(share.get(r, [0.0]))),
+                         "wait_us": suffered.get(r, 0.0) / n_steps,
+                         "wait_caused_us": charged_us.get(r, 0.0) / n_steps})
+    savings = pd.DataFrame(sav_rows, columns=SAVINGS_COLUMNS)
+    straggler = None
+    floor_us = 0.0
+    if len(savings):
+        top = savings.loc[savings["saving_us"].idxmax()]
+        others = table[table["rank"] != top["rank"]]
+        if len(others):
+            floor_us = float(others.assign(a=others["saving_us"].clip(lower=0.0))
+                             .groupby("step")["a"].max().median())
+        gate = NOISE_FACTOR * resolution(noise_us, n_steps, floor_us)
+        tops = table.loc[table.groupby("step")["saving_us"].idxmax(), "rank"]
+        steady = (tops == top["rank"]).sum() >= np.ceil(2 * n_steps / 3)
+        if top["saving_us"] >= gate and top["saving_pct"] >= MIN_SAVING_PCT and steady:
+            r = int(top["rank"])
+            straggler = {"rank": r, "saving_us": float(top["saving_us"]),
+                         "saving_pct": float(top["saving_pct"]), "reference": top["reference"],
+                         "peers": refs.get(r, ("none", []))[1],
+                         "noise_us": float(noise_us) if np.isfinite(noise_us) else None,
+                         "floor_us": floor_us, "gate_us": float(gate),
+                         "stage": top["stage"],
+                         "critical_path_share": float(top["critical_path_share"]),
+                         "wait_caused_us": float(top["wait_caused_us"])}
+    imbalance = _imbalance(graphs, run, scales_by_step, straggler)
+    path = pd.concat(paths, ignore_index=True) if paths else pd.DataFrame(columns=[
+        "step", "order", "rank", "kind", "what", "start_us", "end_us", "dur_us"])
+    return WhatIf(table, savings, path, straggler,
+                  float(noise_us) if np.isfinite(noise_us) else float("nan"), step_time,
+                  floor_us, resolution(noise_us, n_steps, floor_us),
+                  {d: float(np.mean(v)) for d, v in dim_saved.items() if v}, imbalance,
+                  charged)
+
+
+def _imbalance(graphs, run, scales_by_step, straggler) -> dict | None:
+    """The stage balance what-if on the run with the straggler (if any) at its peers' pace:
+    ``saving_us`` (mean per step), ``max_over_mean`` and ``slowest_stage`` of the stages' mean
+    own work, ``stage_work_us`` per stage."""
+    savings, ratios, per_stage_all = [], [], {}
+    for step, g in sorted(graphs.items()):
+        base_scale = {}
+        if straggler is not None and straggler["rank"] in scales_by_step.get(step, {}):
+            base_scale = {straggler["rank"]: scales_by_step[step][straggler["rank"]]}
+        bal = _stage_balance(g, run, base_scale)
+        if bal is None:
+            return None
+        per_stage, factors = bal
+        fixed, _, _ = g.replay(base_scale)
+        combined = {r: (base_scale[r] if r in base_scale else 1.0) * f for r, f in factors.items()}
+        balanced, _, _ = g.replay(combined)
+        if np.isfinite(fixed) and np.isfinite(balanced):
+            savings.append(fixed - balanced)
+        mean = float(np.mean(list(per_stage.values())))
+        ratios.append(max(per_stage.values()) / mean if mean > 0 else 1.0)
+        for st, w in per_stage.items():
+            per_stage_all.setdefault(st, []).append(w)
+    if not savings:
+        return None
+    stage_work = {int(st): float(np.mean(v)) for st, v in per_stage_all.items()}
+    mean = float(np.mean(list(stage_work.values())))
+    slowest = max(stage_work, key=stage_work.get)
+    return {"saving_us": float(np.mean(savings)),
+            "max_over_mean": stage_work[slowest] / mean if mean > 0 else 1.0,
+            "slowest_stage": slowest, "stage_work_us": stage_work}

@@ -1,0 +1,150 @@
+"""What the always-on step timers say (``steps/rank{R}.parquet``, every step of the run, not only
+the profiled ones): the rank × step heatmap, the warm-up, the run's own step-to-step noise,
+slow steps and throughput.
+
+For step s let T(s) be its slowest rank's wall time (every rank waits for the slowest at the
+step's collectives, so that is the step's time).
+
+- **Warm-up**: the first steps, until the step time settles — step k is warm-up while T(k) is
+  more than ``WARMUP_FACTOR`` × the median of the steps after it (at most half the run; the
+  first step pays the allocator, lazy initialisation and caches) — and any step the user names
+  (``--warmup-steps N``: the first N). Warm-up steps are marked, never flagged slow, and left
+  out of the noise, the medians and throughput.
+- **Profiled steps** (run.json's ``profile_steps``) run under the profiler, which costs time of
+  its own (most in the first of them): they are marked, and judged only among themselves.
+- **Noise**: ``noise_us`` = 1.4826 × the median absolute deviation of T over the steps that are
+  neither warm-up nor profiled (over all non-warm-up steps when fewer than three remain; NaN
+  with fewer than three in all): the run's own step-to-step variation, which a finding's cost
+  must beat to count.
+- **Slow steps**: T(s) above median + ``SLOW_NOISE_FACTOR`` × noise and above
+  ``SLOW_MIN_RATIO`` × the median of its kind of step (unprofiled steps against unprofiled,
+  profiled against profiled; a step a few per cent slower is not worth a finding on a machine
+  whose steps vary by that much).
+- **Throughput** (one definition, also what ``meshscope run`` prints): per step,
+  ``step_time_us`` = T(s), ``tokens_per_s`` = tokens per step (global batch × sequence length
+  from run.json) / T(s), ``mfu_pct`` = FLOPs per token × tokens/s / (world size × the device's
+  peak FLOP/s) × 100 (PaLM's model FLOPs utilisation; NaN where the peak is unknown, e.g. every
+  CPU); ``loss`` the mean over the ranks that compute it.
+
+``step_heatmap`` columns: rank, step, wall_time_us, warmup, profiled, slow. ``StepRecords``
+holds it with the warm-up and slow step lists, ``noise_us`` and ``median_step_us`` (the median
+T of the unprofiled non-warm-up steps, or of all non-warm-up steps when there are none).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pandas as pd
+
+from meshscope.collectors.run_info import RunInfo
+
+WARMUP_FACTOR = 1.25
+SLOW_NOISE_FACTOR = 3.0
+SLOW_MIN_RATIO = 1.10
+HEATMAP_COLUMNS = ["rank", "step", "wall_time_us", "warmup", "profiled", "slow"]
+THROUGHPUT_COLUMNS = ["step", "loss", "step_time_us", "tokens_per_s", "mfu_pct"]
+
+
+@dataclasses.dataclass
+class StepRecords:
+    heatmap: pd.DataFrame
+    warmup_steps: list[int]
+    slow_steps: list[int]
+    noise_us: float
+    median_step_us: float
+
+
+def warmup_steps(step_time: pd.Series, named: int = 0) -> list[int]:
+    """The leading steps until the step time settles (module docstring), and the first
+    ``named``; ``step_time`` is T indexed by step."""
+    steps = list(step_time.index)
+    times = step_time.to_numpy(dtype=float)
+    k = 0
+    while k < len(steps) // 2 and k + 1 < len(steps):
+        if times[k] > WARMUP_FACTOR * float(np.median(times[k + 1:])):
+            k += 1
+        else:
+            break
+    return sorted(set(steps[:k]) | set(steps[:max(named, 0)]))
+
+
+def noise(times) -> float:
+    """1.4826 × MAD; NaN with fewer than three values."""
+    t = np.asarray(list(times), dtype=float)
+    t = t[np.isfinite(t)]
+    if len(t) < 3:
+        return math.nan
+    return float(1.4826 * np.median(np.abs(t - np.median(t))))
+
+
+def _slow(times: pd.Series, sigma: float) -> list[int]:
+    if len(times) < 3:
+        return []
+    med = float(times.median())
+    limit = max(med + SLOW_NOISE_FACTOR * (sigma if sigma == sigma else 0.0),
+                SLOW_MIN_RATIO * med)
+    return sorted(int(s) for s in times[times > limit].index)
+
+
+def analyse(steps: pd.DataFrame, named_warmup: int = 0,
+            profiled: tuple[int, int] | None = None) -> StepRecords:
+    """The records of the step timers ``steps`` (module docstring); ``profiled``: the run's
+    profiled steps, inclusive (run.json's ``profile_steps``)."""
+    if steps.empty:
+        return StepRecords(pd.DataFrame(columns=HEATMAP_COLUMNS), [], [], math.nan, math.nan)
+    worst = steps.groupby("step")["wall_time_us"].max().sort_index()
+    warm = warmup_steps(worst, named_warmup)
+    rest = worst.drop(index=warm)
+    in_window = rest.index.to_series().between(*profiled) if profiled else \
+        pd.Series(False, index=rest.index)
+    plain, traced = rest[~in_window.to_numpy()], rest[in_window.to_numpy()]
+    basis = plain if len(plain) >= 3 else rest
+    sigma = noise(basis)
+    med = float(basis.median()) if len(basis) else math.nan
+    slow = sorted(_slow(plain, sigma) + _slow(traced, sigma)) if len(plain) >= 3 else \
+        _slow(rest, sigma)
+    out = steps[["rank", "step", "wall_time_us"]].copy()
+    out["warmup"] = out["step"].isin(warm)
+    out["profiled"] = out["step"].between(*profiled) if profiled else False
+    out["slow"] = out["step"].isin(slow)
+    return StepRecords(out[HEATMAP_COLUMNS], [int(s) for s in warm], slow, sigma, med)
+
+
+def tokens_per_step(run: RunInfo | None) -> float | None:
+    """Tokens the whole job processes per step, from run.json; None when it does not say."""
+    if run is None:
+        return None
+    if run.global_batch and run.model.seq_len:
+        return float(run.global_batch * run.model.seq_len)
+    tokens = run.raw.get("global_batch_tokens") if run.raw else None
+    return float(tokens) if isinstance(tokens, (int, float)) and tokens > 0 else None
+
+
+def throughput(steps: pd.DataFrame, run: RunInfo | None) -> pd.DataFrame:
+    """Per step (module docstring); empty without step timers."""
+    if steps.empty:
+        return pd.DataFrame(columns=THROUGHPUT_COLUMNS)
+    out = steps.groupby("step").agg(step_time_us=("wall_time_us", "max")).reset_index()
+    loss = steps.dropna(subset=["loss"]).groupby("step")["loss"].mean()
+    out["loss"] = out["step"].map(loss)
+    tokens = tokens_per_step(run)
+    out["tokens_per_s"] = tokens / (out["step_time_us"] / 1e6) if tokens else math.nan
+    peak = run.device.peak_flops if run is not None else None
+    flops = run.model.flops_per_token if run is not None else None
+    out["mfu_pct"] = (flops * out["tokens_per_s"] / (run.world_size * peak) * 100
+                      if peak and flops and tokens else math.nan)
+    return out[THROUGHPUT_COLUMNS]
+
+
+def throughput_summary(table: pd.DataFrame, warm: list[int]) -> dict:
+    """Medians over the non-warm-up steps: step_time_us, tokens_per_s, mfu_pct (None where
+    unknown)."""
+    rest = table[~table["step"].isin(warm)] if len(table) else table
+    def med(col):
+        v = rest[col].median() if len(rest) else math.nan
+        return None if v != v else float(v)
+    return {"step_time_us": med("step_time_us"), "tokens_per_s": med("tokens_per_s"),
+            "mfu_pct": med("mfu_pct"), "steps": [int(s) for s in rest["step"]]
+            if len(rest) else []}

@@ -1,0 +1,103 @@
+"""summary.json: what a report says, in one JSON document (schema in docs/report-format.md).
+
+``summary_of(report)`` builds it from a ``Report``; every number in it is one of the report's
+tables aggregated (means over profiled steps, medians over non-warm-up steps), never computed
+anew. NaN and infinity are written as null.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import math
+
+import pandas as pd
+
+REPORT_SCHEMA_VERSION = 2
+
+
+def clean(x):
+    """A JSON-safe value: numpy scalars unwrapped, NaN/inf → None, containers walked."""
+    if hasattr(x, "item") and not isinstance(x, (list, dict, str)):
+        try:
+            x = x.item()
+        except (ValueError, AttributeError):
+            pass
+    if isinstance(x, float) and (math.isnan(x) or math.isinf(x)):
+        return None
+    if isinstance(x, dict):
+        return {str(k): clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [clean(v) for v in x]
+    if x is pd.NA or x is pd.NaT:
+        return None
+    return x
+
+
+def records(df: pd.DataFrame | None) -> list[dict]:
+    if df is None or df.empty:
+        return []
+    return [clean(row) for row in df.to_dict(orient="records")]
+
+
+def _run(report) -> dict | None:
+    run = report.run
+    if run is None:
+        return None
+    return {"run_id": run.run_id, "layout_str": run.layout_str, "layout": dict(run.layout),
+            "world_size": run.world_size, "schedule": run.schedule,
+            "microbatches": run.microbatches, "virtual_stages": run.virtual_stages,
+            "steps": run.steps, "profile_steps": list(run.profile_steps)
+            if run.profile_steps else None, "status": run.status,
+            "device": {"type": run.device.type, "name": run.device.name,
+                       "peak_flops": run.device.peak_flops},
+            "model": {"preset": run.model.preset, "n_params": run.model.n_params,
+                      "flops_per_token": run.model.flops_per_token}}
+
+
+def summary_of(report) -> dict:
+    from meshscope.analysis.records.steps import throughput_summary
+
+    r = report
+    per_rank = r.breakdown.drop(columns=["step"]).groupby("rank").mean().reset_index() \
+        if not r.breakdown.empty else r.breakdown
+    stages = pd.DataFrame()
+    if not r.bubbles.empty:
+        extra = {"replayed_bubble_fraction": ("replayed_bubble_fraction", "mean")} \
+            if "replayed_bubble_fraction" in r.bubbles else {}
+        stages = r.bubbles.groupby(["stage"]).agg(
+            bubble_fraction=("bubble_fraction", "mean"),
+            theory_fraction=("theory_fraction", "first"),
+            ranks=("rank", lambda s: sorted(set(int(x) for x in s))), **extra).reset_index()
+    savings = r.rank_waits
+    rank_savings = [{"rank": int(s.rank), "saving_us": s.saving_us, "saving_pct": s.saving_pct,
+                     "reference": s.reference, "wait_us": s.wait_us,
+                     "wait_caused_us": s.wait_caused_us}
+                    for s in savings.itertuples()] if len(savings) else []
+    rec = r.step_records
+    return clean({
+        "schema_version": REPORT_SCHEMA_VERSION,
+        "generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "source": str(r.source),
+        "run": _run(r),
+        "device": "gpu" if r.on_gpu else "cpu",
+        "ranks": r.ranks,
+        "missing_ranks": r.missing_ranks,
+        "problems": r.problems,
+        "notes": r.notes,
+        "steps": sorted(int(s) for s in r.breakdown["step"].unique()) if not r.breakdown.empty
+        else [],
+        "step_time_us": r.step_time_us,
+        "step_time_source": "replayed makespan of the profiled steps" if r.straggler is not None
+        or len(r.whatif) else "mean step window",
+        "throughput": throughput_summary(r.throughput, rec.warmup_steps),
+        "per_rank_mean": records(per_rank),
+        "trace_overlap": records(r.trace_overlap),
+        "pipeline_stages": records(stages),
+        "stage_imbalance": r.imbalance,
+        "clock_offsets": records(r.clock_offsets),
+        "cross_rank": {**r.cross_rank, "straggler": r.straggler, "rank_savings": rank_savings},
+        "warmup_steps": rec.warmup_steps,
+        "slow_steps": rec.slow_steps,
+        "hangs": records(r.flight_recorder),
+        "findings": [f.to_dict() for f in r.findings],
+        "bandwidth": records(r.bandwidth_summary),
+    })

@@ -1,0 +1,83 @@
+"""The aligned per-rank timeline of each profiled step, coarse enough to draw: what the
+dashboard's timeline page and the Perfetto export show without reading the traces again.
+
+``segments(timelines, windows, charged)`` — one row per stretch of one kind on one rank in one
+step, on aligned clocks, times relative to the step's earliest start over the ranks:
+
+======== ============================================================================
+column   meaning
+======== ============================================================================
+rank     the rank
+step     the profiled step
+kind     ``compute``; ``comm`` (communication nothing hides); ``wait`` (the issuing thread
+         waiting for an operation); ``bubble`` (pipeline window without compute)
+dim      for comm and wait: the dimension (the instance table's); else ""
+cause    for wait: the rank the dependency graph charges the wait to
+         (``analysis/crossrank/graph.waits_charged``); -1 when none
+start_us start, µs from the step's earliest start
+end_us   end, µs
+======== ============================================================================
+
+Stretches of one kind closer than 1/``RESOLUTION`` of the step are merged, so a step has at
+most a few thousand rows per rank however many events its trace holds.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from meshscope.analysis.timeline import intervals as iv
+from meshscope.analysis.timeline.breakdown import DIM_ORDER
+
+RESOLUTION = 2000
+COLUMNS = ["rank", "step", "kind", "dim", "cause", "start_us", "end_us"]
+
+
+def _coarse(x: np.ndarray, gap: float) -> np.ndarray:
+    """Merge the intervals of ``x`` separated by less than ``gap``."""
+    if len(x) < 2:
+        return x
+    keep = np.concatenate([[True], x[1:, 0] - x[:-1, 1] >= gap])
+    starts = x[keep, 0]
+    idx = np.flatnonzero(keep)
+    ends = np.maximum.reduceat(x[:, 1], idx)
+    return np.column_stack([starts, ends])
+
+
+def segments(timelines: dict, windows: dict, charged: list[tuple]) -> pd.DataFrame:
+    """``timelines``: rank → aligned ``RankTimeline``; ``windows``: rank → step → pipeline
+    window; ``charged``: (step, waiter, cause, µs, end) of the graph's waits."""
+    steps = sorted(set().union(*(tl.steps for tl in timelines.values()))) if timelines else []
+    cause_at = {(step, w, round(end, 1)): c for step, w, c, _, end in charged}
+    rows = []
+    for step in steps:
+        spans = [tl.steps[step] for tl in timelines.values() if step in tl.steps]
+        t0 = min(a for a, _ in spans)
+        width = max(b for _, b in spans) - t0
+        gap = width / RESOLUTION if width > 0 else 0.0
+        for r, tl in sorted(timelines.items()):
+            if step not in tl.steps:
+                continue
+            a, b = tl.steps[step]
+            C = iv.clip(tl.compute, a, b)
+            exposed = iv.subtract(iv.clip(tl.comm, a, b), C)
+            W = iv.clip(tl.waits, a, b)
+            P = iv.clip(windows.get(r, {}).get(step, iv.EMPTY), a, b)
+            parts = [("compute", "", C), ("bubble", "", iv.subtract(iv.subtract(P, C), exposed))]
+            remaining = iv.subtract(exposed, W)
+            for dim in DIM_ORDER[:-1]:
+                part = iv.intersect(remaining, tl.comm_by_dim.get(dim, iv.EMPTY))
+                parts.append(("comm", dim, part))
+                remaining = iv.subtract(remaining, part)
+            parts.append(("comm", "unknown", remaining))
+            for kind, dim, x in parts:
+                for s, e in _coarse(x, gap):
+                    rows.append((r, step, kind, dim, -1, s - t0, e - t0))
+            for (s, e), until in zip(tl.waits, tl.wait_until):
+                if e <= a or s >= b:
+                    continue
+                dim = next((d for d, x in tl.comm_by_dim.items()
+                            if len(iv.clip(x, s, e))), "unknown")
+                cause = cause_at.get((step, r, round(float(e), 1)), -1)
+                rows.append((r, step, "wait", dim, int(cause), max(s, a) - t0, min(e, b) - t0))
+    return pd.DataFrame(rows, columns=COLUMNS)

@@ -1,0 +1,198 @@
+"""The cross-rank analysers on small hand-made inputs whose answer is known by construction:
+the dependency graph and its what-if replay, wait regions, clock offsets, matching on the
+world group, the layout map of foreign traces."""
+import numpy as np
+import pandas as pd
+import pytest
+
+from meshscope.analysis.comm import dims, matching
+from meshscope.analysis.crossrank import clocks, whatif
+from meshscope.analysis.crossrank.graph import (CALL, END, WAIT, Operation, Point, RankStep,
+                                                StepGraph, waits_charged)
+from meshscope.analysis.timeline import waits as wt
+
+
+def _allreduce_step(work_us: dict[int, float], transfer_us: float = 2000.0,
+                    tail_us: float = 5000.0) -> StepGraph:
+    """Data-parallel ranks: own work, one all_reduce they all wait for, more own work."""
+    done = max(work_us.values()) + transfer_us
+    ranks = {r: RankStep(r, 0.0, [Point(CALL, w, w, "ar"), Point(WAIT, done, 0.0, "ar"),
+                                  Point(END, done + tail_us, tail_us)])
+             for r, w in work_us.items()}
+    return StepGraph(0, ranks, {"ar": Operation("ar", "all_reduce", "dp", [], transfer_us, done)})
+
+
+def test_three_ranks_one_ten_ms_slower_saves_ten_ms():
+    g = _allreduce_step({0: 10_000.0, 1: 10_000.0, 2: 20_000.0})
+    assert g.replay()[0] == pytest.approx(g.measured_makespan_us())       # the model is exact
+    res = whatif.analyse({0: g}, None, {"ar": "all_reduce"}, {}, noise_us=0.0)
+    saving = res.savings.set_index("rank")["saving_us"]
+    assert saving[2] == pytest.approx(10_000.0)
+    assert saving[0] == pytest.approx(0.0) and saving[1] == pytest.approx(0.0)
+    assert res.straggler["rank"] == 2
+    path = res.critical_path
+    assert path.loc[path["kind"] == "work", "rank"].iloc[0] == 2          # through rank 2's work
+    charged = {(w, c): us for w, c, us, _ in waits_charged(g)}
+    assert charged == {(0, 2): pytest.approx(10_000.0), (1, 2): pytest.approx(10_000.0)}
+
+
+def test_no_straggler_when_the_saving_is_within_the_noise():
+    g = _allreduce_step({0: 10_000.0, 1: 10_200.0, 2: 10_000.0})
+    res = whatif.analyse({0: g}, None, {"ar": "all_reduce"}, {}, noise_us=500.0)
+    assert res.straggler is None
+    assert res.savings["saving_us"].max() == pytest.approx(200.0)
+
+
+def test_exposed_dimension_saving_is_its_transfer_on_the_critical_path():
+    g = _allreduce_step({0: 10_000.0, 1: 10_000.0}, transfer_us=3000.0)
+    res = whatif.analyse({0: g}, None, {"ar": "all_reduce"}, {}, noise_us=0.0)
+    assert res.dim_savings == {"dp": pytest.approx(3000.0)}
+
+
+def _pipeline_step(forward_us: tuple[float, float], backward_us: float = 4000.0,
+                   hop_us: float = 100.0) -> StepGraph:
+    """Two stages, one microbatch: F0 → send → F1, B1 → send → B0."""
+    f0, f1 = forward_us
+    t_send = f0
+    t_recv0 = t_send + hop_us
+    t_b1_end = t_recv0 + f1 + backward_us
+    t_back = t_b1_end + hop_us
+    s0 = RankStep(0, 0.0, [Point(CALL, t_send, f0, "a"), Point(CALL, t_send, 0.0, "g"),
+                           Point(WAIT, t_back, 0.0, "g"), Point(END, t_back + backward_us,
+                                                                 backward_us)])
+    s1 = RankStep(1, 0.0, [Point(CALL, 0.0, 0.0, "a"), Point(WAIT, t_recv0, 0.0, "a"),
+                           Point(CALL, t_b1_end, f1 + backward_us, "g"),
+                           Point(END, t_b1_end, 0.0)])
+    ops = {"a": Operation("a", "send/recv", "pp", [0, 1], hop_us, t_recv0),
+           "g": Operation("g", "send/recv", "pp", [1, 0], hop_us, t_back)}
+    return StepGraph(0, {0: s0, 1: s1}, ops)
+
+
+def test_a_stage_without_peers_is_held_against_the_other_stage():
+    """pp=2, dp=1: stage 0's forward is 15 ms slower than stage 1's; with both stages of equal
+    work content the saving of stage 0 at stage 1's pace is those 15 ms."""
+    from meshscope.collectors.run_info import from_dict
+
+    run = from_dict({"world_size": 2, "layout": {"pp": 2}, "schedule": "1f1b",
+                     "microbatches": 1, "mesh": {"coordinates": {"0": {"pp": 0},
+                                                                 "1": {"pp": 1}}},
+                     "process_groups": [{"dimension": "pp", "ranks": [0, 1]}],
+                     "pipeline": {"stages": 2, "virtual_stages": 1,
+                                  "stage_layers": [[0, 1], [2, 3]]}}, "run.json")
+    g = _pipeline_step((20_000.0, 5_000.0))
+    assert g.replay()[0] == pytest.approx(g.measured_makespan_us())
+    res = whatif.analyse({0: g}, run, {"a": "send", "g": "send"}, {}, noise_us=0.0)
+    saving = res.savings.set_index("rank")["saving_us"]
+    assert saving[0] == pytest.approx(15_000.0)
+    assert res.straggler["rank"] == 0
+
+
+def test_expert_work_is_held_against_the_tokens_each_rank_received():
+    """Two ep ranks: rank 1 received twice the tokens and computes twice as long after the
+    dispatch all_to_all — that is its share of the work, not slowness."""
+    from meshscope.collectors.run_info import from_dict
+
+    run = from_dict({"world_size": 2, "layout": {"dp": 2, "ep": 2},
+                     "mesh": {"coordinates": {"0": {"pp": 0, "dp": 0},
+                                              "1": {"pp": 0, "dp": 1}}},
+                     "process_groups": [{"dimension": "ep", "ranks": [0, 1], "name": "3"}]},
+                    "run.json")
+    expert = {0: 5_000.0, 1: 10_000.0}
+    d_done = 1_000.0 + 500.0
+    c_done = d_done + max(expert.values()) + 500.0
+    ranks = {r: RankStep(r, 0.0, [Point(CALL, 1_000.0, 1_000.0, "dispatch"),
+                                  Point(WAIT, d_done, 0.0, "dispatch"),
+                                  Point(CALL, d_done + e, e, "combine"),
+                                  Point(WAIT, c_done, 0.0, "combine"),
+                                  Point(END, c_done + 1_000.0, 1_000.0)])
+             for r, e in expert.items()}
+    ops = {m: Operation(m, "all_to_all", "ep", [], 500.0, t)
+           for m, t in (("dispatch", d_done), ("combine", c_done))}
+    g = StepGraph(0, ranks, ops)
+    received = {(0, "dispatch"): 1000.0, (1, "dispatch"): 2000.0}
+    res = whatif.analyse({0: g}, run, {"dispatch": "all_to_all", "combine": "all_to_all"},
+                         received, noise_us=0.0)
+    assert res.savings["saving_us"].abs().max() == pytest.approx(0.0, abs=1e-6)
+    assert res.straggler is None
+    # The same step without the token counts: rank 1 looks 5 ms slow.
+    res = whatif.analyse({0: g}, run, {"dispatch": "all_to_all", "combine": "all_to_all"}, {},
+                         noise_us=0.0)
+    assert res.straggler["rank"] == 1 and res.straggler["saving_us"] == pytest.approx(5_000.0)
+
+
+def test_wait_regions():
+    iv = lambda *pairs: np.array(pairs, dtype=np.float64)          # noqa: E731
+    # A 70 ms stretch whose collective's range closes 1.7 ms after the thread went on.
+    w, u = wt.wait_regions(iv((0.0, 70_000.0)), np.array([71_700.0]))
+    assert w.tolist() == [[0.0, 70_000.0]] and u.tolist() == [71_700.0]
+    # A 20 ms sleep with an operation completing in its middle is not a wait.
+    w, _ = wt.wait_regions(iv((0.0, 20_000.0)), np.array([10_000.0]))
+    assert len(w) == 0
+    # One completion, a long stretch and a short gap both near it: the long stretch wins.
+    w, u = wt.wait_regions(iv((0.0, 50_000.0), (51_000.0, 51_100.0)), np.array([51_500.0]))
+    assert w.tolist() == [[0.0, 50_000.0]]
+    # A range of the thread itself ends its stretch exactly, or not at all.
+    assert len(wt.wait_regions(iv((0.0, 5_000.0)), np.array([5_400.0]),
+                               late_us=wt.SAME_THREAD_US)[0]) == 0
+
+
+def test_clock_offsets_from_collectives_and_messages():
+    inst = pd.DataFrame({
+        "rank": [0, 1, 0, 1], "p2p": [False] * 4, "match_id": ["a", "a", "b", "b"],
+        "end_us": [100.0, 10_000_100.0, 200.0, 10_000_203.0]})
+    off = clocks.clock_offsets(inst, None, [0, 1]).set_index("rank")
+    assert off.loc[1, "offset_us"] == pytest.approx(10_000_001.5)   # the median of 10 s + 0, + 3 µs
+    assert off.loc[1, "applied_us"] == off.loc[1, "offset_us"]
+    # Messages both ways bound the offset: 0 → 1 received 4 µs "after" sending on rank 1's
+    # clock, 1 → 0 received 2 µs after: offset(1) − offset(0) in [−2, 4], estimate 1 ± 3.
+    p2p = pd.DataFrame({"src": [0, 1], "dst": [1, 0], "send_us": [0.0, 10.0],
+                        "completion_us": [4.0, 12.0]})
+    empty = inst.iloc[:0]
+    off = clocks.clock_offsets(empty, p2p, [0, 1]).set_index("rank")
+    assert off.loc[1, "offset_us"] == pytest.approx(1.0)
+    assert off.loc[1, "uncertainty_us"] == pytest.approx(3.0)
+    assert off.loc[1, "applied_us"] == 0.0                   # cannot be told from zero
+
+
+def _bare_instances(rank_ops: dict[int, list[str]]) -> pd.DataFrame:
+    rows = []
+    for r, ops in rank_ops.items():
+        for k, op in enumerate(ops):
+            rows.append({"rank": r, "step": 0, "op": op, "p2p": False, "peer": pd.NA,
+                         "pg_name": None, "pg_ranks": "", "group_size": pd.NA, "dim": "unknown",
+                         "dim_source": "unknown", "seq": pd.NA, "k": k})
+    df = pd.DataFrame(rows)
+    df["seq"] = df["seq"].astype("Int64")
+    return df
+
+
+def test_no_group_information_matches_on_the_world_group():
+    inst = _bare_instances({0: ["all_reduce", "broadcast"], 1: ["all_reduce", "broadcast"]})
+    m = matching.match(inst, [0, 1], world_size=None, trace_world=2)
+    assert m.matched_on == "world" and not m.why_not and m.notes
+    assert set(m.instances["pg_ranks"]) == {"0,1"}
+    assert m.instances.groupby("match_id")["rank"].nunique().eq(2).all()
+    # A different sequence on one rank, or a world size that is not the number of traces:
+    # nothing is invented.
+    odd = _bare_instances({0: ["all_reduce"], 1: ["broadcast"]})
+    assert matching.match(odd, [0, 1], trace_world=2).matched_on != "world"
+    assert matching.match(inst, [0, 1], trace_world=8).why_not
+
+
+@pytest.mark.parametrize("order,tp_group,dp_group", [
+    ("tp-dp-pp", "0,1", "0,2"),          # tp fastest: Megatron/torchtitan style
+    ("dp-tp-pp", "0,2", "0,1"),
+    ("megatron", "0,1", "0,2"),
+])
+def test_layout_map_of_a_foreign_job(order, tp_group, dp_group):
+    groups = dims.LayoutMap.parse("dp=2,tp=2,pp=2", order).groups()
+    assert groups[tp_group] == "tp" and groups[dp_group] == "dp"
+    assert groups["0,4"] == "pp"
+    assert len([g for g, d in groups.items() if d == "tp"]) == 4
+
+
+def test_layout_map_refuses_what_it_cannot_place():
+    with pytest.raises(ValueError, match="--rank-order"):
+        dims.LayoutMap.parse("dp=2,tp=2", "dp-pp")
+    with pytest.raises(ValueError, match="--layout part"):
+        dims.LayoutMap.parse("dp=two", None)

@@ -1,0 +1,87 @@
+"""The always-on records' analysers on hand-made inputs: Flight Recorder verdicts judged by
+each op's semantics (the rules of PyTorch's torchfrtrace), warm-up and slow steps."""
+import pandas as pd
+import pytest
+
+from meshscope.analysis.records import flight_recorder as fr
+from meshscope.analysis.records import steps
+
+
+def _entry(op, seq, inp, out, pg=("0", "default_pg"), dtype="Float"):
+    return {"profiling_name": f"gloo:{op}", "process_group": list(pg),
+            "collective_seq_id": seq, "p2p_seq_id": 0, "is_p2p": False,
+            "input_sizes": inp, "output_sizes": out, "input_dtypes": [dtype] if inp[0] else [],
+            "output_dtypes": [dtype] if out[0] else [], "state": "scheduled"}
+
+
+def _dumps(per_rank: dict[int, list[dict]]) -> dict[int, dict]:
+    return {r: {"rank": r, "flight_recorder": {"entries": e}} for r, e in per_rank.items()}
+
+
+def _verdicts(per_rank):
+    return fr.diagnose(_dumps(per_rank), None, pd.DataFrame())
+
+
+def test_what_each_op_allows_is_no_desync():
+    healthy = {
+        # dropless MoE: uneven splits, but what is sent in all is received in all
+        0: [_entry("all_to_all", 1, [[252, 64]], [[260, 64]]),
+            _entry("scatter", 2, [[2, 128, 64]], [[128, 64]]),        # the root
+            _entry("all_gather", 3, [[4]], [[8]]),
+            _entry("reduce_scatter", 4, [[8]], [[4]]),
+            _entry("broadcast", 5, [[68]], [[68]]),
+            # gloo records a coalesced all_gather's output as one [1, …] tensor
+            _entry("all_gather", 6, [[4, 32, 64]], [[1, 4, 32, 64]])],
+        1: [_entry("all_to_all", 1, [[260, 64]], [[252, 64]]),
+            _entry("scatter", 2, [[]], [[128, 64]]),                   # no input off the root
+            _entry("all_gather", 3, [[4]], [[8]]),
+            _entry("reduce_scatter", 4, [[8]], [[4]]),
+            _entry("broadcast", 5, [[68]], [[68]]),
+            _entry("all_gather", 6, [[4, 32, 64]], [[1, 4, 32, 64]])],
+    }
+    assert _verdicts(healthy).empty
+
+
+def test_a_true_desync_is_named():
+    # Rank 1 expects 3 rows from rank 0 that sends 2: 4 + 4 rows sent, 4 + 5 received.
+    v = _verdicts({0: [_entry("all_to_all", 1, [[4, 8]], [[4, 8]])],
+                   1: [_entry("all_to_all", 1, [[4, 8]], [[5, 8]])]})
+    assert v["verdict"].tolist() == ["mismatch"]
+    assert "split sizes disagree" in v["detail"].iloc[0]
+    v = _verdicts({0: [_entry("all_reduce", 1, [[10]], [[10]])],
+                   1: [_entry("all_reduce", 1, [[12]], [[12]])]})
+    assert v["verdict"].tolist() == ["mismatch"] and "input sizes differ" in v["detail"].iloc[0]
+    v = _verdicts({0: [_entry("all_gather", 1, [[4]], [[8]])],
+                   1: [_entry("all_gather", 1, [[6]], [[12]])]})
+    assert v["verdict"].tolist() == ["mismatch"] and "all_gather input sizes differ" in \
+        v["detail"].iloc[0]
+
+
+def test_missing_rank_is_a_hang_but_a_wrapped_buffer_is_not():
+    entries = lambda seqs: [_entry("all_reduce", s, [[1]], [[1]]) for s in seqs]  # noqa: E731
+    v = _verdicts({0: entries([1, 2, 3]), 1: entries([1, 2])})
+    assert v["verdict"].tolist() == ["missing"] and v["ranks_missing"].iloc[0] == [1]
+    assert v["seq"].iloc[0] == 3
+    # Rank 1's ring buffer no longer holds seq 1 (it kept the newest entries): not missing.
+    assert _verdicts({0: entries([1, 2, 3]), 1: entries([2, 3])}).empty
+
+
+def test_warm_up_is_marked_and_never_slow():
+    # Step 0 twice the others (warm-up), step 4 slow beyond the noise, the rest even.
+    times = {0: 400.0, 1: 200.0, 2: 204.0, 3: 198.0, 4: 320.0, 5: 201.0, 6: 199.0}
+    rows = [{"rank": r, "step": s, "wall_time_us": t * (1.0 if r == 0 else 0.97)}
+            for s, t in times.items() for r in (0, 1)]
+    rec = steps.analyse(pd.DataFrame(rows))
+    assert rec.warmup_steps == [0] and rec.slow_steps == [4]
+    assert rec.median_step_us == pytest.approx(200.5)
+    heat = rec.heatmap
+    assert heat.loc[heat["step"] == 0, "warmup"].all() and not heat.loc[heat["step"] == 0,
+                                                                          "slow"].any()
+    # Named warm-up steps are warm-up whatever their time.
+    assert steps.analyse(pd.DataFrame(rows), named_warmup=2).warmup_steps == [0, 1]
+
+
+def test_a_few_percent_is_not_a_slow_step():
+    times = {0: 200.0, 1: 200.0, 2: 201.0, 3: 200.5, 4: 212.0, 5: 200.0}   # 4: +6%
+    rows = [{"rank": 0, "step": s, "wall_time_us": t} for s, t in times.items()]
+    assert steps.analyse(pd.DataFrame(rows)).slow_steps == []
