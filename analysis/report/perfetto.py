@@ -17,8 +17,9 @@ trace (``ph: X``, times in µs). Where the report has the collective-instance ta
 (``instances.parquet``, with the ``match_id`` that analysis/comm/matching.py gives the rows of
 one operation on every rank), each rank gets a "matched collectives" thread with one slice per
 operation it took part in (arrival → end), and the slices of each matched operation are linked
-by one flow (``ph: s`` on the first rank to arrive, ``t`` on the next ones, ``f`` on the last),
-so the viewer draws an arrow through the ranks of every matched collective and send/recv.
+by one flow — for a collective from the first rank to arrive through the next ones to the last
+(``ph: s``, ``t``…, ``f``), for a send/recv from the send's post to the end of the recv — so
+the viewer draws an arrow through the ranks of every matched collective and message.
 ``otherData.meshscope`` records the run, the offsets applied per rank, the number of flows and
 anything left out.
 
@@ -206,13 +207,22 @@ def _collective_events(run: AlignedRun) -> tuple[list[dict], int]:
     for match_id, g in inst.groupby("match_id", sort=False):
         if g["rank"].nunique() < 2:
             continue
-        g = g.sort_values(["arrival_us", "rank"])
+        ops = set(g["op"]) if "op" in g else set()
+        if ops == {"send", "recv"}:
+            # A message: from the sender's post to the moment the receiver had it.
+            g = g.assign(flow_ts=np.where(g["op"] == "send", g["arrival_us"],
+                                      np.maximum(g["arrival_us"], g["end_us"] - 0.001)),
+                         flow_order=np.where(g["op"] == "send", 0, 1)).sort_values("flow_order")
+            name = "message"
+        else:
+            g = g.assign(flow_ts=g["arrival_us"]).sort_values(["arrival_us", "rank"])
+            name = "collective"
         flows += 1
         last = len(g) - 1
         for i, row in enumerate(g.itertuples()):
             out.append({"ph": "s" if i == 0 else "f" if i == last else "t", "id": flows,
-                        "name": "collective", "cat": FLOW_CAT, "bp": "e",
-                        "ts": round(float(row.arrival_us), 3), "pid": int(row.rank),
+                        "name": name, "cat": FLOW_CAT, "bp": "e",
+                        "ts": round(float(row.flow_ts), 3), "pid": int(row.rank),
                         "tid": COLLECTIVES_TID})
     return out, flows
 
