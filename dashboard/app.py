@@ -31,7 +31,7 @@ from .data import ReportUnreadable, open_report
 from .jobs import Analyses
 from .pages import communication, compare, health, overview, pipeline, runs_list, \
     stragglers, timeline
-from .pages.common import PageContext, rank_label
+from .pages.common import PageContext, pick_step, rank_label
 from .runs import RunIndex
 
 log = logging.getLogger("meshscope.dashboard")
@@ -74,7 +74,6 @@ def _pickers(ctx: PageContext) -> list:
     out = []
     for kind in PICKERS.get(state.page, ()):
         if kind == "step" and rep.steps:
-            from .pages.common import pick_step
             out.append(html.Label(["step ", dcc.Dropdown(
                 id="step-select", options=[{"label": str(s), "value": s} for s in rep.steps],
                 value=pick_step(rep, state.step), clearable=False,
@@ -95,8 +94,9 @@ def _title(ctx: PageContext) -> list:
     rep, state = ctx.report, ctx.state
     bits = [html.H2([st.TITLES[state.page], " · ", html.Span(rep.run_id, id="run-title")],
                     style={"margin": "6px 0"})]
-    extra = [html.A("static HTML report", href=f"/export/html{state.query(rank=None, step=None, color=None)}",
-                    id="export-html", style={"marginRight": "16px"})]
+    bare = state.query(rank=None, step=None, color=None)
+    extra = [html.A("static HTML report", href=f"/export/html{bare}", id="export-html",
+                    style={"marginRight": "16px"})]
     if state.rank is not None and state.rank in rep.ranks:
         extra.append(html.Span(f"focus: {rank_label(state.rank, rep)}", id="rank-focus"))
     bits.append(html.Div(extra, style={"fontSize": "0.9em"}))
@@ -172,6 +172,20 @@ def create_app(runs_dir: pathlib.Path) -> Dash:
         app.callback(Output("url", "search", allow_duplicate=True),
                      Input(component, "value"), State("url", "pathname"),
                      State("url", "search"), prevent_initial_call=True)(_rewrite(key))
+
+    @app.callback(Output("url", "search", allow_duplicate=True),
+                  Input("breakdown-graph", "clickData"), Input("mesh-graph", "clickData"),
+                  State("url", "pathname"), State("url", "search"),
+                  prevent_initial_call=True)
+    def focus_rank(bars, mesh, pathname, search):
+        """A click on a rank's bar or mesh cell puts ``rank=R`` in the URL."""
+        click = callback_context.triggered[0]["value"] if callback_context.triggered else None
+        try:
+            rank = int(click["points"][0]["customdata"])
+        except (TypeError, KeyError, IndexError, ValueError):
+            return no_update
+        state = st.parse(pathname, search)
+        return no_update if state.rank == rank else state.query(rank=rank)
 
     runs_list.register(app)
     compare.register(app)

@@ -276,6 +276,23 @@ def test_a_shared_url_reopens_the_same_view(server, driver):
     assert _texts(driver, "#run-title") == [PIPELINED]
 
 
+def test_clicking_a_rank_focuses_the_view_on_it(server, driver):
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    ranks = _summary(SLOW)["ranks"]
+    _open(driver, f"{server}/overview?run={SLOW}", "#breakdown-graph .barlayer .point")
+    bars = _css(driver, "#breakdown-graph .barlayer .trace")[0].find_elements(
+        "css selector", ".point path")
+    # Plotly's drag layer lies over the bars and turns a click at a bar's place into its event.
+    ActionChains(driver).move_to_element(bars[1]).click().perform()
+    WebDriverWait(driver, 30).until(lambda d: parse_qs(urlsplit(d.current_url).query).get(
+        "rank") == [str(ranks[1])])
+    _wait(driver, "#rank-focus")
+    assert _texts(driver, "#rank-focus")[0].startswith(f"focus: rank {ranks[1]}")
+    assert parse_qs(urlsplit(driver.current_url).query)["run"] == [SLOW]
+
+
 def test_unknown_run_says_so(server, driver):
     _open(driver, f"{server}/overview?run=../{PIPELINED}", "#run-message")
     assert _texts(driver, "#run-message")[0].startswith("Unknown run: there is no run of "

@@ -36,14 +36,53 @@ def _entries(index: RunIndex, state: ViewState):
     return entries
 
 
-def _analysis_compare(entries):
-    """The analysis' comparison (``Comparison.to_dict()``), or None where this meshscope has
-    no ``analysis.compare``."""
+def _analysis_compare(index: RunIndex, state: ViewState, entries):
+    """The analysis' comparison as a dict (``Comparison.to_dict()``); None where this meshscope
+    has no ``analysis.compare``. A sweep folder with its sweep.json is compared as a sweep."""
     try:
         from meshscope.analysis.compare import compare as do_compare
     except ImportError:
         return None
+    folder = index.root / state.sweep if state.sweep in index.sweeps else None
+    if folder is not None and not state.runs and (folder / "sweep.json").is_file() \
+            and index.inside(folder):
+        return do_compare([folder]).to_dict()
     return do_compare([e.path for e in entries]).to_dict()
+
+
+def comparison_rows(d: dict) -> tuple[list[str], list[tuple[str, list, str]]]:
+    """Run names and (figure, value per run, which end is better) of ``Comparison.to_dict()``
+    (its rows come ranked, fastest first)."""
+    rows = [r for r in d.get("rows") or [] if isinstance(r, dict)]
+    names = [str(r.get("name")) for r in rows]
+
+    def col(key, scale=1.0):
+        return [r.get(key) / scale if isinstance(r.get(key), (int, float)) else None
+                for r in rows]
+    out = [("step time (ms)", col("step_time_us", 1e3), "low"),
+           ("tokens/s", col("tokens_per_s"), "high"), ("MFU %", col("mfu_pct"), "high"),
+           ("compute (ms, mean over ranks)", col("compute_us", 1e3), "low")]
+    dims = sorted({k for r in rows for k in (r.get("exposed_comm_us") or {})})
+    exposed = [sum((r.get("exposed_comm_us") or {}).values()) / 1e3 for r in rows]
+    out.append(("exposed comm (ms)", exposed, "low"))
+    for dim in dims:
+        out.append((f"  exposed {dim} (ms)", [(r.get("exposed_comm_us") or {}).get(dim, 0.0)
+                                              / 1e3 for r in rows], "low"))
+    out += [("bubble (ms)", col("bubble_us", 1e3), "low"),
+            ("bubble %", [100 * v if v is not None else None
+                          for v in col("bubble_fraction")], "low"),
+            ("  theory %", [100 * v if v is not None else None
+                            for v in col("theory_bubble_fraction")], "low"),
+            ("busbw efficiency %", [100 * v if v is not None else None
+                                    for v in col("bandwidth_efficiency")], "high"),
+            ("peak memory (MB)", col("peak_memory_bytes", 1e6), "low")]
+    predicted = [(r.get("predicted") or {}).get("step_time_us") for r in rows]
+    if any(isinstance(p, (int, float)) for p in predicted):
+        out.append(("predicted step time (ms)", [p / 1e3 if isinstance(p, (int, float))
+                                                  else None for p in predicted], "low"))
+    out.append(("top finding", [(r.get("findings") or [{}])[0].get("title", "none")
+                                if r.get("findings") else "none" for r in rows], "text"))
+    return names, out
 
 
 def summary_rows(reports) -> list[tuple[str, list, str]]:
@@ -95,7 +134,8 @@ def _table(names, rows) -> tuple[S.Table, str | None]:
     body, hi = [], set()
     biggest = None
     for i, (label, vals, better) in enumerate(rows):
-        known = [(v, j) for j, v in enumerate(vals) if isinstance(v, (int, float))]
+        known = [(v, j) for j, v in enumerate(vals) if isinstance(v, (int, float))
+                 and better != "text"]
         if len(known) >= 2:
             lo, hi_ = min(known), max(known)
             worst = hi_ if better == "low" else lo
@@ -104,7 +144,8 @@ def _table(names, rows) -> tuple[S.Table, str | None]:
                 diff = hi_[0] - lo[0]
                 if biggest is None or diff > biggest[0]:
                     biggest = (diff, label, names[lo[1]], names[hi_[1]], lo[0], hi_[0])
-        body.append([label] + [S.fmt(v, 2) for v in vals])
+        body.append([label] + [S.fmt(v, 2) if not isinstance(v, str) else v[:80]
+                               for v in vals])
     reason = None
     if biggest is not None:
         diff, label, a, b, va, vb = biggest
@@ -114,24 +155,19 @@ def _table(names, rows) -> tuple[S.Table, str | None]:
                    caption="Marked: the worse end of each row."), reason
 
 
-def compare_figure(names, reports) -> go.Figure:
+def compare_figure(names, rows) -> go.Figure:
+    """Each run's mean step breakdown as one stacked bar, from the compare rows."""
     fig = go.Figure()
-    segs = [("compute", "compute_us", "overlapped_comm_us"),
-            ("overlapped comm", "overlapped_comm_us", None),
-            ("exposed comm", "exposed_comm_us", None), ("bubble", "bubble_us", None),
-            ("idle", "idle_us", None)]
-    for label, col, minus in segs:
-        ys = []
-        for rep in reports:
-            m = per_rank_mean(rep)
-            if m.empty or col not in m:
-                ys.append(None)
-                continue
-            v = m[col] - (m[minus] if minus and minus in m else 0.0)
-            ys.append(round(float(v.mean()) / 1e3, 3))
-        fig.add_bar(name=label, x=names, y=ys, marker_color=COLOURS.get(label, "#E45756"))
+    by_label = {label.strip(): vals for label, vals, _ in rows}
+    for key, label in (("compute (ms, mean over ranks)", "compute"),
+                       ("exposed comm (ms)", "exposed comm"), ("bubble (ms)", "bubble"),
+                       ("idle (ms)", "idle")):
+        if key in by_label:
+            fig.add_bar(name=label, x=names, y=[None if v is None else round(v, 3)
+                                                for v in by_label[key]],
+                        marker_color=COLOURS.get(label, "#E45756"))
     fig.update_layout(**LAYOUT, barmode="stack", height=380, yaxis_title="ms per step",
-                      title="Mean step breakdown per run (mean over ranks)",
+                      title="Step breakdown per run (mean over ranks)",
                       xaxis={"type": "category"})
     return fig
 
@@ -153,33 +189,34 @@ def render(index: RunIndex, state: ViewState) -> list:
                                            "on each run.", id="run-message", style=S.WARN)]
     items: list = []
     try:
-        theirs = _analysis_compare(ready)
+        theirs = _analysis_compare(index, state, ready)
     except Exception:
         log.exception("analysis.compare failed; showing the summaries side by side")
         theirs = None
-    if theirs is not None:
-        rows = theirs.get("rows") or []
-        cols = list(rows[0]) if rows and isinstance(rows[0], dict) else []
-        items.append(S.Table("compare-table", cols, [[S.fmt(r.get(c), 2) for c in cols]
-                                                     for r in rows], left=1))
+    if theirs is not None and theirs.get("rows"):
+        names, rows = comparison_rows(theirs)
         if theirs.get("winner") is not None:
             items.append(S.Note("compare-winner", f"Fastest: {theirs['winner']}."))
         for i, text in enumerate(theirs.get("explanations") or []):
             items.append(S.Note("compare-reason" if i == 0 else f"compare-reason-{i}",
                                 str(text)))
+        for f in theirs.get("failed") or []:
+            items.append(S.Note(f"compare-failed-{f.get('name')}", f"{f.get('name')}: "
+                                f"{f.get('status')} — {f.get('error') or ''}", warn=True))
+        table, _ = _table(names, rows)
     else:
-        table, reason = _table(names, summary_rows(reports))
-        steps = summary_rows(reports)[0][1]
-        known = [(v, n) for v, n in zip(steps, names) if isinstance(v, (int, float))]
+        rows = summary_rows(reports)
+        table, reason = _table(names, rows)
+        known = [(v, n) for v, n in zip(rows[0][1], names) if isinstance(v, (int, float))]
         if known:
-            items.append(S.Note("compare-winner", f"Fastest step: {min(known)[1]} "
-                                f"({min(known)[0]:.2f} ms)."))
+            items.append(S.Note("compare-winner", f"Fastest: {min(known)[1]} "
+                                f"({min(known)[0]:.2f} ms per step)."))
         if reason:
             items.append(S.Note("compare-reason", reason))
-        items.append(table)
         items.append(S.Note("compare-source", "Figures from each run's summary.json (this "
                             "meshscope has no analysis.compare)."))
-    items.append(S.Figure("compare-graph", compare_figure(names, reports)))
+    items.append(table)
+    items.append(S.Figure("compare-graph", compare_figure(names, rows)))
     return [html.H2(["Compare · ", html.Span(" vs ".join(names), id="run-title")])] + \
         S.to_dash([S.Section(None, items)])
 

@@ -124,11 +124,13 @@ def mesh_figure(ctx: PageContext) -> go.Figure | None:
     cols = sorted(set(col_key.values()))
     z = [[None] * len(cols) for _ in rows]
     text = [[""] * len(cols) for _ in rows]
+    who = [[None] * len(cols) for _ in rows]
     for r in ranks:
         i, j = rows.index(row_of[r]), cols.index(col_key[r])
         v = values.get(r)
         z[i][j] = v
-        text[i][j] = f"rank {r}<br>{'—' if v is None else f'{v:.2f} ms'}" + \
+        who[i][j] = r
+        text[i][j] = ("▶ " if r == ctx.state.rank else "") + f"rank {r}<br>{'—' if v is None else f'{v:.2f} ms'}" + \
             (f"<br>ep group {ep_of[r]}" if r in ep_of else "")
     if col_dims:
         idx = {"dp": 0, "cp": 1, "tp": 2}
@@ -138,6 +140,7 @@ def mesh_figure(ctx: PageContext) -> go.Figure | None:
     fig = go.Figure(go.Heatmap(z=z, x=xlabels, y=[f"stage {s}" if info and info.size("pp") > 1
                                                   else "" for s in rows],
                                text=text, texttemplate="%{text}", hoverinfo="text",
+                               customdata=who,
                                colorscale="Reds", colorbar={"title": "ms"}, xgap=3, ygap=3))
     fig.update_layout(**LAYOUT, title=f"The mesh, coloured by {COLOR_CHOICES[key]}",
                       height=120 + 90 * len(rows), yaxis={"autorange": "reversed"})
@@ -167,9 +170,12 @@ def breakdown_figure(ctx: PageContext) -> go.Figure | None:
     if means.empty or not all(c in means for c in need):
         return None
     x = [rank_label(r, ctx.report) for r in means.index]
+    focus = [2.5 if r == ctx.state.rank else 0 for r in means.index]
     fig = go.Figure()
     for label, ys in _segments(means):
         fig.add_bar(name=label, x=x, y=ys, marker_color=COLOURS.get(label, "#E45756"),
+                    marker_line={"width": focus, "color": "#111"},
+                    customdata=[int(r) for r in means.index],
                     hovertemplate=f"%{{x}}<br>{label}: %{{y:.2f}} ms<extra></extra>")
     fig.update_layout(**LAYOUT, barmode="stack", height=420,
                       title="Step breakdown per rank (mean over profiled steps)",
@@ -224,7 +230,8 @@ def sections(ctx: PageContext) -> list[Section]:
     bars = breakdown_figure(ctx)
     out.append(Section("Where the ranks sit", [
         Figure("mesh-graph", mesh, "Each cell is one rank at its mesh coordinates; the "
-               "colour says how much of the step it costs (choose with ?color=).")
+               "colour says how much of the step it costs. Click a rank (here or in the "
+               "bars) to focus the view on it (?rank=).")
         if mesh else Note("mesh-none", "No per-rank figures to draw the mesh with.")]))
     out.append(Section("Step breakdown", [Figure("breakdown-graph", bars) if bars else
                                           missing("breakdown-none", "step breakdown",

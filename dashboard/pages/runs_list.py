@@ -15,7 +15,7 @@ from meshscope.collectors.run_info import read_run_info
 
 from ..data import read_summary
 from ..runs import RunIndex
-from ..sections import NOTE, Note, Section, Table
+from ..sections import NOTE, Link, Note, Section
 from ..state import ViewState
 
 COLUMNS = [("run", "run"), ("sweep", "sweep"), ("layout", "layout"), ("ranks", "ranks"),
@@ -78,10 +78,10 @@ def sections(index: RunIndex, state: ViewState) -> list[Section]:
                                       "(`meshscope run`, `meshscope analyze`).")])]
     out = []
     if index.sweeps:
-        rows = [[s, len(r), ViewState(page="compare", sweep=s).href()]
-                for s, r in sorted(index.sweeps.items())]
-        out.append(Section("Sweeps", [Table("sweeps-table", ["sweep", "runs", "compare"],
-                                            rows, left=3)]))
+        links = [Link(f"sweep-{i}", f"compare the {len(runs)} runs of {sweep}",
+                      ViewState(page="compare", sweep=sweep).href())
+                 for i, (sweep, runs) in enumerate(sorted(index.sweeps.items()))]
+        out.append(Section("Sweeps", links))
     return out
 
 
