@@ -30,15 +30,9 @@ PAGES = ("overview", "pipeline", "communication", "stragglers", "timeline", "hea
 
 
 def _request(app, path: str, search: str) -> tuple[float, int]:
-    out = next(k for k in app.callback_map if "page.children" in k)
-    body = {"output": out,
-            "outputs": [{"id": "nav", "property": "children"},
-                        {"id": "page", "property": "children"},
-                        {"id": "poll", "property": "disabled"}],
-            "inputs": [{"id": "url", "property": "pathname", "value": path},
-                       {"id": "url", "property": "search", "value": search},
-                       {"id": "poll", "property": "n_intervals", "value": None}],
-            "changedPropIds": ["url.search"], "state": []}
+    from meshscope.dashboard.app import page_request
+
+    body = page_request(app, path, search)
     client = app.server.test_client()
     t0 = time.perf_counter()
     r = client.post("/_dash-update-component", json=body)

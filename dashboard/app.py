@@ -195,6 +195,21 @@ def create_app(runs_dir: pathlib.Path) -> Dash:
     return app
 
 
+def page_request(app: Dash, pathname: str, search: str) -> dict:
+    """The body of the request a browser sends to render the page at ``pathname?search``
+    (Dash's callback of the page), for scripts and tests that ask the server as a browser
+    would: ``app.server.test_client().post("/_dash-update-component", json=...)``."""
+    output = next(k for k in app.callback_map if "page.children" in k)
+    return {"output": output,
+            "outputs": [{"id": "nav", "property": "children"},
+                        {"id": "page", "property": "children"},
+                        {"id": "poll", "property": "disabled"}],
+            "inputs": [{"id": "url", "property": "pathname", "value": pathname},
+                       {"id": "url", "property": "search", "value": search},
+                       {"id": "poll", "property": "n_intervals", "value": None}],
+            "changedPropIds": ["url.search"], "state": []}
+
+
 def _register_exports(app: Dash, index: RunIndex) -> None:
     from flask import Response, request, send_file
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +22,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import pandas as pd
 import pytest
+
+from test_dashboard_server import served
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "samples"
@@ -45,40 +46,10 @@ def _table(run_id: str, name: str) -> pd.DataFrame:
     return pd.read_parquet(SAMPLES / run_id / "report" / f"{name}.parquet")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    port = _free_port()
-    log = tmp_path_factory.mktemp("dash") / "server.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "meshscope", "dashboard",
-                                 str(SAMPLES), "--port", str(port)],
-                                cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"dashboard exited with {proc.returncode}:\n{log.read_text()}")
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    pytest.fail(f"dashboard did not answer in 60 s:\n{log.read_text()}")
-                time.sleep(0.2)
+    with served(SAMPLES, tmp_path_factory.mktemp("dash") / "server.log") as (_, port):
         yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 @pytest.fixture(scope="module")

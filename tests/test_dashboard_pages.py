@@ -253,3 +253,25 @@ def test_mesh_colour_defaults_to_what_the_report_has(index):
     key = overview.color_key(ctx)
     has_savings = bool(_summary(SLOW)["cross_rank"].get("rank_savings"))
     assert key == ("saving" if has_savings else "wait")
+
+
+def test_timeline_draws_the_reports_own_segments_and_charged_waits(tmp_path):
+    """A report with its aligned timeline table (schema 2): the page draws those segments as
+    they are, and each charged wait as an arrow from the rank it is charged to."""
+    run = tmp_path / "with-timeline"
+    shutil.copytree(SAMPLES / PIPELINED, run, ignore=shutil.ignore_patterns("traces"))
+    rows = [  # rank, step, kind, dim, cause, start_us, end_us
+        (0, 4, "compute", "", -1, 0.0, 1000.0), (0, 4, "wait", "dp", 1, 1000.0, 3000.0),
+        (1, 4, "compute", "", -1, 0.0, 2900.0), (1, 4, "comm", "dp", -1, 2900.0, 3100.0),
+        (2, 4, "bubble", "", -1, 0.0, 500.0), (3, 4, "compute", "", -1, 100.0, 900.0),
+        (0, 5, "compute", "", -1, 0.0, 10.0)]
+    pd.DataFrame(rows, columns=["rank", "step", "kind", "dim", "cause", "start_us", "end_us"]) \
+        .to_parquet(run / "report" / "timeline.parquet", index=False)
+    items = _items(RunIndex(tmp_path), "with-timeline", "timeline", step=4)
+    fig = items["timeline-graph"].figure
+    bars = {t.name: t for t in fig.data}
+    assert set(bars) == {"compute", "wait", "comm dp", "bubble"}
+    assert len(bars["compute"].x) == 3 and list(bars["wait"].base) == [1.0]
+    assert list(bars["wait"].x) == [2.0]
+    (arrow,) = fig.layout.annotations
+    assert (arrow.ay, arrow.y, arrow.x) == ("rank 1 (pp0·dp1)", "rank 0 (pp0·dp0)", 3.0)

@@ -8,6 +8,7 @@ browser sends), so what is checked is what a browser would receive.
 """
 from __future__ import annotations
 
+import contextlib
 import http.client
 import os
 import pathlib
@@ -20,7 +21,7 @@ import time
 import psutil
 import pytest
 
-from meshscope.dashboard.app import create_app
+from meshscope.dashboard.app import create_app, page_request
 from meshscope.dashboard.runs import RunIndex
 from meshscope.dashboard.server import path_allowed
 
@@ -70,16 +71,8 @@ def test_ids_that_are_not_served_runs_get_nothing(runs_folder, run_id):
 
 def _page(app, path: str, search: str) -> str:
     """What the browser receives for the page at ``path?search`` (Dash's callback request)."""
-    out = next(k for k in app.callback_map if "page.children" in k)
-    body = {"output": out,
-            "outputs": [{"id": "nav", "property": "children"},
-                        {"id": "page", "property": "children"},
-                        {"id": "poll", "property": "disabled"}],
-            "inputs": [{"id": "url", "property": "pathname", "value": path},
-                       {"id": "url", "property": "search", "value": search},
-                       {"id": "poll", "property": "n_intervals", "value": None}],
-            "changedPropIds": ["url.search"], "state": []}
-    r = app.server.test_client().post("/_dash-update-component", json=body)
+    r = app.server.test_client().post("/_dash-update-component",
+                                      json=page_request(app, path, search))
     assert r.status_code == 200
     return r.get_data(as_text=True)
 
@@ -143,32 +136,35 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _serve(runs_dir, *extra):
+@contextlib.contextmanager
+def served(runs_dir, log: pathlib.Path, *extra):
+    """``meshscope dashboard RUNS_DIR`` on a free port, its log in ``log``: (process, port);
+    stopped on exit."""
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "meshscope", "dashboard", str(runs_dir),
-                             "--port", str(port), *extra], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 60
-    while True:
-        if proc.poll() is not None:
-            pytest.fail(f"dashboard exited {proc.returncode}: {proc.stdout.read()!r}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return proc, port
-        except OSError:
-            if time.monotonic() > deadline:
-                proc.kill()
-                pytest.fail("dashboard did not answer in 60 s")
-            time.sleep(0.2)
-
-
-def _stop(proc):
-    proc.terminate()
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "meshscope", "dashboard",
+                                 str(runs_dir), "--port", str(port), *extra], cwd=ROOT,
+                                stdout=out, stderr=subprocess.STDOUT)
     try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+        deadline = time.monotonic() + 60
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"dashboard exited {proc.returncode}:\n{log.read_text()}")
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"dashboard did not answer in 60 s:\n{log.read_text()}")
+                time.sleep(0.2)
+        yield proc, port
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def _get(port, raw_path, method="GET"):
@@ -186,11 +182,8 @@ def _get(port, raw_path, method="GET"):
 def server(tmp_path_factory):
     """One server over a runs folder for the tests that only read."""
     root = _runs_folder(tmp_path_factory.mktemp("served"))
-    proc, port = _serve(root)
-    try:
+    with served(root, root.parent / "server.log") as (proc, port):
         yield proc, port, root
-    finally:
-        _stop(proc)
 
 
 def test_server_binds_loopback_by_default_and_says_so(server):

@@ -76,3 +76,12 @@ def straggler_text(report: RunReport) -> str | None:
         if isinstance(s.get("last_share"), (int, float)):
             text += f"; last to arrive at {100 * s['last_share']:.0f}% of its collectives"
     return text + "."
+
+
+def lanes_layout(fig, title: str, xaxis_title: str, order: list[str], row_px: int) -> None:
+    """The layout of a figure with one horizontal lane per rank, ``order`` top to bottom
+    (the Gantt of the pipeline page, the timeline)."""
+    fig.update_layout(**LAYOUT, barmode="overlay", height=150 + row_px * len(order),
+                      title=title, xaxis_title=xaxis_title,
+                      yaxis={"categoryorder": "array", "categoryarray": order[::-1]},
+                      legend={"orientation": "h", "y": -0.22})

@@ -83,37 +83,64 @@ def transfer_wait_figure(ops: pd.DataFrame) -> go.Figure | None:
     return fig
 
 
+MAX_MATRIX = 128          # cells per side: larger runs are drawn in blocks of ranks
+
+
 def rank_matrix(ops: pd.DataFrame) -> tuple[list[int], np.ndarray, np.ndarray]:
     """rank × rank bytes and µs of the operations each pair took part in together (from
     each rank's own rows, so the matrix is what each rank saw)."""
-    ranks = sorted({int(r) for g in ops["group"] for r in str(g).split(",") if r.strip()
-                    .isdigit()} | set(ops["rank"].astype(int)))
+    per = ops.assign(msg_bytes=ops["msg_bytes"].astype("float64").fillna(0.0),
+                     dur_us=ops["dur_us"].astype("float64").fillna(0.0)) \
+        .groupby(["rank", "group"], sort=False)[["msg_bytes", "dur_us"]].sum().reset_index()
+    members = {g: [int(x) for x in str(g).split(",") if x.strip().isdigit()]
+               for g in per["group"].unique()}
+    ranks = sorted(set(per["rank"].astype(int)).union(*map(set, members.values())))
     pos = {r: i for i, r in enumerate(ranks)}
+    idx = {g: np.array([pos[m] for m in ms], dtype=int) for g, ms in members.items()}
     nbytes = np.zeros((len(ranks), len(ranks)))
     time_us = np.zeros_like(nbytes)
-    for (rank, group), g in ops.groupby(["rank", "group"], sort=False):
-        members = [int(x) for x in str(group).split(",") if x.strip().isdigit()]
-        b = float(g["msg_bytes"].fillna(0).sum())
-        t = float(g["dur_us"].fillna(0).sum())
-        for q in members:
-            if q != rank and q in pos:
-                nbytes[pos[int(rank)], pos[q]] += b
-                time_us[pos[int(rank)], pos[q]] += t
+    for rank, group, b, t in per[["rank", "group", "msg_bytes", "dur_us"]].itertuples(
+            index=False):
+        i = pos[int(rank)]
+        nbytes[i, idx[group]] += b
+        time_us[i, idx[group]] += t
+    np.fill_diagonal(nbytes, 0.0)   # a rank's own share of its groups is no exchange
+    np.fill_diagonal(time_us, 0.0)
     return ranks, nbytes, time_us
+
+
+def _blocks(ranks: list[int], *mats: np.ndarray) -> tuple[list[str], list[np.ndarray]]:
+    """Labels and matrices summed over blocks of consecutive ranks, at most ``MAX_MATRIX``
+    per side (a 512-rank matrix would send a quarter of a million cells)."""
+    size = -(-len(ranks) // MAX_MATRIX)
+    if size == 1:
+        return [f"rank {r}" for r in ranks], list(mats)
+    n = -(-len(ranks) // size)
+    labels = [f"ranks {ranks[k * size]}–{ranks[min(len(ranks), (k + 1) * size) - 1]}"
+              for k in range(n)]
+    out = []
+    for m in mats:
+        pad = np.zeros((n * size, n * size))
+        pad[:len(ranks), :len(ranks)] = m
+        out.append(pad.reshape(n, size, n, size).sum(axis=(1, 3)))
+    return labels, out
 
 
 def matrix_figure(ops: pd.DataFrame) -> go.Figure:
     ranks, nbytes, time_us = rank_matrix(ops)
-    labels = [f"rank {r}" for r in ranks]
+    labels, (nbytes, time_us) = _blocks(ranks, nbytes, time_us)
     fig = make_subplots(rows=1, cols=2, subplot_titles=("MB exchanged", "ms spent"),
                         horizontal_spacing=0.12)
     for col, (z, unit, scale) in enumerate(((nbytes, "MB", 1e6), (time_us, "ms", 1e3)), 1):
         zz = np.where(z > 0, z / scale, np.nan).round(3)
         fig.add_trace(go.Heatmap(z=zz.tolist(), x=labels, y=labels, colorscale="Blues",
                                  showscale=False, hovertemplate="%{y} ↔ %{x}: %{z} " + unit
-                                 + "<extra></extra>", xgap=1, ygap=1), row=1, col=col)
-    fig.update_layout(**LAYOUT, height=160 + 22 * len(ranks),
-                      title="Who talks to whom (rows: the rank that saw it)")
+                                 + "<extra></extra>", xgap=1 if len(labels) <= 64 else 0,
+                                 ygap=1 if len(labels) <= 64 else 0), row=1, col=col)
+    fig.update_layout(**LAYOUT, height=min(900, 160 + 22 * len(labels)),
+                      title="Who talks to whom (rows: the rank that saw it"
+                            + (", summed over blocks of ranks)" if len(labels) < len(ranks)
+                               else ")"))
     fig.update_yaxes(autorange="reversed")
     return fig
 

@@ -17,7 +17,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from ..sections import Facts, Figure, Note, Section, Table, fmt, missing
-from .common import COLOURS, LAYOUT, PageContext, pick_step, rank_label
+from .common import COLOURS, LAYOUT, PageContext, lanes_layout, pick_step, rank_label
 
 PHASES = ("forward", "backward", "weight-grad")
 
@@ -65,11 +65,8 @@ def gantt_figure(ctx: PageContext, step: int) -> go.Figure | None:
                            for v in ((s - origin) / 1e3, (e - origin) / 1e3, None)],
                         y=[v for r in cp["rank"] for v in (labels[int(r)],) * 2 + (None,)],
                         line={"color": "#111", "width": 3})
-    fig.update_layout(**LAYOUT, barmode="overlay", height=140 + 38 * len(order),
-                      title=f"Microbatch schedule of step {step}",
-                      xaxis_title="ms from the pipeline window's start",
-                      yaxis={"categoryorder": "array", "categoryarray": order[::-1]},
-                      legend={"orientation": "h", "y": -0.25})
+    lanes_layout(fig, f"Microbatch schedule of step {step}",
+                 "ms from the pipeline window's start", order, 38)
     return fig
 
 

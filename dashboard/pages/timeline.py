@@ -1,17 +1,18 @@
 """Timeline: the ranks of one step on one time axis, their clocks aligned as the report aligned
-them, coloured by compute / communication per dimension / waiting, with each long wait drawn
-back to the rank that caused it; and the same merged timeline as a Chrome/Perfetto trace to
-download (``/export/perfetto?run=ID``, ``meshscope export RUN --perfetto``).
+them, coloured by compute / communication per dimension / waiting / bubble, with the longest
+waits drawn as arrows from the rank that caused them; and the same merged timeline as a
+Chrome/Perfetto trace to download (``/export/perfetto?run=ID``, ``meshscope export RUN
+--perfetto``).
 
-- ``timeline-graph``: one row per rank; the segments come from
-  ``analysis.report.perfetto.step_segments`` (the analysis' own compute, communication and
-  wait sets of each rank, moved onto the reference clock by the report's applied offsets,
-  merged below the screen's resolution — the browser never gets the event table). Where the
-  report has matched collectives (``collectives.parquet`` with ``last_rank``, schema 2), the
-  longest waits of the step are drawn as arrows from the last rank to arrive to each rank that
-  waited for it.
+- ``timeline-graph``: one row per rank. The segments are the report's own
+  (``timeline.parquet``: aligned, merged below the screen's resolution, each wait with the
+  rank the dependency graph charges it to). An older report without that table has them
+  rebuilt from the traces (``analysis.report.perfetto.step_segments``: the analysis' own
+  compute, communication and wait sets of each rank, moved by the report's applied clock
+  offsets), up to ``MAX_RANKS_FROM_TRACES`` ranks; the arrows then come from the matched
+  collectives' last arrivers. Either way the browser gets segments, never the event table.
 
-The traces are read once per run and step and kept (``_CACHE``) while the report is unchanged.
+Segments are kept per run and step (``_CACHE``) while the report is unchanged.
 """
 from __future__ import annotations
 
@@ -20,10 +21,13 @@ import threading
 import pandas as pd
 import plotly.graph_objects as go
 
-from ..sections import Facts, Figure, Link, Note, Section
-from .common import COLOURS, LAYOUT, PageContext, pick_step, rank_label
+from ..sections import Facts, Figure, Link, Note, Section, missing
+from .common import COLOURS, PageContext, lanes_layout, pick_step, rank_label
 
 MAX_ARROWS = 24
+# Without the report's own timeline table the page reads the traces again; beyond this many
+# ranks that would take minutes, so the page asks for a re-analysis instead.
+MAX_RANKS_FROM_TRACES = 64
 _CACHE: dict[tuple, tuple[pd.DataFrame, list, dict]] = {}
 _LOCK = threading.Lock()
 
@@ -66,6 +70,8 @@ def _segments(ctx: PageContext, step: int):
     own = _from_report(ctx, step)
     if own is not None:
         out = (own[0], own[1], applied)
+    elif len(ctx.report.ranks) > MAX_RANKS_FROM_TRACES:
+        return None
     else:
         run = load_aligned(ctx.report.entry.path, ctx.report.entry.report_dir)
         seg = step_segments(run, step)
@@ -134,11 +140,8 @@ def timeline_figure(ctx: PageContext, seg: pd.DataFrame, arrows: list, step: int
         fig.add_annotation(x=b / 1e3, y=label.get(waiter), ax=b / 1e3, ay=label.get(culprit),
                            xref="x", yref="y", axref="x", ayref="y", showarrow=True,
                            arrowhead=2, arrowwidth=1.2, arrowcolor="#333", text="")
-    fig.update_layout(**LAYOUT, barmode="overlay", height=150 + 34 * len(order),
-                      title=f"Step {step} on the aligned clock",
-                      xaxis_title="ms from the earliest rank's step start",
-                      yaxis={"categoryorder": "array", "categoryarray": order[::-1]},
-                      legend={"orientation": "h", "y": -0.2})
+    lanes_layout(fig, f"Step {step} on the aligned clock",
+                 "ms from the earliest rank's step start", order, 34)
     return fig
 
 
@@ -152,12 +155,15 @@ def sections(ctx: PageContext) -> list[Section]:
         return [Section("Timeline", [Note("timeline-none", "This report has no profiled "
                                                            "steps."), export])]
     try:
-        seg, arrows, applied = _segments(ctx, step)
+        seg, arrows, applied = _segments(ctx, step) or (None, [], {})
     except (ValueError, OSError) as e:  # InputError is a ValueError
         import logging
         logging.getLogger("meshscope.dashboard").warning("timeline of %s: %s", ctx.run_id, e)
         return [Section("Timeline", [Note("timeline-none", "This run's traces cannot be read "
                                           "any more (the server log says why)."), export])]
+    if seg is None:
+        return [Section("Timeline", [missing("timeline-none", "aligned timeline table "
+                                             "(timeline.parquet)", ctx.run_id), export])]
     if seg.empty:
         return [Section("Timeline", [Note("timeline-none", f"No trace holds step {step}."),
                                      export])]
