@@ -1,164 +1,255 @@
-"""The meshscope dashboard (Dash): an overview page over a folder of runs.
+"""The meshscope dashboard: a multi-page Dash app over a folder of runs.
 
-``create_app(runs_dir)`` discovers the runs once; the page has a run picker (``run-select``;
-``?run=ID`` in the address picks a run, so a view can be linked)
-and, for the chosen run, a header (layout, world size, schedule, microbatches), any missing
-ranks and analysis problems, the per-rank step breakdown (``breakdown-graph``) and the
-pipeline bubble against the schedule's theory (``bubble-table``). All figures and tables are
-built on the server from the written report (``dashboard.runs``).
+``create_app(runs_dir)`` builds it. Every view is a URL (``dashboard.state``): the page is the
+path, the run(s), rank, step and mesh colouring are the query string, so copying the address
+shares the view. One callback renders the page for the URL; the step, rank and colour pickers
+only rewrite the URL. The navigation bar's links keep the query string, so moving between pages
+keeps the selected run.
+
+Pages (``dashboard.pages``): runs list (``/``), overview, pipeline, communication,
+stragglers, timeline, health, compare. Each is built on the server from the run's written
+report (``dashboard.data``) into sections (``dashboard.sections``): the browser receives
+figures of aggregated data only. A run that has not been analysed yet is analysed when it is
+first opened (``dashboard.jobs``), the page showing the progress. A report that cannot be read
+gives "report unreadable, run `meshscope analyze RUN`"; the details go to the server log.
+
+Two downloads, by run id: ``/export/html?run=ID`` (the static report, ``static_report``) and
+``/export/perfetto?run=ID`` (the aligned timeline as a Chrome/Perfetto trace).
 """
 from __future__ import annotations
 
+import io
+import logging
 import pathlib
+import tempfile
 
-import plotly.graph_objects as go
-from urllib.parse import parse_qs
+from dash import Dash, Input, Output, State, callback_context, dcc, html, no_update
 
-from dash import Dash, Input, Output, dcc, html, no_update
+from . import sections as S
+from . import state as st
+from .data import ReportUnreadable, open_report
+from .jobs import Analyses
+from .pages import communication, compare, health, overview, pipeline, runs_list, \
+    stragglers, timeline
+from .pages.common import PageContext, pick_step, rank_label
+from .runs import RunIndex
 
-from . import runs as R
+log = logging.getLogger("meshscope.dashboard")
 
-PAGE = {"fontFamily": "system-ui, -apple-system, 'Segoe UI', sans-serif", "maxWidth": "1100px",
-        "margin": "0 auto", "padding": "16px 24px", "color": "#222"}
-NOTE = {"color": "#555", "fontStyle": "italic"}
-WARN = {"background": "#fff4e5", "border": "1px solid #f0b36a", "borderRadius": "4px",
-        "padding": "8px 12px", "margin": "8px 0"}
-CELL = {"padding": "4px 12px", "borderBottom": "1px solid #ddd", "textAlign": "right"}
-HEAD = {**CELL, "borderBottom": "2px solid #888", "fontWeight": "600"}
-
-
-def _option(entry: R.RunEntry) -> dict:
-    label = entry.run_id if entry.analysed else f"{entry.run_id} (not analysed)"
-    return {"label": label, "value": entry.run_id}
-
-
-def _header(run_id: str, summary: dict) -> html.Div:
-    """Run id and what the run was: layout, world size, schedule, microbatches, steps."""
-    run = summary.get("run") or {}
-    facts = [("layout", run.get("layout_str")), ("world size", run.get("world_size")),
-             ("schedule", run.get("schedule")), ("microbatches", run.get("microbatches")),
-             ("profiled steps", ", ".join(map(str, summary.get("steps", []))) or None),
-             ("device", summary.get("device"))]
-    items = [html.Span([html.B(f"{k}: "), str(v)], style={"marginRight": "20px"})
-             for k, v in facts if v not in (None, "")]
-    if not run:
-        items.append(html.Span("no run.json: a plain folder of traces", style=NOTE))
-    return html.Div([html.H2(run_id, style={"marginBottom": "4px"}), html.Div(items)],
-                    id="run-header", style={"marginBottom": "16px"})
+PAGE = {"fontFamily": "system-ui, -apple-system, 'Segoe UI', sans-serif", "maxWidth": "1200px",
+        "margin": "0 auto", "padding": "8px 24px 40px", "color": "#222"}
+NAV = {"display": "flex", "gap": "18px", "alignItems": "baseline", "flexWrap": "wrap",
+       "borderBottom": "1px solid #ddd", "padding": "8px 0", "marginBottom": "12px"}
+BUILDERS = {"overview": overview.sections, "pipeline": pipeline.sections,
+            "communication": communication.sections, "stragglers": stragglers.sections,
+            "timeline": timeline.sections, "health": health.sections}
+# Which pickers each page offers.
+PICKERS = {"pipeline": ("step",), "timeline": ("step",), "overview": ("color",)}
 
 
-def _warnings(summary: dict) -> list:
-    """Ranks the run should have but whose trace is missing, and problems met in analysis."""
+def _nav(state: st.ViewState) -> list:
+    links = [dcc.Link("meshscope", href=state.href("runs"), id="nav-home",
+                      style={"fontWeight": "700", "fontSize": "1.3em", "color": "#222",
+                             "textDecoration": "none"})]
+    for page in ("runs",) + st.PAGES:
+        active = page == state.page
+        links.append(dcc.Link(st.TITLES[page], href=state.href(page), id=f"nav-{page}",
+                              style={"color": "#222" if active else "#1f5fa8",
+                                     "fontWeight": "600" if active else "400",
+                                     "textDecoration": "none"}))
+    return links
+
+
+def _message(text: str, warn: bool = False) -> list:
+    return [html.P(text, id="run-message", style=S.WARN if warn else S.NOTE)]
+
+
+def _unreadable(run_id: str) -> list:
+    return _message(f"Report unreadable — run `meshscope analyze {run_id}` to rewrite it "
+                    f"(the server log has the details).", warn=True)
+
+
+def _pickers(ctx: PageContext) -> list:
+    rep, state = ctx.report, ctx.state
     out = []
-    if summary.get("missing_ranks"):
-        out.append(html.Div([html.B("Missing ranks: "),
-                             ", ".join(map(str, summary["missing_ranks"]))], style=WARN))
-    if summary.get("problems"):
-        out.append(html.Div([html.B("Problems during analysis:"),
-                             html.Ul([html.Li(p) for p in summary["problems"]])], style=WARN))
-    return out
+    for kind in PICKERS.get(state.page, ()):
+        if kind == "step" and rep.steps:
+            out.append(html.Label(["step ", dcc.Dropdown(
+                id="step-select", options=[{"label": str(s), "value": s} for s in rep.steps],
+                value=pick_step(rep, state.step), clearable=False,
+                style={"width": "120px", "display": "inline-block", "verticalAlign": "middle"})],
+                style={"marginRight": "24px"}))
+        if kind == "color":
+            opts = [{"label": v, "value": k} for k, v in overview.COLOR_CHOICES.items()
+                    if overview._metric(ctx, k)]
+            if opts:
+                out.append(html.Label(["colour the mesh by ", dcc.Dropdown(
+                    id="color-select", options=opts, value=overview.color_key(ctx),
+                    clearable=False, style={"width": "260px", "display": "inline-block",
+                                            "verticalAlign": "middle"})]))
+    return [html.Div(out, id="pickers", style={"margin": "6px 0 10px"})] if out else []
 
 
-def breakdown_figure(means) -> go.Figure:
-    """One stacked bar per rank: mean time per profiled step in each segment of ``SEGMENTS``."""
-    x = [f"rank {r}" for r in means.index]
-    fig = go.Figure()
-    for label, _, _, colour in R.SEGMENTS:
-        extra = {}
-        if label == "exposed comm":
-            extra["customdata"] = [
-                "<br>".join(f"  {d}: {row[f'exposed {d}']:.2f} ms" for d in R.EXPOSED_DIMS
-                            if row[f"exposed {d}"] > 0) or "  none"
-                for _, row in means.iterrows()]
-            extra["hovertemplate"] = ("%{x}<br>exposed comm: %{y:.2f} ms<br>%{customdata}"
-                                      "<extra></extra>")
-        else:
-            extra["hovertemplate"] = f"%{{x}}<br>{label}: %{{y:.2f}} ms<extra></extra>"
-        fig.add_bar(name=label, x=x, y=means[label].round(4).tolist(), marker_color=colour,
-                    **extra)
-    fig.update_layout(barmode="stack", template="plotly_white", height=420,
-                      margin={"l": 60, "r": 20, "t": 40, "b": 40},
-                      title="Step breakdown per rank (mean over profiled steps)",
-                      yaxis_title="ms per step", xaxis={"type": "category"},
-                      legend={"traceorder": "reversed"})  # as stacked
-    return fig
-
-
-def bubble_section(rows: list[dict]) -> html.Div:
-    """Per pipeline stage: measured bubble fraction against the schedule's theory."""
-    if not rows:
-        return html.Div(html.P("No pipeline parallelism in this run: no bubble to compare "
-                               "with theory.", id="bubble-none", style=NOTE))
-    cols = ["stage", "ranks", "measured bubble", "theory", "measured / theory"]
-    body = [html.Tr([html.Td(r["stage"], style=CELL),
-                     html.Td(", ".join(map(str, r["ranks"])), style=CELL),
-                     html.Td(f"{100 * r['measured']:.1f} %", style=CELL),
-                     html.Td(f"{100 * r['theory']:.1f} %", style=CELL),
-                     html.Td("—" if r["ratio"] is None else f"{r['ratio']:.2f}×", style=CELL)])
-            for r in rows]
-    return html.Div([
-        html.H3("Pipeline bubble vs theory"),
-        html.Table([html.Thead(html.Tr([html.Th(c, style=HEAD) for c in cols])),
-                    html.Tbody(body)], id="bubble-table",
-                   style={"borderCollapse": "collapse", "fontVariantNumeric": "tabular-nums"}),
-        html.P("Measured: mean over the stage's ranks and profiled steps of bubble time / "
-               "pipeline window. Theory: the schedule's idle fraction, e.g. (p−1)/(m+p−1) "
-               "for 1F1B.", style={**NOTE, "fontSize": "0.9em"})])
-
-
-def overview(runs: dict[str, R.RunEntry], run_id: str | None) -> list:
-    """The page body for ``run_id``; a message instead when it is unknown, not analysed or its
-    report cannot be read."""
-    entry = runs.get(run_id) if isinstance(run_id, str) else None
-    if entry is None:
-        return [html.P(f"Unknown run {run_id!r}: pick one from the list." if run_id else
-                       "No run selected.", id="run-message", style=NOTE)]
-    if not entry.analysed:
-        return [html.H2(entry.run_id),
-                html.P(["This run has not been analysed yet: run ",
-                        html.Code(f"meshscope analyze {entry.run_id}"), " in the runs folder."],
-                       id="run-message", style=NOTE)]
-    try:
-        report = R.load(entry)
-        means = R.rank_means_ms(report["breakdown"])
-        rows = R.stage_rows(report["bubbles"])
-    except Exception as e:  # an unreadable report must not take the page down
-        return [html.H2(entry.run_id),
-                html.P(f"Could not read this run's report: {type(e).__name__}: {e}",
-                       id="run-message", style=WARN)]
-    summary = report["summary"]
-    graph = (dcc.Graph(id="breakdown-graph", figure=breakdown_figure(means),
-                       config={"displaylogo": False}) if not means.empty else
-             html.P("The report has no profiled steps.", id="run-message", style=NOTE))
-    return [_header(entry.run_id, summary), *_warnings(summary), graph, bubble_section(rows)]
+def _title(ctx: PageContext) -> list:
+    rep, state = ctx.report, ctx.state
+    bits = [html.H2([st.TITLES[state.page], " · ", html.Span(rep.run_id, id="run-title")],
+                    style={"margin": "6px 0"})]
+    bare = state.query(rank=None, step=None, color=None)
+    extra = [html.A("static HTML report", href=f"/export/html{bare}", id="export-html",
+                    style={"marginRight": "16px"})]
+    if state.rank is not None and state.rank in rep.ranks:
+        extra.append(html.Span(f"focus: {rank_label(state.rank, rep)}", id="rank-focus"))
+    bits.append(html.Div(extra, style={"fontSize": "0.9em"}))
+    return bits
 
 
 def create_app(runs_dir: pathlib.Path) -> Dash:
-    """The Dash app over the runs found in ``runs_dir`` now (see ``dashboard.runs.discover``)."""
-    runs_dir = pathlib.Path(runs_dir)
-    runs = R.discover(runs_dir)
-    app = Dash(__name__, title="meshscope")
-    options = [_option(e) for e in runs.values()]
-    picker = (dcc.Dropdown(id="run-select", options=options, value=options[0]["value"],
-                           clearable=False, style={"width": "420px"}) if options else
-              html.P(f"No runs in {runs_dir}: a run is a folder with run.json "
-                     "(analysed ones have report/summary.json).", style=NOTE))
+    """The Dash app over the runs under ``runs_dir`` (module docstring)."""
+    index = RunIndex(pathlib.Path(runs_dir))
+    analyses = Analyses(index.root)
+    app = Dash(__name__, title="meshscope", suppress_callback_exceptions=True,
+               update_title=None, serve_locally=True)
     app.layout = html.Div(style=PAGE, children=[
-        html.H1("meshscope", style={"marginBottom": "4px"}),
-        html.Div(f"{len(runs)} run(s) in {runs_dir}", style={"color": "#666"}),
-        html.Div(picker, style={"margin": "12px 0"}),
-        dcc.Loading(html.Div(id="run-view"), type="dot"),
-        dcc.Location(id="url", refresh=False)])
+        dcc.Location(id="url", refresh=False),
+        html.Nav(id="nav", style=NAV),
+        dcc.Loading(html.Div(id="page"), type="dot", delay_show=400),
+        dcc.Interval(id="poll", interval=1000, disabled=True)])
+    app.server.config["MESHSCOPE_INDEX"] = index
 
-    if options:
-        @app.callback(Output("run-view", "children"), Input("run-select", "value"))
-        def show_run(run_id):
-            return overview(runs, run_id)
+    def render(state: st.ViewState) -> tuple[list, bool]:
+        """The page body for ``state`` and whether to keep polling (an analysis running)."""
+        if state.page == "runs":
+            index.refresh()
+            return S.to_dash(runs_list.sections(index, state)) + runs_list.controls(), False
+        if state.page == "compare":
+            return compare.render(index, state), False
+        entry = index.get(state.run)
+        if entry is None:
+            if not state.run:
+                return _message("No run selected: pick one on the Runs page."), False
+            return _message("Unknown run: there is no run of that name in this dashboard's "
+                            "runs folder. Pick one on the Runs page.", warn=True), False
+        if not entry.analysed:
+            analyses.start(entry)
+            status = analyses.status(entry.run_id)
+            if status is not None and status.state == "failed":
+                return [html.H2(entry.run_id)] + _message(status.text, warn=True), False
+            text = status.text if status else "Analysing…"
+            return [html.H2(entry.run_id),
+                    html.P(["This run had not been analysed yet: ",
+                            html.Code(f"meshscope analyze {entry.run_id}"),
+                            " is running now and the page will show the report when it is "
+                            "done."], style=S.NOTE),
+                    html.P(text, id="analysis-progress")], True
+        try:
+            report = open_report(entry)
+            ctx = PageContext(report, state)
+            body = S.to_dash(BUILDERS[state.page](ctx))
+            return _title(ctx) + _pickers(ctx) + body, False
+        except ReportUnreadable as e:
+            log.warning("report unreadable: %s", e)
+        except Exception:
+            log.exception("page %s of %s", state.page, entry.run_id)
+        return [html.H2(entry.run_id)] + _unreadable(entry.run_id), False
 
-        @app.callback(Output("run-select", "value"), Input("url", "search"))
-        def pick_from_url(search):
-            """``?run=ID`` in the address picks that run (a link to share); an unknown id
-            leaves the default."""
-            chosen = parse_qs((search or "").lstrip("?")).get("run", [None])[0]
-            return chosen if chosen in runs else no_update
+    @app.callback(Output("nav", "children"), Output("page", "children"),
+                  Output("poll", "disabled"),
+                  Input("url", "pathname"), Input("url", "search"), Input("poll", "n_intervals"))
+    def show(pathname, search, _n):
+        state = st.parse(pathname, search)
+        body, polling = render(state)
+        return _nav(state), body, not polling
+
+    def _rewrite(key):
+        def update(value, pathname, search):
+            state = st.parse(pathname, search)
+            if value is None or getattr(state, key) == value or not callback_context.triggered:
+                return no_update
+            return state.query(**{key: value})
+        return update
+
+    for key, component in (("step", "step-select"), ("color", "color-select")):
+        app.callback(Output("url", "search", allow_duplicate=True),
+                     Input(component, "value"), State("url", "pathname"),
+                     State("url", "search"), prevent_initial_call=True)(_rewrite(key))
+
+    @app.callback(Output("url", "search", allow_duplicate=True),
+                  Input("breakdown-graph", "clickData"), Input("mesh-graph", "clickData"),
+                  State("url", "pathname"), State("url", "search"),
+                  prevent_initial_call=True)
+    def focus_rank(bars, mesh, pathname, search):
+        """A click on a rank's bar or mesh cell puts ``rank=R`` in the URL."""
+        click = callback_context.triggered[0]["value"] if callback_context.triggered else None
+        try:
+            rank = int(click["points"][0]["customdata"])
+        except (TypeError, KeyError, IndexError, ValueError):
+            return no_update
+        state = st.parse(pathname, search)
+        return no_update if state.rank == rank else state.query(rank=rank)
+
+    runs_list.register(app)
+    compare.register(app)
+    _register_exports(app, index)
+    from .server import install_error_page
+    install_error_page(app.server)
     return app
+
+
+def page_request(app: Dash, pathname: str, search: str) -> dict:
+    """The body of the request a browser sends to render the page at ``pathname?search``
+    (Dash's callback of the page), for scripts and tests that ask the server as a browser
+    would: ``app.server.test_client().post("/_dash-update-component", json=...)``."""
+    output = next(k for k in app.callback_map if "page.children" in k)
+    return {"output": output,
+            "outputs": [{"id": "nav", "property": "children"},
+                        {"id": "page", "property": "children"},
+                        {"id": "poll", "property": "disabled"}],
+            "inputs": [{"id": "url", "property": "pathname", "value": pathname},
+                       {"id": "url", "property": "search", "value": search},
+                       {"id": "poll", "property": "n_intervals", "value": None}],
+            "changedPropIds": ["url.search"], "state": []}
+
+
+def _register_exports(app: Dash, index: RunIndex) -> None:
+    from flask import Response, request, send_file
+
+    def _entry():
+        entry = index.get(request.args.get("run"))
+        return entry if entry is not None and entry.analysed else None
+
+    @app.server.route("/export/html")
+    def export_html():
+        entry = _entry()
+        if entry is None:
+            return Response("unknown or unanalysed run\n", 404, mimetype="text/plain")
+        from .static_report import render_html
+        try:
+            text = render_html(open_report(entry))
+        except ReportUnreadable as e:
+            log.warning("report unreadable: %s", e)
+            return Response(f"report unreadable, run `meshscope analyze {entry.run_id}`\n",
+                            500, mimetype="text/plain")
+        name = entry.run_id.replace("/", "_") + "-report.html"
+        return Response(text, mimetype="text/html",
+                        headers={"Content-Disposition": f'attachment; filename="{name}"'})
+
+    @app.server.route("/export/perfetto")
+    def export_perfetto():
+        entry = _entry()
+        if entry is None:
+            return Response("unknown or unanalysed run\n", 404, mimetype="text/plain")
+        from meshscope.analysis.errors import InputError
+        from meshscope.analysis.report.perfetto import export
+
+        with tempfile.TemporaryDirectory() as tmp:
+            out = pathlib.Path(tmp) / "trace.json.gz"
+            try:
+                export(entry.path, out, report_dir=entry.report_dir)
+            except (InputError, ValueError, OSError) as e:
+                log.warning("perfetto export of %s: %s", entry.run_id, e)
+                return Response("this run's traces cannot be exported (see the server log)\n",
+                                500, mimetype="text/plain")
+            data = io.BytesIO(out.read_bytes())
+        name = entry.run_id.replace("/", "_") + "-trace.json.gz"
+        return send_file(data, mimetype="application/gzip", as_attachment=True,
+                         download_name=name)

@@ -1,87 +1,148 @@
-"""Server-side data for the dashboard: which runs exist, and the small tables drawn from them.
+"""Which runs the dashboard serves: the run directories (and sweep folders) under its runs folder.
 
-Runs are discovered once, when the app is created (``discover``); callbacks then look a run up
-by its id (the directory name) in that dict and never open a path named by a request. Every
-aggregation happens here, so the browser only receives per-rank means and per-stage rows.
+``RunIndex(root)`` scans ``root`` when asked (``refresh``) and keeps what it found, keyed by a
+**run id**: the run's path relative to the root, with ``/`` (``dp2-pp2-1f1b``,
+``sweep-w4/dp2-tp2``). Requests name runs by that id only, and the index answers with an entry
+it found itself (``get``): no path a request names is ever opened, so ``..``, absolute paths,
+URL-encoded separators and ids of folders that are not runs all get ``None``.
+
+What counts as a run: a folder with ``run.json`` (a run directory), or with a written report
+(``report/summary.json``), or holding Kineto traces itself (a foreign folder of traces, analysed
+on first open). A folder that is none of these but holds runs is a **sweep**: its runs are
+listed with its name, and the compare page takes them together. Hidden folders and the
+run-directory parts (``traces/``, ``steps/``, ``comms/``, ``report/``) are never runs. A
+symbolic link is followed only when its target stays inside the root; one leading out is
+skipped and named in the server log. The scan goes ``MAX_DEPTH`` levels down at most.
 """
 from __future__ import annotations
 
 import dataclasses
+import logging
+import os
 import pathlib
 
-import pandas as pd
-
-from meshscope.analysis.report.analyze import load_written
 from meshscope.collectors import run_dir as rd
 
-# Stacked segments of the step breakdown, bottom to top: (label, column, column subtracted or
-# None, colour). Together they add up to ``window_us`` (docs/metrics.md).
-SEGMENTS: tuple[tuple[str, str, str | None, str], ...] = (
-    ("compute", "compute_us", "overlapped_comm_us", "#4C78A8"),
-    ("overlapped comm", "overlapped_comm_us", None, "#72B7B2"),
-    ("exposed comm", "exposed_comm_us", None, "#E45756"),
-    ("bubble", "bubble_us", None, "#F2CF5B"),
-    ("other", "other_us", None, "#B279A2"),
-    ("idle", "idle_us", None, "#BAB0AC"),
-)
-# Parallel dimensions whose exposed communication the hover of "exposed comm" itemises.
-EXPOSED_DIMS = ("pp", "tp", "cp", "ep", "dp", "unknown")
+log = logging.getLogger("meshscope.dashboard")
+
+MAX_DEPTH = 3
+TRACE_SUFFIXES = (".json", ".json.gz")
+_NOT_TRACES = {rd.RUN_JSON, "summary.json", "config.json", "sweep.json"}
+_RUN_PARTS = {rd.TRACES, rd.STEPS, rd.COMMS, rd.REPORT}
 
 
 @dataclasses.dataclass(frozen=True)
 class RunEntry:
-    """One run directory found at startup; ``report`` is None when it has not been analysed."""
+    """One run found under the root. ``path`` is its resolved location (inside the root)."""
     run_id: str
     path: pathlib.Path
-    report: pathlib.Path | None
+    sweep: str | None          # the id of the sweep folder holding it, None at the top
+    has_run_json: bool
+
+    @property
+    def report_dir(self) -> pathlib.Path:
+        return self.path / rd.REPORT
 
     @property
     def analysed(self) -> bool:
-        return self.report is not None
+        """Whether ``meshscope analyze`` has written this run's report (checked each time: a
+        run analysed on first open becomes analysed while the server runs)."""
+        return (self.report_dir / "summary.json").is_file()
+
+    @property
+    def kind(self) -> str:
+        return "run directory" if self.has_run_json else "folder of traces"
 
 
-def discover(runs_dir: pathlib.Path) -> dict[str, RunEntry]:
-    """Subdirectories of ``runs_dir`` holding ``report/summary.json`` (analysed ones first) or
-    only ``run.json`` (not analysed), keyed by directory name."""
-    analysed, pending = {}, {}
-    for d in sorted(p for p in pathlib.Path(runs_dir).iterdir() if p.is_dir()):
-        report = d / rd.REPORT
-        if (report / "summary.json").is_file():
-            analysed[d.name] = RunEntry(d.name, d, report)
-        elif (d / rd.RUN_JSON).is_file():
-            pending[d.name] = RunEntry(d.name, d, None)
-    return {**analysed, **pending}
+def _has_traces(d: pathlib.Path) -> bool:
+    """Kineto traces in ``d`` itself or in its ``traces/`` folder."""
+    for folder in (d, d / rd.TRACES):
+        try:
+            with os.scandir(folder) as it:
+                for e in it:
+                    if e.name.endswith(TRACE_SUFFIXES) and e.name not in _NOT_TRACES \
+                            and e.is_file():
+                        return True
+        except OSError:
+            continue
+    return False
 
 
-def load(entry: RunEntry) -> dict[str, object]:
-    """The written report of an analysed run (``analysis.report.load_written``)."""
-    return load_written(entry.report)
+def _is_run(d: pathlib.Path) -> bool:
+    return (d / rd.RUN_JSON).is_file() or (d / rd.REPORT / "summary.json").is_file() \
+        or _has_traces(d)
 
 
-def rank_means_ms(breakdown: pd.DataFrame) -> pd.DataFrame:
-    """Per rank, the mean over profiled steps of every segment in ``SEGMENTS`` and of the
-    exposed communication of each dimension, in milliseconds; indexed by rank."""
-    means = breakdown.drop(columns=["step"]).groupby("rank").mean().sort_index()
-    out = pd.DataFrame(index=means.index)
-    for label, col, minus, _ in SEGMENTS:
-        out[label] = (means[col] - (means[minus] if minus else 0.0)) / 1e3
-    for dim in EXPOSED_DIMS:
-        col = f"exposed_comm_{dim}_us"
-        out[f"exposed {dim}"] = means[col] / 1e3 if col in means else 0.0
-    out["window"] = means["window_us"] / 1e3
-    return out
+class RunIndex:
+    """The runs under ``root`` (module docstring); ``refresh()`` rescans, ``get(id)`` looks up."""
 
+    def __init__(self, root: pathlib.Path):
+        self.root = pathlib.Path(root).resolve()
+        self.runs: dict[str, RunEntry] = {}
+        self.sweeps: dict[str, list[str]] = {}
+        self.refresh()
 
-def stage_rows(bubbles: pd.DataFrame) -> list[dict]:
-    """Per pipeline stage: its ranks, the measured bubble fraction (mean over ranks and profiled
-    steps), the schedule's theoretical fraction and their ratio; [] when there is no pipeline."""
-    if bubbles.empty:
-        return []
-    rows = []
-    for stage, g in bubbles.groupby("stage"):
-        measured = float(g["bubble_fraction"].mean())
-        theory = float(g["theory_fraction"].iloc[0])
-        rows.append({"stage": int(stage), "ranks": sorted(int(r) for r in g["rank"].unique()),
-                     "measured": measured, "theory": theory,
-                     "ratio": measured / theory if theory > 0 else None})
-    return rows
+    def inside(self, p: pathlib.Path) -> bool:
+        """Whether the real location of ``p`` lies inside the root."""
+        try:
+            return p.resolve().is_relative_to(self.root)
+        except (OSError, RuntimeError):  # a symlink loop
+            return False
+
+    def refresh(self) -> dict[str, RunEntry]:
+        runs: dict[str, RunEntry] = {}
+        sweeps: dict[str, list[str]] = {}
+        seen: set[pathlib.Path] = set()
+
+        def walk(folder: pathlib.Path, depth: int, sweep: str | None):
+            try:
+                # Real folders before links, so a run reached both ways keeps its own name.
+                children = sorted(os.scandir(folder), key=lambda e: (e.is_symlink(), e.name))
+            except OSError as e:
+                log.warning("runs folder: cannot list %s (%s)", folder, e.strerror)
+                return
+            for child in children:
+                if child.name.startswith(".") or child.name in _RUN_PARTS:
+                    continue
+                p = pathlib.Path(child.path)
+                try:
+                    if not child.is_dir():
+                        continue
+                except OSError:
+                    continue
+                if child.is_symlink() and not self.inside(p):
+                    log.warning("runs folder: %s is a symbolic link leading outside %s; "
+                                "not served", p, self.root)
+                    continue
+                real = p.resolve()
+                if real in seen:
+                    continue
+                seen.add(real)
+                run_id = p.relative_to(self.root).as_posix()
+                if _is_run(real):
+                    runs[run_id] = RunEntry(run_id, real, sweep,
+                                            (real / rd.RUN_JSON).is_file())
+                    if sweep is not None:
+                        sweeps.setdefault(sweep, []).append(run_id)
+                elif depth < MAX_DEPTH:
+                    walk(p, depth + 1, run_id)
+
+        if self.root.is_dir():
+            walk(self.root, 1, None)
+        self.runs, self.sweeps = runs, sweeps
+        return runs
+
+    def get(self, run_id) -> RunEntry | None:
+        """The run found under ``run_id``; None for anything else (not a string, unknown,
+        a path of any kind that the scan did not produce)."""
+        if not isinstance(run_id, str):
+            return None
+        entry = self.runs.get(run_id)
+        if entry is None:
+            return None
+        # The folder may have been replaced by a link leading out since the scan.
+        return entry if self.inside(self.root / entry.run_id) else None
+
+    def sweep_runs(self, sweep_id) -> list[RunEntry]:
+        return [self.runs[r] for r in self.sweeps.get(sweep_id, []) if r in self.runs] \
+            if isinstance(sweep_id, str) else []

@@ -1,32 +1,103 @@
-"""``meshscope dashboard``: the web app over a folder of runs."""
+"""``meshscope dashboard``, ``meshscope report`` and ``meshscope export``: looking at analysed
+runs — in the browser, as one static HTML file, as a Chrome/Perfetto trace."""
 from __future__ import annotations
 
+import logging
 import pathlib
 
 import click
 
 from .common import default_runs_dir, fail
 
-def serve(runs_dir: pathlib.Path, host: str, port: int) -> None:
-    from meshscope.dashboard.app import create_app
 
-    app = create_app(runs_dir)
-    click.echo(f"meshscope dashboard on http://{host}:{port}/ over {runs_dir} (Ctrl-C stops)")
-    app.run(host=host, port=port, debug=False)
+def _entry(run: str):
+    """A dashboard ``RunEntry`` for the run directory (or trace folder) ``run``."""
+    from meshscope.collectors.run_dir import RUN_JSON
+    from meshscope.dashboard.runs import RunEntry
+
+    path = pathlib.Path(run)
+    if not path.is_dir():
+        fail(f"{path}: no such directory")
+    real = path.resolve()
+    return RunEntry(real.name, real, None, (real / RUN_JSON).is_file())
 
 
 @click.command()
 @click.argument("runs_dir", required=False, type=click.Path(file_okay=False))
-@click.option("--port", default=8050, show_default=True, type=int)
+@click.option("--port", default=8050, show_default=True, type=click.IntRange(1, 65535))
 @click.option("--host", default="127.0.0.1", show_default=True,
-              help="Interface to bind; loopback unless you mean to share it.")
-def dashboard(runs_dir, port, host):
-    """Serve the web dashboard over RUNS_DIR (default: the bundled samples/)."""
+              help="Interface to bind: loopback unless you mean to share the dashboard "
+                   "(e.g. 0.0.0.0 on a trusted network).")
+@click.option("--threads", default=4, show_default=True, type=click.IntRange(1, 64),
+              help="Worker threads of the WSGI server (waitress).")
+def dashboard(runs_dir, port, host, threads):
+    """Serve the web dashboard over RUNS_DIR (default: the bundled samples/).
+
+    Every run directory and folder of traces under RUNS_DIR (and in its sweep folders) is
+    listed; one not analysed yet is analysed when first opened. The server log (requests
+    refused, reports that cannot be read, analyses run) goes to stderr.
+    """
     path = pathlib.Path(runs_dir) if runs_dir else default_runs_dir()
     if not path.is_dir():
         fail(f"{path}: no such directory")
-    serve(path, host, port)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    logging.getLogger("waitress.queue").setLevel(logging.ERROR)
+    from meshscope.dashboard.server import serve
+
+    click.echo(f"meshscope dashboard on http://{host}:{port}/ over {path} (Ctrl-C stops)")
+    try:
+        serve(path, host=host, port=port, threads=threads)
+    except OSError as e:
+        fail(f"cannot serve on {host}:{port} ({e.strerror or e})")
 
 
+@click.command()
+@click.argument("run", type=click.Path())
+@click.option("--html", "html_out", required=True, type=click.Path(dir_okay=False),
+              help="Where to write the self-contained HTML report.")
+def report(run, html_out):
+    """Write RUN's report as one self-contained HTML file (figures included; it opens with no
+    server and no network). RUN is analysed first if it has no report yet."""
+    from meshscope.dashboard.data import ReportUnreadable
+    from meshscope.dashboard.static_report import write_html
 
-COMMANDS = (dashboard,)
+    entry = _entry(run)
+    if not entry.analysed:
+        from .analyze_cmd import run_analysis
+        click.echo(f"{run} has no report yet: analysing it first", err=True)
+        run_analysis(str(entry.path), None, None)
+    try:
+        out = write_html(entry, pathlib.Path(html_out))
+    except ReportUnreadable as e:
+        fail(f"{e}; run `meshscope analyze {run}` to rewrite the report")
+    except OSError as e:
+        fail(f"{html_out}: cannot write ({e.strerror})")
+    click.echo(f"report written: {out} ({out.stat().st_size / 1e6:.1f} MB)")
+
+
+@click.command()
+@click.argument("run", type=click.Path())
+@click.option("--perfetto", "perfetto_out", required=True, type=click.Path(dir_okay=False),
+              help="Where to write the trace (.json, or .json.gz to compress).")
+def export(run, perfetto_out):
+    """Export RUN's merged timeline as a Chrome/Perfetto trace: one process per rank, clocks
+    aligned with the offsets of RUN's report, a flow arrow through the ranks of each matched
+    collective. Open it in ui.perfetto.dev or chrome://tracing."""
+    from meshscope.analysis.errors import InputError
+    from meshscope.analysis.report.perfetto import export as do_export
+
+    entry = _entry(run)
+    try:
+        s = do_export(entry.path, pathlib.Path(perfetto_out), report_dir=entry.report_dir)
+    except InputError as e:
+        fail(str(e))
+    except OSError as e:
+        fail(f"{perfetto_out}: cannot write ({e.strerror})")
+    moved = ", ".join(f"rank {r} {a / 1e3:+.3f} ms" for r, a in s.applied_us.items() if a)
+    click.echo(f"trace written: {s.path} — {len(s.ranks)} ranks, {s.events:,} events, "
+               f"{s.flows} matched collectives linked; clocks moved: {moved or 'none'}")
+    for note in s.notes:
+        click.echo(f"meshscope: note: {note}", err=True)
+
+
+COMMANDS = (dashboard, report, export)

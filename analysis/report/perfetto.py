@@ -1,0 +1,319 @@
+"""The merged, aligned timeline of a run: every rank's trace on one clock, as a Chrome / Perfetto
+trace (``export``) and as the per-rank segments of one step that the dashboard's timeline page
+draws (``step_segments``).
+
+**Alignment.** Each rank's events are moved onto the reference rank's clock by subtracting the
+offset the analysis applied (``applied_us`` of the report's ``clock_offsets.parquet``,
+analysis/crossrank/clocks.py); offsets the analysis did not apply (too small to tell from zero)
+are not applied here either, so the export shows exactly the clocks the report's cross-rank
+figures used. Without a report the traces are exported on their own clocks, and the export
+says so.
+
+**The export** (Chrome's JSON trace event format, which ui.perfetto.dev and chrome://tracing
+open; ``.json.gz`` is gzipped): one process per rank (``pid`` = the rank, named
+``rank R (pp0·dp1)`` from run.json's mesh, sorted by rank), one thread per lane of that rank's
+trace (its CPU threads or GPU streams, named as in the trace), every complete event of the
+trace (``ph: X``, times in µs). Where the report has the collective-instance table
+(``instances.parquet``, with the ``match_id`` that analysis/comm/matching.py gives the rows of
+one operation on every rank), each rank gets a "matched collectives" thread with one slice per
+operation it took part in (arrival → end), and the slices of each matched operation are linked
+by one flow — for a collective from the first rank to arrive through the next ones to the last
+(``ph: s``, ``t``…, ``f``), for a send/recv from the send's post to the end of the recv — so
+the viewer draws an arrow through the ranks of every matched collective and message.
+``otherData.meshscope`` records the run, the offsets applied per rank, the number of flows and
+anything left out.
+
+Traces are read with ``analysis.ingest.events.load_trace`` (through the report's parquet
+cache when the analysis left one); nothing is re-computed that the report holds.
+"""
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import logging
+import pathlib
+
+import numpy as np
+import orjson
+import pandas as pd
+
+from meshscope.analysis.errors import InputError
+from meshscope.analysis.ingest.events import RankTrace, load_trace
+from meshscope.analysis.report.inputs import find_traces
+from meshscope.collectors import run_dir as rd
+from meshscope.collectors.run_dir import RunDirError
+from meshscope.collectors.run_info import RunInfo, read_run_info
+
+log = logging.getLogger("meshscope.analysis")
+
+COLLECTIVES_TID = 1_000_000          # the "matched collectives" thread of every rank
+FLOW_CAT = "meshscope.collective"
+
+
+@dataclasses.dataclass
+class AlignedRun:
+    """Every readable trace of a run with the offsets to put them on one clock."""
+    path: pathlib.Path
+    traces: dict[int, RankTrace]
+    applied_us: dict[int, float]        # rank -> offset subtracted from its times
+    run: RunInfo | None
+    instances: pd.DataFrame | None      # the report's collective-instance table
+    collectives: pd.DataFrame | None    # the report's matched-collective table
+    notes: list[str]
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportSummary:
+    path: pathlib.Path
+    ranks: list[int]
+    events: int
+    flows: int
+    applied_us: dict[int, float]
+    notes: list[str]
+
+
+def _table(report_dir: pathlib.Path | None, name: str) -> pd.DataFrame | None:
+    if report_dir is None:
+        return None
+    p = pathlib.Path(report_dir) / f"{name}.parquet"
+    if not p.is_file():
+        return None
+    try:
+        return pd.read_parquet(p)
+    except Exception as e:  # a damaged table: export without it, and say so
+        log.warning("%s: unreadable (%s)", p, e)
+        return None
+
+
+def load_aligned(path: pathlib.Path, report_dir: pathlib.Path | None = None) -> AlignedRun:
+    """The traces under ``path`` (a run directory or a folder of traces) and the offsets of
+    the report in ``report_dir`` (default ``path/report``). InputError when no trace can be
+    read; unreadable ones are named in ``notes``."""
+    path = pathlib.Path(path)
+    report_dir = pathlib.Path(report_dir) if report_dir is not None else path / rd.REPORT
+    files = find_traces(path)
+    if not files:
+        raise InputError(path, "no trace files (*.json, *.json.gz) found")
+    cache = report_dir / ".cache" if report_dir.is_dir() else None
+    notes: list[str] = []
+    traces: dict[int, RankTrace] = {}
+    for f in files:
+        try:
+            tr = load_trace(f, cache_dir=cache)
+        except InputError as e:
+            notes.append(str(e))
+            continue
+        if tr.rank in traces:
+            notes.append(f"{f}: rank {tr.rank} already read from {traces[tr.rank].path}; "
+                         f"skipped")
+            continue
+        traces[tr.rank] = tr
+    if not traces:
+        raise InputError(path, "no usable trace: " + "; ".join(notes))
+    try:
+        info = read_run_info(path) if path.is_dir() else None
+    except RunDirError as e:
+        notes.append(str(e))
+        info = None
+    offsets = _table(report_dir, "clock_offsets")
+    applied = {r: 0.0 for r in traces}
+    if offsets is not None and {"rank", "applied_us"} <= set(offsets.columns):
+        for r, a in zip(offsets["rank"], offsets["applied_us"]):
+            if int(r) in applied and a == a:
+                applied[int(r)] = float(a)
+    else:
+        notes.append("no clock-offset table in the report: every rank on its own clock")
+    instances = _table(report_dir, "instances")
+    if instances is not None and not {"rank", "match_id", "arrival_us", "end_us"} <= set(
+            instances.columns):
+        instances = None
+    if instances is None:
+        notes.append("no collective-instance table with match ids in the report (re-run "
+                     "`meshscope analyze`): no flow arrows between ranks")
+    return AlignedRun(path=path, traces=dict(sorted(traces.items())), applied_us=applied,
+                      run=info, instances=instances,
+                      collectives=_table(report_dir, "collectives"), notes=notes)
+
+
+def rank_name(rank: int, run: RunInfo | None) -> str:
+    """``rank 3 (pp1·dp1)``: the rank and its mesh coordinates in dimensions of size > 1."""
+    coords = run.coordinates.get(int(rank)) if run is not None else None
+    parts = [f"{d}{coords[d]}" for d in ("pp", "dp", "cp", "tp", "ep")
+             if coords and d in coords and run.size(d) > 1]
+    return f"rank {rank}" + (f" ({'·'.join(parts)})" if parts else "")
+
+
+def aligned_instances(run: AlignedRun) -> pd.DataFrame:
+    """The matched rows of the instance table with arrival and end on the aligned clock."""
+    inst = run.instances
+    if inst is None:
+        return pd.DataFrame(columns=["rank", "match_id", "arrival_us", "end_us"])
+    inst = inst[(inst["match_id"].astype(str) != "") & inst["match_id"].notna()
+                & inst["rank"].isin(list(run.traces))].copy()
+    shift = inst["rank"].map(lambda r: run.applied_us.get(int(r), 0.0)).astype(float)
+    inst["arrival_us"] = inst["arrival_us"] - shift
+    inst["end_us"] = inst["end_us"] - shift
+    return inst
+
+
+def _trace_events(run: AlignedRun) -> tuple[list[dict], int]:
+    out: list[dict] = []
+    n = 0
+    for rank, tr in run.traces.items():
+        off = run.applied_us.get(rank, 0.0)
+        out.append({"ph": "M", "name": "process_name", "pid": rank,
+                    "args": {"name": rank_name(rank, run.run)}})
+        out.append({"ph": "M", "name": "process_sort_index", "pid": rank,
+                    "args": {"sort_index": rank}})
+        ev = tr.events
+        lanes = {lane: i + 1 for i, lane in enumerate(pd.unique(ev["lane"].astype(str)))}
+        for lane, tid in lanes.items():
+            out.append({"ph": "M", "name": "thread_name", "pid": rank, "tid": tid,
+                        "args": {"name": lane}})
+        ts = (ev["ts_us"].to_numpy(dtype=float) - off).round(3)
+        dur = ev["dur_us"].to_numpy(dtype=float).round(3)
+        tids = ev["lane"].astype(str).map(lanes).to_numpy()
+        names, cats, kinds = ev["name"].to_numpy(), ev["cat"].to_numpy(), ev["kind"].to_numpy()
+        for i in range(len(ev)):
+            if not (np.isfinite(ts[i]) and np.isfinite(dur[i])) or dur[i] < 0:
+                continue
+            out.append({"ph": "X", "name": names[i], "cat": cats[i] or kinds[i],
+                        "ts": float(ts[i]), "dur": float(dur[i]), "pid": rank,
+                        "tid": int(tids[i]), "args": {"kind": kinds[i]}})
+            n += 1
+    return out, n
+
+
+def _collective_events(run: AlignedRun) -> tuple[list[dict], int]:
+    inst = aligned_instances(run)
+    if inst.empty:
+        return [], 0
+    out: list[dict] = [{"ph": "M", "name": "thread_name", "pid": r, "tid": COLLECTIVES_TID,
+                        "args": {"name": "matched collectives"}}
+                       for r in sorted(inst["rank"].astype(int).unique())]
+    for row in inst.itertuples():
+        label = f"{row.op} {getattr(row, 'dim', '')}".strip() if hasattr(row, "op") \
+            else "collective"
+        args = {"match_id": str(row.match_id)}
+        for k in ("pg_ranks", "seq", "msg_bytes", "peer", "step"):
+            v = getattr(row, k, None)
+            if v is not None and not (isinstance(v, float) and v != v) and v is not pd.NA:
+                args[k] = v.item() if hasattr(v, "item") else v
+        out.append({"ph": "X", "name": label, "cat": "collective",
+                    "ts": round(float(row.arrival_us), 3),
+                    "dur": round(max(0.0, float(row.end_us - row.arrival_us)), 3),
+                    "pid": int(row.rank), "tid": COLLECTIVES_TID, "args": args})
+    flows = 0
+    for match_id, g in inst.groupby("match_id", sort=False):
+        if g["rank"].nunique() < 2:
+            continue
+        ops = set(g["op"]) if "op" in g else set()
+        if ops == {"send", "recv"}:
+            # A message: from the sender's post to the moment the receiver had it.
+            g = g.assign(flow_ts=np.where(g["op"] == "send", g["arrival_us"],
+                                      np.maximum(g["arrival_us"], g["end_us"] - 0.001)),
+                         flow_order=np.where(g["op"] == "send", 0, 1)).sort_values("flow_order")
+            name = "message"
+        else:
+            g = g.assign(flow_ts=g["arrival_us"]).sort_values(["arrival_us", "rank"])
+            name = "collective"
+        flows += 1
+        last = len(g) - 1
+        for i, row in enumerate(g.itertuples()):
+            out.append({"ph": "s" if i == 0 else "f" if i == last else "t", "id": flows,
+                        "name": name, "cat": FLOW_CAT, "bp": "e",
+                        "ts": round(float(row.flow_ts), 3), "pid": int(row.rank),
+                        "tid": COLLECTIVES_TID})
+    return out, flows
+
+
+def export(path: pathlib.Path, out: pathlib.Path, *,
+           report_dir: pathlib.Path | None = None) -> ExportSummary:
+    """Write the aligned timeline of the run at ``path`` to ``out`` (module docstring); gzip
+    when ``out`` ends with ``.gz``."""
+    run = load_aligned(path, report_dir)
+    events, n = _trace_events(run)
+    coll, flows = _collective_events(run)
+    doc = {"traceEvents": events + coll, "displayTimeUnit": "ms",
+           "otherData": {"meshscope": {
+               "source": run.run.run_id if run.run is not None and run.run.run_id else
+               pathlib.Path(path).name,
+               "ranks": list(run.traces), "clock_offsets_applied_us":
+                   {str(r): a for r, a in run.applied_us.items()},
+               "flows": flows, "notes": run.notes}}}
+    data = orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
+    out = pathlib.Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if out.name.endswith(".gz"):
+        with gzip.open(out, "wb", compresslevel=6) as f:
+            f.write(data)
+    else:
+        out.write_bytes(data)
+    return ExportSummary(path=out, ranks=list(run.traces), events=n, flows=flows,
+                         applied_us=run.applied_us, notes=run.notes)
+
+
+# ---- the timeline page's segments ----------------------------------------------------------
+
+def _step_window(tr: RankTrace, step: int) -> tuple[float, float] | None:
+    ev = tr.events
+    hit = ev[ev["name"] == f"ProfilerStep#{step}"]
+    if hit.empty:
+        return None
+    return float(hit["ts_us"].min()), float(hit["end_us"].max())
+
+
+def _coarsen(ivs: np.ndarray, gap_us: float) -> np.ndarray:
+    """Merge intervals closer than ``gap_us`` (what a screen cannot tell apart)."""
+    if len(ivs) <= 1 or gap_us <= 0:
+        return ivs
+    keep = [list(ivs[0])]
+    for s, e in ivs[1:]:
+        if s - keep[-1][1] <= gap_us:
+            keep[-1][1] = max(keep[-1][1], e)
+        else:
+            keep.append([s, e])
+    return np.asarray(keep)
+
+
+def step_segments(run: AlignedRun, step: int, *, resolution: int = 2000) -> pd.DataFrame:
+    """Per rank, the aligned segments of step ``step``: rank, kind (``compute``,
+    ``comm <dim>`` / ``comm``, ``wait``), start_us, end_us — µs from the earliest rank's step
+    start. Segments closer than 1/``resolution`` of the step are merged (drawing them apart
+    would need more pixels than a screen has). The sets are the analysis' own
+    (``analysis.timeline.rank_timeline.build``): compute, communication and wait regions."""
+    from meshscope.analysis.timeline import intervals as iv
+    from meshscope.analysis.timeline.rank_timeline import build
+
+    windows = {}
+    for r, tr in run.traces.items():
+        w = _step_window(tr, step)
+        if w is not None:
+            off = run.applied_us.get(r, 0.0)
+            windows[r] = (w[0] - off, w[1] - off)
+    if not windows:
+        return pd.DataFrame(columns=["rank", "kind", "start_us", "end_us"])
+    t0 = min(w[0] for w in windows.values())
+    t1 = max(w[1] for w in windows.values())
+    gap = (t1 - t0) / resolution
+    inst = aligned_instances(run)
+    rows = []
+    for r, (s, e) in windows.items():
+        off = run.applied_us.get(r, 0.0)
+        tl = build(run.traces[r])
+        # The timeline's sets are on the rank's own clock; the instances are aligned already.
+        sets = {"compute": np.asarray(tl.compute, dtype=float).reshape(-1, 2) - off,
+                "wait": np.asarray(getattr(tl, "waits", iv.EMPTY), dtype=float)
+                .reshape(-1, 2) - off}
+        mine = inst[inst["rank"] == r] if not inst.empty else inst
+        if not mine.empty and "dim" in mine:
+            start = mine["exec_ts_us"] - off if "exec_ts_us" in mine else mine["arrival_us"]
+            start = start.where(start.notna(), mine["arrival_us"])
+            for d, g in mine.assign(_s=start).groupby("dim"):
+                sets[f"comm {d}"] = iv.union(g["_s"], g["end_us"])
+        else:
+            sets["comm"] = np.asarray(tl.comm, dtype=float).reshape(-1, 2) - off
+        for kind, ivs in sets.items():
+            for a, b in _coarsen(iv.clip(ivs, s, e), gap):
+                rows.append((r, kind, a - t0, b - t0))
+    return pd.DataFrame(rows, columns=["rank", "kind", "start_us", "end_us"])

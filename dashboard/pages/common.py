@@ -1,0 +1,87 @@
+"""What the pages share: the context a page is built from, the per-rank rows of summary.json,
+and the colours every page uses for the same thing."""
+from __future__ import annotations
+
+import dataclasses
+
+import pandas as pd
+
+from ..data import RunReport
+from ..state import ViewState
+
+DIMS = ("pp", "tp", "cp", "ep", "dp", "unknown")
+COLOURS = {"compute": "#4C78A8", "overlapped comm": "#72B7B2", "bubble": "#F2CF5B",
+           "other": "#B279A2", "idle": "#BAB0AC", "wait": "#E45756",
+           "forward": "#4C78A8", "backward": "#F58518", "weight-grad": "#54A24B",
+           "exposed pp": "#E45756", "exposed tp": "#9D755D", "exposed cp": "#FF9DA6",
+           "exposed ep": "#D67195", "exposed dp": "#B22222", "exposed unknown": "#79706E",
+           "comm pp": "#E45756", "comm tp": "#9D755D", "comm cp": "#FF9DA6",
+           "comm ep": "#D67195", "comm dp": "#B22222", "comm unknown": "#79706E",
+           "comm": "#E45756"}
+LAYOUT = {"template": "plotly_white", "margin": {"l": 70, "r": 20, "t": 40, "b": 50}}
+
+
+@dataclasses.dataclass
+class PageContext:
+    report: RunReport
+    state: ViewState
+
+    @property
+    def run_id(self) -> str:
+        return self.report.run_id
+
+
+def per_rank_mean(report: RunReport) -> pd.DataFrame:
+    """summary.json's ``per_rank_mean`` (the analysis' mean over profiled steps) indexed by
+    rank; empty when the report has none."""
+    rows = report.get("per_rank_mean", default=[])
+    df = pd.DataFrame([r for r in rows if isinstance(r, dict) and "rank" in r])
+    return df.set_index("rank").sort_index() if not df.empty else df
+
+
+def pick_step(report: RunReport, step: int | None) -> int | None:
+    """The step the URL names when the report has it, else the first profiled step."""
+    steps = report.steps
+    if step in steps:
+        return step
+    return steps[0] if steps else None
+
+
+def rank_label(rank, report: RunReport) -> str:
+    """``rank 3 (pp1·dp1)`` from run.json's mesh coordinates; ``rank 3`` without them."""
+    info = report.run_info
+    coords = info.coordinates.get(int(rank)) if info is not None else None
+    if not coords:
+        return f"rank {rank}"
+    parts = [f"{d}{coords[d]}" for d in ("pp", "dp", "cp", "tp", "ep") if d in coords
+             and info.size(d) > 1]
+    return f"rank {rank}" + (f" ({'·'.join(parts)})" if parts else "")
+
+
+def straggler_text(report: RunReport) -> str | None:
+    """One line naming the straggler and what fixing it saves; None when there is none."""
+    s = report.get("cross_rank", "straggler")
+    if not isinstance(s, dict) or "rank" not in s:
+        return None
+    text = f"Straggler: rank {s['rank']}"
+    if isinstance(s.get("saving_us"), (int, float)):
+        text += f" — running it at its reference pace saves {s['saving_us'] / 1e3:.2f} ms " \
+                f"per step"
+        if isinstance(s.get("saving_pct"), (int, float)):
+            text += f" ({s['saving_pct']:.1f}% of the step)"
+        if s.get("reference"):
+            text += f", against {s['reference']}"
+    elif isinstance(s.get("wait_caused_us"), (int, float)):
+        text += f" — the others waited {s['wait_caused_us'] / 1e3:.2f} ms for it"
+        if isinstance(s.get("last_share"), (int, float)):
+            text += f"; last to arrive at {100 * s['last_share']:.0f}% of its collectives"
+    return text + "."
+
+
+def lanes_layout(fig, title: str, xaxis_title: str, order: list[str], row_px: int) -> None:
+    """The layout of a figure with one horizontal lane per rank, ``order`` top to bottom
+    (the Gantt of the pipeline page, the timeline)."""
+    fig.update_layout(**LAYOUT, barmode="overlay", height=150 + row_px * len(order),
+                      title=title, xaxis_title=xaxis_title,
+                      yaxis={"categoryorder": "array", "categoryarray": order[::-1]},
+                      legend={"orientation": "h", "y": -0.22})

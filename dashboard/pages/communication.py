@@ -1,0 +1,186 @@
+"""Communication: how fast the collectives ran against what the fabric can do, how much of their
+time was transfer and how much waiting, and who talks to whom.
+
+- ``busbw-graph``: busbw against message size per op and dimension (log axes), from
+  ``bandwidth_summary.parquet`` (medians per size bucket, nccl-tests' definitions,
+  analysis/comm/bandwidth.py), with the baseline busbw (``meshscope bench-comm`` or
+  nccl-tests) dashed where the report has one.
+- ``transfer-wait-graph``: per (dimension, op, group), the time spent transferring and the time
+  spent waiting for the other ranks (``bandwidth.parquet``: ``transfer_us``, ``wait_us``),
+  summed over the group's ranks and the profiled steps.
+- ``rank-matrix-graph``: rank × rank, the bytes and the time of the operations each pair of
+  ranks took part in together (a send/recv counts for its two ranks, a collective for every
+  pair of its group).
+- ``costly-table``: the costliest collectives (longest time on their slowest rank).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from ..sections import Figure, Note, Section, Table, missing
+from .common import LAYOUT, PageContext
+
+TOP = 12
+
+
+def busbw_figure(ctx: PageContext) -> go.Figure | None:
+    bw = ctx.report.table("bandwidth_summary")
+    if bw is None or bw.empty or not {"op", "msg_bytes", "busbw_gbps"} <= set(bw.columns):
+        return None
+    fig = go.Figure()
+    dim = bw["dim"] if "dim" in bw else pd.Series("", index=bw.index)
+    for (d, op), g in bw.assign(dim=dim).groupby(["dim", "op"], sort=True):
+        g = g.sort_values("msg_bytes")
+        fig.add_scatter(name=f"{op} ({d})", x=g["msg_bytes"].tolist(),
+                        y=g["busbw_gbps"].round(4).tolist(), mode="lines+markers",
+                        customdata=g["instances"].tolist() if "instances" in g else None,
+                        hovertemplate=f"{op} {d}<br>%{{x:.3s}}B: %{{y:.3f}} GB/s busbw"
+                                      + ("<br>%{customdata} instances" if "instances" in g
+                                         else "") + "<extra></extra>")
+        if "baseline_busbw_gbps" in g and g["baseline_busbw_gbps"].notna().any():
+            b = g[g["baseline_busbw_gbps"].notna()]
+            fig.add_scatter(name=f"{op} baseline", x=b["msg_bytes"].tolist(),
+                            y=b["baseline_busbw_gbps"].round(4).tolist(), mode="lines",
+                            line={"dash": "dash"},
+                            hovertemplate=f"{op} baseline %{{x:.3s}}B: %{{y:.3f}} GB/s"
+                                          "<extra></extra>")
+    fig.update_layout(**LAYOUT, height=420, title="Bus bandwidth vs message size (median per "
+                                                  "size bucket)",
+                      xaxis={"type": "log", "title": "message size (bytes)"},
+                      yaxis={"type": "log", "title": "busbw (GB/s)"})
+    return fig
+
+
+def _per_rank_ops(ctx: PageContext) -> pd.DataFrame | None:
+    """One row per operation of one rank with dim, op, group ranks, bytes, duration, transfer
+    and wait: the report's bandwidth table."""
+    bw = ctx.report.table("bandwidth")
+    need = {"rank", "group", "op", "msg_bytes", "dur_us"}
+    if bw is None or bw.empty or not need <= set(bw.columns):
+        return None
+    return bw
+
+
+def transfer_wait_figure(ops: pd.DataFrame) -> go.Figure | None:
+    if not {"transfer_us", "wait_us"} <= set(ops.columns):
+        return None
+    dim = ops["dim"] if "dim" in ops else ""
+    g = ops.assign(dim=dim).groupby(["dim", "op", "group"], sort=True)[
+        ["transfer_us", "wait_us"]].sum().reset_index()
+    g = g.sort_values("transfer_us", key=lambda s: -(s + g["wait_us"])).head(3 * TOP)
+    x = [f"{r.dim} {r.op} [{r.group}]" for r in g.itertuples()]
+    fig = go.Figure()
+    fig.add_bar(name="transfer", x=x, y=(g["transfer_us"] / 1e3).round(3).tolist(),
+                marker_color="#4C78A8")
+    fig.add_bar(name="wait", x=x, y=(g["wait_us"] / 1e3).round(3).tolist(),
+                marker_color="#E45756")
+    fig.update_layout(**LAYOUT, barmode="stack", height=400, yaxis_title="ms",
+                      title="Transfer vs wait per collective kind (summed over ranks and "
+                            "profiled steps)", xaxis={"type": "category"})
+    return fig
+
+
+MAX_MATRIX = 128          # cells per side: larger runs are drawn in blocks of ranks
+
+
+def rank_matrix(ops: pd.DataFrame) -> tuple[list[int], np.ndarray, np.ndarray]:
+    """rank × rank bytes and µs of the operations each pair took part in together (from
+    each rank's own rows, so the matrix is what each rank saw)."""
+    per = ops.assign(msg_bytes=ops["msg_bytes"].astype("float64").fillna(0.0),
+                     dur_us=ops["dur_us"].astype("float64").fillna(0.0)) \
+        .groupby(["rank", "group"], sort=False)[["msg_bytes", "dur_us"]].sum().reset_index()
+    members = {g: [int(x) for x in str(g).split(",") if x.strip().isdigit()]
+               for g in per["group"].unique()}
+    ranks = sorted(set(per["rank"].astype(int)).union(*map(set, members.values())))
+    pos = {r: i for i, r in enumerate(ranks)}
+    idx = {g: np.array([pos[m] for m in ms], dtype=int) for g, ms in members.items()}
+    nbytes = np.zeros((len(ranks), len(ranks)))
+    time_us = np.zeros_like(nbytes)
+    for rank, group, b, t in per[["rank", "group", "msg_bytes", "dur_us"]].itertuples(
+            index=False):
+        i = pos[int(rank)]
+        nbytes[i, idx[group]] += b
+        time_us[i, idx[group]] += t
+    np.fill_diagonal(nbytes, 0.0)   # a rank's own share of its groups is no exchange
+    np.fill_diagonal(time_us, 0.0)
+    return ranks, nbytes, time_us
+
+
+def _blocks(ranks: list[int], *mats: np.ndarray) -> tuple[list[str], list[np.ndarray]]:
+    """Labels and matrices summed over blocks of consecutive ranks, at most ``MAX_MATRIX``
+    per side (a 512-rank matrix would send a quarter of a million cells)."""
+    size = -(-len(ranks) // MAX_MATRIX)
+    if size == 1:
+        return [f"rank {r}" for r in ranks], list(mats)
+    n = -(-len(ranks) // size)
+    labels = [f"ranks {ranks[k * size]}–{ranks[min(len(ranks), (k + 1) * size) - 1]}"
+              for k in range(n)]
+    out = []
+    for m in mats:
+        pad = np.zeros((n * size, n * size))
+        pad[:len(ranks), :len(ranks)] = m
+        out.append(pad.reshape(n, size, n, size).sum(axis=(1, 3)))
+    return labels, out
+
+
+def matrix_figure(ops: pd.DataFrame) -> go.Figure:
+    ranks, nbytes, time_us = rank_matrix(ops)
+    labels, (nbytes, time_us) = _blocks(ranks, nbytes, time_us)
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("MB exchanged", "ms spent"),
+                        horizontal_spacing=0.12)
+    for col, (z, unit, scale) in enumerate(((nbytes, "MB", 1e6), (time_us, "ms", 1e3)), 1):
+        zz = np.where(z > 0, z / scale, np.nan).round(3)
+        fig.add_trace(go.Heatmap(z=zz.tolist(), x=labels, y=labels, colorscale="Blues",
+                                 showscale=False, hovertemplate="%{y} ↔ %{x}: %{z} " + unit
+                                 + "<extra></extra>", xgap=1 if len(labels) <= 64 else 0,
+                                 ygap=1 if len(labels) <= 64 else 0), row=1, col=col)
+    fig.update_layout(**LAYOUT, height=min(900, 160 + 22 * len(labels)),
+                      title="Who talks to whom (rows: the rank that saw it"
+                            + (", summed over blocks of ranks)" if len(labels) < len(ranks)
+                               else ")"))
+    fig.update_yaxes(autorange="reversed")
+    return fig
+
+
+def costly_table(ops: pd.DataFrame) -> Table:
+    keys = [k for k in ("step", "dim", "op", "group", "k") if k in ops.columns]
+    agg = {"dur_us": "max", "msg_bytes": "max"}
+    if "transfer_us" in ops:
+        agg["transfer_us"] = "min"
+    if "wait_us" in ops:
+        agg["wait_us"] = "max"
+    g = ops.groupby(keys, sort=False).agg(agg).reset_index().sort_values(
+        "dur_us", ascending=False).head(TOP)
+    cols = keys + ["bytes", "slowest rank's time", "transfer", "longest wait"]
+    rows = [[r[k] for k in keys] + [f"{int(r['msg_bytes']):,}" if r["msg_bytes"] == r[
+        "msg_bytes"] else "—", f"{r['dur_us'] / 1e3:.3f} ms",
+        f"{r['transfer_us'] / 1e3:.3f} ms" if "transfer_us" in r else "—",
+        f"{r['wait_us'] / 1e3:.3f} ms" if "wait_us" in r else "—"] for _, r in g.iterrows()]
+    return Table("costly-table", cols, rows, left=len(keys),
+                 caption="The collectives that took longest on their slowest rank; the "
+                         "transfer is the fastest rank's time, the rest of each rank's time "
+                         "is waiting for the others.")
+
+
+def sections(ctx: PageContext) -> list[Section]:
+    out = []
+    bus = busbw_figure(ctx)
+    out.append(Section("Bandwidth", [Figure("busbw-graph", bus, "busbw = algbw × the op's bus "
+                                            "factor (nccl-tests); n is the group's size.")
+                                     if bus else missing("busbw-none", "bandwidth summary",
+                                                         ctx.run_id)]))
+    ops = _per_rank_ops(ctx)
+    if ops is None:
+        out.append(Section("Collectives", [missing("ops-none", "bandwidth table",
+                                                   ctx.run_id)]))
+        return out
+    tw = transfer_wait_figure(ops)
+    out.append(Section("Transfer vs wait", [Figure("transfer-wait-graph", tw) if tw else
+                                            Note("tw-none", "No transfer/wait split.")]))
+    out.append(Section("Rank × rank", [Figure("rank-matrix-graph", matrix_figure(ops))]))
+    out.append(Section("Costliest collectives", [costly_table(ops)]))
+    return out
+

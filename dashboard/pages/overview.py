@@ -1,0 +1,240 @@
+"""Overview: what the run was, where each rank's step went, where the slow rank sits in the mesh,
+and the ranked findings with their evidence, cost and remedy.
+
+- ``run-facts``: layout, world size, schedule, microbatches, step time, tokens/s, MFU.
+- ``straggler``: the named straggler and what fixing it saves (``cross_rank.straggler``).
+- ``mesh-graph``: the layout drawn as its mesh — one row per pipeline stage, one column per
+  (dp, cp, tp) coordinate — each rank coloured by ``?color=``: its what-if saving (default,
+  when the report has one), or a part of its step breakdown; expert-parallel groups named in
+  each cell.
+- ``breakdown-graph``: per-rank stacked bars of summary.json's ``per_rank_mean`` (compute,
+  overlapped comm, exposed comm per dimension, bubble, other, idle; they add up to the step
+  window, analysis/timeline/breakdown.py).
+- ``findings-table``: the findings in the order the analysis ranked them.
+"""
+from __future__ import annotations
+
+import json
+
+import plotly.graph_objects as go
+
+from ..sections import Facts, Figure, Note, Section, Table, fmt, missing
+from .common import COLOURS, DIMS, LAYOUT, PageContext, per_rank_mean, rank_label, \
+    straggler_text
+
+# Mesh colourings: key -> (label, where the value comes from).
+COLOR_CHOICES = {"saving": "what-if saving (ms/step)", "compute": "compute (ms/step)",
+                 "exposed": "exposed comm (ms/step)", "bubble": "bubble (ms/step)",
+                 "idle": "idle (ms/step)", "wait": "wait caused (ms)"}
+
+
+def header_facts(ctx: PageContext) -> Facts:
+    """What the run was (from summary.json)."""
+    rep = ctx.report
+    run = rep.run
+    tp = rep.get("throughput", default={})
+    step_us = rep.get("step_time_us")
+    if not isinstance(step_us, (int, float)):
+        step_us = tp.get("step_time_us") if isinstance(tp, dict) else None
+    model = run.get("model") if isinstance(run.get("model"), dict) else {}
+    facts = [("layout", run.get("layout_str")), ("world size", run.get("world_size")),
+             ("schedule", run.get("schedule")), ("microbatches", run.get("microbatches")),
+             ("model", model.get("preset")), ("status", run.get("status")),
+             ("profiled steps", ", ".join(map(str, rep.steps)) or None),
+             ("device", rep.get("device")),
+             ("step time", f"{step_us / 1e3:.2f} ms" if isinstance(step_us, (int, float))
+              else None)]
+    if isinstance(tp, dict):
+        if isinstance(tp.get("tokens_per_s"), (int, float)):
+            facts.append(("tokens/s", f"{tp['tokens_per_s']:,.0f}"))
+        if isinstance(tp.get("mfu_pct"), (int, float)):
+            facts.append(("MFU", f"{tp['mfu_pct']:.1f}%"))
+    if not run:
+        facts.append(("source", "a plain folder of traces (no run.json)"))
+    return Facts("run-facts", [(k, v) for k, v in facts if v not in (None, "")])
+
+
+def input_warnings(ctx: PageContext) -> list:
+    rep = ctx.report
+    out = []
+    if rep.get("missing_ranks"):
+        out.append(Note("missing-ranks", "Missing ranks (no usable trace): "
+                        + ", ".join(map(str, rep.get("missing_ranks"))), warn=True))
+    problems = rep.get("problems", default=[])
+    if problems:
+        out.append(Note("problems", f"{len(problems)} input problem(s) — see the Health page: "
+                        + str(problems[0])[:200], warn=True))
+    return out
+
+
+def _metric(ctx: PageContext, key: str) -> dict[int, float]:
+    """rank -> value (ms) of the mesh colouring ``key``; {} when the report lacks it."""
+    rep = ctx.report
+    if key == "saving":
+        rows = rep.get("cross_rank", "rank_savings", default=[])
+        return {int(r["rank"]): r["saving_us"] / 1e3 for r in rows
+                if isinstance(r, dict) and isinstance(r.get("saving_us"), (int, float))}
+    if key == "wait":
+        rows = rep.get("cross_rank", "rank_waits", default=[])
+        return {int(r["rank"]): r["wait_caused_us"] / 1e3 for r in rows
+                if isinstance(r, dict) and isinstance(r.get("wait_caused_us"), (int, float))}
+    means = per_rank_mean(rep)
+    col = {"compute": "compute_us", "exposed": "exposed_comm_us", "bubble": "bubble_us",
+           "idle": "idle_us"}[key]
+    if means.empty or col not in means:
+        return {}
+    return {int(r): float(v) / 1e3 for r, v in means[col].items()}
+
+
+def color_key(ctx: PageContext) -> str:
+    if ctx.state.color in COLOR_CHOICES and _metric(ctx, ctx.state.color):
+        return ctx.state.color
+    for key in ("saving", "wait", "exposed"):
+        if _metric(ctx, key):
+            return key
+    return "compute"
+
+
+def mesh_figure(ctx: PageContext) -> go.Figure | None:
+    """The mesh as a grid: rows pp stages, columns the (dp, cp, tp) coordinates in that order;
+    None when there is nothing to colour."""
+    rep = ctx.report
+    key = color_key(ctx)
+    values = _metric(ctx, key)
+    if not values:
+        return None
+    info = rep.run_info
+    ranks = sorted(set(rep.ranks) | set(values))
+    coords = {r: (info.coordinates.get(r) or {}) if info else {} for r in ranks}
+    ep_of = {}
+    if info is not None:
+        for i, g in enumerate(info.groups_along("ep")):
+            if g.size > 1:
+                for r in g.ranks:
+                    ep_of.setdefault(r, i)
+    if all(coords.values()):
+        row_of = {r: coords[r].get("pp", 0) for r in ranks}
+        col_key = {r: tuple(coords[r].get(d, 0) for d in ("dp", "cp", "tp")) for r in ranks}
+        col_dims = [d for d in ("dp", "cp", "tp") if info and info.size(d) > 1]
+    else:  # a folder of traces: one row of ranks
+        row_of = {r: 0 for r in ranks}
+        col_key = {r: (r,) for r in ranks}
+        col_dims = []
+    rows = sorted(set(row_of.values()))
+    cols = sorted(set(col_key.values()))
+    z = [[None] * len(cols) for _ in rows]
+    text = [[""] * len(cols) for _ in rows]
+    who = [[None] * len(cols) for _ in rows]
+    for r in ranks:
+        i, j = rows.index(row_of[r]), cols.index(col_key[r])
+        v = values.get(r)
+        z[i][j] = v
+        who[i][j] = r
+        text[i][j] = ("▶ " if r == ctx.state.rank else "") + f"rank {r}<br>{'—' if v is None else f'{v:.2f} ms'}" + \
+            (f"<br>ep group {ep_of[r]}" if r in ep_of else "")
+    if col_dims:
+        idx = {"dp": 0, "cp": 1, "tp": 2}
+        xlabels = ["·".join(f"{d}{c[idx[d]]}" for d in col_dims) for c in cols]
+    else:
+        xlabels = [f"rank {c[0]}" if not all(coords.values()) else "" for c in cols]
+    fig = go.Figure(go.Heatmap(z=z, x=xlabels, y=[f"stage {s}" if info and info.size("pp") > 1
+                                                  else "" for s in rows],
+                               text=text, texttemplate="%{text}", hoverinfo="text",
+                               customdata=who,
+                               colorscale="Reds", colorbar={"title": "ms"}, xgap=3, ygap=3))
+    fig.update_layout(**LAYOUT, title=f"The mesh, coloured by {COLOR_CHOICES[key]}",
+                      height=120 + 90 * len(rows), yaxis={"autorange": "reversed"})
+    return fig
+
+
+def _segments(means) -> list[tuple[str, list[float]]]:
+    """(label, ms per rank) of each stacked segment; exposed comm split by dimension."""
+    def col(c):
+        return (means[c] / 1e3).round(4).tolist() if c in means else [0.0] * len(means)
+    segs = [("compute", ((means["compute_us"] - means["overlapped_comm_us"]) / 1e3)
+             .round(4).tolist()), ("overlapped comm", col("overlapped_comm_us"))]
+    split = [d for d in DIMS if f"exposed_comm_{d}_us" in means]
+    shown = [d for d in split if (means[f"exposed_comm_{d}_us"] > 0).any()]
+    if shown:
+        segs += [(f"exposed {d}", col(f"exposed_comm_{d}_us")) for d in shown]
+    else:
+        segs.append(("exposed comm", col("exposed_comm_us")))
+    segs += [("bubble", col("bubble_us")), ("other", col("other_us")), ("idle", col("idle_us"))]
+    return segs
+
+
+def breakdown_figure(ctx: PageContext) -> go.Figure | None:
+    means = per_rank_mean(ctx.report)
+    need = ("window_us", "compute_us", "overlapped_comm_us", "exposed_comm_us", "bubble_us",
+            "idle_us")
+    if means.empty or not all(c in means for c in need):
+        return None
+    x = [rank_label(r, ctx.report) for r in means.index]
+    focus = [2.5 if r == ctx.state.rank else 0 for r in means.index]
+    fig = go.Figure()
+    for label, ys in _segments(means):
+        fig.add_bar(name=label, x=x, y=ys, marker_color=COLOURS.get(label, "#E45756"),
+                    marker_line={"width": focus, "color": "#111"},
+                    customdata=[int(r) for r in means.index],
+                    hovertemplate=f"%{{x}}<br>{label}: %{{y:.2f}} ms<extra></extra>")
+    fig.update_layout(**LAYOUT, barmode="stack", height=420,
+                      title="Step breakdown per rank (mean over profiled steps)",
+                      yaxis_title="ms per step", xaxis={"type": "category"},
+                      legend={"traceorder": "reversed"})
+    return fig
+
+
+def _evidence(ev) -> str:
+    if not isinstance(ev, dict):
+        return "" if ev is None else str(ev)[:300]
+    parts = []
+    for k, v in ev.items():
+        if isinstance(v, float):
+            v = f"{v:.4g}"
+        elif isinstance(v, (list, dict)):
+            v = json.dumps(v)[:80]
+        parts.append(f"{k}={v}")
+    return "; ".join(parts)[:400]
+
+
+def findings_table(ctx: PageContext) -> Table | Note:
+    found = [f for f in ctx.report.get("findings", default=[]) if isinstance(f, dict)]
+    if not found:
+        return Note("findings-none", "No findings: nothing in this run stands out above "
+                                     "its own noise.")
+    rows = []
+    for i, f in enumerate(found, 1):
+        cost = f.get("cost_us")
+        symptoms = f.get("symptoms") or []
+        rows.append([i, f.get("severity", ""), f.get("title", f.get("id", "")),
+                     f.get("dimension", ""),
+                     "—" if not isinstance(cost, (int, float)) else f"{cost / 1e3:.2f}",
+                     fmt(f.get("cost_pct"), 1), _evidence(f.get("evidence")),
+                     f.get("remedy", ""),
+                     "; ".join(map(str, symptoms))[:300] if isinstance(symptoms, list) else
+                     str(symptoms)[:300]])
+    return Table("findings-table", ["#", "severity", "finding", "dim", "cost ms/step",
+                                    "cost %", "evidence", "remedy", "explains"], rows,
+                 caption="Cost: the step time fixing it would save (the analysis' what-if), "
+                         "mean per profiled step.", left=9)
+
+
+def sections(ctx: PageContext) -> list[Section]:
+    rep = ctx.report
+    out = [Section(None, [header_facts(ctx), *input_warnings(ctx)], id="overview-head")]
+    line = straggler_text(rep)
+    out.append(Section(None, [Note("straggler", line, warn=True) if line else
+                              Note("straggler", "No straggler: no rank's work stands out "
+                                   "above the run's step-to-step noise.")]))
+    mesh = mesh_figure(ctx)
+    bars = breakdown_figure(ctx)
+    out.append(Section("Where the ranks sit", [
+        Figure("mesh-graph", mesh, "Each cell is one rank at its mesh coordinates; the "
+               "colour says how much of the step it costs. Click a rank (here or in the "
+               "bars) to focus the view on it (?rank=).")
+        if mesh else Note("mesh-none", "No per-rank figures to draw the mesh with.")]))
+    out.append(Section("Step breakdown", [Figure("breakdown-graph", bars) if bars else
+                                          missing("breakdown-none", "step breakdown",
+                                                  ctx.run_id)]))
+    out.append(Section("Findings", [findings_table(ctx)]))
+    return out

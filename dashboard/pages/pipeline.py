@@ -1,0 +1,164 @@
+"""Pipeline: the microbatch schedule of one step as it ran, the bubble against the replay and the
+theory, and stage imbalance.
+
+- ``gantt-graph``: per-stage (and rank) Gantt of step ``?step=`` from ``microbatches.parquet``
+  — forward / backward / weight-grad coloured, bubbles the gaps, times from the pipeline
+  window's start; the step's critical path (``critical_path.parquet``, schema 2) drawn over it
+  where the report has one.
+- ``bubble-table`` / ``bubble-graph``: per stage, the measured bubble, the replayed one (the
+  schedule alone with the measured durations, analysis/pipeline/schedule.py) and the theory
+  (summary.json ``pipeline_stages``).
+- ``imbalance-table``: compute per microbatch of each stage against the mean.
+- ``phases-table``: warm-up / steady / cool-down of each rank in the step.
+"""
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from ..sections import Facts, Figure, Note, Section, Table, fmt, missing
+from .common import COLOURS, LAYOUT, PageContext, lanes_layout, pick_step, rank_label
+
+PHASES = ("forward", "backward", "weight-grad")
+
+
+def _critical_path(ctx: PageContext, step: int) -> pd.DataFrame | None:
+    cp = ctx.report.table("critical_path")
+    if cp is None or not {"rank", "start_us", "end_us"} <= set(cp.columns):
+        return None
+    if "step" in cp.columns:
+        cp = cp[cp["step"] == step]
+    return cp if not cp.empty else None
+
+
+def gantt_figure(ctx: PageContext, step: int) -> go.Figure | None:
+    mb = ctx.report.table("microbatches")
+    if mb is None or mb.empty or "step" not in mb.columns:
+        return None
+    mb = mb[mb["step"] == step]
+    if mb.empty:
+        return None
+    rows = mb[["stage", "rank"]].drop_duplicates().sort_values(["stage", "rank"])
+    labels = {int(r.rank): f"stage {int(r.stage)} · {rank_label(int(r.rank), ctx.report)}"
+              for r in rows.itertuples()}
+    order = [labels[int(r)] for r in rows["rank"]]
+    fig = go.Figure()
+    for phase in PHASES + tuple(sorted(set(mb["phase"]) - set(PHASES))):
+        g = mb[mb["phase"] == phase]
+        if g.empty:
+            continue
+        chunk = g["chunk"] if "chunk" in g.columns else 0
+        fig.add_bar(name=phase, orientation="h", y=[labels[int(r)] for r in g["rank"]],
+                    base=(g["start_us"] / 1e3).round(3).tolist(),
+                    x=((g["end_us"] - g["start_us"]) / 1e3).round(3).tolist(),
+                    text=[f"{int(m)}" for m in g["mb"]], textposition="inside",
+                    insidetextanchor="middle", marker_color=COLOURS.get(phase, "#888"),
+                    customdata=list(zip(g["mb"].astype(int),
+                                        pd.Series(chunk, index=g.index).astype(int))),
+                    hovertemplate=f"{phase} mb %{{customdata[0]}} chunk %{{customdata[1]}}"
+                                  "<br>%{base:.2f} → %{x:.2f} ms long<extra></extra>")
+    cp = _critical_path(ctx, step)
+    if cp is not None and "start_us" in cp and set(cp["rank"].astype(int)) <= set(labels):
+        origin = float(cp["start_us"].min())
+        fig.add_scatter(name="critical path", mode="lines",
+                        x=[v for s, e in zip(cp["start_us"], cp["end_us"])
+                           for v in ((s - origin) / 1e3, (e - origin) / 1e3, None)],
+                        y=[v for r in cp["rank"] for v in (labels[int(r)],) * 2 + (None,)],
+                        line={"color": "#111", "width": 3})
+    lanes_layout(fig, f"Microbatch schedule of step {step}",
+                 "ms from the pipeline window's start", order, 38)
+    return fig
+
+
+def bubble_rows(ctx: PageContext) -> list[dict]:
+    return [s for s in ctx.report.get("pipeline_stages", default=[]) if isinstance(s, dict)
+            and "stage" in s]
+
+
+def bubble_table(rows: list[dict]) -> Table:
+    body = []
+    for s in rows:
+        meas, theory = s.get("bubble_fraction"), s.get("theory_fraction")
+        rep = s.get("replayed_bubble_fraction")
+        ratio = meas / theory if isinstance(meas, (int, float)) and isinstance(
+            theory, (int, float)) and theory > 0 else None
+        body.append([s["stage"], ", ".join(map(str, s.get("ranks") or [])),
+                     fmt(None if meas is None else 100 * meas, 1, " %"),
+                     fmt(None if rep is None else 100 * rep, 1, " %"),
+                     fmt(None if theory is None else 100 * theory, 1, " %"),
+                     "—" if ratio is None else f"{ratio:.2f}×"])
+    return Table("bubble-table", ["stage", "ranks", "measured bubble", "replayed", "theory",
+                                  "measured / theory"], body, left=2,
+                 caption="Measured: the stage's idle share of the pipeline window, mean over "
+                         "its ranks and the profiled steps. Replayed: the schedule alone with "
+                         "the measured durations and free transfers. Theory: the schedule's "
+                         "closed form, e.g. (p−1)/(m+p−1) for 1F1B.")
+
+
+def bubble_figure(rows: list[dict]) -> go.Figure:
+    fig = go.Figure()
+    x = [f"stage {s['stage']}" for s in rows]
+    for key, name, colour in (("bubble_fraction", "measured", "#E45756"),
+                              ("replayed_bubble_fraction", "replayed", "#F2CF5B"),
+                              ("theory_fraction", "theory", "#4C78A8")):
+        ys = [100 * s[key] if isinstance(s.get(key), (int, float)) else None for s in rows]
+        if any(y is not None for y in ys):
+            fig.add_bar(name=name, x=x, y=ys, marker_color=colour,
+                        hovertemplate=f"%{{x}} {name}: %{{y:.1f}}%<extra></extra>")
+    fig.update_layout(**LAYOUT, barmode="group", height=320, yaxis_title="% of the window",
+                      title="Bubble per stage: measured, replayed, theory")
+    return fig
+
+
+def imbalance(ctx: PageContext) -> list:
+    tab = ctx.report.table("stage_imbalance")
+    summ = ctx.report.get("stage_imbalance")
+    out = []
+    if isinstance(summ, dict) and isinstance(summ.get("max_over_mean"), (int, float)):
+        out.append(Facts("imbalance-facts", [("max / mean", f"{summ['max_over_mean']:.3f}"),
+                                             ("slowest stage", summ.get("slowest_stage"))]))
+    if tab is not None and not tab.empty and "compute_per_mb_us" in tab:
+        out.append(Table("imbalance-table", ["stage", "compute per microbatch", "× mean"],
+                         [[int(r.stage), f"{r.compute_per_mb_us / 1e3:.2f} ms",
+                           f"{r.ratio_to_mean:.3f}" if hasattr(r, "ratio_to_mean") else "—"]
+                          for r in tab.itertuples()]))
+    return out or [missing("imbalance-none", "stage-imbalance table", ctx.run_id)]
+
+
+def phases(ctx: PageContext, step: int) -> list:
+    tab = ctx.report.table("pipeline_phases")
+    if tab is None or tab.empty or "step" not in tab:
+        return []
+    tab = tab[tab["step"] == step].sort_values("rank")
+    cols = [c for c in ("warmup_us", "steady_us", "cooldown_us") if c in tab]
+    return [Table("phases-table", ["rank"] + [c[:-3].replace("warmup", "warm-up")
+                                              .replace("cooldown", "cool-down")
+                                              for c in cols],
+                  [[rank_label(int(r["rank"]), ctx.report)] + [f"{r[c] / 1e3:.2f} ms"
+                                                               for c in cols]
+                   for _, r in tab.iterrows()],
+                  caption=f"The schedule's phases in step {step}, as each rank saw them.")]
+
+
+def sections(ctx: PageContext) -> list[Section]:
+    rows = bubble_rows(ctx)
+    run = ctx.report.run
+    pp = (run.get("layout") or {}).get("pp") if isinstance(run.get("layout"), dict) else None
+    if not rows and not (isinstance(pp, int) and pp > 1):
+        return [Section("Pipeline", [Note("pipeline-none", "No pipeline parallelism in this "
+                                          "run: no schedule, no bubble to compare with "
+                                          "theory.")])]
+    step = pick_step(ctx.report, ctx.state.step)
+    gantt = gantt_figure(ctx, step) if step is not None else None
+    out = [Section(f"Schedule of step {step}", [
+        Figure("gantt-graph", gantt, "Each bar is one microbatch's forward, backward or "
+               "weight-grad on one rank; the gaps are the bubble.") if gantt else
+        missing("gantt-none", "microbatch table for this step", ctx.run_id)])]
+    out.append(Section("Bubble vs theory", [bubble_table(rows), Figure("bubble-graph",
+                                                                       bubble_figure(rows))]
+                       if rows else [missing("bubble-none", "bubble table", ctx.run_id)]))
+    out.append(Section("Stage imbalance", imbalance(ctx)))
+    ph = phases(ctx, step) if step is not None else []
+    if ph:
+        out.append(Section("Warm-up, steady, cool-down", ph))
+    return out

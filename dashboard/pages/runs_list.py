@@ -1,0 +1,122 @@
+"""Runs: every run found under the runs folder, one row each — sortable and filterable — with
+its layout, ranks, schedule, step time, tokens/s, MFU, status, date and top finding; ticking
+several rows and "compare selected" opens the compare page with them. Sweep folders are listed
+with a link that compares all their runs.
+
+The figures come from each run's summary.json as written (``throughput`` and ``step_time_us``
+of schema 2 where present), else from run.json alone for a run not analysed yet.
+"""
+from __future__ import annotations
+
+from dash import Input, Output, State, dash_table, dcc, html
+
+from meshscope.collectors.run_dir import RunDirError
+from meshscope.collectors.run_info import read_run_info
+
+from ..data import read_summary
+from ..runs import RunIndex
+from ..sections import NOTE, Link, Note, Section
+from ..state import ViewState
+
+COLUMNS = [("run", "run"), ("sweep", "sweep"), ("layout", "layout"), ("ranks", "ranks"),
+           ("schedule", "schedule"), ("step_ms", "step time (ms)"),
+           ("tokens_per_s", "tokens/s"), ("mfu_pct", "MFU %"), ("status", "status"),
+           ("date", "date"), ("top_finding", "top finding")]
+
+
+def _num(x, digits):
+    return round(float(x), digits) if isinstance(x, (int, float)) and x == x else None
+
+
+def run_row(entry) -> dict:
+    """The runs-list row of one run (summary.json, else run.json)."""
+    summary = read_summary(entry) if entry.analysed else None
+    label = "".join("\\" + c if c in "\\`*_[]()<>#!" else c for c in entry.run_id)
+    row = {"id": entry.run_id,
+           "run": f"[{label}](/overview{ViewState(page='overview', runs=(entry.run_id,)).query()})",
+           "sweep": entry.sweep or "", "status": "not analysed" if not entry.analysed else ""}
+    run = {}
+    if summary is not None:
+        run = summary.get("run") if isinstance(summary.get("run"), dict) else {}
+        tp = summary.get("throughput") if isinstance(summary.get("throughput"), dict) else {}
+        step = summary.get("step_time_us")
+        if not isinstance(step, (int, float)):
+            step = tp.get("step_time_us")
+        if not isinstance(step, (int, float)):  # schema 1: the slowest rank's mean window
+            windows = [m.get("window_us") for m in summary.get("per_rank_mean") or []
+                       if isinstance(m, dict)]
+            windows = [w for w in windows if isinstance(w, (int, float))]
+            step = max(windows) if windows else None
+        findings = [f for f in summary.get("findings") or [] if isinstance(f, dict)]
+        row.update(step_ms=_num(step / 1e3, 2) if isinstance(step, (int, float)) else None,
+                   tokens_per_s=_num(tp.get("tokens_per_s"), 0),
+                   mfu_pct=_num(tp.get("mfu_pct"), 2),
+                   ranks=len(summary.get("ranks") or []) or None,
+                   top_finding=(findings[0].get("title") or findings[0].get("id") or "")[:120]
+                   if findings else "none",
+                   date=str(summary.get("generated") or "")[:10])
+        row["status"] = run.get("status") or "analysed"
+    elif entry.has_run_json:
+        try:
+            info = read_run_info(entry.path)
+        except RunDirError:
+            info = None
+        if info is not None:
+            run = {"layout_str": info.layout_str, "schedule": info.schedule,
+                   "world_size": info.world_size}
+            row.update(ranks=info.world_size, date=(info.start_time or "")[:10])
+    row.update(layout=run.get("layout_str") or ("traces" if not entry.has_run_json else ""),
+               schedule=run.get("schedule") or "")
+    row.setdefault("ranks", run.get("world_size"))
+    return row
+
+
+def sections(index: RunIndex, state: ViewState) -> list[Section]:
+    if not index.runs:
+        return [Section("Runs", [Note("runs-none", "No runs in this folder: a run is a "
+                                      "folder with run.json or with Kineto traces "
+                                      "(`meshscope run`, `meshscope analyze`).")])]
+    out = []
+    if index.sweeps:
+        links = [Link(f"sweep-{i}", f"compare the {len(runs)} runs of {sweep}",
+                      ViewState(page="compare", sweep=sweep).href())
+                 for i, (sweep, runs) in enumerate(sorted(index.sweeps.items()))]
+        out.append(Section("Sweeps", links))
+    return out
+
+
+def controls() -> list:
+    """The runs table (a sortable, filterable DataTable) and the compare link."""
+    return [html.H3("Runs"),
+            html.P("Click a run to open it; tick two or more to compare them. Sort with the "
+                   "arrows, filter by typing in the row under the headers.", style=NOTE),
+            dash_table.DataTable(
+                id="runs-table", columns=[{"name": label, "id": key,
+                                           "presentation": "markdown"} if key == "run" else
+                                          {"name": label, "id": key,
+                                           "type": "numeric" if key in (
+                                               "ranks", "step_ms", "tokens_per_s", "mfu_pct")
+                                           else "text"} for key, label in COLUMNS],
+                data=[], sort_action="native", filter_action="native",
+                row_selectable="multi", selected_rows=[], page_action="none",
+                markdown_options={"link_target": "_self"},
+                style_cell={"fontFamily": "inherit", "padding": "4px 8px",
+                            "textAlign": "left", "maxWidth": "320px", "whiteSpace": "normal"},
+                style_header={"fontWeight": "600"}),
+            html.Div(dcc.Link("compare selected runs", href="/compare", id="compare-link"),
+                     style={"margin": "10px 0"}),
+            dcc.Store(id="runs-loaded", data=True)]
+
+
+def register(app) -> None:
+    index: RunIndex = app.server.config["MESHSCOPE_INDEX"]
+
+    @app.callback(Output("runs-table", "data"), Input("runs-loaded", "data"))
+    def fill(_):
+        return [run_row(e) for e in index.runs.values()]
+
+    @app.callback(Output("compare-link", "href"), Input("runs-table", "selected_rows"),
+                  State("runs-table", "data"))
+    def compare_link(selected, data):
+        ids = [data[i]["id"] for i in selected or [] if 0 <= i < len(data or [])]
+        return ViewState(page="compare", runs=tuple(ids)).href()

@@ -1,0 +1,169 @@
+"""Stragglers: which rank holds the others up, by how much, and how sure the analysis is.
+
+- ``straggler-verdict``: the named straggler with its evidence (``cross_rank.straggler``).
+- ``heatmap-graph``: rank × step wall time from the step timers — every step, not only the
+  profiled ones — warm-up steps marked (not flagged), slow steps flagged
+  (``step_heatmap.parquet``).
+- ``saving-graph``: the what-if saving of each rank — the step time saved were that rank's
+  own work at its reference pace (``cross_rank.rank_savings``, schema 2); beside it
+  ``waits-graph``, the wait each rank suffered and caused (``rank_waits.parquet``).
+- ``skew-graph``: arrival skew and holdup per matched collective (``collectives.parquet``).
+- ``clock-graph``: each rank's clock offset with its uncertainty, and whether it was applied.
+"""
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from ..sections import Facts, Figure, Note, Section, Table, missing
+from .common import LAYOUT, PageContext, rank_label, straggler_text
+
+MAX_SKEW_BARS = 200
+
+
+def verdict(ctx: PageContext) -> list:
+    rep = ctx.report
+    s = rep.get("cross_rank", "straggler")
+    line = straggler_text(rep)
+    out = [Note("straggler-verdict", line, warn=True) if line else
+           Note("straggler-verdict", "No straggler: no rank's work stands out above the "
+                "run's step-to-step noise.")]
+    if isinstance(s, dict):
+        out.append(Facts("straggler-evidence", [(k, f"{v:.4g}" if isinstance(v, float) else v)
+                                                for k, v in s.items()
+                                                if not isinstance(v, (dict, list))]))
+    why = rep.get("cross_rank", "why_not", default=[])
+    if why:
+        out.append(Note("crossrank-why-not", "Cross-rank figures were not computed: "
+                        + "; ".join(map(str, why))[:400], warn=True))
+    noise = rep.get("cross_rank", "noise_us")
+    if isinstance(noise, (int, float)):
+        out.append(Facts("noise", [("step-to-step noise", f"{noise / 1e3:.2f} ms")]))
+    return out
+
+
+def heatmap_figure(ctx: PageContext) -> go.Figure | None:
+    hm = ctx.report.table("step_heatmap")
+    if hm is None or hm.empty or not {"rank", "step", "wall_time_us"} <= set(hm.columns):
+        return None
+    warm = set(ctx.report.get("warmup_steps", default=[]))
+    if "warmup" in hm:
+        warm |= set(hm.loc[hm["warmup"].astype(bool), "step"].astype(int))
+    grid = hm.pivot_table(index="rank", columns="step", values="wall_time_us", aggfunc="first")
+    slow = hm.pivot_table(index="rank", columns="step", values="slow", aggfunc="first") \
+        if "slow" in hm else None
+    steps = [int(s) for s in grid.columns]
+    text = [[("slow" if slow is not None and bool(slow.loc[r, s]) and s not in warm else "")
+             for s in grid.columns] for r in grid.index]
+    fig = go.Figure(go.Heatmap(
+        z=(grid / 1e3).round(2).values.tolist(),
+        x=[f"{s} (warm-up)" if s in warm else str(s) for s in steps],
+        y=[rank_label(int(r), ctx.report) for r in grid.index], text=text,
+        texttemplate="%{text}", colorscale="YlOrRd", colorbar={"title": "ms"},
+        hovertemplate="%{y}, step %{x}: %{z:.2f} ms<extra></extra>", xgap=1, ygap=1))
+    fig.update_layout(**LAYOUT, height=140 + 26 * len(grid.index),
+                      title="Step time per rank and step (step timers)",
+                      xaxis={"type": "category", "title": "step"},
+                      yaxis={"autorange": "reversed"})
+    return fig
+
+
+def saving_figure(ctx: PageContext) -> go.Figure | None:
+    rows = [r for r in ctx.report.get("cross_rank", "rank_savings", default=[])
+            if isinstance(r, dict) and isinstance(r.get("saving_us"), (int, float))]
+    if not rows:
+        return None
+    rows.sort(key=lambda r: r["rank"])
+    fig = go.Figure(go.Bar(x=[rank_label(r["rank"], ctx.report) for r in rows],
+                           y=[r["saving_us"] / 1e3 for r in rows], marker_color="#E45756",
+                           customdata=[r.get("reference") or "" for r in rows],
+                           hovertemplate="%{x}: saves %{y:.2f} ms/step against "
+                                         "%{customdata}<extra></extra>"))
+    fig.update_layout(**LAYOUT, height=340, yaxis_title="ms per step",
+                      title="What-if saving: the step time saved with that rank at its "
+                            "reference pace", xaxis={"type": "category"})
+    return fig
+
+
+def waits_figure(ctx: PageContext) -> go.Figure | None:
+    w = ctx.report.table("rank_waits")
+    if w is None or w.empty or "rank" not in w:
+        return None
+    w = w.sort_values("rank")
+    x = [rank_label(int(r), ctx.report) for r in w["rank"]]
+    fig = go.Figure()
+    for col, name, colour in (("wait_us", "waited", "#BAB0AC"),
+                              ("wait_caused_us", "made others wait", "#E45756")):
+        if col in w:
+            fig.add_bar(name=name, x=x, y=(w[col] / 1e3).round(3).tolist(),
+                        marker_color=colour)
+    if not fig.data:
+        return None
+    fig.update_layout(**LAYOUT, barmode="group", height=320, yaxis_title="ms",
+                      title="Waiting per rank", xaxis={"type": "category"})
+    return fig
+
+
+def skew_figure(ctx: PageContext) -> go.Figure | None:
+    c = ctx.report.table("collectives")
+    if c is None or c.empty or "skew_us" not in c:
+        return None
+    c = c.sort_values("skew_us", ascending=False).head(MAX_SKEW_BARS)
+    group = c["pg_ranks"] if "pg_ranks" in c else c.get("group", "")
+    label = [f"step {s} · {op} [{g}] #{k}" for s, op, g, k in
+             zip(c.get("step", ""), c.get("op", ""), group, c.get("k", ""))]
+    fig = go.Figure()
+    fig.add_bar(name="arrival skew", x=label, y=(c["skew_us"] / 1e3).round(3).tolist(),
+                marker_color="#F58518",
+                customdata=c["last_rank"].tolist() if "last_rank" in c else None,
+                hovertemplate="%{x}<br>skew %{y:.3f} ms" + ("<br>last: rank %{customdata}"
+                                                            if "last_rank" in c else "")
+                + "<extra></extra>")
+    if "holdup_us" in c:
+        fig.add_bar(name="holdup (last rank alone)", x=label,
+                    y=(c["holdup_us"] / 1e3).round(3).tolist(), marker_color="#E45756")
+    fig.update_layout(**LAYOUT, barmode="group", height=380, yaxis_title="ms",
+                      title="Arrival skew per matched collective (largest first)",
+                      xaxis={"type": "category", "showticklabels": len(label) <= 40})
+    return fig
+
+
+def clock_section(ctx: PageContext) -> list:
+    c = ctx.report.table("clock_offsets")
+    if c is None or c.empty or "offset_us" not in c:
+        return [missing("clock-none", "clock-offset table", ctx.run_id)]
+    c = c.sort_values("rank")
+    x = [rank_label(int(r), ctx.report) for r in c["rank"]]
+    err = (c["uncertainty_us"] / 1e3).round(4).tolist() if "uncertainty_us" in c else None
+    fig = go.Figure(go.Bar(x=x, y=(c["offset_us"] / 1e3).round(4).tolist(),
+                           error_y={"type": "data", "array": err, "visible": True}
+                           if err else None, marker_color="#72B7B2"))
+    fig.update_layout(**LAYOUT, height=300, yaxis_title="ms", xaxis={"type": "category"},
+                      title="Clock offset per rank (± uncertainty)")
+    rows = [[rank_label(int(r.rank), ctx.report), f"{r.offset_us / 1e3:.3f} ms",
+             f"{getattr(r, 'uncertainty_us', float('nan')) / 1e3:.3f} ms",
+             f"{getattr(r, 'applied_us', 0.0) / 1e3:.3f} ms",
+             getattr(r, "source", "")] for r in c.itertuples()]
+    return [Figure("clock-graph", fig), Table("clock-table", ["rank", "offset", "uncertainty",
+                                                              "applied", "from"], rows,
+                                              caption="An offset is applied (subtracted "
+                                                      "from that rank's times) when it "
+                                                      "exceeds twice its uncertainty.")]
+
+
+def sections(ctx: PageContext) -> list[Section]:
+    out = [Section(None, verdict(ctx))]
+    hm = heatmap_figure(ctx)
+    out.append(Section("Step timers", [Figure("heatmap-graph", hm) if hm else
+                                       missing("heatmap-none", "step heatmap", ctx.run_id)]))
+    saving, waits = saving_figure(ctx), waits_figure(ctx)
+    items = [Figure("saving-graph", saving) if saving else
+             missing("saving-none", "what-if saving per rank", ctx.run_id)]
+    if waits:
+        items.append(Figure("waits-graph", waits))
+    out.append(Section("Who holds whom up", items))
+    skew = skew_figure(ctx)
+    out.append(Section("Arrival skew", [Figure("skew-graph", skew) if skew else
+                                        Note("skew-none", "No matched collectives to measure "
+                                             "arrival skew on.")]))
+    out.append(Section("Clocks", clock_section(ctx)))
+    return out

@@ -1,0 +1,188 @@
+"""What a page shows, independent of how it is shown: the dashboard renders it as Dash components
+(``to_dash``), the static HTML report as plain HTML with the figures embedded (``to_html``).
+
+A page is a list of ``Section`` (a heading and its items); an item is a ``Figure`` (a plotly
+figure), a ``Table`` (column names and rows of already formatted cells), a ``Note`` (a sentence:
+what is missing, what to run) or a ``Facts`` line (label: value pairs). Every item has an ``id``
+that the browser tests find it by, in the dashboard and in the static report alike.
+"""
+from __future__ import annotations
+
+import dataclasses
+import html as _html
+from typing import Sequence, Union
+
+import plotly.graph_objects as go
+
+NOTE = {"color": "#555", "fontStyle": "italic"}
+WARN = {"background": "#fff4e5", "border": "1px solid #f0b36a", "borderRadius": "4px",
+        "padding": "8px 12px", "margin": "8px 0"}
+CELL = {"padding": "4px 10px", "borderBottom": "1px solid #ddd", "textAlign": "right",
+        "verticalAlign": "top"}
+HEAD = {**CELL, "borderBottom": "2px solid #888", "fontWeight": "600"}
+HIGHLIGHT = {"background": "#fde8e8"}
+
+
+@dataclasses.dataclass
+class Figure:
+    id: str
+    figure: go.Figure
+    caption: str | None = None
+
+
+@dataclasses.dataclass
+class Table:
+    id: str
+    columns: Sequence[str]
+    rows: Sequence[Sequence[object]]
+    caption: str | None = None
+    # (row index, column index) of cells to highlight, e.g. the best/worst of a comparison.
+    highlight: frozenset = frozenset()
+    left: int = 1                   # how many leading columns are text (left-aligned)
+
+
+@dataclasses.dataclass
+class Note:
+    id: str
+    text: str
+    warn: bool = False
+
+
+@dataclasses.dataclass
+class Facts:
+    id: str
+    items: Sequence[tuple[str, object]]
+
+
+@dataclasses.dataclass
+class Link:
+    """A link to a download or another view of the dashboard (left out of the static
+    report, which has no server behind it)."""
+    id: str
+    text: str
+    href: str
+    before: str = ""
+
+
+Item = Union[Figure, Table, Note, Facts, Link]
+
+
+@dataclasses.dataclass
+class Section:
+    title: str | None
+    items: list[Item]
+    id: str | None = None
+
+
+def missing(id_: str, what: str, run_id: str | None = None) -> Note:
+    """The note for a table or key this report does not have."""
+    cmd = f"meshscope analyze {run_id}" if run_id else "meshscope analyze"
+    return Note(id_, f"This report has no {what} — re-run `{cmd}` with this version of "
+                     f"meshscope to see it.")
+
+
+def fmt(x, digits: int = 2, unit: str = "") -> str:
+    """A number for a table cell ("—" for unknown)."""
+    if x is None or (isinstance(x, float) and x != x):
+        return "—"
+    if isinstance(x, (int,)) and not isinstance(x, bool):
+        return f"{x}{unit}"
+    if isinstance(x, float):
+        return f"{x:.{digits}f}{unit}"
+    return str(x)
+
+
+def ms(us, digits: int = 2) -> str:
+    return "—" if us is None or us != us else f"{us / 1e3:.{digits}f} ms"
+
+
+# ---- Dash --------------------------------------------------------------------------------
+
+def _dash_item(item: Item):
+    from dash import dcc, html
+
+    if isinstance(item, Figure):
+        out = [dcc.Graph(id=item.id, figure=item.figure,
+                         config={"displaylogo": False, "responsive": True})]
+        if item.caption:
+            out.append(html.P(item.caption, style={**NOTE, "fontSize": "0.9em"}))
+        return html.Div(out)
+    if isinstance(item, Table):
+        head = html.Thead(html.Tr([html.Th(c, style={**HEAD, **({"textAlign": "left"}
+                                                              if i < item.left else {})})
+                                   for i, c in enumerate(item.columns)]))
+        body = html.Tbody([
+            html.Tr([html.Td(str(v), style={**CELL, **({"textAlign": "left"} if j < item.left
+                                                        else {}),
+                                            **(HIGHLIGHT if (i, j) in item.highlight else {})})
+                     for j, v in enumerate(row)])
+            for i, row in enumerate(item.rows)])
+        out = [html.Table([head, body], id=item.id,
+                          style={"borderCollapse": "collapse",
+                                 "fontVariantNumeric": "tabular-nums", "margin": "4px 0"})]
+        if item.caption:
+            out.append(html.P(item.caption, style={**NOTE, "fontSize": "0.9em"}))
+        return html.Div(out, style={"overflowX": "auto"})
+    if isinstance(item, Note):
+        return html.P(item.text, id=item.id, style=WARN if item.warn else NOTE)
+    if isinstance(item, Facts):
+        return html.Div([html.Span([html.B(f"{k}: "), str(v)], style={"marginRight": "18px"})
+                         for k, v in item.items], id=item.id, style={"margin": "4px 0"})
+    if isinstance(item, Link):
+        return html.P([item.before, html.A(item.text, href=item.href, id=item.id)])
+    raise TypeError(type(item))
+
+
+def to_dash(sections: list[Section]) -> list:
+    from dash import html
+
+    out = []
+    for s in sections:
+        children = ([html.H3(s.title)] if s.title else []) + [_dash_item(i) for i in s.items]
+        out.append(html.Section(children, id=s.id) if s.id else html.Section(children))
+    return out
+
+
+# ---- static HTML -------------------------------------------------------------------------
+
+def _esc(x) -> str:
+    return _html.escape(str(x))
+
+
+def _html_item(item: Item) -> str:
+    if isinstance(item, Figure):
+        div = item.figure.to_html(full_html=False, include_plotlyjs=False, div_id=item.id,
+                                  config={"displaylogo": False, "responsive": True})
+        cap = f'<p class="note">{_esc(item.caption)}</p>' if item.caption else ""
+        return f'<div class="figure">{div}{cap}</div>'
+    if isinstance(item, Table):
+        head = "".join(f'<th class="{"l" if i < item.left else ""}">{_esc(c)}</th>'
+                       for i, c in enumerate(item.columns))
+        rows = "".join(
+            "<tr>" + "".join(
+                f'<td class="{"l" if j < item.left else ""}'
+                f'{" hi" if (i, j) in item.highlight else ""}">{_esc(v)}</td>'
+                for j, v in enumerate(row)) + "</tr>"
+            for i, row in enumerate(item.rows))
+        cap = f'<p class="note">{_esc(item.caption)}</p>' if item.caption else ""
+        return (f'<div class="table"><table id="{_esc(item.id)}"><thead><tr>{head}</tr></thead>'
+                f"<tbody>{rows}</tbody></table>{cap}</div>")
+    if isinstance(item, Note):
+        return f'<p id="{_esc(item.id)}" class="{"warn" if item.warn else "note"}">' \
+               f"{_esc(item.text)}</p>"
+    if isinstance(item, Facts):
+        return f'<div id="{_esc(item.id)}" class="facts">' + "".join(
+            f"<span><b>{_esc(k)}:</b> {_esc(v)}</span>" for k, v in item.items) + "</div>"
+    if isinstance(item, Link):
+        return ""
+    raise TypeError(type(item))
+
+
+def to_html(sections: list[Section]) -> str:
+    parts = []
+    for s in sections:
+        sid = f' id="{_esc(s.id)}"' if s.id else ""
+        title = f"<h3>{_esc(s.title)}</h3>" if s.title else ""
+        parts.append(f"<section{sid}>{title}" + "".join(_html_item(i) for i in s.items)
+                     + "</section>")
+    return "\n".join(parts)

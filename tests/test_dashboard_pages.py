@@ -1,0 +1,277 @@
+"""The dashboard's pages, built on the server from the shipped samples' reports (no browser):
+each page's figures and tables hold that run's numbers from summary.json and its report tables,
+arranged as run.json says (mesh coordinates, process groups); a report lacking a table gives a
+note instead of an error; the static HTML report carries the same numbers and loads nothing
+from the network."""
+from __future__ import annotations
+
+import html
+import json
+import pathlib
+import shutil
+
+import pandas as pd
+import pytest
+
+from meshscope.dashboard import sections as S
+from meshscope.dashboard import state as st
+from meshscope.dashboard.app import BUILDERS
+from meshscope.dashboard.data import open_report
+from meshscope.dashboard.pages import compare, overview
+from meshscope.dashboard.pages.common import PageContext
+from meshscope.dashboard.runs import RunIndex
+from meshscope.dashboard.static_report import render_html
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+SAMPLES = ROOT / "samples"
+PIPELINED = "dp2-pp2-1f1b"
+SLOW = "dp2-pp2-slow-rank1"
+
+
+@pytest.fixture(scope="module")
+def index():
+    return RunIndex(SAMPLES)
+
+
+def _summary(run_id):
+    return json.loads((SAMPLES / run_id / "report" / "summary.json").read_text())
+
+
+def _run_json(run_id):
+    return json.loads((SAMPLES / run_id / "run.json").read_text())
+
+
+def _items(index, run_id, page, **state):
+    """id -> item of the page's sections."""
+    ctx = PageContext(open_report(index.get(run_id)),
+                      st.ViewState(page=page, runs=(run_id,), **state))
+    return {i.id: i for s in BUILDERS[page](ctx) for i in s.items}
+
+
+def test_samples_are_all_listed(index):
+    expected = sorted(p.name for p in SAMPLES.iterdir() if (p / "run.json").is_file())
+    assert sorted(index.runs) == expected
+    assert all(index.get(r).analysed for r in expected)
+
+
+@pytest.mark.parametrize("run_id", sorted(p.name for p in SAMPLES.iterdir()
+                                          if (p / "report" / "summary.json").is_file()))
+def test_every_page_builds_for_every_sample(index, run_id):
+    for page in BUILDERS:
+        items = _items(index, run_id, page)
+        assert items, page
+        S.to_dash([S.Section(None, list(items.values()))])  # renders without error
+
+
+def test_overview_facts_and_findings_are_the_reports(index):
+    summary = _summary(SLOW)
+    items = _items(index, SLOW, "overview")
+    facts = dict(items["run-facts"].items)
+    assert facts["layout"] == summary["run"]["layout_str"]
+    assert facts["world size"] == summary["run"]["world_size"]
+    table = items["findings-table"]
+    assert len(table.rows) == len(summary["findings"])
+    assert [r[2] for r in table.rows] == [f["title"] for f in summary["findings"]]
+    costs = [f["cost_us"] for f in summary["findings"]]
+    assert [r[4] for r in table.rows] == ["—" if c is None else f"{c / 1e3:.2f}" for c in costs]
+    rank = summary["cross_rank"]["straggler"]["rank"]
+    assert items["straggler"].text.startswith(f"Straggler: rank {rank} ")
+
+
+def test_breakdown_bars_stack_to_each_ranks_window(index):
+    summary = _summary(PIPELINED)
+    fig = _items(index, PIPELINED, "overview")["breakdown-graph"].figure
+    window = {m["rank"]: m["window_us"] / 1e3 for m in summary["per_rank_mean"]}
+    assert len(fig.data[0].x) == len(summary["ranks"])
+    for i, r in enumerate(summary["ranks"]):
+        assert sum(t.y[i] for t in fig.data) == pytest.approx(window[r], rel=1e-4)
+    assert {"compute", "overlapped comm", "bubble", "idle"} <= {t.name for t in fig.data}
+
+
+def test_mesh_puts_each_rank_at_its_coordinates(index):
+    coords = _run_json(SLOW)["mesh"]["coordinates"]
+    fig = _items(index, SLOW, "overview", color="bubble")["mesh-graph"].figure
+    heat = fig.data[0]
+    assert list(heat.y) == ["stage 0", "stage 1"] and list(heat.x) == ["dp0", "dp1"]
+    bubble = {m["rank"]: m["bubble_us"] / 1e3 for m in _summary(SLOW)["per_rank_mean"]}
+    for rank, c in coords.items():
+        assert heat.text[c["pp"]][c["dp"]].startswith(f"rank {rank}<br>")
+        assert heat.z[c["pp"]][c["dp"]] == pytest.approx(bubble[int(rank)])
+
+
+def test_pipeline_page_has_each_stage_and_every_microbatch(index):
+    summary = _summary(PIPELINED)
+    step = summary["steps"][-1]
+    items = _items(index, PIPELINED, "pipeline", step=step)
+    rows = items["bubble-table"].rows
+    assert [r[0] for r in rows] == [s["stage"] for s in summary["pipeline_stages"]]
+    for row, s in zip(rows, summary["pipeline_stages"]):
+        assert row[2] == f"{100 * s['bubble_fraction']:.1f} %"
+        assert row[4] == f"{100 * s['theory_fraction']:.1f} %"
+    mb = pd.read_parquet(SAMPLES / PIPELINED / "report" / "microbatches.parquet")
+    gantt = items["gantt-graph"].figure
+    assert gantt.layout.title.text == f"Microbatch schedule of step {step}"
+    bars = [t for t in gantt.data if t.type == "bar"]
+    assert sum(len(t.x) for t in bars) == int((mb["step"] == step).sum())
+    assert {t.name for t in bars} == set(mb["phase"])
+
+
+def test_no_pipeline_says_so(index):
+    items = _items(index, "dp4-ddp", "pipeline")
+    assert list(items) == ["pipeline-none"]
+
+
+def test_rank_matrix_follows_the_process_groups(index):
+    groups = [set(g["ranks"]) for g in _run_json(PIPELINED)["process_groups"]]
+    fig = _items(index, PIPELINED, "communication")["rank-matrix-graph"].figure
+    nbytes = fig.data[0]
+    labels = list(nbytes.x)
+    for i, a in enumerate(labels):
+        for j, b in enumerate(labels):
+            ra, rb = int(a.split()[1]), int(b.split()[1])
+            shared = any({ra, rb} <= g for g in groups) and ra != rb
+            value = nbytes.z[i][j]
+            assert (value is not None and value == value and value > 0) == shared, (a, b)
+
+
+def test_busbw_points_are_the_bandwidth_summary(index):
+    bw = pd.read_parquet(SAMPLES / PIPELINED / "report" / "bandwidth_summary.parquet")
+    fig = _items(index, PIPELINED, "communication")["busbw-graph"].figure
+    assert sum(len(t.x) for t in fig.data) == len(bw)
+    assert fig.layout.xaxis.type == "log" and fig.layout.yaxis.type == "log"
+
+
+def test_step_heatmap_has_every_timed_step(index):
+    hm = pd.read_parquet(SAMPLES / SLOW / "report" / "step_heatmap.parquet")
+    fig = _items(index, SLOW, "stragglers")["heatmap-graph"].figure
+    assert len(fig.data[0].y) == hm["rank"].nunique()
+    assert len(fig.data[0].x) == hm["step"].nunique()
+
+
+def test_health_lists_the_flight_recorder_verdicts(index):
+    hangs = _summary("dp2-ep2-moe")["hangs"]
+    items = _items(index, "dp2-ep2-moe", "health")
+    assert items["fr-summary"].text.startswith(f"Flight Recorder: {len(hangs)} problem(s)")
+    assert len(items["fr-table"].rows) == min(len(hangs), 100)
+    assert "fr-healthy" in _items(index, "dp4-ddp", "health")
+
+
+@pytest.fixture
+def stripped(tmp_path):
+    """A copy of the pipelined sample's report with most tables removed (an old or partial
+    report)."""
+    run = tmp_path / "partial"
+    shutil.copytree(SAMPLES / PIPELINED, run, ignore=shutil.ignore_patterns("traces", ".cache"))
+    for name in ("clock_offsets", "collectives", "step_heatmap", "bandwidth",
+                 "bandwidth_summary", "microbatches", "stage_imbalance", "rank_waits"):
+        (run / "report" / f"{name}.parquet").unlink(missing_ok=True)
+    return tmp_path
+
+
+def test_absent_tables_give_notes_not_errors(stripped):
+    index = RunIndex(stripped)
+    notes = {}
+    for page in ("pipeline", "communication", "stragglers"):
+        notes.update({k: v for k, v in _items(index, "partial", page).items()
+                      if isinstance(v, S.Note)})
+    for key in ("gantt-none", "busbw-none", "ops-none", "heatmap-none", "clock-none"):
+        assert "re-run `meshscope analyze partial`" in notes[key].text, key
+
+
+def _walk(component) -> tuple[set, str]:
+    """The ids and the text of a Dash component tree."""
+    if isinstance(component, (list, tuple)):
+        parts = [_walk(c) for c in component]
+        return set().union(*(p[0] for p in parts)) if parts else set(), \
+            " ".join(p[1] for p in parts)
+    if isinstance(component, (str, int, float)):
+        return set(), str(component)
+    ids = {component.id} if getattr(component, "id", None) else set()
+    inner = _walk(getattr(component, "children", None) or [])
+    return ids | inner[0], inner[1]
+
+
+def test_compare_two_runs_side_by_side(index):
+    state = st.ViewState(page="compare", runs=("dp4-ddp", PIPELINED))
+    body = compare.render(index, state)
+    ids, text = _walk(body)
+    title = body[0].children[1].children
+    assert sorted(title.split(" vs ")) == sorted(state.runs)
+    assert {"compare-table", "compare-graph", "compare-winner"} <= ids
+    try:
+        from meshscope.analysis.compare import compare as analysis_compare
+    except ImportError:  # the page's own side-by-side of the summaries
+        step = {r: max(m["window_us"] for m in _summary(r)["per_rank_mean"])
+                for r in state.runs}
+        fastest = min(step, key=step.get)
+    else:                # the page says what the analysis' comparison says
+        fastest = analysis_compare([SAMPLES / r for r in state.runs]).winner.name
+    assert f"Fastest: {fastest}" in text
+
+
+def test_compare_with_one_run_asks_for_two(index):
+    body = compare.render(index, st.ViewState(page="compare", runs=("dp4-ddp", "nope")))
+    assert body[1].id == "run-message"
+    assert "two or more" in body[1].children
+
+
+def test_static_html_holds_the_same_numbers_and_loads_nothing(index):
+    entry = index.get(SLOW)
+    text = render_html(open_report(entry))
+    summary = _summary(SLOW)
+    for s in summary["pipeline_stages"]:
+        assert f"{100 * s['bubble_fraction']:.1f} %" in text
+    for f in summary["findings"]:
+        assert html.escape(f["title"]) in text
+    assert "<script src" not in text and "<link" not in text
+    assert text.count('id="breakdown-graph"') == 1
+
+
+@pytest.mark.parametrize("search,expected", [
+    ("?run=a&step=5&rank=2&color=bubble", st.ViewState("overview", ("a",), None, 2, 5,
+                                                      "bubble")),
+    ("?run=a&run=b", st.ViewState("overview", ("a", "b"))),
+    ("?run=a&step=five&rank=99999999999999", st.ViewState("overview", ("a",))),
+    ("?step=-1&rank=%00", st.ViewState("overview", (), step=-1)),
+    ("", st.ViewState("overview")),
+])
+def test_url_state_round_trips_and_drops_garbage(search, expected):
+    state = st.parse("/overview", search)
+    assert state == expected
+    assert st.parse("/overview", state.query()) == state
+
+
+def test_unknown_page_path_is_the_runs_list():
+    assert st.parse("/etc/passwd", "?run=a").page == "runs"
+    assert st.ViewState(page="pipeline", runs=("a b/c",), step=4).href() == \
+        "/pipeline?run=a+b%2Fc&step=4"
+
+
+def test_mesh_colour_defaults_to_what_the_report_has(index):
+    ctx = PageContext(open_report(index.get(SLOW)), st.ViewState(page="overview",
+                                                                 runs=(SLOW,)))
+    key = overview.color_key(ctx)
+    has_savings = bool(_summary(SLOW)["cross_rank"].get("rank_savings"))
+    assert key == ("saving" if has_savings else "wait")
+
+
+def test_timeline_draws_the_reports_own_segments_and_charged_waits(tmp_path):
+    """A report with its aligned timeline table (schema 2): the page draws those segments as
+    they are, and each charged wait as an arrow from the rank it is charged to."""
+    run = tmp_path / "with-timeline"
+    shutil.copytree(SAMPLES / PIPELINED, run, ignore=shutil.ignore_patterns("traces"))
+    rows = [  # rank, step, kind, dim, cause, start_us, end_us
+        (0, 4, "compute", "", -1, 0.0, 1000.0), (0, 4, "wait", "dp", 1, 1000.0, 3000.0),
+        (1, 4, "compute", "", -1, 0.0, 2900.0), (1, 4, "comm", "dp", -1, 2900.0, 3100.0),
+        (2, 4, "bubble", "", -1, 0.0, 500.0), (3, 4, "compute", "", -1, 100.0, 900.0),
+        (0, 5, "compute", "", -1, 0.0, 10.0)]
+    pd.DataFrame(rows, columns=["rank", "step", "kind", "dim", "cause", "start_us", "end_us"]) \
+        .to_parquet(run / "report" / "timeline.parquet", index=False)
+    items = _items(RunIndex(tmp_path), "with-timeline", "timeline", step=4)
+    fig = items["timeline-graph"].figure
+    bars = {t.name: t for t in fig.data}
+    assert set(bars) == {"compute", "wait", "comm dp", "bubble"}
+    assert len(bars["compute"].x) == 3 and list(bars["wait"].base) == [1.0]
+    assert list(bars["wait"].x) == [2.0]
+    (arrow,) = fig.layout.annotations
+    assert (arrow.ay, arrow.y, arrow.x) == ("rank 1 (pp0·dp1)", "rank 0 (pp0·dp0)", 3.0)
