@@ -13,7 +13,8 @@ import sys
 import pandas as pd
 import pytest
 
-from conftest import assert_healthy, meshscope, shared_trace
+from conftest import meshscope, shared_trace
+from diagnosis_helpers import assert_healthy
 
 pytestmark = pytest.mark.slow
 

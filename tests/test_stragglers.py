@@ -13,7 +13,8 @@ import shutil
 import pandas as pd
 import pytest
 
-from conftest import assert_healthy, meshscope
+from conftest import meshscope
+from diagnosis_helpers import analysed_samples, assert_healthy  # noqa: F401 - a fixture
 
 pytestmark = pytest.mark.slow
 

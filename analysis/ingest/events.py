@@ -77,7 +77,7 @@ from meshscope.analysis.errors import InputError
 
 RANK_FROM_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
 # Bump when the table's columns or their meaning change: it is part of the cache key.
-INGEST_VERSION = 4
+INGEST_VERSION = 3
 BATCH_EVENTS = 8192             # events per batch when a trace is read whole
 BATCH_BYTES = 1 << 19           # text per batch when it is streamed (fastest on a 54 MB trace)
 # How many times a trace's JSON was parsed in this process (a cache hit does not parse).
