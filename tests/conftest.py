@@ -29,4 +29,3 @@ def shared_trace(rel: str) -> pathlib.Path:
     if not path.exists():
         pytest.skip(f"shared trace corpus not available: {path} is missing")
     return path
-
