@@ -89,6 +89,5 @@ def serve(runs_dir, host: str = "127.0.0.1", port: int = 8050, threads: int = 4)
     from .app import create_app
 
     app = create_app(runs_dir)
-    log.info("meshscope dashboard on http://%s:%d/ over %s", host, port, runs_dir)
     waitress.serve(guard(app.server), host=host, port=port, threads=threads,
                    ident="meshscope", clear_untrusted_proxy_headers=True)

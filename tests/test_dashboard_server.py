@@ -187,10 +187,12 @@ def server(tmp_path_factory):
 
 
 def test_server_binds_loopback_by_default_and_says_so(server):
-    proc, port, _ = server
+    proc, port, root = server
     listening = [c.laddr for c in psutil.Process(proc.pid).net_connections(kind="inet")
                  if c.status == psutil.CONN_LISTEN]
     assert listening and all(a.ip == "127.0.0.1" and a.port == port for a in listening)
+    log = (root.parent / "server.log").read_text()
+    assert f"meshscope dashboard on http://127.0.0.1:{port}/ over {root}" in log
 
 
 @pytest.mark.parametrize("raw", [

@@ -22,6 +22,21 @@ def _entry(run: str):
     return RunEntry(real.name, real, None, (real / RUN_JSON).is_file())
 
 
+def serve(runs_dir: pathlib.Path, host: str = "127.0.0.1", port: int = 8050,
+          threads: int = 4) -> None:
+    """Serve the dashboard over ``runs_dir`` until Ctrl-C (``meshscope dashboard``, ``meshscope
+    demo``); the server log goes to stderr."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    logging.getLogger("waitress.queue").setLevel(logging.ERROR)
+    from meshscope.dashboard.server import serve as serve_wsgi
+
+    click.echo(f"meshscope dashboard on http://{host}:{port}/ over {runs_dir} (Ctrl-C stops)")
+    try:
+        serve_wsgi(runs_dir, host=host, port=port, threads=threads)
+    except OSError as e:
+        fail(f"cannot serve on {host}:{port} ({e.strerror or e})")
+
+
 @click.command()
 @click.argument("runs_dir", required=False, type=click.Path(file_okay=False))
 @click.option("--port", default=8050, show_default=True, type=click.IntRange(1, 65535))
@@ -40,15 +55,7 @@ def dashboard(runs_dir, port, host, threads):
     path = pathlib.Path(runs_dir) if runs_dir else default_runs_dir()
     if not path.is_dir():
         fail(f"{path}: no such directory")
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    logging.getLogger("waitress.queue").setLevel(logging.ERROR)
-    from meshscope.dashboard.server import serve
-
-    click.echo(f"meshscope dashboard on http://{host}:{port}/ over {path} (Ctrl-C stops)")
-    try:
-        serve(path, host=host, port=port, threads=threads)
-    except OSError as e:
-        fail(f"cannot serve on {host}:{port} ({e.strerror or e})")
+    serve(path, host, port, threads)
 
 
 @click.command()
