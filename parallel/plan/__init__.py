@@ -1,0 +1,33 @@
+"""The layout planner: memory, communication and step time of a parallel layout, before running.
+
+``meshscope plan`` and ``meshscope compare`` use it; so can a notebook. It never imports torch
+(a 70B GPU plan runs on a laptop). The pieces, one module each (docs/layouts.md has the
+formulas and their sources):
+
+- ``spec``        — the model: a runner preset or any Llama-style config.json;
+- ``candidate``   — one layout with its schedule, microbatches and dp mode;
+- ``memory``      — per-rank parameters, gradients, optimizer state (ZeRO 0–3), runtime
+                    buffers and activations;
+- ``traffic``     — bytes per step per dimension and op, exactly as the runner issues them;
+- ``bubble``      — the schedules' closed-form bubble and microbatches in flight;
+- ``comm_model``  — the time of one collective, from a measured table or α-β;
+- ``cost``        — the step-time model, term by term;
+- ``calibrate``   — the cost model's terms from a measured run (``plan --from``);
+- ``planner``     — ``plan()``: every candidate, ranked.
+"""
+from .bubble import in_flight, theory_fraction
+from .calibrate import Calibration, Measured, calibrate
+from .candidate import RUNNER_DP_MODES, ZERO_STAGE, Candidate
+from .comm_model import CommModel
+from .cost import CPU_ASSUMED_FLOPS, Rates, StepEstimate, predict
+from .memory import MemoryEstimate, ModelStates, memory, model_states
+from .planner import Plan, PlanRow, plan, plan_one
+from .precision import PRECISIONS, Precision
+from .spec import ModelSpec, SpecError
+from .traffic import Transfer, bytes_by_rank, transfers
+
+__all__ = ["in_flight", "theory_fraction", "Calibration", "Measured", "calibrate",
+           "RUNNER_DP_MODES", "ZERO_STAGE", "Candidate", "CommModel", "CPU_ASSUMED_FLOPS",
+           "Rates", "StepEstimate", "predict", "MemoryEstimate", "ModelStates", "memory",
+           "model_states", "Plan", "PlanRow", "plan", "plan_one", "PRECISIONS", "Precision",
+           "ModelSpec", "SpecError", "Transfer", "bytes_by_rank", "transfers"]

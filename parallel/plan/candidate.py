@@ -1,0 +1,116 @@
+"""One way to run the model: a layout and the options that change its cost.
+
+A ``Candidate`` is what ``meshscope sweep`` runs and ``meshscope plan`` predicts: the layout
+(``parallel.layout.Layout``), the pipeline schedule and its stages per rank, microbatches, the
+data-parallel mode (the runner's ``ddp`` = ZeRO-0, ``zero2`` = ZeRO-2, ``fsdp`` = ZeRO-3; the
+planner also knows ``zero1``, which the runner does not implement), sequence parallelism, and
+the global batch. ``name`` is a file-name-safe label (``dp2-pp2-1f1b-mb4``) used as the run's
+directory in a sweep.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from ..layout import ALL_DIMS, Layout, parse_layout, stage_layers, virtual_stages
+from ..schedules import SCHEDULES
+
+# ZeRO stage of each data-parallel mode (Rajbhandari et al., 2020): what is sharded over the
+# data-parallel ranks — 1: optimizer state, 2: + gradients, 3: + parameters.
+ZERO_STAGE = {"ddp": 0, "zero1": 1, "zero2": 2, "fsdp": 3}
+RUNNER_DP_MODES = ("ddp", "zero2", "fsdp")
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    layout: Layout
+    schedule: str = "1f1b"
+    microbatches: int = 4
+    dp_mode: str = "ddp"
+    sp: bool = True
+    global_batch: int = 16
+    virtual: int | None = None          # stages per pipeline rank; None: the schedule's default
+    stage_layer_counts: tuple[int, ...] | None = None
+
+    @property
+    def pp(self) -> int:
+        return self.layout.size("pp")
+
+    @property
+    def v(self) -> int:
+        """Stages per pipeline rank (1 without pipeline parallelism)."""
+        return virtual_stages(self.schedule, self.virtual) if self.pp > 1 else 1
+
+    @property
+    def n_stages(self) -> int:
+        return self.pp * self.v
+
+    @property
+    def zero_stage(self) -> int:
+        return ZERO_STAGE[self.dp_mode]
+
+    @property
+    def dp_shards(self) -> int:
+        """Ranks over which gradients are averaged and ZeRO shards: dp × cp (context-parallel
+        ranks hold replicas of the weights too; the runner flattens the two into one mesh)."""
+        return self.layout.size("dp") * self.layout.size("cp")
+
+    def stages_of(self, pp_rank: int) -> list[int]:
+        """Global stage indices on pipeline rank ``pp_rank``, in chunk order — the placement
+        of ``parallel.pipeline.stages_of_rank`` (loop: r, r+p, …; V: r and 2p−1−r)."""
+        if self.pp == 1:
+            return [0]
+        if SCHEDULES[self.schedule].placement == "v":
+            return [pp_rank, 2 * self.pp - 1 - pp_rank]
+        return [pp_rank + i * self.pp for i in range(self.v)]
+
+    def rank_of_stage(self, stage: int) -> int:
+        """The pipeline rank that holds global stage ``stage``."""
+        return next(r for r in range(self.pp) if stage in self.stages_of(r))
+
+    def stage_layers(self, n_layers: int) -> list[list[int]]:
+        counts = list(self.stage_layer_counts) if self.stage_layer_counts else None
+        return stage_layers(n_layers, self.n_stages, counts)
+
+    @property
+    def name(self) -> str:
+        parts = [f"{d}{self.layout.size(d)}" for d in ALL_DIMS if self.layout.size(d) > 1]
+        parts = parts or ["dp1"]
+        if self.dp_mode != "ddp":
+            parts.append(self.dp_mode)
+        if self.layout.size("tp") > 1 and not self.sp:
+            parts.append("nosp")
+        if self.pp > 1:
+            parts.append(self.schedule)
+            if self.virtual is not None and self.v > 1:
+                parts.append(f"v{self.v}")
+        parts.append(f"mb{self.microbatches}")
+        return "-".join(parts)
+
+    @property
+    def label(self) -> str:
+        """A short human label: ``dp2·pp2`` (plus the schedule and microbatches with pp)."""
+        dims = "·".join(f"{d}{self.layout.size(d)}" for d in ALL_DIMS
+                        if self.layout.size(d) > 1) or "dp1"
+        extra = [self.dp_mode] if self.dp_mode != "ddp" else []
+        if self.pp > 1:
+            extra.append(f"{self.schedule} m={self.microbatches}")
+        return dims + (f" ({', '.join(extra)})" if extra else "")
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "layout": str(self.layout),
+                "sizes": {d: self.layout.size(d) for d in ALL_DIMS},
+                "schedule": self.schedule if self.pp > 1 else None,
+                "virtual_stages": self.v, "virtual": self.virtual,
+                "microbatches": self.microbatches,
+                "dp_mode": self.dp_mode, "sp": self.sp, "global_batch": self.global_batch,
+                "stage_layers": list(self.stage_layer_counts) if self.stage_layer_counts
+                else None}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Candidate":
+        return cls(layout=parse_layout(d["layout"]), schedule=d.get("schedule") or "1f1b",
+                   microbatches=int(d["microbatches"]), dp_mode=d.get("dp_mode", "ddp"),
+                   sp=bool(d.get("sp", True)), global_batch=int(d["global_batch"]),
+                   virtual=d.get("virtual"),
+                   stage_layer_counts=tuple(d["stage_layers"]) if d.get("stage_layers")
+                   else None)

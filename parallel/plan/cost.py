@@ -1,0 +1,243 @@
+"""A step-time model: compute, communication per dimension, pipeline bubble, term by term.
+
+For each pipeline rank r of a layout (``StepEstimate`` for the slowest), with m microbatches,
+p pipeline ranks, v stages per rank:
+
+- **compute** of forward and backward: κ · (F_r / R + n_r · (c₀ + c_tp)). F_r is the rank's
+  training FLOPs per step (6 × its share of the active weights per token, attention's
+  12·h·s per token and layer, the head's 6·h·V; divided by tp, the tokens by dp and cp), R the
+  device's sustained FLOP/s, n_r the rank's layer-microbatches (layers × m) and c₀ the
+  framework's fixed cost of one layer-microbatch (c_tp more with tensor parallelism: DTensor's
+  dispatch) — both 0 unless calibrated (``calibrate.py``). κ is contention: ranks sharing
+  fewer devices (a CPU's cores) run κ = max(1, busy ranks / devices) times slower, busy ranks
+  being the world less the pipeline's bubble.
+- **communication** (``traffic.py`` for what moves, ``comm_model.py`` for how long): tp and ep
+  collectives block the microbatch that issues them; a pipeline transfer (one send and one
+  receive) delays each microbatch once; the context-parallel ring's forward exchanges overlap
+  the attention of the block in hand, its backward ones block; data parallelism's bucketed
+  all-reduce overlaps the last microbatch's backward (about 2/3 of its compute) except its last
+  bucket, FSDP's all-gathers are prefetched behind compute except the first of each pass.
+  A calibrated ``exposure[dim]`` (measured exposed time / modelled transfer time) replaces
+  these rules for a dimension the calibration run had.
+- **pipeline**: T = T_mb · (m + (p−1)/v · e) for the fill-and-drain schedules (GPipe, 1F1B,
+  interleaved 1F1B, looped BFS: the bubble (p−1)/(v·m+p−1) of ``bubble.py`` when e = 1; e is a
+  calibrated measured-over-theory excess), T = T_mb · m for the zero-bubble schedules, T_mb
+  the slowest rank's compute and blocking communication per microbatch.
+- **step** = T + exposed data-parallel communication + optimizer (κ · local parameters · a
+  calibrated or assumed cost per parameter, plus tensor parallelism's optimizer all-reduces)
+  + a calibrated fixed overhead per step.
+
+tokens/s = global batch × sequence / step; MFU = FLOPs per token × tokens/s / (world × peak)
+(``parallel.throughput``'s definition) when the peak is known.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from .bubble import theory_fraction
+from .candidate import Candidate
+from .comm_model import CommModel
+from .precision import PRECISIONS, Precision
+from .spec import ModelSpec
+from .traffic import Transfer, shape_of, transfers
+
+CPU_ASSUMED_FLOPS = 20e9         # one core, fp32, the small matmuls of a tiny model (assumed)
+ASSUMED_OPTIMIZER_NS_PER_PARAM = 2.0
+BACKWARD_SHARE = 2 / 3           # backward ≈ 2× forward (the 6N rule's 4N of 6N)
+
+
+@dataclasses.dataclass(frozen=True)
+class Rates:
+    """What the device and framework cost; see the module docstring for each term."""
+    flops_per_s: float
+    devices: int | None = None               # devices the ranks share; None: one per rank
+    layer_overhead_us: float = 0.0           # c₀
+    tp_layer_overhead_us: float = 0.0        # c_tp
+    optimizer_ns_per_param: float = ASSUMED_OPTIMIZER_NS_PER_PARAM
+    step_overhead_us: float = 0.0
+    bubble_excess: float = 1.0
+    exposure: tuple[tuple[str, float], ...] = ()     # (dim, exposed share), calibrated
+    peak_flops: float | None = None          # for MFU only
+    source: str = "assumed"
+
+    def exposure_of(self, dim: str) -> float | None:
+        return dict(self.exposure).get(dim)
+
+    def as_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["exposure"] = dict(self.exposure)
+        return d
+
+
+@dataclasses.dataclass(frozen=True)
+class StepEstimate:
+    step_time_us: float
+    compute_us: float                # forward, backward and optimizer on the slowest rank
+    optimizer_us: float
+    exposed_comm_us: dict[str, float]
+    bubble_us: float
+    bubble_fraction: float
+    overhead_us: float
+    tokens_per_s: float
+    mfu_pct: float | None
+    critical_pp_rank: int
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def layer_flops_per_token(spec: ModelSpec, i: int) -> float:
+    """Training FLOPs per token of layer ``i``: 6 × the weights a token passes through, plus
+    attention's 12·h·s (``ModelSpec.flops_per_token`` summed over layers and head)."""
+    h, kv = spec.dim, spec.kv_dim
+    attn = 2 * h * h + 2 * h * kv
+    if spec.is_moe_layer(i):
+        ffn = spec.moe_experts * h + spec.moe_top_k * 3 * h * spec.expert_hidden
+    else:
+        ffn = 3 * h * spec.ffn_hidden
+    return 6 * (attn + ffn) + 12 * h * spec.seq_len
+
+
+def rank_flops(spec: ModelSpec, cand: Candidate, pp_rank: int) -> float:
+    """Training FLOPs of one step on a rank of pipeline coordinate ``pp_rank``."""
+    sh = shape_of(spec, cand)
+    tp = cand.layout.size("tp")
+    layers_of = cand.stage_layers(spec.n_layers)
+    per_token = 0.0
+    for stage in cand.stages_of(pp_rank):
+        per_token += sum(layer_flops_per_token(spec, i) for i in layers_of[stage])
+        if stage == cand.n_stages - 1:
+            per_token += 6 * spec.dim * spec.vocab_size
+    return per_token * sh.tokens * sh.m / tp
+
+
+def layer_microbatches(spec: ModelSpec, cand: Candidate, pp_rank: int) -> int:
+    layers_of = cand.stage_layers(spec.n_layers)
+    return sum(len(layers_of[s]) for s in cand.stages_of(pp_rank)) * cand.microbatches
+
+
+def local_params(spec: ModelSpec, cand: Candidate, pp_rank: int) -> float:
+    """Parameters the optimizer updates on one rank (tp-split, ZeRO-1+ sharded, experts /ep)."""
+    tp, ep = cand.layout.size("tp"), cand.layout.size("ep")
+    layers_of = cand.stage_layers(spec.n_layers)
+    dense = experts = 0.0
+    for stage in cand.stages_of(pp_rank):
+        groups = spec.stage_params(layers_of[stage], first=stage == 0,
+                                   last=stage == cand.n_stages - 1)
+        for p in (p for g in groups for p in g):
+            n = 1
+            for d in p.local_shape(tp):
+                n *= d
+            if p.name.startswith("expert"):
+                experts += n / ep
+            else:
+                dense += n
+    return dense / (cand.dp_shards if cand.zero_stage >= 1 else 1) + experts
+
+
+def contention(cand: Candidate, rates: Rates) -> float:
+    """κ: how many times slower a rank computes because busy ranks outnumber devices."""
+    if not rates.devices:
+        return 1.0
+    busy = cand.layout.world_size * (1.0 - theory_fraction(cand.schedule, cand.pp,
+                                                            cand.microbatches, cand.v))
+    return max(1.0, busy / rates.devices)
+
+
+def _time(comm: CommModel, t: Transfer) -> float:
+    return t.count * comm.time_us(t.op, t.group_size, t.msg_bytes)
+
+
+def dim_transfer_us(trs: list[Transfer], comm: CommModel, pp_rank: int) -> dict[str, float]:
+    """Modelled transfer time per step of each dimension on a rank (a p2p transfer counted
+    once: half of its send and receive rows)."""
+    out: dict[str, float] = {}
+    for t in trs:
+        if t.pp_rank != pp_rank:
+            continue
+        share = 0.5 if t.dim == "pp" else 1.0
+        out[t.dim] = out.get(t.dim, 0.0) + share * _time(comm, t)
+    return out
+
+
+def predict(spec: ModelSpec, cand: Candidate, rates: Rates, comm: CommModel,
+            precision: Precision | str = "fp32") -> StepEstimate:
+    prec = PRECISIONS[precision] if isinstance(precision, str) else precision
+    trs = transfers(spec, cand, prec)
+    m, p, v = cand.microbatches, cand.pp, cand.v
+    kappa = contention(cand, rates)
+    tp = cand.layout.size("tp")
+    per_rank = []
+    for r in range(p):
+        flops = rank_flops(spec, cand, r)
+        n_lm = layer_microbatches(spec, cand, r)
+        compute = kappa * (flops / rates.flops_per_s * 1e6 + n_lm * (
+            rates.layer_overhead_us + (rates.tp_layer_overhead_us if tp > 1 else 0.0)))
+        mine = [t for t in trs if t.pp_rank == r]
+        exposed: dict[str, float] = {}
+        for dim in ("tp", "ep", "pp", "cp"):
+            rows = [t for t in mine if t.dim == dim and t.phase == "microbatch"]
+            if not rows:
+                continue
+            total = sum(_time(comm, t) for t in rows) * (0.5 if dim == "pp" else 1.0)
+            share = rates.exposure_of(dim)
+            if share is not None:
+                exposed[dim] = share * total
+            elif dim == "cp":
+                cp = cand.layout.size("cp")
+                fwd = total * 3 * (cp - 1) / (3 * (cp - 1) + 5 * cp)
+                attn = kappa * 4 * spec.dim * spec.seq_len * shape_of(spec, cand).tokens \
+                    * n_lm / tp / rates.flops_per_s * 1e6
+                exposed[dim] = (total - fwd) + max(0.0, fwd - attn)
+            else:
+                exposed[dim] = total
+        # data parallelism, after (FSDP: during) the microbatches
+        dp_rows = [t for t in mine if t.dim in ("dp", "ep_replica")]
+        dp_exposed = 0.0
+        if dp_rows:
+            share = rates.exposure_of("dp")
+            step_rows = [t for t in dp_rows if t.phase == "step"]
+            gathers = [t for t in dp_rows if t.phase == "microbatch"]
+            total = sum(_time(comm, t) for t in dp_rows)
+            if share is not None:
+                dp_exposed = share * total
+            else:
+                last_bwd = BACKWARD_SHARE * compute / m
+                times = [comm.time_us(t.op, t.group_size, t.msg_bytes)
+                         for t in step_rows for _ in range(t.count)]
+                if times:
+                    dp_exposed += times[-1] + max(0.0, sum(times[:-1]) - last_bwd)
+                if gathers:
+                    g_total = sum(_time(comm, t) for t in gathers)
+                    first = comm.time_us(gathers[0].op, gathers[0].group_size,
+                                         gathers[0].msg_bytes)
+                    passes = gathers[0].count
+                    dp_exposed += first * passes + max(0.0, g_total - first * passes - compute)
+        opt_comm = sum(_time(comm, t) for t in mine if t.phase == "optimizer")
+        optimizer = kappa * local_params(spec, cand, r) * rates.optimizer_ns_per_param / 1e3
+        per_rank.append({"rank": r, "compute": compute, "exposed": exposed,
+                         "dp": dp_exposed, "optimizer": optimizer, "opt_comm": opt_comm,
+                         "per_mb": (compute + sum(exposed.values())) / m})
+    crit = max(per_rank, key=lambda x: x["per_mb"])
+    per_mb = crit["per_mb"]
+    if p > 1 and theory_fraction(cand.schedule, p, m, v) > 0:
+        pipe = per_mb * (m + (p - 1) / v * rates.bubble_excess)
+    else:
+        pipe = per_mb * m
+    bubble = pipe - per_mb * m
+    tail = max(x["dp"] + x["optimizer"] + x["opt_comm"] for x in per_rank)
+    step = pipe + tail + rates.step_overhead_us
+    exposed = dict(crit["exposed"])
+    dp_total = max(x["dp"] for x in per_rank)
+    if dp_total:
+        exposed["dp"] = dp_total
+    if crit["opt_comm"]:
+        exposed["tp"] = exposed.get("tp", 0.0) + crit["opt_comm"]
+    tokens_per_s = cand.global_batch * spec.seq_len / (step / 1e6)
+    mfu = (spec.flops_per_token() * tokens_per_s / (cand.layout.world_size * rates.peak_flops)
+           * 100) if rates.peak_flops else None
+    return StepEstimate(step_time_us=step, compute_us=crit["compute"] + crit["optimizer"],
+                        optimizer_us=crit["optimizer"], exposed_comm_us=exposed,
+                        bubble_us=bubble, bubble_fraction=bubble / pipe if pipe else 0.0,
+                        overhead_us=rates.step_overhead_us, tokens_per_s=tokens_per_s,
+                        mfu_pct=mfu, critical_pp_rank=crit["rank"])

@@ -1,0 +1,118 @@
+"""``plan(...)``: every candidate layout's memory, traffic and predicted step, ranked.
+
+    from meshscope.parallel.plan import ModelSpec, Candidate, plan
+    from meshscope.parallel.layout import parse_layout
+    p = plan(ModelSpec.from_json("llama-7b.json"),
+             [Candidate(parse_layout("dp=8")), Candidate(parse_layout("dp=4,tp=2"))],
+             rates=Rates(flops_per_s=989e12 * 0.4), comm=CommModel(busbw_gbps=150))
+    p.rows[0].estimate.step_time_us, p.rows[0].peak_memory_bytes
+
+Without ``rates`` the plan has memory and traffic only (no ranking).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from .bubble import theory_fraction
+from .candidate import Candidate
+from .comm_model import CommModel
+from .cost import Rates, StepEstimate, predict
+from .memory import MemoryEstimate, memory
+from .precision import PRECISIONS, Precision
+from .spec import ModelSpec
+from .traffic import Transfer, bytes_by_rank, transfers
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanRow:
+    candidate: Candidate
+    memory: list[MemoryEstimate]           # per pipeline rank
+    transfers: list[Transfer]
+    comm_bytes: dict[str, float]           # dim -> bytes per step, mean over ranks
+    theory_bubble_fraction: float
+    estimate: StepEstimate | None
+    fits: bool | None                      # peak memory ≤ the device's, when known
+
+    @property
+    def name(self) -> str:
+        return self.candidate.name
+
+    @property
+    def peak(self) -> MemoryEstimate:
+        return max(self.memory, key=lambda m: m.total_bytes)
+
+    @property
+    def peak_memory_bytes(self) -> float:
+        return self.peak.total_bytes
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "label": self.candidate.label,
+                "candidate": self.candidate.as_dict(),
+                "memory": [m.as_dict() for m in self.memory],
+                "peak_memory_bytes": self.peak_memory_bytes,
+                "comm_bytes": self.comm_bytes,
+                "transfers": [t.as_dict() for t in self.transfers],
+                "theory_bubble_fraction": self.theory_bubble_fraction,
+                "estimate": self.estimate.as_dict() if self.estimate else None,
+                "fits": self.fits}
+
+
+@dataclasses.dataclass
+class Plan:
+    model: ModelSpec
+    precision: Precision
+    rates: Rates | None
+    comm: CommModel | None
+    rows: list[PlanRow]
+    notes: list[str] = dataclasses.field(default_factory=list)
+
+    def row(self, name: str) -> PlanRow | None:
+        return next((r for r in self.rows if r.name == name), None)
+
+    def as_dict(self) -> dict:
+        return {"kind": "meshscope-plan", "model": self.model.as_dict(),
+                "n_params": self.model.n_params(),
+                "flops_per_token": self.model.flops_per_token(),
+                "precision": dataclasses.asdict(self.precision),
+                "rates": self.rates.as_dict() if self.rates else None,
+                "comm": self.comm.describe() if self.comm else None,
+                "notes": self.notes, "rows": [r.as_dict() for r in self.rows]}
+
+
+def comm_bytes_by_dim(spec: ModelSpec, cand: Candidate, precision) -> dict[str, float]:
+    """dim → bytes per step (sum of S over the step's operations), mean over the ranks."""
+    per_rank = bytes_by_rank(spec, cand, precision)
+    out: dict[str, float] = {}
+    for by_op in per_rank.values():
+        for (dim, _op), b in by_op.items():
+            out[dim] = out.get(dim, 0.0) + b / len(per_rank)
+    return out
+
+
+def plan_one(spec: ModelSpec, cand: Candidate, *, precision: Precision | str = "fp32",
+             rates: Rates | None = None, comm: CommModel | None = None,
+             device_memory_bytes: float | None = None) -> PlanRow:
+    prec = PRECISIONS[precision] if isinstance(precision, str) else precision
+    mem = memory(spec, cand, prec)
+    est = predict(spec, cand, rates, comm or CommModel(), prec) if rates else None
+    peak = max(m.total_bytes for m in mem)
+    return PlanRow(candidate=cand, memory=mem, transfers=transfers(spec, cand, prec),
+                   comm_bytes=comm_bytes_by_dim(spec, cand, prec),
+                   theory_bubble_fraction=theory_fraction(cand.schedule, cand.pp,
+                                                          cand.microbatches, cand.v),
+                   estimate=est,
+                   fits=(peak <= device_memory_bytes) if device_memory_bytes else None)
+
+
+def plan(spec: ModelSpec, candidates: list[Candidate], *, precision: Precision | str = "fp32",
+         rates: Rates | None = None, comm: CommModel | None = None,
+         device_memory_bytes: float | None = None, notes: list[str] | None = None) -> Plan:
+    """Every candidate's row; ranked by predicted step time when ``rates`` are given (layouts
+    that do not fit the device's memory last)."""
+    prec = PRECISIONS[precision] if isinstance(precision, str) else precision
+    rows = [plan_one(spec, c, precision=prec, rates=rates, comm=comm,
+                     device_memory_bytes=device_memory_bytes) for c in candidates]
+    if rates:
+        rows.sort(key=lambda r: (r.fits is False, r.estimate.step_time_us))
+    return Plan(model=spec, precision=prec, rates=rates, comm=comm, rows=rows,
+                notes=list(notes or []))

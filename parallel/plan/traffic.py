@@ -1,0 +1,301 @@
+"""Communication per training step, per rank, dimension and op — as the runner issues it.
+
+Every row (``Transfer``) is one kind of collective or point-to-point operation of one pipeline
+rank in one step: how many times it runs and its message size S, with S as nccl-tests and the
+report's ``msg_bytes`` define it (the buffer for all_reduce; the whole gathered output for
+all_gather and the whole input for reduce_scatter; each rank's send buffer for all_to_all; the
+tensor for send/recv). Ranks with the same pipeline coordinate issue the same operations.
+What each dimension issues, read from the runner's code and checked against its traces:
+
+**dp** (``parallel/data_parallel.py``; gradients are averaged over dp × cp). ``ddp``:
+DistributedDataParallel packs the gradients into buckets — the first capped at 1 MiB, the
+others at 25 MiB, filled in the order gradients become ready (the reverse of registration) —
+and all-reduces each bucket once per step (``no_sync`` on all but the last microbatch); with
+tensor-parallel (DTensor) weights FSDP2's ``replicate`` does one all-reduce of all local
+gradients. ``fsdp`` (ZeRO-3): each layer and the stage's remaining weights are one FSDP unit,
+all-gathered before every microbatch's forward and again before its backward; ``zero2``: once
+per microbatch; each unit's gradients are reduce-scattered once per step. FSDP pads every
+weight's first dimension to a multiple of the shard count. Experts of an expert-parallel MoE
+are left out and all-reduced one tensor at a time over the ``ep_replica`` group.
+
+**tp** (``parallel/tensor_parallel.py``, DTensor), per microbatch and stage, with sequence
+parallelism: an all-gather before attention and before the FFN and a reduce-scatter after
+each, mirrored in backward (4 of each per layer), the embedding's reduce-scatter and the head's
+all-gather with their backward mirrors (one more of each on the first and on the last stage),
+and the head's all-gather of the logits along the vocabulary. The replicated norm weights'
+gradients are partial sums: AdamW all-reduces each one three times (once per use of the
+gradient), or once when data parallelism (``replicate``) has reduced it first. Without sequence
+parallelism: an all-reduce after attention and after the FFN in forward and of the input
+gradient of each in backward, plus one for the embedding (forward) and one for the head
+(backward), and the logits' all-gather.
+
+**pp** (``parallel/pipeline.py``): per microbatch and stage boundary, the activation forward
+(send → recv) and its gradient backward; a boundary between two stages on one rank (the V
+schedules' middle) moves nothing. Under sequence parallelism the activation is 1/tp of the
+sequence.
+
+**cp** (``parallel/context_parallel.py``), per layer and microbatch: the forward ring makes
+cp − 1 exchanges of K, V and the keys' positions, the backward ring cp exchanges of K, V,
+positions, dK and dV; each exchange is one send and one receive per tensor.
+
+**ep** (``parallel/moe.py``), per MoE layer and microbatch: the per-expert counts (E int64)
+first, then the tokens' dispatch and combine all-to-alls in forward and their two mirrors in
+backward, each moving T·k rows of h (T tokens of the rank's microbatch, k experts each). The
+split between ranks depends on routing; what a rank sends in a dispatch is always all its T·k
+rows, so the rows here are the ep group's mean per rank — exact for the group's total.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from .candidate import Candidate
+from .precision import PRECISIONS, Precision
+from .spec import ModelSpec, Param
+
+DDP_FIRST_BUCKET_BYTES = 1 << 20     # torch.distributed's _DEFAULT_FIRST_BUCKET_BYTES
+DDP_BUCKET_BYTES = 25 << 20          # DistributedDataParallel(bucket_cap_mb=25)
+COUNT_BYTES = 8                      # the expert counts are int64
+
+
+@dataclasses.dataclass(frozen=True)
+class Transfer:
+    pp_rank: int
+    dim: str            # dp, tp, pp, cp, ep or ep_replica: the process group's dimension
+    op: str             # all_reduce, all_gather, reduce_scatter, all_to_all, send, recv
+    what: str           # what moves, in words
+    phase: str          # microbatch (inside a microbatch's forward or backward), step
+                        # (after the last backward), optimizer
+    count: int          # instances per step on one rank
+    msg_bytes: float    # S of one instance
+    group_size: int
+
+    @property
+    def bytes(self) -> float:
+        return self.count * self.msg_bytes
+
+    def as_dict(self) -> dict:
+        return {**dataclasses.asdict(self), "bytes": self.bytes}
+
+
+@dataclasses.dataclass(frozen=True)
+class _Shape:
+    """The per-rank sizes every formula below uses."""
+    b_mb: int           # sequences per microbatch on one rank
+    s: int              # tokens of a sequence on one rank (seq_len / cp)
+    m: int              # microbatches per step
+
+    @property
+    def tokens(self) -> int:
+        return self.b_mb * self.s
+
+
+def shape_of(spec: ModelSpec, cand: Candidate) -> _Shape:
+    dp, cp = cand.layout.size("dp"), cand.layout.size("cp")
+    return _Shape(b_mb=cand.global_batch // dp // cand.microbatches, s=spec.seq_len // cp,
+                  m=cand.microbatches)
+
+
+def _local_numel(p: Param, tp: int) -> int:
+    n = 1
+    for d in p.local_shape(tp):
+        n *= d
+    return n
+
+
+def _padded_numel(p: Param, tp: int, shards: int) -> int:
+    """FSDP2's full (gathered) size of a weight: dim 0 padded to a multiple of ``shards``."""
+    shape = p.local_shape(tp)
+    rows = -(-shape[0] // shards) * shards
+    rest = 1
+    for d in shape[1:]:
+        rest *= d
+    return rows * rest
+
+
+def _is_expert(p: Param) -> bool:
+    return p.name.startswith("expert")
+
+
+def ddp_buckets(sizes_bytes: list[int]) -> list[int]:
+    """Bucket sizes for gradients of ``sizes_bytes`` in the order they become ready: each
+    bucket is closed once it reaches its cap (1 MiB for the first, 25 MiB after), as torch's
+    ``_compute_bucket_assignment_by_size``."""
+    out, current, cap = [], 0, DDP_FIRST_BUCKET_BYTES
+    for size in sizes_bytes:
+        current += size
+        if current >= cap:
+            out.append(current)
+            current, cap = 0, DDP_BUCKET_BYTES
+    if current:
+        out.append(current)
+    return out
+
+
+def _registration_order(groups: list[list[Param]], first: bool) -> list[Param]:
+    """A stage module's weights in ``parallel.model``'s registration order: embedding,
+    layers, final norm, head (``stage_params`` puts the stage's own weights last)."""
+    *layers, root = groups
+    head = [p for p in root if p.name == "tok_embeddings"]
+    tail = [p for p in root if p.name != "tok_embeddings"]
+    return head + [p for g in layers for p in g] + tail
+
+
+def _dp_transfers(spec, cand, prec, r, stage, groups, sh) -> list[Transfer]:
+    out = []
+    tp, n = cand.layout.size("tp"), cand.dp_shards
+    first, last = stage == 0, stage == cand.n_stages - 1
+    if n > 1:
+        if cand.dp_mode == "ddp":
+            params = [p for p in _registration_order(groups, first)
+                      if not (cand.layout.size("ep") > 1 and _is_expert(p))]
+            sizes = [_local_numel(p, tp) * prec.grad_bytes for p in reversed(params)]
+            if tp > 1:   # FSDP2's replicate: one all-reduce of every local gradient
+                buckets = [sum(sizes)] if sizes else []
+            else:
+                buckets = ddp_buckets(sizes)
+            for size in sorted(set(buckets)):
+                out.append(Transfer(r, "dp", "all_reduce", f"stage {stage} gradient buckets",
+                                    "step", buckets.count(size), size, n))
+        else:
+            gathers = 2 if cand.dp_mode == "fsdp" else 1
+            for i, g in enumerate(groups):
+                full = sum(_padded_numel(p, tp, n) for p in g)
+                if not full:
+                    continue
+                unit = f"layer {i}" if i < len(groups) - 1 else "stage weights"
+                out.append(Transfer(r, "dp", "all_gather",
+                                    f"stage {stage} {unit} parameters", "microbatch",
+                                    gathers * sh.m, full * prec.param_bytes, n))
+                out.append(Transfer(r, "dp", "reduce_scatter",
+                                    f"stage {stage} {unit} gradients", "step", 1,
+                                    full * prec.grad_bytes, n))
+    replicas = n // cand.layout.size("ep")
+    if cand.layout.size("ep") > 1 and replicas > 1:
+        experts = [p for g in groups for p in g if _is_expert(p)]
+        mine = len(experts) // cand.layout.size("ep")
+        if mine:
+            size = experts[0].numel * prec.grad_bytes   # every expert matrix is h × eh
+            out.append(Transfer(r, "ep_replica", "all_reduce",
+                                f"stage {stage} expert gradients, one tensor at a time",
+                                "step", mine, size, replicas))
+    return out
+
+
+def _tp_transfers(spec, cand, prec, r, stage, groups, sh) -> list[Transfer]:
+    tp = cand.layout.size("tp")
+    if tp == 1:
+        return []
+    first, last = stage == 0, stage == cand.n_stages - 1
+    n_layers = len(groups) - 1
+    act = sh.tokens * spec.dim * prec.act_bytes
+    per_mb = 4 * n_layers + int(first) + int(last)
+    out = []
+    if cand.sp:
+        out += [Transfer(r, "tp", "all_gather", f"stage {stage} activations (sequence "
+                         "parallel entry into attention / FFN / head)", "microbatch",
+                         per_mb * sh.m, act, tp),
+                Transfer(r, "tp", "reduce_scatter", f"stage {stage} activations (sequence "
+                         "parallel exit from attention / FFN / embedding)", "microbatch",
+                         per_mb * sh.m, act, tp)]
+    else:
+        out.append(Transfer(r, "tp", "all_reduce", f"stage {stage} activations (row-parallel "
+                            "outputs, column-parallel input gradients)", "microbatch",
+                            per_mb * sh.m, act, tp))
+    if last:
+        out.append(Transfer(r, "tp", "all_gather", f"stage {stage} logits", "microbatch", sh.m,
+                            sh.tokens * spec.vocab_size * prec.act_bytes, tp))
+    if cand.sp:
+        replicated = [p for g in groups for p in g if p.tp_split == "rep"
+                      and not _is_expert(p) and p.name != "router"]
+        uses = 1 if cand.dp_shards > 1 else 3
+        for size in sorted({p.numel for p in replicated}):
+            k = sum(1 for p in replicated if p.numel == size)
+            out.append(Transfer(r, "tp", "all_reduce", f"stage {stage} replicated norm "
+                                "weight gradients (partial sums)", "optimizer", uses * k,
+                                size * prec.grad_bytes, tp))
+    return out
+
+
+def _pp_transfers(spec, cand, prec, r, stage, sh) -> list[Transfer]:
+    if cand.pp == 1:
+        return []
+    tp = cand.layout.size("tp")
+    act = sh.tokens * spec.dim * prec.act_bytes // (tp if tp > 1 and cand.sp else 1)
+    out = []
+    prev_remote = stage > 0 and cand.rank_of_stage(stage - 1) != r
+    next_remote = stage < cand.n_stages - 1 and cand.rank_of_stage(stage + 1) != r
+    if prev_remote:
+        out += [Transfer(r, "pp", "recv", f"stage {stage} input activations", "microbatch",
+                         sh.m, act, 2),
+                Transfer(r, "pp", "send", f"stage {stage} input gradients", "microbatch",
+                         sh.m, act, 2)]
+    if next_remote:
+        out += [Transfer(r, "pp", "send", f"stage {stage} output activations", "microbatch",
+                         sh.m, act, 2),
+                Transfer(r, "pp", "recv", f"stage {stage} output gradients", "microbatch",
+                         sh.m, act, 2)]
+    return out
+
+
+def _cp_transfers(spec, cand, prec, r, stage, groups, sh) -> list[Transfer]:
+    cp = cand.layout.size("cp")
+    if cp == 1:
+        return []
+    tp = cand.layout.size("tp")
+    n_layers = len(groups) - 1
+    kv = sh.b_mb * (spec.kv_heads // tp) * sh.s * spec.head_dim * prec.act_bytes
+    pos = sh.s * prec.act_bytes
+    per_layer = {kv: 2 * (cp - 1) + 4 * cp, pos: (cp - 1) + cp}
+    if kv == pos:
+        per_layer = {kv: sum(per_layer.values())}
+    out = []
+    for size, k in per_layer.items():
+        what = "K, V, dK, dV blocks" if size == kv else "key positions"
+        for op in ("send", "recv"):
+            out.append(Transfer(r, "cp", op, f"stage {stage} ring attention {what}",
+                                "microbatch", k * n_layers * sh.m, size, cp))
+    return out
+
+
+def _ep_transfers(spec, cand, prec, r, stage, layers, sh) -> list[Transfer]:
+    ep = cand.layout.size("ep")
+    moe_layers = sum(1 for i in layers if spec.is_moe_layer(i))
+    if ep == 1 or not moe_layers:
+        return []
+    rows = sh.tokens * spec.moe_top_k * spec.dim * prec.act_bytes
+    n = moe_layers * sh.m
+    return [Transfer(r, "ep", "all_to_all", f"stage {stage} tokens per expert (counts)",
+                     "microbatch", n, spec.moe_experts * COUNT_BYTES, ep),
+            Transfer(r, "ep", "all_to_all", f"stage {stage} token dispatch and combine, "
+                     "forward and backward (group mean)", "microbatch", 4 * n, rows, ep)]
+
+
+def transfers(spec: ModelSpec, cand: Candidate, precision: Precision | str = "fp32"
+              ) -> list[Transfer]:
+    """Every operation of one step, per pipeline rank (see the module docstring)."""
+    prec = PRECISIONS[precision] if isinstance(precision, str) else precision
+    sh = shape_of(spec, cand)
+    layers_of = cand.stage_layers(spec.n_layers)
+    out: list[Transfer] = []
+    for r in range(cand.pp):
+        for stage in cand.stages_of(r):
+            first, last = stage == 0, stage == cand.n_stages - 1
+            groups = spec.stage_params(layers_of[stage], first=first, last=last)
+            out += _dp_transfers(spec, cand, prec, r, stage, groups, sh)
+            out += _tp_transfers(spec, cand, prec, r, stage, groups, sh)
+            out += _pp_transfers(spec, cand, prec, r, stage, sh)
+            out += _cp_transfers(spec, cand, prec, r, stage, groups, sh)
+            out += _ep_transfers(spec, cand, prec, r, stage, layers_of[stage], sh)
+    return out
+
+
+def bytes_by_rank(spec: ModelSpec, cand: Candidate, precision: Precision | str = "fp32"
+                  ) -> dict[int, dict[tuple[str, str], float]]:
+    """rank → (dim, op) → bytes per step (the sum of S over the step's instances)."""
+    per_pp: dict[int, dict[tuple[str, str], float]] = {}
+    for t in transfers(spec, cand, precision):
+        d = per_pp.setdefault(t.pp_rank, {})
+        d[(t.dim, t.op)] = d.get((t.dim, t.op), 0.0) + t.bytes
+    layout = cand.layout
+    return {rank: dict(per_pp.get(layout.coordinates(rank)["pp"], {}))
+            for rank in range(layout.world_size)}

@@ -1,0 +1,190 @@
+"""The planner without running anything: memory against published figures, traffic and bubbles
+against hand-made cases whose answer is known by construction, and `meshscope plan` as a user
+runs it. The planner's bytes against measured traces are in tests/test_sweep.py."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, meshscope
+from meshscope.analysis.pipeline.bubble import theory_fraction as analysis_theory
+from meshscope.parallel.config import PRESETS
+from meshscope.parallel.layout import parse_layout
+from meshscope.parallel.plan import (Candidate, ModelSpec, SpecError, memory, model_states,
+                                     theory_fraction, transfers)
+from meshscope.parallel.plan.bubble import in_flight
+from meshscope.parallel.plan.comm_model import CommModel
+from meshscope.parallel.plan.traffic import ddp_buckets
+from meshscope.parallel.schedules import SCHEDULES
+
+# meta-llama/Llama-2-7b-hf's config.json (Hugging Face), the fields the planner reads.
+LLAMA2_7B = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008,
+             "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 32,
+             "vocab_size": 32000, "max_position_embeddings": 4096,
+             "tie_word_embeddings": False}
+
+
+@pytest.mark.parametrize("stage,expected_gb", [(0, 120.0), (1, 31.4), (2, 16.6), (3, 1.9)])
+def test_model_states_match_the_zero_paper(stage, expected_gb):
+    """Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training Trillion Parameter
+    Models", Fig. 1: Ψ = 7.5B parameters, N_d = 64 data-parallel ranks, mixed-precision Adam
+    (K = 12) — 120 GB per device for baseline data parallelism, 31.4 GB with P_os, 16.6 GB
+    with P_os+g and 1.9 GB with P_os+g+p."""
+    states = model_states(7.5e9, stage, 64, "mixed")
+    assert states.total_bytes / 1e9 == pytest.approx(expected_gb, abs=0.05)
+
+
+def test_llama2_7b_zero1_on_8_ranks(tmp_path):
+    """Llama-2-7B from its Hugging Face config.json: 6,738,415,616 parameters (the count the
+    Llama 2 release reports as 6.7B / "7B"); under ZeRO-1 on 8 data-parallel ranks with
+    mixed-precision Adam the ZeRO paper's P_os formula (§5.1: 2Ψ + 2Ψ + KΨ/N_d) gives
+    5.5 × Ψ bytes = 37.1 GB of model states per rank; one sequence of 4096 tokens per rank
+    adds activations, and ZeRO-1 no buffers beyond DDP's."""
+    path = tmp_path / "llama-2-7b.json"
+    path.write_text(json.dumps(LLAMA2_7B))
+    spec = ModelSpec.from_json(path)
+    assert spec.n_params() == 6_738_415_616
+    cand = Candidate(parse_layout("dp=8"), dp_mode="zero1", microbatches=1, global_batch=8)
+    (est,) = memory(spec, cand, "mixed")
+    assert est.model_states_bytes / 1e9 == pytest.approx(37.06, abs=0.01)
+    assert est.params_bytes == pytest.approx(2 * spec.n_params())
+    assert est.grads_bytes == pytest.approx(2 * spec.n_params())
+    assert est.optimizer_bytes == pytest.approx(12 * spec.n_params() / 8)
+    # Activations of a 7B model for one 4k sequence: tens of GB (no recomputation), ordered
+    # above a layer's weights and below the whole model's states.
+    assert 4 * spec.dim * spec.ffn_hidden < est.activations_bytes < est.model_states_bytes
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_model_spec_agrees_with_the_runner(name):
+    """One definition of parameters and FLOPs per token: the planner's spec of each preset
+    gives the runner's own counts (parallel/config.py)."""
+    cfg = PRESETS[name]
+    spec = ModelSpec.from_config(cfg)
+    assert spec.n_params() == cfg.n_params()
+    assert spec.flops_per_token() == cfg.flops_per_token()
+
+
+def test_spec_errors_name_the_field(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({**LLAMA2_7B, "num_key_value_heads": 5}))
+    with pytest.raises(SpecError, match="n_kv_heads"):
+        ModelSpec.from_json(bad)
+    missing = {k: v for k, v in LLAMA2_7B.items() if k != "intermediate_size"}
+    bad.write_text(json.dumps(missing))
+    with pytest.raises(SpecError, match="ffn_hidden.*intermediate_size"):
+        ModelSpec.from_json(bad)
+
+
+@pytest.mark.parametrize("schedule", sorted(SCHEDULES))
+def test_bubble_closed_form_agrees_with_the_analysis(schedule):
+    """The planner's closed form and the one the report compares measured bubbles with are the
+    same numbers wherever the analysis defines one."""
+    for p, m, v in ((2, 4, 1), (4, 8, 1), (4, 8, 2)):
+        if SCHEDULES[schedule].fixed_virtual not in (None, v):
+            continue
+        theirs = analysis_theory(schedule, p, m, v)
+        if theirs == theirs:   # not NaN
+            assert theory_fraction(schedule, p, m, v) == pytest.approx(theirs)
+
+
+def test_bubble_closed_form_values():
+    """Narayanan et al. 2021: (p−1)/(m+p−1) for 1F1B, (p−1)/(v·m+p−1) interleaved."""
+    assert theory_fraction("1f1b", 4, 4) == pytest.approx(3 / 7)
+    assert theory_fraction("gpipe", 2, 8) == pytest.approx(1 / 9)
+    assert theory_fraction("interleaved-1f1b", 4, 8, 2) == pytest.approx(3 / 19)
+    assert theory_fraction("1f1b", 1, 4) == 0.0
+    # activations held: 1F1B's first stage holds p microbatches, its last one; GPipe all m
+    assert in_flight("1f1b", 4, 8, 1, 0) == 4 and in_flight("1f1b", 4, 8, 1, 3) == 1
+    assert in_flight("gpipe", 4, 8, 1, 3) == 8
+
+
+def test_ddp_buckets_close_at_their_caps():
+    """DDP's rule: the first bucket closes once it holds ≥ 1 MiB, the others at ≥ 25 MiB."""
+    mib = 1 << 20
+    assert ddp_buckets([mib // 2] * 3) == [mib, mib // 2]
+    assert ddp_buckets([10 * mib] * 6) == [10 * mib, 30 * mib, 20 * mib]
+    assert ddp_buckets([100]) == [100]
+
+
+def test_fsdp_pads_every_weight_to_the_shard_count():
+    """A one-layer model whose FFN width 6 is not divisible by 4 shards: FSDP2 pads w1/w3's
+    first dimension 6 → 8 (and w2's first dimension, the hidden size 8, needs none)."""
+    spec = ModelSpec(dim=8, n_layers=1, n_heads=2, ffn_hidden=6, vocab_size=16, seq_len=8)
+    cand = Candidate(parse_layout("dp=4"), dp_mode="fsdp", microbatches=1, global_batch=4)
+    layer = next(t for t in transfers(spec, cand) if t.op == "all_gather" and "layer" in t.what)
+    # attention_norm 8, wq/wk/wv/wo 4·64, ffn_norm 8, w1 and w3 (6→8 rows)·8, w2 8·6
+    padded = 8 + 4 * 64 + 8 + 2 * 8 * 8 + 8 * 6
+    assert layer.msg_bytes == padded * 4
+    assert layer.count == 2      # ZeRO-3: gathered for forward and again for backward
+
+
+def test_traffic_scales_as_the_runner_issues_it():
+    """Relations of the tiny model's traffic that hold by construction: twice the microbatches
+    double tp's and pp's operations but not DDP's once-per-step all-reduce; the V schedule moves
+    no activation between the two stages its middle rank holds."""
+    spec = ModelSpec.from_config(PRESETS["tiny"])
+
+    def count(layout, dim, **kw):
+        return sum(t.count for t in transfers(spec, Candidate(parse_layout(layout), **kw))
+                   if t.dim == dim)
+
+    assert count("dp=2,tp=2", "tp", microbatches=8) == 2 * count("dp=2,tp=2", "tp",
+                                                                  microbatches=4) - 9
+    assert count("dp=2,tp=2", "dp", microbatches=8) == count("dp=2,tp=2", "dp", microbatches=4)
+    assert count("dp=2,pp=2", "pp", microbatches=8) == 2 * count("dp=2,pp=2", "pp",
+                                                                  microbatches=4)
+    # 4 stages on 2 ranks: every boundary is a send and a receive each way per microbatch (4
+    # ops × 4 microbatches); interleaved placement crosses ranks at all 3, the V at 2
+    assert count("pp=2", "pp", schedule="interleaved-1f1b") == 3 * 4 * 4
+    assert count("pp=2", "pp", schedule="zbv") == 2 * 4 * 4
+
+
+def test_comm_model_interpolates_between_measured_sizes():
+    table = CommModel.from_rows([
+        {"op": "all_reduce", "n_ranks": 4, "size_bytes": 1000, "time_us": 100},
+        {"op": "all_reduce", "n_ranks": 4, "size_bytes": 3000, "time_us": 300},
+    ], alpha_us=10)
+    assert table.time_us("all_reduce", 4, 2000) == pytest.approx(200)
+    assert table.time_us("all_reduce", 4, 6000) == pytest.approx(600)      # bandwidth-bound
+    assert table.time_us("all_reduce", 4, 500) == pytest.approx(50)       # the line extended
+    assert table.time_us("all_reduce", 4, 10) == pytest.approx(10)        # the latency floor
+    # a group of 2 moves less per rank: busbw stays, f(all_reduce) falls from 1.5 to 1
+    assert table.time_us("all_reduce", 2, 2000) == pytest.approx(200 / 1.5)
+
+
+def test_plan_command_for_a_7b_model(tmp_path):
+    """`meshscope plan` of a Hugging Face config on 8 GPUs: every layout listed, ZeRO-1's
+    states as above, and no torch imported."""
+    path = tmp_path / "llama.json"
+    path.write_text(json.dumps(LLAMA2_7B))
+    proc = meshscope("plan", "--model-json", path, "--world", 8, "--dp-modes", "ddp,zero1",
+                     "--precision", "mixed", "--global-batch", 64, "--seq-len", 2048,
+                     "--device", "H100", "--device-memory-gb", 80, "--json", check=True)
+    plan = json.loads(proc.stdout)
+    names = [r["name"] for r in plan["rows"]]
+    assert "dp8-zero1-mb4" in names and "dp8-mb4" in names and "tp8-mb4" in names
+    z1 = next(r for r in plan["rows"] if r["name"] == "dp8-zero1-mb4")
+    assert sum(z1["memory"][0][k] for k in ("params_bytes", "grads_bytes",
+                                            "optimizer_bytes")) / 1e9 == pytest.approx(37.06,
+                                                                                      abs=0.01)
+    ddp = next(r for r in plan["rows"] if r["name"] == "dp8-mb4")
+    assert ddp["fits"] is False and z1["peak_memory_bytes"] < ddp["peak_memory_bytes"]
+    assert all(r["estimate"]["step_time_us"] > 0 for r in plan["rows"])
+    code = ("import runpy, sys; sys.argv = ['meshscope', 'plan', '--world', '4'];"
+            "\ntry:\n    runpy.run_module('meshscope', run_name='__main__')\n"
+            "except SystemExit:\n    pass\nprint('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                         text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "False"
+
+
+def test_plan_command_refuses_bad_input_in_one_line(tmp_path):
+    bad = tmp_path / "model.json"
+    bad.write_text("{not json")
+    proc = meshscope("plan", "--model-json", bad, "--world", 4)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and str(bad) in proc.stderr
+    proc = meshscope("plan", "--world", 4, "--layouts", "dp=3")
+    assert proc.returncode == 2 and "needs 3 ranks" in proc.stderr
