@@ -29,3 +29,15 @@ def shared_trace(rel: str) -> pathlib.Path:
     if not path.exists():
         pytest.skip(f"shared trace corpus not available: {path} is missing")
     return path
+
+
+@pytest.fixture(scope="session")
+def world4_sweep(tmp_path_factory) -> pathlib.Path:
+    """The sweep of issue 12, run once per session through `meshscope sweep` as a user would:
+    every valid layout of 4 ranks for the tiny model over dp, tp and pp — dp4, tp4, pp4,
+    dp2·tp2, dp2·pp2, tp2·pp2 (1F1B, 4 microbatches, 4 steps, steps 2-3 profiled). About four
+    minutes on 2 cores. Returns the sweep folder: sweep.json, plan.json, comparison.json and
+    one run directory per layout, SWEEP/<name> (names in sweep.json)."""
+    out = tmp_path_factory.mktemp("world4") / "sweep"
+    meshscope("sweep", "--world", 4, "--steps", 4, "--out", out, timeout=1800, check=True)
+    return out

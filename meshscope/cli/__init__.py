@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import click
 
-from . import analyze_cmd, dashboard_cmd, run_cmd
+from . import analyze_cmd, dashboard_cmd, layouts_cmd, run_cmd
 
 
 @click.group()
@@ -19,6 +19,6 @@ def main():
     """Profile and analyse parallel LLM training runs."""
 
 
-for _module in (run_cmd, analyze_cmd, dashboard_cmd):
+for _module in (run_cmd, analyze_cmd, dashboard_cmd, layouts_cmd):
     for _command in _module.COMMANDS:
         main.add_command(_command)

@@ -1,0 +1,419 @@
+"""``meshscope sweep``, ``compare`` and ``plan``: which parallel layout to pick, and why.
+
+``sweep`` runs every valid layout of N ranks (``parallel.sweep``), ``compare`` puts runs or a
+sweep side by side (``analysis.compare``), ``plan`` predicts memory, traffic and step time
+before running (``parallel.plan``). None of them imports torch: ``sweep`` trains in child
+processes.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import sys
+
+import click
+
+from .common import fail
+
+
+def _csv(text: str | None, cast=str) -> tuple:
+    if not text:
+        return ()
+    try:
+        return tuple(cast(x.strip()) for x in text.split(",") if x.strip())
+    except ValueError:
+        fail(f"{text!r}: expected a comma-separated list")
+
+
+def _layouts(text: str | None) -> tuple[str, ...] | None:
+    """``dp=2,pp=2;tp=4`` → ("dp=2,pp=2", "tp=4")."""
+    if not text:
+        return None
+    return tuple(p.strip() for p in text.split(";") if p.strip()) or None
+
+
+def _overrides(layers, moe_experts, moe_top_k, moe_every) -> tuple:
+    o = {"n_layers": layers, "moe_experts": moe_experts, "moe_top_k": moe_top_k,
+         "moe_every": moe_every}
+    return tuple(sorted((k, v) for k, v in o.items() if v is not None))
+
+
+def _choice_options(f):
+    """The options that choose layouts, shared by ``sweep`` and ``plan``."""
+    opts = [
+        click.option("--dims", default="dp,tp,pp", show_default=True,
+                     help="Dimensions to split the world over (any of dp, tp, pp, cp, ep)."),
+        click.option("--layouts", default=None,
+                     help="Exactly these layouts instead, separated by ';': "
+                          "'dp=2,pp=2;tp=4'."),
+        click.option("--schedules", default="1f1b", show_default=True,
+                     help="Pipeline schedules to try (comma-separated) for layouts with pp>1."),
+        click.option("--microbatches", default="4", show_default=True,
+                     help="Microbatch counts to try (comma-separated)."),
+        click.option("--global-batch", default=16, show_default=True, type=int,
+                     help="Sequences per step over all data-parallel ranks."),
+        click.option("--no-sp", is_flag=True, help="Tensor parallelism without sequence "
+                                                   "parallelism."),
+        click.option("--layers", type=int, default=None, help="Override the preset's layers."),
+        click.option("--moe-experts", type=int, default=None),
+        click.option("--moe-top-k", type=int, default=None),
+        click.option("--moe-every", type=int, default=None),
+    ]
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+def _write_comparison(folder: pathlib.Path) -> None:
+    from meshscope.analysis.compare import CompareError, compare
+    from meshscope.collectors.run_dir import write_json_atomic
+
+    try:
+        c = compare(folder)
+    except CompareError as e:
+        click.echo(f"meshscope: warning: comparison not written: {e}", err=True)
+        return
+    write_json_atomic(folder / "comparison.json", c.to_dict())
+    (folder / "comparison.csv").write_text(c.to_csv())
+
+
+def _sweep_plan(sweep, tflops: float | None, devices: int | None) -> None:
+    """Write SWEEP/plan.json: the planner's view of every layout before the runs."""
+    from meshscope.collectors.run_dir import write_json_atomic
+    from meshscope.parallel.plan import ModelSpec, plan
+    from meshscope.parallel.plan.serial import plan_to_dict
+
+    rates, comm, notes = _assumed_rates(tflops, None, devices, None, None, None)
+    spec = ModelSpec.from_config(sweep.spec.model_config, name=sweep.spec.model)
+    p = plan(spec, sweep.candidates, rates=rates, comm=comm, notes=notes)
+    write_json_atomic(sweep.folder / "plan.json", plan_to_dict(p))
+
+
+@click.command()
+@click.option("--world", type=int, default=None, help="Ranks of every layout.")
+@click.option("--model", default="tiny", show_default=True, help="Model preset.")
+@_choice_options
+@click.option("--dp-modes", default="ddp", show_default=True,
+              help="Data-parallel modes to try: ddp, zero2, fsdp (comma-separated).")
+@click.option("--steps", default=4, show_default=True, type=int, help="Steps per run.")
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--profile-steps", default=None,
+              help="Steps to trace in every run, FIRST-LAST (default: the runner's).")
+@click.option("--out", type=click.Path(file_okay=False), default=None,
+              help="The sweep folder (created; an existing sweep of the same options is "
+                   "resumed).")
+@click.option("--resume", "resume", type=click.Path(file_okay=False), default=None,
+              help="Resume the sweep in this folder with its own options.")
+@click.option("--retry-failed", is_flag=True, help="Run the failed layouts again too.")
+@click.option("--list", "list_only", is_flag=True, help="Print the layouts and stop.")
+@click.option("--inject", multiple=True,
+              help="A fault in every run, as `meshscope run --inject` (slow-rank=R:MS, "
+                   "hang=R:STEP, crash=R:STEP).")
+@click.option("--tflops", type=float, default=None,
+              help="Sustained TFLOP/s of one device, for plan.json's predictions.")
+def sweep(world, model, dims, layouts, schedules, microbatches, global_batch, no_sp, layers,
+          moe_experts, moe_top_k, moe_every, dp_modes, steps, seed, profile_steps, out, resume,
+          retry_failed, list_only, inject, tflops):
+    """Run every valid layout of WORLD ranks, analyse each, and compare them."""
+    from meshscope.analysis.compare import compare, render
+    from meshscope.parallel.sweep import Sweep, SweepError, SweepSpec, run_sweep
+
+    try:
+        if resume:
+            sw = Sweep.open(pathlib.Path(resume))
+        else:
+            if world is None or out is None:
+                fail("sweep needs --world N and --out DIR (or --resume DIR)")
+            ps = None
+            if profile_steps:
+                from meshscope.collectors.profiling import parse_step_range
+                try:
+                    ps = parse_step_range(profile_steps)
+                except ValueError as e:
+                    fail(str(e))
+            spec = SweepSpec(world=world, model=model,
+                             model_overrides=_overrides(layers, moe_experts, moe_top_k,
+                                                        moe_every),
+                             dims=_csv(dims), schedules=_csv(schedules),
+                             microbatches=_csv(microbatches, int), dp_modes=_csv(dp_modes),
+                             layouts=_layouts(layouts), steps=steps, global_batch=global_batch,
+                             seed=seed, profile_steps=ps, sp=not no_sp,
+                             faults=tuple(inject))
+            if ps is not None and ps[1] >= steps:
+                fail(f"--profile-steps {profile_steps} goes past the last step {steps - 1}")
+            if steps < 1:
+                fail("--steps must be at least 1")
+            sw = Sweep.open(pathlib.Path(out), spec)
+    except SweepError as e:
+        fail(str(e))
+    todo = sw.todo(retry_failed)
+    click.echo(f"meshscope sweep: {len(sw.candidates)} layouts of {sw.spec.world} ranks, "
+               f"model {sw.spec.model}, {len(todo)} to run -> {sw.folder}")
+    for c in sw.candidates:
+        state = sw.state[c.name]["status"]
+        click.echo(f"  {c.name:<32} {c.label:<28} {state}")
+    if list_only:
+        return
+    sw.save()
+    if not (sw.folder / "plan.json").exists():
+        _sweep_plan(sw, tflops, None)
+    run_sweep(sw, retry_failed=retry_failed, after_run=lambda s: _write_comparison(s.folder))
+    _write_comparison(sw.folder)
+    c = compare(sw.folder)
+    click.echo()
+    click.echo(render(c))
+    click.echo(f"\nsweep folder: {sw.folder} (comparison.json, comparison.csv)")
+    if any(sw.state[x.name]["status"] == "failed" for x in sw.candidates):
+        sys.exit(1)
+
+
+@click.command("compare")
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
+@click.option("--csv", "csv_out", default=None, type=click.Path(dir_okay=False),
+              help="Write the table as CSV to this file ('-': standard output).")
+@click.option("--from", "from_runs", multiple=True, type=click.Path(file_okay=False),
+              help="Predict with the planner calibrated from this run (repeatable).")
+@click.option("--baseline", default=None, type=click.Path(exists=True),
+              help="bench-comm baseline or nccl-tests output for the planner's predictions.")
+def compare_cmd(paths, as_json, csv_out, from_runs, baseline):
+    """Compare run directories (RUN_A RUN_B …) or one sweep folder, ranked by step time."""
+    from meshscope.analysis.compare import CompareError, calibrated_planner, compare, render
+
+    planner = None
+    try:
+        if from_runs:
+            rates, _, _ = _assumed_rates(None, None, None, None, None, None)
+            planner, cal = calibrated_planner([pathlib.Path(p) for p in from_runs], rates,
+                                              _baseline_model(baseline))
+            for n in cal.notes:
+                click.echo(f"meshscope: note: {n}", err=True)
+        c = compare([pathlib.Path(p) for p in paths], planner=planner)
+    except CompareError as e:
+        fail(str(e))
+    if csv_out == "-":
+        click.echo(c.to_csv(), nl=False)
+    elif csv_out:
+        pathlib.Path(csv_out).write_text(c.to_csv())
+    if as_json:
+        click.echo(json.dumps(c.to_dict(), indent=2))
+    elif csv_out != "-":
+        click.echo(render(c))
+
+
+# -- plan -----------------------------------------------------------------------------------
+
+def _baseline_model(path: str | None):
+    if not path:
+        return None
+    from meshscope.parallel.plan import CommModel
+
+    from .analyze_cmd import _load_baseline
+
+    table = _load_baseline(path)
+    if table is None or table.empty:
+        fail(f"{path}: no baseline rows")
+    missing = [c for c in ("op", "n_ranks", "size_bytes", "time_us") if c not in table]
+    if missing:
+        fail(f"{path}: a baseline needs the column {missing[0]}")
+    return CommModel.from_rows(table.itertuples(), source=f"baseline {path}")
+
+
+def _assumed_rates(tflops, peak_tflops, devices, device, bandwidth_gbps, latency_us):
+    """Rates and comm model before calibration, and notes on what was assumed."""
+    from meshscope.collectors.devices import lookup
+    from meshscope.parallel.plan import CPU_ASSUMED_FLOPS, CommModel, Rates
+
+    notes = []
+    peak = peak_tflops * 1e12 if peak_tflops else None
+    known = lookup(device) if device else None
+    if device and not known:
+        fail(f"--device {device!r}: not in the device table (collectors/devices.py); give "
+             f"--tflops and --peak-tflops instead")
+    if known and not peak:
+        peak = known[0]
+    gpu = bool(device or tflops or peak_tflops)
+    if tflops:
+        flops = tflops * 1e12
+    elif peak:
+        flops = 0.4 * peak
+        notes.append(f"compute at 40% of the {peak / 1e12:g} TFLOP/s peak (assumed; "
+                     f"--tflops sets the sustained rate)")
+    else:
+        flops = CPU_ASSUMED_FLOPS
+        notes.append(f"CPU compute at an assumed {CPU_ASSUMED_FLOPS / 1e9:g} GFLOP/s per core, "
+                     f"ranks sharing {devices or os.cpu_count()} cores (--tflops, --devices, "
+                     f"or --from RUN to calibrate)")
+    if not gpu and devices is None:
+        devices = os.cpu_count()
+    default_bw, default_lat = (100.0, 10.0) if gpu else (1.0, 50.0)
+    comm = CommModel(alpha_us=latency_us if latency_us is not None else default_lat,
+                     busbw_gbps=bandwidth_gbps or default_bw,
+                     source="assumed" if not bandwidth_gbps else "--bandwidth-gbps")
+    if not bandwidth_gbps:
+        notes.append(f"communication at an assumed {comm.busbw_gbps:g} GB/s bus bandwidth and "
+                     f"{comm.alpha_us:g} µs latency (--baseline or --bandwidth-gbps)")
+    src = "given" if tflops else ("device peak" if peak else "assumed")
+    return Rates(flops_per_s=flops, devices=devices, peak_flops=peak, source=src), comm, notes
+
+
+def _spec(model, model_json, seq_len, overrides):
+    import dataclasses
+
+    from meshscope.parallel.config import PRESETS
+    from meshscope.parallel.plan import ModelSpec, SpecError
+
+    try:
+        if model_json:
+            spec = ModelSpec.from_json(pathlib.Path(model_json))
+        else:
+            if model not in PRESETS:
+                fail(f"--model {model!r}: unknown preset (known: {', '.join(PRESETS)}); a "
+                     f"config.json goes to --model-json")
+            spec = ModelSpec.from_config(dataclasses.replace(PRESETS[model], **dict(overrides)),
+                                         name=model)
+        if seq_len:
+            spec = dataclasses.replace(spec, seq_len=seq_len)
+    except SpecError as e:
+        fail(str(e))
+    return spec
+
+
+def _fmt_bytes(b: float) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if b >= scale:
+            return f"{b / scale:.1f} {unit}"
+    return f"{b:.0f} B"
+
+
+def render_plan(p, detail: bool) -> str:
+    lines = [f"model {p.model.name}: {p.model.n_params() / 1e6:,.1f} M parameters, "
+             f"{p.model.flops_per_token() / 1e6:,.1f} MFLOP/token, precision "
+             f"{p.precision.name}"]
+    head = (f"{'#':>2} {'layout':<30} {'params':>9} {'grads':>9} {'optim':>9} {'buffers':>9} "
+            f"{'activ':>9} {'peak':>9}  {'comm/step':<30} {'bubble':>6} {'step ms':>9} "
+            f"{'tok/s':>9} {'MFU':>5}")
+    lines.append(head)
+    for i, r in enumerate(p.rows, 1):
+        m = r.peak
+        comm = ", ".join(f"{d} {_fmt_bytes(b)}" for d, b in r.comm_bytes.items()) or "-"
+        est = r.estimate
+        fit = " (does not fit)" if r.fits is False else ""
+        lines.append(
+            f"{i:>2} {r.name[:30]:<30} {_fmt_bytes(m.params_bytes):>9} "
+            f"{_fmt_bytes(m.grads_bytes):>9} {_fmt_bytes(m.optimizer_bytes):>9} "
+            f"{_fmt_bytes(m.buffers_bytes):>9} {_fmt_bytes(m.activations_bytes):>9} "
+            f"{_fmt_bytes(m.total_bytes):>9}  {comm[:30]:<30} "
+            f"{r.theory_bubble_fraction * 100:5.0f}% "
+            + (f"{est.step_time_us / 1e3:9.1f} {est.tokens_per_s:9.0f} "
+               + (f"{est.mfu_pct:5.1f}" if est.mfu_pct is not None else "    -")
+               if est else f"{'-':>9} {'-':>9} {'-':>5}") + fit)
+        if detail:
+            for t in r.transfers:
+                lines.append(f"     pp rank {t.pp_rank} {t.dim:<10} {t.op:<15} {t.count:>5} × "
+                             f"{_fmt_bytes(t.msg_bytes):>9} = {_fmt_bytes(t.bytes):>9}  "
+                             f"{t.what}")
+            if est:
+                exp = ", ".join(f"{d} {v / 1e3:.1f}" for d, v in est.exposed_comm_us.items())
+                lines.append(f"     step {est.step_time_us / 1e3:.1f} ms = compute "
+                             f"{est.compute_us / 1e3:.1f} (optimizer "
+                             f"{est.optimizer_us / 1e3:.1f}) + exposed [{exp or '-'}] + bubble "
+                             f"{est.bubble_us / 1e3:.1f} + overhead {est.overhead_us / 1e3:.1f}")
+    lines.append("(memory per rank, the fullest rank; comm = bytes per step per rank, mean over "
+                 "ranks; bubble = the schedule's closed form)")
+    lines += [f"note: {n}" for n in p.notes]
+    return "\n".join(lines)
+
+
+@click.command("plan")
+@click.option("--world", type=int, default=None, help="Ranks (default: the --from run's).")
+@click.option("--model", default="tiny", show_default=True, help="Model preset.")
+@click.option("--model-json", default=None, type=click.Path(exists=True, dir_okay=False),
+              help="A Llama-style config.json (ours or Hugging Face's field names).")
+@click.option("--seq-len", type=int, default=None, help="Sequence length (overrides the "
+                                                        "model's).")
+@_choice_options
+@click.option("--dp-modes", default="ddp", show_default=True,
+              help="ddp, zero1, zero2, fsdp (comma-separated; zero1 is planning only).")
+@click.option("--precision", type=click.Choice(["fp32", "mixed"]), default="fp32",
+              show_default=True, help="fp32: the runner's; mixed: bf16 with fp32 Adam state.")
+@click.option("--tflops", type=float, default=None, help="Sustained TFLOP/s per device.")
+@click.option("--peak-tflops", type=float, default=None, help="Peak TFLOP/s per device (MFU).")
+@click.option("--device", default=None, help="A GPU of the device table (H100, A100, …).")
+@click.option("--devices", type=int, default=None,
+              help="Devices the ranks share (CPU: cores; default: one per rank on GPUs, the "
+                   "machine's cores on CPU).")
+@click.option("--device-memory-gb", type=float, default=None,
+              help="Memory of one device: layouts that do not fit are marked and ranked last.")
+@click.option("--bandwidth-gbps", type=float, default=None, help="Bus bandwidth, GB/s.")
+@click.option("--latency-us", type=float, default=None, help="Collective latency, µs.")
+@click.option("--baseline", default=None, type=click.Path(exists=True),
+              help="bench-comm baseline.parquet or nccl-tests output for communication.")
+@click.option("--from", "from_runs", multiple=True, type=click.Path(file_okay=False),
+              help="Calibrate from this measured run (repeatable); predicts its model and "
+                   "world size.")
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
+@click.option("--detail", is_flag=True, help="Every operation of every layout, and each "
+                                             "step's terms.")
+def plan_cmd(world, model, model_json, seq_len, dims, layouts, schedules, microbatches,
+             global_batch, no_sp, layers, moe_experts, moe_top_k, moe_every, dp_modes,
+             precision, tflops, peak_tflops, device, devices, device_memory_gb, bandwidth_gbps,
+             latency_us, baseline, from_runs, as_json, detail):
+    """Predict memory, communication and step time of layouts, before running them."""
+    from meshscope.parallel.plan import plan
+    from meshscope.parallel.sweep import SweepError, enumerate_candidates
+
+    rates, comm, notes = _assumed_rates(tflops, peak_tflops, devices, device, bandwidth_gbps,
+                                        latency_us)
+    base_comm = _baseline_model(baseline)
+    if base_comm is not None:
+        comm = base_comm
+        notes = [n for n in notes if not n.startswith("communication")]
+    spec = _spec(model, model_json, seq_len, _overrides(layers, moe_experts, moe_top_k,
+                                                        moe_every))
+    if from_runs:
+        from meshscope.analysis.compare import CompareError, calibrated_planner, measured
+        try:
+            runs = [measured(pathlib.Path(r)) for r in from_runs]
+            _, cal = calibrated_planner([pathlib.Path(r) for r in from_runs], rates, base_comm)
+        except CompareError as e:
+            fail(str(e))
+        first = runs[0]
+        spec, world = first.spec, world or first.candidate.layout.world_size
+        global_batch = first.candidate.global_batch
+        used = {d for r in runs for d in ("dp", "tp", "pp", "cp", "ep")
+                if r.candidate.layout.size(d) > 1}
+        dims = ",".join(sorted(set(_csv(dims)) | used, key="dp tp pp cp ep".split().index))
+        rates, comm = cal.rates, cal.comm
+        notes = [n for n in notes if n.startswith("CPU") is False] + cal.notes
+        notes.append(f"calibrated from {', '.join(r.name for r in runs)}")
+    if world is None:
+        fail("plan needs --world N (or --from RUN)")
+
+    def kv_check(c):
+        tp = c.layout.size("tp")
+        if spec.kv_heads % tp:
+            return f"tp={tp} does not divide the model's {spec.kv_heads} key/value heads"
+        return None
+
+    try:
+        cands = enumerate_candidates(world, spec.as_config(), dims=_csv(dims),
+                                     schedules=_csv(schedules),
+                                     microbatches=_csv(microbatches, int),
+                                     dp_modes=_csv(dp_modes), global_batch=global_batch,
+                                     sp=not no_sp, layouts=_layouts(layouts),
+                                     runner_only=False, extra_check=kv_check)
+    except SweepError as e:
+        fail(str(e))
+    p = plan(spec, cands, precision=precision, rates=rates, comm=comm,
+             device_memory_bytes=device_memory_gb * 1e9 if device_memory_gb else None,
+             notes=notes)
+    if as_json:
+        from meshscope.parallel.plan.serial import plan_to_dict
+        click.echo(json.dumps(plan_to_dict(p), indent=2))
+    else:
+        click.echo(render_plan(p, detail))
+
+
+COMMANDS = (sweep, compare_cmd, plan_cmd)
