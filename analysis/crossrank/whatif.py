@@ -32,8 +32,9 @@ it is negative for a rank faster than its reference.
 
 The straggler is the rank with the largest mean saving when that saving is at least
 ``NOISE_FACTOR`` × both and at least ``MIN_SAVING_PCT`` of the step, and the rank's saving is
-the largest in at least two thirds of the profiled steps (a slow rank is slow every step; a
-rank that one step's contention slowed is not a straggler); otherwise there is none.
+the largest — and above the resolution — in at least two thirds of the profiled steps (a slow
+rank is slow every step; a rank that one step's contention slowed is not a straggler);
+otherwise there is none.
 
 ``whatif_table`` columns: rank, step, makespan_us (replayed as measured), whatif_us (with the
 rank at its reference pace), saving_us, reference.
@@ -275,9 +276,11 @@ def analyse(graphs: dict[int, StepGraph], run: RunInfo | None, ops: dict[str, st
         if len(others):
             floor_us = float(others.assign(a=others["saving_us"].clip(lower=0.0))
                              .groupby("step")["a"].max().median())
-        gate = NOISE_FACTOR * resolution(noise_us, n_steps, floor_us)
-        tops = table.loc[table.groupby("step")["saving_us"].idxmax(), "rank"]
-        steady = (tops == top["rank"]).sum() >= np.ceil(2 * n_steps / 3)
+        res = resolution(noise_us, n_steps, floor_us)
+        gate = NOISE_FACTOR * res
+        tops = table.loc[table.groupby("step")["saving_us"].idxmax()]
+        mine = tops[(tops["rank"] == top["rank"]) & (tops["saving_us"] >= res)]
+        steady = len(mine) >= np.ceil(2 * n_steps / 3)
         if top["saving_us"] >= gate and top["saving_pct"] >= MIN_SAVING_PCT and steady:
             r = int(top["rank"])
             straggler = {"rank": r, "saving_us": float(top["saving_us"]),

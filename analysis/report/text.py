@@ -73,8 +73,8 @@ def render(summary: dict) -> str:
                          f"({st['reference']}); it beats the what-if's resolution "
                          f"({_ms(st.get('gate_us') / 2 if st.get('gate_us') else None).strip()} ms)")
         elif savings:
-            lines.append("No straggler: no rank's saving stands twice above what the what-if "
-                         f"resolves on this run ({_ms(cross.get('resolution_us')).strip()} ms: "
+            lines.append("No straggler: no rank's saving is steady over the steps and twice "
+                         f"what the what-if resolves ({_ms(cross.get('resolution_us')).strip()} ms: "
                          f"step noise {_ms(cross.get('noise_us')).strip()} ms, what-if floor "
                          f"{_ms(cross.get('floor_us')).strip()} ms).")
     for n in summary.get("notes", []):
