@@ -30,7 +30,7 @@ it is negative for a rank faster than its reference.
   that much when nothing is wrong), the median over steps. (A healthy rank held against a slow
   peer shows a negative saving: that is the straggler's mirror image, not noise.)
 
-The straggler is the rank with the largest mean saving when that saving is at least
+The straggler is the rank with the largest saving (median over steps) when it is at least
 ``NOISE_FACTOR`` × both and at least ``MIN_SAVING_PCT`` of the step, and the rank's saving is
 the largest — and above the resolution — in at least two thirds of the profiled steps (a slow
 rank is slow every step; a rank that one step's contention slowed is not a straggler);
@@ -38,8 +38,8 @@ otherwise there is none.
 
 ``whatif_table`` columns: rank, step, makespan_us (replayed as measured), whatif_us (with the
 rank at its reference pace), saving_us, reference.
-``rank_savings`` columns: rank, stage, saving_us (mean over steps), saving_pct (of the mean
-makespan), reference, critical_path_share (share of the critical path that is this rank's
+``rank_savings`` columns: rank, stage, saving_us (the median over profiled steps: one step that
+another process disturbed does not decide it), saving_pct (of the mean makespan), reference, critical_path_share (share of the critical path that is this rank's
 own work), wait_us (mean per step of the waits it suffered), wait_caused_us (mean per step
 of the waits charged to it: ``graph.waits_charged``).
 """
@@ -259,7 +259,7 @@ def analyse(graphs: dict[int, StepGraph], run: RunInfo | None, ops: dict[str, st
             else float("nan")
     sav_rows = []
     for r, grp in table.groupby("rank") if len(table) else []:
-        saving = float(grp["saving_us"].mean())
+        saving = float(grp["saving_us"].median())
         sav_rows.append({"rank": int(r), "stage": run.stage_of(r) if run else None,
                          "saving_us": saving,
                          "saving_pct": 100 * saving / step_time if step_time > 0 else np.nan,

@@ -33,10 +33,9 @@ from meshscope.analysis.comm import bandwidth_report, dims, instances, matching
 from meshscope.analysis.crossrank import clocks, program, whatif
 from meshscope.analysis.errors import InputError
 from meshscope.analysis.ingest.events import compile_rank_regex
-from meshscope.analysis.ingest.pool import map_files
 from meshscope.analysis.pipeline import bubble, schedule
 from meshscope.analysis.records import flight_recorder, steps as step_records
-from meshscope.analysis.report import findings as findings_mod, inputs, rank_work
+from meshscope.analysis.report import engines, findings as findings_mod, inputs, rank_work
 from meshscope.analysis.report.summary import REPORT_SCHEMA_VERSION, summary_of
 from meshscope.analysis.timeline import breakdown, segments
 from meshscope.analysis.timeline.rank_timeline import RankTimeline
@@ -120,7 +119,8 @@ def analyze(path: pathlib.Path, *, comm_kernel_re: str | None = None,
             rank_regex: str | None = None, cache_dir: pathlib.Path | None = None,
             workers: int | None = None, progress: bool = False,
             baseline: pd.DataFrame | None = None, layout: str | None = None,
-            rank_order: str | None = None, warmup_steps: int = 0) -> Report:
+            rank_order: str | None = None, warmup_steps: int = 0, engine: str = "local",
+            scheduler: str | None = None) -> Report:
     """Analyse the traces under ``path`` (module docstring).
 
     ``comm_kernel_re``: extra pattern for communication kernels. ``rank_regex``: a pattern with
@@ -131,7 +131,9 @@ def analyze(path: pathlib.Path, *, comm_kernel_re: str | None = None,
     when it is a terminal and ingest takes over a second. ``baseline``: bandwidth baseline
     (bench-comm or nccl-tests). ``layout`` / ``rank_order``: for foreign traces, how the job's
     ranks were laid out (``analysis/comm/dims.py``, ``LayoutMap``). ``warmup_steps``: the first
-    N steps are warm-up whatever the step timers say.
+    N steps are warm-up whatever the step timers say. ``engine`` / ``scheduler``: where the
+    per-rank work runs (``analysis/report/engines.py``: ``local`` processes, or ``dask`` on
+    the cluster at ``scheduler``, a local one without).
     """
     inp = inputs.gather(path)
     run = inp.run
@@ -148,7 +150,7 @@ def analyze(path: pathlib.Path, *, comm_kernel_re: str | None = None,
     opts = rank_work.RankOptions(comm_kernel_re=re.compile(comm_kernel_re) if comm_kernel_re
                                  else None, rank_regex=compile_rank_regex(rank_regex),
                                  cache_dir=cache_dir)
-    results = _per_rank(inp, opts, workers, progress)
+    results = _per_rank(inp, opts, workers, progress, engine, scheduler)
     if not results:
         if run is not None and inp.has_comms:
             return _records_only(inp, warmup_steps)
@@ -156,10 +158,12 @@ def analyze(path: pathlib.Path, *, comm_kernel_re: str | None = None,
     return _cross_rank(inp, results, layout_map, baseline, warmup_steps)
 
 
-def _per_rank(inp: inputs.Inputs, opts, workers, progress) -> list[rank_work.RankResult]:
+def _per_rank(inp: inputs.Inputs, opts, workers, progress, engine="local",
+              scheduler=None) -> list[rank_work.RankResult]:
     results = []
-    for _, result in map_files(inp.trace_files, rank_work.rank_work, (opts,), workers=workers,
-                               progress=progress):
+    for _, result in engines.map_ranks(inp.trace_files, rank_work.rank_work, (opts,),
+                                       engine=engine, scheduler=scheduler, workers=workers,
+                                       progress=progress):
         if isinstance(result, str):
             inp.problems.append(result)
         else:

@@ -92,14 +92,25 @@ def run_analysis(path, out, comm_kernel_regex, rank_regex=None, cache=True, base
                    "'megatron'), tp-cp-dp-pp ('torchtitan', meshscope's own; the default).")
 @click.option("--warmup-steps", default=0, show_default=True, type=click.IntRange(min=0),
               help="Treat the first N steps as warm-up (besides those the step time shows).")
+@click.option("--engine", default="local", show_default=True,
+              type=click.Choice(["local", "dask"]),
+              help="Where the per-rank work runs: this machine's processes, or a Dask cluster "
+                   "(docs/scaling.md).")
+@click.option("--scheduler", default=None,
+              help="With --engine dask: the scheduler's address (tcp://host:8786); without it "
+                   "a local cluster of --workers processes.")
+@click.option("--workers", default=None, type=click.IntRange(min=1),
+              help="Worker processes (default: one per core; with --engine dask and no "
+                   "--scheduler, the local cluster's size, default 2).")
 def analyze(path, out, as_json, comm_kernel_regex, rank_regex, no_cache, baseline, layout,
-            rank_order, warmup_steps):
+            rank_order, warmup_steps, engine, scheduler, workers):
     """Analyse a run directory or any folder of Kineto traces."""
     from meshscope.analysis.report.text import render
 
     report, target = run_analysis(path, out, comm_kernel_regex, rank_regex, cache=not no_cache,
                                   baseline=baseline, layout=layout, rank_order=rank_order,
-                                  warmup_steps=warmup_steps)
+                                  warmup_steps=warmup_steps, engine=engine,
+                                  scheduler=scheduler, workers=workers)
     summary = json.loads((target / "summary.json").read_text())
     if as_json:
         click.echo(json.dumps(summary, indent=2))
