@@ -67,7 +67,7 @@ def input_warnings(ctx: PageContext) -> list:
     return out
 
 
-def _metric(ctx: PageContext, key: str) -> dict[int, float]:
+def metric(ctx: PageContext, key: str) -> dict[int, float]:
     """rank -> value (ms) of the mesh colouring ``key``; {} when the report lacks it."""
     rep = ctx.report
     if key == "saving":
@@ -87,10 +87,10 @@ def _metric(ctx: PageContext, key: str) -> dict[int, float]:
 
 
 def color_key(ctx: PageContext) -> str:
-    if ctx.state.color in COLOR_CHOICES and _metric(ctx, ctx.state.color):
+    if ctx.state.color in COLOR_CHOICES and metric(ctx, ctx.state.color):
         return ctx.state.color
     for key in ("saving", "wait", "exposed"):
-        if _metric(ctx, key):
+        if metric(ctx, key):
             return key
     return "compute"
 
@@ -100,7 +100,7 @@ def mesh_figure(ctx: PageContext) -> go.Figure | None:
     None when there is nothing to colour."""
     rep = ctx.report
     key = color_key(ctx)
-    values = _metric(ctx, key)
+    values = metric(ctx, key)
     if not values:
         return None
     info = rep.run_info
