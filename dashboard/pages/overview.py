@@ -130,7 +130,8 @@ def mesh_figure(ctx: PageContext) -> go.Figure | None:
         v = values.get(r)
         z[i][j] = v
         who[i][j] = r
-        text[i][j] = ("▶ " if r == ctx.state.rank else "") + f"rank {r}<br>{'—' if v is None else f'{v:.2f} ms'}" + \
+        value = "—" if v is None else f"{v:.2f} ms"
+        text[i][j] = ("▶ " if r == ctx.state.rank else "") + f"rank {r}<br>{value}" + \
             (f"<br>ep group {ep_of[r]}" if r in ep_of else "")
     if col_dims:
         idx = {"dp": 0, "cp": 1, "tp": 2}
