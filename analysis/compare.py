@@ -623,8 +623,34 @@ def _cell(x, width: int, fmt: str, scale: float = 1.0, suffix: str = "") -> str:
     return text.rjust(width)
 
 
-def render(c: Comparison) -> str:
-    """The terminal table of ``meshscope compare``."""
+def _beside(row: RunRow) -> list[str]:
+    """``measured / planned`` for every number the planner predicts, one line each."""
+    p = row.predicted
+    if p is None:
+        return []
+
+    def pair(label, meas, plan, scale, unit):
+        m = "-" if meas is None else f"{meas / scale:.1f}"
+        q = "-" if plan is None else f"{plan / scale:.1f}"
+        return f"{label} {m} / {q} {unit}"
+
+    items = [pair("step", row.step_time_us, p.step_time_us, 1e3, "ms"),
+             pair("compute", row.compute_us, p.compute_us, 1e3, "ms")]
+    for d in sorted(set(row.exposed_comm_us) | set(p.exposed_comm_us)):
+        items.append(pair(f"exposed {d}", row.exposed_comm_us.get(d),
+                          p.exposed_comm_us.get(d), 1e3, "ms"))
+    if row.bubble_fraction is not None or p.bubble_fraction is not None:
+        items.append(pair("bubble", row.bubble_fraction, p.bubble_fraction, 0.01, "%"))
+    items.append(pair("peak memory", row.peak_memory_bytes, p.peak_memory_bytes, 1e6, "MB"))
+    for d in sorted(set(row.comm_bytes) | set(p.comm_bytes)):
+        items.append(pair(f"{d} bytes", row.comm_bytes.get(d), p.comm_bytes.get(d), 1e3,
+                          "KB"))
+    return [f"     measured / planned: {'; '.join(items)}"]
+
+
+def render(c: Comparison, detail: bool = False) -> str:
+    """The terminal table of ``meshscope compare``; ``detail`` adds under each row every
+    number the planner predicts beside the measured one."""
     dims = [d for d in DIMS if any(d in r.exposed_comm_us for r in c.rows)]
     head = (f"{'#':>2} {'run':<26} {'step ms':>9} {'plan ms':>8} {'tokens/s':>9} {'MFU':>5} "
             f"{'compute':>8} " + " ".join(f"{'exp ' + d:>8}" for d in dims)
@@ -642,6 +668,8 @@ def render(c: Comparison) -> str:
             _cell(bubble, 6, ".0f", suffix="%"), _cell(r.bandwidth_efficiency, 6, ".2f"),
             _cell(r.peak_memory_bytes, 8, ".0f", 1e6),
             _cell(pred.peak_memory_bytes if pred else None, 8, ".1f", 1e6)]))
+        if detail:
+            lines += _beside(r)
     lines.append("(times per step in ms; exp = exposed communication; plan = the planner's "
                  "prediction; peak MB = the step timers' peak: CPU resident set)")
     for f_ in c.failed:

@@ -81,7 +81,7 @@ def _pickers(ctx: PageContext) -> list:
                 style={"marginRight": "24px"}))
         if kind == "color":
             opts = [{"label": v, "value": k} for k, v in overview.COLOR_CHOICES.items()
-                    if overview._metric(ctx, k)]
+                    if overview.metric(ctx, k)]
             if opts:
                 out.append(html.Label(["colour the mesh by ", dcc.Dropdown(
                     id="color-select", options=opts, value=overview.color_key(ctx),

@@ -2,7 +2,8 @@
 process, one at a time, while the page shows its progress.
 
 ``Analyses.start(entry)`` queues the run (once; opening the page again only asks how far it
-is); ``status(run_id)`` returns an ``AnalysisStatus``: ``state`` (``queued``, ``running``,
+is; a failed analysis is tried again when the run is opened ``RETRY_AFTER_S`` later);
+``status(run_id)`` returns an ``AnalysisStatus``: ``state`` (``queued``, ``running``,
 ``done``, ``failed``), seconds elapsed, trace files parsed so far out of the run's total (the
 analysis keeps one parquet copy per parsed trace in ``report/.cache``, which is what is
 counted) and, for a failure, the analysis' own one-line error with the server's paths taken
@@ -26,6 +27,7 @@ from .runs import RunEntry
 
 log = logging.getLogger("meshscope.dashboard")
 TIMEOUT_S = 3600
+RETRY_AFTER_S = 60     # a failed analysis is tried again when the run is opened after this
 
 
 @dataclasses.dataclass
@@ -73,6 +75,7 @@ class Analyses:
         self.root = str(root)
         self._status: dict[str, AnalysisStatus] = {}
         self._started: dict[str, float] = {}
+        self._finished: dict[str, float] = {}
         self._entries: dict[str, RunEntry] = {}
         self._queue: queue.Queue[str] = queue.Queue()
         self._lock = threading.Lock()
@@ -81,7 +84,10 @@ class Analyses:
     def start(self, entry: RunEntry) -> None:
         with self._lock:
             st = self._status.get(entry.run_id)
-            if st is not None and st.state in ("queued", "running", "failed"):
+            if st is not None and st.state in ("queued", "running"):
+                return
+            if st is not None and st.state == "failed" and \
+                    time.monotonic() - self._finished.get(entry.run_id, 0.0) < RETRY_AFTER_S:
                 return
             self._status[entry.run_id] = AnalysisStatus("queued",
                                                         traces_total=_count_traces(entry))
@@ -91,11 +97,6 @@ class Analyses:
                 self._worker = threading.Thread(target=self._work, name="meshscope-analyze",
                                                 daemon=True)
                 self._worker.start()
-
-    def retry(self, entry: RunEntry) -> None:
-        with self._lock:
-            self._status.pop(entry.run_id, None)
-        self.start(entry)
 
     def status(self, run_id: str) -> AnalysisStatus | None:
         with self._lock:
@@ -111,10 +112,7 @@ class Analyses:
 
     def _work(self) -> None:
         while True:
-            try:
-                run_id = self._queue.get(timeout=5)
-            except queue.Empty:
-                return
+            run_id = self._queue.get()
             entry = self._entries[run_id]
             with self._lock:
                 self._started[run_id] = time.monotonic()
@@ -134,6 +132,7 @@ class Analyses:
             with self._lock:
                 st = self._status[run_id]
                 elapsed = time.monotonic() - self._started[run_id]
+                self._finished[run_id] = time.monotonic()
                 if code == 0 and (entry.path / rd.REPORT / "summary.json").is_file():
                     self._status[run_id] = dataclasses.replace(st, state="done",
                                                                elapsed_s=elapsed)

@@ -148,12 +148,31 @@ def test_step_heatmap_has_every_timed_step(index):
     assert len(fig.data[0].x) == hm["step"].nunique()
 
 
-def test_health_lists_the_flight_recorder_verdicts(index):
-    hangs = _summary("dp2-ep2-moe")["hangs"]
-    items = _items(index, "dp2-ep2-moe", "health")
-    assert items["fr-summary"].text.startswith(f"Flight Recorder: {len(hangs)} problem(s)")
-    assert len(items["fr-table"].rows) == min(len(hangs), 100)
+def test_health_of_a_healthy_run_says_so(index):
+    assert _summary("dp4-ddp")["hangs"] == []
     assert "fr-healthy" in _items(index, "dp4-ddp", "health")
+
+
+def test_health_lists_the_flight_recorder_verdicts(tmp_path):
+    """A report whose Flight Recorder table names a hang (rank 3 never reached seq 7 of the dp
+    group) and a run.json problem: both are on the page, as the analysis wrote them."""
+    run = tmp_path / "hung"
+    shutil.copytree(SAMPLES / PIPELINED, run, ignore=shutil.ignore_patterns("traces"))
+    detail = "rank 3 last finished step 4; its last operation: all_reduce seq 6"
+    pd.DataFrame([{"process_group": "3", "group_desc": "mesh_dp", "seq": 7,
+                   "kind": "collective", "op": "all_reduce", "verdict": "missing",
+                   "ranks_present": [2], "ranks_missing": [3],
+                   "last_seq_of_missing": "{3: 6}", "detail": detail}]).to_parquet(
+        run / "report" / "flight_recorder.parquet", index=False)
+    summary = json.loads((run / "report" / "summary.json").read_text())
+    summary["problems"] = ["comms/rank1.json: $.entries[4].state: expected a string, got 7"]
+    (run / "report" / "summary.json").write_text(json.dumps(summary))
+    items = _items(RunIndex(tmp_path), "hung", "health")
+    assert items["fr-summary"].text == "Flight Recorder: 1 problem(s): 1 missing."
+    (row,) = items["fr-table"].rows
+    assert row[:7] == ["3", "mesh_dp", "7", "all_reduce", "missing", "2", "3"]
+    assert row[7] == detail
+    assert items["problems-table"].rows == [[summary["problems"][0]]]
 
 
 @pytest.fixture
@@ -269,8 +288,15 @@ def test_timeline_draws_the_reports_own_segments_and_charged_waits(tmp_path):
         .to_parquet(run / "report" / "timeline.parquet", index=False)
     items = _items(RunIndex(tmp_path), "with-timeline", "timeline", step=4)
     fig = items["timeline-graph"].figure
-    bars = {t.name: t for t in fig.data}
+    bars = {t.name: t for t in fig.data if t.type == "bar"}
     assert set(bars) == {"compute", "wait", "comm dp", "bubble"}
+    cp = pd.read_parquet(run / "report" / "critical_path.parquet") \
+        if (run / "report" / "critical_path.parquet").is_file() else None
+    path = [t for t in fig.data if t.type == "scatter"]
+    if cp is not None:   # the report's critical path of the step, one line over the lanes
+        assert len(path[0].x) == 2 * int((cp["step"] == 4).sum())
+    else:
+        assert path == []
     assert len(bars["compute"].x) == 3 and list(bars["wait"].base) == [1.0]
     assert list(bars["wait"].x) == [2.0]
     (arrow,) = fig.layout.annotations

@@ -258,3 +258,22 @@ def test_not_a_directory_is_refused_with_one_line(tmp_path):
                           timeout=60, env={**os.environ})
     assert proc.returncode == 2
     assert proc.stderr.strip() == f"meshscope: error: {tmp_path / 'nope'}: no such directory"
+
+
+def test_an_analysis_that_fails_says_why_without_server_paths(tmp_path):
+    """A run of which nothing can be analysed (every trace cut to garbage, no step timers or
+    Flight Recorder dumps to fall back on): the analysis started on first open fails, and the
+    page gives its one-line reason with the runs folder taken out."""
+    root = tmp_path / "runs"
+    shutil.copytree(SAMPLES / SAMPLE, root / "broken",
+                    ignore=shutil.ignore_patterns("report", "comms", "steps"))
+    for f in (root / "broken" / "traces").iterdir():
+        f.write_bytes(b"\x1f\x8b not really gzip")
+    app = create_app(root)
+    text = _page(app, "/overview", "?run=broken")
+    deadline = time.monotonic() + 120
+    while "analysis failed" not in text and time.monotonic() < deadline:
+        time.sleep(0.5)
+        text = _page(app, "/overview", "?run=broken")
+    assert "The analysis failed: " in text and "rank0.json.gz" in text
+    assert str(root) not in text and str(tmp_path) not in text and "Traceback" not in text

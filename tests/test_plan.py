@@ -144,14 +144,17 @@ def test_traffic_scales_as_the_runner_issues_it():
 def test_comm_model_interpolates_between_measured_sizes():
     table = CommModel.from_rows([
         {"op": "all_reduce", "n_ranks": 4, "size_bytes": 1000, "time_us": 100},
-        {"op": "all_reduce", "n_ranks": 4, "size_bytes": 3000, "time_us": 300},
+        {"op": "all_reduce", "n_ranks": 4, "size_bytes": 4000, "time_us": 400},
+        # two nearly equal sizes are one point (their medians), not a steep slope
+        {"op": "all_reduce", "n_ranks": 4, "size_bytes": 4100, "time_us": 400},
+        {"op": "all_reduce", "n_ranks": 4, "size_bytes": 4010, "time_us": 9000},
     ], alpha_us=10)
-    assert table.time_us("all_reduce", 4, 2000) == pytest.approx(200)
-    assert table.time_us("all_reduce", 4, 6000) == pytest.approx(600)      # bandwidth-bound
-    assert table.time_us("all_reduce", 4, 500) == pytest.approx(50)       # the line extended
+    assert table.time_us("all_reduce", 4, 2000) == pytest.approx(200, rel=0.01)
+    assert table.time_us("all_reduce", 4, 8020) == pytest.approx(800, rel=0.01)
+    assert table.time_us("all_reduce", 4, 500) == pytest.approx(50, rel=0.01)  # extended
     assert table.time_us("all_reduce", 4, 10) == pytest.approx(10)        # the latency floor
     # a group of 2 moves less per rank: busbw stays, f(all_reduce) falls from 1.5 to 1
-    assert table.time_us("all_reduce", 2, 2000) == pytest.approx(200 / 1.5)
+    assert table.time_us("all_reduce", 2, 2000) == pytest.approx(200 / 1.5, rel=0.01)
 
 
 def test_plan_command_for_a_7b_model(tmp_path):

@@ -58,6 +58,8 @@ def _per_rank_ops(ctx: PageContext) -> pd.DataFrame | None:
     """One row per operation of one rank with dim, op, group ranks, bytes, duration, transfer
     and wait: the report's bandwidth table."""
     bw = ctx.report.table("bandwidth")
+    if bw is not None and "group" not in bw.columns and "pg_ranks" in bw.columns:
+        bw = bw.rename(columns={"pg_ranks": "group"})      # schema 2 names it as instances do
     need = {"rank", "group", "op", "msg_bytes", "dur_us"}
     if bw is None or bw.empty or not need <= set(bw.columns):
         return None

@@ -44,8 +44,10 @@ def _analysis_compare(index: RunIndex, state: ViewState, entries):
     except ImportError:
         return None
     folder = index.root / state.sweep if state.sweep in index.sweeps else None
+    # A whole sweep (its failed runs, its plan) only when every run of it is analysed: the
+    # analysis would otherwise analyse the others inside this request.
     if folder is not None and not state.runs and (folder / "sweep.json").is_file() \
-            and index.inside(folder):
+            and index.inside(folder) and all(e.analysed for e in index.sweep_runs(state.sweep)):
         return do_compare([folder]).to_dict()
     return do_compare([e.path for e in entries]).to_dict()
 

@@ -45,7 +45,8 @@ def verdicts(ctx: PageContext) -> list:
     if fr.empty:
         return [Note("fr-healthy", "No hang and no desync: every rank of every group reached "
                                    "the same operations and agreed on them.")]
-    cols = [c for c in FR_COLUMNS if c in fr.columns]
+    cols = [c for c in FR_COLUMNS if c in fr.columns] + \
+        [c for c in fr.columns if c not in FR_COLUMNS][:6]  # columns of a newer report
     counts = fr["verdict"].value_counts().to_dict() if "verdict" in fr else {}
     head = ", ".join(f"{n} {v}" for v, n in counts.items())
     rows = [[_cell(r[c]) for c in cols] for _, r in fr.head(MAX_ROWS).iterrows()]

@@ -67,7 +67,7 @@ def input_warnings(ctx: PageContext) -> list:
     return out
 
 
-def _metric(ctx: PageContext, key: str) -> dict[int, float]:
+def metric(ctx: PageContext, key: str) -> dict[int, float]:
     """rank -> value (ms) of the mesh colouring ``key``; {} when the report lacks it."""
     rep = ctx.report
     if key == "saving":
@@ -87,10 +87,10 @@ def _metric(ctx: PageContext, key: str) -> dict[int, float]:
 
 
 def color_key(ctx: PageContext) -> str:
-    if ctx.state.color in COLOR_CHOICES and _metric(ctx, ctx.state.color):
+    if ctx.state.color in COLOR_CHOICES and metric(ctx, ctx.state.color):
         return ctx.state.color
     for key in ("saving", "wait", "exposed"):
-        if _metric(ctx, key):
+        if metric(ctx, key):
             return key
     return "compute"
 
@@ -100,7 +100,7 @@ def mesh_figure(ctx: PageContext) -> go.Figure | None:
     None when there is nothing to colour."""
     rep = ctx.report
     key = color_key(ctx)
-    values = _metric(ctx, key)
+    values = metric(ctx, key)
     if not values:
         return None
     info = rep.run_info
@@ -130,7 +130,8 @@ def mesh_figure(ctx: PageContext) -> go.Figure | None:
         v = values.get(r)
         z[i][j] = v
         who[i][j] = r
-        text[i][j] = ("▶ " if r == ctx.state.rank else "") + f"rank {r}<br>{'—' if v is None else f'{v:.2f} ms'}" + \
+        value = "—" if v is None else f"{v:.2f} ms"
+        text[i][j] = ("▶ " if r == ctx.state.rank else "") + f"rank {r}<br>{value}" + \
             (f"<br>ep group {ep_of[r]}" if r in ep_of else "")
     if col_dims:
         idx = {"dp": 0, "cp": 1, "tp": 2}

@@ -3,8 +3,10 @@ theory, and stage imbalance.
 
 - ``gantt-graph``: per-stage (and rank) Gantt of step ``?step=`` from ``microbatches.parquet``
   — forward / backward / weight-grad coloured, bubbles the gaps, times from the pipeline
-  window's start; the step's critical path (``critical_path.parquet``, schema 2) drawn over it
-  where the report has one.
+  window's start.
+- ``critical-table``: per rank, its work, transfers and waits on the step's critical path
+  (``critical_path.parquet``, schema 2; the timeline page draws the path itself, on the step's
+  own time axis).
 - ``bubble-table`` / ``bubble-graph``: per stage, the measured bubble, the replayed one (the
   schedule alone with the measured durations, analysis/pipeline/schedule.py) and the theory
   (summary.json ``pipeline_stages``).
@@ -57,17 +59,29 @@ def gantt_figure(ctx: PageContext, step: int) -> go.Figure | None:
                                         pd.Series(chunk, index=g.index).astype(int))),
                     hovertemplate=f"{phase} mb %{{customdata[0]}} chunk %{{customdata[1]}}"
                                   "<br>%{base:.2f} → %{x:.2f} ms long<extra></extra>")
-    cp = _critical_path(ctx, step)
-    if cp is not None and "start_us" in cp and set(cp["rank"].astype(int)) <= set(labels):
-        origin = float(cp["start_us"].min())
-        fig.add_scatter(name="critical path", mode="lines",
-                        x=[v for s, e in zip(cp["start_us"], cp["end_us"])
-                           for v in ((s - origin) / 1e3, (e - origin) / 1e3, None)],
-                        y=[v for r in cp["rank"] for v in (labels[int(r)],) * 2 + (None,)],
-                        line={"color": "#111", "width": 3})
     lanes_layout(fig, f"Microbatch schedule of step {step}",
                  "ms from the pipeline window's start", order, 38)
     return fig
+
+
+def critical_table(ctx: PageContext, step: int) -> list:
+    """Per rank, the time of the step's critical path that is its work, a transfer or a wait
+    (``critical_path.parquet``: the path through the replayed dependency graph)."""
+    cp = _critical_path(ctx, step)
+    if cp is None or not {"kind", "dur_us"} <= set(cp.columns):
+        return []
+    total = float(cp["dur_us"].sum())
+    g = cp.pivot_table(index="rank", columns="kind", values="dur_us", aggfunc="sum",
+                       fill_value=0.0)
+    kinds = [k for k in ("work", "transfer", "wait") if k in g.columns] + \
+        [k for k in g.columns if k not in ("work", "transfer", "wait")]
+    rows = [[rank_label(int(r), ctx.report)] + [f"{g.loc[r, k] / 1e3:.2f} ms" for k in kinds]
+            + [f"{100 * g.loc[r].sum() / total:.0f} %" if total > 0 else "—"]
+            for r in g.index]
+    return [Table("critical-table", ["rank"] + kinds + ["share of the path"], rows,
+                  caption=f"The critical path of step {step} ({total / 1e3:.2f} ms, through "
+                          "the replayed dependency graph): whose work, transfers and waits "
+                          "make the step as long as it is. The timeline page draws it.")]
 
 
 def bubble_rows(ctx: PageContext) -> list[dict]:
@@ -158,6 +172,9 @@ def sections(ctx: PageContext) -> list[Section]:
                                                                        bubble_figure(rows))]
                        if rows else [missing("bubble-none", "bubble table", ctx.run_id)]))
     out.append(Section("Stage imbalance", imbalance(ctx)))
+    crit = critical_table(ctx, step) if step is not None else []
+    if crit:
+        out.append(Section(f"Critical path of step {step}", crit))
     ph = phases(ctx, step) if step is not None else []
     if ph:
         out.append(Section("Warm-up, steady, cool-down", ph))

@@ -11,6 +11,9 @@ Chrome/Perfetto trace to download (``/export/perfetto?run=ID``, ``meshscope expo
   compute, communication and wait sets of each rank, moved by the report's applied clock
   offsets), up to ``MAX_RANKS_FROM_TRACES`` ranks; the arrows then come from the matched
   collectives' last arrivers. Either way the browser gets segments, never the event table.
+  With the report's table, the step's critical path (``critical_path.parquet``, on the same
+  axis: µs from the step's earliest start; the path through the replayed dependency graph)
+  is drawn over the lanes as one line.
 
 Segments are kept per run and step (``_CACHE``) while the report is unchanged.
 """
@@ -136,6 +139,18 @@ def timeline_figure(ctx: PageContext, seg: pd.DataFrame, arrows: list, step: int
                     else 0.25,
                     hovertemplate=f"%{{y}} {kind}<br>%{{base:.2f}} ms, %{{x:.3f}} ms long"
                                   "<extra></extra>")
+    cp = ctx.report.table("critical_path")
+    if cp is not None and {"step", "rank", "start_us", "end_us"} <= set(cp.columns) and \
+            ctx.report.table("timeline") is not None:
+        cp = cp[(cp["step"] == step) & cp["rank"].isin(list(label))].sort_values(
+            "order" if "order" in cp else "start_us")
+        if not cp.empty:
+            fig.add_scatter(name="critical path (replayed)", mode="lines+markers",
+                            x=[v for a, b in zip(cp["start_us"], cp["end_us"])
+                               for v in (a / 1e3, b / 1e3)],
+                            y=[label[r] for r in cp["rank"] for _ in (0, 1)],
+                            line={"color": "#111", "width": 2}, marker={"size": 3},
+                            hovertemplate="%{y}: %{x:.2f} ms<extra>critical path</extra>")
     for waiter, culprit, a, b in arrows:
         fig.add_annotation(x=b / 1e3, y=label.get(waiter), ax=b / 1e3, ay=label.get(culprit),
                            xref="x", yref="y", axref="x", ayref="y", showarrow=True,

@@ -177,7 +177,9 @@ def sweep(world, model, dims, layouts, schedules, microbatches, global_batch, no
               help="Predict with the planner calibrated from this run (repeatable).")
 @click.option("--baseline", default=None, type=click.Path(exists=True),
               help="bench-comm baseline or nccl-tests output for the planner's predictions.")
-def compare_cmd(paths, as_json, csv_out, from_runs, baseline):
+@click.option("--detail", is_flag=True,
+              help="Under each run, every planned number beside the measured one.")
+def compare_cmd(paths, as_json, csv_out, from_runs, baseline, detail):
     """Compare run directories (RUN_A RUN_B …) or one sweep folder, ranked by step time."""
     from meshscope.analysis.compare import CompareError, calibrated_planner, compare, render
 
@@ -199,7 +201,7 @@ def compare_cmd(paths, as_json, csv_out, from_runs, baseline):
     if as_json:
         click.echo(json.dumps(c.to_dict(), indent=2))
     elif csv_out != "-":
-        click.echo(render(c))
+        click.echo(render(c, detail))
 
 
 # -- plan -----------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ From a measured run of the same model (``Measured``, filled from the run's repor
 4. **optimizer**: the step timers' optimizer time per local parameter (÷ κ).
 5. **bubble excess**: the measured bubble fraction over the closed form (pipelined runs).
 6. **overhead**: what the measured step time exceeds the model's prediction for the run
-   itself with the terms above (never negative).
+   itself with the terms above (never negative; with several runs, the smallest).
 
 Several runs (``--from A --from B``) average each term over the runs that determine it.
 What a run cannot tell (the DTensor cost c_tp without a tp run, a pipeline's excess without a
@@ -126,7 +126,9 @@ def calibrate(runs: list[Measured], base: Rates, baseline: CommModel | None = No
         source=f"calibrated from {', '.join(m.name for m in runs)}")
     residuals = [m.step_time_us - predict(m.spec, m.candidate, rates, comm).step_time_us
                  for m in runs]
-    rates = dataclasses.replace(rates, step_overhead_us=max(0.0, statistics.fmean(residuals)))
+    # A fixed cost every layout pays: the smallest run's residual (a tp run's is mostly
+    # DTensor's, which c_tp already carries for tp layouts only).
+    rates = dataclasses.replace(rates, step_overhead_us=max(0.0, min(residuals)))
     return Calibration(rates=rates, comm=comm, notes=notes)
 
 

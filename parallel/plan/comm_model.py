@@ -36,8 +36,10 @@ class CommModel:
     def from_rows(cls, rows, *, alpha_us: float = 50.0, busbw_gbps: float = 1.0,
                   source: str = "table") -> "CommModel":
         """From rows with ``op``, ``n_ranks``, ``size_bytes``, ``time_us`` (a DataFrame's
-        ``itertuples()`` or dicts); the median time of repeated (op, n, size) rows."""
-        acc: dict[tuple[str, int, float], list[float]] = {}
+        ``itertuples()`` or dicts). Sizes within 25% of each other are one point, their
+        median size and median time — so that two nearly equal sizes timed under different
+        conditions (two pipeline stages' gradient buckets) never make a slope."""
+        acc: dict[tuple[str, int], list[tuple[float, float]]] = {}
         for r in rows:
             get = (lambda k: r[k]) if isinstance(r, dict) else (lambda k: getattr(r, k))
             op, n, s, t = get("op"), int(get("n_ranks")), float(get("size_bytes")), \
@@ -45,13 +47,18 @@ class CommModel:
             if op in _P2P:
                 op = "send_recv"
             if (n >= 2 or op == "send_recv") and s > 0 and t > 0 and math.isfinite(t):
-                acc.setdefault((op, n, s), []).append(t)
+                acc.setdefault((op, n), []).append((s, t))
         table: dict[tuple[str, int], list[tuple[float, float]]] = {}
-        for (op, n, s), ts in acc.items():
-            ts = sorted(ts)
-            table.setdefault((op, n), []).append((s, ts[len(ts) // 2]))
-        for v in table.values():
-            v.sort()
+        for key, pts in acc.items():
+            pts.sort()
+            clusters: list[list[tuple[float, float]]] = []
+            for p in pts:
+                if clusters and p[0] <= clusters[-1][0][0] * 1.25:
+                    clusters[-1].append(p)
+                else:
+                    clusters.append([p])
+            table[key] = [(sorted(x[0] for x in c)[len(c) // 2],
+                           sorted(x[1] for x in c)[len(c) // 2]) for c in clusters]
         return cls(alpha_us=alpha_us, busbw_gbps=busbw_gbps, table=table, source=source)
 
     def merged(self, other: "CommModel") -> "CommModel":

@@ -37,7 +37,7 @@ import dataclasses
 from .bubble import theory_fraction
 from .candidate import Candidate
 from .comm_model import CommModel
-from .precision import PRECISIONS, Precision
+from .precision import Precision, precision_of
 from .spec import ModelSpec
 from .traffic import Transfer, shape_of, transfers
 
@@ -125,9 +125,7 @@ def local_params(spec: ModelSpec, cand: Candidate, pp_rank: int) -> float:
         groups = spec.stage_params(layers_of[stage], first=stage == 0,
                                    last=stage == cand.n_stages - 1)
         for p in (p for g in groups for p in g):
-            n = 1
-            for d in p.local_shape(tp):
-                n *= d
+            n = p.local_numel(tp)
             if p.name.startswith("expert"):
                 experts += n / ep
             else:
@@ -162,7 +160,7 @@ def dim_transfer_us(trs: list[Transfer], comm: CommModel, pp_rank: int) -> dict[
 
 def predict(spec: ModelSpec, cand: Candidate, rates: Rates, comm: CommModel,
             precision: Precision | str = "fp32") -> StepEstimate:
-    prec = PRECISIONS[precision] if isinstance(precision, str) else precision
+    prec = precision_of(precision)
     trs = transfers(spec, cand, prec)
     m, p, v = cand.microbatches, cand.pp, cand.v
     kappa = contention(cand, rates)

@@ -58,8 +58,8 @@ import dataclasses
 
 from .bubble import in_flight
 from .candidate import Candidate
-from .precision import PRECISIONS, Precision
-from .spec import ModelSpec, Param
+from .precision import Precision, precision_of
+from .spec import ModelSpec
 from .traffic import shape_of
 
 TOKEN_ID_BYTES = 8
@@ -79,7 +79,7 @@ class ModelStates:
 def model_states(n_params: float, zero_stage: int, n_d: int, precision: Precision | str
                  ) -> ModelStates:
     """The ZeRO paper's per-rank model states for ``n_params`` (Ψ) parameters (see above)."""
-    prec = PRECISIONS[precision] if isinstance(precision, str) else precision
+    prec = precision_of(precision)
     if zero_stage not in (0, 1, 2, 3):
         raise ValueError(f"ZeRO stage must be 0-3, got {zero_stage}")
     return ModelStates(
@@ -113,13 +113,6 @@ class MemoryEstimate:
                 "total_bytes": self.total_bytes}
 
 
-def _numel(p: Param, tp: int) -> int:
-    n = 1
-    for d in p.local_shape(tp):
-        n *= d
-    return n
-
-
 def layer_activation_elements(spec: ModelSpec, i: int, tp: int, sp: bool, ep: int) -> float:
     """Elements autograd keeps per token for layer ``i`` on one rank (see the docstring)."""
     h, kv, a = spec.dim, spec.kv_dim, spec.n_heads
@@ -144,7 +137,7 @@ def head_activation_elements(spec: ModelSpec, tp: int, sp: bool) -> float:
 def memory(spec: ModelSpec, cand: Candidate, precision: Precision | str = "fp32"
            ) -> list[MemoryEstimate]:
     """One estimate per pipeline rank."""
-    prec = PRECISIONS[precision] if isinstance(precision, str) else precision
+    prec = precision_of(precision)
     tp, ep = cand.layout.size("tp"), cand.layout.size("ep")
     n_d, zero = cand.dp_shards, cand.zero_stage
     sh = shape_of(spec, cand)
@@ -157,12 +150,12 @@ def memory(spec: ModelSpec, cand: Candidate, precision: Precision | str = "fp32"
             first, last = stage == 0, stage == cand.n_stages - 1
             groups = spec.stage_params(layers_of[stage], first=first, last=last)
             for g in groups:
-                units.append(sum(_numel(p, tp) for p in g if not p.name.startswith("expert")))
+                units.append(sum(p.local_numel(tp) for p in g if not p.name.startswith("expert")))
                 for p in g:
                     if p.name.startswith("expert"):
-                        experts += _numel(p, tp) / ep
+                        experts += p.local_numel(tp) / ep
                     else:
-                        dense += _numel(p, tp)
+                        dense += p.local_numel(tp)
             per_token = sum(layer_activation_elements(spec, i, tp, cand.sp, ep)
                             for i in layers_of[stage])
             if last:

@@ -18,7 +18,7 @@ from .candidate import Candidate
 from .comm_model import CommModel
 from .cost import Rates, StepEstimate, predict
 from .memory import MemoryEstimate, memory
-from .precision import PRECISIONS, Precision
+from .precision import Precision, precision_of
 from .spec import ModelSpec
 from .traffic import Transfer, bytes_by_rank, transfers
 
@@ -92,7 +92,7 @@ def comm_bytes_by_dim(spec: ModelSpec, cand: Candidate, precision) -> dict[str, 
 def plan_one(spec: ModelSpec, cand: Candidate, *, precision: Precision | str = "fp32",
              rates: Rates | None = None, comm: CommModel | None = None,
              device_memory_bytes: float | None = None) -> PlanRow:
-    prec = PRECISIONS[precision] if isinstance(precision, str) else precision
+    prec = precision_of(precision)
     mem = memory(spec, cand, prec)
     est = predict(spec, cand, rates, comm or CommModel(), prec) if rates else None
     peak = max(m.total_bytes for m in mem)
@@ -109,7 +109,7 @@ def plan(spec: ModelSpec, candidates: list[Candidate], *, precision: Precision |
          device_memory_bytes: float | None = None, notes: list[str] | None = None) -> Plan:
     """Every candidate's row; ranked by predicted step time when ``rates`` are given (layouts
     that do not fit the device's memory last)."""
-    prec = PRECISIONS[precision] if isinstance(precision, str) else precision
+    prec = precision_of(precision)
     rows = [plan_one(spec, c, precision=prec, rates=rates, comm=comm,
                      device_memory_bytes=device_memory_bytes) for c in candidates]
     if rates:

@@ -24,3 +24,8 @@ PRECISIONS = {
     "fp32": Precision("fp32", 4, 4, 8, 4),
     "mixed": Precision("mixed", 2, 2, 12, 2),
 }
+
+
+def precision_of(p: "Precision | str") -> Precision:
+    """A ``Precision`` from itself or its name (``fp32``, ``mixed``)."""
+    return PRECISIONS[p] if isinstance(p, str) else p

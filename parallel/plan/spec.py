@@ -47,6 +47,12 @@ class Param:
             n *= d
         return n
 
+    def local_numel(self, tp: int) -> int:
+        n = 1
+        for d in self.local_shape(tp):
+            n *= d
+        return n
+
     def local_shape(self, tp: int) -> tuple[int, ...]:
         """This tensor's shape on one tensor-parallel rank (DTensor's even split; the runner
         refuses layouts where tp does not divide heads or FFN width)."""

@@ -49,7 +49,7 @@ from __future__ import annotations
 import dataclasses
 
 from .candidate import Candidate
-from .precision import PRECISIONS, Precision
+from .precision import Precision, precision_of
 from .spec import ModelSpec, Param
 
 DDP_FIRST_BUCKET_BYTES = 1 << 20     # torch.distributed's _DEFAULT_FIRST_BUCKET_BYTES
@@ -93,13 +93,6 @@ def shape_of(spec: ModelSpec, cand: Candidate) -> _Shape:
     dp, cp = cand.layout.size("dp"), cand.layout.size("cp")
     return _Shape(b_mb=cand.global_batch // dp // cand.microbatches, s=spec.seq_len // cp,
                   m=cand.microbatches)
-
-
-def _local_numel(p: Param, tp: int) -> int:
-    n = 1
-    for d in p.local_shape(tp):
-        n *= d
-    return n
 
 
 def _padded_numel(p: Param, tp: int, shards: int) -> int:
@@ -148,7 +141,7 @@ def _dp_transfers(spec, cand, prec, r, stage, groups, sh) -> list[Transfer]:
         if cand.dp_mode == "ddp":
             params = [p for p in _registration_order(groups, first)
                       if not (cand.layout.size("ep") > 1 and _is_expert(p))]
-            sizes = [_local_numel(p, tp) * prec.grad_bytes for p in reversed(params)]
+            sizes = [p.local_numel(tp) * prec.grad_bytes for p in reversed(params)]
             if tp > 1:   # FSDP2's replicate: one all-reduce of every local gradient
                 buckets = [sum(sizes)] if sizes else []
             else:
@@ -273,7 +266,7 @@ def _ep_transfers(spec, cand, prec, r, stage, layers, sh) -> list[Transfer]:
 def transfers(spec: ModelSpec, cand: Candidate, precision: Precision | str = "fp32"
               ) -> list[Transfer]:
     """Every operation of one step, per pipeline rank (see the module docstring)."""
-    prec = PRECISIONS[precision] if isinstance(precision, str) else precision
+    prec = precision_of(precision)
     sh = shape_of(spec, cand)
     layers_of = cand.stage_layers(spec.n_layers)
     out: list[Transfer] = []
