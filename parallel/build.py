@@ -21,7 +21,8 @@ from .faults import install_slow_rank
 from .layout import Layout, stage_layers
 from .model import ModelConfig, build_model
 from .moe import shard_experts
-from .pipeline import SCHEDULES, split_model, stages_of_rank
+from .pipeline import split_model
+from .schedules import SCHEDULES, stages_of_rank
 from .tensor_parallel import parallelize_tp
 
 

@@ -30,7 +30,7 @@ from torch.profiler import record_function
 from meshscope.collectors import annotations
 
 from .model import Transformer
-from .schedules import SCHEDULES  # noqa: F401 - the names, placements and stages per rank
+from .schedules import SCHEDULES, stages_of_rank  # noqa: F401 - torch-free, re-exported
 
 
 # The torch class of each schedule in ``schedules.SCHEDULES`` (placement and stages per rank
@@ -44,13 +44,6 @@ SCHEDULE_CLASSES = {
     "zbv": schedules.ScheduleZBVZeroBubble,
     "dualpipev": schedules.ScheduleDualPipeV,
 }
-
-
-def stages_of_rank(rank: int, p: int, v: int, placement: str) -> list[int]:
-    """Global stage indices held by pipeline rank ``rank``, in chunk order."""
-    if placement == "v":
-        return [rank, 2 * p - 1 - rank]
-    return [rank + i * p for i in range(v)]
 
 
 def split_model(model: Transformer, layer_ids: list[int], *, first: bool, last: bool

@@ -25,3 +25,10 @@ SCHEDULES: dict[str, ScheduleSpec] = {
     "zbv": ScheduleSpec("v", 2, True),
     "dualpipev": ScheduleSpec("v", 2, True),
 }
+
+
+def stages_of_rank(rank: int, p: int, v: int, placement: str) -> list[int]:
+    """Global stage indices held by pipeline rank ``rank``, in chunk order."""
+    if placement == "v":
+        return [rank, 2 * p - 1 - rank]
+    return [rank + i * p for i in range(v)]

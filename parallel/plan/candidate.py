@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..layout import ALL_DIMS, Layout, parse_layout, stage_layers, virtual_stages
-from ..schedules import SCHEDULES
+from ..schedules import SCHEDULES, stages_of_rank
 
 # ZeRO stage of each data-parallel mode (Rajbhandari et al., 2020): what is sharded over the
 # data-parallel ranks — 1: optimizer state, 2: + gradients, 3: + parameters.
@@ -55,13 +55,11 @@ class Candidate:
         return self.layout.size("dp") * self.layout.size("cp")
 
     def stages_of(self, pp_rank: int) -> list[int]:
-        """Global stage indices on pipeline rank ``pp_rank``, in chunk order — the placement
-        of ``parallel.pipeline.stages_of_rank`` (loop: r, r+p, …; V: r and 2p−1−r)."""
+        """Global stage indices on pipeline rank ``pp_rank``, in chunk order
+        (``parallel.schedules.stages_of_rank``: loop r, r+p, …; V r and 2p−1−r)."""
         if self.pp == 1:
             return [0]
-        if SCHEDULES[self.schedule].placement == "v":
-            return [pp_rank, 2 * self.pp - 1 - pp_rank]
-        return [pp_rank + i * self.pp for i in range(self.v)]
+        return stages_of_rank(pp_rank, self.pp, self.v, SCHEDULES[self.schedule].placement)
 
     def rank_of_stage(self, stage: int) -> int:
         """The pipeline rank that holds global stage ``stage``."""
