@@ -27,8 +27,6 @@ import datetime as dt
 import json
 import os
 import pathlib
-import platform
-import re
 import shutil
 import statistics
 import subprocess
@@ -36,10 +34,12 @@ import sys
 import tempfile
 import time
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+if __package__ in (None, ""):   # run as a script: bench/ is not a package then
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+from bench.measure import DOCS, ROOT, machine, status_mb, versions, write_docs_section  # noqa: E402
+
 DEFAULT_TRACE = ROOT.parent / "shared" / "traces" / "gpu" / "hta" / "df_index_resolver" / \
     "df_index_resolver.json.gz"
-DOCS = ROOT / "docs" / "benchmarks.md"
 HEADING = "## Ingest vs HTA"
 TARGETS = {"speed": 10.0, "rss": 0.25, "cached": 50.0}
 NOTES = """Reading the numbers:
@@ -56,16 +56,6 @@ NOTES = """Reading the numbers:
 - Cached: hashing the file (BLAKE2b) and reading one parquet file; no JSON is parsed."""
 
 
-def _status_mb(field: str) -> float:
-    """``VmRSS`` (now) or ``VmHWM`` (peak) of this process, MB. Not ``ru_maxrss``: Linux
-    carries that over ``execve`` from the parent's memory at ``fork``."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
-
-
 def child(kind: str, trace: str, folder: str, started: float, write_cache: bool) -> None:
     """One measurement in this (fresh) process; prints a JSON line."""
     import logging
@@ -73,12 +63,12 @@ def child(kind: str, trace: str, folder: str, started: float, write_cache: bool)
     if kind == "hta":
         logging.disable(logging.WARNING)
         from hta.trace_analysis import TraceAnalysis
-        before = _status_mb("VmRSS")
+        before = status_mb("VmRSS")
         t0 = time.perf_counter()
         TraceAnalysis(trace_dir=folder)
     else:
         from meshscope.analysis.ingest import events as ingest
-        before = _status_mb("VmRSS")
+        before = status_mb("VmRSS")
         t0 = time.perf_counter()
         trace_obj = ingest.load_trace(pathlib.Path(trace),
                                       cache_dir=pathlib.Path(folder)
@@ -88,7 +78,7 @@ def child(kind: str, trace: str, folder: str, started: float, write_cache: bool)
             raise SystemExit("the cached load parsed the JSON: no cache entry was used")
     load_s = time.perf_counter() - t0
     print(json.dumps({"load_s": load_s, "wall_s": time.time() - started,
-                      "peak_rss_mb": _status_mb("VmHWM"),
+                      "peak_rss_mb": status_mb("VmHWM"),
                       "rss_before_mb": before}))
 
 
@@ -103,31 +93,6 @@ def _run_child(kind: str, trace: pathlib.Path, folder: pathlib.Path,
     if proc.returncode != 0:
         raise SystemExit(f"{kind} run failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-def _machine() -> str:
-    model = ""
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return f"{os.cpu_count()} cores ({model or platform.machine()}), {mem:.0f} GiB RAM, " \
-           f"Python {platform.python_version()}, {platform.system()}"
-
-
-def _versions() -> str:
-    from importlib.metadata import version
-    parts = []
-    for pkg in ("traceinsight", "msgspec", "pyarrow", "pandas"):
-        try:
-            parts.append(f"{pkg} {version(pkg)}")
-        except Exception:  # noqa: BLE001 - a missing package is just not listed
-            pass
-    return ", ".join(parts)
 
 
 def measure(trace: pathlib.Path, n: int) -> dict[str, list[dict]]:
@@ -190,16 +155,6 @@ def verdict(r: dict) -> str:
     ])
 
 
-def write_docs(section: str) -> None:
-    text = DOCS.read_text() if DOCS.exists() else "# Benchmarks\n"
-    pattern = re.compile(rf"^{re.escape(HEADING)}\n.*?(?=^## |\Z)", re.S | re.M)
-    if pattern.search(text):
-        text = pattern.sub(lambda _: section.rstrip() + "\n\n", text)
-    else:
-        text = text.rstrip() + "\n\n" + section.rstrip() + "\n"
-    DOCS.write_text(text.rstrip() + "\n")
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trace", type=pathlib.Path, default=DEFAULT_TRACE)
@@ -225,7 +180,7 @@ def main() -> None:
     section = "\n".join([
         HEADING, "",
         f"`.venv/bin/python {command}` on {dt.date.today().isoformat()}; machine: "
-        f"{_machine()}; {_versions()}.", "",
+        f"{machine()}; {versions()}.", "",
         f"Trace: `{args.trace.name}` ({size_mb:.1f} MB gzipped). Median of {args.n} runs, each "
         f"in a fresh process, the three kinds interleaved. Load time excludes interpreter start "
         f"and imports; wall time includes them. Peak RSS is the whole process's.", "",
@@ -233,7 +188,7 @@ def main() -> None:
         verdict(ratios), "", NOTES])
     print(section)
     if args.write_docs:
-        write_docs(section)
+        write_docs_section(HEADING, section)
         print(f"written to {DOCS}", file=sys.stderr)
 
 

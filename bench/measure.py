@@ -1,0 +1,170 @@
+"""What the benchmark scripts share: timing a command as a process (wall time and peak memory),
+describing the machine, and writing a section of docs/benchmarks.md.
+
+``measure(cmd)`` runs a command the way a user would and returns a ``Measured``: its wall
+time; the peak resident memory of its largest process (from ``wait4``'s ``ru_maxrss``: the
+process and the descendants it waited for, whichever peaked highest); and the peak of the
+summed RSS of the whole process tree, sampled every ``SAMPLE_S`` (what a job with worker
+processes holds at once; pages a forked worker still shares with its parent count twice, so
+this errs high). The harness itself imports nothing heavy, so what a child inherits at fork
+(``ru_maxrss`` starts from the parent's RSS) stays small.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import pathlib
+import platform
+import re
+import subprocess
+import threading
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs" / "benchmarks.md"
+MESHSCOPE = [str(ROOT / ".venv" / "bin" / "python"), "-m", "meshscope"]
+SAMPLE_S = 0.02
+
+
+@dataclasses.dataclass
+class Measured:
+    wall_s: float
+    peak_rss_mb: float        # the largest single process (ru_maxrss)
+    peak_tree_rss_mb: float   # all processes of the command at once (sampled)
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def _tree_rss_mb(pid: int) -> float:
+    """Summed RSS of ``pid`` and its descendants (via /proc), MB."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        procs = [root] + root.children(recursive=True)
+    except psutil.NoSuchProcess:
+        return 0.0
+    total = 0
+    for p in procs:
+        try:
+            total += p.memory_info().rss
+        except psutil.NoSuchProcess:
+            pass
+    return total / 2**20
+
+
+def measure(cmd: list[str], *, env: dict | None = None, cwd: pathlib.Path = ROOT,
+            timeout_s: float = 3600, check: bool = True) -> Measured:
+    """Run ``cmd`` to its end; its wall time and peak memory (module docstring)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    peak = [0.0]
+    done = threading.Event()
+
+    def sample():
+        while not done.is_set():
+            peak[0] = max(peak[0], _tree_rss_mb(proc.pid))
+            done.wait(SAMPLE_S)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    out_chunks, err_chunks = [], []
+    readers = [threading.Thread(target=lambda s=s, c=c: c.append(s.read()), daemon=True)
+               for s, c in ((proc.stdout, out_chunks), (proc.stderr, err_chunks))]
+    for r in readers:
+        r.start()
+    deadline = time.monotonic() + timeout_s
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            break
+        if time.monotonic() > deadline:
+            proc.kill()
+            pid, status, usage = os.wait4(proc.pid, 0)
+            break
+        time.sleep(0.005)
+    wall = time.perf_counter() - t0
+    done.set()
+    sampler.join()
+    for r in readers:
+        r.join()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    result = Measured(wall, usage.ru_maxrss / 1024, max(peak[0], usage.ru_maxrss / 1024),
+                      proc.returncode, "".join(out_chunks), "".join(err_chunks))
+    if check and result.returncode != 0:
+        raise SystemExit(f"{' '.join(map(str, cmd))} exited {result.returncode}:\n"
+                         f"{result.stderr[-3000:]}")
+    return result
+
+
+def git_commit() -> str:
+    """The commit measured, with ``+changes`` when the working tree differs from it."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                              capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                               cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + (" + uncommitted changes" if dirty else "")
+
+
+def machine() -> str:
+    model = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return f"{os.cpu_count()} cores ({model or platform.machine()}), {mem:.0f} GiB RAM, " \
+           f"Python {platform.python_version()}, {platform.system()}"
+
+
+def versions(packages=("traceinsight", "msgspec", "pyarrow", "pandas")) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    parts = []
+    for pkg in packages:
+        try:
+            parts.append(f"{pkg} {version(pkg)}")
+        except PackageNotFoundError:
+            pass
+    return ", ".join(parts)
+
+
+def load_note() -> str:
+    """The machine's load when the measurement started (other work shares these cores)."""
+    try:
+        one, five, _ = os.getloadavg()
+    except OSError:
+        return ""
+    return f"load average {one:.1f} (1 min), {five:.1f} (5 min) at the start"
+
+
+def write_docs_section(heading: str, section: str) -> None:
+    """Put ``section`` (which starts with ``heading``, a ``## `` line) into docs/benchmarks.md,
+    replacing the section of that heading if there is one, else at the end."""
+    text = DOCS.read_text() if DOCS.exists() else "# Benchmarks\n"
+    pattern = re.compile(rf"^{re.escape(heading)}\n.*?(?=^## |\Z)", re.S | re.M)
+    if pattern.search(text):
+        text = pattern.sub(lambda _: section.rstrip() + "\n\n", text)
+    else:
+        text = text.rstrip() + "\n\n" + section.rstrip() + "\n"
+    DOCS.write_text(text.rstrip() + "\n")
+
+
+def status_mb(field: str) -> float:
+    """``VmRSS`` (now) or ``VmHWM`` (peak) of this process, MB. Not ``ru_maxrss``: Linux
+    carries that over ``execve`` from the parent's memory at ``fork``."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
