@@ -127,3 +127,43 @@ def test_nccl_send_recv_kernels_of_an_all_to_all_take_bytes_from_their_host_op(t
     assert row.op == "all_to_all" and row.backend_op == "send_recv" and not row.p2p
     assert row.msg_bytes == 8 * 1024 * 4 and row.arrival_us == 200 and row.end_us == 1100
     assert row.source == "nccl"
+
+
+def test_real_nccl_all_to_all_kernels_take_their_host_ops_bytes():
+    """TorchRec-style job on A100s (trace_diff/control): its 42 all_to_all run as NCCL
+    ``SendRecv`` kernels that carry no arguments; each becomes an all_to_all whose bytes are the
+    ``Input Dims`` of the ``nccl:all_to_all`` range that launched it (read here from the file)."""
+    import gzip
+    import math
+
+    from conftest import shared_trace
+
+    path = shared_trace("gpu/hta/trace_diff/control/control.json.gz")
+    doc = json.loads(gzip.decompress(path.read_bytes()))
+    expected = sorted(math.prod(e["args"]["Input Dims"][0]) * 4 for e in doc["traceEvents"]
+                      if e.get("name") == "nccl:all_to_all" and e.get("ph") == "X")
+    inst = _finalize(load_trace(path), run=None)
+    a2a = inst[inst["op"] == "all_to_all"]
+    assert len(a2a) == len(expected) == 42
+    assert (a2a["backend_op"] == "send_recv").all() and not a2a["p2p"].any()
+    assert sorted(a2a["msg_bytes"].astype(int)) == expected
+
+
+def test_layout_maps_a_foreign_jobs_groups_to_their_dimension(tmp_path):
+    """A real DDP trace (two A100s, one process group without a mesh name): without --layout
+    its exposed communication is of no known dimension; with ``--layout dp=2`` it is dp."""
+    from conftest import meshscope, shared_trace
+
+    src = shared_trace("gpu/hta/nccl_parser_config/nccl_data.json.gz")
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    (folder / src.name).write_bytes(src.read_bytes())
+    plain = json.loads(meshscope("analyze", folder, "--json", check=True).stdout)
+    mapped = json.loads(meshscope("analyze", folder, "--json", "--layout", "dp=2",
+                                  check=True).stdout)
+    before, after = plain["per_rank_mean"][0], mapped["per_rank_mean"][0]
+    assert before["exposed_comm_unknown_us"] > 0 and before["exposed_comm_dp_us"] == 0
+    assert after["exposed_comm_dp_us"] == pytest.approx(before["exposed_comm_unknown_us"])
+    assert after["exposed_comm_unknown_us"] == 0
+    bad = meshscope("analyze", folder, "--layout", "dp=2", "--rank-order", "dp-xx")
+    assert bad.returncode == 2 and "--rank-order" in bad.stderr and "Traceback" not in bad.stderr

@@ -368,10 +368,10 @@ def _gpu_rows(events: pd.DataFrame, rank: int) -> list[dict]:
     host = events[~events["device"]]
     meta_host = host[host["coll_name"].notna() & (host["cat"] != "gpu_user_annotation")]
     index = _HostIndex(meta_host)
-    launches = host[(host["correlation"] >= 0)
+    launches = host[host["correlation"].isin(kernels["correlation"])
                     & host["cat"].isin(["cuda_runtime", "cuda_driver"])]
-    launch = {c: (t, lane) for c, t, lane in zip(launches["correlation"], launches["ts_us"],
-                                                 launches["lane"])}
+    launch = dict(zip(launches["correlation"].tolist(),
+                      zip(launches["ts_us"].tolist(), launches["lane"].tolist())))
     rows, unlinked = [], []
     for kern in kernels.itertuples():
         own = _meta_of(kern) if isinstance(kern.coll_name, str) else {}

@@ -155,26 +155,33 @@ def match(instances: pd.DataFrame, ranks: list[int], *, world_size: int | None =
 def collective_table(inst: pd.DataFrame) -> pd.DataFrame:
     """Per matched collective (module docstring); ``inst`` on aligned clocks."""
     coll = inst[~inst["p2p"] & (inst["match_id"] != "")]
-    rows = []
-    for mid, g in coll.groupby("match_id", sort=False):
-        if len(g) < 2:
-            continue
-        arr = g.sort_values("arrival_us")
-        a = arr["arrival_us"].to_numpy()
-        completion = float(np.median(g["end_us"].to_numpy()))
-        spans = (g["exec_end_us"] - g["exec_ts_us"]).dropna()
-        transfer = float(spans.min()) if len(spans) else max(0.0, completion - float(a[-1]))
-        first = g.iloc[0]
-        rows.append({"match_id": mid, "pg_ranks": first["pg_ranks"], "dim": first["dim"],
-                     "step": int(first["step"]), "op": first["op"], "seq": first["seq"],
-                     "k": int(first["k"]), "n_ranks": len(g), "first_arrival_us": float(a[0]),
-                     "last_arrival_us": float(a[-1]), "skew_us": float(a[-1] - a[0]),
-                     "holdup_us": float(a[-1] - a[-2]), "last_rank": int(arr["rank"].iloc[-1]),
-                     "completion_us": completion, "transfer_us": max(0.0, transfer),
-                     "after_last_us": max(0.0, completion - float(a[-1])),
-                     "msg_bytes": g["msg_bytes"].dropna().max() if g["msg_bytes"].notna().any()
-                     else pd.NA})
-    out = pd.DataFrame(rows, columns=COLLECTIVE_COLUMNS)
+    coll = coll[coll.groupby("match_id")["rank"].transform("size") >= 2]
+    if coll.empty:
+        out = pd.DataFrame(columns=COLLECTIVE_COLUMNS)
+        out["seq"] = pd.array([], dtype="Int64")
+        out["msg_bytes"] = pd.array([], dtype="Int64")
+        return out
+    coll = coll.assign(span=coll["exec_end_us"] - coll["exec_ts_us"])
+    by_arrival = coll.sort_values(["match_id", "arrival_us"], kind="stable")
+    g = by_arrival.groupby("match_id", sort=False)
+    first = g.first()
+    agg = g.agg(n_ranks=("rank", "size"), first_arrival_us=("arrival_us", "min"),
+                last_arrival_us=("arrival_us", "max"), completion_us=("end_us", "median"),
+                span=("span", "min"), msg_bytes=("msg_bytes", "max"))
+    second = g["arrival_us"].nth(-2)
+    second.index = by_arrival.loc[second.index, "match_id"]
+    agg["holdup_us"] = agg["last_arrival_us"] - second.reindex(agg.index)
+    agg["last_rank"] = g["rank"].last()
+    agg["skew_us"] = agg["last_arrival_us"] - agg["first_arrival_us"]
+    after = (agg["completion_us"] - agg["last_arrival_us"]).clip(lower=0.0)
+    agg["transfer_us"] = agg["span"].where(agg["span"].notna(), after).clip(lower=0.0)
+    agg["after_last_us"] = after
+    for col in ("pg_ranks", "dim", "step", "op", "seq", "k"):
+        agg[col] = first[col]
+    out = agg.reset_index()[COLLECTIVE_COLUMNS]
+    out["step"] = out["step"].astype("int64")
+    out["k"] = out["k"].astype("int64")
+    out["last_rank"] = out["last_rank"].astype("int64")
     out["seq"] = pd.array(out["seq"].tolist(), dtype="Int64")
     out["msg_bytes"] = pd.array(out["msg_bytes"].tolist(), dtype="Int64")
     return out

@@ -14,7 +14,10 @@ pipeline window (Huang et al., 2019; Narayanan et al., 2021): GPipe and 1F1B (p�
 interleaved 1F1B and looped BFS (p−1)/(v·m+p−1); zero-bubble schedules 0 when F, B and W are
 balanced (``parallel/plan/bubble.py`` holds the closed forms).
 
-``bubble_table`` columns: rank, stage, step, pipeline_window_us, busy_us (|C ∩ window|),
+``bubble_table`` columns: rank, stage, step, window_start_us (the pipeline window's start, µs
+from the step's earliest start over all ranks — the origin of ``critical_path.parquet`` and
+``timeline.parquet``; ``microbatches.parquet`` times are relative to this window's start),
+pipeline_window_us, busy_us (|C ∩ window|),
 bubble_fraction (1 − busy_us / pipeline_window_us), theory_fraction, schedule, stages,
 microbatches. (The bubble *time* of a step is one column, ``bubble_us`` of the step breakdown,
 ``analysis/timeline/breakdown.py``, which stacks it with the other segments.)
@@ -30,7 +33,8 @@ from meshscope.analysis.timeline import intervals as iv
 from meshscope.analysis.timeline.rank_timeline import RankTimeline
 from meshscope.collectors.run_info import RunInfo
 
-COLUMNS = ["rank", "stage", "step", "pipeline_window_us", "busy_us", "bubble_fraction",
+COLUMNS = ["rank", "stage", "step", "window_start_us", "pipeline_window_us", "busy_us",
+           "bubble_fraction",
            "theory_fraction", "schedule", "stages", "microbatches"]
 
 
@@ -108,6 +112,10 @@ def bubble_table(timelines: dict[int, RankTimeline], windows: dict[int, dict[int
     schedule, m, v = run.schedule, run.microbatches, run.virtual_stages
     theory = theory_fraction(schedule, stages, m, v)
     rows = []
+    origin: dict[int, float] = {}
+    for tl in timelines.values():
+        for step, (start, _) in tl.steps.items():
+            origin[step] = min(origin.get(step, start), start)
     for rank, tl in sorted(timelines.items()):
         stage = _stage_of(rank, tl, run)
         for step, window in sorted(windows.get(rank, {}).items()):
@@ -116,6 +124,7 @@ def bubble_table(timelines: dict[int, RankTimeline], windows: dict[int, dict[int
                 continue
             busy = iv.length(iv.intersect(tl.compute, window))
             rows.append({"rank": rank, "stage": stage, "step": step,
+                         "window_start_us": float(window[0, 0]) - origin[step],
                          "pipeline_window_us": total, "busy_us": busy,
                          "bubble_fraction": (total - busy) / total,
                          "theory_fraction": theory, "schedule": schedule, "stages": stages,

@@ -105,20 +105,34 @@ def run_analysis(path, out, comm_kernel_regex, rank_regex=None, cache=True, base
 def analyze(path, out, as_json, comm_kernel_regex, rank_regex, no_cache, baseline, layout,
             rank_order, warmup_steps, engine, scheduler, workers):
     """Analyse a run directory or any folder of Kineto traces."""
+    from meshscope.analysis.report import reuse
     from meshscope.analysis.report.text import render
 
-    report, target = run_analysis(path, out, comm_kernel_regex, rank_regex, cache=not no_cache,
-                                  baseline=baseline, layout=layout, rank_order=rank_order,
-                                  warmup_steps=warmup_steps, engine=engine,
-                                  scheduler=scheduler, workers=workers)
-    summary = json.loads((target / "summary.json").read_text())
+    target = pathlib.Path(out) if out else pathlib.Path(path) / "report"
+    options = {"comm_kernel_regex": comm_kernel_regex, "rank_regex": rank_regex,
+               "layout": layout, "rank_order": rank_order, "warmup_steps": warmup_steps,
+               "baseline": baseline}
+    digest = reuse.key(pathlib.Path(path), target, options) if pathlib.Path(path).exists() \
+        else None
+    summary = reuse.cached_summary(target, digest) if digest and not no_cache else None
+    if summary is None:
+        report, target = run_analysis(path, out, comm_kernel_regex, rank_regex,
+                                      cache=not no_cache, baseline=baseline, layout=layout,
+                                      rank_order=rank_order, warmup_steps=warmup_steps,
+                                      engine=engine, scheduler=scheduler, workers=workers)
+        if digest:
+            reuse.store(target, digest)
+        summary = json.loads((target / "summary.json").read_text())
+        verb = "written"
+    else:
+        verb = "unchanged (its inputs are; --no-cache computes it afresh)"
     if as_json:
         click.echo(json.dumps(summary, indent=2))
     else:
-        for p in report.problems:
+        for p in summary.get("problems", []):
             click.echo(f"meshscope: warning: {p}", err=True)
         click.echo(render(summary))
-        click.echo(f"\nreport written: {target}")
+        click.echo(f"\nreport {verb}: {target}")
 
 
 COMMANDS = (analyze,)

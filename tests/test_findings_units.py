@@ -1,0 +1,75 @@
+"""Findings from hand-made inputs: which finding a cause becomes, what it costs, and what does
+not become a finding at all."""
+import pandas as pd
+import pytest
+
+from meshscope.analysis.report import findings as fm
+
+
+def _breakdown(per_rank: dict[int, dict]) -> pd.DataFrame:
+    rows = []
+    for r, vals in per_rank.items():
+        rows.append({"rank": r, "step": 0, "window_us": 100_000.0, "compute_us": 60_000.0,
+                     "idle_us": 1_000.0, "overlap_pct": 10.0, "exposed_comm_dp_us": 5_000.0,
+                     **vals})
+    return pd.DataFrame(rows)
+
+
+def _inputs(**kw) -> fm.FindingInputs:
+    base = dict(step_us=100_000.0, noise_us=1_000.0, breakdown=_breakdown({0: {}, 1: {}}),
+                bubbles=pd.DataFrame(), schedule=None, stages=1, microbatches=4,
+                virtual_stages=1, straggler=None, savings=pd.DataFrame(), imbalance=None,
+                dim_savings={}, hangs=None, slow_steps=[], warmup_steps=[],
+                step_times=pd.Series(dtype=float), median_step_us=100_000.0)
+    base.update(kw)
+    return fm.FindingInputs(**base)
+
+
+def _straggler(rank=1, saving=40_000.0):
+    return {"rank": rank, "saving_us": saving, "saving_pct": saving / 1000.0,
+            "reference": "stage peers [0]", "peers": [0], "noise_us": 500.0, "stage": 0,
+            "critical_path_share": 0.8, "wait_caused_us": saving}
+
+
+def test_a_gpu_that_idles_while_its_peers_wait_is_host_bound():
+    bd = _breakdown({0: {"idle_us": 2_000.0}, 1: {"idle_us": 32_000.0}})
+    found = fm.findings(_inputs(breakdown=bd, straggler=_straggler(), on_gpu=True))
+    assert [f.id for f in found] == ["host-bound"]
+    assert "host does not launch work" in found[0].remedy
+    assert found[0].cost_us == 40_000.0 and found[0].severity == "high"
+    # The same on a CPU trace (no device to idle), or with the time in compute: a straggler.
+    assert fm.findings(_inputs(breakdown=bd, straggler=_straggler()))[0].id == "straggler"
+    busy = _breakdown({0: {"compute_us": 40_000.0}, 1: {"compute_us": 80_000.0}})
+    assert fm.findings(_inputs(breakdown=busy, straggler=_straggler(), on_gpu=True))[0].id == \
+        "straggler"
+
+
+def test_the_bubble_costs_its_closed_form_and_its_remedy_doubles_the_microbatches():
+    bub = pd.DataFrame({"rank": [0, 1], "stage": [0, 1], "step": [0, 0],
+                        "pipeline_window_us": [90_000.0, 90_000.0], "busy_us": [50_000.0] * 2,
+                        "bubble_fraction": [0.45, 0.45], "theory_fraction": [0.2, 0.2],
+                        "replayed_bubble_fraction": [0.3, 0.3]})
+    (f,) = fm.findings(_inputs(bubbles=bub, schedule="1f1b", stages=2))
+    assert f.id == "pipeline-bubble" and f.cost_us == pytest.approx(0.2 * 90_000.0)
+    assert "8 microbatches" in f.remedy and "11%" in f.remedy     # 1/(8+1)
+    assert f.evidence["excess_explained_by"].startswith("transfer time")
+
+
+def test_what_the_noise_explains_is_no_finding():
+    inp = _inputs(dim_savings={"dp": 600.0, "tp": 4_000.0}, noise_us=1_500.0)
+    ids = [f.id for f in fm.findings(inp)]
+    assert ids == ["exposed-comm-tp"]                    # dp's 0.6 ms is below the noise
+    (f,) = fm.findings(inp)
+    assert f.severity == "low"                           # 4 ms < 3 × 1.5 ms: capped
+    assert fm.findings(_inputs(dim_savings={"tp": 15_000.0}, noise_us=1_500.0))[0].severity \
+        == "high"
+
+
+def test_hangs_and_desyncs_come_first_without_a_cost():
+    hangs = pd.DataFrame([{"process_group": "0", "group_desc": "default_pg", "seq": 7,
+                           "kind": "collective", "op": "gloo:all_reduce", "verdict": "missing",
+                           "ranks_present": [0, 1], "ranks_missing": [2],
+                           "last_seq_of_missing": {2: 6}, "detail": "ranks [2] never …"}])
+    found = fm.findings(_inputs(hangs=hangs, straggler=_straggler()))
+    assert [f.id for f in found] == ["hang", "straggler"]
+    assert found[0].cost_us is None and found[0].severity == "high"
