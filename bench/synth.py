@@ -79,7 +79,7 @@ from meshscope.parallel.config import PRESETS
 from meshscope.parallel.layout import Layout, LayoutError, parse_layout, stage_layers
 
 WARMUP_STEPS = 2            # unprofiled steps before the profiled ones (step timers only)
-WARMUP_SLOWDOWN = (1.5, 1.1)  # compute of those steps against a profiled step's
+WARMUP_SLOWDOWN = (1.45, 1.02)  # compute of those steps against a profiled step's (the runner: ~1.4, ~1.0)
 US_PER_EVENT = 8.0          # compute time per trace event (the runner's CPU traces: ~8 µs)
 NOISE = 0.03                # relative spread of a microbatch's compute (seeded)
 HOST_GAP_US = (15.0, 60.0)  # Python between two actions of the main thread
