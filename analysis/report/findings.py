@@ -225,7 +225,7 @@ def _imbalance(inp: FindingInputs) -> Finding | None:
                                                       "pace)" if inp.straggler else ""))
 
 
-def _bubble(inp: FindingInputs) -> Finding | None:
+def _bubble(inp: FindingInputs, causes: list[str]) -> Finding | None:
     if inp.bubbles.empty or inp.stages < 2:
         return None
     stage = inp.bubbles.groupby("stage").mean(numeric_only=True)
@@ -245,9 +245,8 @@ def _bubble(inp: FindingInputs) -> Finding | None:
                 "stages": inp.stages, "microbatches": inp.microbatches,
                 "theory_at_twice_the_microbatches": twice,
                 "per_stage": _records(stage[["bubble_fraction"]].reset_index())}
-    if inp.straggler or inp.imbalance:
-        cause = "the straggler" if inp.straggler else "the stage imbalance"
-        evidence["excess_explained_by"] = cause
+    if causes:
+        evidence["excess_explained_by"] = " and ".join(causes)
     else:
         evidence["excess_explained_by"] = ("transfer time and contention (measured − replayed)"
                                            if measured > theory else None)
@@ -310,8 +309,11 @@ def _slow_steps(inp: FindingInputs) -> Finding | None:
 def findings(inp: FindingInputs) -> list[Finding]:
     """The ranked findings (module docstring)."""
     out = _flight_recorder(inp.hangs)
+    straggler, imbalance = _straggler(inp), _imbalance(inp)
+    causes = [what for f, what in ((straggler, "the straggler"),
+                                   (imbalance, "the stage imbalance")) if f is not None]
     timed = []
-    for f in (_straggler(inp), _imbalance(inp), _bubble(inp), *_exposed(inp), _slow_steps(inp)):
+    for f in (straggler, imbalance, _bubble(inp, causes), *_exposed(inp), _slow_steps(inp)):
         if f is not None:
             timed.append(f)
     timed.sort(key=lambda f: -(f.cost_us or 0.0))
