@@ -138,11 +138,19 @@ def mesh_figure(ctx: PageContext) -> go.Figure | None:
         xlabels = ["·".join(f"{d}{c[idx[d]]}" for d in col_dims) for c in cols]
     else:
         xlabels = [f"rank {c[0]}" if not all(coords.values()) else "" for c in cols]
+    scale = {}
+    if key == "saving":
+        # Savings are judged against the step: a healthy run's few milliseconds of noise must
+        # not look like the darkest red of the scale.
+        step_us = rep.get("step_time_us", default=None)
+        top = max([v for v in values.values() if v is not None] + [0.0])
+        if isinstance(step_us, (int, float)) and step_us > 0:
+            scale = {"zmin": 0.0, "zmax": max(top, 0.1 * step_us / 1e3)}
     fig = go.Figure(go.Heatmap(z=z, x=xlabels, y=[f"stage {s}" if info and info.size("pp") > 1
                                                   else "" for s in rows],
                                text=text, texttemplate="%{text}", hoverinfo="text",
-                               customdata=who,
-                               colorscale="Reds", colorbar={"title": "ms"}, xgap=3, ygap=3))
+                               customdata=who, colorscale="Reds", colorbar={"title": "ms"},
+                               xgap=3, ygap=3, **scale))
     fig.update_layout(**LAYOUT, title=f"The mesh, coloured by {COLOR_CHOICES[key]}",
                       height=120 + 90 * len(rows), yaxis={"autorange": "reversed"})
     return fig
