@@ -63,21 +63,3 @@ def write_json_atomic(path: pathlib.Path, data: dict) -> None:
         json.dump(data, f, indent=2, sort_keys=False)
         f.write("\n")
     os.replace(tmp, path)
-
-
-def read_run_json(run: pathlib.Path) -> dict | None:
-    """run.json of ``run``, None if absent; RunDirError if unreadable or of an unknown version."""
-    path = pathlib.Path(run) / RUN_JSON
-    if not path.exists():
-        return None
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise RunDirError(f"{path}: not readable JSON ({e})") from None
-    if not isinstance(data, dict):
-        raise RunDirError(f"{path}: expected a JSON object")
-    version = data.get("schema_version")
-    if version != RUN_SCHEMA_VERSION:
-        raise RunDirError(f"{path}: unknown schema_version {version!r} "
-                          f"(this meshscope reads version {RUN_SCHEMA_VERSION})")
-    return data
