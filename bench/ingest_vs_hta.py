@@ -36,7 +36,7 @@ import time
 
 if __package__ in (None, ""):   # run as a script: bench/ is not a package then
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-from bench.measure import DOCS, ROOT, machine, status_mb, versions, write_docs_section  # noqa: E402
+from bench.measure import DOCS, ROOT, machine, met, publish, status_mb, versions  # noqa: E402
 
 DEFAULT_TRACE = ROOT.parent / "shared" / "traces" / "gpu" / "hta" / "df_index_resolver" / \
     "df_index_resolver.json.gz"
@@ -140,18 +140,16 @@ def table(runs: dict[str, list[dict]]) -> tuple[str, dict]:
 
 
 def verdict(r: dict) -> str:
-    def mark(ok):
-        return "met" if ok else "**not met**"
     return "\n".join([
         f"- ingest ≥ {TARGETS['speed']:.0f}× faster than HTA: {r['speed']:.1f}× (medians), "
         f"{r['speed_best']:.1f}× (fastest runs) — "
-        f"{mark(min(r['speed'], r['speed_best']) >= TARGETS['speed'])}",
+        f"{met(min(r['speed'], r['speed_best']) >= TARGETS['speed'])}",
         f"- peak RSS ≤ ¼ of HTA's: {r['rss']:.2f} of HTA's whole-process peak — "
-        f"{mark(r['rss'] <= TARGETS['rss'])}; counting only what the load adds after "
-        f"imports: {r['rss_net']:.2f} — {mark(r['rss_net'] <= TARGETS['rss'])}",
+        f"{met(r['rss'] <= TARGETS['rss'])}; counting only what the load adds after "
+        f"imports: {r['rss_net']:.2f} — {met(r['rss_net'] <= TARGETS['rss'])}",
         f"- cached re-load ≥ {TARGETS['cached']:.0f}× faster than HTA: {r['cached']:.0f}× "
         f"(medians), {r['cached_best']:.0f}× (fastest runs) — "
-        f"{mark(min(r['cached'], r['cached_best']) >= TARGETS['cached'])}",
+        f"{met(min(r['cached'], r['cached_best']) >= TARGETS['cached'])}",
     ])
 
 
@@ -186,10 +184,7 @@ def main() -> None:
         f"and imports; wall time includes them. Peak RSS is the whole process's.", "",
         md, "", "Against the targets (../shared/DESIGN.md, performance targets):", "",
         verdict(ratios), "", NOTES])
-    print(section)
-    if args.write_docs:
-        write_docs_section(HEADING, section)
-        print(f"written to {DOCS}", file=sys.stderr)
+    publish(HEADING, section, args.write_docs)
 
 
 if __name__ == "__main__":

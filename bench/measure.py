@@ -16,6 +16,7 @@ import os
 import pathlib
 import platform
 import re
+import sys
 import subprocess
 import threading
 import time
@@ -168,3 +169,16 @@ def status_mb(field: str) -> float:
             if line.startswith(field + ":"):
                 return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def met(ok: bool) -> str:
+    """How a target line ends: met, or not met in bold."""
+    return "met" if ok else "**not met**"
+
+
+def publish(heading: str, section: str, write: bool) -> None:
+    """Print a benchmark's section; with ``write``, also put it into docs/benchmarks.md."""
+    print(section)
+    if write:
+        write_docs_section(heading, section)
+        print(f"written to {DOCS.relative_to(ROOT)}", file=sys.stderr)

@@ -35,7 +35,7 @@ import tempfile
 if __package__ in (None, ""):   # run as a script: bench/ is not a package then
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from bench.measure import MESHSCOPE, ROOT, git_commit, load_note, machine, measure, \
-    versions, write_docs_section  # noqa: E402
+    met, publish, versions  # noqa: E402
 
 HEADING = "## Whole report vs HTA"
 DEFAULT_TRACE = ROOT.parent / "shared" / "traces" / "gpu" / "hta" / "df_index_resolver" / \
@@ -102,16 +102,14 @@ def summarise(runs: dict[str, list]) -> tuple[str, dict]:
 
 
 def verdict(r: dict) -> str:
-    def mark(ok):
-        return "met" if ok else "**not met**"
     return "\n".join([
         f"- the whole report ≥ {TARGETS['speed']:.0f}× faster than HTA: {r['speed']:.1f}× "
         f"(medians), {r['speed_best']:.1f}× (fastest runs) — "
-        f"{mark(min(r['speed'], r['speed_best']) >= TARGETS['speed'])}",
-        f"- peak RSS ≤ ¼ of HTA's: {r['rss']:.2f} of HTA's — {mark(r['rss'] <= TARGETS['rss'])}",
+        f"{met(min(r['speed'], r['speed_best']) >= TARGETS['speed'])}",
+        f"- peak RSS ≤ ¼ of HTA's: {r['rss']:.2f} of HTA's — {met(r['rss'] <= TARGETS['rss'])}",
         f"- cached re-run ≥ {TARGETS['cached']:.0f}× faster than HTA: {r['cached']:.1f}× "
         f"(medians), {r['cached_best']:.1f}× (fastest runs) — "
-        f"{mark(min(r['cached'], r['cached_best']) >= TARGETS['cached'])}"])
+        f"{met(min(r['cached'], r['cached_best']) >= TARGETS['cached'])}"])
 
 
 def main() -> None:
@@ -138,10 +136,7 @@ def main() -> None:
         f"`wait4` (largest process) and sampled over the process tree.", "",
         md, "", "Against the targets (../shared/DESIGN.md, performance targets):", "",
         verdict(ratios)])
-    print(section)
-    if a.write:
-        write_docs_section(HEADING, section)
-        print("written to docs/benchmarks.md", file=sys.stderr)
+    publish(HEADING, section, a.write)
 
 
 if __name__ == "__main__":

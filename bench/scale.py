@@ -30,7 +30,7 @@ import time
 if __package__ in (None, ""):   # run as a script: bench/ is not a package then
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from bench.measure import MESHSCOPE, git_commit, load_note, machine, measure, \
-    write_docs_section  # noqa: E402
+    publish  # noqa: E402
 
 HEADING = "## Scale: synthetic ranks"
 STEPS = 3
@@ -119,10 +119,7 @@ def main() -> None:
         f"process and of all its processes together (the ingest workers included), and the "
         f"latter per rank.", "",
         table(rows)])
-    print(section)
-    if a.write:
-        write_docs_section(HEADING, section)
-        print("written to docs/benchmarks.md", file=sys.stderr)
+    publish(HEADING, section, a.write)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ import sys
 if __package__ in (None, ""):   # run as a script: bench/ is not a package then
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from bench.measure import ROOT, git_commit, load_note, machine, measure, \
-    write_docs_section  # noqa: E402
+    publish  # noqa: E402
 
 HEADING = "## Start-up"
 PYTHON = str(ROOT / ".venv" / "bin" / "python")
@@ -113,10 +113,7 @@ def main() -> None:
         f"launch of `.venv/bin/meshscope` to its exit. Heavy libraries: which of "
         f"{', '.join(HEAVY)} the command loaded (`-X importtime`).", "",
         table(rows), "", verdict(rows)])
-    print(section)
-    if a.write:
-        write_docs_section(HEADING, section)
-        print("written to docs/benchmarks.md", file=sys.stderr)
+    publish(HEADING, section, a.write)
 
 
 if __name__ == "__main__":
