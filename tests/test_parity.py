@@ -27,8 +27,8 @@ CASES = [
     ("tp2-nosp", ["--layout", "tp=2", "--no-sp"], "tiny", None),
     ("cp2", ["--layout", "cp=2"], "tiny", None),
     ("ep2-dp2", ["--layout", "dp=2,ep=2"], "tiny-moe", None),
-    ("dp2-tp2", ["--layout", "dp=2,tp=2"], "tiny", None),
-    ("tp2-pp2", ["--layout", "tp=2,pp=2", "--schedule", "1f1b"], "tiny", None),
+    # dp2·tp2 and tp2·pp2 (and dp4, tp4, pp4, dp2·pp2) are checked on the world-4 sweep's
+    # runs below, which other tests share.
     ("cp2-tp2", ["--layout", "cp=2,tp=2"], "tiny", None),
     ("dp2-tp2-pp2", ["--layout", "dp=2,tp=2,pp=2", "--schedule", "1f1b"], "tiny", None),
 ]
@@ -55,3 +55,22 @@ def test_losses_equal_one_process(case, tmp_path):
     validate_run_json(run / "run.json")
     expected = reference_losses(cfg, steps=STEPS, seed=0, batch=16)
     assert _losses(run) == pytest.approx(expected, rel=1e-4)
+
+
+def test_every_layout_of_the_world4_sweep_equals_one_process(world4_sweep):
+    """The six layouts ``meshscope sweep --world 4`` runs for the tiny model (dp4, tp4, pp4,
+    dp2·tp2, dp2·pp2, tp2·pp2): each run's losses equal one process's with the sweep's
+    global batch and seed."""
+    import json
+
+    desc = json.loads((world4_sweep / "sweep.json").read_text())
+    spec = desc["spec"]
+    expected = reference_losses(PRESETS[spec["model"]], steps=spec["steps"], seed=spec["seed"],
+                                batch=spec["global_batch"])
+    done = [r for r in desc["runs"] if r["status"] == "completed"]
+    assert {r["candidate"]["layout"] for r in done} >= {"dp=4", "tp=4", "pp=4", "dp=2,tp=2",
+                                                        "dp=2,pp=2", "tp=2,pp=2"}
+    for r in done:
+        run = world4_sweep / r["name"]
+        validate_run_json(run / "run.json")
+        assert _losses(run) == pytest.approx(expected, rel=1e-4), r["name"]
