@@ -588,7 +588,10 @@ def explain(rows: list[RunRow], winner: RunRow | None) -> list[str]:
     findings that account for it."""
     if winner is None:
         return []
-    out = [f"{winner.label} wins: {_ms(winner.step_time_us)} per step"
+    labels = [r.label for r in rows]
+    name = {id(r): (r.label if labels.count(r.label) == 1 else f"{r.label} ({r.name})")
+            for r in rows}
+    out = [f"{name[id(winner)]} wins: {_ms(winner.step_time_us)} per step"
            + (f", {winner.tokens_per_s:,.0f} tokens/s" if winner.tokens_per_s else "") + "."]
     base = _terms(winner)
     for r in rows:
@@ -599,7 +602,7 @@ def explain(rows: list[RunRow], winner: RunRow | None) -> list[str]:
         deltas = sorted(((terms.get(k, 0.0) - base.get(k, 0.0), k)
                          for k in set(terms) | set(base)), reverse=True)
         parts = [f"+{_ms(d)} {k}" for d, k in deltas[:2] if d > 0.05 * winner.step_time_us]
-        sentence = (f"{r.label} is {ratio:.2f}× slower than {winner.label} "
+        sentence = (f"{name[id(r)]} is {ratio:.2f}× slower than {name[id(winner)]} "
                     f"({_ms(r.step_time_us)} vs {_ms(winner.step_time_us)} per step)")
         if parts:
             sentence += ": " + ", ".join(parts)

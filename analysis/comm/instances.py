@@ -462,14 +462,15 @@ def _trace_groups(meta: dict) -> dict[str, tuple[str, str]]:
 def _msg_bytes(op: str, in_b, out_b, n) -> int | None:
     """S of nccl-tests from this rank's input and output bytes and the group size n: for
     all_gather n × the rank's input (its output as recorded may be one rank's share — gloo
-    records a coalesced all_gather's output as one ``[1, …]`` tensor), for reduce_scatter
-    n × the rank's output."""
+    records a coalesced all_gather's output as one ``[1, …]`` tensor), for reduce_scatter the
+    rank's whole input (gloo runs it as an all_reduce and records the full buffer as its
+    output too), else n × its output."""
     def times_n(b):
         return b * n if b is not None and n else None
     if op == ALL_GATHER:
         return times_n(in_b) if in_b and n else out_b
     if op == REDUCE_SCATTER:
-        return times_n(out_b) if out_b and n else in_b
+        return in_b if in_b else times_n(out_b)
     if op in ("scatter",):
         return in_b if in_b else times_n(out_b)
     if op in ("gather",):
