@@ -253,8 +253,10 @@ def _bubble(inp: FindingInputs, causes: list[str]) -> Finding | None:
     title = (f"Pipeline bubble: the {inp.schedule} schedule leaves {theory:.0%} of the "
              f"pipeline window idle with {inp.stages} stages and {inp.microbatches} "
              f"microbatches (measured {measured:.0%})")
+    other = ("more virtual stages per rank or a zero-bubble schedule"
+             if "interleaved" in (inp.schedule or "") else "an interleaved / zero-bubble schedule")
     remedy = (f"{2 * inp.microbatches} microbatches would bring the closed form to {twice:.0%}; "
-              f"or an interleaved / zero-bubble schedule")
+              f"or {other}")
     return _timed("pipeline-bubble", "pp", cost, inp, title, evidence, remedy,
                   "a schedule without bubble (zero-bubble), as the closed form counts it",
                   measured=False)
