@@ -4,7 +4,6 @@ measured in the traces; --json is what the dashboard's compare page reads."""
 import csv
 import io
 import json
-import pathlib
 import statistics
 
 import pandas as pd
@@ -61,17 +60,6 @@ def test_rows_hold_each_runs_own_report(comparison):
         assert row.ranks == 4 and row.microbatches == 4
 
 
-def all_gather_is_one_share(run) -> bool:
-    """True while the report's instance table gives a gloo all_gather's S as one rank's share
-    (S = n × input by nccl-tests' definition, which the planner follows)."""
-    path = run / "report" / "instances.parquet"
-    if not path.exists():
-        return False
-    t = pd.read_parquet(path, columns=["op", "group_size", "msg_bytes", "in_bytes"])
-    ag = t[(t["op"] == "all_gather") & (t["group_size"] > 1)].dropna()
-    return bool(len(ag)) and bool((ag["msg_bytes"] == ag["in_bytes"]).any())
-
-
 def planned_vs_measured(row, dims) -> list[str]:
     """Assert the planner's bytes per step of each of ``dims`` the report attributes equal the
     measured ones within 5%; returns the dimensions checked (tests/test_sweep.py too)."""
@@ -79,9 +67,6 @@ def planned_vs_measured(row, dims) -> list[str]:
     for dim in dims:
         if dim not in row.comm_bytes:
             continue
-        if dim == "tp" and all_gather_is_one_share(pathlib.Path(row.path)):
-            pytest.xfail("report/instances.parquet gives gloo's coalesced all_gather S as one "
-                         "rank's share, not n × it (analysis/comm/instances.py, issue 10)")
         assert row.predicted.comm_bytes.get(dim) == pytest.approx(row.comm_bytes[dim],
                                                                   rel=0.05), \
             (row.name, dim, row.predicted.comm_bytes, row.comm_bytes)
