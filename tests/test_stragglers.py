@@ -122,12 +122,16 @@ def test_a_shifted_clock_is_measured_and_aligned_before_any_cross_rank_figure(
     before = pd.DataFrame(original["pipeline_stages"]).set_index("stage")["bubble_fraction"]
     after = pd.DataFrame(shifted["pipeline_stages"]).set_index("stage")["bubble_fraction"]
     assert (after - before).abs().max() < 0.02, (before, after)
+    # What the alignment leaves over (its residual) moves each of rank 3's meetings by as
+    # much: 2 × 4 microbatch transfers with stage 0 and one dp all-reduce per step.
+    base = {o["rank"]: o for o in original["clock_offsets"]}[3]
+    residual_us = abs(off["applied_us"] - 10e6 - base["applied_us"])
     waits = lambda s: {w["rank"]: w["wait_us"] for w in s["cross_rank"]["rank_savings"]}  # noqa
     for rank, w in waits(original).items():
-        assert waits(shifted)[rank] == pytest.approx(w, abs=max(0.05 * w, 1000.0))
+        assert waits(shifted)[rank] == pytest.approx(
+            w, abs=max(0.05 * w, 9 * residual_us, 1000.0)), (rank, residual_us)
     small = _shift(src, 3, 3000.0, tmp_path / "three-ms")
     off = {o["rank"]: o for o in small["clock_offsets"]}[3]
-    base = {o["rank"]: o for o in original["clock_offsets"]}[3]
     assert abs((off["offset_us"] - base["offset_us"]) - 3000) <= \
         max(off["uncertainty_us"], base["uncertainty_us"], 1.0)
     assert small["cross_rank"]["straggler"]["rank"] == 1

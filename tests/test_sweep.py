@@ -178,8 +178,8 @@ def test_planned_bytes_match_the_traces_cp_and_tp(resumed):
     """cp: the ring's K, V (and positions) exchanges, cp − 1 in forward and cp in backward per
     layer and microbatch, with dK, dV on the way back — in a layout without pp they are the
     only sends and receives, and the gradient all-reduce over dp × cp the only all-reduce, so
-    they are compared by op (the report files the dp × cp group under cp when dp is 1, the ring
-    under 'unknown', until issue 10's instance table); tp without dp: the optimizer all-reduces
+    they are compared by op (with dp = 1 the dp × cp group is the cp group, so the report files
+    the gradient all-reduce under cp beside the ring); tp without dp: the optimizer all-reduces
     each replicated norm gradient three times."""
     out = resumed[0]
     rows = {r.name: r for r in compare(out).rows}
