@@ -16,9 +16,23 @@ torchrun stops a rank. Timing fields the backend leaves empty (gloo does not mea
 ``time_discovered_started_ns`` / ``time_discovered_completed_ns``; PyTorch writes 0) are
 stored as ``null``: empty stays empty, never invented.
 
-PyTorch's own dumps are pickles. ``load_pickle_dump`` reads them without executing anything: its
-unpickler refuses every class and the result must consist of plain data (dict, list, tuple,
-str, bytes, int, float, bool, None), else ``UnsafePickleError``.
+PyTorch's own dumps are pickles. ``load_pickle_dump`` reads them without executing anything:
+before any unpickling its opcodes are walked (``pickletools.genops``, which only reads) and a
+pickle that names a class or a function, declares more bytes than the file holds, or a memo
+index beyond its size (what would make the unpickler allocate without bound) is refused; the
+unpickler then refuses every class too, and the result must consist of plain data (dict, list,
+tuple, str, bytes, int, float, bool, None), else ``UnsafePickleError``.
+
+Reading, validated at the boundary: ``read_dump(path)`` decodes a dump with bounds
+(``schema.read_document``) and checks it against the typed records below (``Dump``,
+``TorchDump``, ``Entry``; their JSON Schema ships as ``collectors/schemas/
+flight_recorder.schema.json``, generated from them by ``json_schema()``): every field the
+analysis reads has its type, integers are within 64 bits, ranks below 2²⁰, and the rank the dump
+claims must be the one its file name says (``rank3.json`` holds rank 3). A dump that is not is
+refused with ``RunDirError`` (a ``ValueError``) naming the file, the field as a JSON path and
+what is wrong; the analysis then names it under the report's problems and leaves that rank out
+of the Flight Recorder comparison (``analysis/report/inputs.load_dumps``). ``read_dump`` returns
+the dump as plain dicts and lists, as the file has it.
 """
 from __future__ import annotations
 
@@ -26,9 +40,17 @@ import io
 import json
 import pathlib
 import pickle
+import pickletools
+import re
+import struct
 import time
+from typing import Annotated, Any, Literal
 
-from .run_dir import COMMS, write_json_atomic
+import msgspec
+
+from . import schema
+from .run_dir import COMMS, RunDirError, write_json_atomic
+from .run_info import MAX_WORLD_SIZE
 
 FR_SCHEMA_VERSION = 1
 DEFAULT_BUFFER_SIZE = 20000
@@ -80,6 +102,30 @@ class _PlainUnpickler(pickle.Unpickler):
                                      f"(dict, list, tuple, str, int, float, bool, None)")
 
 
+# Opcodes that name, build or call objects: none occurs in a pickle of plain data.
+_CODE_OPS = {"GLOBAL", "STACK_GLOBAL", "REDUCE", "BUILD", "INST", "OBJ", "NEWOBJ", "NEWOBJ_EX",
+             "EXT1", "EXT2", "EXT4", "PERSID", "BINPERSID", "READONLY_BUFFER", "NEXT_BUFFER"}
+_MEMO_OPS = {"PUT", "BINPUT", "LONG_BINPUT", "GET", "BINGET", "LONG_BINGET"}
+
+
+def _check_opcodes(raw: bytes) -> None:
+    """ValueError naming the first opcode a plain-data pickle cannot hold (module docstring);
+    nothing is unpickled."""
+    strings: list[str] = []
+    for op, arg, pos in pickletools.genops(raw):
+        if isinstance(arg, str):
+            strings = (strings + [arg])[-2:]
+        if op.name in _CODE_OPS:
+            what = arg.replace(" ", ".") if isinstance(arg, str) else \
+                ".".join(strings) if op.name == "STACK_GLOBAL" and len(strings) == 2 else op.name
+            raise ValueError(f"refused to load {what} (byte {pos}): only plain data "
+                             f"(dict, list, tuple, str, int, float, bool, None)")
+        if op.name in _MEMO_OPS and isinstance(arg, int) and arg > len(raw):
+            raise ValueError(f"memo index {arg} at byte {pos} is beyond the pickle's size")
+        if op.name == "FRAME" and arg > len(raw):
+            raise ValueError(f"a frame of {arg} bytes at byte {pos}, in a file of {len(raw)}")
+
+
 def _check_plain(obj, depth=0):
     if depth > 200:
         raise ValueError("nesting deeper than 200 levels")
@@ -94,31 +140,130 @@ def _check_plain(obj, depth=0):
             _check_plain(v, depth + 1)
 
 
+# -- the typed records a dump is checked against ---------------------------------------------
+
+Count = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
+Rank = Annotated[int, msgspec.Meta(ge=0, lt=MAX_WORLD_SIZE)]
+
+
+class Entry(msgspec.Struct, gc=False):
+    """One operation of PyTorch's Flight Recorder buffer (the fields meshscope reads; others
+    are allowed). ``process_group``: (name, description); the sequence number that matters is
+    ``p2p_seq_id`` for point-to-point operations, else ``collective_seq_id``."""
+    process_group: tuple[str, str]
+    profiling_name: str
+    collective_seq_id: Count
+    p2p_seq_id: Count
+    is_p2p: bool = False
+    state: str | None = None
+    record_id: Count | None = None
+    pg_id: Count | None = None
+    op_id: Count | None = None
+    input_sizes: list[list[Count]] | None = None
+    output_sizes: list[list[Count]] | None = None
+    input_dtypes: list[str] | None = None
+    output_dtypes: list[str] | None = None
+    time_created_ns: Count | None = None
+    time_discovered_started_ns: Count | None = None
+    time_discovered_completed_ns: Count | None = None
+    timeout_ms: Count | None = None
+    retired: bool | None = None
+    thread_id: str | None = None
+    thread_name: str | None = None
+
+
+class GroupConfig(msgspec.Struct, gc=False):
+    """A process group as the dump describes it; ``ranks`` a list, or its text (``"[0, 1]"``)."""
+    name: str | None = None
+    desc: str | None = None
+    ranks: str | list[Rank] | None = None
+
+
+class TorchDump(msgspec.Struct):
+    """PyTorch's own dump (``_dump_fr_trace_json``; the pickle holds the same)."""
+    version: str | None = None
+    entries: list[Entry] = []
+    pg_config: dict[str, GroupConfig] = {}
+    pg_status: dict[str, Any] = {}
+    nccl_comm_state: Any = None
+    comm_lib_version: str | None = None
+
+
+class Dump(msgspec.Struct):
+    """``comms/rank{R}.json`` as ``dump`` writes it (module docstring)."""
+    schema_version: Literal[1]
+    rank: Rank
+    flight_recorder: TorchDump | None
+    reason: str | None = None
+    error: str | None = None
+    dumped_at_unix_s: float | None = None
+    torch_version: str | None = None
+    dump_error: str | None = None
+
+
+def json_schema() -> dict:
+    """The JSON Schema of a dump, from the records above (shipped as
+    ``collectors/schemas/flight_recorder.schema.json``)."""
+    out = msgspec.json.schema(Dump)
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema",
+            "$id": "https://meshscope.invalid/schemas/flight_recorder.schema.json",
+            "title": f"meshscope comms/rank<R>.json (Flight Recorder dump), schema_version "
+                     f"{FR_SCHEMA_VERSION}", **out}
+
+
+def _typed(data, kind, path: pathlib.Path, what: str):
+    """``data`` checked against record ``kind``; RunDirError naming the field otherwise."""
+    try:
+        return msgspec.convert(data, kind)
+    except msgspec.ValidationError as e:
+        problem, _, where = str(e).partition(" - at `")
+        raise RunDirError(f"{path}: {where.rstrip('`') or '$'}: {problem} (not a usable "
+                          f"{what})") from None
+
+
 def load_pickle_dump(path: pathlib.Path) -> dict:
-    """A PyTorch Flight Recorder pickle, loaded as plain data only."""
+    """A PyTorch Flight Recorder pickle, loaded as plain data only and checked against
+    ``TorchDump``; ``UnsafePickleError`` naming the file otherwise."""
     path = pathlib.Path(path)
     try:
-        obj = _PlainUnpickler(io.BytesIO(path.read_bytes())).load()
+        raw = path.read_bytes()
+        _check_opcodes(raw)
+        obj = _PlainUnpickler(io.BytesIO(raw)).load()
         _check_plain(obj)
-    except (pickle.UnpicklingError, ValueError, EOFError, TypeError, AttributeError) as e:
+    except (pickle.UnpicklingError, ValueError, EOFError, TypeError, AttributeError, KeyError,
+            IndexError, struct.error, OverflowError, RecursionError) as e:
         raise UnsafePickleError(f"{path}: not a plain-data pickle ({e})") from None
+    except OSError as e:
+        raise UnsafePickleError(f"{path}: cannot read ({e.strerror})") from None
     if not isinstance(obj, dict):
         raise UnsafePickleError(f"{path}: expected a dict at the top level")
+    try:
+        _typed(obj, TorchDump, path, "Flight Recorder pickle")
+    except RunDirError as e:
+        raise UnsafePickleError(str(e)) from None
     return obj
 
 
+_RANK_IN_NAME = re.compile(r"^rank(\d+)\.json$")
+
+
 def read_dump(path: pathlib.Path) -> dict:
-    """A ``comms/rank{R}.json`` written by ``dump``; ValueError naming the file if unusable."""
+    """A ``comms/rank{R}.json`` written by ``dump``, checked (module docstring); RunDirError
+    (a ValueError) naming the file, the field and the problem when it cannot be used."""
     path = pathlib.Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"{path}: not a readable Flight Recorder dump ({e})") from None
-    if not isinstance(data, dict) or data.get("schema_version") != FR_SCHEMA_VERSION:
-        raise ValueError(f"{path}: unknown Flight Recorder dump schema "
-                         f"{data.get('schema_version') if isinstance(data, dict) else None!r}")
-    try:
-        data["rank"] = int(data["rank"])
-    except (KeyError, TypeError, ValueError):
-        raise ValueError(f"{path}: Flight Recorder dump without a rank") from None
+    data = schema.read_document(path, "Flight Recorder dump")
+    if not isinstance(data, dict):
+        raise RunDirError(f"{path}: $: expected a Flight Recorder dump (an object), got "
+                          f"{schema.short(data)}")
+    if data.get("schema_version") != FR_SCHEMA_VERSION:
+        raise RunDirError(f"{path}: $.schema_version: unknown Flight Recorder dump schema "
+                          f"{schema.short(data.get('schema_version'))} (this meshscope reads "
+                          f"version {FR_SCHEMA_VERSION})")
+    if "rank" not in data:
+        raise RunDirError(f"{path}: $.rank: Flight Recorder dump without a rank")
+    dump = _typed(data, Dump, path, "Flight Recorder dump")
+    m = _RANK_IN_NAME.match(path.name)
+    if m and int(m.group(1)) != dump.rank:
+        raise RunDirError(f"{path}: $.rank: the dump claims rank {dump.rank}, but its file name "
+                          f"says rank {int(m.group(1))}")
     return data

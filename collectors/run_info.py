@@ -4,9 +4,14 @@ device), read once at the boundary and passed around as ``RunInfo``.
 ``read_run_info(run_dir)`` returns None when the folder has no run.json (a plain folder of
 traces), else a ``RunInfo``; a run.json that cannot be used raises ``RunDirError`` whose one-line
 message names the file, the field (as a JSON path, ``$.process_groups[2].ranks``) and what is
-wrong. The checks are those of the JSON Schema (``collectors/schemas/run.schema.json``) and the
-bounds the schema cannot state (``check_bounds``). Readers never index the raw dict: every field
-the analysis uses is an attribute here, with its unit or meaning in its name.
+wrong. The checks, in order: a bounded decode (``schema.read_document``), the schema version,
+the JSON Schema (``collectors/schemas/run.schema.json``), the types ``from_dict`` reads, and the
+bounds the schema cannot state (``check_bounds``: the layout's product is the world size, the
+mesh places every rank once below it, groups and faults name ranks below it, the pipeline's
+stages, microbatches and stage layers agree). No list or set is sized by a number from the file
+before these checks pass, and the world size is at most ``MAX_WORLD_SIZE``. Readers never
+index the raw dict: every field the analysis uses is an attribute here, with its unit or
+meaning in its name.
 
 The process groups of a run are ``ProcessGroup`` records: the dimension they belong to (``dp``,
 ``tp``, ``pp``, ``cp``, ``ep``, ``ep_replica``, ``world``…), their global ranks (sorted), and
@@ -21,9 +26,14 @@ import json
 import pathlib
 from typing import Any, Mapping
 
+from . import schema
 from .run_dir import RUN_JSON, RUN_SCHEMA_VERSION, RunDirError
 
 PARALLEL_DIMS = ("dp", "tp", "pp", "cp", "ep")
+# The largest world size meshscope accepts from a file (run.json, a trace's distributedInfo):
+# 2^20 ranks, some eight times the largest jobs run today. Sets and lists of ranks are built
+# from world sizes, so a larger number is refused, never allocated.
+MAX_WORLD_SIZE = 1 << 20
 DEFAULT_GROUP_NAME = "0"
 # DeviceMesh dimension name -> parallel dimension (torchtitan's dp_shard and dp_replicate are
 # both data parallelism); any other name keeps its own.
@@ -311,21 +321,95 @@ def from_dict(data: Mapping[str, Any], path: pathlib.Path) -> RunInfo:
         raw=data)
 
 
+def _prod(values) -> int:
+    out = 1
+    for v in values:
+        out *= v
+    return out
+
+
+def check_bounds(info: RunInfo) -> None:
+    """RunDirError naming the field when ``info`` breaks a bound its schema cannot state
+    (module docstring)."""
+    path, world = info.path, info.world_size
+    if world > MAX_WORLD_SIZE:
+        raise _field(path, "$.world_size", f"{world} ranks, more than the {MAX_WORLD_SIZE} "
+                                           f"meshscope accepts")
+    sizes = dict(info.layout)
+    without_ep = _prod(v for k, v in sizes.items() if k != "ep")
+    if without_ep != world and _prod(sizes.values()) != world:
+        raise _field(path, "$.layout", f"{info.layout_str or sizes}: the dimensions multiply to "
+                                       f"{without_ep} ranks, but world_size is {world}")
+    if world % sizes.get("ep", 1):
+        raise _field(path, "$.layout.ep", f"ep={sizes['ep']} does not divide the world of "
+                                          f"{world} ranks")
+    mesh = info.raw.get("mesh") or {}
+    shape = mesh.get("shape") or []
+    if shape and len(shape) != len(info.mesh_dims):
+        raise _field(path, "$.mesh.shape", f"{len(shape)} sizes for {len(info.mesh_dims)} "
+                                           f"dimensions")
+    if shape and _prod(shape) != world:
+        raise _field(path, "$.mesh.shape", f"{shape} holds {_prod(shape)} ranks, but "
+                                           f"world_size is {world}")
+    extent = dict(zip(info.mesh_dims, shape))
+    seen: dict[tuple, int] = {}
+    for rank, coords in sorted(info.coordinates.items()):
+        where = f"$.mesh.coordinates.{rank}"
+        if rank >= world:
+            raise _field(path, where, f"rank {rank} is not below world_size {world}")
+        for dim, i in coords.items():
+            if dim in extent and i >= extent[dim]:
+                raise _field(path, f"{where}.{dim}", f"index {i} is not below the mesh's "
+                                                     f"{dim} size {extent[dim]}")
+        key = tuple(sorted(coords.items()))
+        if extent and key in seen:
+            raise _field(path, where, f"the same coordinates as rank {seen[key]}")
+        seen[key] = rank
+    for i, g in enumerate(info.process_groups):
+        if g.ranks[-1] >= world:
+            raise _field(path, f"$.process_groups[{i}].ranks",
+                         f"rank {g.ranks[-1]} is not below world_size {world}")
+    for i, f in enumerate(info.faults):
+        if f.rank >= world:
+            raise _field(path, f"$.faults[{i}].rank", f"rank {f.rank} is not below world_size "
+                                                      f"{world}")
+    pipe = info.raw.get("pipeline") or {}
+    stages = pipe.get("stages")
+    if stages is not None and stages != info.pipeline_stages:
+        raise _field(path, "$.pipeline.stages", f"{stages} stages, but the layout has "
+                                                f"pp={info.pipeline_stages}")
+    top, inner = info.raw.get("microbatches"), pipe.get("microbatches")
+    if top is not None and inner is not None and top != inner:
+        raise _field(path, "$.pipeline.microbatches", f"{inner}, but $.microbatches is {top}")
+    if info.stage_layers is not None and \
+            len(info.stage_layers) != info.pipeline_stages * info.virtual_stages:
+        raise _field(path, "$.pipeline.stage_layers",
+                     f"{len(info.stage_layers)} stages listed, but pp × virtual_stages is "
+                     f"{info.pipeline_stages * info.virtual_stages}")
+    if info.profile_steps is not None:
+        first, last = info.profile_steps
+        if first > last:
+            raise _field(path, "$.profile_steps", f"[{first}, {last}] ends before it starts")
+        if info.steps is not None and last >= info.steps:
+            raise _field(path, "$.profile_steps", f"step {last} is not below steps "
+                                                  f"({info.steps})")
+
+
 def read_run_info(run: pathlib.Path) -> RunInfo | None:
     """The typed run.json of run directory ``run``; None when it has none; RunDirError when it
     cannot be used (unreadable, not an object, unknown schema version, a field of the wrong
-    type or out of bounds)."""
+    type or out of bounds: module docstring)."""
     path = pathlib.Path(run) / RUN_JSON
     if not path.exists():
         return None
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise RunDirError(f"{path}: not readable JSON ({e})") from None
+    data = schema.read_document(path, "run.json")
     if not isinstance(data, dict):
-        raise RunDirError(f"{path}: expected a JSON object")
+        raise RunDirError(f"{path}: expected a JSON object, got {schema.short(data)}")
     version = data.get("schema_version")
     if version != RUN_SCHEMA_VERSION:
-        raise RunDirError(f"{path}: unknown schema_version {version!r} "
+        raise RunDirError(f"{path}: $.schema_version: unknown version {schema.short(version)} "
                           f"(this meshscope reads version {RUN_SCHEMA_VERSION})")
-    return from_dict(data, path)
+    schema.check(data, path)
+    info = from_dict(data, path)
+    check_bounds(info)
+    return info

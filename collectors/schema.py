@@ -1,32 +1,39 @@
-"""Validate a run.json against its JSON Schema (``docs/run.schema.json``, draft 2020-12).
+"""Reading meshscope's JSON documents at the boundary: bounded decoding and JSON Schemas.
 
-``validate_run_json(path)`` returns the parsed run.json, or raises ``RunDirError`` whose message
-names the file, the failing place as a JSON path (``$.process_groups[2].ranks``) and what is
-wrong there. The schema states the keys the runner (``parallel/launch.py``) and
-``collectors.Recorder`` write; readers still accept unknown extra keys. Needs ``jsonschema``
-(a test dependency; ``pip install jsonschema``).
+The schemas ship inside the package (``collectors/schemas/``, package data), so a non-editable
+install validates exactly what a checkout does:
+
+- ``run.schema.json`` — run.json (draft 2020-12), hand-written: it documents the file for
+  people writing their own (docs/run-directory.md);
+- ``flight_recorder.schema.json`` — ``comms/rank{R}.json``, generated from the typed records of
+  ``collectors/flight_recorder.py`` (one definition; a test checks the shipped file is current).
+
+``read_document(path, what)`` reads one JSON document with bounds: at most ``MAX_BYTES[what]``
+bytes, decoded by msgspec (no NaN or Infinity, no number beyond 64-bit range, nesting at most the
+decoder's limit of about 1,000 levels); else ``RunDirError`` naming the file and what is wrong.
+``validate_run_json(path)`` returns a parsed run.json that matches its schema, or raises
+``RunDirError`` whose message names the file, the failing place as a JSON path
+(``$.process_groups[2].ranks``) and what is wrong there. The schema states the keys the runner
+(``parallel/launch.py``) and ``collectors.Recorder`` write; readers accept unknown extra keys.
+``collectors/run_info.py`` adds the bounds a schema cannot state.
 """
 from __future__ import annotations
 
 import functools
 import json
 import pathlib
+import sys
 
-from .run_dir import RunDirError
+import msgspec
 
-SCHEMA_PATH = pathlib.Path(__file__).resolve().parents[1] / "docs" / "run.schema.json"
+from .run_dir import RUN_JSON, RunDirError
 
-
-@functools.lru_cache(maxsize=1)
-def _validator():
-    try:
-        import jsonschema
-    except ImportError:
-        raise RuntimeError("validating run.json needs the jsonschema package "
-                           "(pip install jsonschema)") from None
-    schema = json.loads(SCHEMA_PATH.read_text())
-    jsonschema.Draft202012Validator.check_schema(schema)
-    return jsonschema.Draft202012Validator(schema)
+SCHEMA_DIR = pathlib.Path(__file__).resolve().with_name("schemas")
+SCHEMA_PATH = SCHEMA_DIR / "run.schema.json"
+FR_SCHEMA_PATH = SCHEMA_DIR / "flight_recorder.schema.json"
+# The largest file of each kind read whole: far above any real one (a 1,024-rank run.json is
+# ~300 KB; a Flight Recorder dump of 20,000 entries ~12 MB).
+MAX_BYTES = {"run.json": 64 << 20, "Flight Recorder dump": 1 << 30}
 
 
 def json_path(parts) -> str:
@@ -34,19 +41,98 @@ def json_path(parts) -> str:
     return "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in parts)
 
 
+def short(value, limit: int = 40) -> str:
+    """``value`` as JSON, cut to ``limit`` characters: how messages quote what a file holds."""
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError, RecursionError):
+        text = type(value).__name__
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def read_document(path: pathlib.Path, what: str):
+    """The decoded JSON document at ``path`` (module docstring); ``RunDirError`` naming the
+    file when it cannot be read or decoded within the bounds."""
+    path = pathlib.Path(path)
+    try:
+        size = path.stat().st_size
+        if size > MAX_BYTES[what]:
+            raise RunDirError(f"{path}: {size:,} bytes, larger than any {what} "
+                              f"({MAX_BYTES[what] >> 20} MiB at most)")
+        raw = path.read_bytes()
+    except OSError as e:
+        raise RunDirError(f"{path}: cannot read ({e.strerror})") from None
+    try:
+        return msgspec.json.decode(raw)
+    except RecursionError:
+        raise RunDirError(f"{path}: not a usable {what}: nested deeper than the decoder's limit "
+                          f"(about 1,000 levels)") from None
+    except msgspec.DecodeError as e:
+        raise RunDirError(f"{path}: not readable JSON, so not a usable {what} ({e})") from None
+
+
+# jsonschema's optional checkers of string formats, imported with it when installed. The
+# schemas here use no "format", and one of them (rfc3987-syntax, pulled in by Jupyter) compiles
+# a grammar for ~2 s at import: they are kept out while jsonschema is first imported.
+_FORMAT_MODULES = ("rfc3987_syntax", "rfc3987", "rfc3986_validator", "rfc3339_validator",
+                   "uri_template", "isoduration", "fqdn", "webcolors", "jsonpointer")
+
+
+def _import_jsonschema():
+    if "jsonschema" in sys.modules:
+        return sys.modules["jsonschema"]
+    hidden = [m for m in _FORMAT_MODULES if m not in sys.modules]
+    for m in hidden:
+        sys.modules[m] = None           # "import m" raises ImportError: jsonschema skips it
+    try:
+        import jsonschema
+    finally:
+        for m in hidden:
+            if sys.modules.get(m, 0) is None:
+                del sys.modules[m]      # anyone else importing it later gets the real one
+    return jsonschema
+
+
+@functools.lru_cache(maxsize=None)
+def _validator(schema_path: pathlib.Path):
+    """A draft 2020-12 validator of the schema at ``schema_path`` (its own validity against the
+    meta-schema is a test, not a cost of every read)."""
+    jsonschema = _import_jsonschema()
+    return jsonschema.Draft202012Validator(json.loads(schema_path.read_text()))
+
+
+def _message(error) -> str:
+    """jsonschema's message with the offending value quoted briefly (a message starts with the
+    value's repr, which may be a whole list)."""
+    head = repr(error.instance)
+    text = error.message
+    if text.startswith(head) and len(head) > 40:
+        text = short(error.instance) + text[len(head):]
+    return text[:300]
+
+
+def check(data, path: pathlib.Path, schema_path: pathlib.Path = SCHEMA_PATH) -> None:
+    """RunDirError naming ``path``, the failing place and what is wrong, when ``data`` does not
+    match the schema; one error is named and the others counted."""
+    validator = _validator(schema_path)
+    from jsonschema.exceptions import best_match
+
+    errors = list(validator.iter_errors(data))
+    if errors:
+        # The shallowest error (most is wrong there), the first in document order; within
+        # oneOf / anyOf, the alternative jsonschema finds most relevant.
+        first = best_match([min(errors, key=lambda e: (len(e.absolute_path), [
+            (0, p, "") if isinstance(p, int) else (1, 0, str(p)) for p in e.absolute_path]))])
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise RunDirError(f"{path}: {json_path(first.absolute_path)}: {_message(first)}{more}")
+
+
 def validate_run_json(path) -> dict:
     """The contents of the run.json at ``path`` (a file, or a run directory holding one);
     RunDirError naming the file and the failing path when it does not match the schema."""
     path = pathlib.Path(path)
     if path.is_dir():
-        path = path / "run.json"
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise RunDirError(f"{path}: not readable JSON ({e})") from None
-    errors = sorted(_validator().iter_errors(data), key=lambda e: list(map(str, e.path)))
-    if errors:
-        first = errors[0]
-        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        raise RunDirError(f"{path}: {json_path(first.path)}: {first.message}{more}")
+        path = path / RUN_JSON
+    data = read_document(path, "run.json")
+    check(data, path)
     return data

@@ -96,11 +96,10 @@ def test_layout_constraints_refused_before_launch(tmp_path, args, needle):
 
 
 def test_each_kind_of_bad_file_is_named_and_the_good_rank_analysed(tmp_path):
-    """A non-JSON file, JSON without traceEvents and a second trace of the same rank: one
-    problem line each, naming the file; the usable rank is still analysed (exit 0)."""
+    """A non-JSON file and JSON without traceEvents: one problem line each, naming the file;
+    the usable rank is still analysed (exit 0)."""
     good = ROOT / "samples" / "dp2-pp2-1f1b" / "traces" / "rank0.json.gz"
     shutil.copy(good, tmp_path / "rank0.json.gz")
-    shutil.copy(good, tmp_path / "copy-of-rank0.json.gz")   # distributedInfo says rank 0 too
     (tmp_path / "rank1.json").write_text("this is not JSON at all")
     (tmp_path / "rank2.json").write_text(json.dumps({"schemaVersion": 1, "events": []}))
     proc = meshscope("analyze", tmp_path, "--json")
@@ -108,11 +107,23 @@ def test_each_kind_of_bad_file_is_named_and_the_good_rank_analysed(tmp_path):
     summary = json.loads(proc.stdout)
     assert summary["ranks"] == [0]
     problems = summary["problems"]
-    assert len(problems) == 3, problems
+    assert len(problems) == 2, problems
     by_file = {p.split(":")[0].rsplit("/", 1)[-1]: p for p in problems}
-    assert "not valid JSON" in by_file["rank1.json"] or "JSON" in by_file["rank1.json"]
+    assert "not valid JSON" in by_file["rank1.json"]
     assert "traceEvents" in by_file["rank2.json"]
-    assert "duplicate rank 0" in " ".join(problems)
+
+
+def test_two_files_claiming_one_rank_stop_the_analysis(tmp_path):
+    """A second trace whose distributedInfo says rank 0 (a copy, here): both named, exit 2,
+    and the message says how to settle it."""
+    good = ROOT / "samples" / "dp2-pp2-1f1b" / "traces" / "rank0.json.gz"
+    shutil.copy(good, tmp_path / "rank0.json.gz")
+    shutil.copy(good, tmp_path / "copy-of-rank0.json.gz")
+    proc = meshscope("analyze", tmp_path, "--json")
+    assert proc.returncode == 2
+    line = _one_error_line(proc)
+    assert "2 files claim rank 0" in line and "--rank-regex" in line
+    assert "rank0.json.gz" in line and "copy-of-rank0.json.gz" in line
 
 
 def test_damaged_flight_recorder_dump_is_named_and_the_others_diagnosed(tmp_path):

@@ -10,8 +10,10 @@ import pandas as pd
 import pytest
 
 from meshscope.collectors.flight_recorder import (FR_SCHEMA_VERSION, UnsafePickleError,
-                                        load_pickle_dump, read_dump)
-from conftest import meshscope
+                                                  json_schema, load_pickle_dump, read_dump)
+from meshscope.collectors.run_dir import RunDirError
+from meshscope.collectors.schema import FR_SCHEMA_PATH
+from conftest import ROOT, meshscope
 
 DUMP_SCRIPT = r'''
 import sys, torch, torch.distributed as dist
@@ -49,21 +51,113 @@ def test_pickle_reader_refuses_non_plain_builtins(tmp_path):
         load_pickle_dump(odd)
 
 
+@pytest.mark.parametrize("damage,problem", [
+    (lambda raw: raw[:2] + b"\x95" + (2**62).to_bytes(8, "little") + raw[11:], "frame of"),
+    (lambda raw: raw[:-1] + b"r\xff\xff\xff\x7f.", "memo index"),
+    (lambda raw: raw[: len(raw) // 2], "not a plain-data pickle"),
+])
+def test_pickle_reader_never_allocates_what_a_damaged_pickle_declares(tmp_path, damage,
+                                                                      problem):
+    """A frame length or memo index beyond the file (what made the unpickler ask for
+    exabytes, found by tests/test_fuzz.py) is refused before anything is unpickled."""
+    raw = pickle.dumps({"entries": [], "version": "2.10"}, protocol=5)
+    path = tmp_path / "fr.pkl"
+    path.write_bytes(damage(raw))
+    with pytest.raises(UnsafePickleError, match=problem):
+        load_pickle_dump(path)
 
-@pytest.mark.parametrize("rank", ["missing", None, "two"])
-def test_dump_without_a_rank_is_named(tmp_path, rank):
-    """A dump whose rank is absent or not a number cannot be placed in any group's comparison:
-    read_dump refuses it, naming the file."""
-    dump = {"schema_version": FR_SCHEMA_VERSION, "flight_recorder": {"entries": []}}
-    if rank != "missing":
+
+
+def _dump(tmp_path, name="rank0.json", **fields):
+    dump = {"schema_version": FR_SCHEMA_VERSION, "rank": 0,
+            "flight_recorder": {"entries": [{"process_group": ["0", "default_pg"],
+                                             "profiling_name": "gloo:all_reduce",
+                                             "collective_seq_id": 1, "p2p_seq_id": 0}]}}
+    dump.update(fields)
+    path = tmp_path / name
+    path.write_text(json.dumps(dump))
+    return path
+
+
+@pytest.mark.parametrize("rank,problem", [
+    ("missing", "$.rank: Flight Recorder dump without a rank"),
+    (None, "$.rank: Expected `int`, got `null`"),
+    ("two", "$.rank: Expected `int`, got `str`"),
+    ("0", "$.rank: Expected `int`, got `str`"),
+    (True, "$.rank: Expected `int`, got `bool`"),
+    (-1, "$.rank: Expected `int` >= 0"),
+    (2**70, "$.rank: Expected `int` <= 1048575"),
+])
+def test_dump_without_a_usable_rank_is_named(tmp_path, rank, problem):
+    """A dump whose rank is absent or not a rank cannot be placed in any group's comparison:
+    read_dump refuses it, naming the file and the field."""
+    path = _dump(tmp_path)
+    dump = json.loads(path.read_text())
+    if rank == "missing":
+        dump.pop("rank")
+    else:
         dump["rank"] = rank
-    path = tmp_path / "rank0.json"
     path.write_text(json.dumps(dump))
-    with pytest.raises(ValueError, match=f"{path}: Flight Recorder dump without a rank"):
+    with pytest.raises(RunDirError) as err:
         read_dump(path)
-    dump["rank"] = "3"
-    path.write_text(json.dumps(dump))
-    assert read_dump(path)["rank"] == 3
+    assert str(err.value).startswith(f"{path}: {problem}"), err.value
+    assert read_dump(_dump(tmp_path))["rank"] == 0
+
+
+@pytest.mark.parametrize("change,where", [
+    ({"flight_recorder": {"entries": ["a", "b"]}}, "$.flight_recorder.entries[0]: Expected "
+                                                   "`object`, got `str`"),
+    ({"flight_recorder": {"entries": [{"process_group": ["0"], "profiling_name": "x",
+                                       "collective_seq_id": 1, "p2p_seq_id": 0}]}},
+     "$.flight_recorder.entries[0].process_group: Expected `array` of length 2"),
+    ({"flight_recorder": {"entries": [{"process_group": ["0", "d"], "profiling_name": "x",
+                                       "collective_seq_id": "1", "p2p_seq_id": 0}]}},
+     "$.flight_recorder.entries[0].collective_seq_id: Expected `int`, got `str`"),
+    ({"flight_recorder": {"entries": [{"process_group": ["0", "d"], "profiling_name": "x",
+                                       "collective_seq_id": 2**64, "p2p_seq_id": 0}]}},
+     "$.flight_recorder.entries[0].collective_seq_id: Expected `int` <= 9223372036854775807"),
+    ({"flight_recorder": {"entries": [{"process_group": ["0", "d"], "profiling_name": "x",
+                                       "collective_seq_id": 1, "p2p_seq_id": 0,
+                                       "input_sizes": [[-4]]}]}},
+     "$.flight_recorder.entries[0].input_sizes[0][0]: Expected `int` >= 0"),
+    ({"flight_recorder": {"pg_config": {"1": {"ranks": [0, "x"]}}}},
+     "$.flight_recorder.pg_config[...].ranks[1]: Expected `int`, got `str`"),
+    ({"schema_version": 7}, "$.schema_version: unknown Flight Recorder dump schema 7"),
+])
+def test_a_dump_with_a_field_of_the_wrong_type_is_named(tmp_path, change, where):
+    with pytest.raises(RunDirError) as err:
+        read_dump(_dump(tmp_path, **change))
+    assert str(err.value).startswith(f"{tmp_path / 'rank0.json'}: {where}"), err.value
+
+
+def test_a_dump_must_be_the_rank_its_file_names(tmp_path):
+    """comms/rank1.json that claims rank 3 would displace rank 3's own dump: refused."""
+    path = _dump(tmp_path, name="rank1.json", rank=3)
+    with pytest.raises(RunDirError, match=r"\$\.rank: the dump claims rank 3, but its file name "
+                                          r"says rank 1"):
+        read_dump(path)
+    assert read_dump(_dump(tmp_path, name="dump-of-anyone.json", rank=3))["rank"] == 3
+
+
+def test_the_shipped_dump_schema_is_the_records_schema():
+    """collectors/schemas/flight_recorder.schema.json is generated from the typed records the
+    reader checks against (one definition); jsonschema accepts every shipped sample dump by it,
+    and refuses what read_dump refuses."""
+    import jsonschema
+
+    shipped = json.loads(FR_SCHEMA_PATH.read_text())
+    assert shipped == json_schema()
+    jsonschema.Draft202012Validator.check_schema(shipped)
+    validator = jsonschema.Draft202012Validator(shipped)
+    dumps = sorted(ROOT.glob("samples/*/comms/rank*.json"))
+    assert dumps
+    for path in dumps:
+        assert validator.is_valid(json.loads(path.read_text())), path
+        read_dump(path)
+    bad = json.loads(dumps[0].read_text())
+    bad["flight_recorder"]["entries"][0]["collective_seq_id"] = "1"
+    assert not validator.is_valid(bad)
+
 
 @pytest.mark.slow
 def test_pickle_reader_reads_a_real_pytorch_dump(tmp_path):

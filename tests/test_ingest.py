@@ -42,10 +42,17 @@ def test_rank_regex(tmp_path):
         ingest.load_trace(trace, rank_regex=r"gpu(\d+")
 
 
-def test_distributed_info_comes_first(tmp_path):
-    trace = tmp_path / "gpu7.json.gz"
+def test_distributed_info_comes_first_but_rank_regex_before_it(tmp_path):
+    """Without --rank-regex a trace is the rank its distributedInfo says (whatever its name);
+    with it, the name's rank (the user's choice), and the disagreement is named."""
+    trace = tmp_path / "gpu7.rank3.json.gz"
     shutil.copy(shared_trace(NCCL_DATA), trace)
-    assert ingest.load_trace(trace, rank_regex=r"gpu(\d+)").rank == 0
+    assert ingest.load_trace(trace).rank == 0
+    got = ingest.load_trace(trace, rank_regex=r"gpu(\d+)")
+    assert got.rank == 7
+    assert got.problems == [f"{trace}: distributedInfo.rank is 0, but its name says rank 7 "
+                            f"(--rank-regex): read as rank 7"]
+    assert ingest.load_trace(trace, rank_regex=r"node(\d+)").rank == 0, "no match: info"
 
 
 def test_cli_rank_regex(tmp_path):
@@ -118,7 +125,8 @@ def test_cli_cache_and_no_cache(tmp_path):
     shutil.copytree(ROOT / "samples" / "dp2-pp2-1f1b", run)
     shutil.rmtree(run / "report")
     out1 = meshscope("analyze", run, "--json", "--no-cache", check=True)
-    assert not (run / "report" / ".cache").exists()
+    assert not list((run / "report" / ".cache").glob("*.parquet")), "no event table kept"
+    (run / "report" / ".cache" / "report.key").unlink()     # the report itself is not reused
     meshscope("analyze", run, "--json", check=True)
     entries = sorted((run / "report" / ".cache").glob("*.parquet"))
     assert len(entries) == 4
@@ -253,21 +261,119 @@ def test_collective_metadata_on_gloo_trace():
     assert ev.loc[ev["name"].str.startswith("c10d::"), "coll_name"].isna().all()
 
 
-def test_odd_events_are_skipped_not_fatal(tmp_path):
+def _write(path, doc, deep_marker=None):
+    text = json.dumps(doc)
+    if deep_marker:
+        text = text.replace(json.dumps(deep_marker), "[" * 50_000 + "]" * 50_000)
+    path.write_bytes(gzip.compress(text.encode(), 1))
+    return path
+
+
+def test_damaged_events_are_dropped_counted_and_named(tmp_path):
+    """Rank 1 of the sample with hand-made damage, each kind on known events: the table is the
+    undamaged one without exactly the dropped events, and the problems count each kind."""
+    src = SAMPLE / "rank1.json.gz"
+    doc = json.loads(gzip.decompress(src.read_bytes()))
+    ops = [e for e in doc["traceEvents"] if e.get("ph") == "X"
+           and str(e.get("name")).startswith("aten::")]
+    gloo = [e for e in doc["traceEvents"] if str(e.get("name")).startswith("gloo:")]
+    victims = {"no ts": ops[0:3], "negative dur": ops[3:5], "name 42": ops[5:6],
+               "dur 1e300": ops[6:7], "ts 1e300": ops[7:8], "deep": ops[8:9]}
+    dropped = {(e["name"], e["ts"]) for es in victims.values() for e in es}
+    for e in victims["no ts"]:
+        e.pop("ts")
+    for e in victims["negative dur"]:
+        e["dur"] = -2.5
+    victims["name 42"][0]["name"] = 42
+    victims["dur 1e300"][0]["dur"] = 1e300
+    victims["ts 1e300"][0]["ts"] = 1e300
+    victims["deep"][0].setdefault("args", {})["x"] = "DEEP"
+    ops[20].setdefault("args", {})["correlation"] = 2**70          # ignored, event kept
+    gloo[0]["args"]["Input Dims"] = [[2**40, 2**40]]               # 2^80 elements: ignored
+    doc["traceEvents"].insert(3, "not an event")
+    trace = ingest.load_trace(_write(tmp_path / "rank1.json.gz", doc, "DEEP"))
+    base = ingest.load_trace(src).events
+    keep = [(n, t) not in dropped for n, t in zip(base["name"], base["ts_us"])]
+    want = base[keep].reset_index(drop=True)
+    got = trace.events
+    assert len(got) == len(base) - 9
+    pd.testing.assert_frame_equal(got.drop(columns=["in_nelems", "msg_bytes", "correlation"]),
+                                  want.drop(columns=["in_nelems", "msg_bytes", "correlation"]))
+    assert got.loc[got["name"] == gloo[0]["name"], "in_nelems"].isna().sum() == 1
+    name = str(tmp_path / "rank1.json.gz")
+    assert sorted(trace.problems) == sorted([
+        f"{name}: ts: 3 events dropped (missing)",
+        f"{name}: dur: 2 events dropped (a negative duration)",
+        f"{name}: name: 1 event dropped (not a string)",
+        f"{name}: dur: 1 event dropped (a duration longer than the trace)",
+        f"{name}: ts: 1 event dropped (a start time outside the trace's span)",
+        f"{name}: traceEvents: 1 event dropped (nested deeper than the decoder's limit)",
+        f"{name}: traceEvents: 1 event dropped (an element that is not an object)",
+        f"{name}: args.correlation: ignored in 1 event (not an integer within 64 bits)",
+        f"{name}: args.Input Dims: ignored in 1 event (a negative dimension or more than "
+        f"2^63-1 elements)"])
+
+
+def test_a_trace_losing_more_than_five_percent_is_refused(tmp_path):
+    doc = json.loads(gzip.decompress((SAMPLE / "rank0.json.gz").read_bytes()))
+    xs = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
+    for e in xs[: len(xs) // 10]:                                  # 10% without a duration
+        e.pop("dur")
+    with pytest.raises(InputError, match=r"too damaged to analyse: (\d|,)+ of (\d|,)+ events "
+                                         r"unusable; dur: missing"):
+        ingest.load_trace(_write(tmp_path / "rank0.json.gz", doc))
+    for e in xs:
+        e["dur"] = -1
+    with pytest.raises(InputError, match="no complete .* events left: dur: a negative duration"):
+        ingest.load_trace(_write(tmp_path / "rank0.json.gz", doc))
+
+
+def test_odd_events_are_skipped_and_counted(tmp_path):
     trace = tmp_path / "rank0.json"
-    trace.write_text(json.dumps({"traceEvents": [
-        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10, "dur": 5},
+    good = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10 + i,
+             "dur": 5} for i in range(60)]
+    trace.write_text(json.dumps({"traceEvents": good + [
         "not an event",
         {"ph": "X", "cat": "cpu_op", "name": "odd args", "pid": 1, "tid": 1, "ts": 11,
          "dur": 1, "args": ["a", "list"]},
         {"ph": "X", "cat": "cpu_op", "name": "no ts", "pid": 1, "tid": 1, "dur": 1},
-        {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 12, "dur": -3,
+        {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 12, "dur": 3,
          "args": {"device": 0, "stream": 7, "correlation": 42}},
         {"ph": "i", "name": "instant", "ts": 1},
     ], "distributedInfo": {"rank": 0}}))
     t = ingest.load_trace(trace)
-    assert list(t.events["name"]) == ["aten::mm", "odd args", "k"]
-    assert list(t.events["lane"]) == ["cpu:1:1", "cpu:1:1", "gpu:0:7"]
-    assert list(t.events["correlation"]) == [-1, -1, 42]
-    assert t.events["dur_us"].iloc[2] == 0.0
+    assert list(t.events["name"][60:]) == ["odd args", "k"]
+    assert list(t.events["lane"][60:]) == ["cpu:1:1", "gpu:0:7"]
+    assert list(t.events["correlation"][60:]) == [-1, 42]
     assert t.meta == {"distributedInfo": {"rank": 0}}
+    assert sorted(t.problems) == [f"{trace}: traceEvents: 1 event dropped (an element that is "
+                                  f"not an object)", f"{trace}: ts: 1 event dropped (missing)"]
+
+
+def test_a_cached_load_reports_the_same_problems(tmp_path):
+    doc = json.loads(gzip.decompress((SAMPLE / "rank1.json.gz").read_bytes()))
+    next(e for e in doc["traceEvents"] if e.get("ph") == "X")["dur"] = -1
+    path = _write(tmp_path / "rank1.json.gz", doc)
+    first = ingest.load_trace(path, cache_dir=tmp_path / "cache")
+    before = ingest.PARSE_COUNT
+    again = ingest.load_trace(path, cache_dir=tmp_path / "cache")
+    assert ingest.PARSE_COUNT == before, "served from the cache"
+    assert again.problems == first.problems == [f"{path}: dur: 1 event dropped (a negative "
+                                                f"duration)"]
+
+
+@pytest.mark.parametrize("info,rank,problem", [
+    ({"rank": True, "world_size": 4}, 5, "distributedInfo.rank: true is not a rank"),
+    ({"rank": 9, "world_size": 4}, 5, "distributedInfo.rank: 9 is not a rank (an integer from "
+                                      "0 to 3)"),
+    ({"rank": 1, "world_size": "four"}, 1, "distributedInfo.world_size: \"four\" is not a "
+                                           "world size"),
+    ("rank 1", 5, "distributedInfo: expected an object"),
+])
+def test_distributed_info_that_is_not_a_rank_is_named(tmp_path, info, rank, problem):
+    """An unusable rank then comes from the file name (here rank5); the trace is analysed."""
+    doc = json.loads(gzip.decompress((SAMPLE / "rank1.json.gz").read_bytes()))
+    doc["distributedInfo"] = info
+    trace = ingest.load_trace(_write(tmp_path / "rank5.json.gz", doc))
+    assert trace.rank == rank
+    assert [p for p in trace.problems if problem in p], trace.problems

@@ -84,14 +84,67 @@ def test_real_traces_stream_like_whole_file(rel):
     assert table.equals(want_table) and meta == want_meta
 
 
-def test_typed_decoder_is_used_on_real_traces(monkeypatch):
-    """The generic (slow) decoder is only for odd events: real traces never need it."""
-    def refuse(text):
-        raise AssertionError("the lenient decoder was used")
+@pytest.mark.parametrize("trace", [
+    ROOT / "samples" / "dp2-pp2-1f1b" / "traces" / "rank0.json.gz",
+    "gpu/hta/nccl_parser_config/nccl_data.json.gz",
+    "cpu/hta/cpu_only/hist_05cd72fe_rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz",
+])
+def test_typed_decoder_is_used_on_real_traces(monkeypatch, trace):
+    """The generic and the one-by-one decoders are for odd events only: on real traces every
+    batch is decoded typed in one go, and every complete event of the file (counted here by
+    the standard library's JSON reader) is in the table, with no problem reported."""
+    path = trace if isinstance(trace, ingest.pathlib.Path) else shared_trace(trace)
+    calls = []
+    for name in ("_lenient", "_one_by_one"):
+        real = getattr(ingest, name)
+        monkeypatch.setattr(ingest, name, lambda text, _real=real, _name=name: (
+            calls.append(_name), _real(text))[1])
+    got = ingest.load_trace(path, rank_regex=r"rank-?(\d+)")
+    want = sum(1 for e in json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+               if e.get("ph") == "X")
+    assert calls == [] and got.problems == []
+    assert len(got.events) == want
 
-    monkeypatch.setattr(ingest, "_lenient", refuse)
-    ingest.load_trace(ROOT / "samples" / "dp2-pp2-1f1b" / "traces" / "rank0.json.gz")
-    ingest.load_trace(shared_trace("gpu/hta/nccl_parser_config/nccl_data.json.gz"))
+
+def test_split_top_finds_the_elements_at_any_depth():
+    """Element ranges of hand-made arrays and objects: strings holding brackets, commas and
+    escaped quotes, nesting far beyond the decoder's limit; each range decodes (by the standard
+    library) to the element json.dumps wrote."""
+    elements = [{"a": [1, "],[{"], "b": "x\\\"y"}, 2, "s,]", [[[]]], {}, None]
+    text = json.dumps(elements, indent=1).encode()
+    spans = json_stream.split_top(text)
+    assert [json.loads(text[a:b]) for a, b in spans] == elements
+    members = json_stream.split_members(json.dumps({"k": elements, "z": 1}).encode())
+    assert [(k, json.loads(v)) for k, v in members] == [("k", elements), ("z", 1)]
+    deep = b"[" * 100_000 + b"]" * 100_000
+    text = b"[1, " + deep + b", 3]"
+    assert [text[a:b] for a, b in json_stream.split_top(text)] == [b"1", deep, b"3"]
+    assert json_stream.split_top(b" [ ] ") == []
+
+
+@pytest.mark.parametrize("text", [b"[1,", b"[1]]", b"x[1]", b"[1] x", b'["abc]', b"[1,,2]",
+                                  b"[,]", b"[[1]", b"]", b"", b"{1: 2}"])
+def test_split_top_refuses_what_is_not_one_container(text):
+    with pytest.raises(msgspec.DecodeError):
+        if text.startswith(b"{"):
+            json_stream.split_members(text)
+        else:
+            json_stream.split_top(text)
+
+
+@pytest.mark.parametrize("batch_bytes", [64, 4096, 1 << 20])
+def test_a_deep_event_is_dropped_whatever_the_batches(batch_bytes):
+    """One event nested 10^5 levels deep among 600 good ones: streamed in batches of any size
+    or read whole, the table is the 600 good events and the deep one is counted."""
+    events = _events(300)
+    doc = {"traceEvents": events[:100] + ["DEEP"] + events[100:]}
+    text = json.dumps(doc).replace('"DEEP"', '{"ph": "X", "args": {"x": ' + "[" * 100_000
+                                   + "]" * 100_000 + "}}").encode()
+    good, _ = _whole(json.dumps({"traceEvents": events}).encode())
+    for table, _ in (_streamed(gzip.compress(text), batch_bytes), _whole(text)):
+        assert table.equals(good)
+        assert ingest.damage_of(table) == {
+            ("traceEvents", "dropped", "nested deeper than the decoder's limit"): 1}
 
 
 def test_decode_errors_are_msgspec_errors():

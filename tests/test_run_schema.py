@@ -1,6 +1,7 @@
-"""docs/run.schema.json and collectors.schema.validate_run_json.
+"""collectors/schemas/run.schema.json, collectors.schema.validate_run_json and the typed reader
+collectors.run_info.read_run_info (schema plus the bounds a schema cannot state).
 
-Checked against: the bundled sample, what the runner's launcher writes now (its
+Checked against: the bundled samples, what the runner's launcher writes now (its
 ``run_description`` for several layouts, also as completed and failed), a Recorder's run.json
 from a one-process run, and damaged files (the message names the file and the failing place).
 """
@@ -16,7 +17,8 @@ import jsonschema
 import pytest
 
 from meshscope.collectors.run_dir import RunDirError
-from meshscope.collectors.schema import SCHEMA_PATH, json_path, validate_run_json
+from meshscope.collectors.run_info import MAX_WORLD_SIZE, read_run_info
+from meshscope.collectors.schema import SCHEMA_DIR, SCHEMA_PATH, json_path, validate_run_json
 from conftest import ROOT
 
 SAMPLE = ROOT / "samples" / "dp2-pp2-1f1b" / "run.json"
@@ -35,6 +37,22 @@ def test_sample_run_json_validates():
     desc = validate_run_json(SAMPLE)
     assert desc["layout_str"] == "dp=2,pp=2"
     assert validate_run_json(SAMPLE.parent) == desc, "a run directory is accepted too"
+    for run in sorted((ROOT / "samples").glob("*/run.json")):
+        info = read_run_info(run.parent)
+        assert info.world_size == len(info.coordinates) == len(info.default_group.ranks)
+
+
+def test_schemas_ship_inside_the_package():
+    """pyproject's package data takes every schema the readers open, from inside the package
+    (a non-editable install has them)."""
+    import tomllib
+
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert data["package-dir"]["meshscope.collectors"] == "collectors"
+    patterns = data["package-data"]["meshscope.collectors"]
+    shipped = {p for pattern in patterns for p in (ROOT / "collectors").glob(pattern)}
+    assert SCHEMA_DIR == ROOT / "collectors" / "schemas"
+    assert {SCHEMA_PATH, SCHEMA_DIR / "flight_recorder.schema.json"} <= shipped
 
 
 @pytest.mark.parametrize("layout,extra", [
@@ -63,6 +81,9 @@ def test_what_the_launcher_writes_validates(tmp_path, layout, extra):
             d["error"] = "rank 1 failed (exit code 1): RuntimeError: injected crash"
         path.write_text(json.dumps(d))
         assert validate_run_json(path)["status"] == status
+        info = read_run_info(tmp_path)
+        assert info.world_size == opts.layout.world_size
+        assert {k: v for k, v in info.layout.items() if v > 1} == opts.layout.sizes
 
 
 RECORDER_SCRIPT = """
@@ -129,8 +150,75 @@ def test_unreadable_run_json(tmp_path):
     path.write_text('{"schema_version": 1,')
     with pytest.raises(RunDirError, match="not readable JSON"):
         validate_run_json(path)
-    with pytest.raises(RunDirError, match="missing: not readable JSON"):
+    with pytest.raises(RunDirError, match="missing: cannot read"):
         validate_run_json(tmp_path / "missing")
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(RunDirError, match="nested deeper than the decoder's limit"):
+        validate_run_json(path)
+    path.write_text('{"schema_version": 1, "world_size": 1e400}')
+    with pytest.raises(RunDirError, match="not readable JSON"):
+        validate_run_json(path)
+
+
+def _reads(tmp_path, change) -> pathlib.Path:
+    _broken(tmp_path, change)
+    return tmp_path
+
+
+@pytest.mark.parametrize("change,where", [
+    # what the schema states
+    (lambda d: d.update(world_size="four"), "$.world_size: 'four' is not of type 'integer'"),
+    (lambda d: d.update(world_size=10**9), "$.world_size: 1000000000 is greater than the "
+                                           "maximum of 1048576"),
+    (lambda d: d["layout"].update(pp="2"), "$.layout.pp: '2' is not of type 'integer'"),
+    (lambda d: d.update(mesh=None), "$.mesh: None is not of type 'object'"),
+    (lambda d: d.update(schedule=42), "$.schedule: 42 is not of type 'string', 'null'"),
+    (lambda d: d["process_groups"][1].pop("dimension"), "$.process_groups[1]: 'dimension' is "
+                                                         "a required property"),
+    (lambda d: d.update(microbatches=0), "$.microbatches: 0 is less than the minimum of 1"),
+    (lambda d: d["process_groups"][0].update(ranks=[0, 0]), "$.process_groups[0].ranks: "
+                                                             "[0, 0] has non-unique elements"),
+    (lambda d: d.update(seed=2**64), "$.seed"),
+    (lambda d: d.update(command=list(range(10_000))), "$.command[0]: 0 is not of type "
+                                                      "'string' (and 9999 more)"),
+    (lambda d: d.update(schema_version=2), "$.schema_version: unknown version 2 (this "
+                                           "meshscope reads version 1)"),
+    # the bounds the schema cannot state (collectors/run_info.check_bounds)
+    (lambda d: d["layout"].update(dp=3), "$.layout: dp=2,pp=2: the dimensions multiply to 6 "
+                                         "ranks, but world_size is 4"),
+    (lambda d: d["mesh"].update(shape=[2, 3]), "$.mesh.shape: [2, 3] holds 6 ranks"),
+    (lambda d: d["mesh"].update(shape=[4]), "$.mesh.shape: 1 sizes for 2 dimensions"),
+    (lambda d: d["mesh"]["coordinates"].update({"4": {"pp": 0, "dp": 0}}),
+     "$.mesh.coordinates.4: rank 4 is not below world_size 4"),
+    (lambda d: d["mesh"]["coordinates"]["3"].update(pp=2),
+     "$.mesh.coordinates.3.pp: index 2 is not below the mesh's pp size 2"),
+    (lambda d: d["mesh"]["coordinates"]["3"].update(pp=0, dp=0),
+     "$.mesh.coordinates.3: the same coordinates as rank 0"),
+    (lambda d: d["process_groups"][2].update(ranks=[0, 7]),
+     "$.process_groups[2].ranks: rank 7 is not below world_size 4"),
+    (lambda d: d["pipeline"].update(stages=4), "$.pipeline.stages: 4 stages, but the layout "
+                                               "has pp=2"),
+    (lambda d: d["pipeline"].update(microbatches=8), "$.pipeline.microbatches: 8, but "
+                                                     "$.microbatches is 4"),
+    (lambda d: d["pipeline"].update(stage_layers=[[0, 1, 2, 3]]),
+     "$.pipeline.stage_layers: 1 stages listed, but pp × virtual_stages is 2"),
+    (lambda d: d.update(profile_steps=[5, 4]), "$.profile_steps: [5, 4] ends before it starts"),
+    (lambda d: d.update(profile_steps=[4, 6]), "$.profile_steps: step 6 is not below steps"),
+    (lambda d: d.update(faults=[{"kind": "slow-rank", "rank": 9, "value": 1}]),
+     "$.faults[0].rank: rank 9 is not below world_size 4"),
+])
+def test_read_run_info_names_the_field(tmp_path, change, where):
+    run = _reads(tmp_path, change)
+    with pytest.raises(RunDirError) as e:
+        read_run_info(run)
+    assert str(e.value).startswith(f"{run / 'run.json'}: {where}"), str(e.value)
+    assert len(str(e.value)) < 400
+
+
+def test_world_size_bound_is_the_package_limit():
+    schema = json.loads(SCHEMA_PATH.read_text())
+    assert schema["properties"]["world_size"]["maximum"] == MAX_WORLD_SIZE
+    assert schema["$defs"]["rank"]["maximum"] == MAX_WORLD_SIZE - 1
 
 
 def test_json_path():

@@ -3,7 +3,9 @@
 An entry is one file, ``<cache_dir>/<key>.parquet``: the Arrow event table of
 ``analysis/ingest.py`` with the trace's metadata (every top-level key but ``traceEvents``) stored
 as JSON under the key ``meshscope.meta`` of the parquet file's key-value metadata, so table and
-metadata are written and replaced together. ``key`` is the BLAKE2b hash (160 bits) of the file's
+metadata are written and replaced together; the table's own schema metadata (what ingest dropped
+or ignored as damaged, ``events.DAMAGE_KEY``) is kept beside it, so a cached load reports the
+same problems as the first. ``key`` is the BLAKE2b hash (160 bits) of the file's
 bytes as stored (compressed or not) and of the ingest settings that change the table, so a
 trace edited in place, or read with another ``--comm-kernel-regex``, gets a new entry. The
 file name, and so the rank taken from it, is not part of the key: the rank is worked out again
@@ -45,9 +47,11 @@ def read(cache_dir: pathlib.Path, k: str) -> tuple[pa.Table, dict] | None:
     try:
         table = pq.read_table(path)
         meta = json.loads((table.schema.metadata or {})[META_KEY])
-    except (OSError, KeyError, ValueError, pa.ArrowException):
+    except (OSError, KeyError, ValueError, RecursionError, pa.ArrowException):
         return None
-    return table.replace_schema_metadata(None), meta
+    kept = {k: v for k, v in (table.schema.metadata or {}).items()
+            if k.startswith(b"meshscope.") and k != META_KEY}
+    return table.replace_schema_metadata(kept or None), meta
 
 
 def write(cache_dir: pathlib.Path, k: str, table: pa.Table, meta: dict) -> pathlib.Path | None:
@@ -56,11 +60,12 @@ def write(cache_dir: pathlib.Path, k: str, table: pa.Table, meta: dict) -> pathl
     tmp = cache_dir / f".tmp-{os.getpid()}-{uuid.uuid4().hex}.parquet"
     try:
         cache_dir.mkdir(parents=True, exist_ok=True)
-        stored = table.replace_schema_metadata({META_KEY: json.dumps(meta).encode()})
+        stored = table.replace_schema_metadata({**(table.schema.metadata or {}),
+                                                META_KEY: json.dumps(meta).encode()})
         pq.write_table(stored, tmp)
         os.replace(tmp, entry(cache_dir, k))
         return entry(cache_dir, k)
-    except (OSError, ValueError, TypeError, pa.ArrowException):
+    except (OSError, ValueError, TypeError, RecursionError, pa.ArrowException):
         try:
             tmp.unlink(missing_ok=True)
         except OSError:

@@ -10,7 +10,7 @@ column      dtype   meaning
 name        str     event name
 cat         str     Kineto category (``cpu_op``, ``kernel``, ``user_annotation``…)
 ts_us       float   start, µs on the trace's clock
-dur_us      float   duration, µs (a negative duration is read as 0)
+dur_us      float   duration, µs
 lane        str     ``gpu:<device>:<stream>`` for device events, ``cpu:<pid>:<tid>`` else
 device      bool    True for GPU kernels / memcpy / memset
 kind        str     one of ``classify.KINDS``
@@ -52,15 +52,26 @@ parquet under ``<cache_dir>/<key>.parquet`` with the metadata as JSON in the fil
 metadata (``analysis/trace_cache.py``); the key is the BLAKE2b hash of the file's bytes plus the
 ingest version and the ``comm_kernel_re`` pattern, so an edited trace or a different pattern is
 never served from a stale entry. The rank is not cached: it is worked out on every load.
+
+Damaged input (docs/damaged-input.md): every field is typed where it is read. An event whose
+``name`` is not a string, whose ``ts`` or ``dur`` is missing, not a number, not finite, or a
+negative duration, or whose start or duration is impossible for the trace as a whole
+(``validate.event_bounds``) is dropped; an argument that is not usable (an integer beyond 64
+bits in ``correlation``, ``In msg nelems`` or ``Input Dims``, a ``Collective name`` that is not
+a string) is ignored on that event; an element of ``traceEvents`` that is not an object, that
+holds a number beyond the decoder's range or is nested deeper than its limit (about 1,000
+levels) is dropped. Each is counted (``validate.Damage``, kept with the table, in the cache
+too) and becomes one line of ``RankTrace.problems`` per kind: the file, the field, how many
+events, why. A trace that loses more than ``validate.MAX_DROPPED_SHARE`` of its events is
+refused (``InputError``). The metadata the analysis reads is checked by
+``validate.trace_meta``.
 """
 from __future__ import annotations
 
 import dataclasses
 import functools
-import gzip
 import pathlib
 import re
-import zlib
 from typing import Any, Iterable
 
 import msgspec
@@ -73,13 +84,17 @@ from meshscope.analysis.ingest import classify
 from meshscope.analysis.ingest import comm_meta
 from meshscope.analysis.ingest import json_stream
 from meshscope.analysis.ingest import cache as trace_cache
+from meshscope.analysis.ingest import validate
+from meshscope.analysis.ingest.validate import Damage
 from meshscope.analysis.errors import InputError
 
 RANK_FROM_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
 # Bump when the table's columns or their meaning change: it is part of the cache key.
-INGEST_VERSION = 3
+# (5: impossible events are dropped and counted, no longer clamped.)
+INGEST_VERSION = 5
 BATCH_EVENTS = 8192             # events per batch when a trace is read whole
 BATCH_BYTES = 1 << 19           # text per batch when it is streamed (fastest on a 54 MB trace)
+WHOLE_TEXT_LIMIT = 4 << 30      # a trace that cannot be streamed is read whole up to this size
 # How many times a trace's JSON was parsed in this process (a cache hit does not parse).
 PARSE_COUNT = 0
 
@@ -102,6 +117,9 @@ class RankTrace:
     rank: int
     events: pd.DataFrame
     meta: dict
+    # One line per kind of damage met reading the file: the file, the field, how many events,
+    # why (``validate.Damage.lines``, ``validate.trace_meta``).
+    problems: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def on_gpu(self) -> bool:
@@ -155,38 +173,70 @@ def _read_bytes(path: pathlib.Path) -> bytes:
     return raw
 
 
-def _decompress(path: pathlib.Path, raw: bytes) -> bytes:
-    if raw[:2] == json_stream.GZIP_MAGIC:
-        try:
-            return gzip.decompress(raw)
-        except (EOFError, OSError, zlib.error) as e:
-            raise InputError(path, f"truncated or corrupt gzip ({e})") from None
-    return raw
+def _decompress(path: pathlib.Path, raw: bytes) -> bytes | bytearray:
+    """The text of ``raw``, for the whole-file reader: at most ``WHOLE_TEXT_LIMIT`` bytes (a
+    file that cannot be streamed and inflates beyond it is refused, never held)."""
+    if raw[:2] != json_stream.GZIP_MAGIC:
+        return raw
+    text = bytearray()
+    try:
+        for piece in json_stream.chunks(raw, 1 << 24):
+            text += piece
+            if len(text) > WHOLE_TEXT_LIMIT:
+                raise InputError(path, f"cannot be streamed and inflates to more than "
+                                       f"{WHOLE_TEXT_LIMIT >> 30} GiB")
+    except json_stream.Fallback as e:
+        raise InputError(path, f"truncated or corrupt gzip ({e})") from None
+    return text
 
 
 def _json_problem(e: Exception) -> str:
     text = str(e)
-    if "truncated" in text.lower() or "unexpected end" in text.lower() or "EOF" in text:
+    if "truncated" in text.lower() or "unexpected end" in text.lower() or "EOF" in text \
+            or "does not end" in text:
         return "truncated JSON (the file ends early)"
     return f"not valid JSON ({text})"
 
 
-def _split(path: pathlib.Path, data: bytes) -> tuple[dict, list[msgspec.Raw]]:
-    """(metadata, one undecoded slice of ``data`` per event)."""
+_NOT_KINETO = "not a Kineto trace: no 'traceEvents' list"
+
+
+def _split(path: pathlib.Path, data) -> tuple[dict, list, Damage]:
+    """(metadata, one undecoded slice of ``data`` per event, metadata keys left out)."""
+    damage = Damage()
     try:
         top = msgspec.json.decode(data, type=dict[str, msgspec.Raw])
     except msgspec.ValidationError:
-        raise InputError(path, "not a Kineto trace: no 'traceEvents' list") from None
+        raise InputError(path, _NOT_KINETO) from None
     except msgspec.DecodeError as e:
         raise InputError(path, _json_problem(e)) from None
+    except RecursionError:                  # nested deeper than the decoder goes: split by hand
+        try:
+            top = dict(json_stream.split_members(data))
+        except msgspec.DecodeError as e:
+            raise InputError(path, _json_problem(e)) from None
     events = top.pop("traceEvents", None)
     try:
         if events is None:
             raise msgspec.ValidationError
         raws = msgspec.json.decode(events, type=list[msgspec.Raw])
     except msgspec.ValidationError:
-        raise InputError(path, "not a Kineto trace: no 'traceEvents' list") from None
-    return {k: msgspec.json.decode(v) for k, v in top.items()}, raws
+        raise InputError(path, _NOT_KINETO) from None
+    except RecursionError:
+        text = bytes(events)
+        try:
+            raws = [text[a:b] for a, b in json_stream.split_top(text)]
+        except msgspec.DecodeError as e:
+            raise InputError(path, _json_problem(e)) from None
+    meta = {}
+    for key, value in top.items():
+        try:
+            meta[key] = msgspec.json.decode(value)
+        except RecursionError:
+            damage.note(key, "nested deeper than the decoder's limit")
+        except msgspec.DecodeError as e:    # a number beyond the decoder's range
+            damage.note(key, f"not decodable: {_why(e)}")
+    return meta, raws, damage
 
 
 def compile_rank_regex(pattern: str | re.Pattern | None) -> re.Pattern | None:
@@ -206,47 +256,109 @@ def compile_rank_regex(pattern: str | re.Pattern | None) -> re.Pattern | None:
     return rx
 
 
+def name_rank(path: pathlib.Path, rank_regex: re.Pattern | None = None) -> int | None:
+    """The rank a file name gives: with ``--rank-regex`` its group, otherwise ``rank3``,
+    ``rank-3``, ``rank_3`` or ``worker3``; None when it gives none."""
+    m = (rank_regex or RANK_FROM_NAME).search(pathlib.Path(path).name)
+    if m and m.group(1) is not None and m.group(1).isdigit():
+        return int(m.group(1))
+    return None
+
+
 def rank_of(path: pathlib.Path, doc: dict, rank_regex: re.Pattern | str | None = None) -> int:
-    """The rank from ``distributedInfo``, else from the file name: with ``--rank-regex`` its
-    group, otherwise ``rank3``, ``rank-3``, ``rank_3`` or ``worker3``."""
-    info = doc.get("distributedInfo")
-    if isinstance(info, dict) and isinstance(info.get("rank"), int):
-        return info["rank"]
+    """The rank of a trace: with ``--rank-regex`` the file name's, when it matches (the user's
+    explicit choice: it also settles two files whose ``distributedInfo`` claims one rank);
+    else ``distributedInfo.rank`` (``doc`` checked by ``validate.trace_meta``); else the file
+    name's ``rank3``, ``rank-3``, ``rank_3`` or ``worker3``."""
     rx = compile_rank_regex(rank_regex)
+    if rx is not None and name_rank(path, rx) is not None:
+        return name_rank(path, rx)
+    info = validate.info_rank(doc)
+    if info is not None:
+        return info
     if rx is not None:
-        m = rx.search(path.name)
-        if m and m.group(1) is not None and m.group(1).isdigit():
-            return int(m.group(1))
         raise InputError(path, f"no rank: the trace has no distributedInfo.rank and the file "
                                f"name does not match --rank-regex {rx.pattern!r} with a number")
-    m = RANK_FROM_NAME.search(path.name)
-    if m:
-        return int(m.group(1))
+    from_name = name_rank(path)
+    if from_name is not None:
+        return from_name
     raise InputError(path, "no rank: the trace has no distributedInfo.rank and the file name "
                            "has no rank<N> or worker<N>; pass --rank-regex with one group that "
                            "captures the rank from the file name (e.g. 'gpu(\\d+)')")
 
 
-def _floats(values: list, missing: float = np.nan) -> np.ndarray:
-    """float64 array; ``missing`` for None, NaN for anything else that is not a number."""
-    try:
-        return np.array(values, dtype=np.float64)
-    except (TypeError, ValueError):
-        out = np.empty(len(values), dtype=np.float64)
-        for i, v in enumerate(values):
+# -- typing the fields of a batch of events --------------------------------------------------
+
+_NUMBER = {int, float}
+_STR_OR_NONE = {str, type(None)}
+_MISSING, _NOT_A_NUMBER = 1, 2
+
+
+def _numbers(values: list) -> tuple[np.ndarray, np.ndarray | None]:
+    """float64 array of ``values`` (NaN where unusable) and, when some are not numbers, a code
+    per value (0 a number, ``_MISSING``, ``_NOT_A_NUMBER``); None when all are numbers."""
+    if set(map(type, values)) <= _NUMBER:
+        try:
+            return np.array(values, dtype=np.float64), None
+        except OverflowError:               # an integer beyond the float range
+            pass
+    out = np.full(len(values), np.nan)
+    code = np.zeros(len(values), dtype=np.int8)
+    for i, v in enumerate(values):
+        if type(v) in _NUMBER:
             try:
-                out[i] = missing if v is None else float(v)
-            except (TypeError, ValueError):
-                out[i] = np.nan
-        return out
+                out[i] = v
+            except OverflowError:           # read as not finite
+                out[i] = np.inf
+        else:
+            code[i] = _MISSING if v is None else _NOT_A_NUMBER
+    return out, code
+
+
+def _typed_keep(names: list, cats: list, ts: np.ndarray, ts_code, dur: np.ndarray, dur_code,
+                damage: Damage) -> np.ndarray:
+    """Which events have a usable name, category, start and duration; each event dropped is
+    counted once, under its first unusable field."""
+    n = len(names)
+    none = np.zeros(n, dtype=bool)
+    name_missing = np.fromiter((v is None for v in names), bool, n)
+    name_bad = np.fromiter((type(v) is not str for v in names), bool, n) & ~name_missing
+    cat_bad = np.fromiter((type(v) not in _STR_OR_NONE for v in cats), bool, n)
+    checks = [("name", "missing", name_missing), ("name", "not a string", name_bad)]
+    for field, values, code in (("ts", ts, ts_code), ("dur", dur, dur_code)):
+        checks += [(field, "missing", none if code is None else code == _MISSING),
+                   (field, "not a number", none if code is None else code == _NOT_A_NUMBER),
+                   (field, "not finite", ~np.isfinite(values) & (
+                       True if code is None else code == 0))]
+    with np.errstate(invalid="ignore"):
+        checks += [("dur", "a negative duration", dur < 0), ("cat", "not a string", cat_bad)]
+    keep = np.ones(n, dtype=bool)
+    for field, why, bad in checks:
+        damage.drop(field, why, int((bad & keep).sum()))
+        keep &= ~bad
+    return keep
+
+
+def _correlations(args: list, damage: Damage) -> pa.Array:
+    """``args.correlation`` of each event as int64; -1 where absent or unusable (counted)."""
+    values = [a.correlation if a is not None else None for a in args]
+    if set(map(type, values)) <= {int, type(None)}:
+        try:
+            return pa.array(values, pa.int64()).fill_null(-1)
+        except OverflowError:
+            pass
+    out = []
+    for v in values:
+        ok = type(v) is int and -validate.INT64_MAX <= v <= validate.INT64_MAX
+        if v is not None and not ok:
+            damage.ignore("args.correlation", "not an integer within 64 bits")
+        out.append(v if ok else -1)
+    return pa.array(out, pa.int64())
 
 
 def _str_array(values: list) -> pa.Array:
-    """Arrow strings; a missing value is \"\" and anything else is written with ``str``."""
-    try:
-        arr = pa.array(values, pa.large_string())
-    except (pa.ArrowInvalid, pa.ArrowTypeError):
-        arr = pa.array([v if isinstance(v, str) else str(v) for v in values], pa.large_string())
+    """Arrow strings of values that are strings or None (read as \"\")."""
+    arr = pa.array(values, pa.large_string())
     return arr.fill_null("") if arr.null_count else arr
 
 
@@ -260,7 +372,7 @@ def _cpu_lanes(pids: list, tids: list) -> pa.Array:
         t = pc.cast(pa.array(tids), pa.large_string())
         if not (p.null_count or t.null_count):
             return pc.binary_join_element_wise(_CPU, p, t, _COLON)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError):
         pass
     return pa.array([f"cpu:{p}:{t}" for p, t in zip(pids, tids)], pa.large_string())
 
@@ -269,22 +381,31 @@ _DEVICE_CATS = pa.array(sorted(classify.DEVICE_CATS), pa.large_string())
 _HOST_META_CATS = pa.array(["gpu_user_annotation"], pa.large_string())
 
 
-def _batch(evs: list[_Event]) -> tuple[dict[str, pa.Array], list[tuple[int, dict]]] | None:
-    """Columns of one batch's complete events, and (row, collective metadata) pairs."""
+def _batch(evs: list[_Event]) -> tuple[dict[str, pa.Array] | None, list[tuple[int, dict]],
+                                        Damage]:
+    """Columns of one batch's usable complete events (None when there are none), (row,
+    collective metadata) pairs, and what was dropped or ignored."""
+    damage = Damage(getattr(evs, "damage", None) or {})
     xs = [e for e in evs if e.ph == "X"]
     if not xs:
-        return None
-    ts = _floats([e.ts for e in xs])
-    dur = _floats([e.dur for e in xs], missing=0.0)
-    keep = ~(np.isnan(ts) | np.isnan(dur))
-    if not keep.all():
-        xs = [e for e, k in zip(xs, keep) if k]
-        ts, dur = ts[keep], dur[keep]
-        if not xs:
-            return None
-    dur = np.maximum(dur, 0.0)
-    name = _str_array([e.name for e in xs])
-    cat = _str_array([e.cat for e in xs])
+        return None, [], damage
+    ts, ts_code = _numbers([e.ts for e in xs])
+    dur, dur_code = _numbers([e.dur for e in xs])
+    names, cats = [e.name for e in xs], [e.cat for e in xs]
+    with np.errstate(invalid="ignore"):
+        clean = ts_code is None and dur_code is None and bool(
+            np.isfinite(ts).all() and np.isfinite(dur).all() and (dur >= 0).all())
+    if not (clean and set(map(type, names)) == {str} and set(map(type, cats)) <= _STR_OR_NONE):
+        keep = _typed_keep(names, cats, ts, ts_code, dur, dur_code, damage)
+        if not keep.all():
+            xs = [e for e, k in zip(xs, keep) if k]
+            if not xs:
+                return None, [], damage
+            ts, dur = ts[keep], dur[keep]
+            names = [v for v, k in zip(names, keep) if k]
+            cats = [v for v, k in zip(cats, keep) if k]
+    name = pa.array(names, pa.large_string())
+    cat = _str_array(cats)
     args = [e.args for e in xs]
     device = pc.is_in(cat, value_set=_DEVICE_CATS)
     lane = _cpu_lanes([e.pid for e in xs], [e.tid for e in xs])
@@ -296,8 +417,12 @@ def _batch(evs: list[_Event]) -> tuple[dict[str, pa.Array], list[tuple[int, dict
             s = e.tid if a is None or a.stream is None else a.stream
             gpu.append(f"gpu:{d}:{s}")
         lane = pc.replace_with_mask(lane, device, pa.array(gpu, pa.large_string()))
-    found = [(i, comm_meta.from_record(a)) for i, a in enumerate(args)
-             if a is not None and a.coll_name is not None]
+    found = []
+    for i, a in enumerate(args):
+        if a is not None and a.coll_name is not None:
+            meta = comm_meta.from_record(a, damage)
+            if meta is not None:
+                found.append((i, meta))
     prefixed = functools.reduce(pc.or_, (pc.starts_with(name, p)
                                          for p in comm_meta.HOST_PREFIXES))
     host = pc.and_(prefixed, pc.invert(pc.is_in(cat, value_set=_HOST_META_CATS)))
@@ -307,32 +432,84 @@ def _batch(evs: list[_Event]) -> tuple[dict[str, pa.Array], list[tuple[int, dict
             if i in have:
                 continue
             a = args[i]
-            dims = msgspec.json.decode(a.input_dims) if a and a.input_dims else None
-            types = msgspec.json.decode(a.input_type) if a and a.input_type else None
-            found.append((i, comm_meta.from_host_range(name[i].as_py(), dims, types)))
+            dims = _raw_value(a.input_dims, "Input Dims", damage) if a else None
+            types = _raw_value(a.input_type, "Input type", damage) if a else None
+            found.append((i, comm_meta.from_host_range(names[i], dims, types, damage)))
     calls = pc.starts_with(name, "c10d::")
     call_args = pa.nulls(len(xs), pa.large_string())
     if pc.any(calls).as_py():
         idx = np.flatnonzero(calls.to_numpy(zero_copy_only=False)).tolist()
-        texts = [_call_args_json(args[i]) for i in idx]
+        texts = [_call_args_json(args[i], damage) for i in idx]
         call_args = pc.replace_with_mask(call_args, calls, pa.array(texts, pa.large_string()))
     cols = {
         "name": name, "cat": cat, "ts_us": pa.array(ts), "dur_us": pa.array(dur),
-        "call_args": call_args,
-        "lane": lane, "device": device,
-        "correlation": pa.array([a.correlation if a is not None
-                                 and type(a.correlation) is int else -1 for a in args],
-                                pa.int64()),
+        "call_args": call_args, "lane": lane, "device": device,
+        "correlation": _correlations(args, damage),
     }
-    return cols, found
+    return cols, found, damage
 
 
-def _call_args_json(a: _Args | None) -> str | None:
+def _why(e: Exception) -> str:
+    """msgspec's reason without the place it names (``Number out of range - at `$[0]```)."""
+    return str(e).split(" - at ")[0] or type(e).__name__
+
+
+def _raw_value(raw: msgspec.Raw, key: str, damage: Damage):
+    """The decoded value of an argument kept undecoded; None when absent or not decodable (a
+    number beyond the decoder's range: counted)."""
+    if not raw:
+        return None
+    try:
+        return msgspec.json.decode(raw)
+    except (msgspec.DecodeError, RecursionError) as e:
+        damage.ignore(f"args.{key}", f"not decodable: {_why(e)}")
+        return None
+
+
+def _in_range(value, depth: int = 0) -> bool:
+    """Whether a decoded argument holds only integers within 64 bits, finite floats, strings,
+    booleans and None, nested at most 8 levels (what the recorded shapes and scalars are)."""
+    stack = [(value, 0)]
+    while stack:
+        v, d = stack.pop()
+        if type(v) is int:
+            if not -validate.INT64_MAX <= v <= validate.INT64_MAX:
+                return False
+        elif isinstance(v, list):
+            if d >= 8:
+                return False
+            stack.extend((x, d + 1) for x in v)
+        elif isinstance(v, dict):
+            if d >= 8:
+                return False
+            stack.extend((x, d + 1) for x in v.values())
+    return True
+
+
+_CALL_ARG_KEYS = (("input_dims", "Input Dims"), ("input_type", "Input type"),
+                  ("concrete", "Concrete Inputs"))
+
+
+def _call_args_json(a: _Args | None, damage: Damage) -> str | None:
     """``{"dims": …, "types": …, "scalars": …}`` of a ``c10d::`` call: the raw JSON of its
-    ``Input Dims``, ``Input type`` and ``Concrete Inputs`` (null for an absent one)."""
+    ``Input Dims``, ``Input type`` and ``Concrete Inputs`` (null for an absent one); null
+    altogether when one of them is not decodable or holds a number beyond 64 bits (counted)."""
     if a is None:
         return None
-    parts = [bytes(raw) if raw else b"null" for raw in (a.input_dims, a.input_type, a.concrete)]
+    parts = []
+    for attr, key in _CALL_ARG_KEYS:
+        raw = getattr(a, attr)
+        if not raw:
+            parts.append(b"null")
+            continue
+        value = _raw_value(raw, key, damage)
+        if value is None and bytes(raw).strip() != b"null":
+            return None
+        if not _in_range(value):
+            damage.ignore(f"args.{key}", "an integer beyond 64 bits or nesting deeper than "
+                                         "8 levels")
+            return None
+        parts.append(bytes(raw))
     return (b'{"dims":' + parts[0] + b',"types":' + parts[1] + b',"scalars":' + parts[2]
             + b"}").decode("utf-8", "replace")
 
@@ -365,12 +542,29 @@ def _meta_columns(n: int, found: list[tuple[int, dict]]) -> dict[str, pa.Array]:
     return out
 
 
-def _lenient(buf: bytes) -> list[_Event]:
+# -- decoding --------------------------------------------------------------------------------
+
+class _Decoded(list):
+    """Events of a batch that could not be decoded in one go, with what had to be dropped
+    (``damage``: elements that are not objects, hold a number beyond the decoder's range or
+    are nested deeper than its limit)."""
+
+    def __init__(self, events=(), damage: Damage | None = None):
+        super().__init__(events)
+        self.damage = damage if damage is not None else Damage()
+
+
+_DECODE_EVENT = msgspec.json.Decoder(_Event)
+
+
+def _lenient(buf) -> _Decoded:
     """Events of a batch that the typed decoder refused (an event that is not an object,
-    ``args`` that are not an object): decoded generically, odd events skipped."""
-    out = []
+    ``args`` that are not an object): decoded generically, odd elements dropped and
+    counted."""
+    out = _Decoded()
     for ev in msgspec.json.decode(buf):
         if not isinstance(ev, dict):
+            out.damage.drop("traceEvents", "an element that is not an object")
             continue
         a = ev.get("args")
         args = None
@@ -384,17 +578,59 @@ def _lenient(buf: bytes) -> list[_Event]:
     return out
 
 
-def _decode(text: bytes) -> list[_Event]:
-    """The events of a JSON array text; ``msgspec.DecodeError`` when it is not valid JSON."""
+def _one_by_one(text) -> _Decoded:
+    """The events of a batch decoded one at a time (the batch holds an element nested deeper
+    than the decoder's limit, or a number beyond its range): such elements are dropped and
+    counted. ``msgspec.DecodeError`` when the text is not one JSON array."""
+    text = bytes(text)
+    out = _Decoded()
+    for a, b in json_stream.split_top(text):
+        piece = text[a:b]
+        try:
+            out.append(_DECODE_EVENT.decode(piece))
+            continue
+        except msgspec.ValidationError:
+            pass
+        except RecursionError:
+            out.damage.drop("traceEvents", "nested deeper than the decoder's limit")
+            continue
+        try:
+            got = _lenient(b"[" + piece + b"]")
+        except RecursionError:
+            out.damage.drop("traceEvents", "nested deeper than the decoder's limit")
+            continue
+        except msgspec.ValidationError as e:
+            out.damage.drop("traceEvents", f"not decodable: {_why(e)}")
+            continue
+        out.extend(got)
+        out.damage.update(got.damage)
+    return out
+
+
+def _decode(text) -> list[_Event]:
+    """The events of a JSON array text; ``msgspec.DecodeError`` when it is not valid JSON
+    (how the streaming reader recognises a wrong cut). Typed in one go when it can be (all real
+    traces), else generically, else one element at a time."""
     try:
         return _DECODE_EVENTS.decode(text)
     except msgspec.ValidationError:
+        pass
+    except RecursionError:
+        return _one_by_one(text)
+    try:
         return _lenient(text)
+    except (msgspec.ValidationError, RecursionError):
+        return _one_by_one(text)
+
+
+DAMAGE_KEY = b"meshscope.damage"
 
 
 def parse_events(batches: Iterable[list[_Event]], *,
                  comm_kernel_re: re.Pattern | None = None) -> pa.Table:
-    """The event table (module docstring) of batches of decoded events, as an Arrow table.
+    """The event table (module docstring) of batches of decoded events, as an Arrow table;
+    what was dropped or ignored is in its schema metadata under ``DAMAGE_KEY``
+    (``damage_of``).
 
     Arrow allocates through the C library's allocator meanwhile: the many short-lived
     per-batch arrays made pyarrow's default (mimalloc) pool hold ~40 MB more at the peak of a
@@ -408,26 +644,46 @@ def parse_events(batches: Iterable[list[_Event]], *,
         pa.set_memory_pool(previous)
 
 
+def damage_of(table: pa.Table) -> Damage:
+    """What ingest dropped or ignored making ``table`` (``parse_events``)."""
+    return Damage.from_json((table.schema.metadata or {}).get(DAMAGE_KEY))
+
+
+def _with_damage(table: pa.Table, damage: Damage) -> pa.Table:
+    if not damage:
+        return table
+    return table.replace_schema_metadata({**(table.schema.metadata or {}),
+                                          DAMAGE_KEY: damage.to_json()})
+
+
 def _parse_events(batches: Iterable[list[_Event]], comm_kernel_re: re.Pattern | None) -> pa.Table:
     chunks: dict[str, list[pa.Array]] = {}
     found: list[tuple[int, dict]] = []
+    damage = Damage()
     n = 0
     for evs in batches:
-        got = _batch(evs)
-        if got is None:
+        cols, meta, hurt = _batch(evs)
+        damage.update(hurt)
+        if cols is None:
             continue
-        cols, meta = got
         for k, arr in cols.items():
             chunks.setdefault(k, []).append(arr)
         found += [(n + i, m) for i, m in meta]
         n += len(cols["name"])
     if n == 0:
-        return SCHEMA.empty_table()
+        return _with_damage(SCHEMA.empty_table(), damage)
     arrays = {k: pa.concat_arrays(v) for k, v in chunks.items()}
+    keep, out_of_bounds = validate.event_bounds(
+        arrays["ts_us"].to_numpy(zero_copy_only=False),
+        arrays["dur_us"].to_numpy(zero_copy_only=False))
+    damage.update(out_of_bounds)
     arrays["end_us"] = pc.add(arrays["ts_us"], arrays["dur_us"])
     arrays["kind"] = _kinds(arrays["name"], arrays["cat"], comm_kernel_re)
     arrays.update(_meta_columns(n, found))
-    return pa.Table.from_arrays([arrays[f.name] for f in SCHEMA], schema=SCHEMA)
+    table = pa.Table.from_arrays([arrays[f.name] for f in SCHEMA], schema=SCHEMA)
+    if not keep.all():
+        table = table.filter(pa.array(keep))
+    return _with_damage(table, damage)
 
 
 def _parse(path: pathlib.Path, raw: bytes,
@@ -447,11 +703,19 @@ def _parse_whole(path: pathlib.Path, raw: bytes, comm_kernel_re: re.Pattern | No
                  batch_events: int = BATCH_EVENTS) -> tuple[pa.Table, dict]:
     """The whole-file reader: decompress, split with msgspec, parse ``batch_events`` at a time."""
     data = _decompress(path, raw)
-    meta, raws = _split(path, data)
+    meta, raws, meta_damage = _split(path, data)
     del data
     batches = (_decode(b"[" + b",".join(raws[i:i + batch_events]) + b"]")
                for i in range(0, len(raws), batch_events))
-    return parse_events(batches, comm_kernel_re=comm_kernel_re), meta
+    try:
+        table = parse_events(batches, comm_kernel_re=comm_kernel_re)
+    except msgspec.DecodeError as e:
+        raise InputError(path, _json_problem(e)) from None
+    if meta_damage:
+        damage = damage_of(table)
+        damage.update(meta_damage)
+        table = _with_damage(table, damage)
+    return table, meta
 
 
 def to_frame(table: pa.Table) -> pd.DataFrame:
@@ -467,6 +731,19 @@ def _cache_key(raw: bytes, comm_kernel_re: re.Pattern | None) -> str:
     return trace_cache.key(raw, extra)
 
 
+def _usable(path: pathlib.Path, table: pa.Table, damage: Damage) -> None:
+    """InputError when the trace has no complete event left, or lost more than
+    ``validate.MAX_DROPPED_SHARE`` of them to damage (its numbers would be bent)."""
+    dropped, kept = damage.dropped, table.num_rows
+    why = damage.summary()
+    if kept == 0:
+        raise InputError(path, "the trace has no complete ('X') events" +
+                         (f" left: {why}" if dropped else ""))
+    if dropped > validate.MAX_DROPPED_SHARE * (dropped + kept):
+        raise InputError(path, f"too damaged to analyse: {dropped:,} of {dropped + kept:,} "
+                               f"events unusable; {why}")
+
+
 def load_trace(path: pathlib.Path, *, comm_kernel_re: re.Pattern | None = None,
                rank_regex: re.Pattern | str | None = None,
                cache_dir: pathlib.Path | None = None) -> RankTrace:
@@ -474,6 +751,7 @@ def load_trace(path: pathlib.Path, *, comm_kernel_re: re.Pattern | None = None,
 
     ``rank_regex``: see ``rank_of``. ``cache_dir``: where parquet copies of event tables are
     kept (created on first use; a cache that cannot be read or written is ignored).
+    ``problems``: one line per kind of damage met (module docstring).
     """
     global PARSE_COUNT
     path = pathlib.Path(path)
@@ -486,9 +764,15 @@ def load_trace(path: pathlib.Path, *, comm_kernel_re: re.Pattern | None = None,
         PARSE_COUNT += 1
         table, meta = _parse(path, raw, comm_kernel_re)
         del raw
-        if table.num_rows == 0:
-            raise InputError(path, "the trace has no complete ('X') events")
-        if key:
+        if key and table.num_rows:
             trace_cache.write(cache_dir, key, table, meta)
-    return RankTrace(path=path, rank=rank_of(path, meta, rank_regex), events=to_frame(table),
-                     meta=meta)
+    damage = damage_of(table)
+    _usable(path, table, damage)
+    meta, meta_problems = validate.trace_meta(meta)
+    problems = damage.lines(path) + [f"{path}: {p}" for p in meta_problems]
+    rank, info = rank_of(path, meta, rank_regex), validate.info_rank(meta)
+    if info is not None and rank != info:
+        problems.append(f"{path}: distributedInfo.rank is {info}, but its name says rank "
+                        f"{rank} (--rank-regex): read as rank {rank}")
+    return RankTrace(path=path, rank=rank, events=to_frame(table), meta=meta,
+                     problems=problems)

@@ -15,6 +15,11 @@ is accepted the same way: only if the text before it, closed as ``"traceEvents":
 valid object, i.e. it is a key of the top-level object. Anything unexpected (no such key, an
 element that never ends, a truncated or corrupt file) raises ``Fallback``: the caller then reads
 the file the plain way, which also gives the canonical error message.
+
+``split_top`` / ``split_members`` find the elements of a JSON array or object by counting
+brackets outside strings, without recursion: how a batch or a file holding a value nested
+deeper than the decoder's limit (about 1,000 levels) is still read, element by element, the
+deep one dropped and counted (``analysis/ingest/events.py``).
 """
 from __future__ import annotations
 
@@ -72,7 +77,7 @@ def chunks(raw, size: int = 1 << 19) -> Iterator[bytes]:
 def _is_object(text: bytes) -> bool:
     try:
         return isinstance(msgspec.json.decode(text), dict)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         return False
 
 
@@ -128,8 +133,8 @@ class EventStream:
         tail = bytes(buf[start + 1:]) + b"".join(self._chunks)
         try:
             meta = msgspec.json.decode(prefix + b'"traceEvents":[]' + tail)
-        except msgspec.DecodeError:
-            raise Fallback("the text after traceEvents is not valid JSON") from None
+        except (msgspec.DecodeError, RecursionError):
+            raise Fallback("the metadata is not valid JSON, or nested too deeply") from None
         meta.pop("traceEvents", None)
         self.meta = meta
 
@@ -185,3 +190,77 @@ def _skip(buf: bytearray, i: int, first: bool) -> int:
         while i < n and buf[i] in _WS:
             i += 1
     return i
+
+
+# -- splitting a JSON container without a recursive parser -----------------------------------
+# A JSON string (escapes included), a lone quote (a string that never ends), a run of opening or
+# of closing brackets, or a comma outside strings: all that is needed to find where a
+# container's elements begin and end (a run of 10^5 brackets is one token).
+_TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|"|[\[{]+|[\]}]+|,')
+_STRING = re.compile(rb'\s*("[^"\\]*(?:\\.[^"\\]*)*")\s*:', re.DOTALL)
+
+
+def split_top(text) -> list[tuple[int, int]]:
+    """The ``(start, end)`` byte ranges of the elements of the JSON array or object ``text``
+    (for an object, each ``"key": value`` member), found by counting brackets outside strings:
+    no recursion, so it works at any nesting depth (the decoder's own limit is about 1,000
+    levels). ``msgspec.DecodeError`` when ``text`` is not one complete, balanced container;
+    whether each element is valid JSON is left to whoever decodes it."""
+    text = bytes(text)
+    depth, start, spans, closed = 0, -1, [], False
+    for m in _TOKEN.finditer(text):
+        a, b = m.span()
+        c = text[a]
+        if c == 0x22:                                   # '"'
+            if b - a == 1:
+                raise msgspec.DecodeError("a string never ends")
+            if depth == 0:
+                raise msgspec.DecodeError("text outside the container")
+            continue
+        if closed:
+            raise msgspec.DecodeError("text after the container")
+        if c in (0x5B, 0x7B):                           # a run of "[" / "{"
+            if depth == 0:
+                if text[:a].strip(_WS):
+                    raise msgspec.DecodeError("text before the container")
+                start = a + 1
+            depth += b - a
+        elif c in (0x5D, 0x7D):                         # a run of "]" / "}"
+            if depth - (b - a) < 0:
+                raise msgspec.DecodeError("unbalanced brackets")
+            if depth - (b - a) == 0:
+                spans.append((start, b - 1))
+                closed = True
+            depth -= b - a
+        elif depth == 1:                                # "," between elements
+            spans.append((start, a))
+            start = b
+    if not closed:
+        raise msgspec.DecodeError("the container does not end")
+    if text[spans[-1][1] + 1:].strip(_WS):
+        raise msgspec.DecodeError("text after the container")
+    out = []
+    for a, b in spans:
+        while a < b and text[a] in _WS:
+            a += 1
+        while b > a and text[b - 1] in _WS:
+            b -= 1
+        out.append((a, b))
+    if len(out) == 1 and out[0][0] == out[0][1]:
+        return []                                       # "[]" or "{}"
+    if any(a == b for a, b in out):
+        raise msgspec.DecodeError("an empty element")
+    return out
+
+
+def split_members(text) -> list[tuple[str, bytes]]:
+    """``(key, value text)`` of each member of the JSON object ``text`` (``split_top``);
+    ``msgspec.DecodeError`` when it is not an object of string keys."""
+    text = bytes(text)
+    out = []
+    for a, b in split_top(text):
+        m = _STRING.match(text, a, b)
+        if m is None:
+            raise msgspec.DecodeError("an object member without a string key")
+        out.append((msgspec.json.decode(m.group(1)), text[m.end():b]))
+    return out
