@@ -179,6 +179,37 @@ def test_no_group_information_matches_on_the_world_group():
     assert matching.match(inst, [0, 1], trace_world=8).why_not
 
 
+def test_a_group_with_one_rank_missing_seq_matches_on_order():
+    """Ranks 2 and 3 share two all-reduces; rank 3's have no seq (its Flight Recorder dump was
+    not joined): both ranks are matched by order, so each all-reduce still meets its partner;
+    the group {0, 1}, with seq everywhere, keeps seq."""
+    inst = _bare_instances({r: ["all_reduce", "all_reduce"] for r in range(4)})
+    inst["pg_ranks"] = inst["rank"].map({0: "0,1", 1: "0,1", 2: "2,3", 3: "2,3"})
+    inst["seq"] = pd.array([11, 12, 11, 12, 11, 12, None, None], dtype="Int64")
+    m = matching.match(inst, [0, 1, 2, 3], world_size=4)
+    assert m.instances.groupby("match_id")["rank"].apply(sorted).tolist() == \
+        [[0, 1], [0, 1], [2, 3], [2, 3]]
+    assert m.matched_on == "group_order"
+    assert sum("seq=" in i for i in m.instances["match_id"]) == 4
+
+
+def test_clock_offsets_chain_through_the_tightest_evidence():
+    """Rank 2 is reached from rank 0 by messages (± 10 µs) or from rank 1 by loose messages
+    (± 5 ms); rank 1 by collectives with rank 0 (± 0). The chain goes 0 → 2 directly."""
+    inst = pd.DataFrame({"rank": [0, 1] * 3, "p2p": [False] * 6,
+                         "match_id": ["a", "a", "b", "b", "c", "c"],
+                         "end_us": [100.0, 100.0, 200.0, 200.0, 300.0, 300.0]})
+    p2p = pd.DataFrame({"src": [0, 2, 1, 2, 1, 2], "dst": [2, 0, 2, 1, 2, 1],
+                        "send_us": [0.0, 100.0, 0.0, 100.0, 0.0, 100.0],
+                        # 0 <-> 2: 20 µs each way; 1 <-> 2: 10 ms each way (in both, 10 of them)
+                        "completion_us": [20.0, 120.0, 10_000.0, 10_100.0, 10_000.0, 10_100.0]})
+    p2p = pd.concat([p2p] * 5, ignore_index=True)
+    off = clocks.clock_offsets(inst, p2p, [0, 1, 2]).set_index("rank")
+    assert off.loc[1, "source"] == "collectives"
+    assert off.loc[2, "source"] == "send/recv"
+    assert off.loc[2, "uncertainty_us"] == pytest.approx(20.0)    # (20 + 20) / 2, not 10 ms
+
+
 @pytest.mark.parametrize("order,tp_group,dp_group", [
     ("tp-dp-pp", "0,1", "0,2"),          # tp fastest: Megatron/torchtitan style
     ("dp-tp-pp", "0,2", "0,1"),

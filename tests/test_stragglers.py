@@ -8,6 +8,7 @@ pipeline the rank after a slow stage arrives late everywhere although it is fast
 must name the slow stage's rank, not that victim."""
 import gzip
 import json
+import re
 import shutil
 
 import pandas as pd
@@ -64,7 +65,9 @@ def test_the_slow_rank_sample_names_rank_1_first(analysed_samples):
     _, summary = analysed_samples["dp2-pp2-slow-rank1"]
     finding = _check_verdict(summary, 1, 20_000.0 * 4)
     assert summary["findings"][0] is not None and summary["findings"][0]["id"] == "straggler"
-    assert finding["evidence"]["compute_us"] > 2 * finding["evidence"]["peer_compute_us"]
+    # rank 1 computes the injected 4 × 20 ms per step more than rank 0, which does the same work
+    extra_us = finding["evidence"]["compute_us"] - finding["evidence"]["peer_compute_us"]
+    assert extra_us == pytest.approx(20_000.0 * 4, rel=0.3)
     savings = {s["rank"]: s["saving_us"] for s in summary["cross_rank"]["rank_savings"]}
     assert savings[3] < 0.1 * savings[1]
 
@@ -117,7 +120,10 @@ def test_a_shifted_clock_is_measured_and_aligned_before_any_cross_rank_figure(
     shifted = _shift(src, 3, 10e6, tmp_path / "ten-seconds")
     off = {o["rank"]: o for o in shifted["clock_offsets"]}[3]
     assert off["applied_us"] == pytest.approx(10e6, abs=50_000)
-    assert any("rank 3's clock is 10.0" in n for n in shifted["notes"])
+    said = [re.match(r"rank 3's clock is ([0-9.]+) s ahead of rank 0's", n) for n in
+            shifted["notes"]]
+    assert [float(m.group(1)) for m in said if m] == [pytest.approx(10.0, abs=0.05)], \
+        shifted["notes"]
     assert shifted["cross_rank"]["straggler"]["rank"] == 1
     before = pd.DataFrame(original["pipeline_stages"]).set_index("stage")["bubble_fraction"]
     after = pd.DataFrame(shifted["pipeline_stages"]).set_index("stage")["bubble_fraction"]

@@ -4,8 +4,8 @@
 (``analysis/comm/instances.py``) a ``match_id`` shared by the rows of all ranks that took part
 in the same operation, and says how it matched:
 
-- **by (group, sequence number)** where the trace or the Flight Recorder gives the op its
-  ``seq`` in its group (``matched_on = "group_seq"``);
+- **by (group, sequence number)** where the trace or the Flight Recorder gives every op of the
+  group, on all its ranks, its ``seq`` (``matched_on = "group_seq"``);
 - else **by (group, step, op, k)**, the k-th op of that kind the rank issued on that group in
   that step: the ranks of a group issue its collectives in the same order
   (``"group_order"``);
@@ -57,11 +57,26 @@ class Matched:
     notes: list[str]
 
 
-def _collective_id(row) -> str:
-    group = row.pg_ranks or (f"name={row.pg_name}" if isinstance(row.pg_name, str) else "")
-    if not pd.isna(row.seq):
-        return f"{group}|seq={int(row.seq)}"
-    return f"{group}|{row.step}|{row.op}|{row.k}"
+def _group(row) -> str:
+    return row.pg_ranks or (f"name={row.pg_name}" if isinstance(row.pg_name, str) else "")
+
+
+def _collective_id(row, by_seq: bool) -> str:
+    if by_seq:
+        return f"{_group(row)}|seq={int(row.seq)}"
+    return f"{_group(row)}|{row.step}|{row.op}|{row.k}"
+
+
+def _seq_groups(inst: pd.DataFrame) -> set[str]:
+    """The groups whose every collective, on every rank, has a sequence number: only those
+    match by seq. One rank without seq (its Flight Recorder dump missing, or not joined to its
+    trace) puts the whole group on order, so that its ranks' ids still meet."""
+    coll = inst[~inst["p2p"]]
+    if coll.empty:
+        return set()
+    groups = pd.Series([_group(r) for r in coll.itertuples()], index=coll.index)
+    complete = coll["seq"].notna().groupby(groups).all()
+    return set(complete[complete].index)
 
 
 def _p2p_id(row) -> str:
@@ -143,12 +158,14 @@ def match(instances: pd.DataFrame, ranks: list[int], *, world_size: int | None =
     if inst.empty:
         inst["match_id"] = pd.Series(dtype=str)
         return Matched(inst, None, why, notes)
-    ids = [(_p2p_id(r) if r.p2p else _collective_id(r)) for r in inst.itertuples()]
+    by_seq = _seq_groups(inst)
+    ids = [(_p2p_id(r) if r.p2p else _collective_id(r, _group(r) in by_seq))
+           for r in inst.itertuples()]
     inst["match_id"] = ids
     if matched_on is None:
         coll = inst[~inst["p2p"]]
-        matched_on = ("group_seq" if len(coll) and coll["seq"].notna().all() else
-                      "group_order" if len(coll) else None)
+        everywhere = len(coll) and {_group(r) for r in coll.itertuples()} <= by_seq
+        matched_on = ("group_seq" if everywhere else "group_order" if len(coll) else None)
     return Matched(inst, matched_on, why, notes)
 
 

@@ -13,8 +13,11 @@ of evidence, both from matched operations (``analysis/comm/matching.py``):
   (B's recv end − A's send post), and each B → A message bounds it from below; the estimate is
   the middle of the tightest bounds, its uncertainty half their distance (as NTP does).
 
-Offsets chain from the lowest rank through the pairs with the most evidence (collectives
-before messages). An offset is applied — subtracted from every time of that rank — when it
+Offsets chain from the lowest rank, each rank reached through the pair that gives it the
+smallest combined uncertainty (the hypotenuse of its own and its partner's; Dijkstra's order):
+a rank whose messages with a far rank are loose but whose collectives with a near one are
+tight is aligned through the near one. A single shared collective says nothing about its
+spread and is taken only when nothing else reaches the rank. An offset is applied — subtracted from every time of that rank — when it
 exceeds twice its uncertainty; a smaller one cannot be told from zero and is not. Ranks on the
 same host (the traces' ``host_name``) share one clock, and what the evidence shows between them
 is the backends' own lag (a gloo worker thread closes its range a few milliseconds after
@@ -81,23 +84,21 @@ def clock_offsets(inst: pd.DataFrame, p2p: pd.DataFrame | None, ranks: list[int]
     evidence = [("collectives", _collective_pairs(inst)), ("send/recv", _p2p_pairs(p2p))]
     ranks = sorted(int(r) for r in ranks)
     known = {ranks[0]: (0.0, 0.0, 0, "reference")}
-    changed = True
-    while changed and len(known) < len(ranks):
-        changed = False
-        for source, pairs in evidence:
-            best = None
+    while len(known) < len(ranks):
+        best, best_key = None, None
+        for order, (source, pairs) in enumerate(evidence):
             for (r, q), (est, unc, n) in pairs.items():
                 if r in known or q not in known:
                     continue
                 q_off, q_unc, _, _ = known[q]
-                cand = (r, q_off + est, float(np.hypot(q_unc, unc)), n, source)
-                if best is None or (cand[3], -cand[2]) > (best[3], -best[2]):
-                    best = cand
-            if best is not None:
-                r, off, unc, n, src = best
-                known[r] = (off, unc, n, src)
-                changed = True
-                break
+                combined = float(np.hypot(q_unc, unc))
+                key = (n < 2, combined, order, -n)        # smallest key wins
+                if best_key is None or key < best_key:
+                    best, best_key = (r, q_off + est, combined, n, source), key
+        if best is None:
+            break
+        r, off, unc, n, src = best
+        known[r] = (off, unc, n, src)
     hosts = hosts or {}
     ref_host = hosts.get(ranks[0])
     rows = []
