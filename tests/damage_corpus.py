@@ -282,9 +282,7 @@ CASES = [
     Case("traces-of-two-runs", trace(_set(["meshscope", "run_id"], "0123456789ab")),
          exit_code=2, needles=("rank1.json.gz", "run id", "0123456789ab")),
     Case("traces-of-another-run-than-run-json", _traces_of_another_run, exit_code=2,
-         needles=("run.json", "another job", "0123456789ab"),
-         xfail="analysis/report/analyze.py must pass run=inp.run to "
-               "inputs.resolve_identities"),
+         needles=("run.json", "another job", "0123456789ab")),
     Case("distributed-info-rank-beyond-world-size",
          trace(_set(["distributedInfo", "rank"], 7)),
          needles=(TRACE, "distributedInfo.rank", "7", "from the file name"), good_ranks=ALL),

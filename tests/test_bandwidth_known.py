@@ -63,7 +63,7 @@ def test_gloo_reduce_scatter_is_flagged_as_all_reduce(sweep):
 def test_transfer_is_the_fastest_rank_and_the_rest_is_wait(sweep):
     out, _ = sweep
     bw = pd.read_parquet(out / "report" / "bandwidth.parquet")
-    keyed = bw.groupby(["group", "step", "op", "k"])
+    keyed = bw.groupby("match_id")  # one matched instance across its ranks
     assert (keyed["transfer_us"].transform("min") == bw["transfer_us"]).all()
     assert ((bw["dur_us"] - bw["transfer_us"] - bw["wait_us"]).abs() < 1e-6).all()
     assert (keyed["wait_us"].min() == 0).all()

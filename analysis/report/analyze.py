@@ -168,7 +168,7 @@ def _per_rank(inp: inputs.Inputs, opts, workers, progress, engine="local",
             inp.problems.append(result)
         else:
             results.append(result)
-    chosen, skipped = inputs.resolve_identities([r.identity for r in results])
+    chosen, skipped = inputs.resolve_identities([r.identity for r in results], run=inp.run)
     inp.problems.extend(skipped)
     kept = []
     for r in results:
