@@ -2,12 +2,13 @@
 describing the machine, and writing a section of docs/benchmarks.md.
 
 ``measure(cmd)`` runs a command the way a user would and returns a ``Measured``: its wall
-time; the peak resident memory of its largest process (from ``wait4``'s ``ru_maxrss``: the
-process and the descendants it waited for, whichever peaked highest); and the peak of the
-summed RSS of the whole process tree, sampled every ``SAMPLE_S`` (what a job with worker
-processes holds at once; pages a forked worker still shares with its parent count twice, so
-this errs high). The harness itself imports nothing heavy, so what a child inherits at fork
-(``ru_maxrss`` starts from the parent's RSS) stays small.
+time; the peak resident memory of its largest process (each process's own high-water mark,
+``VmHWM`` in /proc, sampled every ``SAMPLE_S`` over the whole process tree); and the peak of the
+summed RSS of the whole process tree, sampled likewise (what a job with worker processes holds
+at once; pages a forked worker still shares with its parent count twice, so this errs high).
+Not ``wait4``'s ``ru_maxrss``: Linux carries into it the RSS of the forked copy of the caller
+before ``execve``, so a command measured from a large process (a test session of 1 GB) would
+read as 1 GB. A worker that lives less than ``SAMPLE_S`` can be missed.
 """
 from __future__ import annotations
 
@@ -30,29 +31,42 @@ SAMPLE_S = 0.02
 @dataclasses.dataclass
 class Measured:
     wall_s: float
-    peak_rss_mb: float        # the largest single process (ru_maxrss)
+    peak_rss_mb: float        # the largest single process (its VmHWM, sampled)
     peak_tree_rss_mb: float   # all processes of the command at once (sampled)
     returncode: int
     stdout: str
     stderr: str
 
 
-def _tree_rss_mb(pid: int) -> float:
-    """Summed RSS of ``pid`` and its descendants (via /proc), MB."""
+def _hwm_mb(pid: int) -> float:
+    """``VmHWM`` of one process (its peak RSS since its ``execve``), MB; 0 once it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def _tree_mb(pid: int) -> tuple[float, float]:
+    """(summed RSS, the largest ``VmHWM``) of ``pid`` and its descendants (via /proc), MB."""
     import psutil
 
     try:
         root = psutil.Process(pid)
         procs = [root] + root.children(recursive=True)
     except psutil.NoSuchProcess:
-        return 0.0
-    total = 0
+        return 0.0, 0.0
+    total, hwm = 0, 0.0
     for p in procs:
         try:
             total += p.memory_info().rss
         except psutil.NoSuchProcess:
-            pass
-    return total / 2**20
+            continue
+        hwm = max(hwm, _hwm_mb(p.pid))
+    return total / 2**20, hwm
 
 
 def measure(cmd: list[str], *, env: dict | None = None, cwd: pathlib.Path = ROOT,
@@ -62,12 +76,13 @@ def measure(cmd: list[str], *, env: dict | None = None, cwd: pathlib.Path = ROOT
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    peak = [0.0]
+    peak = [0.0, 0.0]                 # summed RSS of the tree, the largest process's VmHWM
     done = threading.Event()
 
     def sample():
         while not done.is_set():
-            peak[0] = max(peak[0], _tree_rss_mb(proc.pid))
+            tree, hwm = _tree_mb(proc.pid)
+            peak[0], peak[1] = max(peak[0], tree), max(peak[1], hwm)
             done.wait(SAMPLE_S)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -93,7 +108,7 @@ def measure(cmd: list[str], *, env: dict | None = None, cwd: pathlib.Path = ROOT
     for r in readers:
         r.join()
     proc.returncode = os.waitstatus_to_exitcode(status)
-    result = Measured(wall, usage.ru_maxrss / 1024, max(peak[0], usage.ru_maxrss / 1024),
+    result = Measured(wall, peak[1], max(peak[0], peak[1]),
                       proc.returncode, "".join(out_chunks), "".join(err_chunks))
     if check and result.returncode != 0:
         raise SystemExit(f"{' '.join(map(str, cmd))} exited {result.returncode}:\n"
