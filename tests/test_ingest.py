@@ -159,10 +159,12 @@ _REAL_LOAD = ingest_pool._load
 
 
 def _dies_in_a_worker(path, *job):
-    """``_load`` that kills the worker process that gets rank1's file."""
+    """``_load`` that kills the worker process that gets rank1's file (a worker, forked or
+    started by the fork server, has a multiprocessing parent; this test's process has none)."""
+    import multiprocessing
     import os
 
-    if os.getpid() != _dies_in_a_worker.parent and path.name == "rank1.json.gz":
+    if multiprocessing.parent_process() is not None and path.name == "rank1.json.gz":
         os._exit(9)
     return _REAL_LOAD(path, *job)
 
@@ -170,7 +172,6 @@ def _dies_in_a_worker(path, *job):
 def test_parallel_ingest_beside_other_threads_and_dying_workers(monkeypatch):
     """With other threads running, workers come from a fork server; a worker that dies leaves
     its files to be read in this process."""
-    import os
     import threading
 
     files = sorted(SAMPLE.glob("*.json.gz"))
@@ -186,7 +187,6 @@ def test_parallel_ingest_beside_other_threads_and_dying_workers(monkeypatch):
     assert [r.rank for _, r in got] == [0, 1, 2, 3]
 
     monkeypatch.setattr(ingest_pool, "_load", _dies_in_a_worker)
-    monkeypatch.setattr(_dies_in_a_worker, "parent", os.getpid(), raising=False)
     got = list(ingest_pool.load_traces(files, workers=2))
     assert [f for f, _ in got] == files and [r.rank for _, r in got] == [0, 1, 2, 3]
 
