@@ -38,12 +38,16 @@ def meet_all_ranks() -> None:
     store.wait([f"{key}/all"])
 
 
-def rank0_value(name: str, mine: str) -> str:
-    """Rank 0's ``mine`` for ``name``, on every rank (waits for rank 0 to publish it)."""
+def shared_value(name: str, mine: str, *, publisher: bool) -> str:
+    """The ``mine`` of the one rank that calls this with ``publisher`` true, on every rank
+    (the others wait for it to publish). With several launchers (``--nnodes``) the process
+    ranks are handed out in the order the launchers joined the rendezvous, so "node 0's
+    value" is not rank 0's: the publisher is the first local rank of the launcher given
+    ``--node-rank 0``."""
     store = _store()
     if store is None:
         return mine
     key = f"meshscope/value/{name}"
-    if dist.get_rank() == 0:
+    if publisher:
         store.set(key, mine)
     return store.get(key).decode()

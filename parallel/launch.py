@@ -7,7 +7,8 @@ CUDA; a failing rank ends the whole job, and ``LaunchError`` names the rank and 
 
 What the ranks print (library warnings, Kineto's ``profiler_start/stop`` lines, NCCL's chatter)
 goes to ``RUN/logs/rank{R}.stdout.log`` and ``rank{R}.stderr.log`` (``RunLogs``), torchrun's
-own lines to ``RUN/logs/launcher.log``; the terminal shows what meshscope prints, and on failure
+own lines to ``RUN/logs/launcher.log`` (``launcher-node<N>.log`` per node of a multi-node
+run); the terminal shows what meshscope prints, and on failure
 one line with the failing rank's error (before it, the last lines of its stderr log when the
 rank died without an error message, e.g. killed by a signal).
 """
@@ -20,6 +21,7 @@ import logging
 import os
 import pathlib
 import platform
+import re
 import shutil
 import sys
 import uuid
@@ -110,8 +112,14 @@ def check(opts: RunOptions) -> None:
         raise LayoutError(f"--profile-steps {opts.profile_steps[0]}-{opts.profile_steps[1]} "
                           f"goes past the last step {opts.steps - 1}")
     out = pathlib.Path(opts.out)
-    # Other nodes' launchers may already have written their scratch files (.meta/).
-    if opts.node_rank == 0 and out.exists() and any(p.name != ".meta" for p in out.iterdir()):
+    # Other nodes' launchers may already have written their scratch files (.meta/) and begun
+    # their own launcher logs (logs/launcher-node<N>.log; their ranks' logs come only after the
+    # rendezvous, which waits for this node).
+    def others(p: pathlib.Path) -> bool:
+        return p.name == ".meta" or p.name == LOGS and p.is_dir() and all(
+            re.fullmatch(r"launcher-node[1-9]\d*\.log", q.name) for q in p.iterdir())
+
+    if opts.node_rank == 0 and out.exists() and not all(others(p) for p in out.iterdir()):
         raise LayoutError(f"output directory {out} exists and is not empty (choose a new one)")
 
 
@@ -258,7 +266,8 @@ def launch(opts: RunOptions) -> dict:
     desc = run_description(opts, run_id)
     if opts.node_rank == 0:
         write_json_atomic(run / RUN_JSON, desc)
-    config = {"run_dir": str(run), "run_id": run_id, "layout": opts.layout.sizes,
+    config = {"run_dir": str(run), "run_id": run_id, "node_rank": opts.node_rank,
+              "layout": opts.layout.sizes,
               "model": dataclasses.asdict(opts.model), "schedule": opts.schedule,
               "virtual_stages": opts.virtual, "stage_layers": opts.stage_layers,
               "microbatches": opts.microbatches, "steps": opts.steps, "seed": opts.seed,
@@ -314,7 +323,8 @@ def run_ranks(module: str, config_path: pathlib.Path, *, log_dir: pathlib.Path, 
     config, entrypoint, entry_args = config_from_args(args)
     config.logs_specs = RunLogs(log_dir)
     try:
-        with _launcher_log(log_dir / "launcher.log"):
+        name = "launcher.log" if nnodes == 1 else f"launcher-node{node_rank}.log"
+        with _launcher_log(log_dir / name):
             elastic_launch(config=config, entrypoint=entrypoint)(*entry_args)
     except ChildFailedError as e:
         raise LaunchError(_failure_message(e, log_dir)) from None

@@ -129,8 +129,9 @@ def main(config_path: str) -> None:
             run_dir, rank, "terminated", "stopped by the launcher (SIGTERM) after another "
                                          "rank failed"))
     # With several launchers (--nnodes) each drew its own run id; run.json holds node 0's.
+    node0 = conf.get("node_rank", 0) == 0 and int(os.environ.get("LOCAL_RANK", "0")) == 0
     meta = {"layout": str(layout), "rank": rank, "coordinates": rm.coords,
-            "run_id": rendezvous.rank0_value("run_id", conf["run_id"])}
+            "run_id": rendezvous.shared_value("run_id", conf["run_id"], publisher=node0)}
     prof = make_profiler(run_dir, rank, tuple(conf["profile_steps"]), device, meta)
     local_tokens = conf["global_batch"] // layout.size("dp") * cfg.seq_len // layout.size("cp")
     try:

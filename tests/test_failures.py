@@ -80,9 +80,18 @@ def test_two_launchers_form_one_job(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "meshscope", "run", "--layout", "dp=2,pp=2", "--nnodes",
            "2", "--rdzv-endpoint", endpoint, "--steps", "4", "--out", str(run)]
-    nodes = [subprocess.Popen(cmd + ["--node-rank", str(n)], cwd=ROOT, env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for n in (0, 1)]
+    start = lambda n: subprocess.Popen(cmd + ["--node-rank", str(n)], cwd=ROOT, env=env,  # noqa
+                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                       text=True)
+    # Node 1 first, and node 0 only once node 1's launcher has made its scratch files and the
+    # logs folder in the shared output directory (the order that made node 0 refuse the
+    # directory as "not empty" whenever node 1 won the race).
+    second = start(1)
+    deadline = time.monotonic() + 120
+    while not (run / "logs").is_dir() and second.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert (run / "logs").is_dir(), second.communicate(timeout=60)[0][-3000:]
+    nodes = [start(0), second]
     outs = [n.communicate(timeout=180)[0] for n in nodes]
     assert [n.returncode for n in nodes] == [0, 0], outs
     validate_run_json(run / "run.json")
