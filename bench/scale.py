@@ -70,6 +70,20 @@ def analyse(run: pathlib.Path) -> dict:
             "ranks_analysed": len(summary["ranks"]), "problems": len(summary["problems"])}
 
 
+def parse_synthetic_args(ap: argparse.ArgumentParser) -> argparse.Namespace:
+    """The options of a benchmark on ``generate``'s run directories (this script's and
+    ``bench/engines.py``'s), parsed; ``--root`` made."""
+    ap.add_argument("--events", type=int, default=100_000, help="trace events per rank")
+    ap.add_argument("--pp", type=int, default=2, help="pipeline stages (dp = ranks / pp)")
+    ap.add_argument("--root", type=pathlib.Path, default=pathlib.Path("/tmp/meshscope-scale"))
+    ap.add_argument("--keep", action="store_true", help="keep the generated directories")
+    ap.add_argument("--write", action="store_true",
+                    help="write the table into docs/benchmarks.md")
+    a = ap.parse_args()
+    a.root.mkdir(parents=True, exist_ok=True)
+    return a
+
+
 def table(rows: list[dict]) -> str:
     lines = ["| ranks | events per rank | traces on disk | generation | `analyze --no-cache` | "
              "peak RSS, largest process | peak RSS, all processes | per rank | "
@@ -87,15 +101,8 @@ def table(rows: list[dict]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ranks", default="64,256,1024")
-    ap.add_argument("--events", type=int, default=100_000, help="trace events per rank")
-    ap.add_argument("--pp", type=int, default=2, help="pipeline stages (dp = ranks / pp)")
-    ap.add_argument("--root", type=pathlib.Path, default=pathlib.Path("/tmp/meshscope-scale"))
-    ap.add_argument("--keep", action="store_true", help="keep the generated directories")
-    ap.add_argument("--write", action="store_true",
-                    help="write the table into docs/benchmarks.md")
-    a = ap.parse_args()
+    a = parse_synthetic_args(ap)
     note = load_note()
-    a.root.mkdir(parents=True, exist_ok=True)
     rows = []
     for n in (int(x) for x in a.ranks.split(",")):
         run, info = generate(a.root, n, a.events, a.pp)

@@ -62,11 +62,22 @@ def test_gloo_reduce_scatter_is_flagged_as_all_reduce(sweep):
 
 def test_transfer_is_the_fastest_rank_and_the_rest_is_wait(sweep):
     out, _ = sweep
-    bw = pd.read_parquet(out / "report" / "bandwidth.parquet")
-    keyed = bw.groupby("match_id")  # one matched instance across its ranks
+    table = pd.read_parquet(out / "report" / "bandwidth.parquet")
+    p2p = table["op"].isin(["send", "recv"])
+    bw = table[~p2p]
+    keyed = bw.groupby("match_id")  # one matched collective across its ranks
+    assert bw["match_id"].ne("").all() and (keyed["rank"].nunique() == 4).all()
     assert (keyed["transfer_us"].transform("min") == bw["transfer_us"]).all()
     assert ((bw["dur_us"] - bw["transfer_us"] - bw["wait_us"]).abs() < 1e-6).all()
     assert (keyed["wait_us"].min() == 0).all()
+    # A send and its recv share one transfer (from the later post to the receive's end); the
+    # rest of each side's span is waiting (none where a side's span is only its post).
+    pairs = table[p2p].groupby("match_id")
+    assert len(pairs) and (pairs["rank"].nunique() == 2).all()
+    assert (pairs["transfer_us"].nunique() == 1).all()
+    sides = table[p2p]
+    assert ((sides["wait_us"] - (sides["dur_us"] - sides["transfer_us"]).clip(lower=0)).abs()
+            < 1e-6).all()
 
 
 def test_baseline_table_and_efficiency(sweep):
