@@ -17,10 +17,10 @@ Offsets chain from the lowest rank, each rank reached through the pair that give
 smallest combined uncertainty (the hypotenuse of its own and its partner's; Dijkstra's order):
 a rank whose messages with a far rank are loose but whose collectives with a near one are
 tight is aligned through the near one. A single shared collective says nothing about its
-spread and is taken only when nothing else reaches the rank. An offset is applied — subtracted from every time of that rank — when it
-exceeds twice its uncertainty; a smaller one cannot be told from zero and is not. Ranks on the
-same host (the traces' ``host_name``) share one clock, and what the evidence shows between them
-is the backends' own lag (a gloo worker thread closes its range a few milliseconds after
+spread and is taken only when nothing else reaches the rank. An offset is applied —
+subtracted from every time of that rank — when it exceeds twice its uncertainty; a smaller
+one cannot be told from zero and is not. Ranks on the same host (the traces' ``host_name``)
+share one clock, and what the evidence shows between them is the backends' own lag (a gloo worker thread closes its range a few milliseconds after
 another's under load): there an offset is applied only beyond ``SAME_HOST_US`` — a trace whose
 clock was shifted after the fact, say.
 
