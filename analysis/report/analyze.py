@@ -168,8 +168,7 @@ def _per_rank(inp: inputs.Inputs, opts, workers, progress, engine="local",
             inp.problems.append(result)
         else:
             results.append(result)
-    chosen, skipped = inputs.resolve_identities([r.identity for r in results], run=inp.run)
-    inp.problems.extend(skipped)
+    chosen = inputs.resolve_identities([r.identity for r in results], run=inp.run)
     kept = []
     for r in results:
         if r.identity.path not in chosen:

@@ -127,13 +127,12 @@ def _claim(i: TraceIdentity) -> str:
 
 
 def resolve_identities(ids: list[TraceIdentity], *, run: RunInfo | None = None
-                       ) -> tuple[dict[pathlib.Path, int], list[str]]:
+                       ) -> dict[pathlib.Path, int]:
     """file → rank for every file (module docstring; ``run``: the job's run.json, to check the
-    traces against), and a line for each file left out (none: files that cannot be told
-    apart stop the analysis); InputError when two files claim one rank, the traces come from
-    different jobs or name a rank outside the job."""
+    traces against); no file is left out quietly: InputError when two files claim one rank,
+    the traces come from different jobs or name a rank outside the job."""
     if not ids:
-        return {}, []
+        return {}
     _one_job(ids, run)
     claims: dict[int, list[TraceIdentity]] = {}
     for i in ids:
@@ -152,7 +151,7 @@ def resolve_identities(ids: list[TraceIdentity], *, run: RunInfo | None = None
         source = "run.json" if run is not None else "distributedInfo"
         raise InputError(p, f"rank {r} is outside the job's {world} ranks ({source} "
                             f"world_size)")
-    return {i.path: i.rank for i in ids}, []
+    return {i.path: i.rank for i in ids}
 
 
 # -- finding the files -----------------------------------------------------------------------
