@@ -37,6 +37,7 @@ import math
 import numpy as np
 
 from meshscope.collectors.run_info import MAX_WORLD_SIZE
+from meshscope.collectors.schema import short
 
 MAX_STEP_US = 24 * 3600 * 1e6      # a profiled training step longer than a day is not one
 MIN_TRACE_US = 60e6                # a trace may always span a minute, whatever its events say
@@ -151,9 +152,8 @@ def _is_int(v, lo: int, hi: int) -> bool:
 
 
 def _show(v) -> str:
-    text = json.dumps(v) if isinstance(v, (str, int, float, bool, type(None))) \
-        else type(v).__name__
-    return text if len(text) <= 40 else text[:37] + "..."
+    """A scalar as the messages of ``collectors.schema`` quote it; a container by its type."""
+    return short(v) if isinstance(v, (str, int, float, bool, type(None))) else type(v).__name__
 
 
 def trace_meta(meta: dict) -> tuple[dict, list[str]]:
