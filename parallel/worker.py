@@ -14,10 +14,12 @@ import pathlib
 import signal
 import sys
 import threading
+import time
+import traceback
 
 import torch
 import torch.distributed as dist
-from torch.distributed.elastic.multiprocessing.errors import record
+from torch.distributed.elastic.multiprocessing.errors import ErrorHandler, record
 from torch.profiler import record_function
 
 from meshscope.collectors import annotations, flight_recorder, rendezvous
@@ -92,8 +94,24 @@ def _record_on_sigterm(on_term) -> None:
     threading.Thread(target=wait, name="meshscope-sigterm", daemon=True).start()
 
 
-@record
-def main(config_path: str) -> None:
+class _AtomicErrorFile(ErrorHandler):
+    """torchrun's error handler, with the error file written whole or not at all. The stock
+    handler truncates the file and then writes it; when the launcher stops this rank
+    (SIGTERM, after another rank failed) while its main thread is writing the error of its own
+    failed collective, the SIGTERM thread's exit leaves the file empty, and the launcher's
+    reading of it raised ``JSONDecodeError`` instead of naming the rank that failed first.
+    The content is torch's own format (``ProcessFailure`` reads it)."""
+
+    def record_exception(self, e: BaseException) -> None:
+        path = self._get_error_file_path()
+        if path:
+            write_json_atomic(pathlib.Path(path), {"message": {
+                "message": f"{type(e).__name__}: {e}",
+                "extraInfo": {"py_callstack": traceback.format_exc(),
+                              "timestamp": str(int(time.time()))}}})
+
+
+def _main(config_path: str) -> None:
     conf = json.loads(pathlib.Path(config_path).read_text())
     run_dir = pathlib.Path(conf["run_dir"])
     layout = Layout(conf["layout"])
@@ -164,6 +182,9 @@ def main(config_path: str) -> None:
     if conf["always_on"]:
         flight_recorder.dump(run_dir, rank, "end")
     dist.destroy_process_group()
+
+
+main = record(_main, error_handler=_AtomicErrorFile())
 
 
 if __name__ == "__main__":

@@ -104,3 +104,65 @@ def test_two_launchers_form_one_job(tmp_path):
     for r in range(4):
         trace = json.loads(gzip.decompress((run / "traces" / f"rank{r}.json.gz").read_bytes()))
         assert trace["meshscope"]["run_id"] == desc["run_id"], r
+
+
+# A rank whose collective failed because another rank died writes its own error file; the
+# launcher's SIGTERM can end it half way (its SIGTERM thread exits the process while the main
+# thread writes). The script below exits the process after the first piece of the JSON, the
+# moment that race hit in CI, through the handler named on its command line.
+_EXIT_WHILE_WRITING = """
+import json, os, sys
+from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
+from meshscope.parallel.worker import _AtomicErrorFile
+
+def exit_after_first_chunk(self, obj, _one_shot=False):
+    yield "{"
+    os._exit(143)
+
+json.JSONEncoder.iterencode = exit_after_first_chunk
+handler = {"torch": ErrorHandler, "meshscope": _AtomicErrorFile}[sys.argv[1]]()
+try:
+    raise RuntimeError("Connection closed by peer")
+except RuntimeError as e:
+    handler.record_exception(e)
+"""
+
+
+def _stopped_while_writing(tmp_path, handler: str):
+    """torch's own reading of the error file a rank left when it exited mid-write."""
+    from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
+    error_file = tmp_path / "rank0.error.json"
+    proc = subprocess.run([sys.executable, "-c", _EXIT_WHILE_WRITING, handler],
+                          env={**os.environ, "TORCHELASTIC_ERROR_FILE": str(error_file)},
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 143, proc.stderr
+    return ProcessFailure(local_rank=0, pid=4321, exitcode=-15,
+                          error_file=str(error_file))
+
+
+def test_torchs_error_file_is_unreadable_when_the_rank_is_stopped_while_writing_it(tmp_path):
+    """The premise of the next test: torch's stock handler leaves an empty file, and torch's
+    launcher raises on it (the JSONDecodeError traceback a crashed job printed in CI)."""
+    with pytest.raises(json.JSONDecodeError):
+        _stopped_while_writing(tmp_path, "torch")
+
+
+def test_the_workers_error_file_is_whole_or_absent_when_stopped_while_writing_it(tmp_path):
+    failure = _stopped_while_writing(tmp_path, "meshscope")
+    assert failure.error_file == "<N/A>"  # torch's "no error file": the signal is reported
+    assert failure.message == "Signal 15 (SIGTERM) received by PID 4321"
+
+
+def test_the_workers_error_file_is_what_torchs_launcher_reads(tmp_path, monkeypatch):
+    from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
+    from meshscope.parallel.worker import _AtomicErrorFile
+    error_file = tmp_path / "rank1.error.json"
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(error_file))
+    try:
+        raise ValueError("injected crash on rank 1 at step 2")
+    except ValueError as e:
+        _AtomicErrorFile().record_exception(e)
+    failure = ProcessFailure(local_rank=1, pid=1, exitcode=1, error_file=str(error_file))
+    assert failure.message["message"] == "ValueError: injected crash on rank 1 at step 2"
+    assert "test_the_workers_error_file_is_what" in failure.message["extraInfo"]["py_callstack"]
+    assert list(tmp_path.iterdir()) == [error_file]
