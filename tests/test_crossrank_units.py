@@ -68,6 +68,30 @@ def _pipeline_step(forward_us: tuple[float, float], backward_us: float = 4000.0,
     return StepGraph(0, {0: s0, 1: s1}, ops)
 
 
+def test_replay_each_runs_every_rank_s_what_if_at_once():
+    """``replay_each`` gives, per rank, the makespan of replaying with that rank alone scaled:
+    by construction stage 0's forward at a quarter (20 → 5 ms) saves 15 ms; stage 1 at half
+    its work saves half of it (4.5 ms); and each equals ``replay`` with that rank alone
+    scaled, also per point and when a wait's operation lacks a caller (released at its
+    measured time, which is what a deadlocked replay does)."""
+    g = _pipeline_step((20_000.0, 5_000.0))
+    base = g.replay()[0]
+    each = g.replay_each({0: np.array([0.25, 1.0, 1.0, 1.0]), 1: 0.5})
+    assert base - each[0] == pytest.approx(15_000.0)
+    assert base - each[1] == pytest.approx(4_500.0)
+    lonely = _pipeline_step((20_000.0, 5_000.0))
+    # Stage 1 waits for "g" before it calls it: both ranks block on "g" until the replay
+    # releases it at its measured time.
+    lonely.ranks[1].points.insert(2, Point(WAIT, 9_000.0, 1_000.0, "g"))
+    lonely = StepGraph(0, lonely.ranks, lonely.ops)
+    assert np.isfinite(lonely.replay()[0])
+    for graph in (g, lonely):
+        scales = {0: np.array([0.5, 1.0, 1.0, 2.0]), 1: 3.0}
+        each = graph.replay_each(scales)
+        for r, f in scales.items():
+            assert each[r] == graph.replay({r: f})[0], r
+
+
 def test_a_stage_without_peers_is_held_against_the_other_stage():
     """pp=2, dp=1: stage 0's forward is 15 ms slower than stage 1's; with both stages of equal
     work content the saving of stage 0 at stage 1's pace is those 15 ms."""
@@ -208,6 +232,41 @@ def test_clock_offsets_chain_through_the_tightest_evidence():
     assert off.loc[1, "source"] == "collectives"
     assert off.loc[2, "source"] == "send/recv"
     assert off.loc[2, "uncertainty_us"] == pytest.approx(20.0)    # (20 + 20) / 2, not 10 ms
+
+
+def test_clock_offsets_use_the_collectives_each_pair_shares():
+    """Rank 1 is in all five collectives of rank 0, 5 ms ahead with one outlier; rank 2 in three
+    of them, 2 ms behind rank 0 give or take 1 µs. Medians by hand: 5,000 µs (the outlier, +9 ms,
+    moves no median) and −2,000 µs (of −2,001, −2,000, −1,999)."""
+    ends_0 = [1_000.0, 2_000.0, 3_000.0, 4_000.0, 5_000.0]
+    rows = [(0, f"c{i}", t) for i, t in enumerate(ends_0)]
+    rows += [(1, f"c{i}", t + 5_000 + (9_000 if i == 3 else 0)) for i, t in enumerate(ends_0)]
+    rows += [(2, f"c{i}", ends_0[i] - 2_000 + d) for i, d in ((0, -1.0), (2, 0.0), (4, 1.0))]
+    inst = pd.DataFrame(rows, columns=["rank", "match_id", "end_us"]).assign(p2p=False)
+    off = clocks.clock_offsets(inst, None, [0, 1, 2]).set_index("rank")
+    assert off.loc[1, "offset_us"] == 5_000.0 and off.loc[1, "n"] == 5
+    assert off.loc[1, "uncertainty_us"] == 0.0          # four of five differences agree
+    assert off.loc[2, "offset_us"] == pytest.approx(-2_000.0) and off.loc[2, "n"] == 3
+    assert off.loc[2, "source"] == "collectives"
+
+
+def test_p2p_table_pairs_one_send_with_one_recv():
+    """m1: a send (bytes unknown on the sender) and its recv; m2: two sends and a recv (not a
+    pair); m3: a send alone. Only m1 becomes a row, its bytes from the receiver."""
+    inst = pd.DataFrame({
+        "rank": [0, 1, 0, 0, 1, 2], "step": [3] * 6, "k": [0, 0, 1, 1, 1, 2],
+        "op": ["send", "recv", "send", "send", "recv", "send"], "p2p": [True] * 6,
+        "match_id": ["m1", "m1", "m2", "m2", "m2", "m3"], "dim": ["pp"] * 6,
+        "arrival_us": [100.0, 40.0, 0.0, 0.0, 0.0, 0.0],
+        "end_us": [110.0, 130.0, 1.0, 1.0, 1.0, 1.0],
+        "msg_bytes": pd.array([None, 4096, 8, 8, 8, 8], dtype="Int64")})
+    pairs = matching.p2p_table(inst)
+    assert pairs[["match_id", "src", "dst", "step", "k"]].values.tolist() == [["m1", 0, 1, 3, 0]]
+    row = pairs.iloc[0]
+    assert (row["send_us"], row["recv_us"], row["completion_us"]) == (100.0, 40.0, 130.0)
+    assert row["transfer_us"] == 30.0          # from the later of the two arrivals to the end
+    assert row["msg_bytes"] == 4096
+    assert matching.p2p_table(inst[inst["match_id"] != "m1"]).empty
 
 
 @pytest.mark.parametrize("order,tp_group,dp_group", [

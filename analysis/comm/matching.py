@@ -205,22 +205,31 @@ def collective_table(inst: pd.DataFrame) -> pd.DataFrame:
 
 
 def p2p_table(inst: pd.DataFrame) -> pd.DataFrame:
-    """Per matched send/recv pair (module docstring); ``inst`` on aligned clocks."""
+    """Per matched send/recv pair (module docstring); ``inst`` on aligned clocks. A match id
+    with other than one send and one receive gives no row; rows in the order the match ids
+    first appear in ``inst``."""
     p2p = inst[inst["p2p"] & (inst["match_id"] != "")]
-    rows = []
-    for mid, g in p2p.groupby("match_id", sort=False):
-        send, recv = g[g["op"] == "send"], g[g["op"] == "recv"]
-        if len(send) != 1 or len(recv) != 1:
-            continue
-        s, r = send.iloc[0], recv.iloc[0]
-        completion = float(r["end_us"])
-        rows.append({"match_id": mid, "src": int(s["rank"]), "dst": int(r["rank"]),
-                     "step": int(s["step"]), "k": int(s["k"]), "dim": s["dim"],
-                     "send_us": float(s["arrival_us"]), "recv_us": float(r["arrival_us"]),
-                     "completion_us": completion,
-                     "transfer_us": max(0.0, completion - max(float(s["arrival_us"]),
-                                                              float(r["arrival_us"]))),
-                     "msg_bytes": s["msg_bytes"] if not pd.isna(s["msg_bytes"]) else r["msg_bytes"]})
-    out = pd.DataFrame(rows, columns=P2P_COLUMNS)
-    out["msg_bytes"] = pd.array(out["msg_bytes"].tolist(), dtype="Int64")
-    return out
+    ids = p2p["match_id"]
+    sends = ids[p2p["op"] == "send"].value_counts()
+    recvs = ids[p2p["op"] == "recv"].value_counts()
+    pairs = sends.index[(sends == 1).to_numpy()].intersection(
+        recvs.index[(recvs == 1).to_numpy()])
+    p2p = p2p[ids.isin(pairs)]
+    side = ["match_id", "rank", "step", "k", "dim", "arrival_us", "end_us", "msg_bytes"]
+    send = p2p.loc[p2p["op"] == "send", side].set_index("match_id")
+    recv = p2p.loc[p2p["op"] == "recv", side].set_index("match_id")
+    ordered = pd.unique(p2p["match_id"])
+    send, recv = send.loc[ordered], recv.loc[ordered]
+    completion = recv["end_us"].to_numpy(dtype=np.float64)
+    send_us = send["arrival_us"].to_numpy(dtype=np.float64)
+    recv_us = recv["arrival_us"].to_numpy(dtype=np.float64)
+    msg = send["msg_bytes"].astype("Int64").fillna(recv["msg_bytes"].astype("Int64"))
+    out = pd.DataFrame({
+        "match_id": send.index.to_numpy(), "src": send["rank"].to_numpy(dtype=np.int64),
+        "dst": recv["rank"].to_numpy(dtype=np.int64),
+        "step": send["step"].to_numpy(dtype=np.int64), "k": send["k"].to_numpy(dtype=np.int64),
+        "dim": send["dim"].to_numpy(), "send_us": send_us, "recv_us": recv_us,
+        "completion_us": completion,
+        "transfer_us": np.maximum(0.0, completion - np.maximum(send_us, recv_us)),
+        "msg_bytes": msg.array}, columns=P2P_COLUMNS)
+    return out.reset_index(drop=True)

@@ -29,11 +29,22 @@ used), source (``reference``, ``collectives``, ``send/recv``, ``none``), applied
 """
 from __future__ import annotations
 
+import heapq
+
 import numpy as np
 import pandas as pd
 
 COLUMNS = ["rank", "offset_us", "uncertainty_us", "n", "source", "applied_us"]
 SAME_HOST_US = 50_000.0
+
+
+def _column_medians(x: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """The median of each column's ``n`` values that are not NaN (the mean of the middle two
+    for an even count); ``np.nanmedian`` does the same through masked arrays, far slower."""
+    x = np.sort(x, axis=0)                         # NaNs sort last
+    lo = np.take_along_axis(x, ((n - 1) // 2)[None, :], axis=0)[0]
+    hi = np.take_along_axis(x, (n // 2)[None, :], axis=0)[0]
+    return (lo + hi) / 2
 
 
 def _collective_pairs(inst: pd.DataFrame) -> dict[tuple[int, int], tuple[float, float, int]]:
@@ -42,17 +53,24 @@ def _collective_pairs(inst: pd.DataFrame) -> dict[tuple[int, int], tuple[float, 
     if coll.empty:
         return {}
     ends = coll.pivot_table(index="match_id", columns="rank", values="end_us", aggfunc="first")
+    e = ends.to_numpy(dtype=np.float64)            # collective × rank, NaN where not a member
+    ranks = [int(r) for r in ends.columns]
     out = {}
-    ranks = list(ends.columns)
-    for i, r in enumerate(ranks):
-        for q in ranks[i + 1:]:
-            d = (ends[r] - ends[q]).dropna()
-            if d.empty:
-                continue
-            med = float(d.median())
-            mad = float((d - med).abs().median()) * 1.4826
-            out[(int(r), int(q))] = (med, mad, int(len(d)))
-            out[(int(q), int(r))] = (-med, mad, int(len(d)))
+    # One rank against all later ranks at once: a rank count of numpy passes over the matrix.
+    for i, r in enumerate(ranks[:-1]):
+        d = e[:, i:i + 1] - e[:, i + 1:]
+        n = np.count_nonzero(~np.isnan(d), axis=0)
+        shared = np.flatnonzero(n)
+        if not shared.size:
+            continue
+        d, n = d[:, shared], n[shared]
+        med = _column_medians(d, n)
+        mad = _column_medians(np.abs(d - med), n) * 1.4826
+        for j, m, a, c in zip(shared.tolist(), med.tolist(), mad.tolist(),
+                              n.tolist()):
+            q = ranks[i + 1 + j]
+            out[(r, q)] = (m, a, c)
+            out[(q, r)] = (-m, a, c)
     return out
 
 
@@ -83,22 +101,27 @@ def clock_offsets(inst: pd.DataFrame, p2p: pd.DataFrame | None, ranks: list[int]
         return pd.DataFrame(columns=COLUMNS)
     evidence = [("collectives", _collective_pairs(inst)), ("send/recv", _p2p_pairs(p2p))]
     ranks = sorted(int(r) for r in ranks)
-    known = {ranks[0]: (0.0, 0.0, 0, "reference")}
-    while len(known) < len(ranks):
-        best, best_key = None, None
-        for order, (source, pairs) in enumerate(evidence):
-            for (r, q), (est, unc, n) in pairs.items():
-                if r in known or q not in known:
-                    continue
-                q_off, q_unc, _, _ = known[q]
-                combined = float(np.hypot(q_unc, unc))
-                key = (n < 2, combined, order, -n)        # smallest key wins
-                if best_key is None or key < best_key:
-                    best, best_key = (r, q_off + est, combined, n, source), key
-        if best is None:
-            break
-        r, off, unc, n, src = best
+    # For each rank q, the estimates it gives of other ranks once its own offset is known.
+    gives: dict[int, list] = {}
+    for order, (source, pairs) in enumerate(evidence):
+        for index, ((r, q), (est, unc, n)) in enumerate(pairs.items()):
+            gives.setdefault(q, []).append((order, index, r, est, unc, n, source))
+    known: dict[int, tuple] = {}
+    # Dijkstra over (rank, partner) estimates: the frontier estimate with the smallest key is
+    # taken next (a lone shared collective last, then the smallest combined uncertainty,
+    # collectives before send/recv, more operations first, then the order found).
+    frontier = [((False, 0.0, -1, 0, 0), ranks[0], 0.0, 0.0, 0, "reference")]
+    while frontier and len(known) < len(ranks):
+        _, r, off, unc, n, src = heapq.heappop(frontier)
+        if r in known:
+            continue
         known[r] = (off, unc, n, src)
+        for order, index, other, est, e_unc, e_n, source in gives.get(r, ()):
+            if other in known:
+                continue
+            combined = float(np.hypot(unc, e_unc))
+            heapq.heappush(frontier, ((e_n < 2, combined, order, -e_n, index), other,
+                                      off + est, combined, e_n, source))
     hosts = hosts or {}
     ref_host = hosts.get(ranks[0])
     rows = []

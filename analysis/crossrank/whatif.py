@@ -106,34 +106,50 @@ def reference_scales(graph: StepGraph, run: RunInfo | None, ops: dict[str, str],
     present = sorted(graph.ranks)
     units = stage_work_units(run)
     ep = run is not None and run.size("ep") > 1
+    # Each rank's program (its calls' ops), segments and own work per segment, once: every
+    # rank is compared with each of its peers. Ranks with one program share a matrix of their
+    # segments' own work (a row per rank), from which a rank's reference is its peers' rows'
+    # median per segment.
+    program = {r: graph.ranks[r].call_ops(ops) for r in present}
+    segments = {r: graph.ranks[r].segments() for r in present}
+    seg_own = {r: [sum(graph.ranks[r].points[i].own_us for i in seg) for seg in segments[r]]
+               for r in present}
+    kinds = {(program[r], len(segments[r])) for r in present}
+    table = {k: [r for r in present if (program[r], len(segments[r])) == k] for k in kinds}
+    matrix = {k: np.array([seg_own[r] for r in rows], dtype=np.float64).reshape(len(rows), -1)
+              for k, rows in table.items()}
+    row_of = {r: i for rows in table.values() for i, r in enumerate(rows)}
     out = {}
     for r in present:
         rs = graph.ranks[r]
         scale = np.ones(len(rs.points))
         peers = _peers(r, present, run)
         if peers:
-            mine = rs.call_ops(ops)
-            same = [q for q in peers if graph.ranks[q].call_ops(ops) == mine]
+            mine = program[r]
+            same = [q for q in peers if program[q] == mine]
             if same:
-                segs = rs.segments()
+                segs = segments[r]
+                kind = (mine, len(segs))
+                rows = [row_of[q] for q in same]
+                refs = np.median(matrix[kind][rows], axis=0) if len(segs) else []
                 for j, seg in enumerate(segs):
-                    own = sum(rs.points[i].own_us for i in seg)
-                    ref_vals = []
+                    own = seg_own[r][j]
+                    ref = float(refs[j])
                     opener = _opening_call(rs, segs, j)
-                    for q in same:
-                        qs = graph.ranks[q]
-                        qseg = qs.segments()[j]
-                        q_own = sum(qs.points[i].own_us for i in qseg)
-                        if ep and opener is not None and ops.get(rs.points[opener].mid) == \
-                                "all_to_all":
+                    if ep and opener is not None and ops.get(rs.points[opener].mid) == \
+                            "all_to_all":
+                        # Expert work: the peers' time per received byte × this rank's bytes.
+                        ref_vals = []
+                        for q in same:
+                            q_own = seg_own[q][j]
                             mine_b = out_bytes.get((r, rs.points[opener].mid))
-                            q_open = _opening_call(qs, qs.segments(), j)
-                            q_b = out_bytes.get((q, qs.points[q_open].mid)) \
+                            q_open = _opening_call(graph.ranks[q], segments[q], j)
+                            q_b = out_bytes.get((q, graph.ranks[q].points[q_open].mid)) \
                                 if q_open is not None else None
                             if mine_b and q_b:
                                 q_own = q_own / q_b * mine_b
-                        ref_vals.append(q_own)
-                    ref = float(np.median(ref_vals))
+                            ref_vals.append(q_own)
+                        ref = float(np.median(ref_vals))
                     if own > 0:
                         scale[seg] = ref / own
                 out[r] = (scale, f"stage peers {same}", same)
@@ -238,11 +254,12 @@ def analyse(graphs: dict[int, StepGraph], run: RunInfo | None, ops: dict[str, st
             suffered[waiter] = suffered.get(waiter, 0.0) + us
             charged_us[cause] = charged_us.get(cause, 0.0) + us
             charged.append((step, waiter, cause, us, end))
-        scales_by_step[step] = {}
-        for r, (scale, ref, peers) in reference_scales(g, run, ops, out_bytes).items():
+        scales = reference_scales(g, run, ops, out_bytes)
+        scales_by_step[step] = {r: scale for r, (scale, _, _) in scales.items()}
+        whatifs = g.replay_each(scales_by_step[step])
+        for r, (scale, ref, peers) in scales.items():
             refs[r] = (ref, peers)
-            scales_by_step[step][r] = scale
-            what, _, _ = g.replay({r: scale})
+            what = whatifs[r]
             rows.append({"rank": r, "step": step, "makespan_us": base, "whatif_us": what,
                          "saving_us": base - what, "reference": ref})
         for d in dims:

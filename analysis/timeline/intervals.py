@@ -8,6 +8,7 @@ of sets built here, so "compute", "communication" and their overlap are one defi
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 EMPTY = np.zeros((0, 2), dtype=np.float64)
 
@@ -86,32 +87,46 @@ def clip(a: np.ndarray, start: float, end: float) -> np.ndarray:
 
 def innermost(starts, ends, labels) -> dict:
     """Split time among nested ranges by the innermost one: at each instant the covering range
-    that started last owns it. Returns label → interval set of the time its ranges own.
+    that started last owns it (of ranges that start together, the later one given). Returns
+    label → interval set of the time its ranges own.
 
     This is "self time" for profiler ranges, and it stays meaningful when a range is not
     properly nested (an asynchronous ``gloo:send`` that stays open while later ops run: those
     ops, having started later, own their time; the send owns only the gaps).
-    """
-    import heapq
 
+    How, without a loop over events: number the ranges by start (ties in input order). Between
+    two consecutive boundaries ``t`` (starts and ends) the ranges begun by ``t`` are a prefix
+    ``[0, P)`` of that numbering, and the owner is the highest-numbered one in it still open,
+    the last ``j < P`` with ``end[j] > t``. A table of the maximum end over every block of
+    2^k ranges answers that for all segments at once: from ``P`` leftwards, skip each block,
+    largest first, whose ends are all ``≤ t`` (O(n log n) in numpy).
+    """
     s = np.asarray(starts, dtype=np.float64)
     e = np.asarray(ends, dtype=np.float64)
-    labels = list(labels)
+    if not isinstance(labels, (pd.Series, pd.Index, np.ndarray)):
+        labels = np.asarray(list(labels), dtype=object)
+    codes, names = pd.factorize(labels)
+    if s.size == 0:
+        return {}
     order = np.argsort(s, kind="stable")
+    s, e, codes = s[order], e[order], codes[order]
     bounds = np.unique(np.concatenate([s, e]))
-    owned: dict = {lab: [] for lab in set(labels)}
-    heap: list = []  # (-start, -index, end, label): the latest-started open range on top
-    k = 0
-    for i in range(len(bounds) - 1):
-        t0, t1 = bounds[i], bounds[i + 1]
-        while k < len(order) and s[order[k]] <= t0:
-            j = order[k]
-            heapq.heappush(heap, (-s[j], -k, e[j], labels[j]))
-            k += 1
-        while heap and heap[0][2] <= t0:
-            heapq.heappop(heap)
-        if heap:
-            # Lazily drop closed ranges below the top as they surface.
-            owned[heap[0][3]].append((t0, t1))
-    return {lab: of(np.array(v, dtype=np.float64)) if v else EMPTY.copy()
-            for lab, v in owned.items()}
+    t = bounds[:-1]
+    pos = np.searchsorted(s, t, side="right")  # P: the ranges begun by t
+    # block_max[k][i] = max(e[i : i + 2**k]) for every i with a whole block.
+    block_max = [e]
+    while (1 << len(block_max)) <= e.size:
+        prev, half = block_max[-1], 1 << (len(block_max) - 1)
+        block_max.append(np.maximum(prev[:-half], prev[half:]))
+    for k in range(len(block_max) - 1, -1, -1):
+        width = 1 << k
+        lo = pos - width
+        can = lo >= 0
+        idx = np.where(can, lo, 0)
+        skip = can & (block_max[k][idx] <= t)
+        pos = np.where(skip, lo, pos)
+    owner = pos - 1  # -1: no range covers the segment
+    covered = owner >= 0
+    seg = np.column_stack([t, bounds[1:]])[covered]
+    who = codes[owner[covered]]
+    return {lab: of(seg[who == c]) for c, lab in enumerate(names)}
