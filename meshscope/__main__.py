@@ -1,5 +1,5 @@
 """``python -m meshscope``: the ``meshscope`` command."""
-from meshscope.cli import main
+from meshscope.cli import entry
 
 if __name__ == "__main__":
-    main()
+    entry()

@@ -133,3 +133,6 @@ def main(config_path: str) -> None:
 
 if __name__ == "__main__":
     main(sys.argv[1])
+    from meshscope.parallel.process_exit import leave_now
+
+    leave_now(0)  # everything written; skip torch's teardown (parallel/process_exit.py)

@@ -34,6 +34,7 @@ from .faults import Fault, before_step
 from .layout import Layout
 from .model import ModelConfig, lm_loss
 from .pipeline import build_schedule
+from .process_exit import leave_now
 
 
 def _device() -> tuple[torch.device, str]:
@@ -189,3 +190,4 @@ main = record(_main, error_handler=_AtomicErrorFile())
 
 if __name__ == "__main__":
     main(sys.argv[1])
+    leave_now(0)  # everything written; skip torch's teardown (parallel/process_exit.py)

@@ -21,9 +21,13 @@ from diagnosis_helpers import analysed_samples, assert_healthy  # noqa: F401 - a
 pytestmark = pytest.mark.slow
 
 # (name, meshscope run arguments, slowed rank, delay per microbatch in ms, microbatches)
+# dp2-pp2-stage1 was slowed 20 ms per microbatch until a CI run where 4 ranks on 2 cores gave
+# step-time noise of 44 ms and per-step savings of 42, 88 and 46 ms for the 80 ms injected: the
+# verdict then measures the machine, not the analysis. 50 ms, as for dp4 and tp2-pp2, keeps the
+# injected delay several times the noise.
 CASES = [
     ("dp4", ["--layout", "dp=4"], 1, 50, 4),
-    ("dp2-pp2-stage1", ["--layout", "dp=2,pp=2", "--schedule", "1f1b"], 2, 20, 4),
+    ("dp2-pp2-stage1", ["--layout", "dp=2,pp=2", "--schedule", "1f1b"], 2, 50, 4),
     ("tp2-pp2", ["--layout", "tp=2,pp=2", "--schedule", "1f1b"], 3, 50, 4),
     ("pp4", ["--layout", "pp=4", "--schedule", "1f1b"], 1, 20, 4),
     ("dp2-ep2", ["--layout", "dp=2,ep=2", "--model", "tiny-moe"], 0, 20, 4),

@@ -205,7 +205,9 @@ def build(trace: RankTrace, run=None) -> RankTimeline:
     else:
         comm_ev = host[host["kind"] == classify.COMMUNICATION]
         per_lane = []
-        is_ann = host["name"].map(_is_work_annotation)
+        # Names repeat: each distinct one is parsed once (a missing name, code −1, is not).
+        codes, names = pd.factorize(host["name"])
+        is_ann = np.array([_is_work_annotation(n) for n in names] + [False])[codes]
         is_recv = host["name"].isin(_RECEIVES)
         label = np.where(is_ann, "ann", np.where(
             host["kind"] == classify.COMPUTE, "op", np.where(
