@@ -16,14 +16,16 @@ from torch.distributed.device_mesh import init_device_mesh
 
 from .context_parallel import parallelize_cp, shard_sequence
 from .data import dp_shard
-from .data_parallel import parallelize_dp
 from .faults import install_slow_rank
 from .layout import Layout, stage_layers
 from .model import ModelConfig, build_model
 from .moe import shard_experts
-from .pipeline import split_model
 from .schedules import SCHEDULES, stages_of_rank
-from .tensor_parallel import parallelize_tp
+
+# ``parallelize_tp`` (DTensor), ``split_model`` (torch.distributed.pipelining, which imports
+# torch._dynamo) and ``parallelize_dp`` (FSDP for fsdp/zero2) are imported inside
+# ``build_rank_model`` when the layout uses their dimension: each of those torch packages costs
+# about a second of import per rank, which a run without that dimension does not pay.
 
 
 @dataclasses.dataclass
@@ -95,6 +97,12 @@ def build_rank_model(conf: dict, layout: Layout, cfg: ModelConfig, device: torch
     n_stages = pp * v
     stage_ids = stages_of_rank(coords["pp"], pp, v, spec.placement) if pp > 1 else [0]
     layers = stage_layers(cfg.n_layers, n_stages, conf.get("stage_layers"))
+    if n_stages > 1:
+        from .pipeline import split_model
+    if tp > 1:
+        from .tensor_parallel import parallelize_tp
+    if dp_mesh.size() > 1:
+        from .data_parallel import parallelize_dp
     modules, experts = {}, []
     for sid in stage_ids:
         m = build_model(cfg, conf["seed"])

@@ -21,11 +21,14 @@ experts.
 """
 from __future__ import annotations
 
+import sys
+
 import torch
 import torch.distributed as dist
-from torch.distributed.fsdp import fully_shard
-from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel as DDP
+
+# FSDP2 (``fully_shard``) and DTensor are imported where a mode needs them: with DTensor they
+# cost about 1.5 s per process, and the launcher imports this module for ``DP_MODES``.
 
 DP_MODES = ("ddp", "fsdp", "zero2")
 
@@ -35,7 +38,9 @@ def parallelize_dp(module: torch.nn.Module, *, mode: str, mesh, device: torch.de
     """Wrap ``module`` for data parallelism over the 1-D ``mesh``; returns the module to use."""
     ignored_set = set(ignored)
     if mode == "ddp":
-        if any(isinstance(p, DTensor) for p in module.parameters()):
+        # A parameter can be a DTensor only once tensor parallelism has imported the package.
+        dtensor = sys.modules.get("torch.distributed.tensor")
+        if dtensor and any(isinstance(p, dtensor.DTensor) for p in module.parameters()):
             from torch.distributed._composable.replicate_with_fsdp import replicate
             return replicate(module, mesh=mesh, ignored_params=ignored_set or None)
         if ignored_set:
@@ -47,6 +52,8 @@ def parallelize_dp(module: torch.nn.Module, *, mode: str, mesh, device: torch.de
         # every rank computes the same tables, so that broadcast changes nothing.)
         return DDP(module, process_group=mesh.get_group(), forward_sync_buffers=False,
                    device_ids=[device.index] if device.type == "cuda" else None)
+    from torch.distributed.fsdp import fully_shard
+
     reshard = mode == "fsdp"
     for block in module.layers.values():
         fully_shard(block, mesh=mesh, reshard_after_forward=reshard,

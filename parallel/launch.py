@@ -317,7 +317,7 @@ def run_ranks(module: str, config_path: pathlib.Path, *, log_dir: pathlib.Path, 
                  # several launchers share one host, e.g. 127.0.0.1 in a test).
                  f"--rdzv-conf=is_host={1 if node_rank == 0 else 0}"]
     args = get_args_parser().parse_args([
-        *where, f"--nproc-per-node={nproc}", "--max-restarts=0", "--monitor-interval=0.5",
+        *where, f"--nproc-per-node={nproc}", "--max-restarts=0", "--monitor-interval=0.1",
         "-m", module, str(config_path)])
     # torchrun's own run(args), with the log destinations replaced by RunLogs.
     config, entrypoint, entry_args = config_from_args(args)

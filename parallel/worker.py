@@ -33,7 +33,6 @@ from .data_parallel import no_sync, sync_expert_grads
 from .faults import Fault, before_step
 from .layout import Layout
 from .model import ModelConfig, lm_loss
-from .pipeline import build_schedule
 from .process_exit import leave_now
 
 
@@ -134,6 +133,7 @@ def _main(config_path: str) -> None:
     pp = layout.size("pp")
     schedule = None
     if pp > 1:
+        from .pipeline import build_schedule  # torch.distributed.pipelining: only when pp > 1
         schedule = build_schedule(rm.modules, num_stages=rm.n_stages, device=device,
                                   group=rm.mesh["pp"].get_group(), schedule=conf["schedule"],
                                   microbatches=conf["microbatches"], loss_fn=lm_loss)

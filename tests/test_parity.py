@@ -5,6 +5,7 @@ the per-step loss — the mean over the ranks that compute it — with ``referen
 same model, seed and global batch trained in this process. fp32, rtol 1e-4.
 """
 import dataclasses
+import functools
 
 import pandas as pd
 import pytest
@@ -39,6 +40,16 @@ for _p in (2, 4):
                                         "--microbatches", 8], "tiny8", None))
 
 
+@functools.lru_cache(maxsize=None)
+def _reference(preset: str, layers: int | None, steps: int, seed: int, batch: int
+               ) -> tuple[float, ...]:
+    """``reference_losses`` of a preset, computed once per session for each configuration
+    (about 3 s each; most cases share the tiny and tiny8 presets)."""
+    cfg = PRESETS[preset] if layers is None else dataclasses.replace(PRESETS[preset],
+                                                                     n_layers=layers)
+    return tuple(reference_losses(cfg, steps=steps, seed=seed, batch=batch))
+
+
 def _losses(run) -> list[float]:
     steps = pd.concat(pd.read_parquet(f) for f in sorted((run / "steps").glob("*.parquet")))
     return steps.dropna(subset=["loss"]).groupby("step")["loss"].mean().tolist()
@@ -50,11 +61,9 @@ def test_losses_equal_one_process(case, tmp_path):
     run = tmp_path / name
     meshscope("run", *args, "--model", preset, "--steps", STEPS, "--global-batch", 16,
               "--profile-steps", "4-4", "--out", run, check=True)
-    cfg = PRESETS[preset] if layers is None else dataclasses.replace(PRESETS[preset],
-                                                                     n_layers=layers)
     validate_run_json(run / "run.json")
-    expected = reference_losses(cfg, steps=STEPS, seed=0, batch=16)
-    assert _losses(run) == pytest.approx(expected, rel=1e-4)
+    expected = _reference(preset, layers, STEPS, 0, 16)
+    assert _losses(run) == pytest.approx(list(expected), rel=1e-4)
 
 
 def test_every_layout_of_the_world4_sweep_equals_one_process(world4_sweep):
@@ -65,8 +74,8 @@ def test_every_layout_of_the_world4_sweep_equals_one_process(world4_sweep):
 
     desc = json.loads((world4_sweep / "sweep.json").read_text())
     spec = desc["spec"]
-    expected = reference_losses(PRESETS[spec["model"]], steps=spec["steps"], seed=spec["seed"],
-                                batch=spec["global_batch"])
+    expected = list(_reference(spec["model"], None, spec["steps"], spec["seed"],
+                               spec["global_batch"]))
     done = [r for r in desc["runs"] if r["status"] == "completed"]
     assert {r["candidate"]["layout"] for r in done} >= {"dp=4", "tp=4", "pp=4", "dp=2,tp=2",
                                                         "dp=2,pp=2", "tp=2,pp=2"}

@@ -8,8 +8,10 @@ computed from:
   modification time;
 - the options that change the report (``--comm-kernel-regex``, ``--rank-regex``, ``--layout``,
   ``--rank-order``, ``--warmup-steps``, the ``--baseline`` file's size and time);
-- the analysis itself: meshscope's version and the size and modification time of its source
-  files, so a changed meshscope never serves an old report.
+- the analysis itself: the size and modification time of meshscope's source files, so a
+  changed meshscope never serves an old report (installing another version writes them anew;
+  the version string is not read, since ``importlib.metadata`` alone costs a third of a
+  cached run).
 
 When the digest matches the one stored beside a readable ``summary.json``, the command prints
 that report instead of computing it again — without importing pandas or anything heavy, which
@@ -51,7 +53,8 @@ def _walk(root: pathlib.Path, skip: set[pathlib.Path]):
 
 
 def key(path: pathlib.Path, out: pathlib.Path, options: dict) -> str:
-    """The digest of ``path``'s inputs, the ``options`` and this meshscope (module docstring);
+    """The digest of ``path``'s inputs, the ``options`` and this meshscope's sources (module
+    docstring);
     ``out`` is the report directory (never part of the inputs)."""
     path, out = pathlib.Path(path), pathlib.Path(out)
     h = hashlib.blake2b(digest_size=20)
@@ -63,11 +66,6 @@ def key(path: pathlib.Path, out: pathlib.Path, options: dict) -> str:
     for folder in (analysis, analysis.parent / "collectors", analysis.parent / "parallel"):
         for src in sorted(folder.glob("**/*.py")):
             _stat_line(h, src, str(src.relative_to(analysis.parent)))
-    try:
-        from importlib.metadata import version
-        h.update(version("meshscope").encode())
-    except Exception:  # noqa: BLE001 - a checkout that was never installed
-        pass
     for f in _walk(path, {out.resolve()} if out.exists() else set()):
         _stat_line(h, f, str(f.relative_to(path)) if path.is_dir() else f.name)
     return h.hexdigest()
