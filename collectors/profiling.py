@@ -31,9 +31,11 @@ the faults (as the first step pays its warm-up anyway).
 """
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import pathlib
+import shutil
 
 import torch
 from torch.profiler import ProfilerActivity, profile, schedule
@@ -44,6 +46,10 @@ from .run_dir import trace_path
 # Heap kept resident for each profiled step: the profiler's storage grew 100–220 MB per step on
 # this project's CPU runs (13–26k ops per step).
 HEAP_RESERVE_PER_STEP_BYTES = 256 << 20
+# The trace's gzip level. torch's ``export_chrome_trace`` to a ``.gz`` path compresses at level
+# 9, line by line; level 6 in 1 MiB blocks took a fifth of the time on this project's traces
+# (0.08 s against 0.39 s for 6 MB of JSON) for files about 15% larger.
+TRACE_GZIP_LEVEL = 6
 
 
 def parse_step_range(text: str) -> tuple[int, int]:
@@ -76,6 +82,23 @@ def shapes_without_values() -> bool:
     return True
 
 
+def write_trace(prof: profile, out: pathlib.Path) -> None:
+    """The profiler's Chrome trace as ``out`` (gzipped at ``TRACE_GZIP_LEVEL``). It appears
+    whole or not at all: the JSON and the compressed file have hidden names beside it, which no
+    reader takes for a trace (they do not end in .json or .json.gz), until the rename."""
+    raw = out.with_name(f".{out.name}.{os.getpid()}.raw")
+    packed = out.with_name(f".{out.name}.{os.getpid()}.part")
+    try:
+        prof.export_chrome_trace(str(raw))
+        with open(raw, "rb") as fin, \
+                gzip.open(packed, "wb", compresslevel=TRACE_GZIP_LEVEL) as fout:
+            shutil.copyfileobj(fin, fout, 1 << 20)
+        os.replace(packed, out)
+    finally:
+        raw.unlink(missing_ok=True)
+        packed.unlink(missing_ok=True)
+
+
 def make_profiler(run_dir: pathlib.Path, rank: int, steps: tuple[int, int],
                   device: torch.device, meta: dict) -> profile:
     first, last = steps
@@ -86,7 +109,7 @@ def make_profiler(run_dir: pathlib.Path, rank: int, steps: tuple[int, int],
 
     def on_trace_ready(prof: profile) -> None:
         out.parent.mkdir(parents=True, exist_ok=True)
-        prof.export_chrome_trace(str(out))
+        write_trace(prof, out)
 
     shapes_without_values()
     prof = profile(

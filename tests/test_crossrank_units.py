@@ -111,6 +111,25 @@ def test_a_stage_without_peers_is_held_against_the_other_stage():
     assert res.straggler["rank"] == 0
 
 
+def test_each_rank_is_held_against_its_stage_peers_present_in_the_step():
+    """dp=3 × pp=2 with the stages interleaved over the ranks (stage 0: ranks 0, 2, 4; stage 1:
+    ranks 1, 3, 5) and rank 4's trace missing from the step: each rank's peers are the other
+    ranks of its stage that the step has, in rank order."""
+    from meshscope.collectors.run_info import from_dict
+
+    coords = {str(r): {"pp": r % 2, "dp": r // 2} for r in range(6)}
+    run = from_dict({"world_size": 6, "layout": {"dp": 3, "pp": 2}, "schedule": "1f1b",
+                     "microbatches": 1, "mesh": {"coordinates": coords},
+                     "process_groups": [{"dimension": "pp", "ranks": [2 * d, 2 * d + 1]}
+                                        for d in range(3)]}, "run.json")
+    ranks = {r: RankStep(r, 0.0, [Point(END, 1_000.0 + r, 1_000.0 + r)]) for r in (0, 1, 2, 3, 5)}
+    scales = whatif.reference_scales(StepGraph(0, ranks, {}), run, {}, {})
+    assert {r: peers for r, (_, _, peers) in scales.items()} == {
+        0: [2], 2: [0], 1: [3, 5], 3: [1, 5], 5: [1, 3]}
+    # Held against its one present peer, rank 0 (1,000 µs) is scaled to rank 2's 1,002 µs.
+    assert scales[0][0].tolist() == pytest.approx([1_002.0 / 1_000.0])
+
+
 def test_expert_work_is_held_against_the_tokens_each_rank_received():
     """Two ep ranks: rank 1 received twice the tokens and computes twice as long after the
     dispatch all_to_all — that is its share of the work, not slowness."""

@@ -46,6 +46,7 @@ of the waits charged to it: ``graph.waits_charged``).
 from __future__ import annotations
 
 import dataclasses
+from collections import defaultdict
 
 import numpy as np
 import pandas as pd
@@ -92,10 +93,19 @@ def stage_work_units(run: RunInfo | None) -> dict[int, float]:
     return units
 
 
-def _peers(rank: int, present: list[int], run: RunInfo | None) -> list[int]:
+def _peer_finder(present: list[int], run: RunInfo | None):
+    """rank → its stage peers among ``present`` (sorted): ``RunInfo.stage_peers`` restricted
+    to the ranks in the step, with the stages grouped once instead of scanning every rank of
+    the run for each rank (quadratic in the rank count, and then some, at 1,024 ranks)."""
     if run is None:
-        return [r for r in present if r != rank]
-    return [r for r in run.stage_peers(rank) if r in present]
+        return lambda rank: [r for r in present if r != rank]
+    placed = set(run.coordinates)
+    by_stage: dict[int | None, list[int]] = defaultdict(list)
+    for r in present:
+        if r in placed:
+            by_stage[run.stage_of(r)].append(r)
+    return lambda rank: [r for r in by_stage.get(run.stage_of(rank), []) if r != rank] \
+        if rank in placed else []
 
 
 def reference_scales(graph: StepGraph, run: RunInfo | None, ops: dict[str, str],
@@ -110,20 +120,26 @@ def reference_scales(graph: StepGraph, run: RunInfo | None, ops: dict[str, str],
     # rank is compared with each of its peers. Ranks with one program share a matrix of their
     # segments' own work (a row per rank), from which a rank's reference is its peers' rows'
     # median per segment.
-    program = {r: graph.ranks[r].call_ops(ops) for r in present}
+    # Programs are numbered once (a dict lookup per rank), so that comparing two ranks'
+    # programs compares two integers, not two tuples of every call of the step.
+    numbered: dict[tuple[str, ...], int] = {}
+    program = {r: numbered.setdefault(graph.ranks[r].call_ops(ops), len(numbered))
+               for r in present}
     segments = {r: graph.ranks[r].segments() for r in present}
     seg_own = {r: [sum(graph.ranks[r].points[i].own_us for i in seg) for seg in segments[r]]
                for r in present}
-    kinds = {(program[r], len(segments[r])) for r in present}
-    table = {k: [r for r in present if (program[r], len(segments[r])) == k] for k in kinds}
+    table: dict[tuple[int, int], list[int]] = defaultdict(list)
+    for r in present:
+        table[(program[r], len(segments[r]))].append(r)
     matrix = {k: np.array([seg_own[r] for r in rows], dtype=np.float64).reshape(len(rows), -1)
               for k, rows in table.items()}
     row_of = {r: i for rows in table.values() for i, r in enumerate(rows)}
+    peers_of = _peer_finder(present, run)
     out = {}
     for r in present:
         rs = graph.ranks[r]
         scale = np.ones(len(rs.points))
-        peers = _peers(r, present, run)
+        peers = peers_of(r)
         if peers:
             mine = program[r]
             same = [q for q in peers if program[q] == mine]
