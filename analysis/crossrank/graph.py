@@ -11,7 +11,9 @@ Collectives join every rank of their group; a send/recv pair joins the two ranks
 ``StepGraph.replay(scale)`` runs that model with each rank's own work multiplied by
 ``scale[rank]`` (a number, or one factor per point) and returns the step's makespan and every
 point's time. With all factors 1 it reproduces the measured step (the measured waits are
-exactly the model's). ``critical_path`` walks back from the last rank to finish through the
+exactly the model's). ``replay_each`` runs one such what-if per rank at once. The order in
+which a replay times the points does not depend on the times (``StepGraph.order``, worked out
+once per step), so every replay of a step walks the same order. ``critical_path`` walks back from the last rank to finish through the
 binding dependency of each point: the rank's own previous point (its own work was binding) or
 the last participant to call the operation it waited for (then the path crosses ranks,
 through the operation's transfer).
@@ -34,6 +36,7 @@ import numpy as np
 import pandas as pd
 
 CALL, WAIT, END = "call", "wait", "end"
+RELEASE = "release"   # in ``StepGraph.order``: a deadlocked wait released at its measured time
 PATH_COLUMNS = ["step", "order", "rank", "kind", "what", "start_us", "end_us", "dur_us"]
 
 
@@ -93,9 +96,58 @@ class StepGraph:
             for i, p in enumerate(rs.points):
                 if p.kind == CALL and p.mid in ops:
                     self._callers[p.mid].append((r, i))
+        self._walk: tuple[list[tuple], dict[int, bool]] | None = None
 
     def measured_makespan_us(self) -> float:
         return max(rs.points[-1].t_us for rs in self.ranks.values()) - self.t0
+
+    def order(self) -> tuple[list[tuple], dict[int, bool]]:
+        """The order in which a replay times the points, and which ranks reach their end.
+
+        Which rank runs, where it stops (at a wait for an operation that some participant has
+        not called yet) and when it resumes (once the last call is made) depend on the graph
+        alone, never on the times, so every replay of the step walks the same order; it is
+        worked out once. Entries: ``(rank, point index, waits, calls)`` — ``waits`` when the
+        point ends a wait for an operation that others call, ``calls`` when it calls one — and
+        ``(RELEASE, mid)`` where every rank left waits for an operation some rank never calls:
+        the oldest such wait is released at its measured time."""
+        if self._walk is not None:
+            return self._walk
+        walk: list[tuple] = []
+        pending = {mid: len(c) for mid, c in self._callers.items()}
+        blocked: dict[str, list[int]] = defaultdict(list)
+        nxt = {r: 0 for r in self.ranks}
+        ready = list(self.ranks)
+        while ready:
+            r = ready.pop()
+            rs, i = self.ranks[r], nxt[r]
+            while i < len(rs.points):
+                p = rs.points[i]
+                waits = p.kind == WAIT and p.mid in self.ops and bool(self._callers.get(p.mid))
+                if waits and pending[p.mid] > 0:
+                    blocked[p.mid].append(r)
+                    break
+                calls = p.kind == CALL and p.mid in pending
+                walk.append((r, i, waits, calls))
+                if calls:
+                    pending[p.mid] -= 1
+                    if pending[p.mid] == 0:
+                        ready.extend(blocked.pop(p.mid, []))
+                i += 1
+            nxt[r] = i
+            if not ready and blocked:
+                mid, waiting = next(iter(blocked.items()))
+                del blocked[mid]
+                pending[mid] = 0
+                walk.append((RELEASE, mid))
+                ready.extend(waiting)
+        self._walk = walk, {r: nxt[r] == len(rs.points) for r, rs in self.ranks.items()}
+        return self._walk
+
+    def _released_call_us(self, mid: str) -> float:
+        """When the operation of a released wait counts as called: its measured completion
+        less its transfer."""
+        return self.ops[mid].completion_us - self.ops[mid].transfer_us
 
     def replay(self, scale: dict[int, float | np.ndarray] | None = None,
                transfer_factor: dict[str, float] | None = None
@@ -109,49 +161,29 @@ class StepGraph:
         tf = transfer_factor or {}
         times = {r: np.full(len(rs.points), np.nan) for r, rs in self.ranks.items()}
         binding: dict = {}
-        pending = {mid: len(c) for mid, c in self._callers.items()}
-        last_call: dict[str, tuple[float, tuple[int, int]]] = {}
-        blocked: dict[str, list[int]] = defaultdict(list)
-        nxt = {r: 0 for r in self.ranks}
-        ready = list(self.ranks)
-        while ready:
-            r = ready.pop()
-            rs, i = self.ranks[r], nxt[r]
+        last_call: dict[str, tuple[float, tuple[int, int] | None]] = {}
+        walk, _ = self.order()
+        for entry in walk:
+            if entry[0] is RELEASE:
+                last_call.setdefault(entry[1], (self._released_call_us(entry[1]), None))
+                continue
+            r, i, waits, calls = entry
+            rs = self.ranks[r]
+            p = rs.points[i]
+            prev = times[r][i - 1] if i else rs.start_us
             f = scale.get(r, 1.0)
-            while i < len(rs.points):
-                p = rs.points[i]
-                prev = times[r][i - 1] if i else rs.start_us
-                fi = f[i] if isinstance(f, np.ndarray) else f
-                t = prev + p.own_us * fi
-                bind = ("self", None)
-                if p.kind == WAIT and p.mid in self.ops and self._callers.get(p.mid):
-                    if pending[p.mid] > 0:
-                        blocked[p.mid].append(r)
-                        break
-                    arrive, who = last_call[p.mid]
-                    op = self.ops[p.mid]
-                    done = arrive + op.transfer_us * tf.get(op.dim, 1.0) + p.resume_us
-                    if done > t:
-                        t, bind = done, ("op", who) if who is not None else ("self", None)
-                times[r][i] = t
-                binding[(r, i)] = bind
-                if p.kind == CALL and p.mid in pending:
-                    if p.mid not in last_call or t > last_call[p.mid][0]:
-                        last_call[p.mid] = (t, (r, i))
-                    pending[p.mid] -= 1
-                    if pending[p.mid] == 0:
-                        ready.extend(blocked.pop(p.mid, []))
-                i += 1
-            nxt[r] = i
-            if not ready and blocked:
-                # Every rank left waits for an operation some rank never calls: release the
-                # oldest such wait at its measured time.
-                mid, waiting = next(iter(blocked.items()))
-                del blocked[mid]
-                pending[mid] = 0
-                last_call.setdefault(mid, (self.ops[mid].completion_us
-                                           - self.ops[mid].transfer_us, None))
-                ready.extend(waiting)
+            t = prev + p.own_us * (f[i] if isinstance(f, np.ndarray) else f)
+            bind = ("self", None)
+            if waits:
+                arrive, who = last_call[p.mid]
+                op = self.ops[p.mid]
+                done = arrive + op.transfer_us * tf.get(op.dim, 1.0) + p.resume_us
+                if done > t:
+                    t, bind = done, ("op", who) if who is not None else ("self", None)
+            times[r][i] = t
+            binding[(r, i)] = bind
+            if calls and (p.mid not in last_call or t > last_call[p.mid][0]):
+                last_call[p.mid] = (t, (r, i))
         ends = [times[r][-1] for r in self.ranks if len(times[r])]
         if any(np.isnan(e) for e in ends):
             return float("nan"), times, binding     # a wait whose op never got all its calls
@@ -159,59 +191,40 @@ class StepGraph:
 
     def replay_each(self, scales: dict[int, float | np.ndarray]) -> dict[int, float]:
         """rank → the makespan of ``replay({rank: scales[rank]})``, for every rank of
-        ``scales`` in one pass. The replay's order of work (which rank runs, where it blocks,
-        when a wait is released) depends on the graph alone, not on the times, so the
-        what-ifs run side by side: each point's time is a vector with one entry per what-if,
-        where only the entry of the point's own rank is scaled. The same arithmetic in the
-        same order as ``replay``, so the numbers are the same to the last bit; the work is the
-        graph's points once, not once per rank."""
+        ``scales`` in one pass over ``order``: each point's time is a vector with one entry
+        per what-if, where only the entry of the point's own rank is scaled. The same
+        arithmetic in the same order as ``replay``, so the numbers are the same to the last
+        bit; the work is the graph's points once, not once per rank."""
         who = list(scales)
         col = {r: j for j, r in enumerate(who)}
         n = len(who)
         if not n:
             return {}
         cur = {r: np.full(n, rs.start_us) for r, rs in self.ranks.items()}
-        pending = {mid: len(c) for mid, c in self._callers.items()}
         last_call: dict[str, np.ndarray] = {}
-        blocked: dict[str, list[int]] = defaultdict(list)
-        nxt = {r: 0 for r in self.ranks}
-        ready = list(self.ranks)
-        while ready:
-            r = ready.pop()
-            rs, i = self.ranks[r], nxt[r]
-            f, j = scales.get(r, 1.0), col.get(r)
-            t = cur[r]
-            while i < len(rs.points):
-                p = rs.points[i]
-                prev = t
-                t = prev + p.own_us * 1.0
-                if j is not None:
-                    t[j] = prev[j] + p.own_us * (f[i] if isinstance(f, np.ndarray) else f)
-                if p.kind == WAIT and p.mid in self.ops and self._callers.get(p.mid):
-                    if pending[p.mid] > 0:
-                        blocked[p.mid].append(r)
-                        t = prev
-                        break
-                    op = self.ops[p.mid]
-                    done = last_call[p.mid] + op.transfer_us + p.resume_us
-                    t = np.where(done > t, done, t)
-                if p.kind == CALL and p.mid in pending:
-                    seen = last_call.get(p.mid)
-                    last_call[p.mid] = t if seen is None else np.where(t > seen, t, seen)
-                    pending[p.mid] -= 1
-                    if pending[p.mid] == 0:
-                        ready.extend(blocked.pop(p.mid, []))
-                i += 1
-            cur[r], nxt[r] = t, i
-            if not ready and blocked:
-                mid, waiting = next(iter(blocked.items()))
-                del blocked[mid]
-                pending[mid] = 0
-                if mid not in last_call:
-                    last_call[mid] = np.full(n, self.ops[mid].completion_us
-                                             - self.ops[mid].transfer_us)
-                ready.extend(waiting)
-        ends = [cur[r] if nxt[r] == len(rs.points) else np.full(n, np.nan)
+        walk, finished = self.order()
+        for entry in walk:
+            if entry[0] is RELEASE:
+                if entry[1] not in last_call:
+                    last_call[entry[1]] = np.full(n, self._released_call_us(entry[1]))
+                continue
+            r, i, waits, calls = entry
+            p = self.ranks[r].points[i]
+            prev = cur[r]
+            t = prev + p.own_us
+            j = col.get(r)
+            if j is not None:
+                f = scales[r]
+                t[j] = prev[j] + p.own_us * (f[i] if isinstance(f, np.ndarray) else f)
+            if waits:
+                op = self.ops[p.mid]
+                done = last_call[p.mid] + op.transfer_us + p.resume_us
+                t = np.where(done > t, done, t)
+            if calls:
+                seen = last_call.get(p.mid)
+                last_call[p.mid] = t if seen is None else np.where(t > seen, t, seen)
+            cur[r] = t
+        ends = [cur[r] if finished[r] else np.full(n, np.nan)
                 for r, rs in self.ranks.items() if len(rs.points)]
         if not ends:
             return dict.fromkeys(who, float("nan"))
