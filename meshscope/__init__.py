@@ -21,7 +21,6 @@ if not _os.path.isdir(_os.path.join(_here, "analysis")) and \
     __path__.append(_checkout)  # noqa: F821 - the package's own search path
 
 
-
 def __getattr__(name: str):
     """``meshscope.__version__``, looked up when first asked for: ``importlib.metadata`` costs
     about 60 ms to import, a third of a cached ``meshscope analyze``."""
