@@ -23,8 +23,8 @@ from .moe import shard_experts
 from .schedules import SCHEDULES, stages_of_rank
 
 # ``parallelize_tp`` (DTensor), ``split_model`` (torch.distributed.pipelining, which imports
-# torch._dynamo) and ``parallelize_dp`` (FSDP for fsdp/zero2) are imported inside
-# ``build_rank_model`` when the layout uses their dimension: each of those torch packages costs
+# torch._dynamo) and ``parallelize_dp`` (FSDP for fsdp/zero2) are imported where
+# ``build_rank_model`` applies their dimension: each of those torch packages costs
 # about a second of import per rank, which a run without that dimension does not pay.
 
 
@@ -97,27 +97,24 @@ def build_rank_model(conf: dict, layout: Layout, cfg: ModelConfig, device: torch
     n_stages = pp * v
     stage_ids = stages_of_rank(coords["pp"], pp, v, spec.placement) if pp > 1 else [0]
     layers = stage_layers(cfg.n_layers, n_stages, conf.get("stage_layers"))
-    if n_stages > 1:
-        from .pipeline import split_model
-    if tp > 1:
-        from .tensor_parallel import parallelize_tp
-    if dp_mesh.size() > 1:
-        from .data_parallel import parallelize_dp
     modules, experts = {}, []
     for sid in stage_ids:
         m = build_model(cfg, conf["seed"])
         if n_stages > 1:
+            from .pipeline import split_model
             split_model(m, layers[sid], first=sid == 0, last=sid == n_stages - 1)
         m.to(device)
         mine = shard_experts(m, ep_group) if ep_group is not None else []
         experts += mine
         if tp > 1:
+            from .tensor_parallel import parallelize_tp
             parallelize_tp(m, mesh["tp"], sp=conf["sp"])
         if cp > 1:
             parallelize_cp(m, mesh["cp"].get_group(), coords["cp"], cp)
         if sid == stage_ids[0]:
             install_slow_rank(faults, rank, m)
         if dp_mesh.size() > 1:
+            from .data_parallel import parallelize_dp
             m = parallelize_dp(m, mode=conf["dp_mode"], mesh=dp_mesh, device=device,
                                ignored=mine)
         modules[sid] = m

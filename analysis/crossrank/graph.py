@@ -29,6 +29,7 @@ transfers: op and dimension), start_us, end_us, dur_us (times relative to the st
 from __future__ import annotations
 
 import dataclasses
+import functools
 import heapq
 from collections import defaultdict
 
@@ -96,11 +97,11 @@ class StepGraph:
             for i, p in enumerate(rs.points):
                 if p.kind == CALL and p.mid in ops:
                     self._callers[p.mid].append((r, i))
-        self._walk: tuple[list[tuple], dict[int, bool]] | None = None
 
     def measured_makespan_us(self) -> float:
         return max(rs.points[-1].t_us for rs in self.ranks.values()) - self.t0
 
+    @functools.cached_property
     def order(self) -> tuple[list[tuple], dict[int, bool]]:
         """The order in which a replay times the points, and which ranks reach their end.
 
@@ -111,8 +112,6 @@ class StepGraph:
         point ends a wait for an operation that others call, ``calls`` when it calls one — and
         ``(RELEASE, mid)`` where every rank left waits for an operation some rank never calls:
         the oldest such wait is released at its measured time."""
-        if self._walk is not None:
-            return self._walk
         walk: list[tuple] = []
         pending = {mid: len(c) for mid, c in self._callers.items()}
         blocked: dict[str, list[int]] = defaultdict(list)
@@ -141,8 +140,7 @@ class StepGraph:
                 pending[mid] = 0
                 walk.append((RELEASE, mid))
                 ready.extend(waiting)
-        self._walk = walk, {r: nxt[r] == len(rs.points) for r, rs in self.ranks.items()}
-        return self._walk
+        return walk, {r: nxt[r] == len(rs.points) for r, rs in self.ranks.items()}
 
     def _released_call_us(self, mid: str) -> float:
         """When the operation of a released wait counts as called: its measured completion
@@ -162,7 +160,7 @@ class StepGraph:
         times = {r: np.full(len(rs.points), np.nan) for r, rs in self.ranks.items()}
         binding: dict = {}
         last_call: dict[str, tuple[float, tuple[int, int] | None]] = {}
-        walk, _ = self.order()
+        walk, _ = self.order
         for entry in walk:
             if entry[0] is RELEASE:
                 last_call.setdefault(entry[1], (self._released_call_us(entry[1]), None))
@@ -202,7 +200,7 @@ class StepGraph:
             return {}
         cur = {r: np.full(n, rs.start_us) for r, rs in self.ranks.items()}
         last_call: dict[str, np.ndarray] = {}
-        walk, finished = self.order()
+        walk, finished = self.order
         for entry in walk:
             if entry[0] is RELEASE:
                 if entry[1] not in last_call:

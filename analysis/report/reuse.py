@@ -54,8 +54,7 @@ def _walk(root: pathlib.Path, skip: set[pathlib.Path]):
 
 def key(path: pathlib.Path, out: pathlib.Path, options: dict) -> str:
     """The digest of ``path``'s inputs, the ``options`` and this meshscope's sources (module
-    docstring);
-    ``out`` is the report directory (never part of the inputs)."""
+    docstring); ``out`` is the report directory (never part of the inputs)."""
     path, out = pathlib.Path(path), pathlib.Path(out)
     h = hashlib.blake2b(digest_size=20)
     h.update(json.dumps(options, sort_keys=True, default=str).encode())
