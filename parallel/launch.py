@@ -3,7 +3,8 @@
 Everything that can be checked before launch is checked here (``layout.validate``) so that a
 bad layout costs one line and exit code 2, not a crash in eight processes. The ranks are then
 started through torchrun's own machinery (``torch.distributed.run``), gloo on CPU and NCCL on
-CUDA; a failing rank ends the whole job, and ``LaunchError`` names the rank and its error.
+CUDA, forked from a server that has already imported torch (``rank_start``); a failing rank
+ends the whole job, and ``LaunchError`` names the rank and its error.
 
 What the ranks print (library warnings, Kineto's ``profiler_start/stop`` lines, NCCL's chatter)
 goes to ``RUN/logs/rank{R}.stdout.log`` and ``rank{R}.stderr.log`` (``RunLogs``), torchrun's
@@ -37,6 +38,7 @@ from .data_parallel import DP_MODES
 from .faults import Fault
 from .layout import Layout, LayoutError, stage_layers, validate, virtual_stages
 from .model import ModelConfig
+from .rank_start import forked_rank, rank_start_method, start_server
 
 
 LOGS = "logs"  # RUN/logs/: each rank's stdout and stderr (RunLogs)
@@ -260,6 +262,7 @@ def launch(opts: RunOptions) -> dict:
         from meshscope.collectors.profiling import default_profile_steps
         opts.profile_steps = default_profile_steps(opts.steps)
     check(opts)
+    rank_start_method()  # a bad MESHSCOPE_RANK_START is refused before anything is written
     run = pathlib.Path(opts.out).resolve()
     run.mkdir(parents=True, exist_ok=True)
     run_id = uuid.uuid4().hex[:12]
@@ -322,6 +325,10 @@ def run_ranks(module: str, config_path: pathlib.Path, *, log_dir: pathlib.Path, 
     # torchrun's own run(args), with the log destinations replaced by RunLogs.
     config, entrypoint, entry_args = config_from_args(args)
     config.logs_specs = RunLogs(log_dir)
+    if rank_start_method() == "forkserver":  # parallel/rank_start.py
+        start_server([module])
+        config.start_method = "forkserver"
+        entrypoint, entry_args = forked_rank, [module, str(config_path), dict(os.environ)]
     try:
         name = "launcher.log" if nnodes == 1 else f"launcher-node{node_rank}.log"
         with _launcher_log(log_dir / name):
@@ -333,22 +340,26 @@ def run_ranks(module: str, config_path: pathlib.Path, *, log_dir: pathlib.Path, 
 @contextlib.contextmanager
 def _launcher_log(path: pathlib.Path):
     """The launcher's own torchrun lines (rendezvous, "Sending process … closing signal
-    SIGTERM", "failed (exitcode: 1)") go to ``path`` instead of the terminal, where
+    SIGTERM", "failed (exitcode: 1)", and with forked ranks torch.multiprocessing's
+    "Terminating process … via signal SIGTERM") go to ``path`` instead of the terminal, where
     ``LaunchError`` says what failed in one line."""
-    logger = logging.getLogger("torch.distributed.elastic")
+    loggers = [logging.getLogger(name) for name in ("torch.distributed.elastic",
+                                                    "torch.multiprocessing")]
     path.parent.mkdir(parents=True, exist_ok=True)
     handler = logging.FileHandler(path)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    saved = logger.propagate, logger.level
-    logger.addHandler(handler)
-    logger.propagate = False
-    logger.setLevel(logging.INFO)
+    saved = [(logger.propagate, logger.level) for logger in loggers]
+    for logger in loggers:
+        logger.addHandler(handler)
+        logger.propagate = False
+        logger.setLevel(logging.INFO)
     try:
         yield
     finally:
-        logger.removeHandler(handler)
+        for logger, (propagate, level) in zip(loggers, saved):
+            logger.removeHandler(handler)
+            logger.propagate, logger.level = propagate, level
         handler.close()
-        logger.propagate, logger.level = saved
 
 
 def _finish(run: pathlib.Path, desc: dict, opts: RunOptions) -> None:

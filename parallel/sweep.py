@@ -322,11 +322,14 @@ def _result_path(sweep_dir: pathlib.Path, name: str) -> pathlib.Path:
 
 def _run_one(sweep_dir: pathlib.Path, name: str) -> int:
     """The child: train and analyse one candidate; writes logs/NAME.result.json."""
-    from .faults import parse_fault
-    from .launch import LaunchError, RunOptions, launch
+    from .rank_start import rank_modules, start_server
 
     sweep = Sweep.open(sweep_dir)
     cand = next(c for c in sweep.candidates if c.name == name)
+    start_server(rank_modules(cand.layout, cand.dp_mode))  # importing torch beside this process
+    from .faults import parse_fault
+    from .launch import LaunchError, RunOptions, launch
+
     result = _result_path(sweep_dir, name)
     spec = sweep.spec
 

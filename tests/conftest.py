@@ -6,21 +6,39 @@ import pathlib
 import subprocess
 import sys
 
+import psutil
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SHARED_TRACES = ROOT.parent / "shared" / "traces"
 
 
-def meshscope(*args, timeout=600, check=False) -> subprocess.CompletedProcess:
-    """Run ``meshscope ARGS`` in a fresh interpreter; returns the completed process."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+def meshscope(*args, timeout=600, check=False, env=None) -> subprocess.CompletedProcess:
+    """Run ``meshscope ARGS`` in a fresh interpreter (``env``: variables to add); returns the
+    completed process."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **(env or {})}
     proc = subprocess.run([sys.executable, "-m", "meshscope", *map(str, args)], cwd=ROOT,
                           env=env, capture_output=True, text=True, timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(f"meshscope {' '.join(map(str, args))} exited {proc.returncode}\n"
                              f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}")
     return proc
+
+
+def processes_under(folder) -> list[psutil.Process]:
+    """Live processes working in ``folder``: named in their command line (a launcher, a rank
+    started as torchrun does), or holding a file in it open — a rank forked from the fork
+    server (parallel/rank_start.py) carries the server's command line, but writes its output
+    to its run's logs."""
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        try:
+            if any(str(folder) in part for part in p.info["cmdline"] or ()) or \
+                    any(f.path.startswith(str(folder)) for f in p.open_files()):
+                found.append(p)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+    return found
 
 
 def shared_trace(rel: str) -> pathlib.Path:

@@ -8,39 +8,29 @@ import subprocess
 import sys
 import time
 
-import psutil
 import pytest
 
 from meshscope.collectors.schema import validate_run_json
-from conftest import ROOT, meshscope
+from conftest import ROOT, meshscope, processes_under
 
 pytestmark = pytest.mark.slow
 
 
-def _job_processes(run_dir) -> list[psutil.Process]:
-    """Live processes whose command line names this run's directory (workers and launcher)."""
-    found = []
-    for p in psutil.process_iter(["cmdline"]):
-        try:
-            if any(str(run_dir) in part for part in p.info["cmdline"] or ()):
-                found.append(p)
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            pass
-    return found
-
-
-def test_crash_ends_the_job_naming_the_rank(tmp_path):
+@pytest.mark.parametrize("start", ["forkserver", "exec"])
+def test_crash_ends_the_job_naming_the_rank(tmp_path, start):
+    """Both ways of starting the ranks (parallel/rank_start.py): forked from the fork server
+    (the default), and a fresh interpreter per rank as torchrun does."""
     run = tmp_path / "crash"
-    start = time.monotonic()
+    start_s = time.monotonic()
     proc = meshscope("run", "--layout", "dp=2,pp=2", "--inject", "crash=1:2", "--out", run,
-                     timeout=120)
-    elapsed = time.monotonic() - start
+                     timeout=120, env={"MESHSCOPE_RANK_START": start})
+    elapsed = time.monotonic() - start_s
     assert proc.returncode != 0
     assert elapsed < 30, f"the job took {elapsed:.1f} s to end after the crash"
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("meshscope: error: the run failed: rank 1 failed")
     assert "InjectedCrash: injected crash on rank 1 at step 2" in last
-    assert _job_processes(run) == []
+    assert processes_under(run) == []
     validate_run_json(run / "run.json")
     desc = json.loads((run / "run.json").read_text())
     assert desc["status"] == "failed" and "rank 1" in desc["error"]
@@ -54,7 +44,7 @@ def test_hang_times_out_and_every_rank_dumps_its_flight_recorder(tmp_path):
                      "--out", run, timeout=180)
     assert proc.returncode != 0
     assert "Timed out" in proc.stderr or "timed out" in proc.stderr.lower()
-    assert _job_processes(run) == []
+    assert processes_under(run) == []
     for r in range(4):
         dump = json.loads((run / "comms" / f"rank{r}.json").read_text())
         assert dump["schema_version"] == 1 and dump["rank"] == r

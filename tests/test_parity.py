@@ -66,6 +66,18 @@ def test_losses_equal_one_process(case, tmp_path):
     assert _losses(run) == pytest.approx(list(expected), rel=1e-4)
 
 
+def test_ranks_started_as_torchrun_does_train_to_the_same_losses(tmp_path):
+    """``MESHSCOPE_RANK_START=exec``: each rank a fresh interpreter (torchrun's own way), not
+    forked from the fork server (parallel/rank_start.py). dp=2 with DDP and pp=2 in one run, so
+    that both the data-parallel and the pipeline imports happen in the rank itself."""
+    run = tmp_path / "exec"
+    meshscope("run", "--layout", "dp=2,pp=2", "--schedule", "1f1b", "--microbatches", 4,
+              "--model", "tiny", "--steps", STEPS, "--global-batch", 16, "--out", run,
+              check=True, env={"MESHSCOPE_RANK_START": "exec"})
+    validate_run_json(run / "run.json")
+    assert _losses(run) == pytest.approx(list(_reference("tiny", None, STEPS, 0, 16)), rel=1e-4)
+
+
 def test_every_layout_of_the_world4_sweep_equals_one_process(world4_sweep):
     """The six layouts ``meshscope sweep --world 4`` runs for the tiny model (dp4, tp4, pp4,
     dp2·tp2, dp2·pp2, tp2·pp2): each run's losses equal one process's with the sweep's

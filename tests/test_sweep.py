@@ -9,10 +9,9 @@ import subprocess
 import sys
 import time
 
-import psutil
 import pytest
 
-from conftest import ROOT, meshscope
+from conftest import ROOT, meshscope, processes_under
 from meshscope.analysis.compare import compare
 from meshscope.parallel.config import PRESETS
 from meshscope.parallel.plan import Candidate
@@ -95,17 +94,6 @@ def test_planned_bytes_match_the_traces(world4_sweep, dim, runs):
 
 # -- killed and resumed ---------------------------------------------------------------------
 
-def _procs_under(folder) -> list:
-    out = []
-    for p in psutil.process_iter(["cmdline"]):
-        try:
-            if any(str(folder) in a for a in p.info["cmdline"] or []):
-                out.append(p)
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            pass
-    return out
-
-
 @pytest.fixture(scope="module")
 def resumed(tmp_path_factory):
     """dp2, tp2, cp2 (2 ranks each): the sweep process is SIGKILLed once two runs are
@@ -137,9 +125,9 @@ def resumed(tmp_path_factory):
     # The killed sweep's launcher child is told by the kernel (parent-death signal) and stops
     # its ranks: nothing of the sweep keeps running.
     deadline = time.monotonic() + 90
-    while _procs_under(out) and time.monotonic() < deadline:
+    while processes_under(out) and time.monotonic() < deadline:
         time.sleep(0.5)
-    orphans = [p.info["cmdline"] for p in _procs_under(out)]
+    orphans = [p.info["cmdline"] for p in processes_under(out)]
     killed_state = json.loads((out / "sweep.json").read_text())
     resumed_proc = meshscope(*args, timeout=900, check=True)
     return out, before, reports, orphans, killed_state, resumed_proc

@@ -119,6 +119,23 @@ def run_options_decorator(f):
     return f
 
 
+DEMO_LAYOUT = "dp=2,pp=2"  # what ``meshscope demo`` trains
+
+
+def _start_rank_server(layout: str, dp_mode: str = "ddp") -> None:
+    """Start the server the ranks are forked from (``parallel/rank_start.py``) before this
+    process imports torch, so that both import it at once, on two cores. A layout that does not
+    parse is left to ``launch.check`` to refuse."""
+    from meshscope.parallel.layout import LayoutError, parse_layout
+    from meshscope.parallel.rank_start import rank_modules, start_server
+
+    try:
+        modules = rank_modules(parse_layout(layout), dp_mode)
+    except LayoutError:
+        return
+    start_server(modules)
+
+
 def _do_run(opts) -> dict:
     from meshscope.parallel.launch import LaunchError, launch
     from meshscope.parallel.layout import LayoutError
@@ -151,6 +168,7 @@ def _print_losses(run_dir: pathlib.Path, desc: dict) -> None:
               help="Run directory to create.")
 def run(**o):
     """Train the small Llama-style model in LAYOUT and record a run directory."""
+    _start_rank_server(o["layout"], o.get("dp_mode", "ddp"))
     from meshscope.parallel.launch import check
     from meshscope.parallel.layout import LayoutError
 
@@ -228,6 +246,7 @@ def bench_comm_cmd(layout, ops, sizes, iters, warmup, profile, out):
 @click.option("--port", default=8050, show_default=True, type=int)
 def demo(out, no_serve, port):
     """Run dp=2,pp=2 (1F1B, 4 microbatches, 6 steps) here, analyse it, show the dashboard."""
+    _start_rank_server(DEMO_LAYOUT)
     from meshscope.analysis.report.text import render
 
     from .analyze_cmd import run_analysis
@@ -239,7 +258,7 @@ def demo(out, no_serve, port):
     while (root / f"demo-{n}").exists():
         n += 1
     run_dir = root / f"demo-{n}"
-    opts = _run_options({"layout": "dp=2,pp=2", "schedule": "1f1b", "microbatches": 4,
+    opts = _run_options({"layout": DEMO_LAYOUT, "schedule": "1f1b", "microbatches": 4,
                          "steps": 6, "out": run_dir, "seed": 0, "global_batch": 16,
                          "model": "tiny"})
     click.echo(f"meshscope demo: training dp=2,pp=2 on 4 local ranks -> {run_dir}")
