@@ -52,22 +52,6 @@ HEAP_RESERVE_PER_STEP_BYTES = 256 << 20
 TRACE_GZIP_LEVEL = 6
 
 
-def parse_step_range(text: str) -> tuple[int, int]:
-    """``"3-5"`` → (3, 5); ``"4"`` → (4, 4)."""
-    first, _, last = text.partition("-")
-    a, b = int(first), int(last or first)
-    if a < 0 or b < a:
-        raise ValueError(f"step range {text!r}: expected FIRST-LAST with 0 <= FIRST <= LAST")
-    return a, b
-
-
-def default_profile_steps(steps: int) -> tuple[int, int]:
-    """A window after warm-up: the last three steps, or every step after the first two."""
-    if steps <= 2:
-        return 0, steps - 1
-    return max(2, steps - 3), steps - 1
-
-
 def shapes_without_values() -> bool:
     """Stop the profiler from recording op input values (the memory growth described above);
     keep shapes.

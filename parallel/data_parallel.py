@@ -28,9 +28,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 # FSDP2 (``fully_shard``) and DTensor are imported where a mode needs them: with DTensor they
-# cost about 1.5 s per process, and the launcher imports this module for ``DP_MODES``.
-
-DP_MODES = ("ddp", "fsdp", "zero2")
+# cost about 1.5 s per process. The modes themselves: ``options.DP_MODES``.
 
 
 def parallelize_dp(module: torch.nn.Module, *, mode: str, mesh, device: torch.device,

@@ -13,9 +13,13 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from typing import TYPE_CHECKING
 
-import torch
-import torch.distributed as dist
+if TYPE_CHECKING:
+    import torch
+
+# torch is imported where a fault acts, in the rank: the command parses and checks ``--inject``
+# before anything imports torch (parallel/options.py).
 
 KINDS = ("slow-rank", "hang", "crash", "desync")
 
@@ -55,6 +59,9 @@ def install_slow_rank(faults: list[Fault], rank: int, module: torch.nn.Module) -
 
 def before_step(faults: list[Fault], rank: int, step: int, device: torch.device) -> None:
     """Crash, hang or desynchronise as injected for this rank and step."""
+    import torch
+    import torch.distributed as dist
+
     for f in faults:
         if f.kind == "crash" and f.rank == rank and f.value == step:
             raise InjectedCrash(f"injected crash on rank {rank} at step {step}")

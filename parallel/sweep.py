@@ -328,7 +328,8 @@ def _run_one(sweep_dir: pathlib.Path, name: str) -> int:
     cand = next(c for c in sweep.candidates if c.name == name)
     start_server(rank_modules(cand.layout, cand.dp_mode))  # importing torch beside this process
     from .faults import parse_fault
-    from .launch import LaunchError, RunOptions, launch
+    from .launch import LaunchError, launch
+    from .options import RunOptions
 
     result = _result_path(sweep_dir, name)
     spec = sweep.spec

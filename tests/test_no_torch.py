@@ -48,9 +48,9 @@ RUNNER = textwrap.dedent('''
 ''') % (FORBIDDEN,)
 
 
-def _run(tmp_path, *args) -> tuple[dict, list[str]]:
-    """Run ``meshscope ARGS``; (its own process's verdict, the hook's records of all its
-    processes)."""
+def _run(tmp_path, *args, code: int = 0) -> tuple[dict, list[str]]:
+    """Run ``meshscope ARGS``, which must exit with ``code``; (its own process's verdict, the
+    hook's records of all its processes)."""
     hook_dir, seen = tmp_path / "hook", tmp_path / "seen"
     hook_dir.mkdir(exist_ok=True)
     seen.mkdir(exist_ok=True)
@@ -59,7 +59,7 @@ def _run(tmp_path, *args) -> tuple[dict, list[str]]:
     proc = subprocess.run([sys.executable, "-c", RUNNER, *map(str, args)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=300)
     verdict = json.loads(proc.stderr.strip().splitlines()[-1])
-    assert verdict["code"] == 0, proc.stderr[-3000:]
+    assert verdict["code"] == code, proc.stderr[-3000:]
     return verdict, sorted(p.name.split("-", 1)[1] for p in seen.iterdir())
 
 
@@ -93,4 +93,14 @@ def test_analyze_imports_neither_torch_nor_dash(tmp_path, sample):
                                   ["run", "--help"], ["--version"]])
 def test_help_imports_nothing_heavy(tmp_path, args):
     verdict, seen = _run(tmp_path, *args)
+    assert verdict["loaded"] == [] and seen == []
+
+
+def test_a_refused_layout_imports_no_torch_in_any_process(tmp_path):
+    """``meshscope run`` checks what it is asked before anything imports torch
+    (parallel/options.py) and before it starts the fork server the ranks come from
+    (parallel/rank_start.py): a layout that cannot work costs the command's start only."""
+    verdict, seen = _run(tmp_path, "run", "--layout", "dp=2,pp=64", "--out", tmp_path / "run",
+                         code=2)
+    assert not (tmp_path / "run").exists()
     assert verdict["loaded"] == [] and seen == []

@@ -127,7 +127,7 @@ def sweep(world, model, dims, layouts, schedules, microbatches, global_batch, no
                 fail("sweep needs --world N and --out DIR (or --resume DIR)")
             ps = None
             if profile_steps:
-                from meshscope.collectors.profiling import parse_step_range
+                from meshscope.collectors.profile_steps import parse_step_range
                 try:
                     ps = parse_step_range(profile_steps)
                 except ValueError as e:

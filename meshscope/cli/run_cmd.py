@@ -23,9 +23,9 @@ def _run_options(o: dict):
     """RunOptions from the ``run``/``demo`` command's options (LayoutError if unusable)."""
     import dataclasses
 
-    from meshscope.collectors.profiling import parse_step_range
+    from meshscope.collectors.profile_steps import parse_step_range
     from meshscope.parallel.faults import parse_fault
-    from meshscope.parallel.launch import RunOptions
+    from meshscope.parallel.options import RunOptions
     from meshscope.parallel.layout import LayoutError, parse_layout
     from meshscope.parallel.config import PRESETS
 
@@ -119,21 +119,12 @@ def run_options_decorator(f):
     return f
 
 
-DEMO_LAYOUT = "dp=2,pp=2"  # what ``meshscope demo`` trains
-
-
-def _start_rank_server(layout: str, dp_mode: str = "ddp") -> None:
+def _start_rank_server(opts) -> None:
     """Start the server the ranks are forked from (``parallel/rank_start.py``) before this
-    process imports torch, so that both import it at once, on two cores. A layout that does not
-    parse is left to ``launch.check`` to refuse."""
-    from meshscope.parallel.layout import LayoutError, parse_layout
+    process imports torch, so that both import it at once, on two cores."""
     from meshscope.parallel.rank_start import rank_modules, start_server
 
-    try:
-        modules = rank_modules(parse_layout(layout), dp_mode)
-    except LayoutError:
-        return
-    start_server(modules)
+    start_server(rank_modules(opts.layout, opts.dp_mode))
 
 
 def _do_run(opts) -> dict:
@@ -168,15 +159,15 @@ def _print_losses(run_dir: pathlib.Path, desc: dict) -> None:
               help="Run directory to create.")
 def run(**o):
     """Train the small Llama-style model in LAYOUT and record a run directory."""
-    _start_rank_server(o["layout"], o.get("dp_mode", "ddp"))
-    from meshscope.parallel.launch import check
     from meshscope.parallel.layout import LayoutError
+    from meshscope.parallel.options import check
 
     try:
         opts = _run_options(o)
         check(opts)
     except LayoutError as e:
         fail(str(e))
+    _start_rank_server(opts)
     click.echo(f"meshscope run: layout {opts.layout} on {opts.layout.world_size} ranks "
                f"-> {opts.out}")
     click.echo(opts.layout.coordinate_table())
@@ -246,21 +237,21 @@ def bench_comm_cmd(layout, ops, sizes, iters, warmup, profile, out):
 @click.option("--port", default=8050, show_default=True, type=int)
 def demo(out, no_serve, port):
     """Run dp=2,pp=2 (1F1B, 4 microbatches, 6 steps) here, analyse it, show the dashboard."""
-    _start_rank_server(DEMO_LAYOUT)
-    from meshscope.analysis.report.text import render
-
-    from .analyze_cmd import run_analysis
-    from .dashboard_cmd import serve
-
     root = pathlib.Path(out)
     root.mkdir(parents=True, exist_ok=True)
     n = 1
     while (root / f"demo-{n}").exists():
         n += 1
     run_dir = root / f"demo-{n}"
-    opts = _run_options({"layout": DEMO_LAYOUT, "schedule": "1f1b", "microbatches": 4,
+    opts = _run_options({"layout": "dp=2,pp=2", "schedule": "1f1b", "microbatches": 4,
                          "steps": 6, "out": run_dir, "seed": 0, "global_batch": 16,
                          "model": "tiny"})
+    _start_rank_server(opts)
+    from meshscope.analysis.report.text import render
+
+    from .analyze_cmd import run_analysis
+    from .dashboard_cmd import serve
+
     click.echo(f"meshscope demo: training dp=2,pp=2 on 4 local ranks -> {run_dir}")
     desc = _do_run(opts)
     _print_losses(run_dir, desc)
