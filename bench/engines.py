@@ -17,7 +17,6 @@ puts the table into docs/benchmarks.md under "Dask engine vs local engine".
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
 import pathlib
@@ -29,7 +28,7 @@ import pandas as pd
 
 if __package__ in (None, ""):   # run as a script: bench/ is not a package then
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-from bench.measure import MESHSCOPE, git_commit, load_note, machine, measure, \
+from bench.measure import MESHSCOPE, load_note, measure, provenance, \
     publish  # noqa: E402
 from bench.scale import generate, parse_synthetic_args  # noqa: E402
 
@@ -101,9 +100,9 @@ def main() -> None:
              else "the reports differ: " + "; ".join(diffs))
     section = "\n".join([
         HEADING, "",
-        f"`flock /tmp/meshscope-cpu.lock .venv/bin/python bench/engines.py --ranks {a.ranks} "
-        f"--events {a.events} --pp {a.pp} --workers {a.workers}` on "
-        f"{dt.date.today().isoformat()}, commit {git_commit()}; machine: {machine()}; {note}.",
+        provenance(f"flock /tmp/meshscope-cpu.lock .venv/bin/python bench/engines.py "
+                   f"--ranks {a.ranks} --events {a.events} --pp {a.pp} --workers {a.workers}",
+                   note),
         "",
         f"{a.ranks} synthetic ranks of {info['events_per_rank']:,} trace events "
         f"({info['trace_mb']:,.0f} MB of traces), dp = {a.ranks // a.pp} × pp = {a.pp}; each "

@@ -143,6 +143,17 @@ def machine() -> str:
            f"Python {platform.python_version()}, {platform.system()}"
 
 
+def provenance(command: str, note: str, *details: str) -> str:
+    """The line that opens a benchmark's section: the command as run, today's date, the
+    commit, the machine, any ``details`` (library versions, worker counts) and the machine's
+    load at the start (``load_note``)."""
+    import datetime as dt
+
+    parts = [f"machine: {machine()}", *details, note]
+    return (f"`{command}` on {dt.date.today().isoformat()}, commit {git_commit()}; "
+            f"{'; '.join(parts)}.")
+
+
 def versions(packages=("traceinsight", "msgspec", "pyarrow", "pandas")) -> str:
     from importlib.metadata import PackageNotFoundError, version
 

@@ -25,7 +25,6 @@ section into docs/benchmarks.md under "Whole report vs HTA".
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import pathlib
 import shutil
 import statistics
@@ -34,8 +33,8 @@ import tempfile
 
 if __package__ in (None, ""):   # run as a script: bench/ is not a package then
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-from bench.measure import MESHSCOPE, ROOT, git_commit, load_note, machine, measure, \
-    met, publish, versions  # noqa: E402
+from bench.measure import MESHSCOPE, ROOT, load_note, measure, met, provenance, \
+    publish, versions  # noqa: E402
 
 HEADING = "## Whole report vs HTA"
 DEFAULT_TRACE = ROOT.parent / "shared" / "traces" / "gpu" / "hta" / "df_index_resolver" / \
@@ -128,8 +127,7 @@ def main() -> None:
         (f" --trace {a.trace}" if a.trace != DEFAULT_TRACE else "")
     section = "\n".join([
         HEADING, "",
-        f"`.venv/bin/python {command}` on {dt.date.today().isoformat()}, commit "
-        f"{git_commit()}; machine: {machine()}; {versions()}; {note}.", "",
+        provenance(f".venv/bin/python {command}", note, versions()), "",
         f"Trace: `{a.trace.name}` ({a.trace.stat().st_size / 2**20:.1f} MB gzipped, 54 MB of "
         f"JSON). {a.n} runs of each process, interleaved; wall time from launch to exit "
         f"(interpreter start and imports included, as a user waits for them); peak RSS from "

@@ -12,7 +12,6 @@ the whole command, median and fastest. ``--write`` puts the table into docs/benc
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import os
 import pathlib
 import shutil
@@ -24,8 +23,7 @@ import time
 
 if __package__ in (None, ""):   # run as a script: bench/ is not a package then
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-from bench.measure import MESHSCOPE, ROOT, git_commit, load_note, machine, \
-    publish  # noqa: E402
+from bench.measure import MESHSCOPE, ROOT, load_note, provenance, publish  # noqa: E402
 
 HEADING = "## Run start-up: how the ranks start"
 METHODS = ("exec", "forkserver")
@@ -90,8 +88,7 @@ def main() -> None:
     rows = run(a.n)
     section = "\n".join([
         HEADING, "",
-        f"`.venv/bin/python bench/run_startup.py -n {a.n}` on {dt.date.today().isoformat()}, "
-        f"commit {git_commit()}; machine: {machine()}; {note}.", "",
+        provenance(f".venv/bin/python bench/run_startup.py -n {a.n}", note), "",
         f"`meshscope run LAYOUT {' '.join(COMMON)}` from the command to its exit, with "
         f"`MESHSCOPE_RANK_START=exec` (each rank a fresh interpreter, torchrun's own way) and "
         f"`forkserver` (the default: each rank forked from a server that imported torch and "

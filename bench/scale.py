@@ -19,7 +19,6 @@ table into docs/benchmarks.md under "Scale: synthetic ranks".
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
 import pathlib
@@ -29,7 +28,7 @@ import time
 
 if __package__ in (None, ""):   # run as a script: bench/ is not a package then
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-from bench.measure import MESHSCOPE, git_commit, load_note, machine, measure, \
+from bench.measure import MESHSCOPE, load_note, measure, provenance, \
     publish  # noqa: E402
 
 HEADING = "## Scale: synthetic ranks"
@@ -116,9 +115,9 @@ def main() -> None:
             shutil.rmtree(run, ignore_errors=True)
     section = "\n".join([
         HEADING, "",
-        f"`flock /tmp/meshscope-cpu.lock .venv/bin/python bench/scale.py --ranks {a.ranks} "
-        f"--events {a.events} --pp {a.pp}` on {dt.date.today().isoformat()}, commit "
-        f"{git_commit()}; machine: {machine()}, {os.cpu_count()} ingest workers; {note}.", "",
+        provenance(f"flock /tmp/meshscope-cpu.lock .venv/bin/python bench/scale.py "
+                   f"--ranks {a.ranks} --events {a.events} --pp {a.pp}", note,
+                   f"{os.cpu_count()} ingest workers"), "",
         f"Synthetic runs of `bench/synth.py`: dp = ranks / {a.pp} × pp = {a.pp}, 1F1B with "
         f"4 microbatches, DDP's bucketed all-reduce, {STEPS} profiled steps, one rank "
         f"{SLOW_MS:.0f} ms slower per step; the runner's CPU/gloo trace structure. One "

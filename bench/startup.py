@@ -14,7 +14,6 @@ table into docs/benchmarks.md under "Start-up".
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import pathlib
 import statistics
 import subprocess
@@ -22,7 +21,7 @@ import sys
 
 if __package__ in (None, ""):   # run as a script: bench/ is not a package then
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-from bench.measure import ROOT, git_commit, load_note, machine, measure, \
+from bench.measure import ROOT, load_note, measure, provenance, \
     publish  # noqa: E402
 
 HEADING = "## Start-up"
@@ -107,8 +106,7 @@ def main() -> None:
     rows = run(a.n)
     section = "\n".join([
         HEADING, "",
-        f"`.venv/bin/python bench/startup.py -n {a.n}` on {dt.date.today().isoformat()}, "
-        f"commit {git_commit()}; machine: {machine()}; {note}.", "",
+        provenance(f".venv/bin/python bench/startup.py -n {a.n}", note), "",
         f"Each command in a fresh process, {a.n} runs, interleaved; wall time from the "
         f"launch of `.venv/bin/meshscope` to its exit. Heavy libraries: which of "
         f"{', '.join(HEAVY)} the command loaded (`-X importtime`).", "",
