@@ -1,10 +1,11 @@
 """Launch a profiled training run: validate, describe it in run.json, start the ranks.
 
-Everything that can be checked before launch is checked here (``layout.validate``) so that a
-bad layout costs one line and exit code 2, not a crash in eight processes. The ranks are then
-started through torchrun's own machinery (``torch.distributed.run``), gloo on CPU and NCCL on
-CUDA, forked from a server that has already imported torch (``rank_start``); a failing rank
-ends the whole job, and ``LaunchError`` names the rank and its error.
+Everything that can be checked before launch is checked first (``options.check``, which the
+command also runs before it imports torch) so that a bad layout costs one line and exit code 2,
+not a crash in eight processes. The ranks are then started through torchrun's own machinery
+(``torch.distributed.run``), gloo on CPU and NCCL on CUDA, forked from a server that has
+already imported torch (``rank_start``); a failing rank ends the whole job, and
+``LaunchError`` names the rank and its error.
 
 What the ranks print (library warnings, Kineto's ``profiler_start/stop`` lines, NCCL's chatter)
 goes to ``RUN/logs/rank{R}.stdout.log`` and ``rank{R}.stderr.log`` (``RunLogs``), torchrun's
@@ -246,7 +247,7 @@ def run_ranks(module: str, config_path: pathlib.Path, *, log_dir: pathlib.Path, 
     config, entrypoint, entry_args = config_from_args(args)
     config.logs_specs = RunLogs(log_dir)
     if rank_start_method() == "forkserver":  # parallel/rank_start.py
-        start_server([module])
+        start_server([module])  # already running when the command started it early
         config.start_method = "forkserver"
         entrypoint, entry_args = forked_rank, [module, str(config_path), dict(os.environ)]
     try:
