@@ -269,6 +269,79 @@ def test_clock_offsets_use_the_collectives_each_pair_shares():
     assert off.loc[2, "source"] == "collectives"
 
 
+def _offsets_by_brute_force(inst: pd.DataFrame, ranks: list[int]) -> dict[int, float]:
+    """The chaining of clocks.py's docstring done the plain way, as a reference: every pair
+    of ranks' median end difference over the collectives both took part in, and Dijkstra on
+    the combined uncertainty, one heap entry per pair, smallest key first."""
+    import heapq
+
+    ends = inst.pivot_table(index="match_id", columns="rank", values="end_us")
+    pair = {}
+    for r in ranks:
+        for q in ranks:
+            if r != q:
+                d = (ends[r] - ends[q]).dropna().to_numpy()
+                if len(d):
+                    med = float(np.median(d))
+                    pair[(q, r)] = (med, float(np.median(np.abs(d - med))) * 1.4826, len(d))
+    known, heap = {}, [((False, 0.0), ranks[0], 0.0, 0.0)]
+    while heap:
+        _, r, off, unc = heapq.heappop(heap)
+        if r in known:
+            continue
+        known[r] = off
+        for (giver, other), (est, e_unc, n) in pair.items():
+            if giver == r and other not in known:
+                combined = float(np.hypot(unc, e_unc))
+                heapq.heappush(heap, ((n < 2, combined), other, off + est, combined))
+    return known
+
+
+def test_clock_offsets_of_overlapping_groups_equal_a_plain_chaining():
+    """Twelve ranks on clocks set apart by known amounts, in a data-parallel group of the even
+    ranks, one of the odd ranks and pairs {2k, 2k+1}, each collective's ends jittered by a
+    few µs: the offsets found are the clocks' own (within the jitter) and those of a plain
+    all-pairs Dijkstra written here (``clock_offsets`` keeps the evidence as rank × rank
+    matrices and pushes only improving entries; the answers must not move)."""
+    rng = np.random.default_rng(7)
+    ranks = list(range(12))
+    clock = {r: float(rng.uniform(-5e6, 5e6)) if r else 0.0 for r in ranks}
+    groups = [list(range(0, 12, 2)), list(range(1, 12, 2))] + \
+        [[2 * k, 2 * k + 1] for k in range(6)]
+    rows, t = [], 0.0
+    for g, members in enumerate(groups):
+        for c in range(5):
+            t += 1_000.0
+            for r in members:
+                rows.append((r, f"g{g}c{c}", t + clock[r] + float(rng.normal(0, 3.0))))
+    inst = pd.DataFrame(rows, columns=["rank", "match_id", "end_us"]).assign(p2p=False)
+    off = clocks.clock_offsets(inst, None, ranks).set_index("rank")
+    plain = _offsets_by_brute_force(inst, ranks)
+    for r in ranks:
+        assert off.loc[r, "offset_us"] == pytest.approx(plain[r], abs=1e-6), r
+        assert off.loc[r, "offset_us"] == pytest.approx(clock[r], abs=30.0), r
+
+
+def test_a_large_group_is_named_in_match_ids_by_a_short_token():
+    """A data-parallel group of 512 ranks: its ``pg_ranks`` is 2 kB of text. Match ids name it
+    by a token of a few dozen characters (the text was repeated in every row's id, ranks ×
+    rows × group size bytes in all), two groups of the same size get different tokens, and a
+    group of a few ranks keeps its ranks as its name."""
+    even, odd = ",".join(map(str, range(0, 1024, 2))), ",".join(map(str, range(1, 1024, 2)))
+    assert len(even) > 2000
+    token = matching.group_token(even)
+    assert len(token) < 40 and token.startswith("0..1022/512#")
+    assert matching.group_token(odd) != token
+    assert matching.group_token(odd).startswith("1..1023/512#")
+    assert matching.group_token("0,1") == "0,1"
+    inst = _bare_instances({r: ["all_reduce", "all_reduce"] for r in range(0, 1024, 2)})
+    inst["pg_ranks"] = even
+    m = matching.match(inst, list(range(0, 1024, 2)), world_size=1024)
+    ids = m.instances["match_id"]
+    assert ids.nunique() == 2 and ids.str.len().max() < 60
+    assert m.instances.groupby("match_id")["rank"].nunique().eq(512).all()
+
+
 def test_p2p_table_pairs_one_send_with_one_recv():
     """m1: a send (bytes unknown on the sender) and its recv; m2: two sends and a recv (not a
     pair); m3: a send alone. Only m1 becomes a row, its bytes from the receiver."""

@@ -20,7 +20,8 @@ p2p            bool    a point-to-point send or recv
 peer           Int64   for send/recv: the global rank on the other side; null when unknown
 pg_name        str     torch's name of the process group; null when unknown
 pg_desc        str     its description (``mesh_dp``, ``default_pg``); null when unknown
-pg_ranks       str     the group's global ranks, ``"0,1"``; "" when unknown
+pg_ranks       str     the group's global ranks, ``"0,1"``; "" when unknown (one string
+                       object per group, shared by its rows: ``_shared_text``)
 group_size     Int64   ranks in the group; null when unknown
 dim            str     parallel dimension: dp, tp, pp, cp, ep, or ``unknown``
 dim_source     str     where ``dim`` came from (``DIM_SOURCES``)
@@ -65,6 +66,7 @@ from __future__ import annotations
 import bisect
 import json
 import math
+import sys
 
 import numpy as np
 import pandas as pd
@@ -93,6 +95,7 @@ def empty() -> pd.DataFrame:
 
 
 def _typed(df: pd.DataFrame) -> pd.DataFrame:
+    _shared_text(df)
     for c in _INT_COLUMNS:
         df[c] = pd.array(df[c].tolist(), dtype="Int64") if len(df) else \
             pd.array([], dtype="Int64")
@@ -590,3 +593,14 @@ def finalize(raw: pd.DataFrame, *, rank: int, meta: dict, timeline, run: RunInfo
     if not out:
         return empty()
     return _typed(pd.DataFrame(out, columns=INSTANCE_COLUMNS))
+
+
+def _shared_text(df: pd.DataFrame) -> pd.DataFrame:
+    """``pg_ranks`` as Python strings, one object per distinct group shared by every row that
+    names it (``sys.intern``), rather than each row's own copy of the text: a data-parallel
+    group of 512 ranks is 2 kB of text, and its every collective on every rank holds it —
+    ranks × rows × group size bytes, which the cross-rank stage's filters and joins copied
+    again and again. Copies of a shared-object column copy pointers."""
+    df["pg_ranks"] = pd.Series([sys.intern(r) if isinstance(r, str) else "" for r in
+                                df["pg_ranks"]], index=df.index, dtype=object)
+    return df

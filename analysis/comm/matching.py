@@ -38,6 +38,7 @@ transfer_us (completion − max(send, recv post), at least 0), msg_bytes.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 
 import numpy as np
 import pandas as pd
@@ -57,33 +58,70 @@ class Matched:
     notes: list[str]
 
 
-def _group(row) -> str:
-    return row.pg_ranks or (f"name={row.pg_name}" if isinstance(row.pg_name, str) else "")
+# A group's ranks are written out in full in ``pg_ranks``; in a match id a group of many ranks
+# is named by a short token instead (its first and last rank, its size and a digest of the
+# full list), so that ids stay a few dozen bytes however large the job: a data-parallel group
+# of 512 ranks is 2 kB of text, and every row of its ranks carried it in its id.
+_SPELLED_OUT = 64
 
 
-def _collective_id(row, by_seq: bool) -> str:
-    if by_seq:
-        return f"{_group(row)}|seq={int(row.seq)}"
-    return f"{_group(row)}|{row.step}|{row.op}|{row.k}"
+def group_token(ranks_key: str) -> str:
+    """How match ids name the group of ``ranks_key`` (``"0,1"``): the key itself up to
+    ``_SPELLED_OUT`` characters, else ``"FIRST..LAST/N#DIGEST"`` (12 hex digits of BLAKE2b of
+    the whole key: two different groups of one job never share a token in practice)."""
+    if len(ranks_key) <= _SPELLED_OUT:
+        return ranks_key
+    members = ranks_key.split(",")
+    digest = hashlib.blake2b(ranks_key.encode(), digest_size=6).hexdigest()
+    return f"{members[0]}..{members[-1]}/{len(members)}#{digest}"
 
 
-def _seq_groups(inst: pd.DataFrame) -> set[str]:
-    """The groups whose every collective, on every rank, has a sequence number: only those
-    match by seq. One rank without seq (its Flight Recorder dump missing, or not joined to its
-    trace) puts the whole group on order, so that its ranks' ids still meet."""
-    coll = inst[~inst["p2p"]]
-    if coll.empty:
+def _group_keys(inst: pd.DataFrame) -> np.ndarray:
+    """Each row's group as match ids name it: ``group_token`` of its ranks, else
+    ``name=<pg_name>``, else "" (no group). Worked out once per distinct group."""
+    known: dict = {}
+    out = np.empty(len(inst), dtype=object)
+    for i, key in enumerate(zip(inst["pg_ranks"], inst["pg_name"])):
+        token = known.get(key)
+        if token is None:
+            ranks, name = key
+            token = known[key] = group_token(ranks) if isinstance(ranks, str) and ranks else \
+                (f"name={name}" if isinstance(name, str) else "")
+        out[i] = token
+    return out
+
+
+def _seq_groups(inst: pd.DataFrame, groups: np.ndarray) -> set[str]:
+    """The groups (``_group_keys``) whose every collective, on every rank, has a sequence
+    number: only those match by seq. One rank without seq (its Flight Recorder dump missing, or
+    not joined to its trace) puts the whole group on order, so that its ranks' ids still
+    meet."""
+    coll = ~inst["p2p"].to_numpy(dtype=bool)
+    if not coll.any():
         return set()
-    groups = pd.Series([_group(r) for r in coll.itertuples()], index=coll.index)
-    complete = coll["seq"].notna().groupby(groups).all()
+    complete = pd.Series(inst["seq"].notna().to_numpy()[coll]).groupby(groups[coll]).all()
     return set(complete[complete].index)
 
 
-def _p2p_id(row) -> str:
-    if pd.isna(row.peer):
-        return ""
-    src, dst = (row.rank, int(row.peer)) if row.op == "send" else (int(row.peer), row.rank)
-    return f"{src}>{dst}|{row.step}|{row.k}"
+def _ids(inst: pd.DataFrame, groups: np.ndarray, by_seq: set[str]) -> list[str]:
+    """Every row's match id: ``GROUP|seq=N`` for a group matched by sequence number,
+    ``GROUP|STEP|OP|K`` for one matched by order, ``SRC>DST|STEP|K`` for a send or recv (""
+    when its peer is unknown)."""
+    ids = []
+    for group, p2p, seq, step, op, k, rank, peer in zip(
+            groups, inst["p2p"], inst["seq"], inst["step"], inst["op"], inst["k"],
+            inst["rank"], inst["peer"]):
+        if p2p:
+            if pd.isna(peer):
+                ids.append("")
+                continue
+            src, dst = (rank, int(peer)) if op == "send" else (int(peer), rank)
+            ids.append(f"{src}>{dst}|{step}|{k}")
+        elif group in by_seq:
+            ids.append(f"{group}|seq={int(seq)}")
+        else:
+            ids.append(f"{group}|{step}|{op}|{k}")
+    return ids
 
 
 def _world_fallback(inst: pd.DataFrame, ranks: list[int], trace_world: int | None
@@ -158,13 +196,12 @@ def match(instances: pd.DataFrame, ranks: list[int], *, world_size: int | None =
     if inst.empty:
         inst["match_id"] = pd.Series(dtype=str)
         return Matched(inst, None, why, notes)
-    by_seq = _seq_groups(inst)
-    ids = [(_p2p_id(r) if r.p2p else _collective_id(r, _group(r) in by_seq))
-           for r in inst.itertuples()]
-    inst["match_id"] = ids
+    groups = _group_keys(inst)
+    by_seq = _seq_groups(inst, groups)
+    inst["match_id"] = _ids(inst, groups, by_seq)
     if matched_on is None:
-        coll = inst[~inst["p2p"]]
-        everywhere = len(coll) and {_group(r) for r in coll.itertuples()} <= by_seq
+        coll = groups[~inst["p2p"].to_numpy(dtype=bool)]
+        everywhere = len(coll) and set(coll) <= by_seq
         matched_on = ("group_seq" if everywhere else "group_order" if len(coll) else None)
     return Matched(inst, matched_on, why, notes)
 

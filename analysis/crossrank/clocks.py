@@ -29,6 +29,7 @@ used), source (``reference``, ``collectives``, ``send/recv``, ``none``), applied
 """
 from __future__ import annotations
 
+import dataclasses
 import heapq
 
 import numpy as np
@@ -47,17 +48,54 @@ def _column_medians(x: np.ndarray, n: np.ndarray) -> np.ndarray:
     return (lo + hi) / 2
 
 
-def _collective_pairs(inst: pd.DataFrame) -> dict[tuple[int, int], tuple[float, float, int]]:
-    """(r, q) → (median of end_r − end_q, 1.4826·MAD, count) over shared collectives."""
+@dataclasses.dataclass
+class _Collectives:
+    """The collectives' evidence between every two ranks, as rank × rank matrices (``ranks``
+    gives the rank of each row and column): ``est[i, j]`` estimates offset(ranks[i]) −
+    offset(ranks[j]) (the median of end_i − end_j over the collectives both took part in;
+    antisymmetric), ``unc[i, j]`` its uncertainty (1.4826 × the median absolute deviation),
+    ``n[i, j]`` the count, 0 for ranks that share none. ``index[i, j]`` numbers the estimates
+    in the order found — pairs (i, j) with i < j by i then j, the estimate of the later rank
+    from the earlier one (2t) before the reverse (2t + 1) — which breaks ties in the chaining.
+
+    Matrices, not a dict with a tuple per pair: a data-parallel group of n ranks has n² pairs,
+    and at a thousand ranks the tuples were the larger part of the analysis' memory."""
+    ranks: np.ndarray
+    est: np.ndarray
+    unc: np.ndarray
+    n: np.ndarray
+    index: np.ndarray
+
+    def gives(self, rank: int):
+        """What ``rank``'s offset, once known, says of the others: (other ranks, est, unc, n,
+        index), the others in increasing rank order (the order they were found in)."""
+        where = np.searchsorted(self.ranks, rank)
+        if where >= len(self.ranks) or self.ranks[where] != rank:
+            return None
+        shared = np.flatnonzero(self.n[where])
+        if not shared.size:
+            return None
+        return (self.ranks[shared], self.est[shared, where], self.unc[where, shared],
+                self.n[where, shared],
+                np.where(shared < where, 2 * self.index[shared, where],
+                         2 * self.index[where, shared] + 1))
+
+
+def _collective_pairs(inst: pd.DataFrame) -> _Collectives:
+    """The collectives' evidence (``_Collectives``) from the instance table."""
     coll = inst[~inst["p2p"] & (inst["match_id"] != "")]
     if coll.empty:
-        return {}
+        nothing = np.zeros((0, 0))
+        return _Collectives(np.zeros(0, dtype=np.int64), nothing, nothing,
+                            nothing.astype(np.int64), nothing.astype(np.int64))
     ends = coll.pivot_table(index="match_id", columns="rank", values="end_us", aggfunc="first")
     e = ends.to_numpy(dtype=np.float64)            # collective × rank, NaN where not a member
-    ranks = [int(r) for r in ends.columns]
-    out = {}
+    ranks = np.array([int(r) for r in ends.columns], dtype=np.int64)
+    k = len(ranks)
+    est, unc = np.zeros((k, k)), np.zeros((k, k))
+    count = np.zeros((k, k), dtype=np.int64)
     # One rank against all later ranks at once: a rank count of numpy passes over the matrix.
-    for i, r in enumerate(ranks[:-1]):
+    for i in range(k - 1):
         d = e[:, i:i + 1] - e[:, i + 1:]
         n = np.count_nonzero(~np.isnan(d), axis=0)
         shared = np.flatnonzero(n)
@@ -66,12 +104,13 @@ def _collective_pairs(inst: pd.DataFrame) -> dict[tuple[int, int], tuple[float, 
         d, n = d[:, shared], n[shared]
         med = _column_medians(d, n)
         mad = _column_medians(np.abs(d - med), n) * 1.4826
-        for j, m, a, c in zip(shared.tolist(), med.tolist(), mad.tolist(),
-                              n.tolist()):
-            q = ranks[i + 1 + j]
-            out[(r, q)] = (m, a, c)
-            out[(q, r)] = (-m, a, c)
-    return out
+        j = i + 1 + shared
+        est[i, j], est[j, i] = med, -med
+        unc[i, j] = unc[j, i] = mad
+        count[i, j] = count[j, i] = n
+    upper = np.triu(count > 0, k=1)
+    index = np.where(upper, np.cumsum(upper.ravel()).reshape(k, k) - 1, 0)
+    return _Collectives(ranks, est, unc, count, index)
 
 
 def _p2p_pairs(p2p: pd.DataFrame) -> dict[tuple[int, int], tuple[float, float, int]]:
@@ -93,35 +132,53 @@ def _p2p_pairs(p2p: pd.DataFrame) -> dict[tuple[int, int], tuple[float, float, i
     return out
 
 
+SOURCES = ("collectives", "send/recv")
+
+
 def clock_offsets(inst: pd.DataFrame, p2p: pd.DataFrame | None, ranks: list[int],
                   hosts: dict[int, str | None] | None = None) -> pd.DataFrame:
     """Per rank offset against the lowest rank (module docstring); ``hosts``: rank → the
     host its trace was recorded on (None when unknown)."""
     if not ranks:
         return pd.DataFrame(columns=COLUMNS)
-    evidence = [("collectives", _collective_pairs(inst)), ("send/recv", _p2p_pairs(p2p))]
+    colls, p2ps = _collective_pairs(inst), _p2p_pairs(p2p)
     ranks = sorted(int(r) for r in ranks)
-    # For each rank q, the estimates it gives of other ranks once its own offset is known.
-    gives: dict[int, list] = {}
-    for order, (source, pairs) in enumerate(evidence):
-        for index, ((r, q), (est, unc, n)) in enumerate(pairs.items()):
-            gives.setdefault(q, []).append((order, index, r, est, unc, n, source))
+    # For each rank, the send/recv estimates it gives of other ranks once its own offset is
+    # known (the collectives' come from their matrices).
+    p2p_gives: dict[int, list] = {}
+    for index, ((r, q), (est, unc, n)) in enumerate(p2ps.items()):
+        p2p_gives.setdefault(q, []).append((r, est, unc, n, index))
     known: dict[int, tuple] = {}
+    best: dict[int, tuple] = {}
     # Dijkstra over (rank, partner) estimates: the frontier estimate with the smallest key is
     # taken next (a lone shared collective last, then the smallest combined uncertainty,
-    # collectives before send/recv, more operations first, then the order found).
+    # collectives before send/recv, more operations first, then the order found). An entry
+    # joins the frontier only when its key beats the best one already there for its rank —
+    # keys are unique, so the ranks are taken in the same order as with every entry pushed.
     frontier = [((False, 0.0, -1, 0, 0), ranks[0], 0.0, 0.0, 0, "reference")]
+
+    def offer(off, unc, order, others, ests, uncs, ns, indices):
+        combined = np.hypot(unc, uncs).tolist() if order == 0 else \
+            [float(np.hypot(unc, u)) for u in uncs]
+        for other, est, c, e_n, index in zip(others, ests, combined, ns, indices):
+            if other in known:
+                continue
+            key = (e_n < 2, c, order, -e_n, index)
+            if other in best and best[other] <= key:
+                continue
+            best[other] = key
+            heapq.heappush(frontier, (key, other, off + est, c, e_n, SOURCES[order]))
+
     while frontier and len(known) < len(ranks):
         _, r, off, unc, n, src = heapq.heappop(frontier)
         if r in known:
             continue
         known[r] = (off, unc, n, src)
-        for order, index, other, est, e_unc, e_n, source in gives.get(r, ()):
-            if other in known:
-                continue
-            combined = float(np.hypot(unc, e_unc))
-            heapq.heappush(frontier, ((e_n < 2, combined, order, -e_n, index), other,
-                                      off + est, combined, e_n, source))
+        mine = colls.gives(r)
+        if mine is not None:
+            offer(off, unc, 0, *(a.tolist() for a in mine))
+        if r in p2p_gives:
+            offer(off, unc, 1, *zip(*p2p_gives[r]))
     hosts = hosts or {}
     ref_host = hosts.get(ranks[0])
     rows = []

@@ -31,7 +31,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import heapq
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 import numpy as np
 import pandas as pd
@@ -201,6 +201,11 @@ class StepGraph:
         cur = {r: np.full(n, rs.start_us) for r, rs in self.ranks.items()}
         last_call: dict[str, np.ndarray] = {}
         walk, finished = self.order
+        # An operation's vector of last-call times is dropped after its last wait: with a
+        # vector per operation of every rank's pipeline messages kept to the end, the replay
+        # held operations × ranks numbers, which grows with the square of the rank count.
+        waiters = Counter(self.ranks[e[0]].points[e[1]].mid for e in walk
+                          if e[0] is not RELEASE and e[2])
         for entry in walk:
             if entry[0] is RELEASE:
                 if entry[1] not in last_call:
@@ -218,6 +223,9 @@ class StepGraph:
                 op = self.ops[p.mid]
                 done = last_call[p.mid] + op.transfer_us + p.resume_us
                 t = np.where(done > t, done, t)
+                waiters[p.mid] -= 1
+                if not waiters[p.mid]:
+                    del last_call[p.mid]
             if calls:
                 seen = last_call.get(p.mid)
                 last_call[p.mid] = t if seen is None else np.where(t > seen, t, seen)

@@ -82,16 +82,20 @@ def step_graphs(timelines: dict, inst: pd.DataFrame, collectives: pd.DataFrame,
                 p2p: pd.DataFrame) -> dict[int, StepGraph]:
     """step → its graph over every rank that has that step (timelines and ``inst`` aligned)."""
     steps = sorted(set().union(*(tl.steps for tl in timelines.values()))) if timelines else []
-    by_rank_step = {key: g for key, g in inst.groupby(["rank", "step"])} if len(inst) else {}
-    empty = inst.iloc[:0]
+    # Each rank's rows of each step taken when its program is built, from the columns it
+    # reads: a table per rank and step held all at once grew with the rank count.
+    slim = inst[["match_id", "arrival_us", "end_us"]]
+    rows = inst.groupby(["rank", "step"]).indices if len(inst) else {}
+    empty = slim.iloc[:0]
     out = {}
     for step in steps:
         ranks = {}
         for r, tl in sorted(timelines.items()):
             if step not in tl.steps:
                 continue
-            ranks[r] = rank_step(r, tl.steps[step], by_rank_step.get((r, step), empty),
-                                 tl.waits, tl.wait_until)
+            mine = rows.get((r, step))
+            ranks[r] = rank_step(r, tl.steps[step], slim.iloc[mine] if mine is not None
+                                 else empty, tl.waits, tl.wait_until)
         ops = operations(collectives, p2p, step)
         out[step] = StepGraph(step, ranks, ops)
     return out

@@ -206,10 +206,11 @@ def _cross_rank(inp: inputs.Inputs, results: list[rank_work.RankResult], layout_
     timelines: dict[int, RankTimeline] = {
         r.rank: r.timeline.shifted(applied.get(r.rank, 0.0)) for r in results}
     inst = clocks.align_instances(inst, offsets)
-    by_rank = {r: g for r, g in inst.groupby("rank")} if len(inst) else {}
+    rows = inst.groupby("rank").indices if len(inst) else {}
     for r, tl in timelines.items():
-        g = by_rank.get(r)
-        tl.comm_by_dim = dims.interval_sets(g, tl.waits, tl.wait_until) if g is not None else {}
+        mine = rows.get(r)
+        tl.comm_by_dim = dims.interval_sets(inst.iloc[mine], tl.waits, tl.wait_until) \
+            if mine is not None else {}
     colls = matching.collective_table(inst)
     p2p = matching.p2p_table(inst)
     step_windows = [b - a for tl in timelines.values() for a, b in tl.steps.values()]
