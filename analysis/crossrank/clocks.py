@@ -50,67 +50,71 @@ def _column_medians(x: np.ndarray, n: np.ndarray) -> np.ndarray:
 
 @dataclasses.dataclass
 class _Collectives:
-    """The collectives' evidence between every two ranks, as rank × rank matrices (``ranks``
-    gives the rank of each row and column): ``est[i, j]`` estimates offset(ranks[i]) −
-    offset(ranks[j]) (the median of end_i − end_j over the collectives both took part in;
-    antisymmetric), ``unc[i, j]`` its uncertainty (1.4826 × the median absolute deviation),
-    ``n[i, j]`` the count, 0 for ranks that share none. ``index[i, j]`` numbers the estimates
-    in the order found — pairs (i, j) with i < j by i then j, the estimate of the later rank
-    from the earlier one (2t) before the reverse (2t + 1) — which breaks ties in the chaining.
+    """The collectives' evidence between every two ranks that share one, as parallel arrays
+    with one entry per pair (a, b), a < b, numbered ``t`` in the order found (by a, then b):
+    ``est`` estimates offset(a) − offset(b) (the median of end_a − end_b over the collectives
+    both took part in), ``unc`` its uncertainty (1.4826 × the median absolute deviation), ``n``
+    the count. Each pair gives two estimates: of a from b (numbered 2t) and of b from a (−est,
+    2t + 1); the numbers break ties in the chaining. ``by_rank`` lists, for each rank, the
+    pairs it is in (``rank → (first, last)`` into ``members``).
 
-    Matrices, not a dict with a tuple per pair: a data-parallel group of n ranks has n² pairs,
-    and at a thousand ranks the tuples were the larger part of the analysis' memory."""
-    ranks: np.ndarray
+    Arrays, not a dict with a tuple per pair: a data-parallel group of n ranks has n² pairs,
+    and at a thousand ranks the tuples were the larger part of the analysis' memory; nor
+    rank × rank matrices, which would hold every pair of a job whose groups are small."""
+    a: np.ndarray
+    b: np.ndarray
     est: np.ndarray
     unc: np.ndarray
     n: np.ndarray
-    index: np.ndarray
+    members: np.ndarray
+    by_rank: dict[int, tuple[int, int]]
 
     def gives(self, rank: int):
         """What ``rank``'s offset, once known, says of the others: (other ranks, est, unc, n,
-        index), the others in increasing rank order (the order they were found in)."""
-        where = np.searchsorted(self.ranks, rank)
-        if where >= len(self.ranks) or self.ranks[where] != rank:
+        number), or None."""
+        if rank not in self.by_rank:
             return None
-        shared = np.flatnonzero(self.n[where])
-        if not shared.size:
-            return None
-        return (self.ranks[shared], self.est[shared, where], self.unc[where, shared],
-                self.n[where, shared],
-                np.where(shared < where, 2 * self.index[shared, where],
-                         2 * self.index[where, shared] + 1))
+        lo, hi = self.by_rank[rank]
+        t = self.members[lo:hi]
+        first = self.a[t] == rank
+        return (np.where(first, self.b[t], self.a[t]),
+                np.where(first, -self.est[t], self.est[t]), self.unc[t], self.n[t],
+                np.where(first, 2 * t + 1, 2 * t))
 
 
 def _collective_pairs(inst: pd.DataFrame) -> _Collectives:
     """The collectives' evidence (``_Collectives``) from the instance table."""
     coll = inst[~inst["p2p"] & (inst["match_id"] != "")]
-    if coll.empty:
-        nothing = np.zeros((0, 0))
-        return _Collectives(np.zeros(0, dtype=np.int64), nothing, nothing,
-                            nothing.astype(np.int64), nothing.astype(np.int64))
-    ends = coll.pivot_table(index="match_id", columns="rank", values="end_us", aggfunc="first")
-    e = ends.to_numpy(dtype=np.float64)            # collective × rank, NaN where not a member
-    ranks = np.array([int(r) for r in ends.columns], dtype=np.int64)
-    k = len(ranks)
-    est, unc = np.zeros((k, k)), np.zeros((k, k))
-    count = np.zeros((k, k), dtype=np.int64)
-    # One rank against all later ranks at once: a rank count of numpy passes over the matrix.
-    for i in range(k - 1):
-        d = e[:, i:i + 1] - e[:, i + 1:]
-        n = np.count_nonzero(~np.isnan(d), axis=0)
-        shared = np.flatnonzero(n)
-        if not shared.size:
-            continue
-        d, n = d[:, shared], n[shared]
-        med = _column_medians(d, n)
-        mad = _column_medians(np.abs(d - med), n) * 1.4826
-        j = i + 1 + shared
-        est[i, j], est[j, i] = med, -med
-        unc[i, j] = unc[j, i] = mad
-        count[i, j] = count[j, i] = n
-    upper = np.triu(count > 0, k=1)
-    index = np.where(upper, np.cumsum(upper.ravel()).reshape(k, k) - 1, 0)
-    return _Collectives(ranks, est, unc, count, index)
+    parts: list[tuple] = []
+    if not coll.empty:
+        ends = coll.pivot_table(index="match_id", columns="rank", values="end_us",
+                                aggfunc="first")
+        e = ends.to_numpy(dtype=np.float64)        # collective × rank, NaN where not a member
+        ranks = np.array([int(r) for r in ends.columns], dtype=np.int64)
+        # One rank against all later ranks at once: a rank count of numpy passes over the
+        # matrix.
+        for i in range(len(ranks) - 1):
+            d = e[:, i:i + 1] - e[:, i + 1:]
+            n = np.count_nonzero(~np.isnan(d), axis=0)
+            shared = np.flatnonzero(n)
+            if not shared.size:
+                continue
+            d, n = d[:, shared], n[shared]
+            med = _column_medians(d, n)
+            mad = _column_medians(np.abs(d - med), n) * 1.4826
+            parts.append((np.full(len(shared), ranks[i]), ranks[i + 1 + shared], med, mad, n))
+    a, b, est, unc, n = (np.concatenate(x) for x in zip(*parts)) if parts else \
+        (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0),
+         np.zeros(0, dtype=np.int64))
+    del parts
+    pairs = np.arange(len(a))
+    who = np.concatenate([a, b])
+    order = np.argsort(who, kind="stable")
+    members = np.concatenate([pairs, pairs])[order]
+    ranks_in, first = np.unique(who[order], return_index=True)
+    last = np.append(first[1:], len(order))
+    return _Collectives(a, b, est, unc, n, members,
+                        {int(r): (int(lo), int(hi)) for r, lo, hi in zip(ranks_in, first, last)})
 
 
 def _p2p_pairs(p2p: pd.DataFrame) -> dict[tuple[int, int], tuple[float, float, int]]:
