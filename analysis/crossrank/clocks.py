@@ -148,7 +148,7 @@ def clock_offsets(inst: pd.DataFrame, p2p: pd.DataFrame | None, ranks: list[int]
     colls, p2ps = _collective_pairs(inst), _p2p_pairs(p2p)
     ranks = sorted(int(r) for r in ranks)
     # For each rank, the send/recv estimates it gives of other ranks once its own offset is
-    # known (the collectives' come from their matrices).
+    # known (the collectives' come from ``_Collectives.gives``).
     p2p_gives: dict[int, list] = {}
     for index, ((r, q), (est, unc, n)) in enumerate(p2ps.items()):
         p2p_gives.setdefault(q, []).append((r, est, unc, n, index))
