@@ -3,8 +3,8 @@ runs for the same numbers.
 
     .venv/bin/python bench/report_vs_hta.py [--trace FILE] [-n 5] [--write]
 
-Three commands, each a fresh process started the way a user starts it, run interleaved (A B C
-A B C …) so that a busy machine slows all three alike, ``-n`` times each:
+Five commands, each a fresh process started the way a user starts it, run interleaved (A B C
+A B C …) so that a busy machine slows all five alike, ``-n`` times each:
 
 - **HTA**: a Python process that imports Holistic Trace Analysis, loads the trace
   (``TraceAnalysis(trace_dir=DIR)``) and computes ``get_comm_comp_overlap()`` and
@@ -54,11 +54,7 @@ overlap = analyzer.get_comm_comp_overlap(visualize=False)
 breakdown = analyzer.get_temporal_breakdown(visualize=False)
 assert len(overlap) and len(breakdown)
 """
-# The floor under any report on this stack, measured beside the rest: a process that imports
-# what a pandas-free ingest would (numpy, pyarrow and its compute kernels, msgspec, ISA-L),
-# inflates the trace and decodes its events, half a MB at a time with the project's own stream
-# cutter, into structs of the seven fields a timeline needs — no table, no analysis, nothing
-# written. What a leaner path (pyarrow compute instead of pandas) could not go below.
+# The floor and the imports: see the module docstring.
 FLOOR_SCRIPT = """
 import sys
 import msgspec, numpy, pyarrow, pyarrow.compute

@@ -162,8 +162,7 @@ def clock_offsets(inst: pd.DataFrame, p2p: pd.DataFrame | None, ranks: list[int]
     frontier = [((False, 0.0, -1, 0, 0), ranks[0], 0.0, 0.0, 0, "reference")]
 
     def offer(off, unc, order, others, ests, uncs, ns, indices):
-        combined = np.hypot(unc, uncs).tolist() if order == 0 else \
-            [float(np.hypot(unc, u)) for u in uncs]
+        combined = np.hypot(unc, np.asarray(uncs, dtype=np.float64)).tolist()
         for other, est, c, e_n, index in zip(others, ests, combined, ns, indices):
             if other in known:
                 continue
