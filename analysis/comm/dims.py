@@ -147,6 +147,10 @@ def attribute(*, op: str, p2p: bool, pg_name, pg_desc, pg_ranks: str, run: RunIn
     return UNKNOWN, "unknown"
 
 
+# The instance table's columns that ``interval_sets`` reads.
+INTERVAL_COLUMNS = ["dim", "call_ts_us", "call_end_us", "exec_ts_us", "exec_end_us", "end_us"]
+
+
 def interval_sets(inst, waits, wait_until) -> dict[str, "np.ndarray"]:
     """dimension → the rank's communication time of that dimension: the host calls and the
     executing spans of its instances (``analysis/comm/instances.py``) and the waits that ended

@@ -187,12 +187,26 @@ class StepGraph:
             return float("nan"), times, binding     # a wait whose op never got all its calls
         return float(max(ends) - self.t0), times, binding
 
+    # What-ifs replayed side by side in one pass: each operation in flight holds a vector of
+    # this many times. With one entry per rank whatever the job's size, a 1,024-rank step's
+    # thousands of pipeline messages held ranks × messages numbers at once (100 MB).
+    WHATIFS_PER_PASS = 256
+
     def replay_each(self, scales: dict[int, float | np.ndarray]) -> dict[int, float]:
         """rank → the makespan of ``replay({rank: scales[rank]})``, for every rank of
-        ``scales`` in one pass over ``order``: each point's time is a vector with one entry
-        per what-if, where only the entry of the point's own rank is scaled. The same
-        arithmetic in the same order as ``replay``, so the numbers are the same to the last
-        bit; the work is the graph's points once, not once per rank."""
+        ``scales``, ``WHATIFS_PER_PASS`` ranks to a pass over ``order``: each point's time is
+        a vector with one entry per what-if, where only the entry of the point's own rank is
+        scaled. The same arithmetic in the same order as ``replay``, so the numbers are the
+        same to the last bit; the work is the graph's points once a pass, not once per rank."""
+        who = list(scales)
+        out: dict[int, float] = {}
+        for lo in range(0, len(who), self.WHATIFS_PER_PASS):
+            out.update(self._replay_side_by_side(
+                {r: scales[r] for r in who[lo:lo + self.WHATIFS_PER_PASS]}))
+        return out
+
+    def _replay_side_by_side(self, scales: dict[int, float | np.ndarray]) -> dict[int, float]:
+        """``replay_each`` for the ranks of ``scales``, in one pass."""
         who = list(scales)
         col = {r: j for j, r in enumerate(who)}
         n = len(who)
@@ -239,9 +253,10 @@ class StepGraph:
         span[np.isnan(stacked).any(axis=0)] = np.nan
         return {r: float(span[col[r]]) for r in who}
 
-    def critical_path(self) -> pd.DataFrame:
-        """The measured step's critical path (module docstring)."""
-        makespan, times, binding = self.replay()
+    def critical_path(self, measured: tuple | None = None) -> pd.DataFrame:
+        """The measured step's critical path (module docstring); ``measured``: ``replay()``'s
+        result, when the caller has it already."""
+        makespan, times, binding = measured or self.replay()
         rows = []
         if not self.ranks or np.isnan(makespan):
             return pd.DataFrame(columns=PATH_COLUMNS)
@@ -270,14 +285,16 @@ class StepGraph:
         return pd.DataFrame(rows, columns=PATH_COLUMNS)
 
 
-def waits_charged(graph: StepGraph) -> list[tuple[int, int, float, float]]:
+def waits_charged(graph: StepGraph, measured: tuple | None = None
+                  ) -> list[tuple[int, int, float, float]]:
     """(waiting rank, rank charged, wait µs, end of the wait) for every wait of the measured
     step that the model says was binding. What is charged is the waiting that lateness caused:
     how much later than this rank the last participant called the operation (the operation's
     own transfer time is nobody's fault), at most the time waited. It is charged to the rank
     whose own work made the operation late: from the last participant to call it, back through
-    calls that were themselves late only because their rank waited for another operation."""
-    makespan, times, binding = graph.replay()
+    calls that were themselves late only because their rank waited for another operation.
+    ``measured``: ``graph.replay()``'s result, when the caller has it already."""
+    makespan, times, binding = measured or graph.replay()
     out = []
     if np.isnan(makespan):
         return out

@@ -256,20 +256,22 @@ def analyse(graphs: dict[int, StepGraph], run: RunInfo | None, ops: dict[str, st
     dims = sorted({op.dim for g in graphs.values() for op in g.ops.values()})
     dim_saved: dict[str, list[float]] = {d: [] for d in dims}
     for step, g in sorted(graphs.items()):
-        base, _, _ = g.replay()
+        measured = g.replay()       # one replay of the measured step, read three ways
+        base = measured[0]
         if not np.isfinite(base) or base <= 0:
             continue
-        path = g.critical_path()
+        path = g.critical_path(measured)
         paths.append(path)
         work = path[path["kind"] == "work"]
         total = float(path["dur_us"].sum()) or 1.0
         for r in g.ranks:
             share.setdefault(r, []).append(float(work.loc[work["rank"] == r, "dur_us"].sum())
                                            / total)
-        for waiter, cause, us, end in waits_charged(g):
+        for waiter, cause, us, end in waits_charged(g, measured):
             suffered[waiter] = suffered.get(waiter, 0.0) + us
             charged_us[cause] = charged_us.get(cause, 0.0) + us
             charged.append((step, waiter, cause, us, end))
+        del measured
         scales = reference_scales(g, run, ops, out_bytes)
         scales_by_step[step] = {r: scale for r, (scale, _, _) in scales.items()}
         whatifs = g.replay_each(scales_by_step[step])

@@ -23,6 +23,7 @@ transfer time, launch overhead, contention for cores, a straggler.
 """
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from meshscope.analysis.timeline.rank_timeline import RankTimeline
@@ -32,34 +33,44 @@ MB_COLUMNS = ["rank", "step", "stage", "chunk", "mb", "phase", "start_us", "end_
 
 def microbatch_table(timelines: dict[int, RankTimeline],
                      windows: dict[int, dict[int, object]]) -> pd.DataFrame:
-    rows = []
+    parts: list[pd.DataFrame] = []
     for rank, tl in sorted(timelines.items()):
         mb = tl.microbatches
         if mb.empty:
             continue
+        ts, end = mb["ts_us"].to_numpy(float), mb["end_us"].to_numpy(float)
         for step, (s, e) in sorted(tl.steps.items()):
             win = windows.get(rank, {}).get(step)
             origin = float(win[0, 0]) if win is not None and len(win) else s
-            inside = mb[(mb["ts_us"] >= s) & (mb["end_us"] <= e)]
-            for r in inside.itertuples():
-                rows.append({"rank": rank, "step": step, "stage": r.stage, "chunk": r.chunk,
-                             "mb": r.mb, "phase": r.phase, "start_us": r.ts_us - origin,
-                             "end_us": r.end_us - origin, "dur_us": r.end_us - r.ts_us})
-    return pd.DataFrame(rows, columns=MB_COLUMNS)
+            inside = (ts >= s) & (end <= e)
+            if not inside.any():
+                continue
+            got = mb[inside]
+            parts.append(pd.DataFrame({
+                "rank": rank, "step": step, "stage": got["stage"].to_numpy(),
+                "chunk": got["chunk"].to_numpy(), "mb": got["mb"].to_numpy(),
+                "phase": got["phase"].to_numpy(), "start_us": ts[inside] - origin,
+                "end_us": end[inside] - origin, "dur_us": end[inside] - ts[inside]}))
+    if not parts:
+        return pd.DataFrame(columns=MB_COLUMNS)
+    return pd.concat(parts, ignore_index=True)[MB_COLUMNS]
 
 
 def phase_table(mb: pd.DataFrame, windows: dict[int, dict[int, object]]) -> pd.DataFrame:
     cols = ["rank", "step", "warmup_us", "steady_us", "cooldown_us"]
     rows = []
-    for (rank, step), g in mb.groupby(["rank", "step"]):
+    if mb.empty:
+        return pd.DataFrame(rows, columns=cols)
+    forward = mb["phase"] == "forward"
+    first_bwd = mb[~forward].groupby(["rank", "step"])["start_us"].min().to_dict()
+    last_fwd = mb[forward].groupby(["rank", "step"])["end_us"].max().to_dict()
+    for rank, step in mb.groupby(["rank", "step"]).size().index:
         win = windows.get(rank, {}).get(step)
         if win is None or not len(win):
             continue
         total = float(win[0, 1] - win[0, 0])
-        bwd = g[g["phase"] != "forward"]
-        fwd = g[g["phase"] == "forward"]
-        warm = float(bwd["start_us"].min()) if not bwd.empty else total
-        cool = total - float(fwd["end_us"].max()) if not fwd.empty else 0.0
+        warm = float(first_bwd[rank, step]) if (rank, step) in first_bwd else total
+        cool = total - float(last_fwd[rank, step]) if (rank, step) in last_fwd else 0.0
         rows.append({"rank": rank, "step": step, "warmup_us": warm,
                      "steady_us": max(total - warm - cool, 0.0), "cooldown_us": cool})
     return pd.DataFrame(rows, columns=cols)
@@ -126,8 +137,12 @@ def replay(mb: pd.DataFrame, groups: list[list[int]]) -> pd.DataFrame:
     """Per rank and step: replayed_window_us and replayed_bubble_fraction (see module doc)."""
     cols = ["rank", "step", "replayed_window_us", "replayed_bubble_fraction"]
     rows = []
+    at = mb.groupby("rank").indices if len(mb) else {}
     for group in groups:
-        sub = mb[mb["rank"].isin(group)]
+        # The group's rows in the table's order (a filter of the whole table per group took
+        # time of the square of the rank count).
+        mine = [at[r] for r in group if r in at]
+        sub = mb.iloc[np.sort(np.concatenate(mine))] if mine else mb.iloc[:0]
         for step, g in sub.groupby("step"):
             actions = {r: [(x.phase, x.stage, x.mb, x.dur_us)
                            for x in gg.sort_values("start_us").itertuples()]

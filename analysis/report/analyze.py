@@ -101,8 +101,9 @@ class Report:
 
 
 def _parquet_safe(df: pd.DataFrame) -> pd.DataFrame:
-    """Columns of mixed Python objects (lists, dicts) as JSON text, so parquet can hold them."""
-    out = df.copy()
+    """Columns of mixed Python objects (lists, dicts) as JSON text, so parquet can hold them.
+    A shallow copy: only the columns that change are new (``df`` is left as it is)."""
+    out = df.copy(deep=False)
     for col in out.columns:
         if out[col].dtype == object and out[col].map(
                 lambda v: isinstance(v, (list, dict, tuple))).any():
@@ -188,10 +189,8 @@ def _cross_rank(inp: inputs.Inputs, results: list[rank_work.RankResult], layout_
     ranks = sorted(r.rank for r in results)
     notes = list(inp.notes)
     # 1. The collective-instance table, matched across ranks.
-    inst = pd.concat([instances.finalize(r.operations, rank=r.rank, meta=r.meta,
-                                         timeline=r.timeline, run=run,
-                                         dump=inp.dumps.get(r.rank), layout_map=layout_map)
-                      for r in results], ignore_index=True)
+    inst = pd.concat(list(_instance_tables(results, inp, run, layout_map)),
+                     ignore_index=True)
     trace_world = max((r.identity.world_size or 0 for r in results), default=0) or None
     matched = matching.match(inst, ranks, world_size=run.world_size if run else None,
                              trace_world=trace_world)
@@ -203,13 +202,16 @@ def _cross_rank(inp: inputs.Inputs, results: list[rank_work.RankResult], layout_
     offsets = clocks.clock_offsets(inst, matching.p2p_table(inst), ranks, hosts) \
         if matchable else _empty(clocks.COLUMNS)
     applied = offsets.set_index("rank")["applied_us"].to_dict() if len(offsets) else {}
-    timelines: dict[int, RankTimeline] = {
-        r.rank: r.timeline.shifted(applied.get(r.rank, 0.0)) for r in results}
+    timelines: dict[int, RankTimeline] = {}
+    for r in results:     # each rank's timeline on the common clock replaces its own
+        timelines[r.rank] = r.timeline.shifted(applied.get(r.rank, 0.0))
+        r.timeline = None
     inst = clocks.align_instances(inst, offsets)
     rows = inst.groupby("rank").indices if len(inst) else {}
+    spans = inst[dims.INTERVAL_COLUMNS]       # the columns interval_sets reads, taken once
     for r, tl in timelines.items():
         mine = rows.get(r)
-        tl.comm_by_dim = dims.interval_sets(inst.iloc[mine], tl.waits, tl.wait_until) \
+        tl.comm_by_dim = dims.interval_sets(spans.iloc[mine], tl.waits, tl.wait_until) \
             if mine is not None else {}
     colls = matching.collective_table(inst)
     p2p = matching.p2p_table(inst)
@@ -286,6 +288,27 @@ def _cross_rank(inp: inputs.Inputs, results: list[rank_work.RankResult], layout_
                     "floor_us": wi.floor_us if wi is not None else None,
                     "resolution_us": resolution},
         step_records=records, step_time_us=step_us, findings=found)
+
+
+# Ranks whose instance rows are made into one table at a time: a table per rank cost most of
+# this stage's time at a thousand ranks, one table of every rank's rows would hold them all
+# as Python dicts at once.
+RANKS_PER_TABLE = 64
+
+
+def _instance_tables(results: list[rank_work.RankResult], inp: inputs.Inputs, run,
+                     layout_map):
+    """The instance tables (``instances.finalize``) of ``RANKS_PER_TABLE`` ranks at a time; a
+    rank's raw operations are let go once its rows are made, so they are not held twice while
+    every rank's are joined."""
+    for lo in range(0, len(results), RANKS_PER_TABLE):
+        rows: list[dict] = []
+        for r in results[lo:lo + RANKS_PER_TABLE]:
+            rows += instances.finalize_rows(r.operations, rank=r.rank, meta=r.meta,
+                                            timeline=r.timeline, run=run,
+                                            dump=inp.dumps.get(r.rank), layout_map=layout_map)
+            r.operations = None
+        yield instances.table_of(rows)
 
 
 def _dim_timing(colls: pd.DataFrame, p2p: pd.DataFrame) -> dict[str, dict]:

@@ -183,10 +183,13 @@ def _windows(steps: dict[int, tuple[float, float]], span: tuple[float, float]) -
     return np.array([span], dtype=np.float64)
 
 
+_COLUMNS = ["name", "cat", "ts_us", "dur_us", "end_us", "lane", "device", "kind", "correlation"]
+
+
 def build(trace: RankTrace, run=None) -> RankTimeline:
     """The timeline of one rank (module docstring). ``run`` is unused: since the collective-
     instance table, nothing here depends on the layout."""
-    ev = trace.events
+    ev = trace.events[_COLUMNS]
     dev = ev[ev["device"]]
     host = ev[~ev["device"]]
     steps = _step_windows(host, dev)

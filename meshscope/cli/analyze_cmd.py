@@ -37,6 +37,9 @@ def run_analysis(path, out, comm_kernel_regex, rank_regex=None, cache=True, base
     ``layout``, ``rank_order``, ``warmup_steps``); one line and exit code 2 on bad input."""
     import re
 
+    from meshscope.analysis.report.process_memory import use_system_allocator
+
+    use_system_allocator()          # before the analysis imports pyarrow
     from meshscope.analysis.errors import InputError
     from meshscope.analysis.ingest.events import compile_rank_regex
     from meshscope.analysis.report.analyze import analyze as do_analyze
