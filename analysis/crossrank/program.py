@@ -39,10 +39,11 @@ def rank_step(rank: int, window: tuple[float, float], inst: pd.DataFrame, waits:
     s0, s1 = window
     events: list[tuple[float, int, str, float]] = []   # (time, order, kind, extra)
     ends_by_time = {}
-    for row in inst.itertuples():
-        if row.match_id:
-            events.append((float(row.arrival_us), 0, CALL, row.match_id))
-            ends_by_time.setdefault(round(float(row.end_us), 3), row.match_id)
+    for mid, arrival, end in zip(inst["match_id"].tolist(), inst["arrival_us"].tolist(),
+                                 inst["end_us"].tolist()):
+        if mid:
+            events.append((float(arrival), 0, CALL, mid))
+            ends_by_time.setdefault(round(float(end), 3), mid)
     inside = (waits[:, 1] > s0) & (waits[:, 0] < s1) if len(waits) else np.zeros(0, bool)
     w_in = waits[inside] if len(waits) else waits
     u_in = wait_until[inside] if len(waits) else wait_until

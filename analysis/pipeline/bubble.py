@@ -75,9 +75,10 @@ def _work_span(tl: RankTimeline, start: float, end: float) -> np.ndarray:
     """The rank's pipeline work within [start, end): microbatch spans, else pipeline ranges."""
     mb = tl.microbatches
     if not mb.empty:
-        inside = mb[(mb["ts_us"] >= start) & (mb["end_us"] <= end)]
-        if not inside.empty:
-            return np.array([[inside["ts_us"].min(), inside["end_us"].max()]])
+        ts, ends = mb["ts_us"].to_numpy(), mb["end_us"].to_numpy()
+        inside = (ts >= start) & (ends <= end)
+        if inside.any():
+            return np.array([[ts[inside].min(), ends[inside].max()]])
     return iv.clip(tl.pipeline, start, end)
 
 

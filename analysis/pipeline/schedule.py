@@ -33,27 +33,27 @@ MB_COLUMNS = ["rank", "step", "stage", "chunk", "mb", "phase", "start_us", "end_
 
 def microbatch_table(timelines: dict[int, RankTimeline],
                      windows: dict[int, dict[int, object]]) -> pd.DataFrame:
-    parts: list[pd.DataFrame] = []
+    parts: dict[str, list[np.ndarray]] = {c: [] for c in MB_COLUMNS}
     for rank, tl in sorted(timelines.items()):
         mb = tl.microbatches
         if mb.empty:
             continue
         ts, end = mb["ts_us"].to_numpy(float), mb["end_us"].to_numpy(float)
+        labels = {c: mb[c].to_numpy() for c in ("stage", "chunk", "mb", "phase")}
         for step, (s, e) in sorted(tl.steps.items()):
             win = windows.get(rank, {}).get(step)
             origin = float(win[0, 0]) if win is not None and len(win) else s
-            inside = (ts >= s) & (end <= e)
-            if not inside.any():
-                continue
-            got = mb[inside]
-            parts.append(pd.DataFrame({
-                "rank": rank, "step": step, "stage": got["stage"].to_numpy(),
-                "chunk": got["chunk"].to_numpy(), "mb": got["mb"].to_numpy(),
-                "phase": got["phase"].to_numpy(), "start_us": ts[inside] - origin,
-                "end_us": end[inside] - origin, "dur_us": end[inside] - ts[inside]}))
-    if not parts:
+            inside = np.flatnonzero((ts >= s) & (end <= e))
+            parts["rank"].append(np.full(len(inside), rank, dtype=np.int64))
+            parts["step"].append(np.full(len(inside), step, dtype=np.int64))
+            for c, values in labels.items():
+                parts[c].append(values[inside])
+            parts["start_us"].append(ts[inside] - origin)
+            parts["end_us"].append(end[inside] - origin)
+            parts["dur_us"].append(end[inside] - ts[inside])
+    if not parts["rank"] or not sum(len(x) for x in parts["rank"]):
         return pd.DataFrame(columns=MB_COLUMNS)
-    return pd.concat(parts, ignore_index=True)[MB_COLUMNS]
+    return pd.DataFrame({c: np.concatenate(v) for c, v in parts.items()})
 
 
 def phase_table(mb: pd.DataFrame, windows: dict[int, dict[int, object]]) -> pd.DataFrame:
@@ -144,9 +144,12 @@ def replay(mb: pd.DataFrame, groups: list[list[int]]) -> pd.DataFrame:
         mine = [at[r] for r in group if r in at]
         sub = mb.iloc[np.sort(np.concatenate(mine))] if mine else mb.iloc[:0]
         for step, g in sub.groupby("step"):
-            actions = {r: [(x.phase, x.stage, x.mb, x.dur_us)
-                           for x in gg.sort_values("start_us").itertuples()]
-                       for r, gg in g.groupby("rank")}
+            fields = [g[c].to_numpy() for c in ("phase", "stage", "mb", "dur_us")]
+            start = g["start_us"].to_numpy()
+            actions = {}
+            for r, at_r in sorted(g.groupby("rank").indices.items()):
+                order = at_r[np.argsort(start[at_r], kind="quicksort")]   # sort_values' sort
+                actions[r] = list(zip(*(f[order].tolist() for f in fields)))
             makespan, busy = _simulate(actions)
             for r in actions:
                 rows.append({"rank": r, "step": step, "replayed_window_us": makespan,

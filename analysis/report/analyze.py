@@ -220,8 +220,9 @@ def _cross_rank(inp: inputs.Inputs, results: list[rank_work.RankResult], layout_
     # 3. Pipeline windows, the step breakdown, bubbles.
     pipelined = run is not None and run.pipeline_stages > 1
     windows = bubble.pipeline_windows(timelines, run) if pipelined else {}
-    bd = pd.concat([breakdown.step_breakdown(tl, windows.get(r))
-                    for r, tl in sorted(timelines.items())], ignore_index=True)
+    bd = pd.DataFrame([row for r, tl in sorted(timelines.items())
+                       for row in breakdown.step_rows(tl, windows.get(r))],
+                      columns=breakdown.COLUMNS)
     trace_ov = pd.DataFrame(sorted((r.trace_overlap for r in results), key=lambda o: o["rank"]))
     bub = bubble.bubble_table(timelines, windows, run)
     mb = schedule.microbatch_table(timelines, windows)

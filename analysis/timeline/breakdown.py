@@ -54,6 +54,13 @@ def overlap_pct(compute: np.ndarray, comm: np.ndarray) -> float:
 
 def step_breakdown(tl: RankTimeline, pipeline_windows: dict[int, np.ndarray] | None = None
                    ) -> pd.DataFrame:
+    """One row per step of the rank (module docstring)."""
+    return pd.DataFrame(step_rows(tl, pipeline_windows), columns=COLUMNS)
+
+
+def step_rows(tl: RankTimeline, pipeline_windows: dict[int, np.ndarray] | None = None
+              ) -> list[dict]:
+    """``step_breakdown``'s rows (many ranks' rows make one table faster than a table each)."""
     rows = []
     for step, (start, end) in sorted(tl.steps.items()):
         C, M, O = (iv.clip(x, start, end) for x in (tl.compute, tl.comm, tl.other))
@@ -78,7 +85,7 @@ def step_breakdown(tl: RankTimeline, pipeline_windows: dict[int, np.ndarray] | N
             remaining = iv.subtract(remaining, part)
         row["exposed_comm_unknown_us"] = iv.length(remaining)
         rows.append(row)
-    return pd.DataFrame(rows, columns=COLUMNS)
+    return rows
 
 
 def trace_overlap(tl: RankTimeline) -> dict:
