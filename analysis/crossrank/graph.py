@@ -152,13 +152,14 @@ class StepGraph:
                ) -> tuple[float, dict[int, np.ndarray], dict]:
         """(makespan, rank → point times, binding) with own work scaled by ``scale`` and the
         operations of dimension d taking ``transfer_factor[d]`` × their time;
-        ``binding[(rank, i)]`` is ("self", None) or ("op", (caller rank, caller index)).
-        A wait whose operation never gets all its calls (inconsistent input) ends at its
+        ``binding[(rank, i)]`` is (caller rank, caller index) where an operation set the time
+        of point i, and absent where the rank's own work did (most points: a key for every
+        point was a thousand-rank step's largest transient). A wait whose operation never gets all its calls (inconsistent input) ends at its
         measured time."""
         scale = scale or {}
         tf = transfer_factor or {}
         times = {r: np.full(len(rs.points), np.nan) for r, rs in self.ranks.items()}
-        binding: dict = {}
+        binding: dict[tuple[int, int], tuple[int, int]] = {}
         last_call: dict[str, tuple[float, tuple[int, int] | None]] = {}
         walk, _ = self.order
         for entry in walk:
@@ -171,15 +172,15 @@ class StepGraph:
             prev = times[r][i - 1] if i else rs.start_us
             f = scale.get(r, 1.0)
             t = prev + p.own_us * (f[i] if isinstance(f, np.ndarray) else f)
-            bind = ("self", None)
             if waits:
                 arrive, who = last_call[p.mid]
                 op = self.ops[p.mid]
                 done = arrive + op.transfer_us * tf.get(op.dim, 1.0) + p.resume_us
                 if done > t:
-                    t, bind = done, ("op", who) if who is not None else ("self", None)
+                    t = done
+                    if who is not None:
+                        binding[(r, i)] = who
             times[r][i] = t
-            binding[(r, i)] = bind
             if calls and (p.mid not in last_call or t > last_call[p.mid][0]):
                 last_call[p.mid] = (t, (r, i))
         ends = [times[r][-1] for r in self.ranks if len(times[r])]
@@ -267,8 +268,8 @@ class StepGraph:
         while i >= 0 and guard > 0:
             guard -= 1
             end = times[r][i]
-            kind, who = binding.get((r, i), ("self", None))
-            if kind == "op":
+            who = binding.get((r, i))
+            if who is not None:
                 cr, ci = who
                 op = self.ops[self.ranks[r].points[i].mid]
                 segs.append((r, "transfer", f"{op.op} ({op.dim})", times[cr][ci], end))
@@ -300,8 +301,8 @@ def waits_charged(graph: StepGraph, measured: tuple | None = None
         return out
     for r, rs in graph.ranks.items():
         for i, p in enumerate(rs.points):
-            kind, who = binding.get((r, i), ("self", None))
-            if kind != "op":
+            who = binding.get((r, i))
+            if who is None:
                 continue
             prev = times[r][i - 1] if i else rs.start_us
             waited = times[r][i] - (prev + p.own_us)
@@ -320,8 +321,8 @@ def waits_charged(graph: StepGraph, measured: tuple | None = None
                 own_since = crs.points[ci].own_us
                 if j < 0 or own_since > 0.5 * waited:
                     break
-                k2, who2 = binding.get((cr, j), ("self", None))
-                if crs.points[j].kind != WAIT or k2 != "op":
+                who2 = binding.get((cr, j))
+                if crs.points[j].kind != WAIT or who2 is None:
                     break
                 cr, ci = who2
             out.append((r, cr, float(waited), float(times[r][i])))
