@@ -73,11 +73,32 @@ def segments(timelines: dict, windows: dict, charged: list[tuple]) -> pd.DataFra
             for kind, dim, x in parts:
                 for s, e in _coarse(x, gap):
                     rows.append((r, step, kind, dim, -1, s - t0, e - t0))
-            for (s, e), until in zip(tl.waits, tl.wait_until):
-                if e <= a or s >= b:
-                    continue
-                dim = next((d for d, x in tl.comm_by_dim.items()
-                            if len(iv.clip(x, s, e))), "unknown")
+            inside = (tl.waits[:, 1] > a) & (tl.waits[:, 0] < b) if len(tl.waits) else \
+                np.zeros(0, dtype=bool)
+            w = tl.waits[inside]
+            for (s, e), dim in zip(w, _wait_dims(w, tl.comm_by_dim)):
                 cause = cause_at.get((step, r, round(float(e), 1)), -1)
                 rows.append((r, step, "wait", dim, int(cause), max(s, a) - t0, min(e, b) - t0))
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _wait_dims(waits: np.ndarray, comm_by_dim: dict[str, np.ndarray]) -> list[str]:
+    """For each wait region, the first dimension (in ``comm_by_dim``'s order) whose
+    communication overlaps it, else "unknown". A region [s, e) overlaps a sorted disjoint set
+    where the set's first interval that ends after s starts before e."""
+    dims = np.full(len(waits), "unknown", dtype=object)
+    open_ = np.ones(len(waits), dtype=bool)
+    if not len(waits):
+        return dims.tolist()
+    s, e = waits[:, 0], waits[:, 1]
+    for dim, x in comm_by_dim.items():
+        if not len(x):
+            continue
+        first = np.searchsorted(x[:, 1], s, side="right")
+        ok = first < len(x)
+        hit = np.zeros(len(waits), dtype=bool)
+        hit[ok] = x[first[ok], 0] < e[ok]
+        hit &= open_ & (s < e)
+        dims[hit] = dim
+        open_ &= ~hit
+    return dims.tolist()
