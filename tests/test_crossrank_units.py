@@ -92,6 +92,22 @@ def test_replay_each_runs_every_rank_s_what_if_at_once():
             assert each[r] == graph.replay({r: f})[0], r
 
 
+def test_replay_each_in_several_passes_equals_one_replay_per_rank(monkeypatch):
+    """Six data-parallel ranks, each one's what-if its own scale, replayed two ranks to a pass
+    (three passes): each rank's makespan is that of ``replay`` with that rank alone scaled,
+    to the bit, and by construction halving the slowest rank (30 ms → 15 ms, the next
+    slowest at 25 ms) saves 5 ms."""
+    g = _allreduce_step({0: 10_000.0, 1: 25_000.0, 2: 12_000.0, 3: 30_000.0, 4: 8_000.0,
+                         5: 11_000.0})
+    scales = {r: 0.5 for r in g.ranks}
+    monkeypatch.setattr(StepGraph, "WHATIFS_PER_PASS", 2)
+    each = g.replay_each(scales)
+    assert sorted(each) == sorted(g.ranks)
+    for r, f in scales.items():
+        assert each[r] == g.replay({r: f})[0], r
+    assert g.replay()[0] - each[3] == pytest.approx(5_000.0)
+
+
 def test_a_stage_without_peers_is_held_against_the_other_stage():
     """pp=2, dp=1: stage 0's forward is 15 ms slower than stage 1's; with both stages of equal
     work content the saving of stage 0 at stage 1's pace is those 15 ms."""
@@ -378,3 +394,28 @@ def test_layout_map_refuses_what_it_cannot_place():
         dims.LayoutMap.parse("dp=2,tp=2", "dp-pp")
     with pytest.raises(ValueError, match="--layout part"):
         dims.LayoutMap.parse("dp=two", None)
+
+
+def test_each_wait_of_the_timeline_table_names_the_dimension_it_overlaps():
+    """The aligned timeline's wait rows (``timeline/segments.py``) on one hand-made rank: a
+    wait takes the first dimension, in the rank's order, whose communication overlaps it; one
+    that only touches a dimension's interval at an end, or overlaps none, is "unknown"; the
+    cause is the rank the graph charged for the wait that ends there."""
+    from meshscope.analysis.timeline import segments
+    from meshscope.analysis.timeline.rank_timeline import RankTimeline
+
+    iv = lambda *pairs: np.array(pairs, dtype=np.float64).reshape(-1, 2)  # noqa: E731
+    waits = iv((10, 20), (20, 25), (30, 40), (45, 50), (60, 70), (80, 90))
+    tl = RankTimeline(rank=3, on_gpu=False, compute=iv(), comm=iv(),
+                      comm_by_dim={"tp": iv((15, 18), (40, 45)), "dp": iv((25, 30), (39, 41),
+                                                                          (81, 82)),
+                                   "pp": iv((85, 86))},
+                      other=iv(), steps={7: (0.0, 100.0)}, pipeline=iv(),
+                      microbatches=pd.DataFrame(columns=["ts_us", "end_us"]), span=(0.0, 100.0),
+                      scopes=(np.zeros(0), np.zeros(0), []), trace_compute=iv(), trace_comm=iv(),
+                      waits=waits, wait_until=waits[:, 1].copy())
+    table = segments.segments({3: tl}, {}, [(7, 3, 5, 4.0, 70.0)])
+    got = table[table["kind"] == "wait"]
+    assert got[["start_us", "end_us"]].to_numpy().tolist() == waits.tolist()
+    assert got["dim"].tolist() == ["tp", "unknown", "dp", "unknown", "unknown", "dp"]
+    assert got["cause"].tolist() == [-1, -1, -1, -1, 5, -1]
