@@ -522,9 +522,8 @@ def finalize(raw: pd.DataFrame, *, rank: int, meta: dict, timeline, run: RunInfo
 
 
 def table_of(rows: list[dict]) -> pd.DataFrame:
-    """The instance table of ``finalize_rows``' rows, of one rank or of several in a row: one
-    table made for many ranks' rows spares the cost of making a table per rank (at a
-    thousand ranks, most of the time this stage took)."""
+    """The instance table of ``finalize_rows``' rows, of one rank or of several in a row (one
+    table made for many ranks' rows spares the cost of making a table per rank)."""
     if not rows:
         return empty()
     return _typed(pd.DataFrame(rows, columns=INSTANCE_COLUMNS))

@@ -153,9 +153,9 @@ class StepGraph:
         """(makespan, rank → point times, binding) with own work scaled by ``scale`` and the
         operations of dimension d taking ``transfer_factor[d]`` × their time;
         ``binding[(rank, i)]`` is (caller rank, caller index) where an operation set the time
-        of point i, and absent where the rank's own work did (most points: a key for every
-        point was a thousand-rank step's largest transient). A wait whose operation never gets all its calls (inconsistent input) ends at its
-        measured time."""
+        of point i, and absent where the rank's own work did (most points, which a thousand-
+        rank step has hundreds of thousands of). A wait whose operation never gets all its
+        calls (inconsistent input) ends at its measured time."""
         scale = scale or {}
         tf = transfer_factor or {}
         times = {r: np.full(len(rs.points), np.nan) for r, rs in self.ranks.items()}
@@ -190,7 +190,7 @@ class StepGraph:
 
     # What-ifs replayed side by side in one pass: each operation in flight holds a vector of
     # this many times. With one entry per rank whatever the job's size, a 1,024-rank step's
-    # thousands of pipeline messages held ranks × messages numbers at once (100 MB).
+    # thousands of pipeline messages in flight held ranks × messages numbers at once.
     WHATIFS_PER_PASS = 256
 
     def replay_each(self, scales: dict[int, float | np.ndarray]) -> dict[int, float]:

@@ -12,9 +12,9 @@ side (``ARROW_DEFAULT_MEMORY_POOL=system``), for the same report.
 of the worker processes it starts (they inherit the environment, or, forked, the pool). Called
 before pyarrow is imported, it only sets the environment, which pyarrow reads when it starts:
 a pool set after pyarrow started left the process 12 MB larger on the reference trace (the
-default pool had begun). The command line calls it before it imports the analysis; the Python API leaves its caller's process as it is
-(ingest alone switches pools while it builds an event table:
-``analysis.ingest.events.parse_events``). A pool the user chose with
+default pool had begun). The command line calls it before it imports the analysis; the Python
+API leaves its caller's process as it is (ingest alone switches pools while it builds an event
+table: ``analysis.ingest.events.parse_events``). A pool the user chose with
 ``ARROW_DEFAULT_MEMORY_POOL`` is left alone.
 """
 from __future__ import annotations

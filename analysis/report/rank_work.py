@@ -36,9 +36,11 @@ class RankOptions:
 class RankResult:
     identity: TraceIdentity
     on_gpu: bool
-    timeline: timeline.RankTimeline
+    # The cross-rank stage sets ``timeline`` and ``operations`` to None once it has replaced
+    # them (the aligned timeline, the instance table), so they are not held twice.
+    timeline: timeline.RankTimeline | None
     trace_overlap: dict
-    operations: pd.DataFrame        # instances.RAW_COLUMNS
+    operations: pd.DataFrame | None  # instances.RAW_COLUMNS
     meta: dict                      # instances.small_meta of the trace
     problems: list[str]
     implausible: str | None
