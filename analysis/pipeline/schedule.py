@@ -51,7 +51,7 @@ def microbatch_table(timelines: dict[int, RankTimeline],
             parts["start_us"].append(ts[inside] - origin)
             parts["end_us"].append(end[inside] - origin)
             parts["dur_us"].append(end[inside] - ts[inside])
-    if not parts["rank"] or not sum(len(x) for x in parts["rank"]):
+    if not sum(len(x) for x in parts["rank"]):
         return pd.DataFrame(columns=MB_COLUMNS)
     return pd.DataFrame({c: np.concatenate(v) for c, v in parts.items()})
 

@@ -2,7 +2,8 @@
 
 With W the step window (the ``ProfilerStep#N`` range; on GPUs extended to the next step's start),
 C compute, M communication, P the pipeline window (pipelined runs only; see ``bubble``) and O
-other device work, all clipped to W, ``step_breakdown`` returns one row per (rank, step):
+other device work, all clipped to W, ``step_rows`` gives one row per step of a rank (the
+report's ``breakdown`` table is every rank's rows, with ``COLUMNS``):
 
 ======================= ==================================================================
 column                  definition (all times in µs)
@@ -34,7 +35,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import pandas as pd
 
 from meshscope.analysis.timeline import intervals as iv
 from meshscope.analysis.timeline.rank_timeline import RankTimeline
@@ -52,15 +52,10 @@ def overlap_pct(compute: np.ndarray, comm: np.ndarray) -> float:
     return iv.length(iv.intersect(comm, compute)) / m * 100.0 if m > 0 else math.nan
 
 
-def step_breakdown(tl: RankTimeline, pipeline_windows: dict[int, np.ndarray] | None = None
-                   ) -> pd.DataFrame:
-    """One row per step of the rank (module docstring)."""
-    return pd.DataFrame(step_rows(tl, pipeline_windows), columns=COLUMNS)
-
-
 def step_rows(tl: RankTimeline, pipeline_windows: dict[int, np.ndarray] | None = None
               ) -> list[dict]:
-    """``step_breakdown``'s rows (many ranks' rows make one table faster than a table each)."""
+    """One row per step of the rank (module docstring), as dicts: the report makes one table of
+    every rank's rows, faster than a table per rank."""
     rows = []
     for step, (start, end) in sorted(tl.steps.items()):
         C, M, O = (iv.clip(x, start, end) for x in (tl.compute, tl.comm, tl.other))
