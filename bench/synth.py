@@ -887,12 +887,31 @@ def _steps_table(plan: Plan, rank: int, rec: dict) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=STEP_SCHEMA)
 
 
-def _dump(plan: Plan, rank: int, rec: dict) -> dict:
+def _earlier(rec_fr: list, fr_entries: int | None) -> tuple[list, dict[str, int]]:
+    """A buffer of ``fr_entries`` entries (None: the run's own): the run's collectives kept as
+    the newest, preceded by all-reduces of a longer job's earlier steps (the first group's
+    first all-reduce repeated, created an hour before the run); every group's sequence numbers
+    start after its earlier entries, the same on every rank of the group."""
+    extra = max(0, (fr_entries or 0) - len(rec_fr))
+    if not extra or not rec_fr:
+        return rec_fr, {}
+    ar = next((x for x in rec_fr if x[2] == "all_reduce"), rec_fr[0])
+    group, _, op, ins, outs, dtype, _ = ar
+    first_t = min(x[6] for x in rec_fr) - 3_600e6
+    head = [(group, k + 1, op, ins, outs, dtype, first_t + 1_000.0 * k) for k in range(extra)]
+    return head + rec_fr, {group.name: extra}
+
+
+def _dump(plan: Plan, rank: int, rec: dict, fr_entries: int | None = None) -> dict:
     """The Flight Recorder dump of ``rank`` (collectors/flight_recorder.py's envelope around
-    PyTorch's own JSON), as gloo leaves it: no start or completion times."""
+    PyTorch's own JSON), as gloo leaves it: no start or completion times. ``fr_entries``: the
+    buffer's length (``_earlier``)."""
     pg_id = {g.name: i for i, g in enumerate(_rank_groups(plan.groups, rank))}
     entries, last = [], {}
-    for record_id, (group, seq, op, ins, outs, dtype, t) in enumerate(rec["fr"]):
+    recs, shift = _earlier(rec["fr"], fr_entries)
+    for record_id, (group, seq, op, ins, outs, dtype, t) in enumerate(recs):
+        if record_id >= len(recs) - len(rec["fr"]):
+            seq += shift.get(group.name, 0)
         entries.append({
             "collective_seq_id": seq, "input_dtypes": [dtype] * len(ins), "input_sizes": ins,
             "is_p2p": False, "op_id": seq, "output_dtypes": [dtype] * len(outs),
@@ -959,25 +978,27 @@ def _write_rank(rank: int) -> int:
     """Write ``rank``'s trace, step timers and dump; returns the trace's event count."""
     from isal import igzip
 
-    plan, outs, out = _WORK
+    plan, outs, out, fr_entries = _WORK
     rec = outs[rank]
     text = trace_text(plan, rank, rec).encode()
     rd.trace_path(out, rank).write_bytes(igzip.compress(text, compresslevel=1, mtime=0))
     pq.write_table(_steps_table(plan, rank, rec), rd.steps_path(out, rank))
-    rd.write_json_atomic(flight_recorder.comms_path(out, rank), _dump(plan, rank, rec))
+    rd.write_json_atomic(flight_recorder.comms_path(out, rank),
+                         _dump(plan, rank, rec, fr_entries))
     return text.count(b'"ph": ') - text.count(b'"ph": "M"')
 
 
 def make_run(out: pathlib.Path, *, ranks: int, steps: int = 3, events_per_step: int = 2000,
              layout: str | None = None, slow_rank: int | None = None, slow_ms: float = 0.0,
-             seed: int = 0, microbatches: int | None = None, workers: int | None = None
-             ) -> pathlib.Path:
+             seed: int = 0, microbatches: int | None = None, workers: int | None = None,
+             fr_entries: int | None = None) -> pathlib.Path:
     """Write a synthetic run directory at ``out`` (which must not exist or be empty); returns
     it. ``layout``: ``dp=N`` (the default: dp = ranks) or ``dp=A,pp=B``; ``steps``: profiled
     steps (the step timers also hold ``WARMUP_STEPS`` before them); ``events_per_step``: about
     how many trace events each rank has per profiled step; ``slow_rank`` computes ``slow_ms``
     longer per step than its peers; ``microbatches``: default max(4, pp); ``workers``: writer
-    processes (default: the CPU count)."""
+    processes (default: the CPU count); ``fr_entries``: Flight Recorder entries per rank, as
+    the buffer of a longer job holds them (default: the run's own collectives, a few dozen)."""
     global _WORK
     out = pathlib.Path(out)
     if out.exists() and any(out.iterdir()):
@@ -986,7 +1007,7 @@ def make_run(out: pathlib.Path, *, ranks: int, steps: int = 3, events_per_step: 
     outs = _simulate(plan)
     for sub in (rd.TRACES, rd.STEPS, rd.COMMS):
         (out / sub).mkdir(parents=True, exist_ok=True)
-    _WORK = (plan, outs, out)
+    _WORK = (plan, outs, out, fr_entries)
     pa.array([0])  # pyarrow imports pandas at its first array: once here, not in every worker
     try:
         n = max(1, min(workers or os.cpu_count() or 1, ranks))
@@ -1018,6 +1039,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--microbatches", type=int, default=None)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workers", type=int, default=None, help="writer processes")
+    ap.add_argument("--fr-entries", type=int, default=None,
+                    help="Flight Recorder entries per rank (default: the run's own collectives)")
     ap.add_argument("--force", action="store_true", help="replace OUT if it exists")
     a = ap.parse_args(argv)
     if a.force and a.out.exists():
@@ -1026,7 +1049,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         make_run(a.out, ranks=a.ranks, steps=a.steps, events_per_step=a.events_per_step,
                  layout=a.layout, slow_rank=a.slow_rank, slow_ms=a.slow_ms, seed=a.seed,
-                 microbatches=a.microbatches, workers=a.workers)
+                 microbatches=a.microbatches, workers=a.workers, fr_entries=a.fr_entries)
     except (ValueError, FileExistsError) as e:
         print(f"bench.synth: error: {e}", file=sys.stderr)
         raise SystemExit(2)

@@ -50,18 +50,27 @@ def short(value, limit: int = 40) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
-def read_document(path: pathlib.Path, what: str):
-    """The decoded JSON document at ``path`` (module docstring); ``RunDirError`` naming the
-    file when it cannot be read or decoded within the bounds."""
+def read_bytes(path: pathlib.Path, what: str) -> bytes:
+    """The bytes of ``path``, at most ``MAX_BYTES[what]``; ``RunDirError`` naming the file
+    otherwise, or when it cannot be read."""
     path = pathlib.Path(path)
     try:
         size = path.stat().st_size
         if size > MAX_BYTES[what]:
             raise RunDirError(f"{path}: {size:,} bytes, larger than any {what} "
                               f"({MAX_BYTES[what] >> 20} MiB at most)")
-        raw = path.read_bytes()
+        return path.read_bytes()
     except OSError as e:
         raise RunDirError(f"{path}: cannot read ({e.strerror})") from None
+
+
+def read_document(path: pathlib.Path, what: str, raw: bytes | None = None):
+    """The decoded JSON document at ``path`` (module docstring; ``raw``: its bytes, when
+    already read by ``read_bytes``); ``RunDirError`` naming the file when it cannot be read or
+    decoded within the bounds."""
+    path = pathlib.Path(path)
+    if raw is None:
+        raw = read_bytes(path, what)
     try:
         return msgspec.json.decode(raw)
     except RecursionError:

@@ -101,7 +101,7 @@ def test_dump_without_a_usable_rank_is_named(tmp_path, rank, problem):
     with pytest.raises(RunDirError) as err:
         read_dump(path)
     assert str(err.value).startswith(f"{path}: {problem}"), err.value
-    assert read_dump(_dump(tmp_path))["rank"] == 0
+    assert read_dump(_dump(tmp_path)).rank == 0
 
 
 @pytest.mark.parametrize("change,where", [
@@ -136,7 +136,7 @@ def test_a_dump_must_be_the_rank_its_file_names(tmp_path):
     with pytest.raises(RunDirError, match=r"\$\.rank: the dump claims rank 3, but its file name "
                                           r"says rank 1"):
         read_dump(path)
-    assert read_dump(_dump(tmp_path, name="dump-of-anyone.json", rank=3))["rank"] == 3
+    assert read_dump(_dump(tmp_path, name="dump-of-anyone.json", rank=3)).rank == 3
 
 
 def test_the_shipped_dump_schema_is_the_records_schema():

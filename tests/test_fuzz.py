@@ -28,6 +28,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from meshscope.analysis.errors import InputError
 from meshscope.analysis.ingest import events as ingest
 from meshscope.analysis.records import flight_recorder as hangs
+from meshscope.analysis.records.fr_table import FlightRecords
 from meshscope.analysis.report import inputs
 from meshscope.collectors.flight_recorder import UnsafePickleError, load_pickle_dump, read_dump
 from meshscope.collectors.run_dir import RunDirError
@@ -219,8 +220,8 @@ def test_dump_reader_on_mutated_dumps(tmp_path_factory, doc):
     path.write_bytes(_render(doc))
     dump = _accepted(read_dump, path)
     if dump is not None:
-        assert dump["rank"] == 1
-        hangs.diagnose({1: dump, 0: json.loads((SAMPLE / "comms" / "rank0.json").read_text())},
+        assert dump.rank == 1
+        hangs.diagnose(FlightRecords.of([dump, read_dump(SAMPLE / "comms" / "rank0.json")]),
                        None, pd.DataFrame())
 
 
@@ -251,7 +252,7 @@ def test_the_undamaged_documents_are_accepted(tmp_path):
     (tmp_path / "run.json").write_bytes(_render(RUN_DOC))
     assert read_run_info(tmp_path).world_size == 4
     (tmp_path / "rank1.json").write_bytes(_render(DUMP_DOC))
-    assert read_dump(tmp_path / "rank1.json")["rank"] == 1
+    assert read_dump(tmp_path / "rank1.json").rank == 1
     (tmp_path / "rank1.pkl").write_bytes(_as_pickle(DUMP_DOC))
     assert load_pickle_dump(tmp_path / "rank1.pkl")["entries"]
     (tmp_path / "rank1.json.gz").write_bytes(gzip.compress(_render(EVENTS_DOC)))

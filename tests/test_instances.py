@@ -4,12 +4,15 @@ behind gloo's reduce_scatter, the Flight Recorder join, dimensions from run.json
 kernels that take their bytes from the host op that launched them."""
 import json
 
+import msgspec
 import pandas as pd
 import pytest
 
 from meshscope.analysis.comm import instances
 from meshscope.analysis.ingest.events import load_trace
+from meshscope.analysis.records.fr_table import FlightRecords
 from meshscope.analysis.timeline import rank_timeline
+from meshscope.collectors.flight_recorder import Dump
 from meshscope.collectors.run_info import from_dict
 
 BASE_NS = 1_000_000_000_000_000  # the trace's baseTimeNanoseconds
@@ -63,10 +66,14 @@ def _gloo_step():
 
 
 def _finalize(trace, dump=None, run=RUN):
+    """The instance table of ``trace``, with the hand-made Flight Recorder ``dump`` (a dict as
+    the file holds it, checked as ``read_dump`` checks one) if given."""
+    flight = FlightRecords.of([msgspec.convert({"schema_version": 1, **dump}, Dump)]) \
+        if dump is not None else None
     tl = rank_timeline.build(trace)
     raw = instances.extract(trace, tl.on_gpu)
     return instances.finalize(raw, rank=trace.rank, meta=instances.small_meta(trace.meta),
-                              timeline=tl, run=run, dump=dump)
+                              timeline=tl, run=run, flight=flight)
 
 
 def test_gloo_calls_paired_with_their_ranges(tmp_path):

@@ -143,8 +143,8 @@ def test_ddp_steps_traces_and_comms(ddp_run):
         assert {f"ProfilerStep#{s}" for s in range(PROFILE[0], PROFILE[1] + 1)} <= names
         assert {"meshscope/pipeline", "meshscope/optimizer"} <= names
         dump = read_dump(out / "comms" / f"rank{rank}.json")
-        assert dump["rank"] == rank and dump["reason"] == "end" and dump["error"] is None
-        entries = dump["flight_recorder"]["entries"]
+        assert dump.rank == rank and dump.reason == "end" and dump.error is None
+        entries = dump.flight_recorder.entries
         assert entries, "DDP's all-reduces are in the Flight Recorder buffer"
 
 
@@ -194,7 +194,7 @@ def test_failing_loop_reraises_and_records_failure(tmp_path):
     assert desc["status"] == "failed" and "ValueError: boom" in desc["error"]
     # Every rank raises; torchrun may stop the others before they finish: judge rank 0.
     dump = read_dump(out / "comms" / "rank0.json")
-    assert dump["reason"] == "exception" and dump["error"] == "ValueError: boom"
+    assert dump.reason == "exception" and dump.error == "ValueError: boom"
     assert pd.read_parquet(out / "steps" / "rank0.parquet")["step"].tolist() == [0, 1, 2]
 
 

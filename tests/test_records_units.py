@@ -1,10 +1,13 @@
 """The always-on records' analysers on hand-made inputs: Flight Recorder verdicts judged by
 each op's semantics (the rules of PyTorch's torchfrtrace), warm-up and slow steps."""
+import msgspec
 import pandas as pd
 import pytest
 
 from meshscope.analysis.records import flight_recorder as fr
+from meshscope.analysis.records.fr_table import FlightRecords
 from meshscope.analysis.records import steps
+from meshscope.collectors.flight_recorder import Dump
 
 
 def _entry(op, seq, inp, out, pg=("0", "default_pg"), dtype="Float"):
@@ -14,8 +17,11 @@ def _entry(op, seq, inp, out, pg=("0", "default_pg"), dtype="Float"):
             "output_dtypes": [dtype] if out[0] else [], "state": "scheduled"}
 
 
-def _dumps(per_rank: dict[int, list[dict]]) -> dict[int, dict]:
-    return {r: {"rank": r, "flight_recorder": {"entries": e}} for r, e in per_rank.items()}
+def _dumps(per_rank: dict[int, list[dict]]) -> FlightRecords:
+    """The records of hand-made dumps, each checked as ``read_dump`` checks a file."""
+    return FlightRecords.of(msgspec.convert(
+        {"schema_version": 1, "rank": r, "flight_recorder": {"entries": e}}, Dump)
+        for r, e in per_rank.items())
 
 
 def _verdicts(per_rank):
@@ -64,6 +70,67 @@ def test_missing_rank_is_a_hang_but_a_wrapped_buffer_is_not():
     assert v["seq"].iloc[0] == 3
     # Rank 1's ring buffer no longer holds seq 1 (it kept the newest entries): not missing.
     assert _verdicts({0: entries([1, 2, 3]), 1: entries([2, 3])}).empty
+
+
+def test_verdicts_among_twelve_ranks_name_the_right_ones():
+    """Twelve ranks (rank 10 sorts before rank 2 by file name; verdicts go by rank): rank 11
+    never reached seq 3; rank 10 sent a different size at seq 2; rank 4 still had seq 1
+    scheduled when the others had completed it."""
+    def entries(rank):
+        out = []
+        for s in (1, 2, 3):
+            e = _entry("all_reduce", s, [[10 if (rank, s) == (10, 2) else 8]],
+                       [[10 if (rank, s) == (10, 2) else 8]])
+            e["state"] = "scheduled" if (rank, s) == (4, 1) else "completed"
+            out.append(e)
+        return out[:2] if rank == 11 else out
+    v = _verdicts({r: entries(r) for r in range(12)})
+    assert v["verdict"].tolist() == ["state", "mismatch", "missing"]
+    assert v["seq"].tolist() == [1, 2, 3]
+    assert "rank 4: scheduled" in v["detail"].iloc[0] and "rank 0: completed" in \
+        v["detail"].iloc[0]
+    assert "rank 0 [[8]], rank 10 [[10]]" in v["detail"].iloc[1]
+    assert v["ranks_missing"].iloc[2] == [11] and v["ranks_present"].iloc[2] == \
+        list(range(11))
+    assert v["last_seq_of_missing"].iloc[2] == {11: 2}
+    assert "gloo:all_reduce #2 in group 0 (default_pg), completed" in v["detail"].iloc[2]
+
+
+def test_entries_every_rank_holds_alike_can_still_disagree_with_themselves():
+    """The same entry on every rank is judged too: an all_reduce whose output is not its
+    input, an all_to_all whose ranks receive more than they send in all."""
+    v = _verdicts({r: [_entry("all_reduce", 1, [[10]], [[12]])] for r in range(3)})
+    assert v["verdict"].tolist() == ["mismatch"] and "all_reduce on rank 0" in \
+        v["detail"].iloc[0]
+    v = _verdicts({r: [_entry("all_to_all", 1, [[4, 8]], [[5, 8]])] for r in range(2)})
+    assert v["verdict"].tolist() == ["mismatch"] and "send 64 elements in all but receive 80" \
+        in v["detail"].iloc[0]
+
+
+def test_a_rank_holding_one_sequence_number_twice_is_judged_by_the_newer_entry():
+    older, newer = _entry("all_reduce", 1, [[6]], [[6]]), _entry("all_reduce", 1, [[8]], [[8]])
+    assert _verdicts({0: [older, newer], 1: [_entry("all_reduce", 1, [[8]], [[8]])]}).empty
+    v = _verdicts({0: [newer, older], 1: [_entry("all_reduce", 1, [[8]], [[8]])]})
+    assert v["verdict"].tolist() == ["mismatch"]
+
+
+def test_long_buffers_are_held_as_a_few_bytes_an_entry():
+    """64 ranks of 2,000 entries, the buffer of a long job: DDP's four bucket all-reduces step
+    after step. Each entry is held as seven numbers, its op, sizes and dtypes once per distinct
+    kind; the verdicts are those of the dicts: none, then rank 37 missing the last two."""
+    buckets = [[[4096]], [[1 << 20]], [[3 << 18]], [[17]]]
+
+    def buffer(n):
+        return [_entry("all_reduce", s, buckets[s % 4], buckets[s % 4]) for s in range(1, n + 1)]
+    full = buffer(2000)
+    records = _dumps({r: full for r in range(64)})
+    assert len(records) == 64 * 2000 and len(records.signatures) == 4
+    assert records.nbytes <= 40 * len(records)
+    assert fr.diagnose(records, None, pd.DataFrame()).empty
+    short = _dumps({r: full if r != 37 else buffer(1998) for r in range(64)})
+    v = fr.diagnose(short, None, pd.DataFrame())
+    assert v["verdict"].tolist() == ["missing", "missing"] and v["seq"].tolist() == [1999, 2000]
+    assert v["ranks_missing"].tolist() == [[37], [37]]
 
 
 def test_warm_up_is_marked_and_never_slow():

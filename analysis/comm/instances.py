@@ -3,7 +3,8 @@ built once from its ingested events and read by every cross-rank analyser (the s
 breakdown's per-dimension sets, bandwidth, arrivals and waits, clock alignment, the dependency
 graph and the Flight Recorder cross-check).
 
-``rank_instances(trace, timeline, run, dump=None, layout_map=None)`` returns one row per
+``finalize(extract(trace, on_gpu), rank=, meta=, timeline=, run=, flight=None,
+layout_map=None)`` returns one row per
 operation the rank issued inside its profiled steps, in issue order:
 
 ============== ======= ===================================================================
@@ -48,7 +49,7 @@ source         str     ``gloo``, ``nccl`` (kernel), ``custom-kernel``, ``host`` 
 Where each field comes from, in order of preference:
 
 - *Group and sequence number*: the trace's ``record_param_comms`` arguments (GPU traces of
-  recent torch); else the rank's Flight Recorder entry for the same call (``dump``: its
+  recent torch); else the rank's Flight Recorder entry for the same call (``flight``: its
   ``time_created_ns``, converted with the trace's ``baseTimeNanoseconds``, lies inside the host
   call; gloo traces carry no group otherwise); else run.json through the dimension.
 - *Dimension*: a DeviceMesh description ``mesh_<dim>``; run.json's group of that name or rank
@@ -76,6 +77,7 @@ from meshscope.analysis.comm.bandwidth import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL
 from meshscope.analysis.comm.dims import attribute
 from meshscope.analysis.ingest import classify
 from meshscope.analysis.ingest.comm_meta import dtype_info
+from meshscope.analysis.records.fr_table import FlightRecords
 from meshscope.analysis.timeline.rank_timeline import scope_at
 from meshscope.collectors.run_info import RunInfo, ranks_key
 
@@ -187,29 +189,28 @@ def _pair_gloo(comm: pd.DataFrame) -> list[tuple]:
     return out
 
 
-def _fr_entries(dump: dict | None, meta: dict) -> list[dict]:
-    """The dump's entries with ``created_us`` on the trace's clock (``time_created_ns`` minus the
-    trace's ``baseTimeNanoseconds``), sorted; [] when either is missing."""
+def _fr_entries(flight: FlightRecords | None, rank: int, meta: dict) -> list[dict]:
+    """``rank``'s Flight Recorder entries with ``created_us`` on the trace's clock
+    (``time_created_ns`` minus the trace's ``baseTimeNanoseconds``), sorted; [] when either is
+    missing."""
     base = meta.get("baseTimeNanoseconds") if isinstance(meta, dict) else None
-    fr = (dump or {}).get("flight_recorder") if isinstance(dump, dict) else None
-    if not isinstance(base, int) or not isinstance(fr, dict):
+    cols = flight.entries_of(rank) if flight is not None else None
+    if not isinstance(base, int) or cols is None:
         return []
     out = []
-    for e in fr.get("entries") or []:
-        if not isinstance(e, dict) or not isinstance(e.get("time_created_ns"), int):
+    for created, pg, seq, p2p, sig in zip(*(cols[k].tolist() for k in (
+            "created_ns", "pg", "seq", "p2p", "sig"))):
+        if created < 0:
             continue
-        name = e.get("profiling_name")
-        pg = e.get("process_group")
-        if not isinstance(name, str) or not isinstance(pg, list) or len(pg) != 2:
-            continue
-        op = canonical_op(name.split(":", 1)[-1].split(" ")[0])
+        s = flight.signatures[sig]
+        op = canonical_op(s.profiling_name.split(":", 1)[-1].split(" ")[0])
         if op is None:
             continue
-        out.append({"created_us": (e["time_created_ns"] - base) / 1e3, "op": op,
-                    "p2p": bool(e.get("is_p2p")), "pg_name": str(pg[0]), "pg_desc": pg[1],
-                    "seq": e.get("p2p_seq_id") if e.get("is_p2p") else e.get("collective_seq_id"),
-                    "input_sizes": e.get("input_sizes"), "output_sizes": e.get("output_sizes"),
-                    "input_dtypes": e.get("input_dtypes"), "output_dtypes": e.get("output_dtypes")})
+        name, desc = flight.groups[pg]
+        out.append({"created_us": (created - base) / 1e3, "op": op, "p2p": p2p,
+                    "pg_name": name, "pg_desc": desc, "seq": seq,
+                    "input_sizes": s.input_sizes, "output_sizes": s.output_sizes,
+                    "input_dtypes": s.input_dtypes, "output_dtypes": s.output_dtypes})
     out.sort(key=lambda e: e["created_us"])
     return out
 
@@ -511,14 +512,15 @@ def small_meta(meta: dict) -> dict:
 
 
 def finalize(raw: pd.DataFrame, *, rank: int, meta: dict, timeline, run: RunInfo | None,
-             dump: dict | None = None, layout_map: dict[str, str] | None = None) -> pd.DataFrame:
+             flight: FlightRecords | None = None, layout_map: dict[str, str] | None = None
+             ) -> pd.DataFrame:
     """The instance table of one rank (module docstring) from ``extract``'s rows. ``meta``:
     ``small_meta`` of its trace; ``timeline``: its ``RankTimeline`` (step windows,
-    ``meshscope/comm`` scopes); ``dump``: its Flight Recorder dump
-    (``collectors.flight_recorder.read_dump``), if any; ``layout_map``: ranks_key → dimension
+    ``meshscope/comm`` scopes); ``flight``: the run's Flight Recorder buffers
+    (``records.fr_table.FlightRecords``), if any; ``layout_map``: ranks_key → dimension
     from ``--layout`` (``dims.LayoutMap.groups``)."""
     return table_of(finalize_rows(raw, rank=rank, meta=meta, timeline=timeline, run=run,
-                                  dump=dump, layout_map=layout_map))
+                                  flight=flight, layout_map=layout_map))
 
 
 def table_of(rows: list[dict]) -> pd.DataFrame:
@@ -530,7 +532,7 @@ def table_of(rows: list[dict]) -> pd.DataFrame:
 
 
 def finalize_rows(raw: pd.DataFrame, *, rank: int, meta: dict, timeline,
-                  run: RunInfo | None, dump: dict | None = None,
+                  run: RunInfo | None, flight: FlightRecords | None = None,
                   layout_map: dict[str, str] | None = None) -> list[dict]:
     """``finalize``'s rows, before they are made a table (``table_of``)."""
     rows = raw.to_dict("records")
@@ -542,7 +544,7 @@ def finalize_rows(raw: pd.DataFrame, *, rank: int, meta: dict, timeline,
         if row["pg_ranks"] is None:
             row["pg_ranks"] = ""
     if not timeline.on_gpu:
-        _join_fr(rows, _fr_entries(dump, meta))
+        _join_fr(rows, _fr_entries(flight, rank, meta))
     steps = sorted(timeline.steps.items())
     starts = [s for _, (s, _) in steps]
     groups_in_trace = _trace_groups(meta)

@@ -22,21 +22,31 @@ rules (``torch/distributed/flight_recorder/components/types.py``):
 
 Send/recv entries are not compared (their pairing needs the peer; gloo does not record them).
 
-``diagnose(dumps, run, steps)`` — the dumps and step timers the report read
-(``analysis/report/inputs.py``) — returns one row per problem (``COLUMNS``): process_group
+``diagnose(records, run, steps)`` — the dumps as the report read them, one compact table
+(``fr_table.FlightRecords``), and the step timers (``analysis/report/inputs.py``) — returns one
+row per problem (``COLUMNS``): process_group
 (torch's name), group_desc, seq, kind (``collective``), op, verdict, ranks_present,
 ranks_missing, last_seq_of_missing (rank → the last sequence number it reached in the group),
 detail (one line; for missing ranks the last step their timers finished and their last
 recorded operation). It is empty for a healthy run. A rank without a usable dump is left out of
-every comparison rather than called missing.
+every comparison rather than called missing. Where ranks disagree, the lowest rank's entry is
+the one the others are compared with, and its op is the row's ``op``.
+
+Only the sequence numbers where something can be wrong are looked at one by one: those some
+rank of the group lacks, and those whose ranks hold different signatures or states, or one
+signature that disagrees with itself (an all_reduce whose input is not its output). A healthy
+run of a thousand ranks with thousands of entries each is judged in whole-table operations.
 """
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 
 from meshscope.collectors.run_info import RunInfo
+
+from .fr_table import FlightRecords, Signature
 
 COLUMNS = ["process_group", "group_desc", "seq", "kind", "op", "verdict", "ranks_present",
            "ranks_missing", "last_seq_of_missing", "detail"]
@@ -44,10 +54,9 @@ _NO_INPUT_CHECK = ("all_to_all", "scatter")
 _NO_OUTPUT_CHECK = ("all_to_all", "gather")
 
 
-def _op(entry: dict) -> str:
+def _op(sig: Signature) -> str:
     """``gloo:all_reduce`` → ``all_reduce``; ``nccl:send 0->1`` → ``send``."""
-    name = str(entry.get("profiling_name", ""))
-    return name.split(":", 1)[-1].split(" ")[0]
+    return sig.profiling_name.split(":", 1)[-1].split(" ")[0]
 
 
 def _numel(sizes) -> int | None:
@@ -59,7 +68,7 @@ def _numel(sizes) -> int | None:
     return math.prod(sizes[0])
 
 
-def _group_ranks(dumps: dict[int, dict], run: RunInfo | None) -> dict[str, list[int]]:
+def _group_ranks(records: FlightRecords, run: RunInfo | None) -> dict[str, list[int]]:
     """Process group name → its global ranks: run.json's groups (the default group is every
     rank), else the dumps' ``pg_config`` (NCCL fills it; gloo leaves it empty); without either,
     the default group "0" is every rank that left a dump."""
@@ -69,15 +78,9 @@ def _group_ranks(dumps: dict[int, dict], run: RunInfo | None) -> dict[str, list[
         for g in run.process_groups:
             if g.name is not None:
                 out[g.name] = list(g.ranks)
-    for d in dumps.values():
-        fr = d.get("flight_recorder") or {}
-        for name, cfg in (fr.get("pg_config") or {}).items():
-            ranks = cfg.get("ranks") if isinstance(cfg, dict) else None
-            if isinstance(ranks, str):
-                ranks = [int(x) for x in ranks.strip("[]").split(",") if x.strip().isdigit()]
-            if ranks and str(name) not in out:
-                out[str(name)] = sorted(int(r) for r in ranks)
-    out.setdefault("0", sorted(dumps))          # the default group spans every rank
+    for name, ranks in records.pg_ranks.items():
+        out.setdefault(name, ranks)
+    out.setdefault("0", records.ranks)          # the default group spans every rank
     return out
 
 
@@ -87,50 +90,34 @@ def _last_steps(steps: pd.DataFrame) -> dict[int, int]:
     return {int(r): int(s) for r, s in steps.groupby("rank")["step"].max().items()}
 
 
-def _entries(dump: dict) -> list[dict]:
-    return [e for e in (dump.get("flight_recorder") or {}).get("entries") or []
-            if isinstance(e, dict)]
-
-
-def _last_op(dump: dict) -> str:
-    entries = _entries(dump)
-    if not entries:
-        return "no recorded operation"
-    e = entries[-1]
-    seq = e.get("p2p_seq_id") if e.get("is_p2p") else e.get("collective_seq_id")
-    pg = e.get("process_group") or ["?", "?"]
-    return f"{e.get('profiling_name')} #{seq} in group {pg[0]} ({pg[1]}), {e.get('state')}"
-
-
-def mismatch(by_rank: dict[int, dict], group_size: int) -> str | None:
-    """Why the entries of one collective disagree (module docstring), or None."""
+def mismatch(by_rank: dict[int, Signature], group_size: int) -> str | None:
+    """Why the entries of one collective disagree (module docstring), or None; the first rank
+    of ``by_rank`` is the one the others are compared with."""
     entries = list(by_rank.items())
     ops = {_op(e) for _, e in entries}
     if len(ops) > 1:
-        return f"ranks issued different ops: " + ", ".join(
-            f"rank {r}: {e.get('profiling_name')}" for r, e in entries)
+        return "ranks issued different ops: " + ", ".join(
+            f"rank {r}: {e.profiling_name}" for r, e in entries)
     op = ops.pop()
     ref_rank, ref = entries[0]
     for r, e in entries[1:]:
-        if op not in _NO_INPUT_CHECK and e.get("input_sizes") != ref.get("input_sizes"):
-            return (f"{op} input sizes differ: rank {ref_rank} {ref.get('input_sizes')}, "
-                    f"rank {r} {e.get('input_sizes')}")
-        if op not in _NO_OUTPUT_CHECK and e.get("output_sizes") != ref.get("output_sizes"):
-            return (f"{op} output sizes differ: rank {ref_rank} {ref.get('output_sizes')}, "
-                    f"rank {r} {e.get('output_sizes')}")
+        if op not in _NO_INPUT_CHECK and e.input_sizes != ref.input_sizes:
+            return (f"{op} input sizes differ: rank {ref_rank} {ref.input_sizes}, "
+                    f"rank {r} {e.input_sizes}")
+        if op not in _NO_OUTPUT_CHECK and e.output_sizes != ref.output_sizes:
+            return (f"{op} output sizes differ: rank {ref_rank} {ref.output_sizes}, "
+                    f"rank {r} {e.output_sizes}")
     for r, e in entries:
-        if op in ("all_reduce", "allreduce_coalesced") and \
-                e.get("input_sizes") != e.get("output_sizes"):
-            return f"all_reduce on rank {r}: input {e.get('input_sizes')} ≠ output " \
-                   f"{e.get('output_sizes')}"
+        if op in ("all_reduce", "allreduce_coalesced") and e.input_sizes != e.output_sizes:
+            return f"all_reduce on rank {r}: input {e.input_sizes} ≠ output {e.output_sizes}"
     if op not in ("scatter", "gather", "broadcast"):
-        dtypes = {(tuple(e.get("input_dtypes") or []), tuple(e.get("output_dtypes") or []))
-                  for _, e in entries if e.get("input_sizes") and e.get("output_sizes")}
+        dtypes = {(tuple(e.input_dtypes or []), tuple(e.output_dtypes or []))
+                  for _, e in entries if e.input_sizes and e.output_sizes}
         if len({d for d, _ in dtypes}) > 1 or len({d for _, d in dtypes}) > 1:
             return f"{op}: ranks disagree on dtypes {sorted(dtypes)}"
     if op == "all_to_all":
-        total_in = [_numel(e.get("input_sizes")) for _, e in entries]
-        total_out = [_numel(e.get("output_sizes")) for _, e in entries]
+        total_in = [_numel(e.input_sizes) for _, e in entries]
+        total_out = [_numel(e.output_sizes) for _, e in entries]
         if None not in total_in and None not in total_out and len(entries) == group_size \
                 and sum(total_in) != sum(total_out):
             return (f"all_to_all: the ranks send {sum(total_in)} elements in all but receive "
@@ -140,55 +127,99 @@ def mismatch(by_rank: dict[int, dict], group_size: int) -> str | None:
     return None
 
 
-def diagnose(dumps: dict[int, dict], run: RunInfo | None, steps: pd.DataFrame) -> pd.DataFrame:
+def _collectives(records: FlightRecords) -> pd.DataFrame:
+    """The collective entries, one per (group, sequence number, rank) — a rank's newest where
+    its buffer holds two — ordered by group name, sequence number, description and rank."""
+    t = records.table()
+    t = t[~t["p2p"].to_numpy()]
+    t = t.drop_duplicates(["pg", "seq", "rank"], keep="last")
+    pairs = records.groups
+    name_order = {n: i for i, n in enumerate(sorted({n for n, _ in pairs}))}
+    desc_order = {d: i for i, d in enumerate(sorted({d for _, d in pairs}))}
+    name_code = np.array([name_order[n] for n, _ in pairs] or [0], dtype=np.int64)
+    desc_code = np.array([desc_order[d] for _, d in pairs] or [0], dtype=np.int64)
+    pg = t["pg"].to_numpy()
+    order = np.lexsort((t["rank"].to_numpy(), desc_code[pg], t["seq"].to_numpy(),
+                        name_code[pg]))
+    return t.iloc[order].reset_index(drop=True)
+
+
+def diagnose(records: FlightRecords, run: RunInfo | None, steps: pd.DataFrame) -> pd.DataFrame:
     """The verdict table (module docstring)."""
-    members = _group_ranks(dumps, run)
+    members = _group_ranks(records, run)
     last_step = _last_steps(steps)
-    seen: dict[tuple, dict[int, dict]] = {}
-    held: dict[tuple, tuple[int, int]] = {}          # (pg, rank) → (first, last) seq held
-    for rank, d in dumps.items():
-        for e in _entries(d):
-            if e.get("is_p2p"):
-                continue
-            pg = e.get("process_group")
-            seq = e.get("collective_seq_id")
-            if not (isinstance(pg, list) and len(pg) == 2) or not isinstance(seq, int):
-                continue
-            key = (str(pg[0]), str(pg[1]), seq)
-            seen.setdefault(key, {})[rank] = e
-            lo, hi = held.get((key[0], rank), (seq, seq))
-            held[(key[0], rank)] = (min(lo, seq), max(hi, seq))
-    rows = []
-    for (pg, desc, seq), by_rank in sorted(seen.items(), key=lambda kv: (kv[0][0], kv[0][2])):
-        group = [r for r in members.get(pg, sorted(by_rank)) if r in dumps]
-        present = sorted(by_rank)
-        any_entry = next(iter(by_rank.values()))
-        base = {"process_group": pg, "group_desc": desc, "seq": seq, "kind": "collective",
-                "op": any_entry.get("profiling_name"), "ranks_present": present}
-        missing = [r for r in group if r not in by_rank
-                   and seq > held.get((pg, r), (-1, -1))[1]]
+    c = _collectives(records)
+    if c.empty:
+        return pd.DataFrame([], columns=COLUMNS)
+    names = [n for n, _ in records.groups]
+    with_dump = set(records.ranks)
+    held: dict[tuple[str, int], int] = {}         # (group name, rank) → the last seq it holds
+    for (g, r), s in c.groupby(["pg", "rank"])["seq"].max().items():
+        held[(names[g], int(r))] = max(int(s), held.get((names[g], int(r)), -1))
+    pg, seq, rank = (c[k].to_numpy() for k in ("pg", "seq", "rank"))
+    sig, state = c["sig"].to_numpy(), c["state"].to_numpy()
+    starts = np.flatnonzero(np.r_[True, (pg[1:] != pg[:-1]) | (seq[1:] != seq[:-1])])
+    ends = np.r_[starts[1:], len(c)]
+    # The group each key is judged in (its members that left a dump), and how many of them hold
+    # the key; a group unknown to run.json and the dumps is the ranks that hold it.
+    group_of = {}
+    in_group = np.ones(len(c), dtype=bool)
+    size = np.zeros(len(starts), dtype=np.int64)
+    key_pg = pg[starts]
+    for code in np.unique(pg):
+        name = names[code]
+        if name not in members:
+            continue
+        group_of[code] = [r for r in members[name] if r in with_dump]
+        mask = np.zeros(max(rank.max(), max(group_of[code], default=0)) + 1, dtype=bool)
+        mask[group_of[code]] = True
+        rows = pg == code
+        in_group[rows] = mask[rank[rows]]
+        size[key_pg == code] = len(group_of[code])
+    count = ends - starts
+    held_in = np.add.reduceat(in_group.astype(np.int64), starts)
+    known = np.isin(key_pg, list(group_of))
+    lacking = known & (held_in < size)
+    uniform_sig = np.minimum.reduceat(sig, starts) == np.maximum.reduceat(sig, starts)
+    uniform_state = np.minimum.reduceat(state, starts) == np.maximum.reduceat(state, starts)
+    suspect = np.array([mismatch({0: s, 1: s}, 2) is not None for s in records.signatures])
+    odd = (count >= 2) & (~uniform_sig | suspect[sig[starts]] | ~uniform_state)
+    rows_out = []
+    for k in np.flatnonzero(lacking | odd).tolist():
+        a, b = starts[k], ends[k]
+        name, desc = records.groups[key_pg[k]]
+        s = int(seq[a])
+        present = rank[a:b].tolist()
+        by_rank = {r: records.signatures[x] for r, x in zip(present, sig[a:b].tolist())}
+        first = by_rank[present[0]]
+        base = {"process_group": name, "group_desc": desc, "seq": s, "kind": "collective",
+                "op": first.profiling_name, "ranks_present": present}
+        group = group_of.get(key_pg[k], present)
+        have = set(present)
+        missing = [r for r in group if r not in have
+                   and s > held.get((name, r), -1)] if lacking[k] else []
         if missing:
             where = "; ".join(
                 f"rank {r} last finished step {last_step.get(r, 'none')}, its last operation "
-                f"{_last_op(dumps[r])}" for r in missing)
-            rows.append({**base, "verdict": "missing", "ranks_missing": missing,
-                         "last_seq_of_missing": {r: held.get((pg, r), (-1, -1))[1]
-                                                 for r in missing},
-                         "detail": f"ranks {missing} of group {pg} ({desc}) never reached "
-                                   f"sequence number {seq} ({any_entry.get('profiling_name')}); "
-                                   f"{where}"})
+                f"{records.last_op[r]}" for r in missing)
+            rows_out.append({**base, "verdict": "missing", "ranks_missing": missing,
+                             "last_seq_of_missing": {r: held.get((name, r), -1)
+                                                     for r in missing},
+                             "detail": f"ranks {missing} of group {name} ({desc}) never "
+                                       f"reached sequence number {s} "
+                                       f"({first.profiling_name}); {where}"})
             continue
-        if len(by_rank) < 2:
+        if len(present) < 2:
             continue
-        why = mismatch(by_rank, len(group) or len(by_rank))
+        why = mismatch(by_rank, len(group) or len(present))
         if why:
-            rows.append({**base, "verdict": "mismatch", "ranks_missing": [],
-                         "last_seq_of_missing": {},
-                         "detail": f"group {pg} ({desc}) sequence number {seq}: {why}"})
-        states = {e.get("state") for e in by_rank.values()}
-        if len(states) > 1:
-            rows.append({**base, "verdict": "state", "ranks_missing": [],
-                         "last_seq_of_missing": {},
-                         "detail": "states " + ", ".join(f"rank {r}: {e.get('state')}"
-                                                         for r, e in sorted(by_rank.items()))})
-    return pd.DataFrame(rows, columns=COLUMNS)
+            rows_out.append({**base, "verdict": "mismatch", "ranks_missing": [],
+                             "last_seq_of_missing": {},
+                             "detail": f"group {name} ({desc}) sequence number {s}: {why}"})
+        states = [records.states[x] for x in state[a:b].tolist()]
+        if len(set(states)) > 1:
+            rows_out.append({**base, "verdict": "state", "ranks_missing": [],
+                             "last_seq_of_missing": {},
+                             "detail": "states " + ", ".join(f"rank {r}: {x}" for r, x in
+                                                             zip(present, states))})
+    return pd.DataFrame(rows_out, columns=COLUMNS)

@@ -235,7 +235,7 @@ def _cross_rank(inp: inputs.Inputs, results: list[rank_work.RankResult], layout_
     records = step_records.analyse(inp.steps, warmup_steps,
                                    run.profile_steps if run is not None else None)
     throughput = step_records.throughput(inp.steps, run)
-    verdicts = flight_recorder.diagnose(inp.dumps, run, inp.steps) if inp.has_comms else \
+    verdicts = flight_recorder.diagnose(inp.flight, run, inp.steps) if inp.has_comms else \
         _empty(flight_recorder.COLUMNS)
     # 5. The dependency graph: critical path, what-if savings, the straggler.
     if matchable:
@@ -307,7 +307,7 @@ def _instance_tables(results: list[rank_work.RankResult], inp: inputs.Inputs, ru
         for r in results[lo:lo + RANKS_PER_TABLE]:
             rows += instances.finalize_rows(r.operations, rank=r.rank, meta=r.meta,
                                             timeline=r.timeline, run=run,
-                                            dump=inp.dumps.get(r.rank), layout_map=layout_map)
+                                            flight=inp.flight, layout_map=layout_map)
             r.operations = None
         yield instances.table_of(rows)
 
@@ -331,7 +331,7 @@ def _records_only(inp: inputs.Inputs, warmup_steps: int) -> Report:
     always-on records say — step timers and the Flight Recorder verdicts."""
     run = inp.run
     records = step_records.analyse(inp.steps, warmup_steps, run.profile_steps)
-    verdicts = flight_recorder.diagnose(inp.dumps, run, inp.steps)
+    verdicts = flight_recorder.diagnose(inp.flight, run, inp.steps)
     worst = inp.steps.groupby("step")["wall_time_us"].max() if len(inp.steps) else \
         pd.Series(dtype=float)
     found = findings_mod.findings(findings_mod.FindingInputs(

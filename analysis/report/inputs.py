@@ -1,7 +1,8 @@
 """Everything the analysis reads from disk, read and checked once, at the boundary.
 
 ``gather(path)`` returns ``Inputs``: the typed run.json (``collectors.run_info``; None for a
-plain folder of traces), the trace files to ingest, every rank's Flight Recorder dump and step
+plain folder of traces), the trace files to ingest, every rank's Flight Recorder buffer (one
+compact table, ``records.fr_table.FlightRecords``, each dump reduced as it is read) and step
 timers, a line for each input that could not be used (``problems``: the file, the field and
 what is wrong) and a line for each thing a reader should know (``notes``). Nothing later in the
 analysis opens a file by itself, except the trace files, which the ingest workers read
@@ -42,6 +43,7 @@ import pandas as pd
 from meshscope.analysis.errors import InputError
 from meshscope.analysis.ingest import validate
 from meshscope.analysis.ingest.events import name_rank
+from meshscope.analysis.records.fr_table import FlightRecords
 from meshscope.collectors import run_dir as rd, step_timer
 from meshscope.collectors.flight_recorder import read_dump
 from meshscope.collectors.run_dir import RunDirError
@@ -58,7 +60,7 @@ class Inputs:
     path: pathlib.Path
     run: RunInfo | None
     trace_files: list[pathlib.Path]
-    dumps: dict[int, dict]          # rank → its Flight Recorder dump (read_dump's dict)
+    flight: FlightRecords           # every usable Flight Recorder dump, as one table
     has_comms: bool                 # the run directory has a comms/ folder
     steps: pd.DataFrame             # every rank's step timers (collectors/step_timer.py)
     problems: list[str]
@@ -209,17 +211,17 @@ def find_traces(path: pathlib.Path) -> list[pathlib.Path]:
     return walk_traces(path)[0]
 
 
-def load_dumps(run: pathlib.Path) -> tuple[dict[int, dict], list[str]]:
-    """rank → its Flight Recorder dump, and a line naming each dump that could not be used."""
-    dumps, problems = {}, []
+def load_dumps(run: pathlib.Path) -> tuple[FlightRecords, list[str]]:
+    """The usable Flight Recorder dumps under ``run``, and a line naming each dump that could
+    not be used. Each dump is reduced to its rows as soon as it is read, so one dump's decoded
+    JSON is held at a time."""
+    records, problems = FlightRecords(), []
     for f in sorted((pathlib.Path(run) / rd.COMMS).glob("rank*.json")):
         try:
-            d = read_dump(f)
+            records.add(read_dump(f))
         except ValueError as e:
             problems.append(str(e))
-            continue
-        dumps[d["rank"]] = d
-    return dumps, problems
+    return records, problems
 
 
 def _rank_files(path: pathlib.Path, traces: list[pathlib.Path]) -> int:
@@ -261,13 +263,13 @@ def gather(path: pathlib.Path) -> Inputs:
                          "without its layout, schedule and process groups")
             run = None
     steps = pd.DataFrame()
-    dumps: dict[int, dict] = {}
+    flight = FlightRecords()
     has_comms = path.is_dir() and (path / rd.COMMS).is_dir()
     if path.is_dir():
         steps, unreadable = step_timer.read_all(path)
         problems += unreadable
     if has_comms:
-        dumps, unusable = load_dumps(path)
+        flight, unusable = load_dumps(path)
         problems += unusable
-    return Inputs(path=path, run=run, trace_files=traces, dumps=dumps, has_comms=has_comms,
+    return Inputs(path=path, run=run, trace_files=traces, flight=flight, has_comms=has_comms,
                   steps=steps, problems=problems, notes=notes)

@@ -1,0 +1,169 @@
+"""Every rank's Flight Recorder buffer as one compact table, made as each dump is read.
+
+PyTorch keeps the last ``TORCH_FR_BUFFER_SIZE`` operations of each rank (2,000 by default;
+meshscope's runner asks for 20,000). Held as the dump's decoded JSON, an entry takes about
+1.9 kB of Python objects, so the buffers of a thousand ranks would take gigabytes before any
+verdict is made. What the analysis reads of an entry is little — its group, sequence number,
+op, sizes, dtypes, state and creation time — and the op, sizes and dtypes repeat step after
+step. ``FlightRecords.add(dump)`` reduces a rank's buffer to integer columns as soon as its
+dump is read, with each distinct (group), (op, sizes, dtypes) and state held once: about 40
+bytes an entry (``docs/benchmarks.md``, "Flight Recorder buffers").
+
+``FlightRecords.table()`` — one row per entry, ranks in increasing order, each rank's entries
+in buffer order (oldest first):
+
+- ``rank`` (int64)
+- ``pg`` (int32): index into ``groups``, the (process group name, description) pairs
+- ``seq`` (int64): ``p2p_seq_id`` for a point-to-point entry, else ``collective_seq_id``
+- ``p2p`` (bool): ``is_p2p``
+- ``created_ns`` (int64): ``time_created_ns``; -1 when the dump has none
+- ``sig`` (int32): index into ``signatures`` (``Signature``: the op's name, sizes and dtypes
+  as the dump has them)
+- ``state`` (int32): index into ``states`` (``scheduled``, ``started``, ``completed``, None)
+
+Beside it: ``ranks`` (every rank with a usable dump, also one whose buffer is empty),
+``pg_ranks`` (process group name → ranks, from the dumps' ``pg_config``; the first dump that
+lists a group's ranks gives them) and ``last_op`` (rank → its newest entry as one line, what a
+hang's message names). ``entries_of(rank)`` gives one rank's columns.
+"""
+from __future__ import annotations
+
+from typing import Iterable, NamedTuple
+
+import numpy as np
+import pandas as pd
+
+from meshscope.collectors.flight_recorder import Dump, Entry
+
+COLUMNS = ["rank", "pg", "seq", "p2p", "created_ns", "sig", "state"]
+_DTYPES = {"rank": np.int64, "pg": np.int32, "seq": np.int64, "p2p": bool,
+           "created_ns": np.int64, "sig": np.int32, "state": np.int32}
+
+
+class Signature(NamedTuple):
+    """What the verdict rules compare of an entry besides its group and sequence number."""
+    profiling_name: str
+    input_sizes: list | None
+    output_sizes: list | None
+    input_dtypes: list | None
+    output_dtypes: list | None
+
+
+def _frozen(value):
+    """A hashable form of a size or dtype list (the key under which a signature is held once)."""
+    if isinstance(value, list):
+        return tuple(_frozen(v) for v in value)
+    return value
+
+
+class _Codes:
+    """Distinct values in the order first met, and each one's index."""
+
+    def __init__(self):
+        self.values: list = []
+        self._index: dict = {}
+
+    def code(self, key, make=None) -> int:
+        """``key``'s index; a new key is stored as ``make()`` when given, else as itself."""
+        i = self._index.get(key)
+        if i is None:
+            i = self._index[key] = len(self.values)
+            self.values.append(key if make is None else make())
+        return i
+
+
+def _describe(e: Entry, state: str | None) -> str:
+    seq = e.p2p_seq_id if e.is_p2p else e.collective_seq_id
+    name, desc = e.process_group
+    return f"{e.profiling_name} #{seq} in group {name} ({desc}), {state}"
+
+
+def _group_ranks(ranks) -> list[int] | None:
+    """A ``pg_config`` entry's ranks: a list, or its text (``"[0, 1]"``); None when empty."""
+    if isinstance(ranks, str):
+        ranks = [int(x) for x in ranks.strip("[]").split(",") if x.strip().isdigit()]
+    return sorted(int(r) for r in ranks) if ranks else None
+
+
+class FlightRecords:
+    """The Flight Recorder buffers of a run (module docstring)."""
+
+    def __init__(self):
+        self._groups, self._signatures, self._states = _Codes(), _Codes(), _Codes()
+        self._columns: dict[int, dict[str, np.ndarray]] = {}
+        self.pg_ranks: dict[str, list[int]] = {}
+        self.last_op: dict[int, str] = {}
+
+    @classmethod
+    def of(cls, dumps: Iterable[Dump]) -> "FlightRecords":
+        records = cls()
+        for d in dumps:
+            records.add(d)
+        return records
+
+    @property
+    def groups(self) -> list[tuple[str, str]]:
+        return self._groups.values
+
+    @property
+    def signatures(self) -> list[Signature]:
+        return self._signatures.values
+
+    @property
+    def states(self) -> list[str | None]:
+        return self._states.values
+
+    @property
+    def ranks(self) -> list[int]:
+        return sorted(self._columns)
+
+    def __len__(self) -> int:
+        """Entries held, over every rank."""
+        return sum(len(c["seq"]) for c in self._columns.values())
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the per-entry columns (the signatures, groups and states apart)."""
+        return sum(a.nbytes for c in self._columns.values() for a in c.values())
+
+    def add(self, dump: Dump) -> None:
+        """Reduce ``dump`` (``read_dump``'s record) to its columns; a rank dumped twice keeps
+        the later dump."""
+        fr = dump.flight_recorder
+        entries = fr.entries if fr is not None else []
+        group, sig, state = self._groups.code, self._signatures.code, self._states.code
+        cols = {
+            "pg": [group(tuple(e.process_group)) for e in entries],
+            "seq": [e.p2p_seq_id if e.is_p2p else e.collective_seq_id for e in entries],
+            "p2p": [e.is_p2p for e in entries],
+            "created_ns": [-1 if e.time_created_ns is None else e.time_created_ns
+                           for e in entries],
+            "sig": [sig((e.profiling_name, _frozen(e.input_sizes), _frozen(e.output_sizes),
+                         _frozen(e.input_dtypes), _frozen(e.output_dtypes)),
+                        lambda e=e: Signature(e.profiling_name, e.input_sizes, e.output_sizes,
+                                              e.input_dtypes, e.output_dtypes))
+                    for e in entries],
+            "state": [state(e.state) for e in entries],
+        }
+        n = len(entries)
+        self._columns[dump.rank] = {
+            "rank": np.full(n, dump.rank, np.int64),
+            **{k: np.array(v, dtype=_DTYPES[k]) for k, v in cols.items()}}
+        self.last_op[dump.rank] = _describe(entries[-1], entries[-1].state) if entries else \
+            "no recorded operation"
+        for name, cfg in (fr.pg_config if fr is not None else {}).items():
+            ranks = _group_ranks(cfg.ranks)
+            if ranks and name not in self.pg_ranks:
+                self.pg_ranks[name] = ranks
+
+    def entries_of(self, rank: int) -> dict[str, np.ndarray] | None:
+        """``rank``'s columns (those of ``table``), None when it left no usable dump."""
+        return self._columns.get(rank)
+
+    def table(self) -> pd.DataFrame:
+        """Every rank's entries (module docstring)."""
+        if not self._columns:
+            return pd.DataFrame({c: np.array([], dtype=_DTYPES[c]) for c in COLUMNS})
+        ranks = self.ranks
+        return pd.DataFrame({c: np.concatenate([self._columns[r][c] for r in ranks])
+                             for c in COLUMNS})
