@@ -125,7 +125,7 @@ def test_long_buffers_are_held_as_a_few_bytes_an_entry():
     full = buffer(2000)
     records = _dumps({r: full for r in range(64)})
     assert len(records) == 64 * 2000 and len(records.signatures) == 4
-    assert records.nbytes <= 40 * len(records)
+    assert records.nbytes <= 32 * len(records)
     assert fr.diagnose(records, None, pd.DataFrame()).empty
     short = _dumps({r: full if r != 37 else buffer(1998) for r in range(64)})
     v = fr.diagnose(short, None, pd.DataFrame())

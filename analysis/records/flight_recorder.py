@@ -127,43 +127,62 @@ def mismatch(by_rank: dict[int, Signature], group_size: int) -> str | None:
     return None
 
 
-def _collectives(records: FlightRecords) -> pd.DataFrame:
+def _newest(pg: np.ndarray, seq: np.ndarray) -> np.ndarray:
+    """Positions of one rank's entries, the newest of each (group, sequence number)."""
+    order = np.lexsort((seq, pg))               # stable: equal keys stay in buffer order
+    pg, seq = pg[order], seq[order]
+    last = np.r_[(pg[1:] != pg[:-1]) | (seq[1:] != seq[:-1]), True]
+    return order[last]
+
+
+def _collectives(records: FlightRecords) -> tuple[dict[str, np.ndarray], dict]:
     """The collective entries, one per (group, sequence number, rank) — a rank's newest where
-    its buffer holds two — ordered by group name, sequence number, description and rank."""
-    t = records.table()
-    t = t[~t["p2p"].to_numpy()]
-    t = t.drop_duplicates(["pg", "seq", "rank"], keep="last")
-    pairs = records.groups
-    name_order = {n: i for i, n in enumerate(sorted({n for n, _ in pairs}))}
-    desc_order = {d: i for i, d in enumerate(sorted({d for _, d in pairs}))}
-    name_code = np.array([name_order[n] for n, _ in pairs] or [0], dtype=np.int64)
-    desc_code = np.array([desc_order[d] for _, d in pairs] or [0], dtype=np.int64)
-    pg = t["pg"].to_numpy()
-    order = np.lexsort((t["rank"].to_numpy(), desc_code[pg], t["seq"].to_numpy(),
-                        name_code[pg]))
-    return t.iloc[order].reset_index(drop=True)
+    its buffer holds two — ordered by group name and description, sequence number and rank:
+    the columns rank, pg, seq, sig and state; and (group name, rank) → the last sequence number
+    the rank's buffer holds in the group."""
+    keys = ("rank", "pg", "seq", "sig", "state")
+    parts: dict[str, list] = {k: [] for k in keys}
+    held: dict[tuple[str, int], int] = {}
+    for r in records.ranks:
+        c = records.entries_of(r)
+        mine = np.flatnonzero(~c["p2p"])
+        mine = mine[_newest(c["pg"][mine], c["seq"][mine])]     # by group, then seq
+        pg, seq = c["pg"][mine], c["seq"][mine]
+        for i in np.flatnonzero(np.r_[pg[1:] != pg[:-1], True]).tolist():
+            name = records.groups[pg[i]][0]
+            held[(name, r)] = max(int(seq[i]), held.get((name, r), -1))
+        parts["rank"].append(np.full(len(mine), r, dtype=np.int32))
+        for k in keys[1:]:
+            parts[k].append(c[k][mine])
+    cols = {k: np.concatenate(v) if v else np.array([], dtype=np.int64)
+            for k, v in parts.items()}
+    del parts
+    by_name = sorted(range(len(records.groups)), key=lambda i: records.groups[i])
+    pg_order = np.empty(max(len(by_name), 1), dtype=np.int32)
+    pg_order[by_name] = np.arange(len(by_name), dtype=np.int32)
+    # Stable, and the ranks were concatenated in order: rank order within each key.
+    order = np.lexsort((cols["seq"], pg_order[cols["pg"]]))
+    for k in keys:                              # one column at a time: one copy in flight
+        cols[k] = cols[k][order]
+    return cols, held
 
 
 def diagnose(records: FlightRecords, run: RunInfo | None, steps: pd.DataFrame) -> pd.DataFrame:
     """The verdict table (module docstring)."""
     members = _group_ranks(records, run)
     last_step = _last_steps(steps)
-    c = _collectives(records)
-    if c.empty:
+    c, held = _collectives(records)
+    if not len(c["seq"]):
         return pd.DataFrame([], columns=COLUMNS)
     names = [n for n, _ in records.groups]
     with_dump = set(records.ranks)
-    held: dict[tuple[str, int], int] = {}         # (group name, rank) → the last seq it holds
-    for (g, r), s in c.groupby(["pg", "rank"])["seq"].max().items():
-        held[(names[g], int(r))] = max(int(s), held.get((names[g], int(r)), -1))
-    pg, seq, rank = (c[k].to_numpy() for k in ("pg", "seq", "rank"))
-    sig, state = c["sig"].to_numpy(), c["state"].to_numpy()
+    pg, seq, rank, sig, state = (c[k] for k in ("pg", "seq", "rank", "sig", "state"))
     starts = np.flatnonzero(np.r_[True, (pg[1:] != pg[:-1]) | (seq[1:] != seq[:-1])])
-    ends = np.r_[starts[1:], len(c)]
+    ends = np.r_[starts[1:], len(seq)]
     # The group each key is judged in (its members that left a dump), and how many of them hold
     # the key; a group unknown to run.json and the dumps is the ranks that hold it.
     group_of = {}
-    in_group = np.ones(len(c), dtype=bool)
+    in_group = np.ones(len(seq), dtype=bool)
     size = np.zeros(len(starts), dtype=np.int64)
     key_pg = pg[starts]
     for code in np.unique(pg):

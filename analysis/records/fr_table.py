@@ -6,13 +6,12 @@ meshscope's runner asks for 20,000). Held as the dump's decoded JSON, an entry t
 verdict is made. What the analysis reads of an entry is little — its group, sequence number,
 op, sizes, dtypes, state and creation time — and the op, sizes and dtypes repeat step after
 step. ``FlightRecords.add(dump)`` reduces a rank's buffer to integer columns as soon as its
-dump is read, with each distinct (group), (op, sizes, dtypes) and state held once: about 40
-bytes an entry (``docs/benchmarks.md``, "Flight Recorder buffers").
+dump is read, with each distinct (group), (op, sizes, dtypes) and state held once: 29 bytes
+an entry (``docs/benchmarks.md``, "Flight Recorder buffers").
 
-``FlightRecords.table()`` — one row per entry, ranks in increasing order, each rank's entries
-in buffer order (oldest first):
+``FlightRecords.entries_of(rank)`` — a rank's columns, one row per entry in buffer order
+(oldest first):
 
-- ``rank`` (int64)
 - ``pg`` (int32): index into ``groups``, the (process group name, description) pairs
 - ``seq`` (int64): ``p2p_seq_id`` for a point-to-point entry, else ``collective_seq_id``
 - ``p2p`` (bool): ``is_p2p``
@@ -24,19 +23,17 @@ in buffer order (oldest first):
 Beside it: ``ranks`` (every rank with a usable dump, also one whose buffer is empty),
 ``pg_ranks`` (process group name → ranks, from the dumps' ``pg_config``; the first dump that
 lists a group's ranks gives them) and ``last_op`` (rank → its newest entry as one line, what a
-hang's message names). ``entries_of(rank)`` gives one rank's columns.
+hang's message names).
 """
 from __future__ import annotations
 
 from typing import Iterable, NamedTuple
 
 import numpy as np
-import pandas as pd
 
 from meshscope.collectors.flight_recorder import Dump, Entry
 
-COLUMNS = ["rank", "pg", "seq", "p2p", "created_ns", "sig", "state"]
-_DTYPES = {"rank": np.int64, "pg": np.int32, "seq": np.int64, "p2p": bool,
+_DTYPES = {"pg": np.int32, "seq": np.int64, "p2p": bool,
            "created_ns": np.int64, "sig": np.int32, "state": np.int32}
 
 
@@ -49,11 +46,13 @@ class Signature(NamedTuple):
     output_dtypes: list | None
 
 
-def _frozen(value):
-    """A hashable form of a size or dtype list (the key under which a signature is held once)."""
-    if isinstance(value, list):
-        return tuple(_frozen(v) for v in value)
-    return value
+def _key(e: Entry) -> tuple:
+    """A hashable form of an entry's signature, under which it is held once."""
+    ins, outs = e.input_sizes, e.output_sizes
+    return (e.profiling_name, None if ins is None else tuple(map(tuple, ins)),
+            None if outs is None else tuple(map(tuple, outs)),
+            None if e.input_dtypes is None else tuple(e.input_dtypes),
+            None if e.output_dtypes is None else tuple(e.output_dtypes))
 
 
 class _Codes:
@@ -138,17 +137,12 @@ class FlightRecords:
             "p2p": [e.is_p2p for e in entries],
             "created_ns": [-1 if e.time_created_ns is None else e.time_created_ns
                            for e in entries],
-            "sig": [sig((e.profiling_name, _frozen(e.input_sizes), _frozen(e.output_sizes),
-                         _frozen(e.input_dtypes), _frozen(e.output_dtypes)),
-                        lambda e=e: Signature(e.profiling_name, e.input_sizes, e.output_sizes,
-                                              e.input_dtypes, e.output_dtypes))
-                    for e in entries],
+            "sig": [sig(_key(e), lambda e=e: Signature(
+                e.profiling_name, e.input_sizes, e.output_sizes, e.input_dtypes,
+                e.output_dtypes)) for e in entries],
             "state": [state(e.state) for e in entries],
         }
-        n = len(entries)
-        self._columns[dump.rank] = {
-            "rank": np.full(n, dump.rank, np.int64),
-            **{k: np.array(v, dtype=_DTYPES[k]) for k, v in cols.items()}}
+        self._columns[dump.rank] = {k: np.array(v, dtype=_DTYPES[k]) for k, v in cols.items()}
         self.last_op[dump.rank] = _describe(entries[-1], entries[-1].state) if entries else \
             "no recorded operation"
         for name, cfg in (fr.pg_config if fr is not None else {}).items():
@@ -157,13 +151,5 @@ class FlightRecords:
                 self.pg_ranks[name] = ranks
 
     def entries_of(self, rank: int) -> dict[str, np.ndarray] | None:
-        """``rank``'s columns (those of ``table``), None when it left no usable dump."""
+        """``rank``'s columns (module docstring), None when it left no usable dump."""
         return self._columns.get(rank)
-
-    def table(self) -> pd.DataFrame:
-        """Every rank's entries (module docstring)."""
-        if not self._columns:
-            return pd.DataFrame({c: np.array([], dtype=_DTYPES[c]) for c in COLUMNS})
-        ranks = self.ranks
-        return pd.DataFrame({c: np.concatenate([self._columns[r][c] for r in ranks])
-                             for c in COLUMNS})
