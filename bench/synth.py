@@ -870,20 +870,36 @@ def _iso(t_us: float) -> str:
         timespec="seconds")
 
 
-def _steps_table(plan: Plan, rank: int, rec: dict) -> pa.Table:
-    """The step timers of ``rank`` (collectors/step_timer.py's columns)."""
+def _timer_steps(rec_steps: list, timer_steps: int | None) -> list:
+    """The simulated steps, then (``timer_steps`` in all) those of a run that went on after its
+    profiled steps: each the last one again, started when the one before it ended, its times
+    scaled by the same seeded noise on every rank (a step takes its slowest rank's time)."""
+    steps = list(rec_steps)
+    step, t0, wall, fwd_bwd, opt = steps[-1]
+    noise = np.random.default_rng([0, 2]).lognormal(0.0, NOISE, max(0, (timer_steps or 0)
+                                                                      - len(steps)))
+    for f in noise.tolist():
+        t0, step = t0 + wall, step + 1
+        steps.append((step, t0, wall * f, fwd_bwd * f, opt * f))
+    return steps
+
+
+def _steps_table(plan: Plan, rank: int, rec: dict, timer_steps: int | None = None) -> pa.Table:
+    """The step timers of ``rank`` (collectors/step_timer.py's columns), for ``timer_steps``
+    steps (``_timer_steps``; default: the simulated ones)."""
     lay = plan.lay
     last_stage = lay.coordinates(rank)["pp"] == lay.size("pp") - 1
     cfg = PRESETS[MODEL]
     tokens = plan.microbatches * MICROBATCH_ROWS * cfg.seq_len
     rng = np.random.default_rng([plan.seed, rank, 1])
     rows = []
-    for step, t0, wall, fwd_bwd, opt in rec["steps"]:
-        loss = 5.75 - 0.03 * step + float(rng.normal(0.0, 0.01)) if last_stage else math.nan
+    for step, t0, wall, fwd_bwd, opt in _timer_steps(rec["steps"], timer_steps):
+        settled = min(step, plan.total_steps)       # loss and memory level off after the run
+        loss = 5.75 - 0.03 * settled + float(rng.normal(0.0, 0.01)) if last_stage else math.nan
         rows.append({"rank": rank, "step": step, "start_unix_s": _unix_ns(t0) / 1e9,
                      "wall_time_us": wall, "fwd_bwd_us": fwd_bwd, "optimizer_us": opt,
                      "tokens": tokens, "loss": loss,
-                     "peak_memory_bytes": 360_000_000 + 4_000_000 * step})
+                     "peak_memory_bytes": 360_000_000 + 4_000_000 * settled})
     return pa.Table.from_pylist(rows, schema=STEP_SCHEMA)
 
 
@@ -978,11 +994,11 @@ def _write_rank(rank: int) -> int:
     """Write ``rank``'s trace, step timers and dump; returns the trace's event count."""
     from isal import igzip
 
-    plan, outs, out, fr_entries = _WORK
+    plan, outs, out, fr_entries, timer_steps = _WORK
     rec = outs[rank]
     text = trace_text(plan, rank, rec).encode()
     rd.trace_path(out, rank).write_bytes(igzip.compress(text, compresslevel=1, mtime=0))
-    pq.write_table(_steps_table(plan, rank, rec), rd.steps_path(out, rank))
+    pq.write_table(_steps_table(plan, rank, rec, timer_steps), rd.steps_path(out, rank))
     rd.write_json_atomic(flight_recorder.comms_path(out, rank),
                          _dump(plan, rank, rec, fr_entries))
     return text.count(b'"ph": ') - text.count(b'"ph": "M"')
@@ -991,14 +1007,16 @@ def _write_rank(rank: int) -> int:
 def make_run(out: pathlib.Path, *, ranks: int, steps: int = 3, events_per_step: int = 2000,
              layout: str | None = None, slow_rank: int | None = None, slow_ms: float = 0.0,
              seed: int = 0, microbatches: int | None = None, workers: int | None = None,
-             fr_entries: int | None = None) -> pathlib.Path:
+             fr_entries: int | None = None, timer_steps: int | None = None) -> pathlib.Path:
     """Write a synthetic run directory at ``out`` (which must not exist or be empty); returns
     it. ``layout``: ``dp=N`` (the default: dp = ranks) or ``dp=A,pp=B``; ``steps``: profiled
     steps (the step timers also hold ``WARMUP_STEPS`` before them); ``events_per_step``: about
     how many trace events each rank has per profiled step; ``slow_rank`` computes ``slow_ms``
     longer per step than its peers; ``microbatches``: default max(4, pp); ``workers``: writer
     processes (default: the CPU count); ``fr_entries``: Flight Recorder entries per rank, as
-    the buffer of a longer job holds them (default: the run's own collectives, a few dozen)."""
+    the buffer of a longer job holds them (default: the run's own collectives, a few dozen);
+    ``timer_steps``: steps in the step timers, as if the run went on after its profiled steps
+    (default: the simulated ones; run.json's ``steps`` says as many)."""
     global _WORK
     out = pathlib.Path(out)
     if out.exists() and any(out.iterdir()):
@@ -1007,7 +1025,7 @@ def make_run(out: pathlib.Path, *, ranks: int, steps: int = 3, events_per_step: 
     outs = _simulate(plan)
     for sub in (rd.TRACES, rd.STEPS, rd.COMMS):
         (out / sub).mkdir(parents=True, exist_ok=True)
-    _WORK = (plan, outs, out, fr_entries)
+    _WORK = (plan, outs, out, fr_entries, timer_steps)
     pa.array([0])  # pyarrow imports pandas at its first array: once here, not in every worker
     try:
         n = max(1, min(workers or os.cpu_count() or 1, ranks))
@@ -1019,6 +1037,7 @@ def make_run(out: pathlib.Path, *, ranks: int, steps: int = 3, events_per_step: 
     finally:
         _WORK = None
     desc = _run_json(plan, outs, events_per_step)
+    desc["steps"] = max(desc["steps"], timer_steps or 0)
     desc["synthetic"]["trace_events_per_step"] = round(sum(counts) / ranks / steps)
     rd.write_json_atomic(out / rd.RUN_JSON, desc)
     return out
@@ -1041,6 +1060,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--workers", type=int, default=None, help="writer processes")
     ap.add_argument("--fr-entries", type=int, default=None,
                     help="Flight Recorder entries per rank (default: the run's own collectives)")
+    ap.add_argument("--timer-steps", type=int, default=None,
+                    help="steps in the step timers, as if the run went on after its profiled "
+                         "steps (default: the simulated ones)")
     ap.add_argument("--force", action="store_true", help="replace OUT if it exists")
     a = ap.parse_args(argv)
     if a.force and a.out.exists():
@@ -1049,7 +1071,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         make_run(a.out, ranks=a.ranks, steps=a.steps, events_per_step=a.events_per_step,
                  layout=a.layout, slow_rank=a.slow_rank, slow_ms=a.slow_ms, seed=a.seed,
-                 microbatches=a.microbatches, workers=a.workers, fr_entries=a.fr_entries)
+                 microbatches=a.microbatches, workers=a.workers, fr_entries=a.fr_entries,
+                 timer_steps=a.timer_steps)
     except (ValueError, FileExistsError) as e:
         print(f"bench.synth: error: {e}", file=sys.stderr)
         raise SystemExit(2)

@@ -138,17 +138,25 @@ class StepTimer:
         tmp.replace(self.path)
 
 
-def read_all(run: pathlib.Path):
+def read_all(run: pathlib.Path, columns: list[str] | None = None):
     """Every rank's step timers (``steps/rank*.parquet`` of run directory ``run``) as one pandas
-    table with the columns above (empty when there are none), and a line naming each file that
+    table with the columns above (``columns``: only those of them that a file has; a long run's
+    timers are millions of rows), empty when there are none, and a line naming each file that
     could not be read; a damaged file loses its rank's rows only."""
     import pandas as pd
 
-    frames, problems = [], []
+    tables, problems = [], []
     for f in sorted((pathlib.Path(run) / STEPS).glob("rank*.parquet")):
         try:
-            frames.append(pq.read_table(f).to_pandas())
+            with pq.ParquetFile(f) as pf:
+                names = pf.schema_arrow.names
+                tables.append(pf.read(columns=None if columns is None else
+                                      [c for c in columns if c in names]))
         except (OSError, pa.ArrowException) as e:
             problems.append(f"{f}: not a readable step-timer file ({e})")
-    table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-    return table, problems
+    if not tables:
+        return pd.DataFrame(), problems
+    try:    # joined as Arrow, then one conversion: not a pandas table per rank and their join
+        return pa.concat_tables(tables, promote_options="permissive").to_pandas(), problems
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return pd.concat([t.to_pandas() for t in tables], ignore_index=True), problems

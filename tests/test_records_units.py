@@ -152,3 +152,35 @@ def test_a_few_percent_is_not_a_slow_step():
     times = {0: 200.0, 1: 200.0, 2: 201.0, 3: 200.5, 4: 212.0, 5: 200.0}   # 4: +6%
     rows = [{"rank": 0, "step": s, "wall_time_us": t} for s, t in times.items()]
     assert steps.analyse(pd.DataFrame(rows)).slow_steps == []
+
+
+def test_step_timers_are_read_as_the_columns_the_report_needs(tmp_path):
+    """A long run's timers are millions of rows: the report reads four columns of them. A rank
+    whose file lacks a column (a loss never written: a middle pipeline stage, or another tool)
+    keeps its rows, and a loss written as nulls joins the others' as a number column."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from meshscope.analysis.report.inputs import STEP_COLUMNS
+    from meshscope.collectors import step_timer
+
+    folder = tmp_path / "steps"
+    folder.mkdir()
+    full = {"rank": [0, 0], "step": [0, 1], "start_unix_s": [1.0, 2.0],
+            "wall_time_us": [900.0, 400.0], "fwd_bwd_us": [1.0, 1.0], "optimizer_us": [1.0, 1.0],
+            "tokens": [64, 64], "loss": [5.0, 4.5], "peak_memory_bytes": [10, 10]}
+    pq.write_table(pa.table(full, schema=step_timer.SCHEMA), folder / "rank0.parquet")
+    nulls = {**full, "rank": [1, 1], "loss": [None, None]}
+    pq.write_table(pa.table(nulls, schema=step_timer.SCHEMA.set(
+        step_timer.SCHEMA.get_field_index("loss"), pa.field("loss", pa.null()))),
+        folder / "rank1.parquet")
+    lacking = {k: v for k, v in {**full, "rank": [2, 2]}.items() if k != "loss"}
+    pq.write_table(pa.table(lacking), folder / "rank2.parquet")
+    steps_read, problems = step_timer.read_all(tmp_path, STEP_COLUMNS)
+    assert problems == [] and list(steps_read.columns) == STEP_COLUMNS
+    assert steps_read["rank"].tolist() == [0, 0, 1, 1, 2, 2]
+    assert steps_read["loss"].dtype == "float64"
+    assert steps_read["loss"].tolist()[:2] == [5.0, 4.5] and steps_read["loss"][2:].isna().all()
+    assert steps.throughput(steps_read, None)["loss"].tolist() == [5.0, 4.5]
+    everything, _ = step_timer.read_all(tmp_path)
+    assert list(everything.columns) == list(step_timer.SCHEMA.names)

@@ -127,7 +127,8 @@ def throughput(steps: pd.DataFrame, run: RunInfo | None) -> pd.DataFrame:
     if steps.empty:
         return pd.DataFrame(columns=THROUGHPUT_COLUMNS)
     out = steps.groupby("step").agg(step_time_us=("wall_time_us", "max")).reset_index()
-    loss = steps.dropna(subset=["loss"]).groupby("step")["loss"].mean()
+    known = steps["loss"].notna().to_numpy()
+    loss = steps["loss"][known].groupby(steps["step"][known]).mean()
     out["loss"] = out["step"].map(loss)
     tokens = tokens_per_step(run)
     out["tokens_per_s"] = tokens / (out["step_time_us"] / 1e6) if tokens else math.nan

@@ -53,6 +53,8 @@ TRACE_SUFFIXES = (".json", ".json.gz")
 # run.json may describe a job larger than the files it left (traces of some ranks only), but
 # not by more than this factor: a larger world size is not believed (nor allocated).
 RANKS_PER_FILE = 8
+# What the report reads of the step timers (analysis/records/steps.py).
+STEP_COLUMNS = ["rank", "step", "wall_time_us", "loss"]
 
 
 @dataclasses.dataclass
@@ -62,7 +64,8 @@ class Inputs:
     trace_files: list[pathlib.Path]
     flight: FlightRecords           # every usable Flight Recorder dump, as one table
     has_comms: bool                 # the run directory has a comms/ folder
-    steps: pd.DataFrame             # every rank's step timers (collectors/step_timer.py)
+    steps: pd.DataFrame             # every rank's step timers (collectors/step_timer.py),
+                                    # the STEP_COLUMNS the report reads
     problems: list[str]
     notes: list[str] = dataclasses.field(default_factory=list)
 
@@ -266,7 +269,7 @@ def gather(path: pathlib.Path) -> Inputs:
     flight = FlightRecords()
     has_comms = path.is_dir() and (path / rd.COMMS).is_dir()
     if path.is_dir():
-        steps, unreadable = step_timer.read_all(path)
+        steps, unreadable = step_timer.read_all(path, STEP_COLUMNS)
         problems += unreadable
     if has_comms:
         flight, unusable = load_dumps(path)
