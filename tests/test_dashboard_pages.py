@@ -148,6 +148,34 @@ def test_step_heatmap_has_every_timed_step(index):
     assert len(fig.data[0].x) == hm["step"].nunique()
 
 
+def test_step_heatmap_of_a_long_run_shows_runs_of_steps(tmp_path):
+    """The slow-rank sample's timers as if the run had gone on for 5,000 steps: the figure
+    keeps at most 200 columns; its warm-up step and profiled steps stay one a column, the
+    others are in runs, and rank 1's 40 ms step 4,321 shows in its run's cell."""
+    run = tmp_path / "long"
+    shutil.copytree(SAMPLES / SLOW, run, ignore=shutil.ignore_patterns("traces", ".cache"))
+    path = run / "report" / "step_heatmap.parquet"
+    hm = pd.read_parquet(path)
+    last = int(hm["step"].max())
+    more = [{"rank": r, "step": s, "wall_time_us": 40_000.0 if (r, s) == (1, 4321) else 20_000.0,
+             "warmup": False, "profiled": False, "slow": False}
+            for s in range(last + 1, 5000) for r in sorted(hm["rank"].unique())]
+    pd.concat([hm, pd.DataFrame(more).astype(hm.dtypes.to_dict())]).to_parquet(path,
+                                                                               index=False)
+    fig = _items(RunIndex(tmp_path), "long", "stragglers")["heatmap-graph"].figure
+    x = list(fig.data[0].x)
+    assert len(x) <= 200 and len(fig.data[0].y) == hm["rank"].nunique()
+    alone = {int(label.split(" ")[0]) for label in x if "–" not in label}
+    assert alone == set(hm.loc[hm["warmup"] | hm["profiled"], "step"]) == {0, 4, 5}
+    assert x[0] == "0 (warm-up)"
+    (cell,) = [i for i, label in enumerate(x) if "–" in label and
+               int(label.split("–")[0]) <= 4321 <= int(label.split("–")[1])]
+    ranks = [int(label.split()[1]) for label in fig.data[0].y]      # "rank 1 (pp0·dp1)"
+    z = fig.data[0].z
+    assert [z[i][cell] for i in range(len(ranks))] == [40.0 if r == 1 else 20.0 for r in ranks]
+    assert "a run of steps per column" in fig.layout.title.text
+
+
 def test_health_of_a_healthy_run_says_so(index):
     assert _summary("dp4-ddp")["hangs"] == []
     assert "fr-healthy" in _items(index, "dp4-ddp", "health")

@@ -184,3 +184,38 @@ def test_step_timers_are_read_as_the_columns_the_report_needs(tmp_path):
     assert steps.throughput(steps_read, None)["loss"].tolist() == [5.0, 4.5]
     everything, _ = step_timer.read_all(tmp_path)
     assert list(everything.columns) == list(step_timer.SCHEMA.names)
+
+
+def test_a_long_run_is_shown_in_runs_of_steps_that_keep_the_worst():
+    """3 ranks × 1,000 steps in at most 50 columns: the warm-up step and the three profiled
+    steps keep their own columns; the others are cut into runs of equal length, every step in
+    exactly one; rank 1's 9 ms step 333 shows in its run, and the run holding slow step 700 is
+    flagged."""
+    rows = []
+    for r in range(3):
+        for s in range(1000):
+            rows.append({"rank": r, "step": s, "wall_time_us": 9000.0 if (r, s) == (1, 333)
+                         else 2000.0 + s, "warmup": s == 0, "profiled": 500 <= s <= 502,
+                         "slow": s == 700})
+    runs = steps.heatmap_columns(pd.DataFrame(rows), max_columns=50)
+    cols = runs.drop_duplicates("column").sort_values("column")
+    assert len(cols) <= 50 and len(runs) == 3 * len(cols)
+    covered = [s for a, b in zip(cols["first_step"], cols["last_step"]) for s in range(a, b + 1)]
+    assert covered == list(range(1000))
+    alone = cols[cols["first_step"] == cols["last_step"]]
+    assert {0, 500, 501, 502} <= set(alone["first_step"])
+    assert cols.loc[cols["warmup"], "first_step"].tolist() == [0]
+    assert cols.loc[cols["profiled"], "first_step"].tolist() == [500, 501, 502]
+    # Steps 1-499 and 503-999 in runs of 22 are 23 + 23 columns, 50 with the four alone; runs
+    # of 21 would take 24 + 24.
+    lengths = (cols["last_step"] - cols["first_step"] + 1)[~(cols["warmup"] | cols["profiled"])]
+    assert len(cols) == 50 and lengths.max() == 22
+    hit = runs[(runs["first_step"] <= 333) & (runs["last_step"] >= 333)]
+    assert hit.set_index("rank")["wall_time_us"].to_dict() == {
+        0: 2000.0 + hit["last_step"].iloc[0], 1: 9000.0, 2: 2000.0 + hit["last_step"].iloc[0]}
+    flagged = cols[cols["slow"]]
+    assert len(flagged) == 1 and flagged["first_step"].iloc[0] <= 700 <= \
+        flagged["last_step"].iloc[0]
+    short = pd.DataFrame(rows)[lambda d: d["step"] < 10]
+    assert steps.heatmap_columns(short, max_columns=50)["last_step"].drop_duplicates() \
+        .tolist() == list(range(10))

@@ -26,7 +26,8 @@ step's collectives, so that is the step's time).
   peak FLOP/s) × 100 (PaLM's model FLOPs utilisation; NaN where the peak is unknown, e.g. every
   CPU); ``loss`` the mean over the ranks that compute it.
 
-``step_heatmap`` columns: rank, step, wall_time_us, warmup, profiled, slow. ``StepRecords``
+``step_heatmap`` columns: rank, step, wall_time_us, warmup, profiled, slow; ``heatmap_columns``
+groups a long run's steps into at most ``MAX_HEATMAP_COLUMNS`` columns to show. ``StepRecords``
 holds it with the warm-up and slow step lists, ``noise_us`` and ``median_step_us`` (the median
 T of the unprofiled non-warm-up steps, or of all non-warm-up steps when there are none).
 """
@@ -45,6 +46,9 @@ SLOW_NOISE_FACTOR = 3.0
 SLOW_MIN_RATIO = 1.10
 HEATMAP_COLUMNS = ["rank", "step", "wall_time_us", "warmup", "profiled", "slow"]
 THROUGHPUT_COLUMNS = ["step", "loss", "step_time_us", "tokens_per_s", "mfu_pct"]
+HEATMAP_RUN_COLUMNS = ["rank", "column", "first_step", "last_step", "wall_time_us", "warmup",
+                       "profiled", "slow"]
+MAX_HEATMAP_COLUMNS = 200
 
 
 @dataclasses.dataclass
@@ -110,6 +114,48 @@ def analyse(steps: pd.DataFrame, named_warmup: int = 0,
     out["profiled"] = out["step"].between(*profiled) if profiled else False
     out["slow"] = out["step"].isin(slow)
     return StepRecords(out[HEATMAP_COLUMNS], [int(s) for s in warm], slow, sigma, med)
+
+
+def _columns_of(special: list[bool], width: int) -> list[int]:
+    """The column of each step (in order): a warm-up or profiled step alone, the others in runs
+    of at most ``width`` consecutive steps."""
+    out, column, run, prev_special = [], -1, 0, True
+    for sp in special:
+        if sp or prev_special or run == width:
+            column, run = column + 1, 0
+        out.append(column)
+        run, prev_special = run + 1, sp
+    return out
+
+
+def heatmap_columns(heatmap: pd.DataFrame, max_columns: int = MAX_HEATMAP_COLUMNS
+                    ) -> pd.DataFrame:
+    """The step heatmap in at most ``max_columns`` columns of steps, for showing a run of
+    thousands of steps: each warm-up and profiled step a column of its own, the steps between
+    them in runs of equal length (the shortest that fit); a run as short as ``max_columns``
+    keeps a column per step. One row per rank and column (``HEATMAP_RUN_COLUMNS``): column
+    (0, 1, … in step order), first_step and last_step of its run (over every rank), wall_time_us
+    — the rank's longest step of the run —, warmup, profiled, slow (some step of the run is)."""
+    if heatmap.empty:
+        return pd.DataFrame(columns=HEATMAP_RUN_COLUMNS)
+    flags = heatmap.groupby("step")[["warmup", "profiled", "slow"]].any().sort_index()
+    special = (flags["warmup"] | flags["profiled"]).tolist()
+    ordinary = len(special) - sum(special)
+    width = max(1, -(-ordinary // max(max_columns - sum(special), 1)))
+    while True:
+        column = _columns_of(special, width)
+        if column[-1] < max_columns or width >= ordinary:
+            break
+        width += 1
+    of_step = pd.Series(column, index=flags.index)
+    bounds = of_step.index.to_series().groupby(of_step.to_numpy()).agg(["min", "max"])
+    runs = heatmap.assign(column=heatmap["step"].map(of_step).to_numpy()).groupby(
+        ["rank", "column"], sort=True).agg(
+        wall_time_us=("wall_time_us", "max"), warmup=("warmup", "any"),
+        profiled=("profiled", "any"), slow=("slow", "any")).reset_index()
+    runs["first_step"] = runs["column"].map(bounds["min"]).astype(int)
+    runs["last_step"] = runs["column"].map(bounds["max"]).astype(int)
+    return runs[HEATMAP_RUN_COLUMNS]
 
 
 def tokens_per_step(run: RunInfo | None) -> float | None:

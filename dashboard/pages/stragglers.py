@@ -3,7 +3,8 @@
 - ``straggler-verdict``: the named straggler with its evidence (``cross_rank.straggler``).
 - ``heatmap-graph``: rank × step wall time from the step timers — every step, not only the
   profiled ones — warm-up steps marked (not flagged), slow steps flagged
-  (``step_heatmap.parquet``).
+  (``step_heatmap.parquet``); a run of thousands of steps in at most 200 columns, each a run of
+  steps showing the rank's longest (``analysis.records.steps.heatmap_columns``).
 - ``saving-graph``: the what-if saving of each rank — the step time saved were that rank's
   own work at its reference pace (``cross_rank.rank_savings``, schema 2); beside it
   ``waits-graph``, the wait each rank suffered and caused (``rank_waits.parquet``).
@@ -12,7 +13,10 @@
 """
 from __future__ import annotations
 
+import numpy as np
 import plotly.graph_objects as go
+
+from meshscope.analysis.records import steps as step_records
 
 from ..sections import Facts, Figure, Note, Section, Table, missing
 from .common import LAYOUT, PageContext, rank_label, straggler_text
@@ -42,26 +46,35 @@ def verdict(ctx: PageContext) -> list:
 
 
 def heatmap_figure(ctx: PageContext) -> go.Figure | None:
+    """Every step when the run has no more than ``steps.MAX_HEATMAP_COLUMNS``; a longer run's
+    steps in runs (``steps.heatmap_columns``), each cell the rank's longest step of its run."""
     hm = ctx.report.table("step_heatmap")
     if hm is None or hm.empty or not {"rank", "step", "wall_time_us"} <= set(hm.columns):
         return None
     warm = set(ctx.report.get("warmup_steps", default=[]))
-    if "warmup" in hm:
-        warm |= set(hm.loc[hm["warmup"].astype(bool), "step"].astype(int))
-    grid = hm.pivot_table(index="rank", columns="step", values="wall_time_us", aggfunc="first")
-    slow = hm.pivot_table(index="rank", columns="step", values="slow", aggfunc="first") \
-        if "slow" in hm else None
-    steps = [int(s) for s in grid.columns]
-    text = [[("slow" if slow is not None and bool(slow.loc[r, s]) and s not in warm else "")
-             for s in grid.columns] for r in grid.index]
+    hm = hm.assign(warmup=(hm["warmup"].astype(bool) if "warmup" in hm else False)
+                   | hm["step"].isin(warm),
+                   profiled=hm["profiled"].astype(bool) if "profiled" in hm else False,
+                   slow=hm["slow"].astype(bool) if "slow" in hm else False)
+    runs = step_records.heatmap_columns(hm)
+    grid = runs.pivot(index="rank", columns="column", values="wall_time_us")
+    cols = runs.drop_duplicates("column").set_index("column").loc[grid.columns]
+    labels = [(str(a) if a == b else f"{a}–{b}") + (" (warm-up)" if w else "")
+              for a, b, w in zip(cols["first_step"], cols["last_step"], cols["warmup"])]
+    flag = np.where(cols["slow"] & ~cols["warmup"], "slow", "")
+    text = np.broadcast_to(flag, grid.shape).tolist()
+    many = len(grid.index) > 64 or len(grid.columns) > 64
     fig = go.Figure(go.Heatmap(
-        z=(grid / 1e3).round(2).values.tolist(),
-        x=[f"{s} (warm-up)" if s in warm else str(s) for s in steps],
+        z=(grid / 1e3).round(2).values.tolist(), x=labels,
         y=[rank_label(int(r), ctx.report) for r in grid.index], text=text,
         texttemplate="%{text}", colorscale="YlOrRd", colorbar={"title": "ms"},
-        hovertemplate="%{y}, step %{x}: %{z:.2f} ms<extra></extra>", xgap=1, ygap=1))
-    fig.update_layout(**LAYOUT, height=140 + 26 * len(grid.index),
-                      title="Step time per rank and step (step timers)",
+        hovertemplate="%{y}, step %{x}: %{z:.2f} ms<extra></extra>",
+        xgap=0 if many else 1, ygap=0 if many else 1))
+    binned = bool((cols["first_step"] != cols["last_step"]).any())
+    fig.update_layout(**LAYOUT, height=140 + min(26 * len(grid.index), 1200),
+                      title="Step time per rank and step (step timers" +
+                            ("; a run of steps per column, its longest step" if binned else "")
+                            + ")",
                       xaxis={"type": "category", "title": "step"},
                       yaxis={"autorange": "reversed"})
     return fig
