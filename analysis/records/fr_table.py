@@ -7,7 +7,7 @@ verdict is made. What the analysis reads of an entry is little — its group, se
 op, sizes, dtypes, state and creation time — and the op, sizes and dtypes repeat step after
 step. ``FlightRecords.add(dump)`` reduces a rank's buffer to integer columns as soon as its
 dump is read, with each distinct (group), (op, sizes, dtypes) and state held once: 29 bytes
-an entry (``docs/benchmarks.md``, "Flight Recorder buffers").
+an entry (``docs/benchmarks.md``, "Flight Recorder buffers of a long job").
 
 ``FlightRecords.entries_of(rank)`` — a rank's columns, one row per entry in buffer order
 (oldest first):
@@ -71,10 +71,11 @@ class _Codes:
         return i
 
 
-def _describe(e: Entry, state: str | None) -> str:
+def _describe(e: Entry) -> str:
+    """``gloo:all_reduce #12 in group 3 (mesh_dp), scheduled``."""
     seq = e.p2p_seq_id if e.is_p2p else e.collective_seq_id
     name, desc = e.process_group
-    return f"{e.profiling_name} #{seq} in group {name} ({desc}), {state}"
+    return f"{e.profiling_name} #{seq} in group {name} ({desc}), {e.state}"
 
 
 def _group_ranks(ranks) -> list[int] | None:
@@ -143,7 +144,7 @@ class FlightRecords:
             "state": [state(e.state) for e in entries],
         }
         self._columns[dump.rank] = {k: np.array(v, dtype=_DTYPES[k]) for k, v in cols.items()}
-        self.last_op[dump.rank] = _describe(entries[-1], entries[-1].state) if entries else \
+        self.last_op[dump.rank] = _describe(entries[-1]) if entries else \
             "no recorded operation"
         for name, cfg in (fr.pg_config if fr is not None else {}).items():
             ranks = _group_ranks(cfg.ranks)

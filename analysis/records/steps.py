@@ -132,8 +132,9 @@ def heatmap_columns(heatmap: pd.DataFrame, max_columns: int = MAX_HEATMAP_COLUMN
                     ) -> pd.DataFrame:
     """The step heatmap in at most ``max_columns`` columns of steps, for showing a run of
     thousands of steps: each warm-up and profiled step a column of its own, the steps between
-    them in runs of equal length (the shortest that fit); a run as short as ``max_columns``
-    keeps a column per step. One row per rank and column (``HEATMAP_RUN_COLUMNS``): column
+    them in runs of equal length (the shortest that fit; more columns only when the warm-up
+    and profiled steps alone are more); a run as short as ``max_columns`` keeps a column per
+    step. One row per rank and column (``HEATMAP_RUN_COLUMNS``): column
     (0, 1, … in step order), first_step and last_step of its run (over every rank), wall_time_us
     — the rank's longest step of the run —, warmup, profiled, slow (some step of the run is)."""
     if heatmap.empty:
