@@ -107,6 +107,21 @@ def test_entries_every_rank_holds_alike_can_still_disagree_with_themselves():
         in v["detail"].iloc[0]
 
 
+def test_a_rank_whose_buffer_holds_no_collective():
+    """A middle pipeline stage on gloo records only sends and receives (no collective) in its
+    buffer: no verdict among the pipeline's point-to-point ranks; beside a data-parallel pair
+    it is simply not in their group. A rank whose buffer is empty while the default group's
+    others went on is missing from each of their collectives."""
+    send = {**_entry("send", 0, [[4]], [[4]]), "is_p2p": True, "p2p_seq_id": 1}
+    dp = ("3", "mesh_dp")
+    assert _verdicts({0: [send], 1: [send]}).empty
+    assert _verdicts({0: [_entry("all_reduce", 1, [[8]], [[8]], pg=dp)],
+                      1: [_entry("all_reduce", 1, [[8]], [[8]], pg=dp)], 2: [send]}).empty
+    v = _verdicts({0: [_entry("all_reduce", 1, [[8]], [[8]])], 1: []})
+    assert v["verdict"].tolist() == ["missing"] and v["ranks_missing"].iloc[0] == [1]
+    assert "no recorded operation" in v["detail"].iloc[0]
+
+
 def test_a_rank_holding_one_sequence_number_twice_is_judged_by_the_newer_entry():
     older, newer = _entry("all_reduce", 1, [[6]], [[6]]), _entry("all_reduce", 1, [[8]], [[8]])
     assert _verdicts({0: [older, newer], 1: [_entry("all_reduce", 1, [[8]], [[8]])]}).empty

@@ -129,6 +129,8 @@ def mismatch(by_rank: dict[int, Signature], group_size: int) -> str | None:
 
 def _newest(pg: np.ndarray, seq: np.ndarray) -> np.ndarray:
     """Positions of one rank's entries, the newest of each (group, sequence number)."""
+    if not len(seq):                            # a rank whose buffer holds no collective
+        return np.zeros(0, dtype=np.int64)
     order = np.lexsort((seq, pg))               # stable: equal keys stay in buffer order
     pg, seq = pg[order], seq[order]
     last = np.r_[(pg[1:] != pg[:-1]) | (seq[1:] != seq[:-1]), True]
@@ -148,7 +150,8 @@ def _collectives(records: FlightRecords) -> tuple[dict[str, np.ndarray], dict]:
         mine = np.flatnonzero(~c["p2p"])
         mine = mine[_newest(c["pg"][mine], c["seq"][mine])]     # by group, then seq
         pg, seq = c["pg"][mine], c["seq"][mine]
-        for i in np.flatnonzero(np.r_[pg[1:] != pg[:-1], True]).tolist():
+        ends = np.flatnonzero(np.r_[pg[1:] != pg[:-1], True]) if len(pg) else []
+        for i in list(ends):                    # the last (highest) seq of each group
             name = records.groups[pg[i]][0]
             held[(name, r)] = max(int(seq[i]), held.get((name, r), -1))
         parts["rank"].append(np.full(len(mine), r, dtype=np.int32))
