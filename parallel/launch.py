@@ -154,16 +154,32 @@ def _log_tail(path: pathlib.Path, lines: int) -> list[str]:
     return [line for line in text.splitlines() if line.strip()][-lines:]
 
 
-def _failure_message(err, log_dir: pathlib.Path) -> str:
-    """The first rank to fail and its error; the ranks stopped because of it after. A rank
-    that died without writing its error (killed by a signal, a crash in C++) gets the last
-    lines of its stderr log printed to the terminal first."""
-    rank, failure = err.get_first_failure()
-    stderr_log = log_dir / f"rank{rank}.stderr.log"
+# What a rank raises when a peer went away: a victim's error, not a cause.
+_PEER_LOST = ("Connection reset by peer", "Connection closed by peer", "Broken pipe",
+              "remote process exited")
+
+
+def _message(failure) -> str:
     msg = failure.message
-    if isinstance(msg, dict):
-        msg = msg.get("message", "")
-    lines = [line for line in str(msg).strip().splitlines() if line.strip()]
+    return str(msg.get("message", "") if isinstance(msg, dict) else msg)
+
+
+def _cause(err):
+    """(rank, failure) of the failure that caused the others: the first of the ranks whose own
+    error is not the loss of a peer, else the first. Error files record the second only, so a
+    rank that raised and the peer it left behind often fail "at once"; by time alone the
+    victim could be named (torch's ``get_first_failure`` takes whichever it lists first)."""
+    return min(err.failures.items(), key=lambda kv: (
+        any(p in _message(kv[1]) for p in _PEER_LOST), kv[1].timestamp, kv[0]))
+
+
+def _failure_message(err, log_dir: pathlib.Path) -> str:
+    """The rank whose failure caused the others (``_cause``) and its error; the ranks stopped
+    because of it after. A rank that died without writing its error (killed by a signal, a
+    crash in C++) gets the last lines of its stderr log printed to the terminal first."""
+    rank, failure = _cause(err)
+    stderr_log = log_dir / f"rank{rank}.stderr.log"
+    lines = [line for line in _message(failure).strip().splitlines() if line.strip()]
     if not os.path.isfile(failure.error_file):
         tail = _log_tail(stderr_log, FAILED_LOG_TAIL_LINES)
         if tail:

@@ -1,0 +1,37 @@
+"""Which rank a failed job is blamed on, from torchelastic's own records of each rank's failure
+(the error files ``@record`` writes), without starting a job."""
+import json
+
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+
+from meshscope.parallel.launch import _failure_message
+
+RESET = ("RuntimeError: [gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:687: "
+         "Connection reset by peer. This is typically caused by a remote worker hanging")
+
+
+def _failure(tmp_path, rank: int, message: str, timestamp: int) -> ProcessFailure:
+    path = tmp_path / f"rank{rank}.error.json"
+    path.write_text(json.dumps({"message": {"message": message, "extraInfo": {
+        "py_callstack": "Traceback ...", "timestamp": str(timestamp)}}}))
+    return ProcessFailure(local_rank=rank, pid=1000 + rank, exitcode=1, error_file=str(path))
+
+
+def test_the_rank_that_raised_is_named_not_the_peer_it_left_behind(tmp_path):
+    """Rank 1 raised; rank 0 lost its connection to rank 1 in the same second (as a CI run
+    recorded it). torch's first failure is rank 0; the job is blamed on rank 1."""
+    err = ChildFailedError("worker", {
+        0: _failure(tmp_path, 0, RESET, 1796204551),
+        1: _failure(tmp_path, 1, "InjectedCrash: injected crash on rank 1 at step 0",
+                    1796204551)})
+    assert err.get_first_failure()[0] == 0
+    text = _failure_message(err, tmp_path)
+    assert text.startswith("rank 1 failed (exit code 1): InjectedCrash: injected crash on rank 1")
+    assert text.endswith("; ranks 0 were stopped")
+
+
+def test_when_every_rank_lost_a_peer_the_first_is_named(tmp_path):
+    err = ChildFailedError("worker", {
+        0: _failure(tmp_path, 0, RESET, 1796204552),
+        1: _failure(tmp_path, 1, RESET, 1796204551)})
+    assert _failure_message(err, tmp_path).startswith("rank 1 failed (exit code 1): Runtime")
