@@ -78,7 +78,7 @@ def _describe(e: Entry) -> str:
     return f"{e.profiling_name} #{seq} in group {name} ({desc}), {e.state}"
 
 
-def _group_ranks(ranks) -> list[int] | None:
+def _config_ranks(ranks) -> list[int] | None:
     """A ``pg_config`` entry's ranks: a list, or its text (``"[0, 1]"``); None when empty."""
     if isinstance(ranks, str):
         ranks = [int(x) for x in ranks.strip("[]").split(",") if x.strip().isdigit()]
@@ -147,7 +147,7 @@ class FlightRecords:
         self.last_op[dump.rank] = _describe(entries[-1]) if entries else \
             "no recorded operation"
         for name, cfg in (fr.pg_config if fr is not None else {}).items():
-            ranks = _group_ranks(cfg.ranks)
+            ranks = _config_ranks(cfg.ranks)
             if ranks and name not in self.pg_ranks:
                 self.pg_ranks[name] = ranks
 
