@@ -23,6 +23,7 @@ import logging
 import os
 import pathlib
 import platform
+import re
 import shutil
 import sys
 import uuid
@@ -124,8 +125,9 @@ class RunLogs(LogsSpecs):
     """Where torchrun puts each rank's output: ``LOG_DIR/rank{R}.stdout.log`` and
     ``rank{R}.stderr.log`` (both streams redirected, nothing on the terminal), and the error
     file that ``@record`` writes when the rank raises, ``rank{R}.error.json`` — the launcher
-    reads the failing rank's error from it. Files are named by global rank, so the launchers of
-    several hosts can share one run directory. torchrun's own ``DefaultLogsSpecs`` nests them
+    reads the error of every rank that raised from it (``_rank_failures``), so an earlier
+    job's error file in the same folder is removed before the ranks start. Files are named by
+    global rank, so the launchers of several hosts can share one run directory. torchrun's own ``DefaultLogsSpecs`` nests them
     as ``LOG_DIR/<run id>_<random>/attempt_0/<local rank>/``."""
 
     def __init__(self, log_dir: pathlib.Path):
@@ -143,6 +145,8 @@ class RunLogs(LogsSpecs):
             dest.stdouts[local_rank] = base + ".stdout.log"
             dest.stderrs[local_rank] = base + ".stderr.log"
             dest.error_files[local_rank] = env["TORCHELASTIC_ERROR_FILE"] = base + ".error.json"
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(dest.error_files[local_rank])
         return dest
 
 
@@ -159,35 +163,81 @@ _PEER_LOST = ("Connection reset by peer", "Connection closed by peer", "Broken p
               "remote process exited")
 
 
-def _message(failure) -> str:
-    msg = failure.message
-    return str(msg.get("message", "") if isinstance(msg, dict) else msg)
+@dataclasses.dataclass(frozen=True)
+class RankFailure:
+    """One rank's failure as the launcher learns it: ``exit_code`` is None for a rank that
+    torch did not report but whose error file says it raised (``_rank_failures``);
+    ``error_file`` is None when the rank wrote none (killed by a signal, a crash in C++)."""
+    rank: int
+    exit_code: int | None
+    message: str
+    timestamp_s: int
+    error_file: pathlib.Path | None
+
+    @property
+    def peer_lost(self) -> bool:
+        return any(p in self.message for p in _PEER_LOST)
 
 
-def _cause(err):
-    """(rank, failure) of the failure that caused the others: the first of the ranks whose own
-    error is not the loss of a peer, else the first. Error files record the second only, so a
-    rank that raised and the peer it left behind often fail "at once"; by time alone the
-    victim could be named (torch's ``get_first_failure`` takes whichever it lists first)."""
-    return min(err.failures.items(), key=lambda kv: (
-        any(p in _message(kv[1]) for p in _PEER_LOST), kv[1].timestamp, kv[0]))
+def _read_error_file(rank: int, path: pathlib.Path, exit_code: int | None) -> RankFailure | None:
+    """The failure recorded in ``path`` (torch's error-file format), None if there is no
+    readable one."""
+    try:
+        data = json.loads(path.read_text())
+        msg = data["message"]
+        if isinstance(msg, dict):
+            message, timestamp = str(msg["message"]), int(msg["extraInfo"]["timestamp"])
+        else:
+            message, timestamp = str(msg), int(data.get("timestamp", 0))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return RankFailure(rank, exit_code, message, timestamp, path)
+
+
+def _rank_failures(err, log_dir: pathlib.Path) -> list[RankFailure]:
+    """Every failed rank the launcher can learn of: those torch reported, and each rank whose
+    error file is in ``log_dir`` although torch did not report it. With forked ranks torch
+    reports one failure only — the first process it sees gone, often the peer that lost its
+    connection while the rank that raised was still leaving (and was then stopped)."""
+    found = {}
+    for rank, pf in err.failures.items():
+        path = pathlib.Path(pf.error_file)
+        found[rank] = (_read_error_file(rank, path, pf.exitcode) if path.is_file() else None) \
+            or RankFailure(rank, pf.exitcode, str(pf.message), int(pf.timestamp), None)
+    for path in log_dir.glob("rank*.error.json"):
+        m = re.fullmatch(r"rank(\d+)\.error\.json", path.name)
+        if m and int(m.group(1)) not in found:
+            failure = _read_error_file(int(m.group(1)), path, None)
+            if failure is not None:
+                found[failure.rank] = failure
+    return list(found.values())
+
+
+def _cause(failures: list[RankFailure]) -> RankFailure:
+    """The failure that caused the others: the first of the ranks whose own error is not the
+    loss of a peer, else the first. Error files record the second only, so a rank that raised
+    and the peer it left behind often fail "at once"; by time alone the victim could be named
+    (torch's ``get_first_failure`` takes whichever it lists first)."""
+    return min(failures, key=lambda f: (f.peer_lost, f.timestamp_s, f.rank))
 
 
 def _failure_message(err, log_dir: pathlib.Path) -> str:
-    """The rank whose failure caused the others (``_cause``) and its error; the ranks stopped
-    because of it after. A rank that died without writing its error (killed by a signal, a
-    crash in C++) gets the last lines of its stderr log printed to the terminal first."""
-    rank, failure = _cause(err)
-    stderr_log = log_dir / f"rank{rank}.stderr.log"
-    lines = [line for line in _message(failure).strip().splitlines() if line.strip()]
-    if not os.path.isfile(failure.error_file):
+    """The rank whose failure caused the others (``_cause``) and its error; the other failed
+    ranks after. A rank that died without writing its error (killed by a signal, a crash in
+    C++) gets the last lines of its stderr log printed to the terminal first."""
+    failures = _rank_failures(err, log_dir)
+    cause = _cause(failures)
+    stderr_log = log_dir / f"rank{cause.rank}.stderr.log"
+    lines = [line for line in cause.message.strip().splitlines() if line.strip()]
+    if cause.error_file is None:
         tail = _log_tail(stderr_log, FAILED_LOG_TAIL_LINES)
         if tail:
-            print(f"--- the last lines of rank {rank}'s output ({stderr_log}) ---",
+            print(f"--- the last lines of rank {cause.rank}'s output ({stderr_log}) ---",
                   *tail, "---", sep="\n", file=sys.stderr)
-    text = (f"rank {rank} failed (exit code {failure.exitcode}): "
+    exit_code = "" if cause.exit_code is None else f" (exit code {cause.exit_code})"
+    text = (f"rank {cause.rank} failed{exit_code}: "
             f"{lines[-1] if lines else 'no error message'} (its output: {stderr_log})")
-    others = sorted(r for r in err.failures if r != rank)
+    others = sorted(f.rank for f in failures if f.rank != cause.rank)
     if others:
         text += f"; ranks {', '.join(map(str, others))} were stopped"
     return text

@@ -35,3 +35,35 @@ def test_when_every_rank_lost_a_peer_the_first_is_named(tmp_path):
         0: _failure(tmp_path, 0, RESET, 1796204552),
         1: _failure(tmp_path, 1, RESET, 1796204551)})
     assert _failure_message(err, tmp_path).startswith("rank 1 failed (exit code 1): Runtime")
+
+
+def test_a_rank_torch_did_not_report_is_found_by_its_error_file(tmp_path):
+    """With forked ranks torch reports the first process it sees gone, only: here rank 0, which
+    lost its connection while rank 1 — which raised and wrote its error file — was still
+    leaving and was then stopped (as a CI run recorded it). Rank 1 is named, without an exit
+    code torch never saw."""
+    _failure(tmp_path, 1, "InjectedCrash: injected crash on rank 1 at step 0", 1796204551)
+    err = ChildFailedError("worker", {0: _failure(tmp_path, 0, RESET, 1796204551)})
+    text = _failure_message(err, tmp_path)
+    assert text.startswith("rank 1 failed: InjectedCrash: injected crash on rank 1 at step 0")
+    assert text.endswith("; ranks 0 were stopped")
+
+
+def test_a_rank_with_no_error_file_is_named_with_its_signal_and_log(tmp_path, capsys):
+    """A rank killed by a signal writes no error file: torch's made-up message names the
+    signal, and the last lines of the rank's stderr log are shown first."""
+    (tmp_path / "rank0.stderr.log").write_text("step 3\nSegmentation fault\n")
+    err = ChildFailedError("worker", {0: ProcessFailure(
+        local_rank=0, pid=1000, exitcode=-11, error_file=str(tmp_path / "rank0.error.json"))})
+    text = _failure_message(err, tmp_path)
+    assert text.startswith("rank 0 failed (exit code -11): Signal 11 (SIGSEGV) received by PID")
+    assert "Segmentation fault" in capsys.readouterr().err
+
+
+def test_an_earlier_jobs_error_file_is_removed_before_the_ranks_start(tmp_path):
+    from meshscope.parallel.launch import RunLogs
+
+    stale = tmp_path / "rank1.error.json"
+    stale.write_text("{}")
+    dest = RunLogs(tmp_path).reify({0: {"RANK": "0"}, 1: {"RANK": "1"}})
+    assert dest.error_files[1] == str(stale) and not stale.exists()
