@@ -127,8 +127,8 @@ class RunLogs(LogsSpecs):
     file that ``@record`` writes when the rank raises, ``rank{R}.error.json`` — the launcher
     reads the error of every rank that raised from it (``_rank_failures``), so an earlier
     job's error file in the same folder is removed before the ranks start. Files are named by
-    global rank, so the launchers of several hosts can share one run directory. torchrun's own ``DefaultLogsSpecs`` nests them
-    as ``LOG_DIR/<run id>_<random>/attempt_0/<local rank>/``."""
+    global rank, so the launchers of several hosts can share one run directory. torchrun's own
+    ``DefaultLogsSpecs`` nests them as ``LOG_DIR/<run id>_<random>/attempt_0/<local rank>/``."""
 
     def __init__(self, log_dir: pathlib.Path):
         super().__init__(log_dir=str(log_dir), redirects=Std.ALL, tee=Std.NONE)
