@@ -25,13 +25,14 @@ pytestmark = pytest.mark.slow
 # step-time noise of 44 ms and per-step savings of 42, 88 and 46 ms for the 80 ms injected: the
 # verdict then measures the machine, not the analysis. 50 ms, as for dp4 and tp2-pp2, keeps the
 # injected delay several times the noise. pp4 likewise, after a CI run where its 20 ms per
-# microbatch (80 ms per step) met 53 ms of step-time noise and no straggler was named.
+# microbatch (80 ms per step) met 53 ms of step-time noise and no straggler was named; dp2-ep2
+# likewise, after a CI run whose suite ran 30 minutes instead of 17 gave it 88 ms of noise.
 CASES = [
     ("dp4", ["--layout", "dp=4"], 1, 50, 4),
     ("dp2-pp2-stage1", ["--layout", "dp=2,pp=2", "--schedule", "1f1b"], 2, 50, 4),
     ("tp2-pp2", ["--layout", "tp=2,pp=2", "--schedule", "1f1b"], 3, 50, 4),
     ("pp4", ["--layout", "pp=4", "--schedule", "1f1b"], 1, 50, 4),
-    ("dp2-ep2", ["--layout", "dp=2,ep=2", "--model", "tiny-moe"], 0, 20, 4),
+    ("dp2-ep2", ["--layout", "dp=2,ep=2", "--model", "tiny-moe"], 0, 50, 4),
 ]
 
 
