@@ -132,6 +132,7 @@ class RunLogs(LogsSpecs):
 
     def __init__(self, log_dir: pathlib.Path):
         super().__init__(log_dir=str(log_dir), redirects=Std.ALL, tee=Std.NONE)
+        self.ranks: list[int] = []  # the global ranks this launcher started (``reify``)
 
     @property
     def root_log_dir(self) -> str:
@@ -147,7 +148,20 @@ class RunLogs(LogsSpecs):
             dest.error_files[local_rank] = env["TORCHELASTIC_ERROR_FILE"] = base + ".error.json"
             with contextlib.suppress(FileNotFoundError):
                 os.remove(dest.error_files[local_rank])
+            self.ranks.append(int(env["RANK"]))
         return dest
+
+
+def _remove_partial_writes(ranks: list[int], folders: list[pathlib.Path]) -> None:
+    """Remove the temporary files of writes that ``ranks`` (all ended) left unfinished: a rank
+    the launcher stopped while it wrote its error file, Flight Recorder dump or step timer
+    leaves ``rank{R}.<name><random>.tmp`` (``write_json_atomic``) or ``rank{R}.parquet.tmp``
+    beside the file it never replaced. The readers never take them (they read ``rank*.json``
+    and ``rank*.parquet``); a user listing the folder would."""
+    for folder in folders:
+        for rank in ranks:
+            for tmp in folder.glob(f"rank{rank}.*.tmp"):
+                tmp.unlink(missing_ok=True)
 
 
 def _log_tail(path: pathlib.Path, lines: int) -> list[str]:
@@ -275,7 +289,8 @@ def launch(opts: RunOptions) -> dict:
         run_ranks("meshscope.parallel.worker", config_path, log_dir=run / LOGS,
                   nproc=opts.layout.world_size // opts.nnodes, nnodes=opts.nnodes,
                   node_rank=opts.node_rank, rdzv_endpoint=opts.rdzv_endpoint,
-                  rdzv_id=f"meshscope-{opts.layout}")
+                  rdzv_id=f"meshscope-{opts.layout}",
+                  written=(run / run_dir.COMMS, run / run_dir.STEPS))
     except LaunchError as e:
         desc.update(status="failed", end_time=run_dir.now(), error=str(e))
         _finish(run, desc, opts)
@@ -287,9 +302,11 @@ def launch(opts: RunOptions) -> dict:
 
 def run_ranks(module: str, config_path: pathlib.Path, *, log_dir: pathlib.Path, nproc: int,
               nnodes: int = 1, node_rank: int = 0, rdzv_endpoint: str | None = None,
-              rdzv_id: str = "meshscope") -> None:
+              rdzv_id: str = "meshscope", written: tuple[pathlib.Path, ...] = ()) -> None:
     """``python -m MODULE CONFIG`` on ``nproc`` local ranks through torchrun's machinery, their
-    output in ``log_dir`` (``RunLogs``); LaunchError naming the first failing rank."""
+    output in ``log_dir`` (``RunLogs``); LaunchError naming the rank that caused the failure.
+    Once the ranks have ended, their unfinished writes are removed from ``log_dir`` and the
+    ``written`` folders (``_remove_partial_writes``)."""
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import elastic_launch
     from torch.distributed.run import config_from_args, get_args_parser
@@ -311,7 +328,7 @@ def run_ranks(module: str, config_path: pathlib.Path, *, log_dir: pathlib.Path, 
         "-m", module, str(config_path)])
     # torchrun's own run(args), with the log destinations replaced by RunLogs.
     config, entrypoint, entry_args = config_from_args(args)
-    config.logs_specs = RunLogs(log_dir)
+    config.logs_specs = logs = RunLogs(log_dir)
     if rank_start_method() == "forkserver":  # parallel/rank_start.py
         start_server([module])  # already running when the command started it early
         config.start_method = "forkserver"
@@ -322,6 +339,8 @@ def run_ranks(module: str, config_path: pathlib.Path, *, log_dir: pathlib.Path, 
             elastic_launch(config=config, entrypoint=entrypoint)(*entry_args)
     except ChildFailedError as e:
         raise LaunchError(_failure_message(e, log_dir)) from None
+    finally:
+        _remove_partial_writes(logs.ranks, [log_dir, *written])
 
 
 @contextlib.contextmanager

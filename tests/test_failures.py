@@ -34,6 +34,7 @@ def test_crash_ends_the_job_naming_the_rank(tmp_path, start):
     assert last.startswith("meshscope: error: the run failed: rank 1 failed")
     assert "InjectedCrash: injected crash on rank 1 at step 2" in last
     assert processes_under(run) == []
+    assert sorted(run.glob("**/*.tmp")) == []  # no write the stopped ranks left unfinished
     validate_run_json(run / "run.json")
     desc = json.loads((run / "run.json").read_text())
     assert desc["status"] == "failed" and "rank 1" in desc["error"]

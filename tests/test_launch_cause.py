@@ -67,3 +67,22 @@ def test_an_earlier_jobs_error_file_is_removed_before_the_ranks_start(tmp_path):
     stale.write_text("{}")
     dest = RunLogs(tmp_path).reify({0: {"RANK": "0"}, 1: {"RANK": "1"}})
     assert dest.error_files[1] == str(stale) and not stale.exists()
+
+
+def test_the_ended_ranks_unfinished_writes_are_removed_and_nothing_else(tmp_path):
+    """A rank stopped while it wrote its error file or its dump leaves write_json_atomic's
+    temporary file; the launcher removes its own ranks' and leaves other files alone (rank 10's
+    belongs to another node's launcher, which may still be writing it)."""
+    from meshscope.parallel.launch import _remove_partial_writes
+
+    logs, comms = tmp_path / "logs", tmp_path / "comms"
+    logs.mkdir()
+    comms.mkdir()
+    left = [logs / "rank0.error.json5x9vzto4.tmp", comms / "rank1.jsonq2w8.tmp",
+            comms / "rank1.parquet.tmp"]
+    kept = [logs / "rank0.error.json", comms / "rank1.json", comms / "rank10.jsonab12.tmp",
+            logs / "rank0.stderr.log"]
+    for path in left + kept:
+        path.write_text("{")
+    _remove_partial_writes([0, 1], [logs, comms])
+    assert [p for p in left if p.exists()] == [] and all(p.exists() for p in kept)
