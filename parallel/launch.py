@@ -193,37 +193,34 @@ class RankFailure:
         return any(p in self.message for p in _PEER_LOST)
 
 
-def _read_error_file(rank: int, path: pathlib.Path, exit_code: int | None) -> RankFailure | None:
-    """The failure recorded in ``path`` (torch's error-file format), None if there is no
-    readable one."""
-    try:
-        data = json.loads(path.read_text())
-        msg = data["message"]
-        if isinstance(msg, dict):
-            message, timestamp = str(msg["message"]), int(msg["extraInfo"]["timestamp"])
-        else:
-            message, timestamp = str(msg), int(data.get("timestamp", 0))
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return RankFailure(rank, exit_code, message, timestamp, path)
+def _from_torch(rank: int, pf, exit_code: int | None) -> RankFailure:
+    """A ``ProcessFailure`` (torch's reading of a rank's error file) as a RankFailure."""
+    msg = pf.message
+    return RankFailure(rank, exit_code,
+                       str(msg.get("message", "") if isinstance(msg, dict) else msg),
+                       int(pf.timestamp),
+                       pathlib.Path(pf.error_file) if os.path.isfile(pf.error_file) else None)
 
 
 def _rank_failures(err, log_dir: pathlib.Path) -> list[RankFailure]:
     """Every failed rank the launcher can learn of: those torch reported, and each rank whose
     error file is in ``log_dir`` although torch did not report it. With forked ranks torch
     reports one failure only — the first process it sees gone, often the peer that lost its
-    connection while the rank that raised was still leaving (and was then stopped)."""
-    found = {}
-    for rank, pf in err.failures.items():
-        path = pathlib.Path(pf.error_file)
-        found[rank] = (_read_error_file(rank, path, pf.exitcode) if path.is_file() else None) \
-            or RankFailure(rank, pf.exitcode, str(pf.message), int(pf.timestamp), None)
+    connection while the rank that raised was still leaving (and was then stopped). Torch
+    reads those files too (``ProcessFailure``; pid and exit code it never saw are not used);
+    one it cannot read is skipped, torch's line on why going to the launcher's log."""
+    from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
+
+    found = {rank: _from_torch(rank, pf, pf.exitcode) for rank, pf in err.failures.items()}
     for path in log_dir.glob("rank*.error.json"):
         m = re.fullmatch(r"rank(\d+)\.error\.json", path.name)
         if m and int(m.group(1)) not in found:
-            failure = _read_error_file(int(m.group(1)), path, None)
-            if failure is not None:
-                found[failure.rank] = failure
+            rank = int(m.group(1))
+            try:
+                pf = ProcessFailure(local_rank=rank, pid=0, exitcode=0, error_file=str(path))
+            except (ValueError, KeyError, TypeError):
+                continue
+            found[rank] = _from_torch(rank, pf, None)
     return list(found.values())
 
 
@@ -333,14 +330,14 @@ def run_ranks(module: str, config_path: pathlib.Path, *, log_dir: pathlib.Path, 
         start_server([module])  # already running when the command started it early
         config.start_method = "forkserver"
         entrypoint, entry_args = forked_rank, [module, str(config_path), dict(os.environ)]
-    try:
-        name = "launcher.log" if nnodes == 1 else f"launcher-node{node_rank}.log"
-        with _launcher_log(log_dir / name):
+    name = "launcher.log" if nnodes == 1 else f"launcher-node{node_rank}.log"
+    with _launcher_log(log_dir / name):
+        try:
             elastic_launch(config=config, entrypoint=entrypoint)(*entry_args)
-    except ChildFailedError as e:
-        raise LaunchError(_failure_message(e, log_dir)) from None
-    finally:
-        _remove_partial_writes(logs.ranks, [log_dir, *written])
+        except ChildFailedError as e:
+            raise LaunchError(_failure_message(e, log_dir)) from None
+        finally:
+            _remove_partial_writes(logs.ranks, [log_dir, *written])
 
 
 @contextlib.contextmanager

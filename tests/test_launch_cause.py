@@ -86,3 +86,11 @@ def test_the_ended_ranks_unfinished_writes_are_removed_and_nothing_else(tmp_path
         path.write_text("{")
     _remove_partial_writes([0, 1], [logs, comms])
     assert [p for p in left if p.exists()] == [] and all(p.exists() for p in kept)
+
+
+def test_an_unreadable_error_file_of_an_unreported_rank_is_skipped(tmp_path):
+    (tmp_path / "rank1.error.json").write_text('{"message": ')
+    err = ChildFailedError("worker", {0: _failure(tmp_path, 0, RESET, 1796204551)})
+    text = _failure_message(err, tmp_path)
+    assert text.startswith("rank 0 failed (exit code 1): RuntimeError: [gloo/transport")
+    assert "were stopped" not in text
