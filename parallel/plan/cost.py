@@ -81,6 +81,8 @@ class StepEstimate:
     tokens_per_s: float
     mfu_pct: float | None
     critical_pp_rank: int
+    terms: dict = dataclasses.field(default_factory=dict)   # every term (job_step.py)
+    hw_tflops_per_gpu: float | None = None                  # with recomputation's FLOPs
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -92,7 +94,8 @@ def layer_flops_per_token(spec: ModelSpec, i: int) -> float:
     h, kv = spec.dim, spec.kv_dim
     attn = 2 * h * h + 2 * h * kv
     if spec.is_moe_layer(i):
-        ffn = spec.moe_experts * h + spec.moe_top_k * 3 * h * spec.expert_hidden
+        ffn = spec.moe_experts * h + spec.moe_top_k * 3 * h * spec.expert_hidden \
+            + 3 * h * spec.moe_shared_hidden
     else:
         ffn = 3 * h * spec.ffn_hidden
     return 6 * (attn + ffn) + 12 * h * spec.seq_len

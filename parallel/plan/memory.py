@@ -61,6 +61,7 @@ from .candidate import Candidate
 from .precision import Precision, precision_of
 from .spec import ModelSpec
 from .traffic import shape_of
+from .training import Training
 
 TOKEN_ID_BYTES = 8
 
@@ -99,6 +100,8 @@ class MemoryEstimate:
     buffers_bytes: float
     activations_bytes: float
     microbatches_in_flight: float
+    terms: dict = dataclasses.field(default_factory=dict)   # every term, bytes on the device
+    cpu_bytes: float = 0.0                                  # offloaded to host memory
 
     @property
     def model_states_bytes(self) -> float:
@@ -134,9 +137,13 @@ def head_activation_elements(spec: ModelSpec, tp: int, sp: bool) -> float:
     return norm + 2 * v + (v / tp if tp > 1 else 0)
 
 
-def memory(spec: ModelSpec, cand: Candidate, precision: Precision | str = "fp32"
-           ) -> list[MemoryEstimate]:
-    """One estimate per pipeline rank."""
+def memory(spec: ModelSpec, cand: Candidate, precision: Precision | str = "fp32",
+           training: Training | None = None) -> list[MemoryEstimate]:
+    """One estimate per pipeline rank: the runner's own bookkeeping (below), or with a
+    ``training`` of another framework the published one (``job_memory.py``)."""
+    if training is not None and training.framework != "runner":
+        from .job_memory import job_memory
+        return job_memory(spec, cand, training)
     prec = precision_of(precision)
     tp, ep = cand.layout.size("tp"), cand.layout.size("ep")
     n_d, zero = cand.dp_shards, cand.zero_stage
@@ -180,5 +187,9 @@ def memory(spec: ModelSpec, cand: Candidate, precision: Precision | str = "fp32"
             grads_bytes=states.grads_bytes + expert_states.grads_bytes,
             optimizer_bytes=states.optimizer_bytes + expert_states.optimizer_bytes,
             buffers_bytes=buffers, activations_bytes=acts * flight,
-            microbatches_in_flight=flight))
+            microbatches_in_flight=flight,
+            terms={"weights": states.params_bytes + expert_states.params_bytes,
+                   "grads": states.grads_bytes + expert_states.grads_bytes,
+                   "optimizer_state": states.optimizer_bytes + expert_states.optimizer_bytes,
+                   "runtime_buffers": buffers, "activations": acts * flight}))
     return out

@@ -21,6 +21,7 @@ from .memory import MemoryEstimate, memory
 from .precision import Precision, precision_of
 from .spec import ModelSpec
 from .traffic import Transfer, bytes_by_rank, transfers
+from .training import Training
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,6 +33,8 @@ class PlanRow:
     theory_bubble_fraction: float
     estimate: StepEstimate | None
     fits: bool | None                      # peak memory ≤ the device's, when known
+    wire_bytes: dict[str, float] = dataclasses.field(default_factory=dict)  # dim -> sent
+    link_level: dict[str, str] = dataclasses.field(default_factory=dict)    # dim -> intra/inter
 
     @property
     def name(self) -> str:
@@ -50,7 +53,8 @@ class PlanRow:
                 "candidate": self.candidate.as_dict(),
                 "memory": [m.as_dict() for m in self.memory],
                 "peak_memory_bytes": self.peak_memory_bytes,
-                "comm_bytes": self.comm_bytes,
+                "comm_bytes": self.comm_bytes, "wire_bytes": self.wire_bytes,
+                "link_level": self.link_level,
                 "transfers": [t.as_dict() for t in self.transfers],
                 "theory_bubble_fraction": self.theory_bubble_fraction,
                 "estimate": self.estimate.as_dict() if self.estimate else None,
@@ -65,6 +69,8 @@ class Plan:
     comm: CommModel | None
     rows: list[PlanRow]
     notes: list[str] = dataclasses.field(default_factory=list)
+    training: Training | None = None
+    topology: object | None = None
 
     def row(self, name: str) -> PlanRow | None:
         return next((r for r in self.rows if r.name == name), None)
@@ -76,28 +82,54 @@ class Plan:
                 "precision": dataclasses.asdict(self.precision),
                 "rates": self.rates.as_dict() if self.rates else None,
                 "comm": self.comm.describe() if self.comm else None,
+                "training": self.training.as_dict() if self.training else None,
+                "topology": self.topology.describe() if self.topology else None,
                 "notes": self.notes, "rows": [r.as_dict() for r in self.rows]}
 
 
-def comm_bytes_by_dim(spec: ModelSpec, cand: Candidate, precision) -> dict[str, float]:
-    """dim → bytes per step (sum of S over the step's operations), mean over the ranks."""
-    per_rank = bytes_by_rank(spec, cand, precision)
-    out: dict[str, float] = {}
-    for by_op in per_rank.values():
-        for (dim, _op), b in by_op.items():
-            out[dim] = out.get(dim, 0.0) + b / len(per_rank)
+def comm_bytes_by_dim(spec: ModelSpec, cand: Candidate, precision, training=None,
+                      trs: list[Transfer] | None = None, wire: bool = False
+                      ) -> dict[str, float]:
+    """dim → bytes per step (sum of S over the step's operations; ``wire``: bytes each rank
+    sends, ``Transfer.wire_bytes``), mean over the ranks."""
+    if trs is None and training is None and not wire:
+        per_rank = bytes_by_rank(spec, cand, precision)
+        out: dict[str, float] = {}
+        for by_op in per_rank.values():
+            for (dim, _op), b in by_op.items():
+                out[dim] = out.get(dim, 0.0) + b / len(per_rank)
+        return out
+    trs = trs if trs is not None else transfers(spec, cand, precision, training=training)
+    out = {}
+    for t in trs:   # every pipeline rank has the same number of ranks: mean over pp ranks
+        out[t.dim] = out.get(t.dim, 0.0) + (t.wire_bytes if wire else t.bytes) / cand.pp
     return out
 
 
 def plan_one(spec: ModelSpec, cand: Candidate, *, precision: Precision | str = "fp32",
              rates: Rates | None = None, comm: CommModel | None = None,
-             device_memory_bytes: float | None = None) -> PlanRow:
+             device_memory_bytes: float | None = None, training: Training | None = None,
+             device=None, topology=None, job_options=None) -> PlanRow:
+    """One layout. With a ``training`` of a GPU framework, a ``device`` (``job_step.Device``)
+    and a ``topology``: the job model (``job_memory``, ``job_step``); otherwise the runner's."""
     prec = precision_of(precision)
-    mem = memory(spec, cand, prec)
-    est = predict(spec, cand, rates, comm or CommModel(), prec) if rates else None
+    job = training is not None and training.framework != "runner"
+    mem = memory(spec, cand, prec, training=training)
+    trs = transfers(spec, cand, prec, training=training)
+    if job and device is not None and topology is not None:
+        from .job_step import JobOptions, predict_job
+        est = predict_job(spec, cand, training, device, topology, job_options or JobOptions())
+    else:
+        est = predict(spec, cand, rates, comm or CommModel(), prec) if rates else None
     peak = max(m.total_bytes for m in mem)
-    return PlanRow(candidate=cand, memory=mem, transfers=transfers(spec, cand, prec),
-                   comm_bytes=comm_bytes_by_dim(spec, cand, prec),
+    levels = {}
+    if topology is not None:
+        levels = {t.dim: topology.level_of(cand, t.dim) for t in trs}
+    return PlanRow(candidate=cand, memory=mem, transfers=trs,
+                   comm_bytes=comm_bytes_by_dim(spec, cand, prec, training,
+                                                trs if job else None),
+                   wire_bytes=comm_bytes_by_dim(spec, cand, prec, training, trs, wire=True),
+                   link_level=levels,
                    theory_bubble_fraction=theory_fraction(cand.schedule, cand.pp,
                                                           cand.microbatches, cand.v),
                    estimate=est,
@@ -106,13 +138,18 @@ def plan_one(spec: ModelSpec, cand: Candidate, *, precision: Precision | str = "
 
 def plan(spec: ModelSpec, candidates: list[Candidate], *, precision: Precision | str = "fp32",
          rates: Rates | None = None, comm: CommModel | None = None,
-         device_memory_bytes: float | None = None, notes: list[str] | None = None) -> Plan:
-    """Every candidate's row; ranked by predicted step time when ``rates`` are given (layouts
+         device_memory_bytes: float | None = None, notes: list[str] | None = None,
+         training: Training | None = None, device=None, topology=None,
+         job_options=None) -> Plan:
+    """Every candidate's row; ranked by predicted step time when it is predicted (layouts
     that do not fit the device's memory last)."""
-    prec = precision_of(precision)
+    prec = training.as_precision() if training is not None and \
+        training.framework != "runner" else precision_of(precision)
     rows = [plan_one(spec, c, precision=prec, rates=rates, comm=comm,
-                     device_memory_bytes=device_memory_bytes) for c in candidates]
-    if rates:
+                     device_memory_bytes=device_memory_bytes, training=training,
+                     device=device, topology=topology, job_options=job_options)
+            for c in candidates]
+    if all(r.estimate for r in rows):
         rows.sort(key=lambda r: (r.fits is False, r.estimate.step_time_us))
     return Plan(model=spec, precision=prec, rates=rates, comm=comm, rows=rows,
-                notes=list(notes or []))
+                notes=list(notes or []), training=training, topology=topology)

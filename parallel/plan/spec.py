@@ -78,6 +78,9 @@ _ALIASES = {
     "moe_every": ("moe_every", "moe_layer_freq", "decoder_sparse_step"),
     "moe_hidden": ("moe_hidden", "moe_intermediate_size"),
     "tied_embeddings": ("tied_embeddings", "tie_word_embeddings"),
+    "moe_shared_hidden": ("moe_shared_hidden", "shared_expert_intermediate_size",
+                          "moe_shared_expert_intermediate_size"),
+    "moe_first_dense": ("moe_first_dense", "first_k_dense_replace"),
 }
 _REQUIRED = ("dim", "n_layers", "n_heads", "ffn_hidden", "vocab_size", "seq_len")
 
@@ -96,6 +99,8 @@ class ModelSpec:
     moe_every: int = 1
     moe_hidden: int | None = None   # None: ffn_hidden
     tied_embeddings: bool = False
+    moe_shared_hidden: int = 0      # a shared expert's MLP width (0: none)
+    moe_first_dense: int = 0        # the first layers keep a dense MLP (DeepSeek's first_k_dense)
     name: str = "model"
 
     def __post_init__(self):
@@ -137,6 +142,9 @@ class ModelSpec:
         if not isinstance(data, dict):
             raise SpecError(f"{where}: expected a JSON object")
         values = {}
+        if data.get("n_shared_experts") and data.get("moe_intermediate_size"):
+            # DeepSeek: n shared experts of the routed experts' width, fused into one MLP
+            values["moe_shared_hidden"] = data["n_shared_experts"] * data["moe_intermediate_size"]
         for field, names in _ALIASES.items():
             for n in names:
                 if n in data and data[n] is not None:
@@ -185,8 +193,10 @@ class ModelSpec:
         return self.moe_hidden or self.ffn_hidden
 
     def is_moe_layer(self, i: int) -> bool:
-        """The runner's rule (``ModelConfig.is_moe_layer``): every ``moe_every``-th layer."""
-        return self.moe_experts > 0 and (i + 1) % self.moe_every == 0
+        """The runner's rule (``ModelConfig.is_moe_layer``): every ``moe_every``-th layer,
+        after the first ``moe_first_dense`` layers (which keep a dense MLP)."""
+        return (self.moe_experts > 0 and i >= self.moe_first_dense
+                and (i + 1) % self.moe_every == 0)
 
     def layer_params(self, i: int) -> list[Param]:
         """Layer ``i``'s weights, in the order the runner registers them (``parallel.model``:
@@ -204,6 +214,10 @@ class ModelSpec:
                 out += [Param(f"expert{e}.w1", (eh, h), "rep"),
                         Param(f"expert{e}.w2", (h, eh), "rep"),
                         Param(f"expert{e}.w3", (eh, h), "rep")]
+            if self.moe_shared_hidden:
+                fs = self.moe_shared_hidden
+                out += [Param("shared.w1", (fs, h), "col"), Param("shared.w2", (h, fs), "row"),
+                        Param("shared.w3", (fs, h), "col")]
         else:
             f = self.ffn_hidden
             out += [Param("w1", (f, h), "col"), Param("w2", (h, f), "row"),

@@ -48,6 +48,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from meshscope.analysis.comm.bandwidth import bus_factor
+
 from .candidate import Candidate
 from .precision import Precision, precision_of
 from .spec import ModelSpec, Param
@@ -73,8 +75,19 @@ class Transfer:
     def bytes(self) -> float:
         return self.count * self.msg_bytes
 
+    @property
+    def wire_bytes(self) -> float:
+        """Bytes this rank sends on the wire per step: S × nccl-tests' bus factor (ring
+        all-reduce 2(n−1)/n, all-gather, reduce-scatter and all-to-all (n−1)/n, a send 1,
+        a receive 0)."""
+        if self.op == "recv":
+            return 0.0
+        if self.op == "send":
+            return self.bytes
+        return self.bytes * bus_factor(self.op, max(self.group_size, 1))
+
     def as_dict(self) -> dict:
-        return {**dataclasses.asdict(self), "bytes": self.bytes}
+        return {**dataclasses.asdict(self), "bytes": self.bytes, "wire_bytes": self.wire_bytes}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,6 +162,19 @@ def _dp_transfers(spec, cand, prec, r, stage, groups, sh) -> list[Transfer]:
             for size in sorted(set(buckets)):
                 out.append(Transfer(r, "dp", "all_reduce", f"stage {stage} gradient buckets",
                                     "step", buckets.count(size), size, n))
+        elif cand.dp_mode == "zero1":
+            # ZeRO-1 / Megatron's distributed optimizer: once per step, the gradients are
+            # reduce-scattered to their optimizer shard and the updated weights all-gathered
+            params = [p for g in groups for p in g
+                      if not (cand.layout.size("ep") > 1 and _is_expert(p))]
+            full = sum(_padded_numel(p, tp, n) for p in params)
+            if full:
+                out.append(Transfer(r, "dp", "reduce_scatter", f"stage {stage} gradients "
+                                    "(distributed optimizer)", "step", 1,
+                                    full * prec.grad_bytes, n))
+                out.append(Transfer(r, "dp", "all_gather", f"stage {stage} updated weights "
+                                    "(distributed optimizer)", "step", 1,
+                                    full * prec.param_bytes, n))
         else:
             gathers = 2 if cand.dp_mode == "fsdp" else 1
             for i, g in enumerate(groups):
@@ -209,11 +235,14 @@ def _tp_transfers(spec, cand, prec, r, stage, groups, sh) -> list[Transfer]:
     return out
 
 
-def _pp_transfers(spec, cand, prec, r, stage, sh) -> list[Transfer]:
+def _pp_transfers(spec, cand, prec, r, stage, sh, scatter=False) -> list[Transfer]:
     if cand.pp == 1:
         return []
     tp = cand.layout.size("tp")
-    act = sh.tokens * spec.dim * prec.act_bytes // (tp if tp > 1 and cand.sp else 1)
+    # with sequence parallelism each tp rank holds 1/tp of the sequence; Megatron's
+    # scatter/gather optimization (Narayanan et al. 2021, §4.1) sends 1/tp without it too
+    act = sh.tokens * spec.dim * prec.act_bytes // (tp if tp > 1 and (cand.sp or scatter)
+                                                    else 1)
     out = []
     prev_remote = stage > 0 and cand.rank_of_stage(stage - 1) != r
     next_remote = stage < cand.n_stages - 1 and cand.rank_of_stage(stage + 1) != r
@@ -263,10 +292,14 @@ def _ep_transfers(spec, cand, prec, r, stage, layers, sh) -> list[Transfer]:
                      "forward and backward (group mean)", "microbatch", 4 * n, rows, ep)]
 
 
-def transfers(spec: ModelSpec, cand: Candidate, precision: Precision | str = "fp32"
-              ) -> list[Transfer]:
-    """Every operation of one step, per pipeline rank (see the module docstring)."""
-    prec = precision_of(precision)
+def transfers(spec: ModelSpec, cand: Candidate, precision: Precision | str = "fp32",
+              training=None) -> list[Transfer]:
+    """Every operation of one step, per pipeline rank (see the module docstring). With a
+    ``training`` of another framework than the runner: its element sizes, Megatron's
+    pipeline scatter/gather, and full recomputation's second forward (tp's forward
+    collectives once more)."""
+    job = training is not None and training.framework != "runner"
+    prec = training.as_precision() if job else precision_of(precision)
     sh = shape_of(spec, cand)
     layers_of = cand.stage_layers(spec.n_layers)
     out: list[Transfer] = []
@@ -275,8 +308,17 @@ def transfers(spec: ModelSpec, cand: Candidate, precision: Precision | str = "fp
             first, last = stage == 0, stage == cand.n_stages - 1
             groups = spec.stage_params(layers_of[stage], first=first, last=last)
             out += _dp_transfers(spec, cand, prec, r, stage, groups, sh)
-            out += _tp_transfers(spec, cand, prec, r, stage, groups, sh)
-            out += _pp_transfers(spec, cand, prec, r, stage, sh)
+            tp_rows = _tp_transfers(spec, cand, prec, r, stage, groups, sh)
+            if job and training.recompute == "full":
+                extra = []
+                for t in tp_rows:
+                    if t.phase == "microbatch" and "logits" not in t.what:
+                        extra.append(dataclasses.replace(
+                            t, what=t.what + " — recomputed forward", count=t.count // 2))
+                tp_rows += extra
+            out += tp_rows
+            out += _pp_transfers(spec, cand, prec, r, stage, sh,
+                                 scatter=job and training.framework == "megatron")
             out += _cp_transfers(spec, cand, prec, r, stage, groups, sh)
             out += _ep_transfers(spec, cand, prec, r, stage, layers_of[stage], sh)
     return out
