@@ -23,3 +23,31 @@ def lookup(name: str) -> tuple[float, float] | None:
         if key in upper:
             return value
     return None
+
+
+# key: (FP32 FLOP/s without tensor cores — AMD: FP32 matrix —, dense FP16/BF16 tensor-core
+# FLOP/s), the vendors' data sheets: V100 SXM2 15.7 / 125 TFLOP/s; A100 19.5 / 312; H100 and
+# H200 SXM 67 / 989; B200 80 / 2250; MI250X 95.7 / 383; MI250 90.5 / 362; MI300X 163.4 / 1307.
+PEAKS_BY_TYPE: dict[str, tuple[float, float]] = {
+    "H200": (67e12, 989e12), "H100": (67e12, 989e12), "A100": (19.5e12, 312e12),
+    "B200": (80e12, 2250e12), "V100": (15.7e12, 125e12), "MI300X": (163.4e12, 1307e12),
+    "MI250X": (95.7e12, 383e12), "MI250": (90.5e12, 362e12),
+}
+_HALF = ("half", "bfloat16", "float16", "c10::half", "c10::bfloat16")
+_SINGLE = ("float", "float32")
+
+
+def peak_flops(name: str | None, dtype: str | None) -> float | None:
+    """The device's dense peak FLOP/s for matrix multiplications in ``dtype`` (a trace's
+    ``Input type``: ``float``, ``c10::Half``, ``c10::BFloat16``…); None when the device or the
+    type is not known."""
+    upper = (name or "").upper()
+    t = (dtype or "").lower()
+    for key, (single, half) in PEAKS_BY_TYPE.items():
+        if key in upper:
+            if t in _HALF:
+                return half
+            if t in _SINGLE:
+                return single
+            return None
+    return None

@@ -32,6 +32,8 @@ import pandas as pd
 from meshscope.analysis.comm import bandwidth_report, dims, instances, matching
 from meshscope.analysis.crossrank import clocks, program, whatif
 from meshscope.analysis.errors import InputError
+from meshscope.analysis.gpu import host_activity, kernels, step_categories
+from meshscope.analysis.gpu import idle as gpu_idle
 from meshscope.analysis.ingest.events import compile_rank_regex
 from meshscope.analysis.pipeline import bubble, schedule
 from meshscope.analysis.records import flight_recorder, steps as step_records
@@ -74,6 +76,13 @@ class Report:
     flight_recorder: pd.DataFrame
     timeline: pd.DataFrame
     throughput: pd.DataFrame
+    idle: pd.DataFrame                    # GPU: where the device's idle time went
+    step_categories: pd.DataFrame         # GPU: the former TensorBoard plugin's categories
+    stream_idle: pd.DataFrame             # GPU: HTA's idle time breakdown per stream
+    sync_calls: pd.DataFrame              # GPU: synchronisations and the idle they caused
+    kernels: pd.DataFrame                 # GPU: the top kernels per rank
+    kernel_categories: pd.DataFrame       # GPU: device time per kernel category
+    gemms: pd.DataFrame                   # GPU: matrix multiplications against the peak
     straggler: dict | None
     imbalance: dict | None
     cross_rank: dict
@@ -84,7 +93,10 @@ class Report:
     TABLES = ("breakdown", "trace_overlap", "bubbles", "microbatches", "pipeline_phases",
               "stage_imbalance", "instances", "collectives", "clock_offsets", "whatif",
               "critical_path", "rank_waits", "bandwidth", "bandwidth_summary", "step_heatmap",
-              "flight_recorder", "timeline", "throughput")
+              "flight_recorder", "timeline", "throughput", "idle", "step_categories",
+              "stream_idle", "sync_calls", "kernels", "kernel_categories", "gemms")
+    GPU_TABLES = ("step_categories", "stream_idle", "sync_calls", "kernels",
+                  "kernel_categories", "gemms")
 
     def summary(self) -> dict:
         return summary_of(self)
@@ -118,6 +130,7 @@ def _empty(columns) -> pd.DataFrame:
 
 def analyze(path: pathlib.Path, *, comm_kernel_re: str | None = None,
             rank_regex: str | None = None, cache_dir: pathlib.Path | None = None,
+            step_annotation: str | None = None,
             workers: int | None = None, progress: bool = False,
             baseline: pd.DataFrame | None = None, layout: str | None = None,
             rank_order: str | None = None, warmup_steps: int = 0, engine: str = "local",
@@ -132,7 +145,9 @@ def analyze(path: pathlib.Path, *, comm_kernel_re: str | None = None,
     when it is a terminal and ingest takes over a second. ``baseline``: bandwidth baseline
     (bench-comm or nccl-tests). ``layout`` / ``rank_order``: for foreign traces, how the job's
     ranks were laid out (``analysis/comm/dims.py``, ``LayoutMap``). ``warmup_steps``: the first
-    N steps are warm-up whatever the step timers say. ``engine`` / ``scheduler``: where the
+    N steps are warm-up whatever the step timers say. ``step_annotation``: a regular
+    expression naming the host ranges that are steps, for traces without ``ProfilerStep``
+    (``timeline/rank_timeline.host_step_ranges``). ``engine`` / ``scheduler``: where the
     per-rank work runs (``analysis/report/engines.py``: ``local`` processes, or ``dask`` on
     the cluster at ``scheduler``, a local one without).
     """
@@ -148,9 +163,14 @@ def analyze(path: pathlib.Path, *, comm_kernel_re: str | None = None,
         layout_map = dims.LayoutMap.parse(layout, rank_order).groups() if layout else None
     except ValueError as e:
         raise InputError(inp.path, str(e)) from None
+    try:
+        step_re = re.compile(step_annotation) if step_annotation else None
+    except re.error as e:
+        raise InputError(inp.path, f"--step-annotation {step_annotation!r} is not a regular "
+                                   f"expression ({e})") from None
     opts = rank_work.RankOptions(comm_kernel_re=re.compile(comm_kernel_re) if comm_kernel_re
                                  else None, rank_regex=compile_rank_regex(rank_regex),
-                                 cache_dir=cache_dir)
+                                 cache_dir=cache_dir, step_annotation=step_re)
     results = _per_rank(inp, opts, workers, progress, engine, scheduler)
     if not results:
         if run is not None and inp.has_comms:
@@ -175,6 +195,7 @@ def _per_rank(inp: inputs.Inputs, opts, workers, progress, engine="local",
         if r.identity.path not in chosen:
             continue
         inp.problems.extend(r.problems)
+        inp.notes.extend(r.notes)
         if r.implausible:
             inp.problems.append(f"{r.identity.path}: {r.implausible}; rank {r.rank} left out "
                                 f"of the report")
@@ -223,6 +244,11 @@ def _cross_rank(inp: inputs.Inputs, results: list[rank_work.RankResult], layout_
     bd = pd.DataFrame([row for r, tl in sorted(timelines.items())
                        for row in breakdown.step_rows(tl, windows.get(r))],
                       columns=breakdown.COLUMNS)
+    idle = pd.DataFrame([row for r, tl in sorted(timelines.items())
+                         for row in breakdown.idle_rows(tl, windows.get(r))],
+                        columns=breakdown.IDLE_COLUMNS)
+    gpu = {name: _concat([r.gpu.get(name) for r in sorted(results, key=lambda x: x.rank)],
+                         GPU_COLUMNS[name]) for name in Report.GPU_TABLES}
     trace_ov = pd.DataFrame(sorted((r.trace_overlap for r in results), key=lambda o: o["rank"]))
     bub = bubble.bubble_table(timelines, windows, run)
     mb = schedule.microbatch_table(timelines, windows)
@@ -266,7 +292,8 @@ def _cross_rank(inp: inputs.Inputs, results: list[rank_work.RankResult], layout_
         dim_timing=_dim_timing(colls, p2p),
         hangs=verdicts, slow_steps=records.slow_steps, warmup_steps=records.warmup_steps,
         step_times=worst, median_step_us=records.median_step_us,
-        on_gpu=any(r.on_gpu for r in results)))
+        on_gpu=any(r.on_gpu for r in results), idle=idle, sync_calls=gpu["sync_calls"],
+        kernels=gpu["kernels"], gemms=gpu["gemms"], collectives=colls))
     expected = set(range(run.world_size)) if run is not None else set()
     return Report(
         source=inp.path, run=run, ranks=ranks, missing_ranks=sorted(expected - set(ranks)),
@@ -281,7 +308,7 @@ def _cross_rank(inp: inputs.Inputs, results: list[rank_work.RankResult], layout_
         rank_waits=wi.savings if wi else _empty(whatif.SAVINGS_COLUMNS),
         bandwidth=bw, bandwidth_summary=bandwidth_report.bandwidth_summary(bw, baseline),
         step_heatmap=records.heatmap, flight_recorder=verdicts, timeline=segs,
-        throughput=throughput, straggler=wi.straggler if wi else None,
+        throughput=throughput, idle=idle, **gpu, straggler=wi.straggler if wi else None,
         imbalance=wi.imbalance if wi else None,
         cross_rank={"matchable": matchable, "why_not": matched.why_not,
                     "matched_on": matched.matched_on if matchable else None,
@@ -289,6 +316,23 @@ def _cross_rank(inp: inputs.Inputs, results: list[rank_work.RankResult], layout_
                     "floor_us": wi.floor_us if wi is not None else None,
                     "resolution_us": resolution},
         step_records=records, step_time_us=step_us, findings=found)
+
+
+GPU_COLUMNS = {
+    "step_categories": step_categories.COLUMNS, "stream_idle": gpu_idle.STREAM_COLUMNS,
+    "sync_calls": ["rank"] + host_activity.SITE_COLUMNS + ["idle_after_us"],
+    "kernels": kernels.KERNEL_COLUMNS, "kernel_categories": ["rank", "category", "count",
+                                                             "total_us"],
+    "gemms": kernels.GEMM_COLUMNS,
+}
+
+
+def _concat(tables: list, columns: list[str]) -> pd.DataFrame:
+    """Every rank's rows of one GPU table (``columns`` in that order; empty when none)."""
+    tables = [t for t in tables if t is not None and len(t)]
+    if not tables:
+        return _empty(columns)
+    return pd.concat(tables, ignore_index=True)[columns]
 
 
 # Ranks whose instance rows are made into one table at a time: a table per rank cost 5 s of
@@ -355,7 +399,9 @@ def _records_only(inp: inputs.Inputs, warmup_steps: int) -> Report:
         rank_waits=e(whatif.SAVINGS_COLUMNS), bandwidth=e(bandwidth_report.TABLE_COLUMNS),
         bandwidth_summary=e(bandwidth_report.SUMMARY_COLUMNS), step_heatmap=records.heatmap,
         flight_recorder=verdicts, timeline=e(segments.COLUMNS),
-        throughput=step_records.throughput(inp.steps, run), straggler=None, imbalance=None,
+        throughput=step_records.throughput(inp.steps, run), idle=e(breakdown.IDLE_COLUMNS),
+        **{name: e(GPU_COLUMNS[name]) for name in Report.GPU_TABLES},
+        straggler=None, imbalance=None,
         cross_rank={"matchable": False, "why_not": ["no traces"], "matched_on": None,
                     "noise_us": records.noise_us},
         step_records=records, step_time_us=None, findings=found)

@@ -33,6 +33,11 @@ run *with the earlier causes fixed*, so that a symptom of one is not reported as
   (``transfer_factor`` 0). Waiting for a straggler is not transfer: it is not counted here.
 - ``slow-steps`` — steps the step timers flag (warm-up excluded, ``analysis/records/steps.py``);
   cost: their excess over the median, per step.
+- the findings of one rank's own time, for one rank as for many
+  (``analysis/report/device_findings.py``): ``data-loading-stall``, ``sync-stall``,
+  ``launch-bound``, ``memcpy-on-critical-path``, ``exposed-comm-<dim>`` without a cross-rank
+  what-if (its exposed time), ``arrival-jitter``, ``low-gemm-efficiency`` and ``gpu-idle``
+  (always, for a GPU idle over a third of the step).
 """
 from __future__ import annotations
 
@@ -102,6 +107,13 @@ class FindingInputs:
     # dimension → {"transfer_us", "after_last_us", "ops_per_step"}: medians over its matched
     # operations (analysis/comm/matching.py)
     dim_timing: dict[str, dict] = dataclasses.field(default_factory=dict)
+    # The per-rank tables the findings of one rank's own time read (device_findings.py):
+    # the idle breakdown, synchronisations, kernels, GEMMs, matched collectives.
+    idle: pd.DataFrame | None = None
+    sync_calls: pd.DataFrame | None = None
+    kernels: pd.DataFrame | None = None
+    gemms: pd.DataFrame | None = None
+    collectives: pd.DataFrame | None = None
 
 
 def _severity(pct: float, cost_us: float, noise_us: float) -> str:
@@ -272,8 +284,13 @@ def _exposed(inp: FindingInputs) -> list[Finding]:
         evidence = {"saving_us": cost}
         if col in per_rank:
             worst = per_rank[col].idxmax()
-            evidence.update(rank=int(worst), exposed_us=float(per_rank.loc[worst, col]),
+            exposed = float(per_rank.loc[worst, col])
+            evidence.update(rank=int(worst), exposed_us=exposed,
                             overlap_pct=float(per_rank.loc[worst, "overlap_pct"]))
+            # Full overlap cannot save more than the time that is exposed.
+            cost = min(cost, exposed)
+            if not _beats_noise(cost, inp.step_us, inp.noise_us):
+                continue
         timing = inp.dim_timing.get(dim, {})
         evidence.update(timing)
         title = (f"Exposed {dim} communication: finishing it as soon as its last rank arrives "
@@ -314,9 +331,13 @@ def findings(inp: FindingInputs) -> list[Finding]:
     straggler, imbalance = _straggler(inp), _imbalance(inp)
     causes = [what for f, what in ((straggler, "the straggler"),
                                    (imbalance, "the stage imbalance")) if f is not None]
+    from meshscope.analysis.report.device_findings import device_findings
+
     timed = []
-    for f in (straggler, imbalance, _bubble(inp, causes), *_exposed(inp), _slow_steps(inp)):
+    exposed = _exposed(inp)
+    for f in (straggler, imbalance, _bubble(inp, causes), *exposed, _slow_steps(inp)):
         if f is not None:
             timed.append(f)
+    timed += device_findings(inp, {f.dimension for f in exposed})
     timed.sort(key=lambda f: -(f.cost_us or 0.0))
     return out + timed

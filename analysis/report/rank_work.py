@@ -14,9 +14,12 @@ import dataclasses
 import pathlib
 import re
 
+import numpy as np
 import pandas as pd
 
 from meshscope.analysis.comm import instances
+from meshscope.analysis.gpu import host_activity, kernels, step_categories
+from meshscope.analysis.gpu import idle as gpu_idle
 from meshscope.analysis.ingest import events as ingest
 from meshscope.analysis.ingest import validate
 from meshscope.analysis.report.inputs import TraceIdentity, identity
@@ -30,6 +33,7 @@ class RankOptions:
     comm_kernel_re: re.Pattern | None = None
     rank_regex: re.Pattern | None = None
     cache_dir: pathlib.Path | None = None
+    step_annotation: re.Pattern | None = None
 
 
 @dataclasses.dataclass
@@ -44,6 +48,9 @@ class RankResult:
     meta: dict                      # instances.small_meta of the trace
     problems: list[str]
     implausible: str | None
+    # GPU ranks: the tables of ``analysis/gpu/`` (``gpu_tables``); empty on CPU-only traces.
+    gpu: dict[str, pd.DataFrame] = dataclasses.field(default_factory=dict)
+    notes: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def rank(self) -> int:
@@ -54,11 +61,73 @@ def rank_work(path: pathlib.Path, opts: RankOptions) -> RankResult:
     """The per-rank stage for the trace at ``path``; InputError when it cannot be read."""
     trace = ingest.load_trace(path, comm_kernel_re=opts.comm_kernel_re,
                               rank_regex=opts.rank_regex, cache_dir=opts.cache_dir)
-    tl = timeline.build(trace)
+    tl = timeline.build(trace, step_annotation=opts.step_annotation)
+    notes = []
+    if tl.window_source == "trace":
+        notes.append(f"rank {trace.rank}: the trace has no ProfilerStep ranges"
+                     + (f" and no range matches --step-annotation "
+                        f"{opts.step_annotation.pattern!r}" if opts.step_annotation else "")
+                     + ": the whole trace is analysed as one window (step 0)")
+    elif tl.window_source == "annotation":
+        notes.append(f"rank {trace.rank}: steps are the {len(tl.steps)} ranges matching "
+                     f"--step-annotation {opts.step_annotation.pattern!r}")
     return RankResult(
         identity=identity(trace.path, trace.rank, trace.meta), on_gpu=tl.on_gpu, timeline=tl,
         trace_overlap=breakdown.trace_overlap(tl),
         operations=instances.extract(trace, tl.on_gpu),
         meta=instances.small_meta(trace.meta),
         problems=list(getattr(trace, "problems", []) or []),
-        implausible=validate.step_windows_problem(tl.steps, tl.span))
+        gpu=gpu_tables(trace, tl) if tl.on_gpu else {}, notes=notes,
+        implausible=validate.step_windows_problem(
+            tl.host_steps if tl.window_source != "trace" else {}, tl.span))
+
+
+# Synchronisations whose call sites are looked up (the ones that left the device idle longest).
+SITES = 200
+
+
+def gpu_tables(trace: ingest.RankTrace, tl: timeline.RankTimeline) -> dict[str, pd.DataFrame]:
+    """A GPU rank's tables of ``analysis/gpu/``, over its profiled step windows:
+    ``step_categories`` (the former TensorBoard plugin's categories), ``stream_idle`` (HTA's
+    idle time breakdown per stream), ``sync_calls`` (each synchronisation, the device idle
+    charged to it and where it was called from), ``kernels`` and ``kernel_categories`` (the
+    top kernels and the device time per category), ``gemms`` (matrix multiplications against
+    the device's peak)."""
+    ev = trace.events
+    dev = ev[ev["device"]]
+    host = ev[~ev["device"]]
+    r = trace.rank
+    windows = timeline._windows(tl.steps, tl.span)
+    ts, end = dev["ts_us"].to_numpy(), dev["end_us"].to_numpy()
+    inside = np.zeros(len(dev), dtype=bool)
+    for a, b in windows:
+        inside |= (ts < b) & (end > a)
+    in_dev = dev[inside]
+    launch_ts, _ = timeline.launches(host, dev)
+    sel = timeline._complete_steps(dev, host, tl.host_steps)
+    calls = host_activity.sync_calls(host, sites=False)
+    calls = gpu_idle.charged_sync(calls, tl.idle_causes.get("sync", np.zeros((0, 2))))
+    if len(calls):
+        order = np.argsort(-(calls["idle_after_us"].to_numpy()
+                             + calls["end_us"].to_numpy() - calls["ts_us"].to_numpy()))
+        mask = np.zeros(len(calls), dtype=bool)
+        mask[order[:SITES]] = True
+        calls = host_activity.with_sites(calls, host, mask)
+    graph = set(host.loc[host["name"].isin(["cudaGraphLaunch", "cudaGraphLaunch_v10000",
+                                             "hipGraphLaunch"]), "correlation"].tolist())
+    launch_calls = host[(host["correlation"] >= 0)
+                        & host["cat"].isin(("cuda_runtime", "cuda_driver"))][
+        ["lane", "ts_us", "end_us", "correlation"]]
+    props = trace.meta.get("deviceProperties") if isinstance(trace.meta, dict) else None
+    device_name = props[0].get("name") if isinstance(props, list) and props and \
+        isinstance(props[0], dict) and isinstance(props[0].get("name"), str) else None
+    return {
+        "step_categories": pd.DataFrame(step_categories.step_rows(
+            r, tl.steps, step_categories.role_sets(ev)), columns=step_categories.COLUMNS),
+        "stream_idle": gpu_idle.stream_idle(r, sel, launch_ts[dev.index.get_indexer(sel.index)]
+                                            if len(sel) else np.zeros(0)),
+        "sync_calls": calls.assign(rank=r),
+        "kernels": kernels.kernel_table(r, in_dev, graph),
+        "kernel_categories": kernels.category_totals(r, in_dev),
+        "gemms": kernels.gemm_table(r, host, in_dev, launch_calls, device_name),
+    }

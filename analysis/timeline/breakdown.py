@@ -36,6 +36,7 @@ import math
 
 import numpy as np
 
+from meshscope.analysis.gpu import idle as gpu_idle
 from meshscope.analysis.timeline import intervals as iv
 from meshscope.analysis.timeline.rank_timeline import RankTimeline
 
@@ -91,3 +92,31 @@ def trace_overlap(tl: RankTimeline) -> dict:
     C, M = tl.trace_compute, tl.trace_comm
     return {"rank": tl.rank, "compute_us": iv.length(C), "comm_us": iv.length(M),
             "overlapped_comm_us": iv.length(iv.intersect(M, C)), "overlap_pct": overlap_pct(C, M)}
+
+
+IDLE_CAUSES = gpu_idle.CAUSES
+IDLE_COLUMNS = ["rank", "step", "idle_us"] + [f"idle_{c}_us" for c in IDLE_CAUSES]
+
+
+def idle_rows(tl: RankTimeline, pipeline_windows: dict[int, np.ndarray] | None = None
+              ) -> list[dict]:
+    """Where the device's idle time of each step went (GPU ranks; none on CPU-only traces): one
+    row per step, ``IDLE_COLUMNS``. ``idle_<cause>_us`` is the time of the step window W that
+    ``analysis/gpu/idle.py`` charges to that cause, less the pipeline window P (bubble, as in
+    ``step_rows``), so the parts add up to ``step_rows``' ``idle_us`` exactly."""
+    if not tl.on_gpu or not tl.idle_causes:
+        return []
+    rows = []
+    for step, (start, end) in sorted(tl.steps.items()):
+        P = iv.clip((pipeline_windows or {}).get(step, iv.EMPTY), start, end)
+        if pipeline_windows:
+            P = iv.merge(P, iv.clip(tl.comm_by_dim.get("pp", iv.EMPTY), start, end))
+        row = {"rank": tl.rank, "step": step}
+        total = 0.0
+        for cause in IDLE_CAUSES:
+            part = iv.subtract(iv.clip(tl.idle_causes.get(cause, iv.EMPTY), start, end), P)
+            row[f"idle_{cause}_us"] = iv.length(part)
+            total += row[f"idle_{cause}_us"]
+        row["idle_us"] = total
+        rows.append(row)
+    return rows

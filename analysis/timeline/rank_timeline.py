@@ -23,12 +23,15 @@ timeline on a clock ``dt`` µs earlier (the clock alignment, ``analysis/crossran
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import numpy as np
 import pandas as pd
 
 from meshscope.collectors import annotations
 
+from meshscope.analysis.gpu import host_activity
+from meshscope.analysis.gpu import idle as gpu_idle
 from meshscope.analysis.ingest import classify
 from meshscope.analysis.timeline import intervals as iv
 from meshscope.analysis.timeline import waits as wt
@@ -56,6 +59,12 @@ class RankTimeline:
     waits: np.ndarray = dataclasses.field(default_factory=lambda: iv.EMPTY.copy())
     wait_until: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
     main_lane: str | None = None
+    # The steps' host ranges (on GPU traces ``steps`` are on the device's timeline:
+    # ``device_step_windows``) and where the steps came from (``WINDOW_SOURCES``).
+    host_steps: dict[int, tuple[float, float]] = dataclasses.field(default_factory=dict)
+    window_source: str = "ProfilerStep"
+    # GPU traces: cause → the device idle time charged to it (``analysis/gpu/idle.py``).
+    idle_causes: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
 
     def shifted(self, dt_us: float) -> "RankTimeline":
         """This timeline with ``dt_us`` subtracted from every time."""
@@ -71,6 +80,8 @@ class RankTimeline:
             comm_by_dim={d: x - dt_us for d, x in self.comm_by_dim.items()},
             other=self.other - dt_us,
             steps={k: (a - dt_us, b - dt_us) for k, (a, b) in self.steps.items()},
+            host_steps={k: (a - dt_us, b - dt_us) for k, (a, b) in self.host_steps.items()},
+            idle_causes={c: x - dt_us for c, x in self.idle_causes.items()},
             pipeline=self.pipeline - dt_us, microbatches=mb,
             span=(self.span[0] - dt_us, self.span[1] - dt_us),
             scopes=(starts - dt_us, ends - dt_us, dims),
@@ -92,24 +103,127 @@ def _iv(df: pd.DataFrame) -> np.ndarray:
     return iv.union(df["ts_us"].to_numpy(), df["end_us"].to_numpy())
 
 
-def _step_windows(host: pd.DataFrame, device: pd.DataFrame) -> dict[int, tuple[float, float]]:
-    steps = host[host["cat"].isin(["user_annotation", "cpu_op"])
-                 & host["name"].str.startswith("ProfilerStep#")]
+# Host ranges that mark steps: ``ProfilerStep#N`` (Kineto writes them as ``user_annotation`` or,
+# in older traces, ``cpu_op``); the GPU-side copy of the same range is ``gpu_user_annotation``.
+_STEP_CATS = ("user_annotation", "cpu_op")
+_LAUNCH_CATS = ("cuda_runtime", "cuda_driver")
+WINDOW_SOURCES = ("ProfilerStep", "annotation", "trace")
+
+
+def host_step_ranges(host: pd.DataFrame, step_annotation: re.Pattern | None = None
+                     ) -> tuple[dict[int, tuple[float, float]], str]:
+    """(step → host range, where the steps came from): the ``ProfilerStep#N`` ranges; with
+    ``step_annotation`` (``--step-annotation REGEX``), every host range whose name matches it,
+    numbered by its first group when it has a number, else 0, 1, 2… in time order
+    (``annotation``); with neither, no steps (the caller makes the whole trace one window:
+    ``trace``)."""
     out: dict[int, tuple[float, float]] = {}
+    if step_annotation is not None:
+        ann = host[host["cat"].isin(_STEP_CATS) & host["name"].map(
+            lambda n: step_annotation.search(n) is not None)].sort_values("ts_us")
+        for i, (name, ts, end) in enumerate(zip(ann["name"], ann["ts_us"], ann["end_us"])):
+            m = step_annotation.search(name)
+            num = m.group(1) if m is not None and m.groups() else None
+            key = int(num) if num is not None and num.isdigit() and int(num) not in out else i
+            out[key] = (float(ts), float(end))
+        return out, "annotation"
+    steps = host[host["cat"].isin(_STEP_CATS) & host["name"].str.startswith("ProfilerStep#")]
     for name, ts, end in zip(steps["name"], steps["ts_us"], steps["end_us"]):
         m = annotations.STEP_RE.match(name)
         if m:
             out[int(m["step"])] = (float(ts), float(end))
-    if device.empty or not out:
-        return out
-    # On a GPU the kernels of a step run after their launch: a step's device window runs to
-    # the next step's start, and the last one to the end of the last kernel.
-    keys = sorted(out)
-    last_dev_end = float(device["end_us"].max())
-    for i, k in enumerate(keys):
-        start, end = out[k]
-        end = out[keys[i + 1]][0] if i + 1 < len(keys) else max(end, last_dev_end)
-        out[k] = (start, end)
+    return out, "ProfilerStep"
+
+
+def launch_times(host: pd.DataFrame, device: pd.DataFrame) -> np.ndarray:
+    """For each device event, the start of the runtime call that launched it (joined by
+    ``correlation``: ``cudaLaunchKernel``, ``cudaMemcpyAsync``, ``cudaGraphLaunch`` — the
+    kernels of a CUDA graph carry their ``cudaGraphLaunch``'s id —…); −inf for an id whose
+    launch happened before the trace began; NaN where the event or the trace has none."""
+    return launches(host, device)[0]
+
+
+def launches(host: pd.DataFrame, device: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """(``launch_times``, the lane of each launching call — None where unknown)."""
+    calls = host[(host["correlation"] >= 0) & host["cat"].isin(_LAUNCH_CATS)]
+    if calls.empty or device.empty:
+        return np.full(len(device), np.nan), np.full(len(device), None, dtype=object)
+    calls = calls.drop_duplicates("correlation").set_index("correlation")
+    corr = device["correlation"]
+    t = corr.map(calls["ts_us"]).to_numpy(dtype=np.float64, na_value=np.nan)
+    lane = corr.map(calls["lane"]).to_numpy(dtype=object, na_value=None)
+    # A correlation id with no launch in the trace: launched before the profiler recorded the
+    # host (the device still runs the previous, unprofiled step's work).
+    t = np.where(np.isnan(t) & (corr.to_numpy() >= 0), -np.inf, t)
+    return t, lane
+
+
+def _covers(ts: float, end: float, first: float | None, last: float | None) -> bool:
+    """Whether a GPU-side step range describes the step's device work: it covers at least half
+    of the span its launches give (ROCm traces carry 16 µs marks at unrelated times), or the
+    step has no launched work to check it against."""
+    if first is None or last is None or last <= first:
+        return end > ts
+    return min(end, last) - max(ts, first) >= 0.5 * (last - first)
+
+
+def device_step_windows(host_steps: dict[int, tuple[float, float]], host: pd.DataFrame,
+                        device: pd.DataFrame) -> dict[int, tuple[float, float]]:
+    """The steps on the device's timeline (docs/metrics.md, "Step window").
+
+    A device event belongs to the step whose host range holds the runtime call that launched
+    it (``launch_times``; an event without one, to the step whose range holds its start). A
+    step's device work ends with its last device activity — or with the GPU-side
+    ``ProfilerStep#N`` range (``gpu_user_annotation``) where the trace has one. Its window runs
+    from the end of the previous step's window (the first step: the end of whatever the device
+    ran before it, at the earliest its host range's start) to the later of its last device
+    activity and its host range's end: when the GPU runs behind the host, each step is timed
+    where its kernels ran; when the host is behind, the device waiting for it is that step's
+    idle time. The windows tile the profiled time without overlap.
+    """
+    keys = sorted(host_steps)
+    if not keys:
+        return {}
+    starts = np.array([host_steps[k][0] for k in keys])
+    ends = np.array([host_steps[k][1] for k in keys])
+    dev_end: dict[int, float] = {}
+    dev_first: dict[int, float] = {}
+    before = -np.inf
+    if not device.empty:
+        t = launch_times(host, device)
+        ts, end = device["ts_us"].to_numpy(), device["end_us"].to_numpy()
+        t = np.where(np.isnan(t), ts, t)      # no launch record at all: its own start
+        i = np.searchsorted(starts, t, side="right") - 1
+        inside = (i >= 0) & (t < ends[np.clip(i, 0, None)])
+        for j, k in enumerate(keys):
+            mine = inside & (i == j)
+            if mine.any():
+                dev_end[k] = float(end[mine].max())
+                dev_first[k] = float(ts[mine].min())
+        early = t < starts[0]
+        if early.any():
+            before = float(end[early].max())
+    gpu_steps = host[(host["cat"] == "gpu_user_annotation")
+                     & host["name"].str.startswith("ProfilerStep#")]
+    for name, ts_, end_ in zip(gpu_steps["name"], gpu_steps["ts_us"], gpu_steps["end_us"]):
+        m = annotations.STEP_RE.match(name)
+        k = int(m["step"]) if m else None
+        if k is None or k not in host_steps or not _covers(float(ts_), float(end_),
+                                                          dev_first.get(k), dev_end.get(k)):
+            continue
+        dev_end[k] = max(float(end_), dev_end.get(k, -np.inf))
+        dev_first[k] = min(float(ts_), dev_first.get(k, np.inf))
+    out: dict[int, tuple[float, float]] = {}
+    prev_end = None
+    for k in keys:
+        hs, he = host_steps[k]
+        start = max(hs, before) if prev_end is None else max(hs, prev_end)
+        if k in dev_first and prev_end is None:
+            start = min(start, dev_first[k])
+        end_k = max(he, dev_end.get(k, he))
+        end_k = max(end_k, start)
+        out[k] = (start, end_k)
+        prev_end = end_k
     return out
 
 
@@ -146,7 +260,7 @@ def _microbatches(host: pd.DataFrame) -> pd.DataFrame:
 
 def _complete_steps(dev: pd.DataFrame, host: pd.DataFrame,
                     steps: dict[int, tuple[float, float]]) -> pd.DataFrame:
-    """GPU events launched before the last profiled step began.
+    """GPU events launched before the last profiled step began (``steps``: the host ranges).
 
     The last step's kernels can be cut off when the profiler stops, so whole-trace figures
     leave it out, as HTA does (its ``include_last_profiler_step=False`` default): a kernel is
@@ -186,14 +300,20 @@ def _windows(steps: dict[int, tuple[float, float]], span: tuple[float, float]) -
 _COLUMNS = ["name", "cat", "ts_us", "dur_us", "end_us", "lane", "device", "kind", "correlation"]
 
 
-def build(trace: RankTrace, run=None) -> RankTimeline:
+def build(trace: RankTrace, run=None, step_annotation: re.Pattern | None = None
+          ) -> RankTimeline:
     """The timeline of one rank (module docstring). ``run`` is unused: since the collective-
-    instance table, nothing here depends on the layout."""
+    instance table, nothing here depends on the layout. ``step_annotation``: a pattern naming
+    the host ranges that are steps, for traces without ``ProfilerStep`` (``host_step_ranges``);
+    a trace with neither is one window from its first event to its last."""
     ev = trace.events[_COLUMNS]
     dev = ev[ev["device"]]
     host = ev[~ev["device"]]
-    steps = _step_windows(host, dev)
     span = (float(ev["ts_us"].min()), float(ev["end_us"].max()))
+    host_steps, source = host_step_ranges(host, step_annotation)
+    if not host_steps:
+        host_steps, source = {0: span}, "trace"
+    steps = device_step_windows(host_steps, host, dev) if not dev.empty else dict(host_steps)
     windows = _windows(steps, span)
     main = _main_lane(host)
     if not dev.empty:
@@ -205,7 +325,14 @@ def build(trace: RankTrace, run=None) -> RankTimeline:
         waits, until = wt.wait_regions(iv.intersect(wt.gpu_blocked(compute, comm), windows),
                                        receiving["end_us"].to_numpy(),
                                        begun=receiving["ts_us"].to_numpy())
+        launch_ts, launch_lane = launches(host, dev)
+        calls = host_activity.sync_calls(host, sites=False)
+        idle_causes = gpu_idle.causes(
+            iv.subtract(windows, iv.merge(compute, comm, other)), dev["ts_us"].to_numpy(),
+            launch_ts, launch_lane, host_activity.thread_sets(host), main,
+            gpu_idle.sync_ends_by_lane(calls))
     else:
+        idle_causes = {}
         comm_ev = host[host["kind"] == classify.COMMUNICATION]
         per_lane = []
         # Names repeat: each distinct one is parsed once (a missing name, code −1, is not).
@@ -240,7 +367,7 @@ def build(trace: RankTrace, run=None) -> RankTimeline:
     scopes = _scopes(host)
     pipe = host[host["name"] == annotations.PIPELINE]
     if not dev.empty:
-        sel = _complete_steps(dev, host, steps)
+        sel = _complete_steps(dev, host, host_steps)
         trace_compute = _iv(sel[sel["kind"] == classify.COMPUTE])
         trace_comm = _iv(sel[sel["kind"] == classify.COMMUNICATION])
     else:
@@ -249,4 +376,5 @@ def build(trace: RankTrace, run=None) -> RankTimeline:
         rank=trace.rank, on_gpu=not dev.empty, compute=compute, comm=comm, comm_by_dim={},
         other=other, steps=steps, pipeline=_iv(pipe), microbatches=_microbatches(host),
         span=span, scopes=scopes, trace_compute=trace_compute, trace_comm=trace_comm,
-        waits=waits, wait_until=until, main_lane=main)
+        waits=waits, wait_until=until, main_lane=main, host_steps=host_steps,
+        window_source=source, idle_causes=idle_causes)

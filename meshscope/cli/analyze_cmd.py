@@ -53,6 +53,12 @@ def run_analysis(path, out, comm_kernel_regex, rank_regex=None, cache=True, base
         fail(str(e))
     except re.error as e:
         fail(f"--comm-kernel-regex {comm_kernel_regex!r} is not a regular expression ({e})")
+    try:
+        if options.get("step_annotation"):
+            re.compile(options["step_annotation"])
+    except re.error as e:
+        fail(f"--step-annotation {options['step_annotation']!r} is not a regular expression "
+             f"({e})")
     target = pathlib.Path(out) if out else pathlib.Path(path) / REPORT
     try:
         report = do_analyze(pathlib.Path(path), comm_kernel_re=comm_kernel_regex,
@@ -79,6 +85,11 @@ def run_analysis(path, out, comm_kernel_regex, rank_regex=None, cache=True, base
               help="For traces without distributedInfo whose file names are not rank<N> / "
                    "worker<N>: a regular expression with one group that captures the rank "
                    "from the file name, e.g. 'gpu(\\d+)'.")
+@click.option("--step-annotation", default=None, metavar="REGEX",
+              help="For traces without ProfilerStep ranges (inference, custom loops): a "
+                   "regular expression naming the host ranges that are steps (its first "
+                   "group, if a number, numbers them); without it such a trace is one "
+                   "window.")
 @click.option("--no-cache", is_flag=True,
               help="Parse every trace afresh instead of reusing the parquet copies kept in "
                    "the report directory's .cache/ (keyed by each file's content hash).")
@@ -105,8 +116,8 @@ def run_analysis(path, out, comm_kernel_regex, rank_regex=None, cache=True, base
 @click.option("--workers", default=None, type=click.IntRange(min=1),
               help="Worker processes (default: one per core; with --engine dask and no "
                    "--scheduler, the local cluster's size, default 2).")
-def analyze(path, out, as_json, comm_kernel_regex, rank_regex, no_cache, baseline, layout,
-            rank_order, warmup_steps, engine, scheduler, workers):
+def analyze(path, out, as_json, comm_kernel_regex, rank_regex, step_annotation, no_cache,
+            baseline, layout, rank_order, warmup_steps, engine, scheduler, workers):
     """Analyse a run directory or any folder of Kineto traces."""
     from meshscope.analysis.report import reuse
     from meshscope.analysis.report.text import render
@@ -114,7 +125,7 @@ def analyze(path, out, as_json, comm_kernel_regex, rank_regex, no_cache, baselin
     target = pathlib.Path(out) if out else pathlib.Path(path) / "report"
     options = {"comm_kernel_regex": comm_kernel_regex, "rank_regex": rank_regex,
                "layout": layout, "rank_order": rank_order, "warmup_steps": warmup_steps,
-               "baseline": baseline}
+               "baseline": baseline, "step_annotation": step_annotation}
     digest = reuse.key(pathlib.Path(path), target, options) if pathlib.Path(path).exists() \
         else None
     summary = reuse.cached_summary(target, digest) if digest and not no_cache else None
@@ -122,7 +133,8 @@ def analyze(path, out, as_json, comm_kernel_regex, rank_regex, no_cache, baselin
         report, target = run_analysis(path, out, comm_kernel_regex, rank_regex,
                                       cache=not no_cache, baseline=baseline, layout=layout,
                                       rank_order=rank_order, warmup_steps=warmup_steps,
-                                      engine=engine, scheduler=scheduler, workers=workers)
+                                      engine=engine, scheduler=scheduler, workers=workers,
+                                      step_annotation=step_annotation)
         if digest:
             reuse.store(target, digest)
         summary = json.loads((target / "summary.json").read_text())

@@ -1,0 +1,145 @@
+"""What the host threads of a GPU trace were doing, as interval sets per thread and kind.
+
+A GPU idles because its host did not give it work in time. Which host activity was in the way is
+read from the thread that launched the next device work (``launch_times``). Each of that
+thread's ranges is one of:
+
+============ ===========================================================================
+kind         host ranges (by name; ``cat`` in parentheses)
+============ ===========================================================================
+dataloader   the data loader: ``enumerate(DataLoader)#…__next__``, ``enumerate(DataPipe)#…``
+             (the names the former TensorBoard profiler plugin counts as DataLoader), and a
+             loader iterator's ``__next__`` in Python stacks (``…dataloader.py…: __next__``)
+sync         a blocking synchronisation: ``cudaStreamSynchronize``, ``cudaDeviceSynchronize``,
+             ``cudaEventSynchronize``, blocking ``cudaMemcpy`` / ``cuMemcpyDtoH``…, their HIP
+             names, and ``aten::item`` / ``aten::_local_scalar_dense`` (a ``.item()`` copies
+             a value to the host and waits for it)
+comm         a host call of a collective (``c10d::…``, ``gloo:…``, ``nccl:…``,
+             ``record_param_comms``): where the host blocks there, it waits for another rank
+runtime      any other runtime or driver call (``cuda_runtime``, ``cuda_driver``):
+             launching work
+cpu          other host work: operators and Python (``cpu_op``, ``python_function``), not the
+             step ranges themselves
+============ ===========================================================================
+
+``SYNC_NAMES`` and ``DATALOADER_RE`` are the lists; ``thread_sets`` builds the sets of one
+thread; ``sync_call_sites`` names where each synchronisation was called from.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from meshscope.analysis.ingest import classify
+from meshscope.analysis.timeline import intervals as iv
+
+HOST_KINDS = ("dataloader", "sync", "comm", "runtime", "cpu")
+DATALOADER_RE = re.compile(r"^enumerate\(Data(?:Loader|Pipe)\)#|dataloader\.py.*__next__|"
+                           r"_(?:MultiProcessing|SingleProcess)DataLoaderIter.*__next__")
+SYNC_NAMES = frozenset({
+    "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy",
+    "cudaMemcpy2D", "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize",
+    "cuMemcpyDtoH", "cuMemcpyDtoH_v2", "cuMemcpyHtoD", "cuMemcpyHtoD_v2",
+    "hipStreamSynchronize", "hipDeviceSynchronize", "hipEventSynchronize", "hipMemcpy",
+    "aten::item", "aten::_local_scalar_dense",
+})
+RUNTIME_CATS = ("cuda_runtime", "cuda_driver")
+CPU_CATS = ("cpu_op", "python_function")
+STEP_RANGE_RE = re.compile(r"^ProfilerStep#\d+$")
+
+
+def host_kind(name: pd.Series, cat: pd.Series, kind: pd.Series) -> np.ndarray:
+    """The ``HOST_KINDS`` label of each host event ("" for annotations and other ranges)."""
+    codes, names = pd.factorize(name)
+    dl = np.array([bool(DATALOADER_RE.search(n)) for n in names] + [False])[codes]
+    sync = np.array([n in SYNC_NAMES for n in names] + [False])[codes]
+    step = np.array([bool(STEP_RANGE_RE.match(n)) for n in names] + [False])[codes]
+    comm = (kind == classify.COMMUNICATION).to_numpy()
+    runtime = cat.isin(RUNTIME_CATS).to_numpy()
+    cpu = cat.isin(CPU_CATS).to_numpy() & ~step
+    return np.select([dl, sync, comm, runtime, cpu], list(HOST_KINDS), default="")
+
+
+def thread_sets(host: pd.DataFrame) -> dict[str, dict[str, np.ndarray]]:
+    """lane → kind → the union of that thread's ranges of that kind (module docstring)."""
+    labels = host_kind(host["name"], host["cat"], host["kind"])
+    keep = labels != ""
+    work = host[keep].assign(label=labels[keep])
+    out: dict[str, dict[str, np.ndarray]] = {}
+    for (lane, label), g in work.groupby(["lane", "label"], sort=False):
+        out.setdefault(str(lane), {})[str(label)] = iv.union(g["ts_us"].to_numpy(),
+                                                             g["end_us"].to_numpy())
+    return out
+
+
+SITE_COLUMNS = ["name", "parent_op", "call_site", "lane", "ts_us", "end_us"]
+
+
+def sync_calls(host: pd.DataFrame, sites: bool = True) -> pd.DataFrame:
+    """Every synchronisation of the trace with where it was called from: ``parent_op``, the
+    outermost operator around it (``aten::item`` for the ``cudaStreamSynchronize`` of a
+    ``.item()``; itself when nothing encloses it), and ``call_site``, the innermost Python frame
+    around it when the trace records Python stacks (``with_stack``), else null. Columns
+    ``SITE_COLUMNS``, in time order. The ``aten::`` ops that merely enclose a runtime
+    synchronisation are left out: the runtime call is the synchronisation. ``sites`` False
+    leaves ``parent_op`` and ``call_site`` null (``with_sites`` fills them for the calls that
+    matter)."""
+    names = host["name"]
+    is_sync = names.isin(SYNC_NAMES).to_numpy()
+    if not is_sync.any():
+        return pd.DataFrame(columns=SITE_COLUMNS)
+    rows = []
+    sync = host[is_sync]
+    ops = host[host["cat"].isin(CPU_CATS)]
+    by_lane = {lane: g for lane, g in ops.groupby("lane", sort=False)}
+    for lane, g in sync.groupby("lane", sort=False):
+        around = by_lane.get(lane)
+        runtime = g[g["cat"].isin(RUNTIME_CATS)]
+        chosen = runtime if len(runtime) else g
+        if len(runtime):    # an aten::item with a runtime sync inside is that runtime call
+            inner = g[~g["cat"].isin(RUNTIME_CATS)]
+            kept_outer = [not ((runtime["ts_us"] >= a) & (runtime["end_us"] <= b)).any()
+                          for a, b in zip(inner["ts_us"], inner["end_us"])]
+            chosen = pd.concat([runtime, inner[np.array(kept_outer, dtype=bool)]])
+        for name, ts, end in zip(chosen["name"], chosen["ts_us"], chosen["end_us"]):
+            parent, site = _enclosing(around, float(ts), float(end), str(name)) if sites \
+                else (None, None)
+            rows.append({"name": name, "parent_op": parent, "call_site": site,
+                         "lane": lane, "ts_us": float(ts), "end_us": float(end)})
+    return pd.DataFrame(rows, columns=SITE_COLUMNS).sort_values("ts_us", ignore_index=True)
+
+
+def with_sites(calls: pd.DataFrame, host: pd.DataFrame, mask: np.ndarray) -> pd.DataFrame:
+    """``calls`` with ``parent_op`` and ``call_site`` filled where ``mask`` holds."""
+    out = calls.copy()
+    ops = host[host["cat"].isin(CPU_CATS)]
+    by_lane = {lane: g for lane, g in ops.groupby("lane", sort=False)}
+    for i in np.flatnonzero(mask):
+        row = out.iloc[i]
+        parent, site = _enclosing(by_lane.get(row["lane"]), float(row["ts_us"]),
+                                  float(row["end_us"]), str(row["name"]))
+        out.iat[i, out.columns.get_loc("parent_op")] = parent
+        out.iat[i, out.columns.get_loc("call_site")] = site
+    return out
+
+
+def _enclosing(ops: pd.DataFrame | None, ts: float, end: float, name: str
+               ) -> tuple[str, str | None]:
+    """(outermost operator enclosing [ts, end], innermost Python frame enclosing it)."""
+    if ops is None or ops.empty:
+        return name, None
+    inside = ops[(ops["ts_us"] <= ts) & (ops["end_us"] >= end)
+                 & ~ops["name"].str.match(STEP_RANGE_RE)]
+    aten = inside[inside["cat"] == "cpu_op"]
+    parent = str(aten.sort_values("ts_us")["name"].iloc[0]) if len(aten) else name
+    py = inside[inside["cat"] == "python_function"]
+    if len(py):
+        py = py[~py["name"].str.contains(r"torch/|<built-in|site-packages", regex=True)] \
+            if (~py["name"].str.contains(r"torch/|<built-in|site-packages", regex=True)).any() \
+            else py
+        site = str(py.sort_values("ts_us")["name"].iloc[-1])
+    else:
+        site = None
+    return parent, site

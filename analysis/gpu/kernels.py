@@ -1,0 +1,192 @@
+"""The kernels a rank ran: the top kernels by time with their category, and the achieved
+throughput of its matrix multiplications against the device's peak.
+
+``kernel_table`` — one row per kernel name (the top ``TOP_KERNELS`` by total time, and one row
+``(other kernels)`` for the rest), per rank, over the profiled step windows:
+
+============ ======================================================================
+column       meaning
+============ ======================================================================
+rank         the rank
+name         the kernel's name (memcpy / memset by their trace names)
+category     ``CATEGORIES``: gemm, attention, convolution, norm/elementwise, reduction,
+             communication, memcpy/memset, other (``category``)
+count        how many ran
+total_us     their summed duration
+mean_us      total_us / count
+share_pct    total_us over the rank's device time in these windows × 100
+graph        True when launched by a CUDA graph (``cudaGraphLaunch``): counted as any other
+============ ======================================================================
+
+``gemm_table`` — one row per matrix-multiplication operator call whose shapes the trace
+records (``aten::mm``, ``addmm``, ``bmm``, ``baddbmm``, ``matmul``, ``linear`` with
+``Input Dims`` and ``Input type``: ``record_shapes=True``): ``op``, ``shapes`` (text),
+``dtype``, ``flops`` (2·M·N·K, times the batch), ``kernel_us`` (the kernels it launched, by
+correlation), ``tflops`` (achieved, flops / kernel time), ``peak_tflops`` (the device's peak
+for that type, ``collectors/devices.py``; null when unknown) and ``efficiency`` (tflops over
+peak). Rows are aggregated by (op, shapes, dtype): ``calls`` counts them.
+"""
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pandas as pd
+
+from meshscope.analysis.ingest import classify
+from meshscope.collectors import devices
+
+TOP_KERNELS = 20
+CATEGORIES = ("gemm", "attention", "convolution", "norm/elementwise", "reduction",
+              "communication", "memcpy/memset", "other")
+KERNEL_COLUMNS = ["rank", "name", "category", "count", "total_us", "mean_us", "share_pct",
+                  "graph"]
+GEMM_COLUMNS = ["rank", "op", "shapes", "dtype", "calls", "flops", "kernel_us", "tflops",
+                "peak_tflops", "efficiency"]
+GEMM_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul",
+                      "aten::linear"})
+
+_RULES = (
+    ("attention", re.compile(r"flash|fmha|attention|attn|sdpa|softmax_warp", re.I)),
+    ("gemm", re.compile(r"gemm|sgemm|hgemm|cutlass|cublas|ampere_.*_tn|sm\d+_xmma|nvjet|"
+                        r"Cijk_|matmul|_mm_|wgmma|hipblaslt", re.I)),
+    ("convolution", re.compile(r"conv|implicit_gemm|winograd|dgrad|wgrad|fprop|igemm|"
+                               r"MIOpen", re.I)),
+    ("reduction", re.compile(r"reduce|sum_|norm_kernel|welford|argmax|argmin|cub::|scan",
+                             re.I)),
+    ("norm/elementwise", re.compile(r"elementwise|vectorized|unrolled|layer_?norm|rms_?norm|"
+                                    r"batch_?norm|bn_|relu|gelu|silu|add|mul|copy|fill|"
+                                    r"cat|index|transpose|triton_", re.I)),
+)
+
+
+def category(name: str, cat: str, kind: str) -> str:
+    """The ``CATEGORIES`` label of one device event, by its kind and name. Convolution's
+    implicit-GEMM kernels are convolution; a reduction inside a norm kernel is
+    norm/elementwise only when the name does not say reduce."""
+    if cat in ("gpu_memcpy", "gpu_memset"):
+        return "memcpy/memset"
+    if kind == classify.COMMUNICATION:
+        return "communication"
+    if re.search(r"conv|implicit_gemm|dgrad|wgrad|fprop|winograd", name, re.I):
+        return "convolution"
+    for label, rx in _RULES:
+        if rx.search(name):
+            return label
+    return "other"
+
+
+def kernel_table(rank: int, dev: pd.DataFrame, graph_corr: set[int]) -> pd.DataFrame:
+    """The rank's top kernels (module docstring). ``dev``: its device events inside the step
+    windows; ``graph_corr``: correlation ids of ``cudaGraphLaunch`` calls."""
+    if dev.empty:
+        return pd.DataFrame(columns=KERNEL_COLUMNS)
+    g = dev.assign(graph=dev["correlation"].isin(graph_corr)).groupby("name", sort=False).agg(
+        count=("dur_us", "size"), total_us=("dur_us", "sum"), cat=("cat", "first"),
+        kind=("kind", "first"), graph=("graph", "any")).reset_index()
+    total = float(g["total_us"].sum())
+    g = g.sort_values("total_us", ascending=False, kind="stable")
+    top, rest = g.iloc[:TOP_KERNELS], g.iloc[TOP_KERNELS:]
+    rows = [{"rank": rank, "name": n, "category": category(n, c, k), "count": int(cnt),
+             "total_us": float(t), "graph": bool(gr)}
+            for n, c, k, cnt, t, gr in zip(top["name"], top["cat"], top["kind"], top["count"],
+                                           top["total_us"], top["graph"])]
+    if len(rest):
+        rows.append({"rank": rank, "name": f"(other kernels: {len(rest)} names)",
+                     "category": "other", "count": int(rest["count"].sum()),
+                     "total_us": float(rest["total_us"].sum()),
+                     "graph": bool(rest["graph"].any())})
+    out = pd.DataFrame(rows)
+    out["mean_us"] = out["total_us"] / out["count"]
+    out["share_pct"] = out["total_us"] / total * 100 if total > 0 else np.nan
+    return out[KERNEL_COLUMNS]
+
+
+def category_totals(rank: int, dev: pd.DataFrame) -> pd.DataFrame:
+    """Device time per category (rank, category, count, total_us)."""
+    if dev.empty:
+        return pd.DataFrame(columns=["rank", "category", "count", "total_us"])
+    names = dev[["name", "cat", "kind"]].drop_duplicates()
+    label = {n: category(n, c, k) for n, c, k in zip(names["name"], names["cat"],
+                                                     names["kind"])}
+    g = dev.assign(category=dev["name"].map(label)).groupby("category").agg(
+        count=("dur_us", "size"), total_us=("dur_us", "sum")).reset_index()
+    return g.assign(rank=rank)[["rank", "category", "count", "total_us"]]
+
+
+def gemm_flops(op: str, dims: list) -> float | None:
+    """2·M·N·K (times the batch) of one matrix-multiplication call from its ``Input Dims``;
+    None when the shapes do not fit the op."""
+    try:
+        shapes = [list(map(int, d)) for d in dims if isinstance(d, list)]
+    except (TypeError, ValueError):
+        return None
+    nonempty = [s for s in shapes if s]
+    if op == "aten::mm" and len(nonempty) >= 2 and len(nonempty[0]) == 2:
+        (m, k), (_, n) = nonempty[0], nonempty[1][-2:]
+        return 2.0 * m * n * k
+    if op == "aten::addmm" and len(shapes) >= 3 and len(shapes[1]) == 2 and len(shapes[2]) == 2:
+        (m, k), n = shapes[1], shapes[2][1]
+        return 2.0 * m * n * k
+    if op in ("aten::bmm", "aten::baddbmm"):
+        a, b = (shapes[0], shapes[1]) if op == "aten::bmm" else (shapes[1], shapes[2])
+        if len(a) == 3 and len(b) == 3:
+            return 2.0 * a[0] * a[1] * a[2] * b[2]
+        return None
+    if op == "aten::linear" and len(nonempty) >= 2 and len(nonempty[1]) == 2:
+        x, w = nonempty[0], nonempty[1]
+        return 2.0 * float(np.prod(x[:-1])) * x[-1] * w[0]
+    if op == "aten::matmul" and len(nonempty) >= 2 and len(nonempty[1]) >= 2:
+        x, w = nonempty[0], nonempty[1]
+        batch = float(np.prod(x[:-2])) if len(x) > 2 else 1.0
+        m = x[-2] if len(x) >= 2 else 1
+        return 2.0 * batch * m * x[-1] * w[-1]
+    return None
+
+
+def gemm_table(rank: int, host: pd.DataFrame, dev: pd.DataFrame, launch_lane_ts: pd.DataFrame,
+               device_name: str | None) -> pd.DataFrame:
+    """The rank's matrix multiplications with shapes (module docstring). ``host``: its host
+    events with ``call_args``; ``dev``: device events in the windows; ``launch_lane_ts``: the
+    launching runtime calls (lane, ts_us, end_us, correlation)."""
+    ops = host[host["name"].isin(GEMM_OPS) & host["call_args"].notna()]
+    if ops.empty or dev.empty or launch_lane_ts.empty:
+        return pd.DataFrame(columns=GEMM_COLUMNS)
+    kernel_us = dev.groupby("correlation")["dur_us"].sum()
+    calls = launch_lane_ts[launch_lane_ts["correlation"].isin(kernel_us.index)]
+    rows = []
+    for lane, g in ops.groupby("lane", sort=False):
+        c = calls[calls["lane"] == lane].sort_values("ts_us")
+        if c.empty:
+            continue
+        cts = c["ts_us"].to_numpy()
+        for name, ts, end, args in zip(g["name"], g["ts_us"], g["end_us"], g["call_args"]):
+            lo, hi = np.searchsorted(cts, ts, "left"), np.searchsorted(cts, end, "right")
+            if hi <= lo:
+                continue
+            try:
+                parsed = json.loads(args)
+            except (TypeError, ValueError):
+                continue
+            dims, types = parsed.get("dims") or [], parsed.get("types") or []
+            flops = gemm_flops(name, dims)
+            if not flops:
+                continue
+            k_us = float(kernel_us.reindex(c["correlation"].iloc[lo:hi]).sum())
+            if k_us <= 0:
+                continue
+            dtype = next((t for t in types if isinstance(t, str) and t), "")
+            rows.append({"op": name, "shapes": json.dumps(dims), "dtype": dtype,
+                         "flops": flops, "kernel_us": k_us})
+    if not rows:
+        return pd.DataFrame(columns=GEMM_COLUMNS)
+    df = pd.DataFrame(rows).groupby(["op", "shapes", "dtype"], sort=False).agg(
+        calls=("flops", "size"), flops=("flops", "sum"), kernel_us=("kernel_us", "sum")
+    ).reset_index()
+    df["tflops"] = df["flops"] / df["kernel_us"] / 1e6
+    peak = [devices.peak_flops(device_name, t) for t in df["dtype"]]
+    df["peak_tflops"] = [p / 1e12 if p else np.nan for p in peak]
+    df["efficiency"] = df["tflops"] / df["peak_tflops"]
+    df.insert(0, "rank", rank)
+    return df.sort_values("flops", ascending=False, ignore_index=True)[GEMM_COLUMNS]

@@ -1,0 +1,327 @@
+"""Findings about one rank's own time, for any number of ranks (one included): where its GPU idles,
+what its communication leaves exposed, how well its matrix multiplications run.
+
+Each reads the report's tables (``idle``, ``breakdown``, ``sync_calls``, ``kernels``, ``gemms``,
+``collectives``) through ``findings.FindingInputs`` and costs what fixing it would save per
+step. A job's ranks meet at their collectives, so a stall on any rank holds up every rank: the
+cost of a per-rank stall is, per step, its largest value over the ranks, averaged over the
+profiled steps (``_worst_per_step``); for one rank, its own mean.
+
+- ``data-loading-stall`` — device idle while the host is in the data loader
+  (``idle_dataloader_us``); remedy: more loader workers, pinned memory, prefetching.
+- ``sync-stall`` — device idle while the host is in a blocking synchronisation or because one
+  emptied its queue (``idle_sync_us``); evidence: the synchronisation that left the device idle
+  longest, the operator it was called from (``aten::item`` …) and its Python frame.
+- ``launch-bound`` — device idle while the host launches (``idle_launch_us``) and work queued
+  behind launch latency (``idle_queued_us``), when the kernels are short (a mean under
+  ``SHORT_KERNEL_US``): CUDA graphs, ``torch.compile``, fused kernels.
+- ``memcpy-on-critical-path`` — memcpy/memset with neither compute nor communication beside it
+  (the breakdown's ``other_us``): pinned memory, ``non_blocking=True``, copies on a side stream.
+- ``exposed-comm-<dim>`` without a cross-rank what-if (one rank, or ranks whose collectives do
+  not match): what full overlap would save, which is the exposed time itself; with the
+  what-if, never more than the exposed time (``findings._exposed``).
+- ``arrival-jitter`` — the ranks wait for each other at their collectives, but no rank is the
+  straggler (its what-if saving does not stand above the noise, or the last to arrive
+  changes): the waits are noise in arrival times; cost: the mean wait per rank and step.
+- ``gpu-idle`` — a GPU idle for more than a third of the step always gets this finding, which
+  says where the idle time went; its cost is the part no other finding explains.
+- ``low-gemm-efficiency`` — large matrix multiplications (at least ``LARGE_GEMM_FLOPS`` a call)
+  below ``LOW_EFFICIENCY`` of the device's peak for their type; cost: their time beyond what
+  they would take at ``TARGET_EFFICIENCY``.
+"""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from meshscope.analysis.report import findings as F
+
+SHORT_KERNEL_US = 20.0
+IDLE_SHARE = 1 / 3
+LARGE_GEMM_FLOPS = 1e9
+LOW_EFFICIENCY = 0.3
+TARGET_EFFICIENCY = 0.6
+CAUSE_TEXT = {
+    "dataloader": "the data loader", "sync": "blocking synchronisation",
+    "wait_rank": "waiting for another rank (host)", "launch": "launching kernels",
+    "cpu": "other host work (operators, Python)", "queued": "work queued but not running",
+    "other": "nothing traced on the host",
+}
+
+
+def _worst_per_step(df: pd.DataFrame, col: str) -> tuple[float, int | None]:
+    """(mean over steps of the largest value over ranks, the rank most often largest)."""
+    if df is None or df.empty or col not in df:
+        return 0.0, None
+    per_step = df.groupby("step")[col].max()
+    worst = df.loc[df.groupby("step")[col].idxmax(), "rank"]
+    return float(per_step.mean()), int(worst.mode().iloc[0]) if len(worst) else None
+
+
+def _ranks_over(df: pd.DataFrame, col: str, floor_us: float) -> list[int]:
+    per_rank = df.groupby("rank")[col].mean()
+    return [int(r) for r in per_rank.index[per_rank > floor_us]]
+
+
+def _idle_finding(inp: F.FindingInputs, fid: str, cols: list[str], title_fmt: str, remedy: str,
+                  extra: dict | None = None) -> F.Finding | None:
+    idle = inp.idle
+    if idle is None or idle.empty:
+        return None
+    df = idle.assign(_x=idle[cols].sum(axis=1))
+    cost, worst = _worst_per_step(df, "_x")
+    if not F._beats_noise(cost, inp.step_us, inp.noise_us):
+        return None
+    ranks = _ranks_over(df, "_x", 0.01 * inp.step_us)
+    evidence = {"idle_us": cost, "share_of_step_pct": 100 * cost / inp.step_us,
+                "worst_rank": worst, "ranks": ranks,
+                "steps": sorted(int(s) for s in df["step"].unique())}
+    evidence.update(extra or {})
+    title = title_fmt.format(ms=F._ms(cost), pct=100 * cost / inp.step_us, rank=worst,
+                             ranks=_ranks_text(ranks))
+    return F._timed(fid, "all", cost, inp, title, evidence, remedy,
+                    f"no device idle from {', '.join(CAUSE_TEXT[c[5:-3]] for c in cols)}")
+
+
+def _ranks_text(ranks: list[int]) -> str:
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    return f"{len(ranks)} ranks"
+
+
+def _sync_site(inp: F.FindingInputs) -> dict:
+    calls = inp.sync_calls
+    if calls is None or calls.empty:
+        return {}
+    c = calls.assign(dur_us=calls["end_us"] - calls["ts_us"])
+    c = c.fillna({"parent_op": c["name"], "call_site": ""})
+    g = c.groupby(["name", "parent_op", "call_site"], sort=False).agg(
+        count=("dur_us", "size"), total_us=("dur_us", "sum"),
+        idle_after_us=("idle_after_us", "sum")).reset_index()
+    top = g.sort_values(["idle_after_us", "total_us"], ascending=False).iloc[0]
+    return {"sync_op": str(top["name"]), "called_from": str(top["parent_op"]),
+            "call_site": str(top["call_site"]) or None, "calls": int(top["count"]),
+            "sync_total_us": float(top["total_us"]), "sync_idle_us": float(top["idle_after_us"])}
+
+
+def _mean_kernel_us(inp: F.FindingInputs) -> tuple[float, float]:
+    """(mean duration of a compute kernel, compute kernels per step) from the kernel table."""
+    k = inp.kernels
+    if k is None or k.empty:
+        return math.nan, math.nan
+    comp = k[~k["category"].isin(["communication", "memcpy/memset"])]
+    n = float(comp["count"].sum())
+    steps = max(inp.idle["step"].nunique() if inp.idle is not None and len(inp.idle) else 1, 1)
+    ranks = max(comp["rank"].nunique(), 1)
+    return (float(comp["total_us"].sum()) / n if n else math.nan), n / steps / ranks
+
+
+def _memcpy(inp: F.FindingInputs) -> F.Finding | None:
+    bd = inp.breakdown
+    if not inp.on_gpu or bd.empty or "other_us" not in bd:
+        return None
+    cost, worst = _worst_per_step(bd, "other_us")
+    if not F._beats_noise(cost, inp.step_us, inp.noise_us):
+        return None
+    evidence = {"exposed_copy_us": cost, "worst_rank": worst}
+    k = inp.kernels
+    if k is not None and len(k):
+        copies = k[k["category"] == "memcpy/memset"].sort_values("total_us", ascending=False)
+        evidence["copies"] = [{"name": str(n), "count": int(c), "total_us": float(t)}
+                              for n, c, t in zip(copies["name"], copies["count"],
+                                                 copies["total_us"])][:3]
+    pageable = any("Pageable" in c["name"] for c in evidence.get("copies", []))
+    title = (f"Memory copies on the critical path: {F._ms(cost)} per step of memcpy/memset "
+             f"with no compute or communication beside it"
+             + (" (from pageable host memory)" if pageable else ""))
+    return F._timed("memcpy-on-critical-path", "all", cost, inp, title, evidence,
+                    "copy from pinned host memory (DataLoader(pin_memory=True)) with "
+                    "non_blocking=True, and overlap the copies with compute on a side stream "
+                    "or prefetch the next batch to the GPU",
+                    "the copies overlapped with compute")
+
+
+def _exposed_single(inp: F.FindingInputs, have: set[str]) -> list[F.Finding]:
+    """Exposed communication of dimensions without a what-if saving: its exposed time."""
+    bd = inp.breakdown
+    out = []
+    if bd.empty:
+        return out
+    for col in [c for c in bd.columns if c.startswith("exposed_comm_") and c.endswith("_us")
+                and c != "exposed_comm_us"]:
+        dim = col[len("exposed_comm_"):-3]
+        if dim in have or dim in inp.dim_savings:
+            continue
+        cost, worst = _worst_per_step(bd, col)
+        if not F._beats_noise(cost, inp.step_us, inp.noise_us):
+            continue
+        per_rank = bd.groupby("rank").mean(numeric_only=True)
+        evidence = {"exposed_us": cost, "worst_rank": worst,
+                    "overlap_pct": float(per_rank.loc[worst, "overlap_pct"])
+                    if worst in per_rank.index else None,
+                    "comm_us": float(per_rank.loc[worst, "comm_us"])
+                    if worst in per_rank.index else None}
+        title = (f"Exposed {dim} communication: {F._ms(cost)} per step "
+                 f"({100 * cost / inp.step_us:.0f}% of the step) runs with no compute beside it"
+                 f"{' on rank ' + str(worst) if worst is not None else ''}")
+        out.append(F._timed(f"exposed-comm-{dim}", dim, cost, inp, title, evidence,
+                            F.REMEDIES.get(dim, F.REMEDIES["unknown"]) if dim != "unknown"
+                            else "overlap it with compute (bucketed, asynchronous "
+                                 "collectives issued earlier) or find its process group "
+                                 "(record_param_comms, `meshscope analyze --layout`) for a "
+                                 "remedy that fits its dimension",
+                            f"every {dim} operation hidden behind compute"))
+    return out
+
+
+def _jitter(inp: F.FindingInputs) -> F.Finding | None:
+    """Waits at collectives with no straggler behind them (module docstring)."""
+    if inp.straggler is not None or inp.savings is None or inp.savings.empty or inp.stages > 1:
+        return None     # a pipeline's waits at its receives are bubble, not jitter
+    colls = inp.collectives
+    if colls is None or colls.empty or "wait_us" not in inp.savings:
+        return None
+    cost = float(inp.savings["wait_us"].mean())
+    bd = inp.breakdown
+    if len(bd):
+        cost = min(cost, float(bd.groupby("rank")["exposed_comm_us"].mean().max()))
+    if not F._beats_noise(cost, inp.step_us, inp.noise_us):
+        return None
+    last = colls["last_rank"].dropna().astype(int)
+    counts = last.value_counts()
+    dims = sorted(str(d) for d in colls["dim"].dropna().unique())
+    evidence = {"mean_wait_us": cost, "median_skew_us": float(colls["skew_us"].median()),
+                "last_arrivers": {int(r): int(n) for r, n in counts.items()},
+                "collectives": int(len(colls)), "noise_us": inp.noise_us,
+                "waits_per_rank_us": {int(r): float(w) for r, w in
+                                      zip(inp.savings["rank"], inp.savings["wait_us"])},
+                "dimensions": dims}
+    top_share = counts.iloc[0] / counts.sum() if len(counts) else 0.0
+    why = ("the last to arrive changes from collective to collective"
+           if top_share < 0.75 else
+           f"rank {int(counts.index[0])} arrives last most often, but making it as fast as "
+           f"its peers saves no more than the step-to-step noise")
+    title = (f"Arrival jitter: ranks wait {F._ms(cost)} per step for each other at their "
+             f"collectives with no straggler behind it ({why})")
+    return F._timed("arrival-jitter", dims[0] if len(dims) == 1 else "all", cost, inp, title,
+                    evidence, "make the ranks' step times steadier: pin each rank to its own "
+                    "cores, keep other work off the hosts, prefetch data so loading time does "
+                    "not vary; and issue the collectives earlier so the waits overlap compute",
+                    "every rank arrives at each collective together")
+
+
+def _gemm(inp: F.FindingInputs) -> F.Finding | None:
+    g = inp.gemms
+    if g is None or g.empty:
+        return None
+    big = g[(g["flops"] / g["calls"] >= LARGE_GEMM_FLOPS) & (g["efficiency"] < LOW_EFFICIENCY)]
+    if big.empty:
+        return None
+    target_us = big["flops"] / (TARGET_EFFICIENCY * big["peak_tflops"] * 1e6)
+    steps = max(inp.breakdown["step"].nunique() if len(inp.breakdown) else 1, 1)
+    ranks = max(big["rank"].nunique(), 1)
+    cost = float((big["kernel_us"] - target_us).clip(lower=0).sum()) / steps / ranks
+    if not F._beats_noise(cost, inp.step_us, inp.noise_us):
+        return None
+    top = big.sort_values("kernel_us", ascending=False).iloc[0]
+    evidence = {"gemms": int(big["calls"].sum()), "op": str(top["op"]),
+                "shapes": str(top["shapes"]), "dtype": str(top["dtype"]),
+                "tflops": float(top["tflops"]), "peak_tflops": float(top["peak_tflops"]),
+                "efficiency": float(top["efficiency"])}
+    title = (f"Large matrix multiplications run at {top['efficiency']:.0%} of the device's "
+             f"peak ({top['tflops']:.1f} of {top['peak_tflops']:.0f} TFLOP/s for "
+             f"{top['op']} {top['shapes']} in {top['dtype']})")
+    return F._timed("low-gemm-efficiency", "all", cost, inp, title, evidence,
+                    "run them in bf16/fp16 on the tensor cores (autocast), with dimensions "
+                    "that are multiples of 8 (16 for fp8), larger batches, or fused kernels "
+                    "(torch.compile)",
+                    f"those multiplications at {TARGET_EFFICIENCY:.0%} of peak")
+
+
+def _gpu_idle(inp: F.FindingInputs, explained_us: float) -> F.Finding | None:
+    idle = inp.idle
+    bd = inp.breakdown
+    if idle is None or idle.empty or bd.empty:
+        return None
+    per_rank = bd.groupby("rank")[["idle_us", "window_us"]].mean()
+    share = per_rank["idle_us"] / per_rank["window_us"]
+    if not (share > IDLE_SHARE).any():
+        return None
+    rank = int(share.idxmax())
+    mine = idle[idle["rank"] == rank].mean(numeric_only=True)
+    parts = {c: float(mine[f"idle_{c}_us"]) for c in CAUSE_TEXT}
+    total = float(mine["idle_us"])
+    ordered = sorted(parts.items(), key=lambda kv: -kv[1])
+    where = "; ".join(f"{CAUSE_TEXT[c]} {F._ms(v)} ({100 * v / total:.0f}%)"
+                      for c, v in ordered if v > 0.01 * total)
+    cost = max(total - explained_us, 0.0)
+    evidence = {"rank": rank, "idle_us": total, "share_of_step_pct": 100 * float(share[rank]),
+                "by_cause_us": parts, "explained_by_other_findings_us": explained_us}
+    title = (f"Rank {rank}'s GPU idles {100 * float(share[rank]):.0f}% of the step "
+             f"({F._ms(total)}): {where}")
+    top = ordered[0][0]
+    remedy = {
+        "dataloader": "more DataLoader workers (num_workers), pin_memory=True, prefetching",
+        "sync": "remove the synchronisation from the loop (.item(), .cpu(), printing a "
+                "tensor) or defer it, so the host runs ahead of the GPU",
+        "launch": "fewer, larger kernels: CUDA graphs or torch.compile",
+        "queued": "look at cross-stream dependencies (events) and launch latency",
+        "cpu": "move host work off the critical path (optimizer on the GPU, fused optimizers, "
+               "less Python per step) or overlap it with the GPU",
+        "wait_rank": "see why the host waits for other ranks (CPU-side collectives, barriers)",
+        "other": "profile the host with Python stacks (with_stack=True) to see what it does",
+    }[top]
+    f = F._timed("gpu-idle", "all", cost, inp, title, evidence, remedy,
+                 "the idle time no other finding explains removed")
+    return f
+
+
+def device_findings(inp: F.FindingInputs, have: set[str]) -> list[F.Finding]:
+    """The findings of this module (module docstring) in no particular order; ``have``: the
+    dimensions whose exposed communication already has a (what-if) finding."""
+    out: list[F.Finding] = []
+    idle_found = [
+        _idle_finding(inp, "data-loading-stall", ["idle_dataloader_us"],
+                      "Data-loading stall: the GPU waits {ms} per step ({pct:.0f}%) while the "
+                      "host is in the data loader ({ranks})",
+                      "more DataLoader workers (num_workers), pin_memory=True and prefetching "
+                      "(prefetch_factor, persistent_workers), so the next batch is ready "
+                      "before the step needs it"),
+        _idle_finding(inp, "sync-stall", ["idle_sync_us"],
+                      "Synchronisation stall: the GPU idles {ms} per step ({pct:.0f}%) after "
+                      "the host blocks on it ({ranks})",
+                      "remove the synchronisation from the training loop or defer it (a "
+                      ".item() or .cpu() each step, printing a tensor, a blocking copy): read "
+                      "values every N steps, or copy them asynchronously to pinned memory",
+                      _sync_site(inp)),
+    ]
+    mean_us, per_step = _mean_kernel_us(inp)
+    if mean_us == mean_us and mean_us <= SHORT_KERNEL_US:
+        idle_found.append(_idle_finding(
+            inp, "launch-bound", ["idle_launch_us", "idle_queued_us"],
+            "Launch-bound: the GPU idles {ms} per step ({pct:.0f}%) between short kernels "
+            f"({mean_us:.1f} µs on average, {per_step:,.0f} per step) while the host launches "
+            "them",
+            "fewer, larger kernels: capture the step in a CUDA graph (torch.cuda.graphs, "
+            "torch.compile(mode='reduce-overhead')), fuse operators (torch.compile), or "
+            "larger batches per kernel",
+            {"mean_kernel_us": mean_us, "kernels_per_step": per_step}))
+    for f in idle_found:
+        if f is not None:
+            if f.id == "sync-stall" and f.evidence.get("called_from"):
+                site = f.evidence.get("call_site")
+                f.title += (f"; mostly {f.evidence['sync_op']} called from "
+                            f"{f.evidence['called_from']}" + (f" at {site}" if site else ""))
+            out.append(f)
+    for f in (_memcpy(inp), _jitter(inp), _gemm(inp)):
+        if f is not None:
+            out.append(f)
+    out += _exposed_single(inp, have)
+    explained = sum(f.cost_us or 0.0 for f in out
+                    if f.id in ("data-loading-stall", "sync-stall", "launch-bound"))
+    idle_f = _gpu_idle(inp, explained)
+    if idle_f is not None:
+        out.append(idle_f)
+    return out
+
