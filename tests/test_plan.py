@@ -159,11 +159,12 @@ def test_comm_model_interpolates_between_measured_sizes():
 
 def test_plan_command_for_a_7b_model(tmp_path):
     """`meshscope plan` of a Hugging Face config on 8 GPUs: every layout listed, ZeRO-1's
-    states as above, and no torch imported."""
+    states as above (the ZeRO paper's accounting: ``--framework torch``), and no torch
+    imported."""
     path = tmp_path / "llama.json"
     path.write_text(json.dumps(LLAMA2_7B))
     proc = meshscope("plan", "--model-json", path, "--world", 8, "--dp-modes", "ddp,zero1",
-                     "--precision", "mixed", "--global-batch", 64, "--seq-len", 2048,
+                     "--precision", "mixed", "--framework", "torch", "--global-batch", 64, "--seq-len", 2048,
                      "--device", "H100", "--device-memory-gb", 80, "--json", check=True)
     plan = json.loads(proc.stdout)
     names = [r["name"] for r in plan["rows"]]

@@ -290,42 +290,177 @@ def _fmt_bytes(b: float) -> str:
 
 
 def render_plan(p, detail: bool) -> str:
+    job = p.training is not None and p.training.framework != "runner"
+    what = (f"{p.training.framework}, {p.training.precision}, {p.training.optimizer}, "
+            f"recompute {p.training.recompute}" if job else f"precision {p.precision.name}")
     lines = [f"model {p.model.name}: {p.model.n_params() / 1e6:,.1f} M parameters, "
-             f"{p.model.flops_per_token() / 1e6:,.1f} MFLOP/token, precision "
-             f"{p.precision.name}"]
+             f"{p.model.flops_per_token() / 1e6:,.1f} MFLOP/token, {what}"]
     head = (f"{'#':>2} {'layout':<30} {'params':>9} {'grads':>9} {'optim':>9} {'buffers':>9} "
-            f"{'activ':>9} {'peak':>9}  {'comm/step':<30} {'bubble':>6} {'step ms':>9} "
-            f"{'tok/s':>9} {'MFU':>5}")
+            f"{'activ':>9} {'peak':>9}  {'comm/step (on the wire)':<36} {'bubble':>6} "
+            f"{'step ms':>9} {'tok/s':>9} {'MFU':>5}")
     lines.append(head)
     for i, r in enumerate(p.rows, 1):
         m = r.peak
-        comm = ", ".join(f"{d} {_fmt_bytes(b)}" for d, b in r.comm_bytes.items()) or "-"
+        wire = r.wire_bytes or r.comm_bytes
+        comm = ", ".join(f"{d}{'*' if r.link_level.get(d) == 'inter' else ''} "
+                         f"{_fmt_bytes(b)}" for d, b in wire.items()) or "-"
         est = r.estimate
         fit = " (does not fit)" if r.fits is False else ""
         lines.append(
             f"{i:>2} {r.name[:30]:<30} {_fmt_bytes(m.params_bytes):>9} "
             f"{_fmt_bytes(m.grads_bytes):>9} {_fmt_bytes(m.optimizer_bytes):>9} "
             f"{_fmt_bytes(m.buffers_bytes):>9} {_fmt_bytes(m.activations_bytes):>9} "
-            f"{_fmt_bytes(m.total_bytes):>9}  {comm[:30]:<30} "
+            f"{_fmt_bytes(m.total_bytes):>9}  {comm[:36]:<36} "
             f"{r.theory_bubble_fraction * 100:5.0f}% "
             + (f"{est.step_time_us / 1e3:9.1f} {est.tokens_per_s:9.0f} "
                + (f"{est.mfu_pct:5.1f}" if est.mfu_pct is not None else "    -")
                if est else f"{'-':>9} {'-':>9} {'-':>5}") + fit)
         if detail:
+            lines.append("     memory: " + ", ".join(f"{k} {_fmt_bytes(v)}"
+                                                    for k, v in m.terms.items())
+                         + (f"; offloaded to the host {_fmt_bytes(m.cpu_bytes)}"
+                            if m.cpu_bytes else ""))
             for t in r.transfers:
                 lines.append(f"     pp rank {t.pp_rank} {t.dim:<10} {t.op:<15} {t.count:>5} × "
                              f"{_fmt_bytes(t.msg_bytes):>9} = {_fmt_bytes(t.bytes):>9}  "
-                             f"{t.what}")
+                             f"(sent {_fmt_bytes(t.wire_bytes):>9})  {t.what}")
             if est:
                 exp = ", ".join(f"{d} {v / 1e3:.1f}" for d, v in est.exposed_comm_us.items())
                 lines.append(f"     step {est.step_time_us / 1e3:.1f} ms = compute "
                              f"{est.compute_us / 1e3:.1f} (optimizer "
                              f"{est.optimizer_us / 1e3:.1f}) + exposed [{exp or '-'}] + bubble "
                              f"{est.bubble_us / 1e3:.1f} + overhead {est.overhead_us / 1e3:.1f}")
-    lines.append("(memory per rank, the fullest rank; comm = bytes per step per rank, mean over "
-                 "ranks; bubble = the schedule's closed form)")
+                if est.terms:
+                    lines.append("     terms: " + ", ".join(
+                        f"{k} {v / 1e3:.1f} ms" if k.endswith("_us") else f"{k} {v:.3f}"
+                        for k, v in est.terms.items())
+                        + (f"; {est.hw_tflops_per_gpu:.0f} TFLOP/s a GPU with recomputation"
+                           if est.hw_tflops_per_gpu else ""))
+    lines.append("(memory per rank, the fullest rank; comm = bytes each rank sends per step, "
+                 "mean over ranks, * = between nodes; bubble = the schedule's closed form)")
     lines += [f"note: {n}" for n in p.notes]
     return "\n".join(lines)
+
+
+def _training(framework, precision, optimizer, recompute, attention, block, offload,
+              fp32_grads, model_json, from_runs):
+    from meshscope.parallel.plan.training import Training, TrainingError
+
+    if framework is None:
+        framework = "megatron" if model_json and not from_runs else "runner"
+    if precision is None:
+        precision = "fp32" if framework == "runner" else "mixed"
+    try:
+        return Training(framework=framework, precision=precision, optimizer=optimizer,
+                        recompute=recompute, flash_attention=attention == "flash",
+                        offload=offload, fp32_grads=fp32_grads, block=block)
+    except TrainingError as e:
+        fail(str(e))
+
+
+def _job_setup(training, device, tflops, gpus_per_node, intra_gbps, inter_gbps,
+               intra_latency_us, inter_latency_us, base_comm, from_runs, notes):
+    """The device (GEMM curve, peak, memory bandwidth) and the topology of a GPU job."""
+    import dataclasses
+
+    from meshscope.parallel.plan.job_step import Device, GemmCurve
+    from meshscope.parallel.plan.topology import Topology
+
+    dev = None
+    if device:
+        dev = Device.named(device)
+        if dev is None:
+            fail(f"--device {device!r}: not in the device table (collectors/devices.py)")
+        notes.append(f"compute: {dev.curve.source} (the curve's shape is assumed to carry "
+                     f"to {device}); memory-bound kernels at {dev.memory_bytes_s / 1e12:g} TB/s")
+        if tflops:
+            eta = tflops * 1e12 / dev.peak_flops
+            dev = dataclasses.replace(dev, curve=GemmCurve(eta, 0.0, f"--tflops {tflops:g}"))
+            notes[-1] = f"compute: GEMMs at the given {tflops:g} TFLOP/s (η = {eta:.2f})"
+    elif tflops:
+        fail("--tflops with a GPU framework needs --device (its peak and memory bandwidth)")
+    if from_runs:
+        dev = _calibrated_device(from_runs, dev, training, notes)
+    topo = Topology.for_device(device, gpus_per_node or 8, intra_gbps=intra_gbps,
+                               inter_gbps=inter_gbps, intra_us=intra_latency_us,
+                               inter_us=inter_latency_us)
+    if base_comm is not None:
+        topo.inter = base_comm
+        notes.append("between nodes: the --baseline table (in a node: the link defaults or "
+                     "--intra-gbps)")
+    notes.append(f"topology: {topo.describe()}")
+    if dev is None:
+        notes.append("no --device: memory and traffic only (give --device for step times)")
+    return dev, topo
+
+
+def _calibrated_device(from_runs, dev, training, notes):
+    """The GEMM curve through a measured GPU run's achieved rate (``plan --from GPU_RUN``)."""
+    import dataclasses
+
+    from meshscope.analysis.compare import CompareError, measured
+    from meshscope.collectors.run_info import read_run_info
+    from meshscope.parallel.plan.cost import rank_flops
+    from meshscope.parallel.plan.job_step import Device, GemmCurve
+
+    run = pathlib.Path(from_runs[0])
+    if len(from_runs) > 1:
+        fail("--from with a GPU framework takes one GPU run (its achieved GEMM rate)")
+    try:
+        info = read_run_info(run)
+        m = measured(run)
+    except (CompareError, OSError, ValueError) as e:
+        fail(f"{run}: {e}")
+    if info.device.type != "cuda" or not info.device.name:
+        fail(f"{run} ran on {info.device.type}: its compute rate says nothing about a GPU "
+             f"job; calibrate a --framework megatron/deepspeed/torch plan from a GPU run, or "
+             f"plan it uncalibrated with --device")
+    base = dev or Device.named(info.device.name)
+    if base is None:
+        fail(f"{run}: device {info.device.name!r} is not in the device table")
+    cand = m.candidate
+    r = max(m.compute_us, key=m.compute_us.get)
+    busy_s = max(1e-9, (m.compute_us[r] - m.optimizer_us) / 1e6)
+    eta = rank_flops(m.spec, cand, cand.layout.coordinates(r)["pp"]) / busy_s / base.peak_flops
+    width = m.spec.dim / cand.layout.size("tp")
+    shape = base.curve
+    scale = eta / shape.efficiency(width)
+    curve = GemmCurve(shape.eta_max * scale, shape.half_width,
+                      f"{shape.source}, scaled through {run.name}'s measured η = {eta:.3f} at "
+                      f"h/tp = {width:g}")
+    notes.append(f"calibrated from {run} ({info.device.name}): GEMM curve {curve.source}")
+    return dataclasses.replace(base, curve=curve)
+
+
+def _apply_pipeline_options(cands, virtual_stages, stage_layers, n_layers):
+    """``--virtual-stages`` and ``--stage-layers`` on every pipelined candidate."""
+    import dataclasses
+
+    from meshscope.parallel.layout import LayoutError
+
+    counts = _csv(stage_layers, int) if stage_layers else None
+    out = []
+    for c in cands:
+        if c.pp == 1:
+            out.append(c)
+            continue
+        if virtual_stages is not None:
+            try:
+                c = dataclasses.replace(c, virtual=virtual_stages)
+                c.v
+            except LayoutError as e:
+                fail(str(e))
+        if counts:
+            if len(counts) != c.n_stages:
+                continue
+            if sum(counts) != n_layers or min(counts) < 1:
+                fail(f"--stage-layers {stage_layers}: {len(counts)} stages of "
+                     f"{sum(counts)} layers, the model has {n_layers}")
+            c = dataclasses.replace(c, stage_layer_counts=tuple(counts))
+        out.append(c)
+    if counts and not any(c.pp > 1 for c in out):
+        fail(f"--stage-layers {stage_layers}: no pipelined layout has {len(counts)} stages")
+    return out
 
 
 @click.command("plan")
@@ -337,53 +472,140 @@ def render_plan(p, detail: bool) -> str:
                                                         "model's).")
 @_choice_options
 @click.option("--dp-modes", default="ddp", show_default=True,
-              help="ddp, zero1, zero2, fsdp (comma-separated; zero1 is planning only).")
-@click.option("--precision", type=click.Choice(["fp32", "mixed"]), default="fp32",
-              show_default=True, help="fp32: the runner's; mixed: bf16 with fp32 Adam state.")
+              help="ddp, zero1, zero2, fsdp (comma-separated; zero1 = the distributed "
+                   "optimizer, planning only).")
+@click.option("--virtual-stages", type=int, default=None,
+              help="Stages per pipeline rank for interleaved schedules.")
+@click.option("--stage-layers", default=None,
+              help="Layers of each pipeline stage, comma-separated (e.g. 19,20,20,21).")
+@click.option("--framework", type=click.Choice(["runner", "megatron", "deepspeed", "torch"]),
+              default=None, help="Whose memory and traffic to plan (default: runner for a "
+                                 "preset, megatron for --model-json).")
+@click.option("--precision", type=click.Choice(["fp32", "mixed", "bf16", "fp8"]), default=None,
+              help="fp32 (the runner's), mixed (bf16 + fp32 master; GPU default), bf16 "
+                   "(no master copy), fp8 (mixed with fp8 GEMMs).")
+@click.option("--optimizer", type=click.Choice(["adam", "sgd", "adafactor"]), default="adam",
+              show_default=True)
+@click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default="none",
+              show_default=True, help="Activation recomputation.")
+@click.option("--attention", type=click.Choice(["flash", "eager"]), default="flash",
+              show_default=True, help="eager keeps the s × s scores (Korthikanti's 5as²b).")
+@click.option("--block", type=click.Choice(["llama", "gpt"]), default="llama",
+              show_default=True, help="Layer structure (gpt: LayerNorm, GeLU MLP, dropout).")
+@click.option("--offload", type=click.Choice(["none", "optimizer", "all"]), default="none",
+              show_default=True, help="CPU offload (all = weights too, with fsdp).")
+@click.option("--fp32-grads/--no-fp32-grads", default=None,
+              help="An fp32 gradient accumulation buffer (default: the framework's).")
+@click.option("--gpus-per-node", type=int, default=None,
+              help="GPUs a node (default 8): groups inside a node use NVLink, others the "
+                   "network.")
+@click.option("--intra-gbps", type=float, default=None, help="Bus bandwidth in a node, GB/s.")
+@click.option("--inter-gbps", type=float, default=None,
+              help="Bus bandwidth between nodes per GPU, GB/s.")
+@click.option("--intra-latency-us", type=float, default=None)
+@click.option("--inter-latency-us", type=float, default=None)
+@click.option("--dp-overlap/--no-dp-overlap", default=True,
+              help="Data-parallel reductions overlap the last backward (default on).")
+@click.option("--tp-overlap", is_flag=True, help="Tensor-parallel communication hidden "
+                                                 "(Megatron's --tp-comm-overlap).")
 @click.option("--tflops", type=float, default=None, help="Sustained TFLOP/s per device.")
 @click.option("--peak-tflops", type=float, default=None, help="Peak TFLOP/s per device (MFU).")
 @click.option("--device", default=None, help="A GPU of the device table (H100, A100, …).")
 @click.option("--devices", type=int, default=None,
-              help="Devices the ranks share (CPU: cores; default: one per rank on GPUs, the "
-                   "machine's cores on CPU).")
+              help="Devices the ranks share (runner on CPU: cores).")
 @click.option("--device-memory-gb", type=float, default=None,
               help="Memory of one device: layouts that do not fit are marked and ranked last.")
-@click.option("--bandwidth-gbps", type=float, default=None, help="Bus bandwidth, GB/s.")
-@click.option("--latency-us", type=float, default=None, help="Collective latency, µs.")
+@click.option("--bandwidth-gbps", type=float, default=None,
+              help="Bus bandwidth, GB/s (runner; GPU jobs: --intra-gbps/--inter-gbps).")
+@click.option("--latency-us", type=float, default=None, help="Collective latency, µs (runner).")
 @click.option("--baseline", default=None, type=click.Path(exists=True),
-              help="bench-comm baseline.parquet or nccl-tests output for communication.")
+              help="bench-comm baseline.parquet or nccl-tests output for communication (GPU "
+                   "jobs: the network between nodes).")
 @click.option("--from", "from_runs", multiple=True, type=click.Path(file_okay=False),
-              help="Calibrate from this measured run (repeatable); predicts its model and "
-                   "world size.")
-@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
-@click.option("--detail", is_flag=True, help="Every operation of every layout, and each "
-                                             "step's terms.")
-def plan_cmd(world, model, model_json, seq_len, dims, layouts, schedules, microbatches,
+              help="Calibrate from this measured run (repeatable); without --model or "
+                   "--model-json predicts the run's own model.")
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON, every term.")
+@click.option("--detail", is_flag=True, help="Every term and operation of every layout.")
+@click.pass_context
+def plan_cmd(ctx, world, model, model_json, seq_len, dims, layouts, schedules, microbatches,
              global_batch, no_sp, layers, moe_experts, moe_top_k, moe_every, dp_modes,
-             precision, tflops, peak_tflops, device, devices, device_memory_gb, bandwidth_gbps,
-             latency_us, baseline, from_runs, as_json, detail):
+             virtual_stages, stage_layers, framework, precision, optimizer, recompute,
+             attention, block, offload, fp32_grads, gpus_per_node, intra_gbps, inter_gbps,
+             intra_latency_us, inter_latency_us, dp_overlap, tp_overlap, tflops, peak_tflops,
+             device, devices, device_memory_gb, bandwidth_gbps, latency_us, baseline,
+             from_runs, as_json, detail):
     """Predict memory, communication and step time of layouts, before running them."""
     from meshscope.parallel.plan import plan
     from meshscope.parallel.sweep import SweepError, enumerate_candidates
 
-    rates, comm, notes = _assumed_rates(tflops, peak_tflops, devices, device, bandwidth_gbps,
-                                        latency_us)
+    def given(name):
+        return ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE
+
+    training = _training(framework, precision, optimizer, recompute, attention, block,
+                         offload, fp32_grads, model_json, from_runs)
+    job = training.framework != "runner"
+    if job:
+        for flag, value in (("--devices", devices), ("--bandwidth-gbps", bandwidth_gbps),
+                            ("--latency-us", latency_us), ("--peak-tflops", peak_tflops)):
+            if value is not None:
+                fail(f"{flag} is the runner's; a --framework {training.framework} plan takes "
+                     f"--device, --gpus-per-node, --intra-gbps and --inter-gbps")
+    else:
+        for flag, value in (("--gpus-per-node", gpus_per_node), ("--intra-gbps", intra_gbps),
+                            ("--inter-gbps", inter_gbps),
+                            ("--intra-latency-us", intra_latency_us),
+                            ("--inter-latency-us", inter_latency_us)):
+            if value is not None:
+                fail(f"{flag} describes a GPU cluster; give --framework megatron, deepspeed "
+                     f"or torch to plan one")
+        if tp_overlap or not dp_overlap:
+            fail("--tp-overlap / --no-dp-overlap describe a GPU job; the runner's overlap is "
+                 "its own (give --framework megatron, deepspeed or torch)")
     base_comm = _baseline_model(baseline)
-    if base_comm is not None:
-        comm = base_comm
-        notes = [n for n in notes if not n.startswith("communication")]
+    notes: list[str] = []
+    explicit_model = model_json or given("model") or any(
+        given(x) for x in ("layers", "moe_experts", "moe_top_k", "moe_every"))
     spec = _spec(model, model_json, seq_len, _overrides(layers, moe_experts, moe_top_k,
-                                                        moe_every))
-    if from_runs:
+                                                        moe_every)) if explicit_model or \
+        not from_runs else None
+    rates = comm = None
+    dev = topo = None
+    if job:
+        dev, topo = _job_setup(training, device, tflops, gpus_per_node, intra_gbps,
+                               inter_gbps, intra_latency_us, inter_latency_us, base_comm,
+                               from_runs, notes)
+        if from_runs and spec is None:
+            fail("--from with a GPU framework calibrates the device; name the model to plan "
+                 "with --model-json (or --model)")
+    else:
+        rates, comm, notes = _assumed_rates(tflops, peak_tflops, devices, device,
+                                            bandwidth_gbps, latency_us)
+        if base_comm is not None:
+            comm = base_comm
+            notes = [n for n in notes if not n.startswith("communication")]
+    if from_runs and not job:
         from meshscope.analysis.compare import CompareError, calibrated_planner, measured
+        for flag in ("tflops", "devices", "bandwidth_gbps", "latency_us"):
+            if given(flag):
+                fail(f"--{flag.replace('_', '-')} with --from: the calibration measures it; "
+                     f"drop one of the two")
         try:
             runs = [measured(pathlib.Path(r)) for r in from_runs]
             _, cal = calibrated_planner([pathlib.Path(r) for r in from_runs], rates, base_comm)
         except CompareError as e:
             fail(str(e))
         first = runs[0]
-        spec, world = first.spec, world or first.candidate.layout.world_size
-        global_batch = first.candidate.global_batch
+        if spec is None:
+            spec = first.spec
+        else:
+            notes.append(f"calibrated on {first.spec.name} ({first.spec.n_params() / 1e6:,.1f} "
+                         f"M parameters) and applied to {spec.name} "
+                         f"({spec.n_params() / 1e6:,.1f} M): the per-layer, per-parameter and "
+                         f"per-byte costs carry over; collectives larger than the run's are "
+                         f"extrapolated along its measured sizes")
+        world = world or first.candidate.layout.world_size
+        if not given("global_batch"):
+            global_batch = first.candidate.global_batch
         used = {d for r in runs for d in ("dp", "tp", "pp", "cp", "ep")
                 if r.candidate.layout.size(d) > 1}
         dims = ",".join(sorted(set(_csv(dims)) | used, key="dp tp pp cp ep".split().index))
@@ -400,17 +622,36 @@ def plan_cmd(world, model, model_json, seq_len, dims, layouts, schedules, microb
         return None
 
     try:
-        cands = enumerate_candidates(world, spec.as_config(), dims=_csv(dims),
-                                     schedules=_csv(schedules),
-                                     microbatches=_csv(microbatches, int),
-                                     dp_modes=_csv(dp_modes), global_batch=global_batch,
-                                     sp=not no_sp, layouts=_layouts(layouts),
-                                     runner_only=False, extra_check=kv_check)
+        if job:
+            from meshscope.parallel.plan.job_candidates import job_candidates
+            cands = job_candidates(world, spec, dims=_csv(dims), schedules=_csv(schedules),
+                                   microbatches=_csv(microbatches, int),
+                                   dp_modes=_csv(dp_modes), global_batch=global_batch,
+                                   sp=not no_sp, layouts=_layouts(layouts),
+                                   extra_check=kv_check)
+        else:
+            cands = enumerate_candidates(world, spec.as_config(), dims=_csv(dims),
+                                         schedules=_csv(schedules),
+                                         microbatches=_csv(microbatches, int),
+                                         dp_modes=_csv(dp_modes), global_batch=global_batch,
+                                         sp=not no_sp, layouts=_layouts(layouts),
+                                         runner_only=False, extra_check=kv_check)
     except SweepError as e:
         fail(str(e))
-    p = plan(spec, cands, precision=precision, rates=rates, comm=comm,
-             device_memory_bytes=device_memory_gb * 1e9 if device_memory_gb else None,
-             notes=notes)
+    cands = _apply_pipeline_options(cands, virtual_stages, stage_layers, spec.n_layers)
+    if training.offload == "all" and not any(c.zero_stage == 3 for c in cands):
+        fail("--offload all moves the weights to the host, which needs --dp-modes fsdp")
+    if training.offload == "all":
+        cands = [c for c in cands if c.zero_stage == 3]
+    from meshscope.parallel.plan.job_step import JobOptions
+    try:
+        p = plan(spec, cands, precision=training.as_precision() if job else training.precision,
+                 rates=rates, comm=comm,
+                 device_memory_bytes=device_memory_gb * 1e9 if device_memory_gb else None,
+                 notes=notes, training=training, device=dev, topology=topo,
+                 job_options=JobOptions(dp_overlap=dp_overlap, tp_overlap=tp_overlap))
+    except ValueError as e:
+        fail(str(e))
     if as_json:
         from meshscope.parallel.plan.serial import plan_to_dict
         click.echo(json.dumps(plan_to_dict(p), indent=2))

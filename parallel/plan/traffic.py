@@ -200,7 +200,8 @@ def _dp_transfers(spec, cand, prec, r, stage, groups, sh) -> list[Transfer]:
     return out
 
 
-def _tp_transfers(spec, cand, prec, r, stage, groups, sh) -> list[Transfer]:
+def _tp_transfers(spec, cand, prec, r, stage, groups, sh, loss_parallel=False
+                  ) -> list[Transfer]:
     tp = cand.layout.size("tp")
     if tp == 1:
         return []
@@ -220,7 +221,7 @@ def _tp_transfers(spec, cand, prec, r, stage, groups, sh) -> list[Transfer]:
         out.append(Transfer(r, "tp", "all_reduce", f"stage {stage} activations (row-parallel "
                             "outputs, column-parallel input gradients)", "microbatch",
                             per_mb * sh.m, act, tp))
-    if last:
+    if last and not loss_parallel:   # Megatron's vocab-parallel cross-entropy gathers none
         out.append(Transfer(r, "tp", "all_gather", f"stage {stage} logits", "microbatch", sh.m,
                             sh.tokens * spec.vocab_size * prec.act_bytes, tp))
     if cand.sp:
@@ -284,7 +285,9 @@ def _ep_transfers(spec, cand, prec, r, stage, layers, sh) -> list[Transfer]:
     moe_layers = sum(1 for i in layers if spec.is_moe_layer(i))
     if ep == 1 or not moe_layers:
         return []
-    rows = sh.tokens * spec.moe_top_k * spec.dim * prec.act_bytes
+    tp = cand.layout.size("tp")
+    # with tensor and sequence parallelism each tp rank routes its 1/tp of the tokens
+    rows = sh.tokens * spec.moe_top_k * spec.dim * prec.act_bytes / (tp if cand.sp else 1)
     n = moe_layers * sh.m
     return [Transfer(r, "ep", "all_to_all", f"stage {stage} tokens per expert (counts)",
                      "microbatch", n, spec.moe_experts * COUNT_BYTES, ep),
@@ -308,7 +311,7 @@ def transfers(spec: ModelSpec, cand: Candidate, precision: Precision | str = "fp
             first, last = stage == 0, stage == cand.n_stages - 1
             groups = spec.stage_params(layers_of[stage], first=first, last=last)
             out += _dp_transfers(spec, cand, prec, r, stage, groups, sh)
-            tp_rows = _tp_transfers(spec, cand, prec, r, stage, groups, sh)
+            tp_rows = _tp_transfers(spec, cand, prec, r, stage, groups, sh, loss_parallel=job)
             if job and training.recompute == "full":
                 extra = []
                 for t in tp_rows:
