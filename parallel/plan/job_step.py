@@ -73,7 +73,7 @@ class GemmCurve:
 # Fitted by ``bench/plan_accuracy.py --fit`` on two rows of Megatron-LM's README throughput
 # table (Narayanan et al. 2021, Table 1; A100 80GB, Selene): the 39.1B row (h/t = 1024) and the
 # 1008B row (h/t = 3200); the other eight rows are the check (docs/layouts.md).
-A100_CURVE = GemmCurve(eta_max=0.6838, half_width=80.01,
+A100_CURVE = GemmCurve(eta_max=0.6802, half_width=78.30,
                        source="fitted on Megatron-LM's README table rows 39.1B and 1008B")
 
 
