@@ -17,6 +17,10 @@ $(STAMP): pyproject.toml
 	# met and pip never resolves it to a multi-GB CUDA wheel on a CPU-only machine.
 	$(PY) -m pip install --quiet "$(TORCH)"
 	$(PY) -m pip install --quiet -e '.[test]'
+	# The former TensorBoard profiler plugin, a test oracle only (its parser's step times and
+	# categories; tests/test_gpu_traces.py): without its TensorBoard dependency, which the
+	# parser does not import.
+	$(PY) -m pip install --quiet --no-deps torch-tb-profiler==0.4.3
 	touch $(STAMP)
 
 # The project's modules compiled once, as pip does for an installed package: where

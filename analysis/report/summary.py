@@ -53,6 +53,13 @@ def _run(report) -> dict | None:
                       "flops_per_token": run.model.flops_per_token}}
 
 
+def _top_kernels(kernels: pd.DataFrame, n: int = 5) -> pd.DataFrame:
+    """Each rank's ``n`` kernels with the most time (the ``(other kernels)`` row left out)."""
+    named = kernels[~kernels["name"].str.startswith("(other kernels")]
+    return named.sort_values(["rank", "total_us"], ascending=[True, False]) \
+        .groupby("rank").head(n)
+
+
 def summary_of(report) -> dict:
     from meshscope.analysis.records.steps import throughput_summary
 
@@ -100,4 +107,8 @@ def summary_of(report) -> dict:
         "hangs": records(r.flight_recorder),
         "findings": [f.to_dict() for f in r.findings],
         "bandwidth": records(r.bandwidth_summary),
+        "gpu_idle_per_rank_mean": records(
+            r.idle.drop(columns=["step"]).groupby("rank").mean().reset_index())
+        if len(r.idle) else [],
+        "top_kernels": records(_top_kernels(r.kernels)),
     })

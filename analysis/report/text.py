@@ -40,6 +40,27 @@ def render(summary: dict) -> str:
                      f"{_ms(r['comm_us'])}  {_ms(r['overlapped_comm_us'])} "
                      f"{_ms(r['exposed_comm_us'])} {_ms(r['bubble_us'])} {_ms(r['idle_us'])}"
                      f"     {_pct(r['overlap_pct'])}")
+    for note in summary.get("notes") or []:
+        if "one window" in note or "--step-annotation" in note:
+            lines.append(f"  note: {note}")
+    if summary.get("gpu_idle_per_rank_mean"):
+        lines.append("")
+        lines.append("Where the GPU's idle time goes, per rank, mean over profiled steps (ms):")
+        lines.append("  rank      idle  dataloader      sync  wait-rank    launch       cpu"
+                     "    queued     other")
+        for r in summary["gpu_idle_per_rank_mean"]:
+            lines.append(f"  {r['rank']:>4} {_ms(r['idle_us'])}   {_ms(r['idle_dataloader_us'])}"
+                         f" {_ms(r['idle_sync_us'])}  {_ms(r['idle_wait_rank_us'])} "
+                         f"{_ms(r['idle_launch_us'])} {_ms(r['idle_cpu_us'])} "
+                         f"{_ms(r['idle_queued_us'])} {_ms(r['idle_other_us'])}")
+    if summary.get("top_kernels"):
+        lines.append("")
+        lines.append("Top kernels per rank (time over the profiled steps):")
+        for k in summary["top_kernels"]:
+            name = k["name"] if len(k["name"]) <= 60 else k["name"][:57] + "..."
+            lines.append(f"  rank {k['rank']:>3}  {k['total_us'] / 1000:9.2f} ms "
+                         f"{k['share_pct'] or 0:5.1f}%  {k['count']:>6}×  "
+                         f"{k['category']:<16} {name}")
     if summary["pipeline_stages"]:
         lines.append("")
         lines.append("Pipeline bubble per stage (fraction of the pipeline window):")
