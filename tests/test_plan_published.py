@@ -296,3 +296,36 @@ def test_link_level_follows_the_rank_order():
     assert topo.level_of(cand, "dp") == "inter" and topo.level_of(cand, "pp") == "inter"
     assert Topology.for_device("H100", 4).level_of(cand, "tp") == "inter"
     assert topo.intra.busbw_gbps > topo.inter.busbw_gbps
+
+
+# -- MoE: shared experts and dense first layers ---------------------------------------------------
+
+# Qwen/Qwen1.5-MoE-A2.7B's config.json (Hugging Face), the fields the planner reads.
+QWEN_MOE = {"model_type": "qwen2_moe", "hidden_size": 2048, "intermediate_size": 5632,
+            "moe_intermediate_size": 1408, "shared_expert_intermediate_size": 5632,
+            "num_experts": 60, "num_experts_per_tok": 4, "num_hidden_layers": 24,
+            "num_attention_heads": 16, "num_key_value_heads": 16, "vocab_size": 151936,
+            "max_position_embeddings": 8192, "decoder_sparse_step": 1,
+            "tie_word_embeddings": False}
+
+
+def test_qwen_moe_parameters_with_a_shared_expert():
+    """Qwen1.5-MoE-A2.7B's model card: 14.3B parameters in total, 2.7B activated (60 routed
+    experts, top-4, and a shared expert of width 5632 in every layer). The planner leaves out
+    the q/k/v biases and the shared expert's gate (about 0.2M), hence 1%."""
+    spec = ModelSpec.from_dict(QWEN_MOE)
+    assert spec.moe_shared_hidden == 5632
+    assert spec.n_params() / 1e9 == pytest.approx(14.3, rel=0.01)
+    assert spec.active_params() / 1e9 == pytest.approx(2.7, rel=0.01)
+
+
+def test_dense_first_layers_and_deepseek_shared_experts():
+    """DeepSeek's config names: first_k_dense_replace layers keep a dense MLP;
+    n_shared_experts × moe_intermediate_size is the shared experts' width."""
+    spec = ModelSpec.from_dict({**QWEN_MOE, "first_k_dense_replace": 1,
+                                "shared_expert_intermediate_size": None,
+                                "n_shared_experts": 2})
+    assert spec.moe_shared_hidden == 2 * 1408
+    assert not spec.is_moe_layer(0) and spec.is_moe_layer(1)
+    names0 = {p.name for p in spec.layer_params(0)}
+    assert "w1" in names0 and not any(n.startswith("expert") for n in names0)

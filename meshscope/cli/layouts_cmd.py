@@ -379,11 +379,20 @@ def _job_setup(training, device, tflops, gpus_per_node, intra_gbps, inter_gbps,
             notes[-1] = f"compute: GEMMs at the given {tflops:g} TFLOP/s (η = {eta:.2f})"
     elif tflops:
         fail("--tflops with a GPU framework needs --device (its peak and memory bandwidth)")
+    measured_comm = None
     if from_runs:
-        dev = _calibrated_device(from_runs, dev, training, notes)
-    topo = Topology.for_device(device, gpus_per_node or 8, intra_gbps=intra_gbps,
-                               inter_gbps=inter_gbps, intra_us=intra_latency_us,
-                               inter_us=inter_latency_us)
+        dev, measured_comm, run_world = _calibrated_device(from_runs, dev, training, notes)
+    topo = Topology.for_device(device or (dev.name if dev else None), gpus_per_node or 8,
+                               intra_gbps=intra_gbps, inter_gbps=inter_gbps,
+                               intra_us=intra_latency_us, inter_us=inter_latency_us)
+    if measured_comm is not None and measured_comm.table:
+        level = "intra" if run_world <= topo.gpus_per_node else "inter"
+        fallback = getattr(topo, level)
+        measured_comm.alpha_us, measured_comm.busbw_gbps = fallback.alpha_us, \
+            fallback.busbw_gbps
+        setattr(topo, level, measured_comm)
+        notes.append(f"{'in a node' if level == 'intra' else 'between nodes'}: the "
+                     f"collectives measured in {from_runs[0]} ({measured_comm.describe()})")
     if base_comm is not None:
         topo.inter = base_comm
         notes.append("between nodes: the --baseline table (in a node: the link defaults or "
@@ -429,7 +438,9 @@ def _calibrated_device(from_runs, dev, training, notes):
                       f"{shape.source}, scaled through {run.name}'s measured η = {eta:.3f} at "
                       f"h/tp = {width:g}")
     notes.append(f"calibrated from {run} ({info.device.name}): GEMM curve {curve.source}")
-    return dataclasses.replace(base, curve=curve)
+    from meshscope.parallel.plan import CommModel
+    comm = CommModel.from_rows(m.transfers, source=f"measured in {run.name}")
+    return dataclasses.replace(base, curve=curve), comm, cand.layout.world_size
 
 
 def _apply_pipeline_options(cands, virtual_stages, stage_layers, n_layers):
