@@ -44,6 +44,9 @@ LAYOUTS = {
     "key text inside a string first": lambda ev: json.dumps(
         {"note": 'say "traceEvents": [ here', "traceEvents": ev}),
     "empty array": lambda ev: json.dumps({"a": 1, "traceEvents": [], "b": 2}),
+    # Chrome's JSON Array Format: the events alone, with or without the closing bracket.
+    "bare array": lambda ev: json.dumps(ev),
+    "bare array, unclosed": lambda ev: json.dumps(ev, indent=1)[:-1].rstrip() + ",\n",
 }
 
 
@@ -60,7 +63,7 @@ def test_stream_equals_whole_file(layout, batch_bytes):
 
 
 @pytest.mark.parametrize("raw", [
-    b'[{"ph": "X"}]',                                   # legacy array layout: no traceEvents
+    b'[{"ph": "X"}] x',                                 # a bare array with text after it
     b'{"traceEvents": [{"ph": "X", "ts": 1, "dur": 1',   # ends inside an event
     b'{"traceEvents": [{"ph": "X", "ts": 1}]',           # ends after the array
     b'{"a": 1}',

@@ -16,6 +16,11 @@ valid object, i.e. it is a key of the top-level object. Anything unexpected (no 
 element that never ends, a truncated or corrupt file) raises ``Fallback``: the caller then reads
 the file the plain way, which also gives the canonical error message.
 
+A file whose text starts with ``[`` is Chrome's *JSON Array Format*: the array of events itself,
+without metadata (``layout`` is then ``"array"``, ``meta`` empty); as that format allows, the
+closing ``]`` may be missing (a trace written by a process that was stopped), and a trailing
+comma is accepted.
+
 ``split_top`` / ``split_members`` find the elements of a JSON array or object by counting
 brackets outside strings, without recursion: how a batch or a file holding a value nested
 deeper than the decoder's limit (about 1,000 levels) is still read, element by element, the
@@ -92,12 +97,22 @@ class EventStream:
         self._decode = decode
         self._batch_bytes = batch_bytes
         self.meta: dict | None = None
+        self.layout: str | None = None      # "object" (Kineto) or "array" (JSON Array Format)
 
-    def _head(self) -> tuple[bytes, bytearray]:
-        """(text before the ``"traceEvents"`` key, text after its ``[``)."""
+    def _head(self) -> tuple[bytes | None, bytearray]:
+        """(text before the ``"traceEvents"`` key, text after its ``[``); (None, text after the
+        ``[``) for a bare array."""
         head = bytearray()
         for chunk in self._chunks:
             head += chunk
+            if self.layout is None:
+                first = bytes(head[:4096]).lstrip(_WS)[:1]
+                if not first and len(head) < 4096:
+                    continue
+                if first == b"[":
+                    self.layout = "array"
+                    return None, head[head.index(b"[") + 1:]
+                self.layout = "object"
             for m in _KEY.finditer(head):
                 if _is_object(bytes(head[:m.start()]) + b'"traceEvents":[]}'):
                     return bytes(head[:m.start()]), head[m.end():]
@@ -119,6 +134,9 @@ class EventStream:
                 break
             got = self._cut(buf, start)
             if got is None:
+                if done and prefix is None and not bytes(buf[start:]).strip(_WS + b","):
+                    self.meta = {}                  # a bare array without its closing "]"
+                    return
                 if done:
                     raise Fallback("the trace ends inside traceEvents")
                 if len(buf) > ELEMENT_LIMIT:
@@ -131,6 +149,11 @@ class EventStream:
             yield events
             first = False
         tail = bytes(buf[start + 1:]) + b"".join(self._chunks)
+        if prefix is None:                          # a bare array: nothing may follow it
+            if tail.strip(_WS):
+                raise Fallback("text after the array of events")
+            self.meta = {}
+            return
         try:
             meta = msgspec.json.decode(prefix + b'"traceEvents":[]' + tail)
         except (msgspec.DecodeError, RecursionError):
