@@ -1,14 +1,16 @@
 """Read one rank's Kineto trace (``.json`` or ``.json.gz``) into an event table.
 
 ``load_trace`` returns a ``RankTrace``: the rank, the trace's metadata (every top-level key but
-``traceEvents``), and ``events``, a DataFrame with one row per complete event (``ph == "X"``),
-in file order:
+``traceEvents``, and ``FORMAT_KEY``: what was read, ``read_format``), ``notes`` (how it was
+read, when that is not today's Kineto trace), and ``events``, a DataFrame with one row per
+complete event (``ph == "X"``, or a ``B``/``E`` pair), in file order (a pair where its ``E`` is):
 
 =========== ======= ============================================================
 column      dtype   meaning
 =========== ======= ============================================================
 name        str     event name
-cat         str     Kineto category (``cpu_op``, ``kernel``, ``user_annotation``…)
+cat         str     Kineto category as today's profiler names it (``cpu_op``,
+                    ``kernel``, ``user_annotation``…; PyTorch 1.8's renamed, below)
 ts_us       float   start, µs on the trace's clock
 dur_us      float   duration, µs
 lane        str     ``gpu:<device>:<stream>`` for device events, ``cpu:<pid>:<tid>`` else
@@ -42,11 +44,36 @@ call_args   str     on ``c10d::`` calls only: their recorded arguments as JSON t
 
 Where the collective metadata comes from is spelled out in ``analysis/comm_meta.py``.
 
+Every generation of the format is read into this one table, so that nothing downstream
+(classification, timeline, instances) knows which it was:
+
+- **PyTorch 1.8** (the first Kineto traces) named the categories ``Operator``, ``Kernel``,
+  ``Runtime``, ``Memcpy``, ``Memset`` and ``Python``: they are renamed ``cpu_op``, ``kernel``,
+  ``cuda_runtime``, ``gpu_memcpy``, ``gpu_memset`` and ``python_function``
+  (``LEGACY_CATEGORIES``), except that an ``Operator`` named ``ProfilerStep#N``,
+  ``enumerate(DataLoader)…`` or ``Optimizer.…`` is the profiler or ``record_function`` range
+  that today's profiler calls a ``user_annotation`` (``LEGACY_ANNOTATIONS``). Their
+  ``Input dims`` (small d) is read as ``Input Dims``; kernels already carry ``device``,
+  ``stream`` and ``correlation``.
+- **A bare JSON array** of events (Chrome's JSON Array Format, its closing ``]`` optional) is
+  a trace without metadata.
+- **``B``/``E`` pairs** are matched per thread (``pid``, ``tid``) as a stack, across batches:
+  an ``E`` closes the latest open ``B`` of its thread and the two become one complete event
+  (``_Reading``). An unmatched ``B`` or ``E`` is damage, counted as any other.
+
+Which it was is in ``meta[FORMAT_KEY]`` and a line of ``notes``. A trace that nothing names a
+rank (no ``distributedInfo``, no rank in its name, no ``--rank-regex``) is read as rank 0,
+``meta[RANKLESS_KEY]`` set and a note added; ``report.inputs.resolve_identities`` refuses it
+when it is not the only trace. A trace in which nothing is understood — no event that is
+compute, communication or memory (``UNDERSTOOD_KINDS``) — is refused (``InputError``, naming
+its categories), never read as a rank that did nothing.
+
 How it is read: the file is inflated and cut into batches of events on the fly
 (``analysis/json_stream.py``), so the whole text of a trace is never in memory; each batch is
 decoded with msgspec into small typed structs that keep only the fields above (other arguments
 are skipped unparsed), its columns are built at once, and classification runs once per distinct
-(name, category). A file that cannot be streamed (an unusual layout, or damage) is read whole
+(name, category). Only a batch that holds PyTorch 1.8 categories is renamed, and only the
+events that are not ``X`` are looked at for ``B``/``E`` pairs. A file that cannot be streamed (an unusual layout, or damage) is read whole
 instead, which also names what is wrong with it. With ``cache_dir``, the table is stored as
 parquet under ``<cache_dir>/<key>.parquet`` with the metadata as JSON in the file's key-value
 metadata (``analysis/trace_cache.py``); the key is the BLAKE2b hash of the file's bytes plus the
@@ -68,8 +95,10 @@ refused (``InputError``). The metadata the analysis reads is checked by
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
+import json
 import pathlib
 import re
 from typing import Any, Iterable
@@ -90,13 +119,29 @@ from meshscope.analysis.errors import InputError
 
 RANK_FROM_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
 # Bump when the table's columns or their meaning change: it is part of the cache key.
-# (5: impossible events are dropped and counted, no longer clamped.)
-INGEST_VERSION = 5
+# (5: impossible events are dropped and counted, no longer clamped. 6: PyTorch 1.8 categories,
+# B/E pairs and bare arrays are read; the format read is in the metadata.)
+INGEST_VERSION = 6
 BATCH_EVENTS = 8192             # events per batch when a trace is read whole
 BATCH_BYTES = 1 << 19           # text per batch when it is streamed (fastest on a 54 MB trace)
 WHOLE_TEXT_LIMIT = 4 << 30      # a trace that cannot be streamed is read whole up to this size
 # How many times a trace's JSON was parsed in this process (a cache hit does not parse).
 PARSE_COUNT = 0
+
+# PyTorch 1.8's Kineto categories and today's name for each (``LEGACY_CATEGORIES``); the
+# ``Operator`` events that are profiler or ``record_function`` ranges (today's
+# ``user_annotation``) are told by their name (``LEGACY_ANNOTATIONS``).
+LEGACY_CATEGORIES = {"Operator": "cpu_op", "Kernel": "kernel", "Runtime": "cuda_runtime",
+                     "Memcpy": "gpu_memcpy", "Memset": "gpu_memset", "Python": "python_function"}
+LEGACY_ANNOTATIONS = ("ProfilerStep#", "enumerate(DataLoader)", "Optimizer.")
+# Key of ``RankTrace.meta`` that says what was read (``read_format``), and the key that marks a
+# trace read as rank 0 because nothing gave it a rank (``load_trace``).
+FORMAT_KEY = "meshscope_format"
+RANKLESS_KEY = "meshscope_rankless"
+NO_RANK = ("no rank: the trace has no distributedInfo.rank and the file name has no rank<N> or "
+           "worker<N>; pass --rank-regex with one group that captures the rank from the file "
+           "name (e.g. 'gpu(\\d+)')")
+UNDERSTOOD_KINDS = (classify.COMPUTE, classify.COMMUNICATION, classify.MEMORY)
 
 _NULLABLE_INT = ("in_nelems", "out_nelems", "group_size", "msg_bytes")
 SCHEMA = pa.schema([
@@ -120,6 +165,9 @@ class RankTrace:
     # One line per kind of damage met reading the file: the file, the field, how many events,
     # why (``validate.Damage.lines``, ``validate.trace_meta``).
     problems: list[str] = dataclasses.field(default_factory=list)
+    # One line per thing a reader of the report should know about how the file was read: an
+    # older format, a bare array, B/E pairs, a rank assumed (``read_format``, ``load_trace``).
+    notes: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def on_gpu(self) -> bool:
@@ -142,6 +190,8 @@ class _Args(msgspec.Struct, gc=False):
     seq: Any = msgspec.field(default=None, name="Seq")
     # Kept undecoded (empty when absent): only gloo:/nccl: ranges' shapes are ever read.
     input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input Dims")
+    # PyTorch 1.8 spelled it with a small d (``_dims``: whichever is there).
+    input_dims_18: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input dims")
     input_type: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input type")
     concrete: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Concrete Inputs")
 
@@ -160,7 +210,12 @@ class _Event(msgspec.Struct, gc=False):
 _DECODE_EVENTS = msgspec.json.Decoder(list[_Event])
 # JSON key of each ``_Args`` attribute.
 _ARG_KEYS = {f.name: f.encode_name for f in msgspec.structs.fields(_Args)}
-_RAW_ARGS = ("input_dims", "input_type", "concrete")
+_RAW_ARGS = ("input_dims", "input_dims_18", "input_type", "concrete")
+
+
+def _dims(a: _Args) -> msgspec.Raw:
+    """``Input Dims`` of an event's arguments, or PyTorch 1.8's ``Input dims``."""
+    return a.input_dims or a.input_dims_18
 
 
 def _read_bytes(path: pathlib.Path) -> bytes:
@@ -198,12 +253,35 @@ def _json_problem(e: Exception) -> str:
     return f"not valid JSON ({text})"
 
 
-_NOT_KINETO = "not a Kineto trace: no 'traceEvents' list"
+_NOT_KINETO = ("not a Kineto trace: no 'traceEvents' list (nor is it a JSON array of "
+               "events)")
 
 
-def _split(path: pathlib.Path, data) -> tuple[dict, list, Damage]:
-    """(metadata, one undecoded slice of ``data`` per event, metadata keys left out)."""
+def _split_array(path: pathlib.Path, data) -> list:
+    """One undecoded slice per event of a bare JSON array of events (Chrome's JSON Array
+    Format), whose closing ``]`` may be missing."""
+    text = bytes(data).rstrip()
+    if not text.endswith(b"]"):
+        text = text.rstrip(b",").rstrip() + b"]"
+    try:
+        return msgspec.json.decode(text, type=list[msgspec.Raw])
+    except msgspec.ValidationError:
+        raise InputError(path, _NOT_KINETO) from None
+    except msgspec.DecodeError as e:
+        raise InputError(path, _json_problem(e)) from None
+    except RecursionError:
+        try:
+            return [text[a:b] for a, b in json_stream.split_top(text)]
+        except msgspec.DecodeError as e:
+            raise InputError(path, _json_problem(e)) from None
+
+
+def _split(path: pathlib.Path, data) -> tuple[dict | None, list, Damage]:
+    """(metadata, one undecoded slice of ``data`` per event, metadata keys left out); the
+    metadata is None for a bare array of events."""
     damage = Damage()
+    if bytes(data[:4096]).lstrip()[:1] == b"[":
+        return None, _split_array(path, data), damage
     try:
         top = msgspec.json.decode(data, type=dict[str, msgspec.Raw])
     except msgspec.ValidationError:
@@ -265,11 +343,13 @@ def name_rank(path: pathlib.Path, rank_regex: re.Pattern | None = None) -> int |
     return None
 
 
-def rank_of(path: pathlib.Path, doc: dict, rank_regex: re.Pattern | str | None = None) -> int:
+def rank_of(path: pathlib.Path, doc: dict, rank_regex: re.Pattern | str | None = None, *,
+            missing_ok: bool = False) -> int | None:
     """The rank of a trace: with ``--rank-regex`` the file name's, when it matches (the user's
     explicit choice: it also settles two files whose ``distributedInfo`` claims one rank);
     else ``distributedInfo.rank`` (``doc`` checked by ``validate.trace_meta``); else the file
-    name's ``rank3``, ``rank-3``, ``rank_3`` or ``worker3``."""
+    name's ``rank3``, ``rank-3``, ``rank_3`` or ``worker3``. When nothing gives one:
+    InputError (``NO_RANK``), or None with ``missing_ok`` and no ``--rank-regex``."""
     rx = compile_rank_regex(rank_regex)
     if rx is not None and name_rank(path, rx) is not None:
         return name_rank(path, rx)
@@ -282,9 +362,9 @@ def rank_of(path: pathlib.Path, doc: dict, rank_regex: re.Pattern | str | None =
     from_name = name_rank(path)
     if from_name is not None:
         return from_name
-    raise InputError(path, "no rank: the trace has no distributedInfo.rank and the file name "
-                           "has no rank<N> or worker<N>; pass --rank-regex with one group that "
-                           "captures the rank from the file name (e.g. 'gpu(\\d+)')")
+    if missing_ok:
+        return None
+    raise InputError(path, NO_RANK)
 
 
 # -- typing the fields of a batch of events --------------------------------------------------
@@ -378,15 +458,99 @@ def _cpu_lanes(pids: list, tids: list) -> pa.Array:
 
 
 _DEVICE_CATS = pa.array(sorted(classify.DEVICE_CATS), pa.large_string())
+_LEGACY_CATS = pa.array(sorted(LEGACY_CATEGORIES), pa.large_string())
+
+
+def _today_categories(names: list[str], cat: pa.Array, reading: "_Reading | None") -> pa.Array:
+    """``cat`` with PyTorch 1.8's categories renamed to today's (``LEGACY_CATEGORIES``; an
+    ``Operator`` named as a profiler or ``record_function`` range is a ``user_annotation``),
+    each one met counted in ``reading``."""
+    out = []
+    for n, c in zip(names, cat.to_pylist()):
+        new = LEGACY_CATEGORIES.get(c)
+        if new is None:
+            out.append(c)
+            continue
+        if reading is not None:
+            reading.legacy[c] += 1
+        out.append("user_annotation" if c == "Operator" and n.startswith(LEGACY_ANNOTATIONS)
+                   else new)
+    return pa.array(out, pa.large_string())
+
+
+class _Reading:
+    """What reading one trace carries from batch to batch: the ``B`` events still open on each
+    thread (``(pid, tid)``), as a stack, and what was met (PyTorch 1.8 categories, B/E pairs).
+
+    ``pair`` turns each ``E`` and the latest open ``B`` of its thread into one complete event
+    (``ph`` "X"): the name, category, start and thread of the ``B``, the duration from the
+    ``B``'s start to the ``E``'s, the ``B``'s arguments with the ``E``'s merged over them (an
+    ``E`` may carry a name, a category or arguments, or not). An ``E`` with no open ``B`` is
+    dropped and counted; so is each ``B`` still open when the trace ends (``unclosed``).
+    """
+
+    def __init__(self):
+        self.open: dict[tuple, list[_Event]] = {}
+        self.legacy: collections.Counter = collections.Counter()
+        self.pairs = 0
+
+    def pair(self, evs: list[_Event], damage: Damage) -> list[_Event]:
+        out = []
+        for e in evs:
+            key = (e.pid, e.tid)
+            try:
+                hash(key)
+            except TypeError:               # a pid or tid that is a list or an object
+                key = (repr(e.pid), repr(e.tid))
+            if e.ph == "B":
+                self.open.setdefault(key, []).append(e)
+                continue
+            stack = self.open.get(key)
+            if not stack:
+                damage.drop("ph", "an 'E' that closes no open 'B' on its thread (pid, tid)")
+                continue
+            out.append(_complete(stack.pop(), e))
+            self.pairs += 1
+        return out
+
+    def unclosed(self, damage: Damage) -> None:
+        damage.drop("ph", "a 'B' that no 'E' on its thread (pid, tid) closes",
+                    sum(len(s) for s in self.open.values()))
+        self.open.clear()
+
+    def to_json(self) -> bytes:
+        return json.dumps({"legacy": dict(self.legacy), "pairs": self.pairs}).encode()
+
+
+def _complete(b: _Event, e: _Event) -> _Event:
+    """The complete event of the pair ``b`` … ``e`` (``_Reading``). A start that is not a
+    number leaves the duration unknown; the event is then dropped as any other would be."""
+    if type(b.ts) in _NUMBER and type(e.ts) in _NUMBER:
+        dur = e.ts - b.ts
+    else:
+        dur = e.ts if type(b.ts) in _NUMBER else None
+    args = b.args
+    if e.args is not None:
+        args = e.args if b.args is None else _Args(**{
+            f: (new if (new is not None and (f not in _RAW_ARGS or new)) else getattr(b.args, f))
+            for f in _ARG_KEYS for new in (getattr(e.args, f),)})
+    return _Event(ph="X", name=b.name if b.name is not None else e.name,
+                  cat=b.cat if b.cat is not None else e.cat, ts=b.ts, dur=dur, pid=b.pid,
+                  tid=b.tid, args=args)
 _HOST_META_CATS = pa.array(["gpu_user_annotation"], pa.large_string())
 
 
-def _batch(evs: list[_Event]) -> tuple[dict[str, pa.Array] | None, list[tuple[int, dict]],
-                                        Damage]:
+def _batch(evs: list[_Event], reading: "_Reading | None" = None
+           ) -> tuple[dict[str, pa.Array] | None, list[tuple[int, dict]], Damage]:
     """Columns of one batch's usable complete events (None when there are none), (row,
-    collective metadata) pairs, and what was dropped or ignored."""
+    collective metadata) pairs, and what was dropped or ignored. ``reading``: what is carried
+    from batch to batch (the open ``B`` events of each thread) and what was met."""
     damage = Damage(getattr(evs, "damage", None) or {})
     xs = [e for e in evs if e.ph == "X"]
+    if reading is not None and len(xs) < len(evs):
+        pairs = [e for e in evs if e.ph == "B" or e.ph == "E"]
+        if pairs:
+            xs += reading.pair(pairs, damage)
     if not xs:
         return None, [], damage
     ts, ts_code = _numbers([e.ts for e in xs])
@@ -406,6 +570,8 @@ def _batch(evs: list[_Event]) -> tuple[dict[str, pa.Array] | None, list[tuple[in
             cats = [v for v, k in zip(cats, keep) if k]
     name = pa.array(names, pa.large_string())
     cat = _str_array(cats)
+    if pc.any(pc.is_in(cat, value_set=_LEGACY_CATS)).as_py():
+        cat = _today_categories(names, cat, reading)
     args = [e.args for e in xs]
     device = pc.is_in(cat, value_set=_DEVICE_CATS)
     lane = _cpu_lanes([e.pid for e in xs], [e.tid for e in xs])
@@ -432,7 +598,7 @@ def _batch(evs: list[_Event]) -> tuple[dict[str, pa.Array] | None, list[tuple[in
             if i in have:
                 continue
             a = args[i]
-            dims = _raw_value(a.input_dims, "Input Dims", damage) if a else None
+            dims = _raw_value(_dims(a), "Input Dims", damage) if a else None
             types = _raw_value(a.input_type, "Input type", damage) if a else None
             found.append((i, comm_meta.from_host_range(names[i], dims, types, damage)))
     calls = pc.starts_with(name, "c10d::")
@@ -498,7 +664,7 @@ def _call_args_json(a: _Args | None, damage: Damage) -> str | None:
         return None
     parts = []
     for attr, key in _CALL_ARG_KEYS:
-        raw = getattr(a, attr)
+        raw = _dims(a) if attr == "input_dims" else getattr(a, attr)
         if not raw:
             parts.append(b"null")
             continue
@@ -624,6 +790,7 @@ def _decode(text) -> list[_Event]:
 
 
 DAMAGE_KEY = b"meshscope.damage"
+READ_KEY = b"meshscope.read"
 
 
 def parse_events(batches: Iterable[list[_Event]], *,
@@ -656,13 +823,30 @@ def _with_damage(table: pa.Table, damage: Damage) -> pa.Table:
                                           DAMAGE_KEY: damage.to_json()})
 
 
+def _read_info(table: pa.Table) -> dict:
+    """What was met making ``table``: ``legacy`` (PyTorch 1.8 category → events), ``pairs``
+    (B/E pairs read as complete events; ``parse_events``) and ``layout`` (``array`` for a bare
+    array of events, else absent; ``_parse``)."""
+    text = (table.schema.metadata or {}).get(READ_KEY)
+    return json.loads(text) if text else {"legacy": {}, "pairs": 0}
+
+
 def _parse_events(batches: Iterable[list[_Event]], comm_kernel_re: re.Pattern | None) -> pa.Table:
+    table = _parse_events_of(batches, comm_kernel_re, reading := _Reading())
+    if reading.legacy or reading.pairs:
+        table = table.replace_schema_metadata({**(table.schema.metadata or {}),
+                                               READ_KEY: reading.to_json()})
+    return table
+
+
+def _parse_events_of(batches: Iterable[list[_Event]], comm_kernel_re: re.Pattern | None,
+                     reading: _Reading) -> pa.Table:
     chunks: dict[str, list[pa.Array]] = {}
     found: list[tuple[int, dict]] = []
     damage = Damage()
     n = 0
     for evs in batches:
-        cols, meta, hurt = _batch(evs)
+        cols, meta, hurt = _batch(evs, reading)
         damage.update(hurt)
         if cols is None:
             continue
@@ -670,6 +854,7 @@ def _parse_events(batches: Iterable[list[_Event]], comm_kernel_re: re.Pattern | 
             chunks.setdefault(k, []).append(arr)
         found += [(n + i, m) for i, m in meta]
         n += len(cols["name"])
+    reading.unclosed(damage)
     if n == 0:
         return _with_damage(SCHEMA.empty_table(), damage)
     arrays = {k: pa.concat_arrays(v) for k, v in chunks.items()}
@@ -686,17 +871,63 @@ def _parse_events(batches: Iterable[list[_Event]], comm_kernel_re: re.Pattern | 
     return _with_damage(table, damage)
 
 
-def _parse(path: pathlib.Path, raw: bytes,
-           comm_kernel_re: re.Pattern | None) -> tuple[pa.Table, dict]:
-    """(event table, metadata): streamed (``json_stream``), or, for a file that cannot be
-    streamed, decompressed whole and split with msgspec (which also names what is wrong with
-    a damaged file)."""
-    stream = json_stream.EventStream(raw, _decode, batch_bytes=BATCH_BYTES)
+def _with_layout(table: pa.Table, layout: str | None) -> pa.Table:
+    """``table`` with the file's layout (``object``, ``array``) among what was read."""
+    if layout in (None, "object"):
+        return table
+    info = {**_read_info(table), "layout": layout}
+    return table.replace_schema_metadata({**(table.schema.metadata or {}),
+                                          READ_KEY: json.dumps(info).encode()})
+
+
+def read_format(table: pa.Table) -> dict:
+    """What was read (``RankTrace.meta[FORMAT_KEY]``): ``name``, ``kineto`` or ``pytorch-1.8``
+    (its categories were renamed), with ``+json-array`` for a bare array of events and
+    ``+B/E`` when duration pairs were read; ``layout`` (``object`` or ``array``),
+    ``legacy_categories`` (PyTorch 1.8 category → events) and ``be_pairs``."""
+    info = _read_info(table)
+    layout = info.get("layout", "object")
+    name = "pytorch-1.8" if info["legacy"] else "kineto"
+    name += "+json-array" if layout == "array" else ""
+    name += "+B/E" if info["pairs"] else ""
+    return {"name": name, "layout": layout,
+            "legacy_categories": info["legacy"], "be_pairs": info["pairs"]}
+
+
+def format_notes(path: pathlib.Path, fmt: dict) -> list[str]:
+    """A line per way in which the file was not today's Kineto trace (``read_format``)."""
+    if not isinstance(fmt, dict):
+        return []
+    out = []
+    legacy = fmt.get("legacy_categories") or {}
+    if legacy:
+        renamed = ", ".join(f"{c} as {LEGACY_CATEGORIES.get(c, c)}" for c in sorted(legacy))
+        out.append(f"{path}: read as a PyTorch 1.8 trace (categories {renamed}; its "
+                   f"ProfilerStep, DataLoader and Optimizer ranges as user annotations)")
+    if fmt.get("layout") == "array":
+        out.append(f"{path}: read as a bare JSON array of events (Chrome's JSON Array "
+                   f"Format): the trace has no metadata")
+    if fmt.get("be_pairs"):
+        n = fmt["be_pairs"]
+        out.append(f"{path}: {n:,} duration event{'s' * (n != 1)} written as B/E pairs, "
+                   f"read as complete events")
+    return out
+
+
+def _parse(path: pathlib.Path, raw: bytes, comm_kernel_re: re.Pattern | None,
+           batch_bytes: int | None = None) -> tuple[pa.Table, dict]:
+    """(event table, metadata): streamed (``json_stream``, ``batch_bytes`` of text per batch,
+    default ``BATCH_BYTES``), or, for a file that cannot be streamed, decompressed whole and
+    split with msgspec (which also names what is wrong with a damaged file). The metadata
+    holds what was read under ``FORMAT_KEY`` (``read_format``)."""
+    stream = json_stream.EventStream(raw, _decode, batch_bytes=batch_bytes or BATCH_BYTES)
     try:
-        return parse_events(stream.batches(), comm_kernel_re=comm_kernel_re), stream.meta
+        table = _with_layout(parse_events(stream.batches(), comm_kernel_re=comm_kernel_re),
+                             stream.layout)
+        meta = stream.meta
     except json_stream.Fallback:
-        pass
-    return _parse_whole(path, raw, comm_kernel_re)
+        table, meta = _parse_whole(path, raw, comm_kernel_re)
+    return table, {**meta, FORMAT_KEY: read_format(table)}
 
 
 def _parse_whole(path: pathlib.Path, raw: bytes, comm_kernel_re: re.Pattern | None = None,
@@ -704,6 +935,8 @@ def _parse_whole(path: pathlib.Path, raw: bytes, comm_kernel_re: re.Pattern | No
     """The whole-file reader: decompress, split with msgspec, parse ``batch_events`` at a time."""
     data = _decompress(path, raw)
     meta, raws, meta_damage = _split(path, data)
+    layout = "object" if meta is not None else "array"
+    meta = meta if meta is not None else {}
     del data
     batches = (_decode(b"[" + b",".join(raws[i:i + batch_events]) + b"]")
                for i in range(0, len(raws), batch_events))
@@ -715,7 +948,7 @@ def _parse_whole(path: pathlib.Path, raw: bytes, comm_kernel_re: re.Pattern | No
         damage = damage_of(table)
         damage.update(meta_damage)
         table = _with_damage(table, damage)
-    return table, meta
+    return _with_layout(table, layout), meta
 
 
 def to_frame(table: pa.Table) -> pd.DataFrame:
@@ -731,17 +964,31 @@ def _cache_key(raw: bytes, comm_kernel_re: re.Pattern | None) -> str:
     return trace_cache.key(raw, extra)
 
 
+_UNDERSTOOD = pa.array(UNDERSTOOD_KINDS, pa.large_string())
+
+
 def _usable(path: pathlib.Path, table: pa.Table, damage: Damage) -> None:
-    """InputError when the trace has no complete event left, or lost more than
-    ``validate.MAX_DROPPED_SHARE`` of them to damage (its numbers would be bent)."""
+    """InputError when the trace has no complete event left, lost more than
+    ``validate.MAX_DROPPED_SHARE`` of them to damage (its numbers would be bent), or holds
+    nothing that is understood: no event that is compute, communication or memory
+    (``UNDERSTOOD_KINDS``; only annotations or unknown categories), which would make an
+    all-zero report."""
     dropped, kept = damage.dropped, table.num_rows
     why = damage.summary()
     if kept == 0:
-        raise InputError(path, "the trace has no complete ('X') events" +
+        raise InputError(path, "the trace has no complete ('X', or 'B'/'E' pair) events" +
                          (f" left: {why}" if dropped else ""))
     if dropped > validate.MAX_DROPPED_SHARE * (dropped + kept):
         raise InputError(path, f"too damaged to analyse: {dropped:,} of {dropped + kept:,} "
                                f"events unusable; {why}")
+    if not pc.any(pc.is_in(table.column("kind"), value_set=_UNDERSTOOD)).as_py():
+        counts = sorted(((c["counts"], c["values"] or "(none)")
+                         for c in pc.value_counts(table.column("cat")).to_pylist()),
+                        key=lambda nc: (-nc[0], nc[1]))
+        shown = ", ".join(f"{c} ({n:,})" for n, c in counts[:6])
+        more = f" and {len(counts) - 6} more" if len(counts) > 6 else ""
+        raise InputError(path, f"nothing in it was understood: none of its {kept:,} events is "
+                               f"an operator, kernel or memcpy: categories {shown}{more}")
 
 
 def load_trace(path: pathlib.Path, *, comm_kernel_re: re.Pattern | None = None,
@@ -770,9 +1017,18 @@ def load_trace(path: pathlib.Path, *, comm_kernel_re: re.Pattern | None = None,
     _usable(path, table, damage)
     meta, meta_problems = validate.trace_meta(meta)
     problems = damage.lines(path) + [f"{path}: {p}" for p in meta_problems]
-    rank, info = rank_of(path, meta, rank_regex), validate.info_rank(meta)
+    notes = format_notes(path, meta.get(FORMAT_KEY))
+    rank, info = rank_of(path, meta, rank_regex, missing_ok=True), validate.info_rank(meta)
+    if rank is None:
+        # Nothing names a rank: rank 0, if it is the only trace (the analysis refuses several
+        # such files: ``report.inputs.resolve_identities``).
+        rank, meta[RANKLESS_KEY] = 0, True
+        notes.append(f"{path}: no rank in the trace (no distributedInfo.rank) nor in its file "
+                     f"name: read as rank 0, the only trace")
+    else:
+        meta.pop(RANKLESS_KEY, None)
     if info is not None and rank != info:
         problems.append(f"{path}: distributedInfo.rank is {info}, but its name says rank "
                         f"{rank} (--rank-regex): read as rank {rank}")
     return RankTrace(path=path, rank=rank, events=to_frame(table), meta=meta,
-                     problems=problems)
+                     problems=problems, notes=notes)

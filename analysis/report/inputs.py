@@ -26,6 +26,11 @@ broken link is named and skipped (``walk_traces`` says which).
 
 - a rank comes from ``distributedInfo``, else from the file name; with ``--rank-regex`` from
   the file name first (``ingest.events.rank_of``: the user's explicit choice);
+- a trace that nothing gives a rank (no ``distributedInfo``, no rank in its name, no
+  ``--rank-regex``) is rank 0 when it is the only trace (ingest says so in its notes); among
+  several files each such file is refused with the message that asks for ``--rank-regex``:
+  a problem of that file when the caller collects ``problems`` (the others are analysed),
+  else ``InputError``;
 - two files claiming one rank stop the analysis (``InputError``, naming both and where each
   rank came from), unless ``--rank-regex`` tells them apart;
 - traces of different jobs — different ``distributedInfo.world_size``, different run ids, or a
@@ -42,7 +47,7 @@ import pandas as pd
 
 from meshscope.analysis.errors import InputError
 from meshscope.analysis.ingest import validate
-from meshscope.analysis.ingest.events import name_rank
+from meshscope.analysis.ingest.events import NO_RANK, RANKLESS_KEY, name_rank
 from meshscope.analysis.records.fr_table import FlightRecords
 from meshscope.collectors import run_dir as rd, step_timer
 from meshscope.collectors.flight_recorder import read_dump
@@ -78,6 +83,7 @@ class TraceIdentity:
     info_rank: int | None      # distributedInfo.rank
     world_size: int | None     # distributedInfo.world_size
     run_id: str | None         # the run id in the trace's meshscope metadata
+    rankless: bool = False     # nothing gave a rank: ingest read it as rank 0
 
 
 def identity(path: pathlib.Path, rank: int, meta: dict) -> TraceIdentity:
@@ -85,7 +91,8 @@ def identity(path: pathlib.Path, rank: int, meta: dict) -> TraceIdentity:
     (checked by ``ingest.validate.trace_meta``)."""
     meta = meta if isinstance(meta, dict) else {}
     return TraceIdentity(path=pathlib.Path(path), rank=rank, info_rank=validate.info_rank(meta),
-                         world_size=validate.info_world_size(meta), run_id=validate.run_id(meta))
+                         world_size=validate.info_world_size(meta), run_id=validate.run_id(meta),
+                         rankless=meta.get(RANKLESS_KEY) is True)
 
 
 def _files(ids) -> str:
@@ -131,11 +138,20 @@ def _claim(i: TraceIdentity) -> str:
     return f"{i.path} ({source}{also})"
 
 
-def resolve_identities(ids: list[TraceIdentity], *, run: RunInfo | None = None
-                       ) -> dict[pathlib.Path, int]:
+def resolve_identities(ids: list[TraceIdentity], *, run: RunInfo | None = None,
+                       problems: list[str] | None = None) -> dict[pathlib.Path, int]:
     """file → rank for every file (module docstring; ``run``: the job's run.json, to check the
     traces against); no file is left out quietly: InputError when two files claim one rank,
-    the traces come from different jobs or name a rank outside the job."""
+    the traces come from different jobs or name a rank outside the job. A file without a rank
+    among several: a line in ``problems`` and left out when it is given, else InputError."""
+    rankless = [i for i in ids if i.rankless]
+    if rankless and len(ids) > 1:
+        if problems is None:
+            others = rankless[1:]
+            also = f" (as have {_files(others)})" if others else ""
+            raise InputError(rankless[0].path, NO_RANK.replace("; pass", f"{also}; pass", 1))
+        problems += [f"{i.path}: {NO_RANK}" for i in rankless]
+        ids = [i for i in ids if not i.rankless]
     if not ids:
         return {}
     _one_job(ids, run)
