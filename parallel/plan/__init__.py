@@ -14,6 +14,17 @@ formulas and their sources):
 - ``cost``        — the step-time model, term by term;
 - ``calibrate``   — the cost model's terms from a measured run (``plan --from``);
 - ``planner``     — ``plan()``: every candidate, ranked.
+
+A GPU job (Megatron-LM, DeepSpeed, FSDP2 on a cluster) has its own model beside the runner's:
+
+- ``training``       — framework, precision, optimizer, recomputation, offload;
+- ``states``         — model states term by term, per framework and ZeRO stage;
+- ``activations``    — Korthikanti et al.'s activation memory per layer;
+- ``job_memory``     — a GPU job's memory per rank, every term;
+- ``topology``       — link levels (in a node, between nodes) and which one each group uses;
+- ``job_step``       — its step time: GEMMs at a fitted size-dependent rate, memory-bound
+                       kernels, exposed communication per level, bubble, optimizer bytes;
+- ``job_candidates`` — the layouts a GPU job can take (tp inside MoE layers too).
 """
 from .bubble import in_flight, theory_fraction
 from .calibrate import Calibration, Measured, calibrate
@@ -25,9 +36,11 @@ from .planner import Plan, PlanRow, plan, plan_one
 from .precision import PRECISIONS, Precision
 from .spec import ModelSpec, SpecError
 from .traffic import Transfer, bytes_by_rank, transfers
+from .training import Training, TrainingError
 
 __all__ = ["in_flight", "theory_fraction", "Calibration", "Measured", "calibrate",
            "RUNNER_DP_MODES", "ZERO_STAGE", "Candidate", "CommModel", "CPU_ASSUMED_FLOPS",
            "Rates", "StepEstimate", "predict", "MemoryEstimate", "ModelStates", "memory",
            "model_states", "Plan", "PlanRow", "plan", "plan_one", "PRECISIONS", "Precision",
-           "ModelSpec", "SpecError", "Transfer", "bytes_by_rank", "transfers"]
+           "ModelSpec", "SpecError", "Transfer", "bytes_by_rank", "transfers", "Training",
+           "TrainingError"]

@@ -3,10 +3,10 @@
 For the slowest pipeline rank, with m microbatches, p pipeline ranks and v stages per rank:
 
 1. **compute** of one microbatch = its GEMM FLOPs / (peak × η(w)) + the bytes its
-   memory-bound kernels move / memory bandwidth (``elementwise_bytes_per_token``). The FLOPs: per token and layer
-   2 × the weights a token passes through (attention with grouped-query K/V, the MLP — SwiGLU's
-   three matrices — or a MoE layer's router, top-k routed and shared experts) plus attention's
-   4·h·s; × 3 for forward and backward, + 1 forward more under full recomputation (+ the
+   memory-bound kernels move / memory bandwidth (``elementwise_bytes_per_token``). The
+   FLOPs: per token and layer 2 × the weights a token passes through (attention with
+   grouped-query K/V, the MLP — SwiGLU's three matrices — or a MoE layer's router, top-k
+   routed and shared experts) plus attention's 4·h·s; × 3 for forward and backward, + 1 forward more under full recomputation (+ the
    attention core's under selective); the head's 2·h·V on the last stage; ÷ tp. η(w) is the
    achieved fraction of peak of GEMMs of per-GPU width w = h / tp — a saturating curve
    η = η_max · w / (w + w_½) (``GemmCurve``: small GEMMs run further from peak), fitted on
@@ -41,6 +41,7 @@ from meshscope.collectors.devices import lookup
 
 from .bubble import theory_fraction
 from .candidate import Candidate
+from .job_memory import local_weights
 from .spec import ModelSpec
 from .topology import Topology
 from .traffic import Transfer, shape_of, transfers
@@ -253,7 +254,6 @@ def predict_job(spec: ModelSpec, cand: Candidate, t: Training, device: Device,
                 dp_exposed += first * g.count + max(0.0, g_total - first * g.count
                                                     - compute_mb * m)
         # optimizer
-        from .job_memory import local_weights
         dense, experts, _ = local_weights(spec, cand, r)
         owned = dense / (cand.dp_shards if cand.zero_stage >= 1 else 1) \
             + experts / (max(1, cand.dp_shards // cand.layout.size("ep"))
