@@ -73,3 +73,31 @@ def test_hangs_and_desyncs_come_first_without_a_cost():
     found = fm.findings(_inputs(hangs=hangs, straggler=_straggler()))
     assert [f.id for f in found] == ["hang", "straggler"]
     assert found[0].cost_us is None and found[0].severity == "high"
+
+
+def _idle(per_rank: dict[int, dict]) -> pd.DataFrame:
+    causes = ("dataloader", "sync", "wait_rank", "launch", "cpu", "queued", "other")
+    rows = []
+    for r, vals in per_rank.items():
+        row = {"rank": r, "step": 0, **{f"idle_{c}_us": 0.0 for c in causes}, **vals}
+        row["idle_us"] = sum(row[f"idle_{c}_us"] for c in causes)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def test_a_stall_on_the_stragglers_own_host_is_its_evidence_not_a_second_finding():
+    """Rank 1 idles 30 ms a step in its data loader and is the (host-bound) straggler: one
+    finding, the stall among its symptoms. The same stall on both ranks is a finding of its
+    own (every rank waits for its loader: no rank is the cause)."""
+    bd = _breakdown({0: {"idle_us": 2_000.0}, 1: {"idle_us": 32_000.0}})
+    idle = _idle({0: {"idle_other_us": 2_000.0}, 1: {"idle_dataloader_us": 30_000.0,
+                                                   "idle_other_us": 2_000.0}})
+    found = fm.findings(_inputs(breakdown=bd, straggler=_straggler(), on_gpu=True, idle=idle))
+    assert [f.id for f in found] == ["host-bound"]
+    assert any("data loader" in s for s in found[0].symptoms)
+    both = _idle({0: {"idle_dataloader_us": 30_000.0}, 1: {"idle_dataloader_us": 30_000.0}})
+    bd2 = _breakdown({0: {"idle_us": 30_000.0}, 1: {"idle_us": 30_000.0}})
+    found = fm.findings(_inputs(breakdown=bd2, on_gpu=True, idle=both))
+    assert found[0].id == "data-loading-stall"
+    assert found[0].cost_us == pytest.approx(30_000.0)
+    assert found[0].evidence["ranks"] == [0, 1]

@@ -11,9 +11,12 @@ dataloader   the data loader: ``enumerate(DataLoader)#…__next__``, ``enumerate
              (the names the former TensorBoard profiler plugin counts as DataLoader), and a
              loader iterator's ``__next__`` in Python stacks (``…dataloader.py…: __next__``)
 sync         a blocking synchronisation: ``cudaStreamSynchronize``, ``cudaDeviceSynchronize``,
-             ``cudaEventSynchronize``, blocking ``cudaMemcpy`` / ``cuMemcpyDtoH``…, their HIP
-             names, and ``aten::item`` / ``aten::_local_scalar_dense`` (a ``.item()`` copies
-             a value to the host and waits for it)
+             ``cudaEventSynchronize``, blocking ``cudaMemcpy`` / ``cuMemcpyDtoH``…,
+             ``cudaFree`` (which synchronises the device), their HIP names, and
+             ``aten::item`` / ``aten::_local_scalar_dense`` (a ``.item()`` copies a value to
+             the host and waits for it)
+copy         an asynchronous copy call (``cudaMemcpyAsync`` …): it blocks the host too when
+             the host memory is pageable
 comm         a host call of a collective (``c10d::…``, ``gloo:…``, ``nccl:…``,
              ``record_param_comms``): where the host blocks there, it waits for another rank
 runtime      any other runtime or driver call (``cuda_runtime``, ``cuda_driver``):
@@ -35,7 +38,7 @@ import pandas as pd
 from meshscope.analysis.ingest import classify
 from meshscope.analysis.timeline import intervals as iv
 
-HOST_KINDS = ("dataloader", "sync", "comm", "runtime", "cpu")
+HOST_KINDS = ("dataloader", "sync", "copy", "comm", "runtime", "cpu")
 DATALOADER_RE = re.compile(r"^enumerate\(Data(?:Loader|Pipe)\)#|dataloader\.py.*__next__|"
                            r"_(?:MultiProcessing|SingleProcess)DataLoaderIter.*__next__")
 SYNC_NAMES = frozenset({
@@ -43,7 +46,15 @@ SYNC_NAMES = frozenset({
     "cudaMemcpy2D", "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize",
     "cuMemcpyDtoH", "cuMemcpyDtoH_v2", "cuMemcpyHtoD", "cuMemcpyHtoD_v2",
     "hipStreamSynchronize", "hipDeviceSynchronize", "hipEventSynchronize", "hipMemcpy",
+    "cudaFree", "cuMemFree", "cuMemFree_v2", "hipFree",
     "aten::item", "aten::_local_scalar_dense",
+})
+# Asynchronous copies, which block the host all the same when host memory is pageable (the
+# driver stages the data through a pinned buffer while the call waits).
+COPY_NAMES = frozenset({
+    "cudaMemcpyAsync", "cudaMemcpy2DAsync", "cuMemcpyAsync", "cuMemcpyHtoDAsync",
+    "cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync", "cuMemcpyDtoHAsync_v2", "hipMemcpyAsync",
+    "hipMemcpyWithStream", "hipMemcpyHtoDAsync", "hipMemcpyDtoHAsync",
 })
 RUNTIME_CATS = ("cuda_runtime", "cuda_driver")
 CPU_CATS = ("cpu_op", "python_function")
@@ -55,11 +66,12 @@ def host_kind(name: pd.Series, cat: pd.Series, kind: pd.Series) -> np.ndarray:
     codes, names = pd.factorize(name)
     dl = np.array([bool(DATALOADER_RE.search(n)) for n in names] + [False])[codes]
     sync = np.array([n in SYNC_NAMES for n in names] + [False])[codes]
+    copy = np.array([n in COPY_NAMES for n in names] + [False])[codes]
     step = np.array([bool(STEP_RANGE_RE.match(n)) for n in names] + [False])[codes]
     comm = (kind == classify.COMMUNICATION).to_numpy()
     runtime = cat.isin(RUNTIME_CATS).to_numpy()
     cpu = cat.isin(CPU_CATS).to_numpy() & ~step
-    return np.select([dl, sync, comm, runtime, cpu], list(HOST_KINDS), default="")
+    return np.select([dl, sync, copy, comm, runtime, cpu], list(HOST_KINDS), default="")
 
 
 def thread_sets(host: pd.DataFrame) -> dict[str, dict[str, np.ndarray]]:

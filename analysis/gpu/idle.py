@@ -15,7 +15,10 @@ on some host thread at t (``rank_timeline.launch_times``). So:
   untraced Python, the profiler, the OS).
 - from t to b the work was **queued** but not running: launch latency, or a wait for another
   stream's work (an event); a stretch whose next work was launched before a is queued whole.
-  This is HTA's "kernel wait" and "other" together.
+  This is HTA's "kernel wait" and "other" together — except where the launching thread is
+  still blocked in that call or in a synchronisation: a copy from pageable host memory
+  (``cudaMemcpyAsync`` waits while the driver stages the data) or a ``cudaFree``. That time is
+  ``sync``.
 
 The parts are disjoint and cover the idle time exactly: ``causes`` returns cause → interval
 set, and the report's ``idle`` table (``analysis/timeline/breakdown.py``, ``idle_rows``) clips
@@ -64,14 +67,21 @@ def causes(gaps: np.ndarray, dev_ts: np.ndarray, launch_ts: np.ndarray,
     t = np.where(unknown, b, t)                 # no launch record: all host time
     lanes = np.where(unknown | (lanes == None), main_lane, lanes)  # noqa: E711
     split = np.clip(t, a, b)
-    out["queued"] = iv.of(np.column_stack([split, b]))
+    queued_parts = np.column_stack([split, b])
     host_parts = np.column_stack([a, split])
     for lane in pd.unique(lanes):
         mine = lanes == lane
+        kinds = sets.get(lane, {}) if lane is not None else {}
+        q = iv.of(queued_parts[mine])
+        # Launched, but the launching call still blocks the host: a synchronous copy (from
+        # pageable memory) or a synchronisation.
+        blocked = iv.intersect(q, iv.merge(kinds.get("sync", iv.EMPTY),
+                                           kinds.get("copy", iv.EMPTY)))
+        out["sync"] = iv.merge(out["sync"], blocked)
+        out["queued"] = iv.merge(out["queued"], iv.subtract(q, blocked))
         h = iv.of(host_parts[mine])
         if not len(h):
             continue
-        kinds = sets.get(lane, {}) if lane is not None else {}
         ends = sync_ends.get(lane, np.zeros(0)) if lane is not None else np.zeros(0)
         post = _after_sync(host_parts[mine], t[mine], ends)
         dl = iv.intersect(h, kinds.get("dataloader", iv.EMPTY))
@@ -80,7 +90,10 @@ def causes(gaps: np.ndarray, dev_ts: np.ndarray, launch_ts: np.ndarray,
         rest = iv.subtract(rest, sync)
         parts = {"dataloader": dl, "sync": sync}
         for cause, kind in (("wait_rank", "comm"), ("launch", "runtime"), ("cpu", "cpu")):
-            parts[cause] = iv.intersect(rest, kinds.get(kind, iv.EMPTY))
+            have = kinds.get(kind, iv.EMPTY)
+            if kind == "runtime":
+                have = iv.merge(have, kinds.get("copy", iv.EMPTY))
+            parts[cause] = iv.intersect(rest, have)
             rest = iv.subtract(rest, parts[cause])
         parts["other"] = rest
         for cause, x in parts.items():

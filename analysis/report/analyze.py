@@ -217,7 +217,9 @@ def _cross_rank(inp: inputs.Inputs, results: list[rank_work.RankResult], layout_
                              trace_world=trace_world)
     inst = matched.instances
     notes += matched.notes
-    matchable = not matched.why_not and len(inst) > 0
+    # One rank has nobody to wait for: no cross-rank graph (its exposed communication is
+    # costed from its own timeline, device_findings).
+    matchable = not matched.why_not and len(inst) > 0 and len(ranks) > 1
     # 2. Clocks, before any cross-rank figure.
     hosts = {r.rank: r.meta.get("host_name") for r in results}
     offsets = clocks.clock_offsets(inst, matching.p2p_table(inst), ranks, hosts) \
@@ -293,7 +295,8 @@ def _cross_rank(inp: inputs.Inputs, results: list[rank_work.RankResult], layout_
         hangs=verdicts, slow_steps=records.slow_steps, warmup_steps=records.warmup_steps,
         step_times=worst, median_step_us=records.median_step_us,
         on_gpu=any(r.on_gpu for r in results), idle=idle, sync_calls=gpu["sync_calls"],
-        kernels=gpu["kernels"], gemms=gpu["gemms"], collectives=colls))
+        kernels=gpu["kernels"], gemms=gpu["gemms"], collectives=colls,
+        whatif_dims=_matched_dims(colls, p2p) if wi is not None else set()))
     expected = set(range(run.world_size)) if run is not None else set()
     return Report(
         source=inp.path, run=run, ranks=ranks, missing_ranks=sorted(expected - set(ranks)),
@@ -354,6 +357,11 @@ def _instance_tables(results: list[rank_work.RankResult], inp: inputs.Inputs, ru
                                             flight=inp.flight, layout_map=layout_map)
             r.operations = None
         yield instances.table_of(rows)
+
+
+def _matched_dims(colls: pd.DataFrame, p2p: pd.DataFrame) -> set[str]:
+    """The dimensions whose operations matched across ranks (the what-if replay covers them)."""
+    return {str(d) for d in pd.concat([colls["dim"], p2p["dim"]]).dropna()}
 
 
 def _dim_timing(colls: pd.DataFrame, p2p: pd.DataFrame) -> dict[str, dict]:

@@ -18,8 +18,9 @@ profiled steps (``_worst_per_step``); for one rank, its own mean.
 - ``memcpy-on-critical-path`` — memcpy/memset with neither compute nor communication beside it
   (the breakdown's ``other_us``): pinned memory, ``non_blocking=True``, copies on a side stream.
 - ``exposed-comm-<dim>`` without a cross-rank what-if (one rank, or ranks whose collectives do
-  not match): what full overlap would save, which is the exposed time itself; with the
-  what-if, never more than the exposed time (``findings._exposed``).
+  not match: not in ``FindingInputs.whatif_dims``): what full overlap would save, which is the
+  exposed time itself; with the what-if, never more than the exposed time
+  (``findings._exposed``).
 - ``arrival-jitter`` — the ranks wait for each other at their collectives, but no rank is the
   straggler (its what-if saving does not stand above the noise, or the last to arrive
   changes): the waits are noise in arrival times; cost: the mean wait per rank and step.
@@ -146,22 +147,21 @@ def _exposed_single(inp: F.FindingInputs, have: set[str]) -> list[F.Finding]:
     """Exposed communication of dimensions without a what-if saving: its exposed time."""
     bd = inp.breakdown
     out = []
-    if bd.empty:
+    if bd.empty or inp.whatif_dims is None:
         return out
     for col in [c for c in bd.columns if c.startswith("exposed_comm_") and c.endswith("_us")
                 and c != "exposed_comm_us"]:
         dim = col[len("exposed_comm_"):-3]
-        if dim in have or dim in inp.dim_savings:
+        if dim in have or dim in inp.dim_savings or dim in inp.whatif_dims:
             continue
         cost, worst = _worst_per_step(bd, col)
         if not F._beats_noise(cost, inp.step_us, inp.noise_us):
             continue
         per_rank = bd.groupby("rank").mean(numeric_only=True)
+        mine = per_rank.loc[worst] if worst in per_rank.index else pd.Series(dtype=float)
         evidence = {"exposed_us": cost, "worst_rank": worst,
-                    "overlap_pct": float(per_rank.loc[worst, "overlap_pct"])
-                    if worst in per_rank.index else None,
-                    "comm_us": float(per_rank.loc[worst, "comm_us"])
-                    if worst in per_rank.index else None}
+                    "overlap_pct": float(mine.get("overlap_pct", math.nan)),
+                    "comm_us": float(mine.get("comm_us", math.nan))}
         title = (f"Exposed {dim} communication: {F._ms(cost)} per step "
                  f"({100 * cost / inp.step_us:.0f}% of the step) runs with no compute beside it"
                  f"{' on rank ' + str(worst) if worst is not None else ''}")

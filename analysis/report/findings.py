@@ -114,6 +114,10 @@ class FindingInputs:
     kernels: pd.DataFrame | None = None
     gemms: pd.DataFrame | None = None
     collectives: pd.DataFrame | None = None
+    # The dimensions the cross-rank what-if replay covered (their operations matched across
+    # ranks); None: all of them. Any other exposed dimension costs its exposed time
+    # (device_findings._exposed_single).
+    whatif_dims: set[str] | None = None
 
 
 def _severity(pct: float, cost_us: float, noise_us: float) -> str:
@@ -338,6 +342,13 @@ def findings(inp: FindingInputs) -> list[Finding]:
     for f in (straggler, imbalance, _bubble(inp, causes), *exposed, _slow_steps(inp)):
         if f is not None:
             timed.append(f)
-    timed += device_findings(inp, {f.dimension for f in exposed})
+    for f in device_findings(inp, {f.dimension for f in exposed}):
+        # A stall of the straggler's own host is why it is the straggler: its evidence.
+        if straggler is not None and f.evidence.get("ranks") == [straggler.evidence["rank"]]:
+            straggler.symptoms.append(f.title)
+            straggler.evidence.setdefault("causes", []).append(
+                {"id": f.id, "cost_us": f.cost_us})
+            continue
+        timed.append(f)
     timed.sort(key=lambda f: -(f.cost_us or 0.0))
     return out + timed
