@@ -449,18 +449,23 @@ def _apply_pipeline_options(cands, virtual_stages, stage_layers, n_layers):
 
     from meshscope.parallel.layout import LayoutError
 
+    from meshscope.parallel.schedules import SCHEDULES
+
     counts = _csv(stage_layers, int) if stage_layers else None
-    out = []
+    out, took_v = [], False
     for c in cands:
         if c.pp == 1:
             out.append(c)
             continue
-        if virtual_stages is not None:
+        if virtual_stages is not None and SCHEDULES[c.schedule].fixed_virtual is None:
             try:
                 c = dataclasses.replace(c, virtual=virtual_stages)
                 c.v
             except LayoutError as e:
                 fail(str(e))
+            if c.n_stages > n_layers:
+                continue
+            took_v = True
         if counts:
             if len(counts) != c.n_stages:
                 continue
@@ -471,6 +476,10 @@ def _apply_pipeline_options(cands, virtual_stages, stage_layers, n_layers):
         out.append(c)
     if counts and not any(c.pp > 1 for c in out):
         fail(f"--stage-layers {stage_layers}: no pipelined layout has {len(counts)} stages")
+    if virtual_stages is not None and not took_v and any(c.pp > 1 for c in cands):
+        fail(f"--virtual-stages {virtual_stages}: no pipelined layout takes it (the schedules "
+             f"asked for run a fixed number of stages a rank, or the model has too few "
+             f"layers); add --schedules interleaved-1f1b")
     return out
 
 
