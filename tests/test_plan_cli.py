@@ -144,6 +144,7 @@ def test_gpu_run_calibrates_the_gemm_curve(llama70b, tmp_path):
                   "--world", 64, "--layouts", "dp=8,tp=8", "--global-batch", 64,
                   "--seq-len", 4096, "--device", "H100")
     assert any("calibrated from" in n and "gpu-run" in n for n in p["notes"])
+    assert any("ms a step of overhead measured in gpu-run" in n for n in p["notes"])
     # its 4 ranks fit in a node: its measured collectives time the in-node level
     assert any(n.startswith("in a node: the collectives measured in") for n in p["notes"])
     assert p["rows"][0]["estimate"]["terms"]["gemm_efficiency"] < 0.05   # a CPU's rate

@@ -329,3 +329,27 @@ def test_dense_first_layers_and_deepseek_shared_experts():
     assert not spec.is_moe_layer(0) and spec.is_moe_layer(1)
     names0 = {p.name for p in spec.layer_params(0)}
     assert "w1" in names0 and not any(n.startswith("expert") for n in names0)
+
+
+@pytest.mark.parametrize("p,v", [(4, 5), (8, 3), (16, 2)])
+def test_interleaved_activations_in_flight_match_megatron(p, v):
+    """Megatron-LM theoretical_memory_usage.py, compute_activation_memory: with the interleaved
+    schedule the first stage holds p · (1 + (p − 1)/(p · v)) microbatches' worth of its layers'
+    activations (the "interleaved schedule memory penalty"). The first rank's activations with
+    v stages a rank, over those of the plain 1F1B (p microbatches), are that penalty."""
+    spec = ModelSpec(dim=4096, n_layers=p * v * 2, n_heads=32, n_kv_heads=8, ffn_hidden=14336,
+                     vocab_size=128256, seq_len=4096)
+    t = Training(framework="megatron", precision="mixed", recompute="selective")
+    layout = parse_layout(f"dp=2,tp=8,pp={p}")
+
+    def first_layers_bytes(schedule, virtual):
+        cand = Candidate(layout, schedule=schedule, microbatches=8 * p, global_batch=16 * p,
+                         virtual=virtual)
+        per = layer_activation_bytes(spec, 0, tokens=4096, tp=8, sp=True, t=t, s_local=4096)
+        layers = sum(len(cand.stage_layers(spec.n_layers)[s]) for s in cand.stages_of(0))
+        est = memory(spec, cand, training=t)[0]
+        return est.microbatches_in_flight * layers * per
+
+    penalty = 1 + (p - 1) / (p * v)
+    assert first_layers_bytes("interleaved-1f1b", v) / first_layers_bytes("1f1b", None) == \
+        pytest.approx(penalty)

@@ -379,9 +379,10 @@ def _job_setup(training, device, tflops, gpus_per_node, intra_gbps, inter_gbps,
             notes[-1] = f"compute: GEMMs at the given {tflops:g} TFLOP/s (η = {eta:.2f})"
     elif tflops:
         fail("--tflops with a GPU framework needs --device (its peak and memory bandwidth)")
-    measured_comm = None
+    measured_comm, overhead_us = None, 0.0
     if from_runs:
-        dev, measured_comm, run_world = _calibrated_device(from_runs, dev, training, notes)
+        dev, measured_comm, run_world, overhead_us = _calibrated_device(from_runs, dev,
+                                                                        training, notes)
     topo = Topology.for_device(device or (dev.name if dev else None), gpus_per_node or 8,
                                intra_gbps=intra_gbps, inter_gbps=inter_gbps,
                                intra_us=intra_latency_us, inter_us=inter_latency_us)
@@ -400,7 +401,7 @@ def _job_setup(training, device, tflops, gpus_per_node, intra_gbps, inter_gbps,
     notes.append(f"topology: {topo.describe()}")
     if dev is None:
         notes.append("no --device: memory and traffic only (give --device for step times)")
-    return dev, topo
+    return dev, topo, overhead_us
 
 
 def _calibrated_device(from_runs, dev, training, notes):
@@ -440,7 +441,12 @@ def _calibrated_device(from_runs, dev, training, notes):
     notes.append(f"calibrated from {run} ({info.device.name}): GEMM curve {curve.source}")
     from meshscope.parallel.plan import CommModel
     comm = CommModel.from_rows(m.transfers, source=f"measured in {run.name}")
-    return dataclasses.replace(base, curve=curve), comm, cand.layout.world_size
+    # what the run's step spent outside compute, exposed communication and the bubble (data
+    # loading, logging, host work): a fixed cost per step, carried over as it is
+    overhead = max(0.0, m.step_time_us - m.compute_us[r] - sum(m.exposed_comm_us.values())
+                   - (m.bubble_fraction or 0.0) * m.step_time_us)
+    notes.append(f"a fixed {overhead / 1e3:.1f} ms a step of overhead measured in {run.name}")
+    return dataclasses.replace(base, curve=curve), comm, cand.layout.world_size, overhead
 
 
 def _apply_pipeline_options(cands, virtual_stages, stage_layers, n_layers):
@@ -590,8 +596,9 @@ def plan_cmd(ctx, world, model, model_json, seq_len, dims, layouts, schedules, m
         not from_runs else None
     rates = comm = None
     dev = topo = None
+    overhead_us = 0.0
     if job:
-        dev, topo = _job_setup(training, device, tflops, gpus_per_node, intra_gbps,
+        dev, topo, overhead_us = _job_setup(training, device, tflops, gpus_per_node, intra_gbps,
                                inter_gbps, intra_latency_us, inter_latency_us, base_comm,
                                from_runs, notes)
         if from_runs and spec is None:
@@ -669,7 +676,8 @@ def plan_cmd(ctx, world, model, model_json, seq_len, dims, layouts, schedules, m
                  rates=rates, comm=comm,
                  device_memory_bytes=device_memory_gb * 1e9 if device_memory_gb else None,
                  notes=notes, training=training, device=dev, topology=topo,
-                 job_options=JobOptions(dp_overlap=dp_overlap, tp_overlap=tp_overlap))
+                 job_options=JobOptions(dp_overlap=dp_overlap, tp_overlap=tp_overlap,
+                                        step_overhead_us=overhead_us))
     except ValueError as e:
         fail(str(e))
     if as_json:
