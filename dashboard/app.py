@@ -6,8 +6,9 @@ shares the view. One callback renders the page for the URL; the step, rank and c
 only rewrite the URL. The navigation bar's links keep the query string, so moving between pages
 keeps the selected run.
 
-Pages (``dashboard.pages``): runs list (``/``), overview, pipeline, communication,
-stragglers, timeline, health, compare. Each is built on the server from the run's written
+Pages (``dashboard.pages``): runs list (``/``), overview, GPU (``/gpu``: idle causes,
+step categories, kernels, GEMMs, synchronisations), pipeline, communication, stragglers,
+timeline, health, compare. Each is built on the server from the run's written
 report (``dashboard.data``) into sections (``dashboard.sections``): the browser receives
 figures of aggregated data only. A run that has not been analysed yet is analysed when it is
 first opened (``dashboard.jobs``), the page showing the progress. A report that cannot be read
@@ -29,7 +30,7 @@ from . import sections as S
 from . import state as st
 from .data import ReportUnreadable, open_report
 from .jobs import Analyses
-from .pages import communication, compare, health, overview, pipeline, runs_list, \
+from .pages import communication, compare, device, health, overview, pipeline, runs_list, \
     stragglers, timeline
 from .pages.common import PageContext, pick_step, rank_label
 from .runs import RunIndex
@@ -40,11 +41,13 @@ PAGE = {"fontFamily": "system-ui, -apple-system, 'Segoe UI', sans-serif", "maxWi
         "margin": "0 auto", "padding": "8px 24px 40px", "color": "#222"}
 NAV = {"display": "flex", "gap": "18px", "alignItems": "baseline", "flexWrap": "wrap",
        "borderBottom": "1px solid #ddd", "padding": "8px 0", "marginBottom": "12px"}
-BUILDERS = {"overview": overview.sections, "pipeline": pipeline.sections,
+BUILDERS = {"overview": overview.sections, "gpu": device.sections,
+            "pipeline": pipeline.sections,
             "communication": communication.sections, "stragglers": stragglers.sections,
             "timeline": timeline.sections, "health": health.sections}
 # Which pickers each page offers.
-PICKERS = {"pipeline": ("step",), "timeline": ("step",), "overview": ("color",)}
+PICKERS = {"pipeline": ("step",), "timeline": ("step",), "overview": ("color",),
+           "gpu": ("rank",)}
 
 
 def _nav(state: st.ViewState) -> list:
@@ -78,6 +81,13 @@ def _pickers(ctx: PageContext) -> list:
                 id="step-select", options=[{"label": str(s), "value": s} for s in rep.steps],
                 value=pick_step(rep, state.step), clearable=False,
                 style={"width": "120px", "display": "inline-block", "verticalAlign": "middle"})],
+                style={"marginRight": "24px"}))
+        if kind == "rank" and len(rep.ranks) > 1 and device.is_gpu(rep):
+            out.append(html.Label(["rank ", dcc.Dropdown(
+                id="rank-select", options=[{"label": rank_label(r, rep), "value": r}
+                                           for r in rep.ranks],
+                value=device.focus_rank(ctx), clearable=False,
+                style={"width": "200px", "display": "inline-block", "verticalAlign": "middle"})],
                 style={"marginRight": "24px"}))
         if kind == "color":
             opts = [{"label": v, "value": k} for k, v in overview.COLOR_CHOICES.items()
@@ -168,7 +178,8 @@ def create_app(runs_dir: pathlib.Path) -> Dash:
             return state.query(**{key: value})
         return update
 
-    for key, component in (("step", "step-select"), ("color", "color-select")):
+    for key, component in (("step", "step-select"), ("color", "color-select"),
+                           ("rank", "rank-select")):
         app.callback(Output("url", "search", allow_duplicate=True),
                      Input(component, "value"), State("url", "pathname"),
                      State("url", "search"), prevent_initial_call=True)(_rewrite(key))

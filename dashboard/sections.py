@@ -2,7 +2,8 @@
 (``to_dash``), the static HTML report as plain HTML with the figures embedded (``to_html``).
 
 A page is a list of ``Section`` (a heading and its items); an item is a ``Figure`` (a plotly
-figure), a ``Table`` (column names and rows of already formatted cells), a ``Note`` (a sentence:
+figure), a ``Table`` (column names and rows of already formatted cells; a ``Cell`` is a cell
+whose full text shows as its tooltip, for names cut short), a ``Note`` (a sentence:
 what is missing, what to run) or a ``Facts`` line (label: value pairs). Every item has an ``id``
 that the browser tests find it by, in the dashboard and in the static report alike.
 """
@@ -28,6 +29,16 @@ class Figure:
     id: str
     figure: go.Figure
     caption: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+    """A table cell shown as ``text`` with ``title`` as its tooltip (a long name cut short)."""
+    text: str
+    title: str
+
+    def __str__(self) -> str:
+        return self.text
 
 
 @dataclasses.dataclass
@@ -114,7 +125,8 @@ def _dash_item(item: Item):
         body = html.Tbody([
             html.Tr([html.Td(str(v), style={**CELL, **({"textAlign": "left"} if j < item.left
                                                         else {}),
-                                            **(HIGHLIGHT if (i, j) in item.highlight else {})})
+                                            **(HIGHLIGHT if (i, j) in item.highlight else {})},
+                             **({"title": v.title} if isinstance(v, Cell) else {}))
                      for j, v in enumerate(row)])
             for i, row in enumerate(item.rows)])
         out = [html.Table([head, body], id=item.id,
@@ -149,6 +161,10 @@ def _esc(x) -> str:
     return _html.escape(str(x))
 
 
+def _title(v) -> str:
+    return f' title="{_esc(v.title)}"' if isinstance(v, Cell) else ""
+
+
 def _html_item(item: Item) -> str:
     if isinstance(item, Figure):
         div = item.figure.to_html(full_html=False, include_plotlyjs=False, div_id=item.id,
@@ -161,7 +177,7 @@ def _html_item(item: Item) -> str:
         rows = "".join(
             "<tr>" + "".join(
                 f'<td class="{"l" if j < item.left else ""}'
-                f'{" hi" if (i, j) in item.highlight else ""}">{_esc(v)}</td>'
+                f'{" hi" if (i, j) in item.highlight else ""}"{_title(v)}>{_esc(v)}</td>'
                 for j, v in enumerate(row)) + "</tr>"
             for i, row in enumerate(item.rows))
         cap = f'<p class="note">{_esc(item.caption)}</p>' if item.caption else ""

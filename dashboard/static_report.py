@@ -1,5 +1,6 @@
-"""The static HTML report: one self-contained file with a run's pages — overview, pipeline,
-communication, stragglers, timeline (where the report has its aligned timeline table), health —
+"""The static HTML report: one self-contained file with a run's pages — overview, GPU (for a
+run with GPU activity), pipeline, communication, stragglers, timeline (where the report has its
+aligned timeline table), health —
 to attach to a review. Plotly's JavaScript is embedded once, so the figures stay interactive
 (hover, zoom) with no server and no network; nothing is loaded from anywhere.
 
@@ -15,12 +16,13 @@ import pathlib
 
 from . import sections as S
 from .data import RunReport, open_report
-from .pages import communication, health, overview, pipeline, stragglers, timeline
+from .pages import communication, device, health, overview, pipeline, stragglers, timeline
 from .pages.common import PageContext
 from .runs import RunEntry
 from .state import TITLES, ViewState
 
-PAGES = (("overview", overview.sections), ("pipeline", pipeline.sections),
+PAGES = (("overview", overview.sections), ("gpu", device.sections),
+         ("pipeline", pipeline.sections),
          ("communication", communication.sections), ("stragglers", stragglers.sections),
          ("timeline", timeline.sections), ("health", health.sections))
 
@@ -46,6 +48,8 @@ def render_html(report: RunReport) -> str:
     for page, build in PAGES:
         if page == "timeline" and report.table("timeline") is None:
             continue  # without the report's own table the timeline needs the traces
+        if page == "gpu" and not device.is_gpu(report):
+            continue  # a CPU run has no GPU figures
         ctx = PageContext(report, ViewState(page=page, runs=(report.run_id,)))
         parts.append(f'<h2 id="page-{page}">{TITLES[page]}</h2>'
                      f'<div class="page" id="{page}">{S.to_html(build(ctx))}</div>')

@@ -10,6 +10,9 @@ and the ranked findings with their evidence, cost and remedy.
 - ``breakdown-graph``: per-rank stacked bars of summary.json's ``per_rank_mean`` (compute,
   overlapped comm, exposed comm per dimension, bubble, other, idle; they add up to the step
   window, analysis/timeline/breakdown.py).
+- ``overview-gpu`` (runs with GPU activity): where the GPU's idle time goes — one sentence,
+  the per-rank idle bars by cause (``overview-idle-graph``, ``idle.parquet``) and a link to the
+  GPU page (``pages/device.py``).
 - ``findings-table``: the findings in the order the analysis ranked them.
 """
 from __future__ import annotations
@@ -19,6 +22,7 @@ import json
 import plotly.graph_objects as go
 
 from ..sections import Facts, Figure, Note, Section, Table, fmt, missing
+from . import device
 from .common import COLOURS, DIMS, LAYOUT, PageContext, per_rank_mean, rank_label, \
     straggler_text
 
@@ -245,5 +249,8 @@ def sections(ctx: PageContext) -> list[Section]:
     out.append(Section("Step breakdown", [Figure("breakdown-graph", bars) if bars else
                                           missing("breakdown-none", "step breakdown",
                                                   ctx.run_id)]))
+    gpu = device.overview_section(ctx)
+    if gpu is not None:
+        out.append(gpu)
     out.append(Section("Findings", [findings_table(ctx)]))
     return out

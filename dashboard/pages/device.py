@@ -1,0 +1,388 @@
+"""GPU: where the device's idle time goes, what its steps were made of, which kernels ran, how
+fast the matrix multiplications went and which synchronisations left it idle — the report's GPU
+tables (docs/metrics.md), shown as they were written.
+
+- ``gpu-headline``: the mean idle per step against the step (``per_rank_mean``) and its
+  largest cause.
+- ``idle-graph``: one horizontal stacked bar per rank: its idle time per step (mean over the
+  profiled steps of ``idle.parquet``), split by cause — data loader, synchronisation, waiting
+  for another rank, launching, other host work, queued, nothing traced. The parts add up to
+  the breakdown's idle.
+- The rest is about one rank (``?rank=``, else the first): ``categories-graph``, each
+  profiled step in the former TensorBoard plugin's categories (``step_categories.parquet``);
+  ``kernels-table``, the top kernels (``kernels.parquet``), long names cut with the full name
+  as the cell's tooltip, and ``kernel-categories-table`` (``kernel_categories.parquet``);
+  ``gemms-table``, achieved TFLOP/s against the device's peak (``gemms.parquet``, when the
+  trace records shapes); ``sync-table``, the synchronisations grouped by op, parent op and
+  call site (``sync_calls.parquet``); ``stream-idle-table``, HTA's idle breakdown per stream
+  (``stream_idle.parquet``).
+
+A run without GPU activity (the CPU runs) gets the one note ``gpu-none``.
+"""
+from __future__ import annotations
+
+import re
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from ..data import RunReport
+from ..sections import Cell, Figure, Link, Note, Section, Table, fmt, missing
+from .common import LAYOUT, PageContext, per_rank_mean, rank_label
+
+# idle.parquet's causes, in the order the analysis charges them, in words.
+IDLE_CAUSES = {
+    "dataloader": "data loader",
+    "sync": "synchronisation (.item(), cudaStreamSynchronize…)",
+    "wait_rank": "waiting for another rank",
+    "launch": "launching (CUDA runtime calls)",
+    "cpu": "other host work (operators, Python)",
+    "queued": "queued: launched, not yet running",
+    "other": "nothing traced on the host",
+}
+IDLE_COLOURS = {"dataloader": "#F58518", "sync": "#B279A2", "wait_rank": "#E45756",
+                "launch": "#72B7B2", "cpu": "#54A24B", "queued": "#EECA3B",
+                "other": "#BAB0AC"}
+# step_categories.parquet's categories (the plugin's names), in its priority order.
+STEP_CATEGORIES = {"kernel": "Kernel", "memcpy": "Memcpy", "memset": "Memset",
+                   "communication": "Communication", "runtime": "Runtime",
+                   "dataloader": "DataLoader", "cpu_exec": "CPU Exec", "other": "Other"}
+CATEGORY_COLOURS = {"kernel": "#4C78A8", "memcpy": "#9D755D", "memset": "#D8B5A5",
+                    "communication": "#E45756", "runtime": "#72B7B2",
+                    "dataloader": "#F58518", "cpu_exec": "#54A24B", "other": "#BAB0AC"}
+NAME_CHARS = 70          # kernel names and call sites longer than this are cut
+# Namespaces a cut kernel name can do without (the tooltip keeps the whole name).
+NAMESPACES = re.compile(r"at::native::|at::detail::|c10::|\(anonymous namespace\)::")
+MAX_SYNC_ROWS = 30
+
+
+def is_gpu(report: RunReport) -> bool:
+    """Whether the report is of a run with GPU activity (its GPU tables have rows, or
+    summary.json says so)."""
+    if report.get("device") == "gpu":
+        return True
+    for name in ("idle", "kernels"):
+        t = report.table(name)
+        if t is not None and len(t):
+            return True
+    return False
+
+
+def cut(name: str, limit: int = NAME_CHARS) -> str:
+    """``name`` in at most ``limit`` characters, cut cleanly: a C++ kernel name loses its
+    ``void``, PyTorch's namespaces and its argument list first, then is cut after a separator (``, `` ``::`` ``<``
+    space) with an ellipsis."""
+    name = " ".join(str(name).split())
+    if len(name) <= limit:
+        return name
+    short = NAMESPACES.sub("", re.sub(r"^void\s+", "", name))
+    depth = 0
+    for i, ch in enumerate(short):      # the argument list: the first '(' outside <…>
+        depth += (ch == "<") - (ch == ">")
+        if ch == "(" and depth == 0 and i > 0:
+            short = short[:i]
+            break
+    if len(short) <= limit:
+        return short + ("(…)" if short != name and len(short) + 3 <= limit else "")
+    head = short[:limit - 1]
+    for seps in ((", ", "<", "(", " ", "/"), ("::", ".", "_")):
+        stop = max(head.rfind(s) + len(s) for s in seps)
+        if stop > limit // 2:
+            return head[:stop].rstrip(" ,") + "…"
+    return head + "…"
+
+
+def _cell(name) -> Cell | str:
+    name = "" if name is None or (isinstance(name, float) and name != name) else str(name)
+    short = cut(name)
+    return Cell(short, name) if short != name else name
+
+
+def focus_rank(ctx: PageContext) -> int | None:
+    """The rank the per-rank sections show: ``?rank=`` when the report has it, else the
+    first."""
+    ranks = ctx.report.ranks
+    if ctx.state.rank is not None and ctx.state.rank in ranks:
+        return ctx.state.rank
+    return ranks[0] if ranks else None
+
+
+# ---- where the idle time goes ------------------------------------------------------------
+
+def idle_means(report: RunReport) -> pd.DataFrame:
+    """``idle.parquet`` averaged over the profiled steps, one row per rank (indexed by rank):
+    ``idle_us`` and each ``idle_<cause>_us``; empty when the report has none."""
+    idle = report.table("idle")
+    if idle is None or idle.empty or "rank" not in idle or "idle_us" not in idle:
+        return pd.DataFrame()
+    cols = ["idle_us"] + [c for c in idle.columns if c.startswith("idle_") and c != "idle_us"]
+    return idle.groupby("rank")[cols].mean().sort_index()
+
+
+def _causes(means: pd.DataFrame) -> list[str]:
+    known = [c for c in IDLE_CAUSES if f"idle_{c}_us" in means]
+    extra = [c[5:-3] for c in means.columns if c.startswith("idle_") and c.endswith("_us")
+             and c != "idle_us" and c[5:-3] not in IDLE_CAUSES]   # a newer report's causes
+    return known + extra
+
+
+def idle_figure(report: RunReport, height_per_rank: int = 34, title: bool = True
+                ) -> go.Figure | None:
+    """One horizontal bar per rank: its mean idle per step, stacked by cause (ms)."""
+    means = idle_means(report)
+    if means.empty:
+        return None
+    labels = [rank_label(r, report) for r in means.index]
+    idle_ms = (means["idle_us"] / 1e3).tolist()
+    fig = go.Figure()
+    for cause in _causes(means):
+        ys = (means[f"idle_{cause}_us"] / 1e3).round(4).tolist()
+        name = IDLE_CAUSES.get(cause, cause.replace("_", " "))
+        share = [100 * v / t if t else 0.0 for v, t in zip(ys, idle_ms)]
+        fig.add_bar(name=name, y=labels, x=ys, orientation="h",
+                    marker_color=IDLE_COLOURS.get(cause, "#79706E"),
+                    customdata=[[int(r), s] for r, s in zip(means.index, share)],
+                    hovertemplate=f"%{{y}}<br>{name}: %{{x:.2f}} ms per step "
+                                  f"(%{{customdata[1]:.0f}}% of the idle)<extra></extra>")
+    n = len(labels)
+    row = max(12, min(height_per_rank, 900 // max(n, 1)))
+    fig.update_layout(**{**LAYOUT, "margin": {"l": 90, "r": 20, "t": 40 if title else 10,
+                                              "b": 50}},
+                      barmode="stack", height=150 + row * n + (30 if title else 0),
+                      title="GPU idle time per rank by cause (mean per profiled step)"
+                      if title else None,
+                      xaxis_title="ms of GPU idle per step",
+                      yaxis={"type": "category", "autorange": "reversed"},
+                      legend={"orientation": "h", "y": -0.5 if n < 3 else -0.15,
+                              "yanchor": "top", "traceorder": "normal"})
+    if n < 3:   # a legend below a short figure needs room of its own
+        fig.update_layout(height=fig.layout.height + 60, margin_b=110,
+                          legend={"y": -0.35 - 0.1 * (3 - n)})
+    return fig
+
+
+def headline(report: RunReport) -> Note | None:
+    """The mean idle per step against the step, and its largest cause, in one sentence."""
+    means = idle_means(report)
+    if means.empty:
+        return None
+    idle_ms = means["idle_us"].mean() / 1e3
+    step = per_rank_mean(report)
+    window = step["window_us"].mean() / 1e3 if "window_us" in step else None
+    causes = {c: means[f"idle_{c}_us"].mean() / 1e3 for c in _causes(means)}
+    top = max(causes, key=causes.get) if causes else None
+    who = "Rank {}'s GPU".format(means.index[0]) if len(means) == 1 else \
+        f"The GPU of the mean rank (of {len(means)})"
+    text = f"{who} idles {idle_ms:.1f} ms per step"
+    if window:
+        text += f" of a {window:.1f} ms step ({100 * idle_ms / window:.0f}%)"
+    if top and causes[top] > 0 and idle_ms > 0:
+        text += (f"; the largest part is {IDLE_CAUSES.get(top, top)}: {causes[top]:.1f} ms "
+                 f"({100 * causes[top] / idle_ms:.0f}% of the idle)")
+    if len(means) > 1:
+        lo, hi = means["idle_us"].idxmin(), means["idle_us"].idxmax()
+        text += (f"; from {means.loc[lo, 'idle_us'] / 1e3:.1f} ms on rank {lo} to "
+                 f"{means.loc[hi, 'idle_us'] / 1e3:.1f} ms on rank {hi}")
+    return Note("gpu-headline", text + ".")
+
+
+IDLE_CAPTION = ("Each stretch of GPU idle is charged to what the host thread that launched "
+                "the next work was doing (docs/metrics.md): in the data loader, in a blocking "
+                "synchronisation, in a collective's host call (waiting for another rank), in "
+                "a runtime call (launching), in other operators or Python, or nothing traced; "
+                "'queued' is work already launched but not yet running. The parts add up to "
+                "the idle of the overview's step breakdown.")
+
+
+def overview_section(ctx: PageContext) -> Section | None:
+    """The overview's "Where the GPU's idle time goes" (GPU runs only): the headline, the
+    idle bars and a link to this page."""
+    rep = ctx.report
+    if not is_gpu(rep):
+        return None
+    fig = idle_figure(rep, height_per_rank=26, title=False)
+    line = headline(rep)
+    items = [line] if line else []
+    items.append(Figure("overview-idle-graph", fig) if fig is not None else
+                 missing("overview-idle-none", "GPU idle breakdown", ctx.run_id))
+    items.append(Link("gpu-link", "the GPU page", ctx.state.href("gpu", color=None),
+                      before="Step categories, kernels, GEMMs and synchronisations: "))
+    return Section("Where the GPU's idle time goes", items, id="overview-gpu")
+
+
+# ---- one rank: step categories, kernels, GEMMs, synchronisations -------------------------
+
+def categories_figure(report: RunReport, rank: int) -> go.Figure | None:
+    cats = report.table("step_categories")
+    if cats is None or cats.empty or "rank" not in cats:
+        return None
+    mine = cats[cats["rank"] == rank].sort_values("step")
+    if mine.empty:
+        return None
+    x = [f"step {s}" for s in mine["step"]]
+    fig = go.Figure()
+    for key, label in STEP_CATEGORIES.items():
+        col = f"{key}_us"
+        if col not in mine:
+            continue
+        fig.add_bar(name=label, x=x, y=(mine[col] / 1e3).round(4).tolist(),
+                    marker_color=CATEGORY_COLOURS[key],
+                    hovertemplate=f"%{{x}}<br>{label}: %{{y:.2f}} ms<extra></extra>")
+    fig.update_layout(**LAYOUT, barmode="stack", height=400,
+                      title=f"Each profiled step of {rank_label(rank, report)} in the "
+                            f"TensorBoard plugin's categories",
+                      yaxis_title="ms", xaxis={"type": "category"},
+                      legend={"traceorder": "reversed"})
+    return fig
+
+
+def kernels_table(report: RunReport, rank: int) -> Table | Note | None:
+    k = report.table("kernels")
+    if k is None:
+        return None
+    mine = k[k["rank"] == rank]
+    if mine.empty:
+        return Note("kernels-none", f"No kernel ran on rank {rank} in the profiled steps.")
+    graph = "graph" in mine and bool(mine["graph"].fillna(False).astype(bool).any())
+    rows = []
+    for _, r in mine.iterrows():
+        row = [_cell(r["name"]), r.get("category", ""), int(r["count"]),
+               f"{r['total_us'] / 1e3:.2f}", f"{r['mean_us']:.1f}", fmt(r.get("share_pct"), 1)]
+        if graph:
+            row.append("yes" if r.get("graph") else "")
+        rows.append(row)
+    n = len(report.steps)
+    return Table("kernels-table", ["kernel", "category", "count", "total ms", "mean µs",
+                                   "share %"] + (["CUDA graph"] if graph else []), rows,
+                 caption=f"The kernels with the most GPU time on rank {rank}, over the {n} "
+                         f"profiled step(s); share: of the rank's device time in those steps. "
+                         f"Hover a cut name for the whole of it.", left=2)
+
+
+def kernel_categories_table(report: RunReport, rank: int) -> Table | None:
+    kc = report.table("kernel_categories")
+    if kc is None or kc.empty:
+        return None
+    mine = kc[kc["rank"] == rank].sort_values("total_us", ascending=False)
+    if mine.empty:
+        return None
+    total = mine["total_us"].sum()
+    rows = [[r["category"], int(r["count"]), f"{r['total_us'] / 1e3:.2f}",
+             fmt(100 * r["total_us"] / total if total else None, 1)]
+            for _, r in mine.iterrows()]
+    return Table("kernel-categories-table", ["category", "kernels", "total ms", "share %"],
+                 rows, caption="Every kernel of the rank by category (by name: GEMM, "
+                               "attention, convolution…), over the profiled steps.")
+
+
+def gemms_table(report: RunReport, rank: int) -> Table | Note | None:
+    g = report.table("gemms")
+    if g is None:
+        return None
+    mine = g[g["rank"] == rank] if "rank" in g else g
+    if mine.empty:
+        return Note("gemms-none", "No matrix multiplication with its shapes in this trace: "
+                                  "profile with record_shapes=True to see the achieved "
+                                  "TFLOP/s of each against the device's peak.")
+    rows = []
+    for _, r in mine.iterrows():
+        eff = r.get("efficiency")
+        rows.append([r["op"], _cell(r["shapes"]), r.get("dtype", ""), int(r["calls"]),
+                     f"{r['flops'] / 1e9:.2f}", f"{r['kernel_us'] / 1e3:.3f}",
+                     fmt(r.get("tflops"), 1), fmt(r.get("peak_tflops"), 1),
+                     "—" if eff is None or eff != eff else f"{100 * eff:.1f}"])
+    return Table("gemms-table", ["op", "shapes", "dtype", "calls", "GFLOP", "kernel ms",
+                                 "achieved TFLOP/s", "peak TFLOP/s", "efficiency %"], rows,
+                 caption="Matrix multiplications grouped by operator, shapes and type: "
+                         "achieved = FLOPs (2·M·N·K) over the time of the kernels they "
+                         "launched; peak: the device's dense peak for that type (— when the "
+                         "device is unknown).", left=3)
+
+
+def sync_table(report: RunReport, rank: int) -> Table | Note | None:
+    calls = report.table("sync_calls")
+    if calls is None:
+        return None
+    mine = calls[calls["rank"] == rank] if "rank" in calls else calls
+    if mine.empty:
+        return Note("sync-none", f"No blocking synchronisation on rank {rank}.")
+    keys = ["name", "parent_op", "call_site"]
+    grouped = (mine.assign(dur_us=mine["end_us"] - mine["ts_us"],
+                           **{k: mine[k].fillna("—").astype(str) for k in keys})
+               .groupby(keys, sort=False)
+               .agg(count=("dur_us", "size"), total_us=("dur_us", "sum"),
+                    idle_us=("idle_after_us", "sum"))
+               .reset_index()
+               .sort_values(["idle_us", "total_us"], ascending=False))
+    rows = [[r["name"], r["parent_op"], _cell(r["call_site"]), int(r["count"]),
+             f"{r['total_us'] / 1e3:.2f}", f"{r['idle_us'] / 1e3:.2f}"]
+            for _, r in grouped.head(MAX_SYNC_ROWS).iterrows()]
+    more = f" The {MAX_SYNC_ROWS} of {len(grouped)} that left the most idle are shown." \
+        if len(grouped) > MAX_SYNC_ROWS else ""
+    return Table("sync-table", ["synchronisation", "parent op", "call site", "count",
+                                "total ms", "GPU idle after, ms"], rows,
+                 caption="Every blocking synchronisation of the trace on this rank, grouped by "
+                         "the call, the operator it was called from (aten::item for a "
+                         ".item()) and its Python frame (— when the trace has no stacks: "
+                         "with_stack=True). total: time in the calls; idle after: the GPU "
+                         "idle charged to them (the synchronisation cause)." + more, left=3)
+
+
+def stream_idle_table(report: RunReport) -> Table | None:
+    s = report.table("stream_idle")
+    if s is None or s.empty:
+        return None
+    rows = [[int(r["rank"]), r["stream"], f"{r['idle_us'] / 1e3:.2f}",
+             f"{r['host_wait_us'] / 1e3:.2f}", f"{r['kernel_wait_us'] / 1e3:.2f}",
+             f"{r['other_us'] / 1e3:.2f}"] for _, r in s.iterrows()]
+    return Table("stream-idle-table", ["rank", "stream", "idle ms", "host wait ms",
+                                       "kernel wait ms", "other ms"], rows,
+                 caption="HTA's idle time breakdown, per stream over the trace: the gaps "
+                         "between one stream's kernels, as host wait (the next launch came "
+                         "late), kernel wait (a short gap) and other — for comparison with "
+                         "HTA's get_idle_time_breakdown.", left=2)
+
+
+def sections(ctx: PageContext) -> list[Section]:
+    rep = ctx.report
+    if not is_gpu(rep):
+        return [Section(None, [Note("gpu-none", "This page shows GPU figures — where the "
+                                    "device's idle time goes, its kernels, GEMMs and "
+                                    "synchronisations — and this run has none: its traces "
+                                    "hold no GPU activity (device: "
+                                    f"{rep.get('device', default='unknown')}).")])]
+    out = []
+    line = headline(rep)
+    fig = idle_figure(rep)
+    out.append(Section("Where the GPU's idle time goes",
+                       ([line] if line else []) +
+                       [Figure("idle-graph", fig, IDLE_CAPTION) if fig is not None else
+                        missing("idle-none", "GPU idle breakdown (idle.parquet)", ctx.run_id)]))
+    rank = focus_rank(ctx)
+    if rank is None:
+        return out
+    who = rank_label(rank, rep)
+    cats = categories_figure(rep, rank)
+    out.append(Section(f"Step categories · {who}", [
+        Figure("categories-graph", cats, "The former TensorBoard profiler plugin's split of "
+               "each step: Kernel where a compute kernel runs, else Memcpy, Memset, "
+               "Communication, Runtime (the host in a CUDA runtime call), DataLoader, CPU "
+               "Exec, Other; the parts add up to the step's device window.")
+        if cats is not None else missing("categories-none", "step categories table",
+                                         ctx.run_id)]))
+    kt = kernels_table(rep, rank)
+    kc = kernel_categories_table(rep, rank)
+    out.append(Section(f"Kernels · {who}", [
+        kt if kt is not None else missing("kernels-missing", "kernel table", ctx.run_id)]
+        + ([kc] if kc is not None else [])))
+    gt = gemms_table(rep, rank)
+    out.append(Section(f"GEMM efficiency · {who}", [
+        gt if gt is not None else missing("gemms-missing", "GEMM table", ctx.run_id)]))
+    st_ = sync_table(rep, rank)
+    out.append(Section(f"Synchronisations · {who}", [
+        st_ if st_ is not None else missing("sync-missing", "synchronisation table",
+                                            ctx.run_id)]))
+    si = stream_idle_table(rep)
+    if si is not None:
+        out.append(Section("Idle per stream (HTA's breakdown)", [si]))
+    return out
