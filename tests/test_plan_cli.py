@@ -91,8 +91,9 @@ def test_precisions_optimizers_and_offload(llama70b):
     assert sgd["terms"]["sgd_state_fp32"] == pytest.approx(mixed["terms"]["adam_state_fp32"] / 2)
     off = first("--offload", "optimizer")
     assert off["optimizer_bytes"] == 0 and off["cpu_bytes"] > 0
-    assert plan_json(*common, "--precision", "fp8")["rows"][0]["memory"][0][
-        "activations_bytes"] < mixed["activations_bytes"]
+    fp8 = first("--precision", "fp8")
+    assert fp8["activations_bytes"] < mixed["activations_bytes"]
+    assert fp8["terms"]["weights_fp8"] == pytest.approx(mixed["terms"]["weights_16bit"] / 2)
 
 
 def test_moe_with_tensor_and_expert_parallelism(tmp_path):

@@ -28,7 +28,9 @@ Adam moments (fp32)        8         8          8          ZeRO-1
   16-bit gradients computed there); with the optimizer offloaded 2Ψ (ZeRO-2) or 2Ψ/N + buffer
   (ZeRO-3); with weights offloaded too, the buffer alone.
 
-``fp32`` keeps 4-byte weights and gradients and no master copy; ``bf16`` 2-byte weights and
+``fp32`` keeps 4-byte weights and gradients and no master copy; ``fp8`` one-byte weights
+beside the fp32 master copy (Transformer Engine's fp8 model parameters); ``bf16`` 2-byte
+weights and
 gradients, fp32 moments and no master copy; SGD's momentum is half Adam's moments and
 Adafactor's factored state is counted as none.
 """
@@ -62,7 +64,8 @@ def state_terms(t: Training, zero_stage: int) -> list[StateTerm]:
     if t.precision == "fp32":
         return [StateTerm("weights_fp32", "params", 4, 3, ("all",)),
                 StateTerm("grads_fp32", "grads", 4, 2, opt), moments]
-    out = [StateTerm("weights_16bit", "params", 2, 3, ("all",))]
+    out = [StateTerm("weights_fp8", "params", 1, 3, ("all",)) if t.precision == "fp8" else
+           StateTerm("weights_16bit", "params", 2, 3, ("all",))]
     fp32_grads = t.main_grads_fp32
     if t.framework == "deepspeed":
         if zero_stage <= 2:

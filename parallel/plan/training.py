@@ -20,9 +20,10 @@ memory and time.
                   accumulation buffer (``fp32_grads``).
 
 ``precision``: ``fp32``; ``mixed`` (16-bit compute, fp32 master weights); ``bf16`` (bf16
-weights and gradients, fp32 optimizer moments, no master copy); ``fp8`` (``mixed`` with fp8
-GEMM inputs: the activations saved for the linears' backward take one byte, as Transformer
-Engine's fp8 recipe keeps them, and the GEMMs run at twice the bf16 rate).
+weights and gradients, fp32 optimizer moments, no master copy); ``fp8`` (``mixed`` with the
+weights held in fp8 beside the fp32 master copy, and fp8 GEMM inputs: the activations saved
+for the linears' backward take one byte, as Transformer Engine's fp8 recipe keeps them, and
+the GEMMs run at twice the bf16 rate).
 
 ``optimizer``: ``adam`` (two moments), ``sgd`` (momentum) or ``adafactor`` (a factored second
 moment: one row and one column vector per matrix, no momentum — its state is counted as 0
@@ -87,7 +88,9 @@ class Training:
 
     @property
     def weight_bytes(self) -> int:
-        return 4 if self.precision == "fp32" else 2
+        """Bytes of a weight as the model holds it: fp8 keeps its weights in fp8 (Transformer
+        Engine's fp8 model parameters; the fp32 master copy stays)."""
+        return {"fp32": 4, "fp8": 1}.get(self.precision, 2)
 
     @property
     def main_grads_fp32(self) -> bool:
