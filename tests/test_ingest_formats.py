@@ -156,6 +156,13 @@ def test_bare_array_with_text_after_it_is_named(tmp_path):
         ingest.load_trace(path)
 
 
+def test_bare_array_cut_inside_an_event_is_truncated(tmp_path):
+    path = tmp_path / "rank0.json.gz"
+    path.write_bytes(gzip.compress(_array_text(_pt18_events(1))[:-40]))
+    with pytest.raises(InputError, match=r"truncated JSON \(the file ends early\)"):
+        ingest.load_trace(path)
+
+
 # -- B/E pairs ---------------------------------------------------------------------------------
 
 def _filler(n: int) -> list[dict]:

@@ -260,20 +260,25 @@ _NOT_KINETO = ("not a Kineto trace: no 'traceEvents' list (nor is it a JSON arra
 def _split_array(path: pathlib.Path, data) -> list:
     """One undecoded slice per event of a bare JSON array of events (Chrome's JSON Array
     Format), whose closing ``]`` may be missing."""
-    text = bytes(data).rstrip()
+    original = text = bytes(data).rstrip()
     if not text.endswith(b"]"):
         text = text.rstrip(b",").rstrip() + b"]"
     try:
         return msgspec.json.decode(text, type=list[msgspec.Raw])
     except msgspec.ValidationError:
         raise InputError(path, _NOT_KINETO) from None
-    except msgspec.DecodeError as e:
-        raise InputError(path, _json_problem(e)) from None
+    except msgspec.DecodeError:
+        pass
     except RecursionError:
         try:
             return [text[a:b] for a, b in json_stream.split_top(text)]
-        except msgspec.DecodeError as e:
-            raise InputError(path, _json_problem(e)) from None
+        except msgspec.DecodeError:
+            pass
+    try:        # what is wrong with the file as it is: it ends early, or text follows
+        msgspec.json.decode(original)
+    except (msgspec.DecodeError, RecursionError) as e:
+        raise InputError(path, _json_problem(e)) from None
+    raise InputError(path, _NOT_KINETO)
 
 
 def _split(path: pathlib.Path, data) -> tuple[dict | None, list, Damage]:
