@@ -25,12 +25,16 @@ def lookup(name: str) -> tuple[float, float] | None:
     return None
 
 
-# key: (FP32 FLOP/s without tensor cores — AMD: FP32 matrix —, dense FP16/BF16 tensor-core
-# FLOP/s), the vendors' data sheets: V100 SXM2 15.7 / 125 TFLOP/s; A100 19.5 / 312; H100 and
-# H200 SXM 67 / 989; B200 80 / 2250; MI250X 95.7 / 383; MI250 90.5 / 362; MI300X 163.4 / 1307.
+# key: (dense FLOP/s of a float32 matrix multiplication, dense FP16/BF16 tensor-core FLOP/s),
+# from the vendors' data sheets. For float32 the TF32 tensor-core peak where the device has one
+# (A100 156, H100/H200 495, B200 1100, MI300X 653.7 TFLOP/s): PyTorch runs float32 matmuls in
+# TF32 when allowed (the default before 1.12; ``torch.backends.cuda.matmul.allow_tf32``), and
+# a trace does not say whether it was, so the upper bound keeps every efficiency at most 1.
+# Without TF32: V100 15.7, MI250X 95.7, MI250 90.5 (FP32 matrix). FP16/BF16: V100 125, A100
+# 312, H100/H200 989, B200 2250, MI250X 383, MI250 362, MI300X 1307.
 PEAKS_BY_TYPE: dict[str, tuple[float, float]] = {
-    "H200": (67e12, 989e12), "H100": (67e12, 989e12), "A100": (19.5e12, 312e12),
-    "B200": (80e12, 2250e12), "V100": (15.7e12, 125e12), "MI300X": (163.4e12, 1307e12),
+    "H200": (495e12, 989e12), "H100": (495e12, 989e12), "A100": (156e12, 312e12),
+    "B200": (1100e12, 2250e12), "V100": (15.7e12, 125e12), "MI300X": (653.7e12, 1307e12),
     "MI250X": (95.7e12, 383e12), "MI250": (90.5e12, 362e12),
 }
 _HALF = ("half", "bfloat16", "float16", "c10::half", "c10::bfloat16")

@@ -259,3 +259,36 @@ def test_trace_without_profiler_steps_is_one_window(tmp_path):
     assert first(rep2).id == "launch-bound"
     with pytest.raises(InputError, match="step-annotation"):
         run(tmp_path / "run", step_annotation="(")
+
+
+def test_slow_large_gemm_and_cuda_graph_kernels(tmp_path):
+    """A 4096³ bf16 ``aten::mm`` (137 GFLOP) whose kernel takes 10 ms on an A100: 13.7 TFLOP/s,
+    4.4% of the 312 TFLOP/s peak; at 60% of peak it would take 0.73 ms, so it costs 9.27 ms a
+    step. Beside it, 100 kernels replayed by one ``cudaGraphLaunch`` are counted, not lost."""
+    t = Trace()
+    n = 4096
+    for s in range(3):
+        T = s * 20_000
+        t.step(s, T, 20_000)
+        t.host("aten::mm", T + 10, 30, **{"Input Dims": [[n, n], [n, n]],
+                                          "Input type": ["c10::BFloat16", "c10::BFloat16"]})
+        t.launch(T + 20, 10, T + 40, 10_000, name="ampere_bf16_s16816gemm_bf16_128x128_nn")
+        c = t.launch(T + 60, 20, T + 10_040, 0, name="placeholder", call="cudaGraphLaunch")
+        t.events.pop()                              # the graph launch's own kernel: none
+        for i in range(100):
+            t.events.append({"ph": "X", "cat": "kernel", "name": "triton_poi_fused_add_0",
+                             "pid": 0, "tid": 7, "ts": T + 10_040 + i * 50, "dur": 50,
+                             "args": {"device": 0, "stream": 7, "correlation": c,
+                                      "graph id": 1}})
+    t.write(tmp_path / "run")
+    rep = run(tmp_path / "run")
+    g = rep.gemms.iloc[0]
+    assert g["flops"] == pytest.approx(3 * 2 * n ** 3)
+    assert g["tflops"] == pytest.approx(2 * n ** 3 / 10_000 / 1e6)
+    assert g["peak_tflops"] == 312.0
+    f = next(f for f in rep.findings if f.id == "low-gemm-efficiency")
+    assert f.cost_us == pytest.approx(10_000 - 2 * n ** 3 / (0.6 * 312e12) * 1e6, rel=1e-6)
+    k = rep.kernels.set_index("name").loc["triton_poi_fused_add_0"]
+    assert k["count"] == 300 and bool(k["graph"])
+    # The graph's kernels belong to the steps whose host range launched them.
+    assert rep.breakdown["compute_us"].tolist() == pytest.approx([15_000.0] * 3)

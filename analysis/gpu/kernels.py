@@ -44,8 +44,7 @@ KERNEL_COLUMNS = ["rank", "name", "category", "count", "total_us", "mean_us", "s
                   "graph"]
 GEMM_COLUMNS = ["rank", "op", "shapes", "dtype", "calls", "flops", "kernel_us", "tflops",
                 "peak_tflops", "efficiency"]
-GEMM_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul",
-                      "aten::linear"})
+GEMM_OPS = classify.GEMM_OPS
 
 _RULES = (
     ("attention", re.compile(r"flash|fmha|attention|attn|sdpa|softmax_warp", re.I)),
@@ -145,12 +144,26 @@ def gemm_flops(op: str, dims: list) -> float | None:
     return None
 
 
+def _innermost(ops: pd.DataFrame) -> pd.DataFrame:
+    """The GEMM operators that hold no other: ``aten::linear`` → ``aten::addmm`` keeps the
+    ``addmm`` alone, so a kernel is counted once."""
+    keep = []
+    for _, g in ops.groupby("lane", sort=False):
+        g = g.assign(_neg_end=-g["end_us"]).sort_values(["ts_us", "_neg_end"], kind="stable")
+        ts, end = g["ts_us"].to_numpy(), g["end_us"].to_numpy()
+        holds = np.zeros(len(g), dtype=bool)
+        holds[:-1] = (ts[1:] < end[:-1]) & (end[1:] <= end[:-1])
+        keep.append(g[~holds].drop(columns="_neg_end"))
+    return pd.concat(keep) if keep else ops
+
+
 def gemm_table(rank: int, host: pd.DataFrame, dev: pd.DataFrame, launch_lane_ts: pd.DataFrame,
                device_name: str | None) -> pd.DataFrame:
     """The rank's matrix multiplications with shapes (module docstring). ``host``: its host
     events with ``call_args``; ``dev``: device events in the windows; ``launch_lane_ts``: the
     launching runtime calls (lane, ts_us, end_us, correlation)."""
-    ops = host[host["name"].isin(GEMM_OPS) & host["call_args"].notna()]
+    ops = _innermost(host[host["name"].isin(GEMM_OPS)])
+    ops = ops[ops["call_args"].notna()]
     if ops.empty or dev.empty or launch_lane_ts.empty:
         return pd.DataFrame(columns=GEMM_COLUMNS)
     kernel_us = dev.groupby("correlation")["dur_us"].sum()

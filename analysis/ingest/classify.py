@@ -44,6 +44,10 @@ OTHER_COMM_KERNELS: tuple[tuple[re.Pattern, str, str | None], ...] = (
 # ``_c10d_functional::`` ops are the functional collectives DTensor issues (all_gather_into_tensor,
 # reduce_scatter_tensor, and wait_tensor, where the thread blocks until the collective is done).
 HOST_COMM_RE = re.compile(r"^(gloo:|c10d::|nccl:|_?c10d_functional::)|^record_param_comms$")
+# Matrix-multiplication operators: ingest keeps their recorded shapes, from which the kernel
+# table computes their FLOPs (``analysis/gpu/kernels.py``).
+GEMM_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul",
+                      "aten::linear"})
 P2P_RE = re.compile(r"(^|[:_])(send|recv)|SendRecv|^ncclDevKernel_SendRecv", re.IGNORECASE)
 
 

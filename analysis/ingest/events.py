@@ -36,10 +36,13 @@ seq         int     the collective's sequence number in its group (``Seq``); -1
 msg_bytes   Int64   bytes S of the collective as nccl-tests defines them:
                     max(in_nelems, out_nelems) × element size; for ranges with only
                     ``Input Dims``, the input tensor's bytes
-call_args   str     on ``c10d::`` calls only: their recorded arguments as JSON text,
-                    ``{"dims": Input Dims, "types": Input type, "scalars": Concrete
-                    Inputs}`` (the peer of a send/recv, the output and input buffers
-                    of an all_to_all: ``analysis/comm/instances.py``); null elsewhere
+call_args   str     on ``c10d::`` calls and matrix multiplications (``aten::mm``,
+                    ``addmm``, ``bmm``, ``baddbmm``, ``matmul``, ``linear``) only: their
+                    recorded arguments as JSON text, ``{"dims": Input Dims, "types":
+                    Input type, "scalars": Concrete Inputs}`` (the peer of a send/recv,
+                    the output and input buffers of an all_to_all:
+                    ``analysis/comm/instances.py``; a GEMM's shapes:
+                    ``analysis/gpu/kernels.py``); null elsewhere
 =========== ======= ============================================================
 
 Where the collective metadata comes from is spelled out in ``analysis/comm_meta.py``.
@@ -120,8 +123,9 @@ from meshscope.analysis.errors import InputError
 RANK_FROM_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
 # Bump when the table's columns or their meaning change: it is part of the cache key.
 # (5: impossible events are dropped and counted, no longer clamped. 6: PyTorch 1.8 categories,
-# B/E pairs and bare arrays are read; the format read is in the metadata.)
-INGEST_VERSION = 6
+# B/E pairs and bare arrays are read; the format read is in the metadata. 7: matrix
+# multiplications keep their shapes in call_args.)
+INGEST_VERSION = 7
 BATCH_EVENTS = 8192             # events per batch when a trace is read whole
 BATCH_BYTES = 1 << 19           # text per batch when it is streamed (fastest on a 54 MB trace)
 WHOLE_TEXT_LIMIT = 4 << 30      # a trace that cannot be streamed is read whole up to this size
@@ -463,6 +467,8 @@ def _cpu_lanes(pids: list, tids: list) -> pa.Array:
 
 
 _DEVICE_CATS = pa.array(sorted(classify.DEVICE_CATS), pa.large_string())
+# Operators whose shapes are kept (``call_args``): the GEMMs whose FLOPs the kernel table needs.
+_GEMM_OPS = pa.array(sorted(classify.GEMM_OPS), pa.large_string())
 _LEGACY_CATS = pa.array(sorted(LEGACY_CATEGORIES), pa.large_string())
 
 
@@ -606,7 +612,7 @@ def _batch(evs: list[_Event], reading: "_Reading | None" = None
             dims = _raw_value(_dims(a), "Input Dims", damage) if a else None
             types = _raw_value(a.input_type, "Input type", damage) if a else None
             found.append((i, comm_meta.from_host_range(names[i], dims, types, damage)))
-    calls = pc.starts_with(name, "c10d::")
+    calls = pc.or_(pc.starts_with(name, "c10d::"), pc.is_in(name, value_set=_GEMM_OPS))
     call_args = pa.nulls(len(xs), pa.large_string())
     if pc.any(calls).as_py():
         idx = np.flatnonzero(calls.to_numpy(zero_copy_only=False)).tolist()
