@@ -5,7 +5,9 @@ Each page renders its graphs with the numbers of the run named in the URL (read 
 rendered SVG and tables, compared with that run's summary.json and report tables); the
 navigation bar keeps the selected run; a copied URL reopens the same view; the compare page
 shows two runs; the static HTML report opens from a ``file://`` URL with the network off and
-shows the same numbers; the browser console stays free of errors throughout.
+shows the same numbers; the GPU page of a real GPU trace of the shared corpus (analysed into a
+runs folder of its own) draws the report's idle causes and kernels; the browser console stays
+free of errors throughout.
 
 ``MESHSCOPE_SCREENSHOTS=docs/img pytest tests/test_dashboard_browser.py`` also saves a
 screenshot of each page there (the ones docs/dashboard.md shows).
@@ -15,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 import time
@@ -23,6 +26,7 @@ from urllib.parse import parse_qs, urlsplit
 import pandas as pd
 import pytest
 
+from conftest import meshscope, shared_trace
 from test_dashboard_server import served
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -30,6 +34,7 @@ SAMPLES = ROOT / "samples"
 PIPELINED = "dp2-pp2-1f1b"
 SLOW = "dp2-pp2-slow-rank1"
 MOE = "dp2-ep2-moe"
+GPU_RUN = "resnet50_num_workers_0"      # ../shared/traces/gpu/kineto_tb_samples: one GPU rank
 CHROMIUM, CHROMEDRIVER = pathlib.Path("/usr/bin/chromium"), pathlib.Path("/usr/bin/chromedriver")
 SHOTS = os.environ.get("MESHSCOPE_SCREENSHOTS")
 CONSOLE: list[dict] = []          # every browser console entry seen by any test
@@ -100,6 +105,10 @@ def _open(d, url, ready, shot=None):
         pathlib.Path(SHOTS).mkdir(parents=True, exist_ok=True)
         height = d.execute_script("return document.body.scrollHeight")
         d.set_window_size(1300, min(max(900, height + 40), 4000))
+        # the window's own bars take part of its height: grow it so the whole page shows
+        bars = d.execute_script("return window.outerHeight - window.innerHeight")
+        if bars > 0:
+            d.set_window_size(1300, min(max(900, height + 40 + bars), 4000))
         d.save_screenshot(str(pathlib.Path(SHOTS) / f"{shot}.png"))
         d.set_window_size(1300, 1200)
 
@@ -290,6 +299,47 @@ def test_static_html_report_opens_offline_with_the_same_numbers(driver, tmp_path
         assert len(_css(driver, ".js-plotly-plot")) >= 6
     finally:
         driver.delete_network_conditions()
+
+
+@pytest.fixture(scope="module")
+def gpu_server(tmp_path_factory):
+    """A dashboard over one real GPU trace of the shared corpus, analysed as a user would."""
+    trace = shared_trace(f"gpu/kineto_tb_samples/{GPU_RUN}")
+    runs = tmp_path_factory.mktemp("gpu-dash") / "runs"
+    shutil.copytree(trace, runs / GPU_RUN)
+    meshscope("analyze", runs / GPU_RUN, check=True)
+    with served(runs, runs.parent / "server.log") as (_, port):
+        yield f"http://127.0.0.1:{port}", runs / GPU_RUN / "report"
+
+
+def test_gpu_page_draws_the_reports_idle_causes_and_kernels(gpu_server, driver):
+    url, report = gpu_server
+    _open(driver, f"{url}/gpu?run={GPU_RUN}", "#idle-graph .barlayer .point", shot="gpu")
+    # The figure's data as plotly holds it in the page: one trace per cause, the rank's mean
+    # idle per step of each (ms), equal to the report's idle table.
+    data = driver.execute_script(
+        "return document.querySelector('#idle-graph .js-plotly-plot').data"
+        ".map(t => [t.name, t.x, t.y]);")
+    means = pd.read_parquet(report / "idle.parquet").groupby("rank").mean()
+    assert len(data) == 7 and data[0][0] == "data loader"
+    causes = ("dataloader", "sync", "wait_rank", "launch", "cpu", "queued", "other")
+    for (name, xs, ys), cause in zip(data, causes):
+        assert ys == ["rank 0"]
+        assert xs[0] == pytest.approx(means.loc[0, f"idle_{cause}_us"] / 1e3, abs=1e-4), name
+    legend = _texts(driver, "#idle-graph .legendtext")
+    assert [t for t in legend if t] == [name for name, _, _ in data]
+    cats = _css(driver, "#categories-graph .barlayer .trace")
+    steps = pd.read_parquet(report / "step_categories.parquet")
+    assert len(cats[0].find_elements("css selector", ".point")) == len(steps)
+    kernels = pd.read_parquet(report / "kernels.parquet")
+    rows = _css(driver, "#kernels-table tbody tr")
+    assert len(rows) == len(kernels)
+    first = rows[0].find_elements("css selector", "td")[0]
+    assert first.get_attribute("title") == kernels["name"].iloc[0]
+    assert len(first.text) < len(kernels["name"].iloc[0])
+    assert f"{kernels['total_us'].iloc[0] / 1e3:.2f}" in rows[0].text
+    assert _css(driver, "#sync-table tbody tr") and _css(driver, "#gpu-headline")
+    CONSOLE.extend(driver.get_log("browser"))
 
 
 def test_browser_console_has_no_errors(server, driver):

@@ -5,8 +5,8 @@ as a user would: every figure and table holds the report's own numbers (``idle``
 ``gemms``); a CPU run gets one note; the static report carries the page for GPU runs only.
 
 Runs: ``kineto_tb_samples/resnet50_num_workers_0`` (one rank, PyTorch 1.8 bare-array trace: a
-47 ms data-loader stall per step), ``hta/trace_filter`` (two ranks), a small hand-made trace
-with one ``aten::mm`` whose shapes are recorded (the shared traces have none: the GEMM table)
+47 ms data-loader stall per step), ``hta/trace_filter`` (two ranks, hundreds of GEMM shapes),
+a small hand-made trace with one ``aten::mm`` per step on an A100, the same without its shapes,
 and the shipped CPU sample ``dp4-ddp``.
 """
 from __future__ import annotations
@@ -34,17 +34,20 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 RESNET = "resnet50_num_workers_0"
 TWO_RANKS = "trace_filter"
 GEMM = "one-gemm"
+NO_SHAPES = "no-shapes"
 CPU = "dp4-ddp"
 
 
-def _gemm_trace(folder: pathlib.Path) -> None:
+def _gemm_trace(folder: pathlib.Path, shapes: bool = True) -> None:
     """Two steps, each an ``aten::mm`` of 4096×4096 by 4096×4096 in fp32 (137.4 GFLOP) whose
-    one kernel runs 10 ms: 13.7 TFLOP/s, against the A100's 19.5 TFLOP/s FP32 peak."""
+    one kernel runs 10 ms: 13.7 TFLOP/s on an A100. ``shapes`` False: the same trace recorded
+    without ``record_shapes``."""
     t = Trace(rank=0)
     for i, start in enumerate((0.0, 20_000.0)):
         t.step(i + 1, start, 15_000.0)
-        t.host("aten::mm", start + 100, 50, **{"Input Dims": [[4096, 4096], [4096, 4096]],
-                                                "Input type": ["float", "float"]})
+        t.host("aten::mm", start + 100, 50, **({"Input Dims": [[4096, 4096], [4096, 4096]],
+                                                 "Input type": ["float", "float"]}
+                                                if shapes else {}))
         t.launch(start + 110, 20, start + 200, 10_000.0)
     t.write(folder)
 
@@ -57,9 +60,10 @@ def runs(tmp_path_factory) -> pathlib.Path:
     shutil.copytree(resnet, root / RESNET)
     shutil.copytree(two, root / TWO_RANKS)
     _gemm_trace(root / GEMM)
+    _gemm_trace(root / NO_SHAPES, shapes=False)
     shutil.copytree(ROOT / "samples" / CPU, root / CPU,
                     ignore=shutil.ignore_patterns("traces", ".cache"))
-    for run in (RESNET, TWO_RANKS, GEMM):
+    for run in (RESNET, TWO_RANKS, GEMM, NO_SHAPES):
         meshscope("analyze", root / run, check=True)
     return root
 
@@ -107,7 +111,7 @@ def test_the_data_loader_stall_is_the_largest_part(index):
     loader = next(t for t in fig.data if t.name == "data loader")
     assert 40 < loader.x[0] < 55                               # the 47 ms stall per step
     assert loader.x[0] == max(t.x[0] for t in fig.data)
-    assert "the largest part is data loader" in items["gpu-headline"].text
+    assert "the largest part: data loader, " in items["gpu-headline"].text
 
 
 def test_step_categories_are_the_plugins_per_step(runs, index):
@@ -181,22 +185,42 @@ def test_the_rank_in_the_url_picks_the_per_rank_sections(index):
     assert items["idle-graph"].figure.data[0].y == ("rank 0", "rank 1")
 
 
+def _gemm_rows(g: pd.DataFrame) -> list[list]:
+    def opt(v, f):
+        return "—" if v != v else f.format(v)
+    return [[r["op"], S.Cell(" · ".join("×".join(map(str, d)) for d in json.loads(r["shapes"])
+                                        if d), r["shapes"]),
+             r["dtype"] or "—", r["calls"], f"{r['flops'] / 1e9:.2f}",
+             f"{r['kernel_us'] / 1e3:.3f}", opt(r["tflops"], "{:.1f}"),
+             opt(r["peak_tflops"], "{:.1f}"), opt(100 * r["efficiency"], "{:.1f}")]
+            for _, r in g.iterrows()]
+
+
 def test_gemm_table_is_the_gemms(runs, index):
+    g = _report(runs, RESNET, "gemms").sort_values("flops", ascending=False, kind="stable")
+    assert len(g) > 0                    # the PyTorch 1.8 sample records its shapes
+    table = _items(index, RESNET)["gemms-table"]
+    assert table.rows == _gemm_rows(g)
     g = _report(runs, GEMM, "gemms")
-    if g.empty:
-        pytest.xfail("the analysis records operator arguments (call_args) on c10d:: calls "
-                     "only, so gemms.parquet has no row even when the trace has the shapes")
-    assert len(g) == 1
-    r = g.iloc[0]
     rows = _items(index, GEMM)["gemms-table"].rows
-    assert rows == [["aten::mm", r["shapes"], "float", 2, f"{r['flops'] / 1e9:.2f}",
-                     f"{r['kernel_us'] / 1e3:.3f}", f"{r['tflops']:.1f}",
-                     f"{r['peak_tflops']:.1f}", f"{100 * r['efficiency']:.1f}"]]
-    assert rows[0][6] == "13.7" and rows[0][7] == "19.5"          # 137.4 GFLOP in 10 ms
+    assert rows == _gemm_rows(g)
+    assert [str(c) for c in rows[0][:4]] == ["aten::mm", "4096×4096 · 4096×4096", "float", "2"]
+    assert rows[0][6] == "13.7" and rows[0][7] != "—"          # 2 × 137.4 GFLOP in 20 ms
+
+
+def test_a_large_gemm_table_shows_the_most_flops(runs, index):
+    g = _report(runs, TWO_RANKS, "gemms")
+    g = g[g["rank"] == 0]
+    table = _items(index, TWO_RANKS, rank=0)["gemms-table"]
+    assert len(g) > device.MAX_GEMM_ROWS
+    assert len(table.rows) == device.MAX_GEMM_ROWS
+    assert [r[4] for r in table.rows] == [f"{v / 1e9:.2f}" for v in
+                                          g["flops"].nlargest(device.MAX_GEMM_ROWS)]
+    assert f"of {len(g)} are shown" in table.caption
 
 
 def test_no_gemm_shapes_says_how_to_record_them(index):
-    assert "record_shapes=True" in _items(index, RESNET)["gemms-none"].text
+    assert "record_shapes=True" in _items(index, NO_SHAPES)["gemms-none"].text
 
 
 def test_a_cpu_run_gets_one_note(index):

@@ -21,6 +21,7 @@ A run without GPU activity (the CPU runs) gets the one note ``gpu-none``.
 """
 from __future__ import annotations
 
+import json
 import re
 
 import pandas as pd
@@ -54,6 +55,7 @@ NAME_CHARS = 70          # kernel names and call sites longer than this are cut
 # Namespaces a cut kernel name can do without (the tooltip keeps the whole name).
 NAMESPACES = re.compile(r"at::native::|at::detail::|c10::|\(anonymous namespace\)::")
 MAX_SYNC_ROWS = 30
+MAX_GEMM_ROWS = 30
 
 
 def is_gpu(report: RunReport) -> bool:
@@ -76,12 +78,13 @@ def cut(name: str, limit: int = NAME_CHARS) -> str:
     if len(name) <= limit:
         return name
     short = NAMESPACES.sub("", re.sub(r"^void\s+", "", name))
-    depth = 0
-    for i, ch in enumerate(short):      # the argument list: the first '(' outside <…>
-        depth += (ch == "<") - (ch == ">")
-        if ch == "(" and depth == 0 and i > 0:
+    angle = paren = 0
+    for i, ch in enumerate(short):      # the argument list: the first '(' outside <…> and (…)
+        if ch == "(" and angle == 0 and paren == 0 and i > 0:
             short = short[:i]
             break
+        angle += (ch == "<") - (ch == ">")
+        paren += (ch == "(") - (ch == ")")
     if len(short) <= limit:
         return short + ("(…)" if short != name and len(short) + 3 <= limit else "")
     head = short[:limit - 1]
@@ -96,6 +99,18 @@ def _cell(name) -> Cell | str:
     name = "" if name is None or (isinstance(name, float) and name != name) else str(name)
     short = cut(name)
     return Cell(short, name) if short != name else name
+
+
+def shapes_text(shapes) -> Cell | str:
+    """``gemms.parquet``'s ``shapes`` (JSON text of the inputs' dims) as ``32×2048 · 2048×1000``:
+    the non-empty inputs' dims (a bias too); the JSON as the tooltip."""
+    try:
+        dims = json.loads(shapes)
+        text = " · ".join("×".join(str(int(d)) for d in s) for s in dims
+                          if isinstance(s, list) and s)
+    except (TypeError, ValueError):
+        return _cell(shapes)
+    return Cell(text, str(shapes)) if text else _cell(shapes)
 
 
 def focus_rank(ctx: PageContext) -> int | None:
@@ -141,14 +156,17 @@ def idle_figure(report: RunReport, height_per_rank: int = 34, title: bool = True
         share = [100 * v / t if t else 0.0 for v, t in zip(ys, idle_ms)]
         fig.add_bar(name=name, y=labels, x=ys, orientation="h",
                     marker_color=IDLE_COLOURS.get(cause, "#79706E"),
+                    text=ys, texttemplate="%{x:.1f}", textposition="inside",
+                    insidetextanchor="middle",
                     customdata=[[int(r), s] for r, s in zip(means.index, share)],
                     hovertemplate=f"%{{y}}<br>{name}: %{{x:.2f}} ms per step "
                                   f"(%{{customdata[1]:.0f}}% of the idle)<extra></extra>")
     n = len(labels)
     row = max(12, min(height_per_rank, 900 // max(n, 1)))
-    fig.update_layout(**{**LAYOUT, "margin": {"l": 90, "r": 20, "t": 40 if title else 10,
+    fig.update_layout(**{**LAYOUT, "margin": {"l": 90, "r": 20, "t": 40 if title else 30,
                                               "b": 50}},
                       barmode="stack", height=150 + row * n + (30 if title else 0),
+                      uniformtext={"minsize": 10, "mode": "hide"},
                       title="GPU idle time per rank by cause (mean per profiled step)"
                       if title else None,
                       xaxis_title="ms of GPU idle per step",
@@ -171,13 +189,20 @@ def headline(report: RunReport) -> Note | None:
     window = step["window_us"].mean() / 1e3 if "window_us" in step else None
     causes = {c: means[f"idle_{c}_us"].mean() / 1e3 for c in _causes(means)}
     top = max(causes, key=causes.get) if causes else None
-    who = "Rank {}'s GPU".format(means.index[0]) if len(means) == 1 else \
-        f"The GPU of the mean rank (of {len(means)})"
-    text = f"{who} idles {idle_ms:.1f} ms per step"
-    if window:
-        text += f" of a {window:.1f} ms step ({100 * idle_ms / window:.0f}%)"
+    n = len(report.steps)
+    over = f"mean over the {n} profiled steps" if n > 1 else "in the profiled step"
+    if len(means) == 1:
+        text = f"Rank {means.index[0]}'s GPU idles {idle_ms:.1f} ms"
+        text += f" of its {window:.1f} ms step ({100 * idle_ms / window:.0f}%)" if window \
+            else " per step"
+    else:
+        text = f"The GPUs idle {idle_ms:.1f} ms"
+        text += f" of their {window:.1f} ms step ({100 * idle_ms / window:.0f}%)" if window \
+            else " per step"
+        over = f"mean over the {len(means)} ranks and " + over.replace("mean over ", "")
+    text += f", {over}"
     if top and causes[top] > 0 and idle_ms > 0:
-        text += (f"; the largest part is {IDLE_CAUSES.get(top, top)}: {causes[top]:.1f} ms "
+        text += (f"; the largest part: {IDLE_CAUSES.get(top, top)}, {causes[top]:.1f} ms "
                  f"({100 * causes[top] / idle_ms:.0f}% of the idle)")
     if len(means) > 1:
         lo, hi = means["idle_us"].idxmin(), means["idle_us"].idxmax()
@@ -231,7 +256,7 @@ def categories_figure(report: RunReport, rank: int) -> go.Figure | None:
     fig.update_layout(**LAYOUT, barmode="stack", height=400,
                       title=f"Each profiled step of {rank_label(rank, report)} in the "
                             f"TensorBoard plugin's categories",
-                      yaxis_title="ms", xaxis={"type": "category"},
+                      yaxis_title="ms per step", xaxis={"type": "category"},
                       legend={"traceorder": "reversed"})
     return fig
 
@@ -254,8 +279,9 @@ def kernels_table(report: RunReport, rank: int) -> Table | Note | None:
     n = len(report.steps)
     return Table("kernels-table", ["kernel", "category", "count", "total ms", "mean µs",
                                    "share %"] + (["CUDA graph"] if graph else []), rows,
-                 caption=f"The kernels with the most GPU time on rank {rank}, over the {n} "
-                         f"profiled step(s); share: of the rank's device time in those steps. "
+                 caption=f"The kernels with the most GPU time on rank {rank}, over the "
+                         f"{n} profiled step{'s' if n != 1 else ''}; total: summed over those "
+                         f"steps; share: of the rank's device time in them. "
                          f"Hover a cut name for the whole of it.", left=2)
 
 
@@ -285,18 +311,21 @@ def gemms_table(report: RunReport, rank: int) -> Table | Note | None:
                                   "profile with record_shapes=True to see the achieved "
                                   "TFLOP/s of each against the device's peak.")
     rows = []
-    for _, r in mine.iterrows():
+    for _, r in mine.sort_values("flops", ascending=False).head(MAX_GEMM_ROWS).iterrows():
         eff = r.get("efficiency")
-        rows.append([r["op"], _cell(r["shapes"]), r.get("dtype", ""), int(r["calls"]),
+        rows.append([r["op"], shapes_text(r["shapes"]), r.get("dtype") or "—", int(r["calls"]),
                      f"{r['flops'] / 1e9:.2f}", f"{r['kernel_us'] / 1e3:.3f}",
                      fmt(r.get("tflops"), 1), fmt(r.get("peak_tflops"), 1),
                      "—" if eff is None or eff != eff else f"{100 * eff:.1f}"])
     return Table("gemms-table", ["op", "shapes", "dtype", "calls", "GFLOP", "kernel ms",
                                  "achieved TFLOP/s", "peak TFLOP/s", "efficiency %"], rows,
-                 caption="Matrix multiplications grouped by operator, shapes and type: "
+                 caption="Matrix multiplications grouped by operator, input shapes (a bias "
+                         "first for addmm) and type: "
                          "achieved = FLOPs (2·M·N·K) over the time of the kernels they "
                          "launched; peak: the device's dense peak for that type (— when the "
-                         "device is unknown).", left=3)
+                         "trace does not name the device or the type)."
+                 + (f" The {MAX_GEMM_ROWS} with the most FLOPs of {len(mine)} are shown."
+                    if len(mine) > MAX_GEMM_ROWS else ""), left=3)
 
 
 def sync_table(report: RunReport, rank: int) -> Table | Note | None:
@@ -315,7 +344,7 @@ def sync_table(report: RunReport, rank: int) -> Table | Note | None:
                .reset_index()
                .sort_values(["idle_us", "total_us"], ascending=False))
     rows = [[r["name"], r["parent_op"], _cell(r["call_site"]), int(r["count"]),
-             f"{r['total_us'] / 1e3:.2f}", f"{r['idle_us'] / 1e3:.2f}"]
+             f"{r['total_us'] / 1e3:.3f}", f"{r['idle_us'] / 1e3:.2f}"]
             for _, r in grouped.head(MAX_SYNC_ROWS).iterrows()]
     more = f" The {MAX_SYNC_ROWS} of {len(grouped)} that left the most idle are shown." \
         if len(grouped) > MAX_SYNC_ROWS else ""

@@ -93,8 +93,8 @@ def metric(ctx: PageContext, key: str) -> dict[int, float]:
 def color_key(ctx: PageContext) -> str:
     if ctx.state.color in COLOR_CHOICES and metric(ctx, ctx.state.color):
         return ctx.state.color
-    for key in ("saving", "wait", "exposed"):
-        if metric(ctx, key):
+    for key in ("saving", "wait", "exposed", "idle"):   # the first that is not all zero
+        if any(metric(ctx, key).values()):
             return key
     return "compute"
 
@@ -150,6 +150,8 @@ def mesh_figure(ctx: PageContext) -> go.Figure | None:
         top = max([v for v in values.values() if v is not None] + [0.0])
         if isinstance(step_us, (int, float)) and step_us > 0:
             scale = {"zmin": 0.0, "zmax": max(top, 0.1 * step_us / 1e3)}
+    elif not any(v for v in values.values() if v is not None):
+        scale = {"zmin": 0.0, "zmax": 1.0}   # all zero: white, not the middle of the scale
     fig = go.Figure(go.Heatmap(z=z, x=xlabels, y=[f"stage {s}" if info and info.size("pp") > 1
                                                   else "" for s in rows],
                                text=text, texttemplate="%{text}", hoverinfo="text",
