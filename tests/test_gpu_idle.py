@@ -292,3 +292,22 @@ def test_slow_large_gemm_and_cuda_graph_kernels(tmp_path):
     assert k["count"] == 300 and bool(k["graph"])
     # The graph's kernels belong to the steps whose host range launched them.
     assert rep.breakdown["compute_us"].tolist() == pytest.approx([15_000.0] * 3)
+
+
+@pytest.mark.parametrize("op, dims, flops", [
+    ("aten::mm", [[64, 128], [128, 32]], 2 * 64 * 128 * 32),
+    ("aten::addmm", [[32], [64, 128], [128, 32], [], []], 2 * 64 * 128 * 32),
+    ("aten::bmm", [[4, 64, 128], [4, 128, 32]], 2 * 4 * 64 * 128 * 32),
+    ("aten::baddbmm", [[4, 64, 32], [4, 64, 128], [4, 128, 32], [], []], 2 * 4 * 64 * 128 * 32),
+    ("aten::linear", [[8, 16, 128], [32, 128], [32]], 2 * 8 * 16 * 128 * 32),
+    ("aten::matmul", [[8, 16, 128], [128, 32]], 2 * 8 * 16 * 128 * 32),
+    # Shapes that do not fit the op (as one shared trace records a bmm) give no number.
+    ("aten::bmm", [[4, 64, 128]], None),
+    ("aten::mm", [[64, 128], [64, 32]], None),
+    ("aten::mm", "not a list", None),
+    ("aten::mm", [[64, "x"], [128, 32]], None),
+    ("aten::addmm", [[32], [64, 128]], None),
+])
+def test_gemm_flops_from_recorded_shapes(op, dims, flops):
+    from meshscope.analysis.gpu.kernels import gemm_flops
+    assert gemm_flops(op, dims) == flops

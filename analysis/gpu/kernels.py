@@ -114,33 +114,48 @@ def category_totals(rank: int, dev: pd.DataFrame) -> pd.DataFrame:
     return g.assign(rank=rank)[["rank", "category", "count", "total_us"]]
 
 
-def gemm_flops(op: str, dims: list) -> float | None:
+def gemm_flops(op: str, dims) -> float | None:
     """2·M·N·K (times the batch) of one matrix-multiplication call from its ``Input Dims``;
-    None when the shapes do not fit the op."""
-    try:
-        shapes = [list(map(int, d)) for d in dims if isinstance(d, list)]
-    except (TypeError, ValueError):
+    None when the shapes do not fit the op (the trace's values are not trusted: any list of
+    lists of integers, or anything else, gives a number or None, never an error)."""
+    if not isinstance(dims, list):
         return None
+    shapes = []
+    for d in dims:
+        if not isinstance(d, list) or not all(type(x) is int and 0 <= x < 1 << 40 for x in d):
+            shapes.append(None)
+        else:
+            shapes.append(d)
     nonempty = [s for s in shapes if s]
-    if op == "aten::mm" and len(nonempty) >= 2 and len(nonempty[0]) == 2:
-        (m, k), (_, n) = nonempty[0], nonempty[1][-2:]
+
+    def mat(s) -> bool:
+        return s is not None and len(s) == 2
+
+    if op == "aten::mm" and len(shapes) >= 2 and mat(shapes[0]) and mat(shapes[1]) \
+            and shapes[0][1] == shapes[1][0]:
+        (m, k), n = shapes[0], shapes[1][1]
         return 2.0 * m * n * k
-    if op == "aten::addmm" and len(shapes) >= 3 and len(shapes[1]) == 2 and len(shapes[2]) == 2:
+    if op == "aten::addmm" and len(shapes) >= 3 and mat(shapes[1]) and mat(shapes[2]) \
+            and shapes[1][1] == shapes[2][0]:
         (m, k), n = shapes[1], shapes[2][1]
         return 2.0 * m * n * k
     if op in ("aten::bmm", "aten::baddbmm"):
-        a, b = (shapes[0], shapes[1]) if op == "aten::bmm" else (shapes[1], shapes[2])
-        if len(a) == 3 and len(b) == 3:
+        i = 0 if op == "aten::bmm" else 1
+        if len(shapes) < i + 2:
+            return None
+        a, b = shapes[i], shapes[i + 1]
+        if a is not None and b is not None and len(a) == 3 and len(b) == 3 \
+                and a[0] == b[0] and a[2] == b[1]:
             return 2.0 * a[0] * a[1] * a[2] * b[2]
         return None
-    if op == "aten::linear" and len(nonempty) >= 2 and len(nonempty[1]) == 2:
+    if op == "aten::linear" and len(nonempty) >= 2 and mat(nonempty[1]) and nonempty[0] \
+            and nonempty[0][-1] == nonempty[1][1]:
         x, w = nonempty[0], nonempty[1]
         return 2.0 * float(np.prod(x[:-1])) * x[-1] * w[0]
-    if op == "aten::matmul" and len(nonempty) >= 2 and len(nonempty[1]) >= 2:
+    if op == "aten::matmul" and len(nonempty) >= 2 and len(nonempty[0]) >= 2 \
+            and len(nonempty[1]) == 2 and nonempty[0][-1] == nonempty[1][0]:
         x, w = nonempty[0], nonempty[1]
-        batch = float(np.prod(x[:-2])) if len(x) > 2 else 1.0
-        m = x[-2] if len(x) >= 2 else 1
-        return 2.0 * batch * m * x[-1] * w[-1]
+        return 2.0 * float(np.prod(x[:-1])) * x[-1] * w[1]
     return None
 
 

@@ -189,7 +189,8 @@ def _per_rank(inp: inputs.Inputs, opts, workers, progress, engine="local",
             inp.problems.append(result)
         else:
             results.append(result)
-    chosen = inputs.resolve_identities([r.identity for r in results], run=inp.run)
+    chosen = inputs.resolve_identities([r.identity for r in results], run=inp.run,
+                                       problems=inp.problems)
     kept = []
     for r in results:
         if r.identity.path not in chosen:

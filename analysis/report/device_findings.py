@@ -310,9 +310,11 @@ def device_findings(inp: F.FindingInputs, have: set[str]) -> list[F.Finding]:
     for f in idle_found:
         if f is not None:
             if f.id == "sync-stall" and f.evidence.get("called_from"):
-                site = f.evidence.get("call_site")
-                f.title += (f"; mostly {f.evidence['sync_op']} called from "
-                            f"{f.evidence['called_from']}" + (f" at {site}" if site else ""))
+                site, op = f.evidence.get("call_site"), f.evidence["sync_op"]
+                parent = f.evidence["called_from"]
+                f.title += (f"; mostly {op}" + (f" called from {parent}" if parent != op
+                                                else " outside any operator")
+                            + (f" at {site}" if site else ""))
             out.append(f)
     for f in (_memcpy(inp), _jitter(inp), _gemm(inp)):
         if f is not None:

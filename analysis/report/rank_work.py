@@ -62,7 +62,7 @@ def rank_work(path: pathlib.Path, opts: RankOptions) -> RankResult:
     trace = ingest.load_trace(path, comm_kernel_re=opts.comm_kernel_re,
                               rank_regex=opts.rank_regex, cache_dir=opts.cache_dir)
     tl = timeline.build(trace, step_annotation=opts.step_annotation)
-    notes = []
+    notes = list(getattr(trace, "notes", []) or [])
     if tl.window_source == "trace":
         notes.append(f"rank {trace.rank}: the trace has no ProfilerStep ranges"
                      + (f" and no range matches --step-annotation "

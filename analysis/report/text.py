@@ -41,8 +41,7 @@ def render(summary: dict) -> str:
                      f"{_ms(r['exposed_comm_us'])} {_ms(r['bubble_us'])} {_ms(r['idle_us'])}"
                      f"     {_pct(r['overlap_pct'])}")
     for note in summary.get("notes") or []:
-        if "one window" in note or "--step-annotation" in note:
-            lines.append(f"  note: {note}")
+        lines.append(f"  note: {note}")
     if summary.get("gpu_idle_per_rank_mean"):
         lines.append("")
         lines.append("Where the GPU's idle time goes, per rank, mean over profiled steps (ms):")
