@@ -311,3 +311,32 @@ def test_slow_large_gemm_and_cuda_graph_kernels(tmp_path):
 def test_gemm_flops_from_recorded_shapes(op, dims, flops):
     from meshscope.analysis.gpu.kernels import gemm_flops
     assert gemm_flops(op, dims) == flops
+
+
+@pytest.mark.parametrize("name, category", [
+    ("void cudnn::detail::dgrad_engine<float, 512, 6, 5, 3, 3, 3, false>", "convolution"),
+    ("volta_scudnn_128x64_relu_interior_nn_v1", "convolution"),
+    ("void vllm::_typeConvert_rms_norm_kernel<c10::BFloat16>", "norm/elementwise"),
+    ("bmm_Bfloat16_E2m1E2m1_Fp32_t_tileSize128", "gemm"),
+    ("ampere_sgemm_128x64_nn", "gemm"),
+    ("void fbgemm_gpu::split_embedding_codegen_forward_kernel<float>", "other"),
+    ("void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits>", "attention"),
+    ("void at::native::reduce_kernel<512, 1>", "reduction"),
+])
+def test_kernel_categories_by_name(name, category):
+    from meshscope.analysis.gpu.kernels import category as cat_of
+    assert cat_of(name, "kernel", "compute") == category
+
+
+def test_an_item_is_one_synchronisation(tmp_path):
+    """``aten::item`` holding ``aten::_local_scalar_dense`` and no runtime synchronisation (a
+    trace without runtime events) is one call, not two; its step is the host step holding it."""
+    t = Trace()
+    t.step(0, 0, 1_000)
+    t.host("aten::item", 100, 300)
+    t.host("aten::_local_scalar_dense", 110, 280)
+    t.launch(50, 10, 60, 500)
+    t.write(tmp_path / "run")
+    calls = run(tmp_path / "run").sync_calls
+    assert calls["name"].tolist() == ["aten::item"]
+    assert calls["step"].tolist() == [0]

@@ -110,17 +110,45 @@ def sync_calls(host: pd.DataFrame, sites: bool = True) -> pd.DataFrame:
         around = by_lane.get(lane)
         runtime = g[g["cat"].isin(RUNTIME_CATS)]
         chosen = runtime if len(runtime) else g
+        ops_ = _outermost(g[~g["cat"].isin(RUNTIME_CATS)])
+        chosen = ops_
         if len(runtime):    # an aten::item with a runtime sync inside is that runtime call
-            inner = g[~g["cat"].isin(RUNTIME_CATS)]
             kept_outer = [not ((runtime["ts_us"] >= a) & (runtime["end_us"] <= b)).any()
-                          for a, b in zip(inner["ts_us"], inner["end_us"])]
-            chosen = pd.concat([runtime, inner[np.array(kept_outer, dtype=bool)]])
+                          for a, b in zip(ops_["ts_us"], ops_["end_us"])]
+            chosen = pd.concat([runtime, ops_[np.array(kept_outer, dtype=bool)]])
         for name, ts, end in zip(chosen["name"], chosen["ts_us"], chosen["end_us"]):
             parent, site = _enclosing(around, float(ts), float(end), str(name)) if sites \
                 else (None, None)
             rows.append({"name": name, "parent_op": parent, "call_site": site,
                          "lane": lane, "ts_us": float(ts), "end_us": float(end)})
     return pd.DataFrame(rows, columns=SITE_COLUMNS).sort_values("ts_us", ignore_index=True)
+
+
+def in_steps(calls: pd.DataFrame, steps: dict[int, tuple[float, float]]) -> pd.DataFrame:
+    """``calls`` with ``step``: the profiled step whose host range holds each call's start (-1
+    outside every step)."""
+    keys = sorted(steps)
+    starts = np.array([steps[k][0] for k in keys])
+    ends = np.array([steps[k][1] for k in keys])
+    ts = calls["ts_us"].to_numpy()
+    i = np.searchsorted(starts, ts, side="right") - 1
+    ok = (i >= 0) & (ts < ends[np.clip(i, 0, max(len(keys) - 1, 0))]) if len(keys) else \
+        np.zeros(len(ts), dtype=bool)
+    step = np.where(ok, np.array(keys)[np.clip(i, 0, max(len(keys) - 1, 0))]
+                    if len(keys) else -1, -1)
+    return calls.assign(step=step.astype(np.int64))
+
+
+def _outermost(ops: pd.DataFrame) -> pd.DataFrame:
+    """The ranges of one thread that no other of them encloses (``aten::item`` and not also the
+    ``aten::_local_scalar_dense`` inside it)."""
+    if len(ops) < 2:
+        return ops
+    g = ops.assign(_neg=-ops["end_us"]).sort_values(["ts_us", "_neg"], kind="stable")
+    reach = np.maximum.accumulate(g["end_us"].to_numpy())
+    inside = np.zeros(len(g), dtype=bool)
+    inside[1:] = g["end_us"].to_numpy()[1:] <= reach[:-1]
+    return g[~inside].drop(columns="_neg")
 
 
 def with_sites(calls: pd.DataFrame, host: pd.DataFrame, mask: np.ndarray) -> pd.DataFrame:

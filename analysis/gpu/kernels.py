@@ -46,29 +46,31 @@ GEMM_COLUMNS = ["rank", "op", "shapes", "dtype", "calls", "flops", "kernel_us", 
                 "peak_tflops", "efficiency"]
 GEMM_OPS = classify.GEMM_OPS
 
+_CONV = re.compile(r"conv(?!ert)|implicit_gemm|implicit_convolve|dgrad|wgrad|fprop|winograd|"
+                   r"scudnn|MIOpen", re.I)
 _RULES = (
+    ("other", re.compile(r"embedding|embedding_bag|split_embedding", re.I)),
     ("attention", re.compile(r"flash|fmha|attention|attn|sdpa|softmax_warp", re.I)),
-    ("gemm", re.compile(r"gemm|sgemm|hgemm|cutlass|cublas|ampere_.*_tn|sm\d+_xmma|nvjet|"
-                        r"Cijk_|matmul|_mm_|wgmma|hipblaslt", re.I)),
-    ("convolution", re.compile(r"conv|implicit_gemm|winograd|dgrad|wgrad|fprop|igemm|"
-                               r"MIOpen", re.I)),
-    ("reduction", re.compile(r"reduce|sum_|norm_kernel|welford|argmax|argmin|cub::|scan",
-                             re.I)),
-    ("norm/elementwise", re.compile(r"elementwise|vectorized|unrolled|layer_?norm|rms_?norm|"
-                                    r"batch_?norm|bn_|relu|gelu|silu|add|mul|copy|fill|"
-                                    r"cat|index|transpose|triton_", re.I)),
+    ("gemm", re.compile(r"gemm|gemv|cutlass|cublas|ampere_.*_tn|sm\d+_xmma|nvjet|Cijk_|"
+                        r"matmul|_mm_|\bbmm|bmm_|wgmma|hipblaslt", re.I)),
+    ("norm/elementwise", re.compile(r"layer_?norm|rms_?norm|batch_?norm|group_?norm|bn_",
+                                    re.I)),
+    ("reduction", re.compile(r"reduce|sum_|welford|argmax|argmin|cub::|scan", re.I)),
+    ("norm/elementwise", re.compile(r"elementwise|vectorized|unrolled|relu|gelu|silu|add|mul|"
+                                    r"copy|fill|cat|index|transpose|triton_", re.I)),
 )
 
 
 def category(name: str, cat: str, kind: str) -> str:
-    """The ``CATEGORIES`` label of one device event, by its kind and name. Convolution's
-    implicit-GEMM kernels are convolution; a reduction inside a norm kernel is
-    norm/elementwise only when the name does not say reduce."""
+    """The ``CATEGORIES`` label of one device event, by its kind and name: communication and
+    copies by kind; then convolution (cuDNN's and MIOpen's kernels, implicit-GEMM convolutions —
+    ``conv`` but not ``Convert``), embedding lookups (other), attention, GEMM (also batched:
+    ``bmm``), reduction, normalisation and elementwise, in that order."""
     if cat in ("gpu_memcpy", "gpu_memset"):
         return "memcpy/memset"
     if kind == classify.COMMUNICATION:
         return "communication"
-    if re.search(r"conv|implicit_gemm|dgrad|wgrad|fprop|winograd", name, re.I):
+    if _CONV.search(name):
         return "convolution"
     for label, rx in _RULES:
         if rx.search(name):

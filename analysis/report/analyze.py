@@ -324,7 +324,7 @@ def _cross_rank(inp: inputs.Inputs, results: list[rank_work.RankResult], layout_
 
 GPU_COLUMNS = {
     "step_categories": step_categories.COLUMNS, "stream_idle": gpu_idle.STREAM_COLUMNS,
-    "sync_calls": ["rank"] + host_activity.SITE_COLUMNS + ["idle_after_us"],
+    "sync_calls": ["rank", "step"] + host_activity.SITE_COLUMNS + ["idle_after_us"],
     "kernels": kernels.KERNEL_COLUMNS, "kernel_categories": ["rank", "category", "count",
                                                              "total_us"],
     "gemms": kernels.GEMM_COLUMNS,

@@ -93,6 +93,8 @@ def _ranks_text(ranks: list[int]) -> str:
 
 def _sync_site(inp: F.FindingInputs) -> dict:
     calls = inp.sync_calls
+    if calls is not None and "step" in calls:
+        calls = calls[calls["step"] >= 0]
     if calls is None or calls.empty:
         return {}
     c = calls.assign(dur_us=calls["end_us"] - calls["ts_us"])

@@ -106,7 +106,9 @@ def gpu_tables(trace: ingest.RankTrace, tl: timeline.RankTimeline) -> dict[str, 
     launch_ts, _ = timeline.launches(host, dev)
     sel = timeline._complete_steps(dev, host, tl.host_steps)
     calls = host_activity.sync_calls(host, sites=False)
-    calls = gpu_idle.charged_sync(calls, tl.idle_causes.get("sync", np.zeros((0, 2))))
+    calls = host_activity.in_steps(
+        gpu_idle.charged_sync(calls, tl.idle_causes.get("sync", np.zeros((0, 2)))),
+        tl.host_steps)
     if len(calls):
         order = np.argsort(-(calls["idle_after_us"].to_numpy()
                              + calls["end_us"].to_numpy() - calls["ts_us"].to_numpy()))
