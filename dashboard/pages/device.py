@@ -333,8 +333,11 @@ def sync_table(report: RunReport, rank: int) -> Table | Note | None:
     if calls is None:
         return None
     mine = calls[calls["rank"] == rank] if "rank" in calls else calls
+    if "step" in mine:                  # older reports have no step: the whole trace
+        mine = mine[mine["step"] >= 0]
     if mine.empty:
-        return Note("sync-none", f"No blocking synchronisation on rank {rank}.")
+        return Note("sync-none", f"No blocking synchronisation on rank {rank} in the profiled "
+                                 f"steps.")
     keys = ["name", "parent_op", "call_site"]
     grouped = (mine.assign(dur_us=mine["end_us"] - mine["ts_us"],
                            **{k: mine[k].fillna("—").astype(str) for k in keys})
@@ -350,7 +353,8 @@ def sync_table(report: RunReport, rank: int) -> Table | Note | None:
         if len(grouped) > MAX_SYNC_ROWS else ""
     return Table("sync-table", ["synchronisation", "parent op", "call site", "count",
                                 "total ms", "GPU idle after, ms"], rows,
-                 caption="Every blocking synchronisation of the trace on this rank, grouped by "
+                 caption="Every blocking synchronisation of the profiled steps on this rank, "
+                         "grouped by "
                          "the call, the operator it was called from (aten::item for a "
                          ".item()) and its Python frame (— when the trace has no stacks: "
                          "with_stack=True). total: time in the calls; idle after: the GPU "
