@@ -90,6 +90,26 @@ def test_healthy_samples_name_nobody(analysed_samples, sample):
     assert summary["cross_rank"]["matchable"], summary["cross_rank"]["why_not"]
 
 
+def test_the_ddp_samples_exposed_dp_time_is_arrival_jitter(analysed_samples):
+    """samples/dp4-ddp: three ranks spend 42–49 ms a step in exposed dp communication, almost
+    all of it waiting at the all-reduce for the last rank to arrive, and no rank's what-if
+    saving stands above the noise. The finding that fits is arrival jitter — not a straggler,
+    not slow transfers — costing the mean wait, never more than the exposed time. The other
+    samples do not get it: the pipelines' waits are bubble, the slow-rank sample's a
+    straggler's."""
+    _, summary = analysed_samples["dp4-ddp"]
+    first = summary["findings"][0]
+    assert first["id"] == "arrival-jitter" and first["dimension"] == "dp"
+    waits = [s["wait_us"] for s in summary["cross_rank"]["rank_savings"]]
+    assert first["cost_us"] == pytest.approx(sum(waits) / len(waits))
+    exposed = max(r["exposed_comm_dp_us"] for r in summary["per_rank_mean"])
+    assert first["cost_us"] <= exposed
+    assert summary["cross_rank"]["straggler"] is None
+    for other in ("dp2-pp2-1f1b", "tp2-pp2-interleaved", "dp2-pp2-slow-rank1"):
+        ids = [f["id"] for f in analysed_samples[other][1]["findings"]]
+        assert "arrival-jitter" not in ids, (other, ids)
+
+
 def test_no_group_information_matches_on_the_world_group(slowed, tmp_path):
     """The dp=4 case without run.json and with the group table stripped from its traces (a
     stand-in for a foreign framework's gloo traces): matched on the world group, with the same

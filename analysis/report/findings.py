@@ -278,6 +278,16 @@ def _bubble(inp: FindingInputs, causes: list[str]) -> Finding | None:
                   measured=False)
 
 
+def _exposed_on_path(per_rank: pd.Series, bubbles: pd.DataFrame) -> float:
+    """The most exposed time one step's path can hold: the largest of any rank's, or on a
+    pipeline the sum over its stages of each stage's largest."""
+    if bubbles is None or bubbles.empty or "stage" not in bubbles:
+        return float(per_rank.max())
+    stage = bubbles.drop_duplicates("rank").set_index("rank")["stage"]
+    by_stage = per_rank.groupby(per_rank.index.map(stage)).max()
+    return float(by_stage.sum()) if len(by_stage) else float(per_rank.max())
+
+
 def _exposed(inp: FindingInputs) -> list[Finding]:
     out = []
     per_rank = _per_rank(inp)
@@ -291,8 +301,11 @@ def _exposed(inp: FindingInputs) -> list[Finding]:
             exposed = float(per_rank.loc[worst, col])
             evidence.update(rank=int(worst), exposed_us=exposed,
                             overlap_pct=float(per_rank.loc[worst, "overlap_pct"]))
-            # Full overlap cannot save more than the time that is exposed.
-            cost = min(cost, exposed)
+            # Full overlap cannot save more than the time that is exposed on the step's path:
+            # a rank's, or one rank's per pipeline stage (the stages run one after another).
+            bound = _exposed_on_path(per_rank[col], inp.bubbles)
+            evidence["exposed_on_path_us"] = bound
+            cost = min(cost, bound)
             if not _beats_noise(cost, inp.step_us, inp.noise_us):
                 continue
         timing = inp.dim_timing.get(dim, {})
