@@ -26,7 +26,11 @@ cpu          other host work: operators and Python (``cpu_op``, ``python_functio
 ============ ===========================================================================
 
 ``SYNC_NAMES`` and ``DATALOADER_RE`` are the lists; ``thread_sets`` builds the sets of one
-thread; ``sync_call_sites`` names where each synchronisation was called from.
+thread; ``sync_calls`` lists the synchronisations and ``with_sites`` names where they were
+called from: the outermost operator around each (``aten::item`` for the
+``cudaStreamSynchronize`` of a ``.item()``; the call itself when no operator encloses it) and
+the innermost Python frame outside torch and site-packages, when the trace records Python
+stacks (``with_stack=True``).
 """
 from __future__ import annotations
 
@@ -89,38 +93,26 @@ def thread_sets(host: pd.DataFrame) -> dict[str, dict[str, np.ndarray]]:
 SITE_COLUMNS = ["name", "parent_op", "call_site", "lane", "ts_us", "end_us"]
 
 
-def sync_calls(host: pd.DataFrame, sites: bool = True) -> pd.DataFrame:
-    """Every synchronisation of the trace with where it was called from: ``parent_op``, the
-    outermost operator around it (``aten::item`` for the ``cudaStreamSynchronize`` of a
-    ``.item()``; itself when nothing encloses it), and ``call_site``, the innermost Python frame
-    around it when the trace records Python stacks (``with_stack``), else null. Columns
-    ``SITE_COLUMNS``, in time order. The ``aten::`` ops that merely enclose a runtime
-    synchronisation are left out: the runtime call is the synchronisation. ``sites`` False
-    leaves ``parent_op`` and ``call_site`` null (``with_sites`` fills them for the calls that
-    matter)."""
-    names = host["name"]
-    is_sync = names.isin(SYNC_NAMES).to_numpy()
+def sync_calls(host: pd.DataFrame) -> pd.DataFrame:
+    """Every synchronisation of the trace, in time order (columns ``SITE_COLUMNS``). The
+    ``aten::`` ops that merely enclose a runtime synchronisation are left out — the runtime
+    call is the synchronisation —, and an ``aten::item`` is one call with the
+    ``aten::_local_scalar_dense`` inside it. ``parent_op`` and ``call_site`` are null here:
+    ``with_sites`` finds them for the calls that matter."""
+    is_sync = host["name"].isin(SYNC_NAMES).to_numpy()
     if not is_sync.any():
         return pd.DataFrame(columns=SITE_COLUMNS)
     rows = []
-    sync = host[is_sync]
-    ops = host[host["cat"].isin(CPU_CATS)]
-    by_lane = {lane: g for lane, g in ops.groupby("lane", sort=False)}
-    for lane, g in sync.groupby("lane", sort=False):
-        around = by_lane.get(lane)
+    for lane, g in host[is_sync].groupby("lane", sort=False):
         runtime = g[g["cat"].isin(RUNTIME_CATS)]
-        chosen = runtime if len(runtime) else g
-        ops_ = _outermost(g[~g["cat"].isin(RUNTIME_CATS)])
-        chosen = ops_
+        chosen = _outermost(g[~g["cat"].isin(RUNTIME_CATS)])
         if len(runtime):    # an aten::item with a runtime sync inside is that runtime call
             kept_outer = [not ((runtime["ts_us"] >= a) & (runtime["end_us"] <= b)).any()
-                          for a, b in zip(ops_["ts_us"], ops_["end_us"])]
-            chosen = pd.concat([runtime, ops_[np.array(kept_outer, dtype=bool)]])
-        for name, ts, end in zip(chosen["name"], chosen["ts_us"], chosen["end_us"]):
-            parent, site = _enclosing(around, float(ts), float(end), str(name)) if sites \
-                else (None, None)
-            rows.append({"name": name, "parent_op": parent, "call_site": site,
-                         "lane": lane, "ts_us": float(ts), "end_us": float(end)})
+                          for a, b in zip(chosen["ts_us"], chosen["end_us"])]
+            chosen = pd.concat([runtime, chosen[np.array(kept_outer, dtype=bool)]])
+        rows += [{"name": name, "parent_op": None, "call_site": None, "lane": lane,
+                  "ts_us": float(ts), "end_us": float(end)}
+                 for name, ts, end in zip(chosen["name"], chosen["ts_us"], chosen["end_us"])]
     return pd.DataFrame(rows, columns=SITE_COLUMNS).sort_values("ts_us", ignore_index=True)
 
 
@@ -151,35 +143,36 @@ def _outermost(ops: pd.DataFrame) -> pd.DataFrame:
     return g[~inside].drop(columns="_neg")
 
 
-def with_sites(calls: pd.DataFrame, host: pd.DataFrame, mask: np.ndarray) -> pd.DataFrame:
-    """``calls`` with ``parent_op`` and ``call_site`` filled where ``mask`` holds."""
+def with_sites(calls: pd.DataFrame, events: pd.DataFrame, mask: np.ndarray) -> pd.DataFrame:
+    """``calls`` with ``parent_op`` and ``call_site`` filled where ``mask`` holds, found among
+    ``events``' host operators and Python frames (read as arrays: the table is not copied)."""
     out = calls.copy()
-    ops = host[host["cat"].isin(CPU_CATS)]
-    by_lane = {lane: g for lane, g in ops.groupby("lane", sort=False)}
-    for i in np.flatnonzero(mask):
+    idx = np.flatnonzero(mask)
+    if not len(idx):
+        return out
+    cat = events["cat"]
+    is_op = (cat == "cpu_op").to_numpy()
+    is_py = (cat == "python_function").to_numpy()
+    codes, names = pd.factorize(events["name"])
+    step = np.array([bool(STEP_RANGE_RE.match(n)) for n in names] + [False])[codes]
+    lib = np.array([bool(_LIBRARY_FRAME.search(n)) for n in names] + [False])[codes]
+    lane_codes, lanes = pd.factorize(events["lane"])
+    lane_of = {lane: i for i, lane in enumerate(lanes)}
+    ts, end = events["ts_us"].to_numpy(), events["end_us"].to_numpy()
+    candidates = (is_op | is_py) & ~step
+    for i in idx:
         row = out.iloc[i]
-        parent, site = _enclosing(by_lane.get(row["lane"]), float(row["ts_us"]),
-                                  float(row["end_us"]), str(row["name"]))
+        code = lane_of.get(row["lane"], -1)
+        around = candidates & (lane_codes == code) & (ts <= row["ts_us"]) & \
+            (end >= row["end_us"])
+        ops = np.flatnonzero(around & is_op)
+        parent = str(names[codes[ops[np.argmin(ts[ops])]]]) if len(ops) else str(row["name"])
+        py = np.flatnonzero(around & is_py)
+        user = py[~lib[py]] if (~lib[py]).any() else py
+        site = str(names[codes[user[np.argmax(ts[user])]]]) if len(user) else None
         out.iat[i, out.columns.get_loc("parent_op")] = parent
         out.iat[i, out.columns.get_loc("call_site")] = site
     return out
 
 
-def _enclosing(ops: pd.DataFrame | None, ts: float, end: float, name: str
-               ) -> tuple[str, str | None]:
-    """(outermost operator enclosing [ts, end], innermost Python frame enclosing it)."""
-    if ops is None or ops.empty:
-        return name, None
-    inside = ops[(ops["ts_us"] <= ts) & (ops["end_us"] >= end)
-                 & ~ops["name"].str.match(STEP_RANGE_RE)]
-    aten = inside[inside["cat"] == "cpu_op"]
-    parent = str(aten.sort_values("ts_us")["name"].iloc[0]) if len(aten) else name
-    py = inside[inside["cat"] == "python_function"]
-    if len(py):
-        py = py[~py["name"].str.contains(r"torch/|<built-in|site-packages", regex=True)] \
-            if (~py["name"].str.contains(r"torch/|<built-in|site-packages", regex=True)).any() \
-            else py
-        site = str(py.sort_values("ts_us")["name"].iloc[-1])
-    else:
-        site = None
-    return parent, site
+_LIBRARY_FRAME = re.compile(r"torch/|<built-in|site-packages")

@@ -37,23 +37,29 @@ _HOST_WORK_CATS = ("cpu_op", "python_function", "user_annotation")
 
 
 def role_sets(events: pd.DataFrame) -> dict[str, np.ndarray]:
-    """category → interval set over the whole trace (before the priority is applied)."""
-    dev = events[events["device"]]
-    host = events[~events["device"]]
+    """category → interval set over the whole trace (before the priority is applied). Reads
+    the event table's columns as arrays, without copying its rows; names are matched once
+    per distinct name."""
+    ts, end = events["ts_us"].to_numpy(), events["end_us"].to_numpy()
+    device = events["device"].to_numpy()
+    cat = events["cat"]
+    kind = events["kind"].to_numpy()
+    codes, names = pd.factorize(events["name"])
+    dl = np.array([bool(ha.DATALOADER_RE.search(n)) for n in names] + [False])[codes]
+    step = np.array([bool(ha.STEP_RANGE_RE.match(n)) for n in names] + [False])[codes]
 
-    def u(df):
-        return iv.union(df["ts_us"].to_numpy(), df["end_us"].to_numpy())
+    def u(mask):
+        return iv.union(ts[mask], end[mask])
 
-    dl = host["name"].str.contains(ha.DATALOADER_RE, regex=True)
-    step_range = host["name"].str.match(ha.STEP_RANGE_RE)
+    is_cat = {c: (cat == c).to_numpy() for c in ("kernel", "gpu_memcpy", "gpu_memset")}
     return {
-        "kernel": u(dev[(dev["cat"] == "kernel") & (dev["kind"] == classify.COMPUTE)]),
-        "memcpy": u(dev[dev["cat"] == "gpu_memcpy"]),
-        "memset": u(dev[dev["cat"] == "gpu_memset"]),
-        "communication": u(dev[dev["kind"] == classify.COMMUNICATION]),
-        "runtime": u(host[host["cat"].isin(ha.RUNTIME_CATS)]),
-        "dataloader": u(host[dl]),
-        "cpu_exec": u(host[host["cat"].isin(_HOST_WORK_CATS) & ~dl & ~step_range]),
+        "kernel": u(device & is_cat["kernel"] & (kind == classify.COMPUTE)),
+        "memcpy": u(device & is_cat["gpu_memcpy"]),
+        "memset": u(device & is_cat["gpu_memset"]),
+        "communication": u(device & (kind == classify.COMMUNICATION)),
+        "runtime": u(~device & cat.isin(ha.RUNTIME_CATS).to_numpy()),
+        "dataloader": u(~device & dl),
+        "cpu_exec": u(~device & cat.isin(_HOST_WORK_CATS).to_numpy() & ~dl & ~step),
     }
 
 

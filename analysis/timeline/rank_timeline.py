@@ -326,7 +326,7 @@ def build(trace: RankTrace, run=None, step_annotation: re.Pattern | None = None
                                        receiving["end_us"].to_numpy(),
                                        begun=receiving["ts_us"].to_numpy())
         launch_ts, launch_lane = launches(host, dev)
-        calls = host_activity.sync_calls(host, sites=False)
+        calls = host_activity.sync_calls(host)
         idle_causes = gpu_idle.causes(
             iv.subtract(windows, iv.merge(compute, comm, other)), dev["ts_us"].to_numpy(),
             launch_ts, launch_lane, host_activity.thread_sets(host), main,
