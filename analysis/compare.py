@@ -17,11 +17,13 @@ name, path             the run directory's name and path
 layout, label, sizes   run.json (``layout_str``; ``dp2·pp2``; dimension → size)
 ranks, schedule,       run.json (``world_size``, ``schedule`` — null without a pipeline —,
 microbatches, dp_mode  ``microbatches``, ``dp_mode``)
-step_time_us           summary ``throughput.step_time_us`` (schema 2: median over non-warm-up
-                       steps of the slowest rank's step); schema 1: the same from the step
-                       timers (``parallel.throughput.step_table``, steps after the first)
-tokens_per_s, mfu_pct  summary ``throughput`` (schema 1: from ``step_table``); MFU null where
-                       the device's peak is unknown (every CPU)
+step_time_us,          summary ``step_time_us`` and ``step_time_source`` read through
+step_time_source       ``analysis/report/reader.py`` — the step timer (median over non-warm-up
+                       steps of the slowest rank's step) where the run has step timers, the
+                       same figure the runs list, the overview and ``analyze`` print; schema 1:
+                       the same from the step timers (``parallel.throughput.step_table``)
+tokens_per_s, mfu_pct  summary ``throughput`` (schema 1: from ``step_table``), only beside the
+                       step timer's step time; MFU null where the device's peak is unknown
 compute_us             summary ``per_rank_mean[].compute_us``, mean over ranks
 exposed_comm_us        dim → summary ``per_rank_mean[].exposed_comm_<dim>_us``, mean over
                        ranks (only dimensions with exposed time)
@@ -55,6 +57,8 @@ import statistics
 
 import pandas as pd
 
+from meshscope.analysis.report import reader
+from meshscope.analysis.report.summary import STEP_TIME_SOURCES
 from meshscope.collectors import step_timer
 from meshscope.collectors.run_dir import REPORT, RunDirError
 from meshscope.collectors.run_info import RunInfo, read_run_info
@@ -100,6 +104,7 @@ class RunRow:
     microbatches: int
     dp_mode: str | None
     step_time_us: float | None
+    step_time_source: str | None         # "timer" | "replayed" | "window" (reader.step_time)
     tokens_per_s: float | None
     mfu_pct: float | None
     compute_us: float | None
@@ -152,7 +157,7 @@ class Comparison:
         dims = sorted({d for r in self.rows for d in (*r.exposed_comm_us, *r.comm_bytes)},
                       key=lambda d: DIMS.index(d) if d in DIMS else 99)
         return (["rank", "name", "layout", "ranks", "schedule", "microbatches", "dp_mode",
-                 "step_time_us", "tokens_per_s", "mfu_pct", "compute_us"]
+                 "step_time_us", "step_time_source", "tokens_per_s", "mfu_pct", "compute_us"]
                 + [f"exposed_comm_{d}_us" for d in dims]
                 + ["bubble_fraction", "theory_bubble_fraction", "bandwidth_efficiency",
                    "peak_memory_bytes"] + [f"comm_{d}_bytes" for d in dims]
@@ -239,17 +244,22 @@ def _run_info(run: pathlib.Path) -> RunInfo:
 
 
 def _throughput(run: pathlib.Path, info: RunInfo, summary: dict) -> dict:
-    tp = summary.get("throughput")
-    if isinstance(tp, dict) and _num(tp.get("step_time_us")) is not None:
-        return {k: _num(tp.get(k)) for k in ("step_time_us", "tokens_per_s", "mfu_pct")}
+    st = reader.step_time(summary)
+    if st.us is not None:
+        tp = summary.get("throughput") if isinstance(summary.get("throughput"), dict) else {}
+        timer = st.source == "timer"   # tokens/s and MFU are the step timer's
+        return {"step_time_us": st.us, "step_time_source": st.source,
+                "tokens_per_s": _num(tp.get("tokens_per_s")) if timer else None,
+                "mfu_pct": _num(tp.get("mfu_pct")) if timer else None}
     from meshscope.parallel.throughput import step_table
     table, _ = step_table(run, dict(info.raw))
     if table is None or table.empty:
-        return {"step_time_us": None, "tokens_per_s": None, "mfu_pct": None}
+        return {"step_time_us": None, "step_time_source": None, "tokens_per_s": None,
+                "mfu_pct": None}
     warm = set(summary.get("warmup_steps") or [int(table["step"].min())])
     kept = table[~table["step"].isin(warm)]
     kept = kept if not kept.empty else table
-    return {"step_time_us": _num(kept["step_time_us"].median()),
+    return {"step_time_us": _num(kept["step_time_us"].median()), "step_time_source": "timer",
             "tokens_per_s": _num(kept["tokens_per_s"].median()),
             "mfu_pct": _num(kept["mfu_pct"].median())}
 
@@ -655,7 +665,7 @@ def render(c: Comparison, detail: bool = False) -> str:
     """The terminal table of ``meshscope compare``; ``detail`` adds under each row every
     number the planner predicts beside the measured one."""
     dims = [d for d in DIMS if any(d in r.exposed_comm_us for r in c.rows)]
-    head = (f"{'#':>2} {'run':<26} {'step ms':>9} {'plan ms':>8} {'tokens/s':>9} {'MFU':>5} "
+    head = (f"{'#':>2} {'run':<26} {'ranks':>5} {'step ms':>9} {'plan ms':>8} {'tokens/s':>9} {'MFU':>5} "
             f"{'compute':>8} " + " ".join(f"{'exp ' + d:>8}" for d in dims)
             + f" {'bubble':>6} {'bw eff':>6} {'peak MB':>8} {'plan MB':>8}")
     lines = [head]
@@ -663,7 +673,9 @@ def render(c: Comparison, detail: bool = False) -> str:
         pred = r.predicted
         bubble = r.bubble_fraction * 100 if r.bubble_fraction is not None else None
         lines.append(" ".join([
-            f"{i:>2}", f"{r.name[:26]:<26}", _cell(r.step_time_us, 9, ".1f", 1e3),
+            f"{i:>2}", f"{r.name[:26]:<26}", f"{r.ranks:>5}",
+            _cell(r.step_time_us, 9, ".1f", 1e3) + ("" if r.step_time_source in (None, "timer")
+                                                    else "*"),
             _cell(pred.step_time_us if pred else None, 8, ".1f", 1e3),
             _cell(r.tokens_per_s, 9, ".0f"), _cell(r.mfu_pct, 5, ".1f"),
             _cell(r.compute_us, 8, ".1f", 1e3),
@@ -675,6 +687,12 @@ def render(c: Comparison, detail: bool = False) -> str:
             lines += _beside(r)
     lines.append("(times per step in ms; exp = exposed communication; plan = the planner's "
                  "prediction; peak MB = the step timers' peak: CPU resident set)")
+    lines.append(f"(step ms = {STEP_TIME_SOURCES['timer']}"
+                 + ("; * = a run without step timers: "
+                    + ", ".join(sorted({STEP_TIME_SOURCES[r.step_time_source] for r in c.rows
+                                        if r.step_time_source not in (None, "timer")}))
+                    if any(r.step_time_source not in (None, "timer") for r in c.rows) else "")
+                 + ")")
     for f_ in c.failed:
         lines.append(f"   {f_.name}: {f_.status}" + (f" — {f_.error}" if f_.error else ""))
     if c.explanations:

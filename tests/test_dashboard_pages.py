@@ -85,7 +85,8 @@ def test_breakdown_bars_stack_to_each_ranks_window(index):
     assert len(fig.data[0].x) == len(summary["ranks"])
     for i, r in enumerate(summary["ranks"]):
         assert sum(t.y[i] for t in fig.data) == pytest.approx(window[r], rel=1e-4)
-    assert {"compute", "overlapped comm", "bubble", "idle"} <= {t.name for t in fig.data}
+    assert {"compute without overlapped comm", "overlapped comm", "bubble", "idle"} <= \
+        {t.name for t in fig.data}
 
 
 def test_mesh_puts_each_rank_at_its_coordinates(index):

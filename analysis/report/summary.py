@@ -11,7 +11,37 @@ import math
 
 import pandas as pd
 
-REPORT_SCHEMA_VERSION = 2
+REPORT_SCHEMA_VERSION = 3
+
+#: ``step_time_source`` -> what the headline ``step_time_us`` is (the label every reader shows).
+STEP_TIME_SOURCES = {
+    "timer": "step timer: the slowest rank's step, median over the non-warm-up steps",
+    "replayed": "replayed makespan of the profiled steps across ranks (mean)",
+    "window": "the longest rank's profiled step window (mean over profiled steps)",
+}
+
+
+def step_times(report, throughput: dict) -> dict:
+    """The three step times a report knows, each under its own name, and the headline.
+
+    - ``step_time_timer_us``: the step timers' slowest rank per step, median over the
+      non-warm-up steps (``throughput.step_time_us``; tokens/s and MFU are computed from it);
+    - ``step_time_replayed_us``: the profiled steps' makespan replayed through the cross-rank
+      dependency graph, mean over profiled steps (null without a graph);
+    - ``window_us``: the longest rank's step window per profiled step, mean over profiled steps
+      (what the breakdown bars add up to for that rank).
+
+    ``step_time_us`` is the first known of timer, replayed, window, and ``step_time_source``
+    says which (``timer``, ``replayed``, ``window``; labels in ``STEP_TIME_SOURCES``)."""
+    timer = clean(throughput.get("step_time_us")) if throughput else None
+    replayed = clean(report.step_time_us) if len(report.whatif) else None
+    window = clean(float(report.breakdown.groupby("step")["window_us"].max().mean())) \
+        if not report.breakdown.empty else None
+    head, source = next(((v, k) for v, k in ((timer, "timer"), (replayed, "replayed"),
+                                              (window, "window")) if v is not None),
+                        (None, None))
+    return {"step_time_us": head, "step_time_source": source, "step_time_timer_us": timer,
+            "step_time_replayed_us": replayed, "window_us": window}
 
 
 def clean(x):
@@ -80,6 +110,8 @@ def summary_of(report) -> dict:
                      "wait_caused_us": s.wait_caused_us}
                     for s in savings.itertuples()] if len(savings) else []
     rec = r.step_records
+    throughput = throughput_summary(r.throughput, rec.warmup_steps)
+    from meshscope.analysis.pipeline.schedule import imbalance_summary
     return clean({
         "schema_version": REPORT_SCHEMA_VERSION,
         "generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -92,14 +124,14 @@ def summary_of(report) -> dict:
         "notes": r.notes,
         "steps": sorted(int(s) for s in r.breakdown["step"].unique()) if not r.breakdown.empty
         else [],
-        "step_time_us": r.step_time_us,
-        "step_time_source": "replayed makespan of the profiled steps" if r.straggler is not None
-        or len(r.whatif) else "mean step window",
-        "throughput": throughput_summary(r.throughput, rec.warmup_steps),
+        **step_times(r, throughput),
+        "throughput": throughput,
         "per_rank_mean": records(per_rank),
         "trace_overlap": records(r.trace_overlap),
         "pipeline_stages": records(stages),
-        "stage_imbalance": r.imbalance,
+        "stage_imbalance_measured": imbalance_summary(r.stage_imbalance)
+        if len(r.stage_imbalance) else None,
+        "stage_imbalance_without_straggler": r.imbalance,
         "clock_offsets": records(r.clock_offsets),
         "cross_rank": {**r.cross_rank, "straggler": r.straggler, "rank_savings": rank_savings},
         "warmup_steps": rec.warmup_steps,

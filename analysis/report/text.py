@@ -1,6 +1,8 @@
 """The human-readable summary that ``meshscope analyze`` prints (from summary.json alone)."""
 from __future__ import annotations
 
+from meshscope.analysis.report import reader
+
 
 def _ms(us) -> str:
     return "-" if us is None else f"{us / 1000:9.2f}"
@@ -25,6 +27,19 @@ def render(summary: dict) -> str:
     lines.append(head)
     lines.append(f"  device {summary['device']}; ranks analysed {summary['ranks']}; "
                  f"profiled steps {summary['steps']}")
+    st = reader.step_time(summary)
+    if st.us is not None:
+        other = [f"{name} {_ms(v).strip()} ms" for name, v in
+                 (("step timer", st.timer_us), ("replayed", st.replayed_us),
+                  ("profiled window", st.window_us)) if v is not None and name != st.short]
+        tp = summary.get("throughput") if isinstance(summary.get("throughput"), dict) else {}
+        rate = ""
+        if st.source == "timer" and isinstance(tp.get("tokens_per_s"), (int, float)):
+            rate = f", {tp['tokens_per_s']:,.0f} tokens/s"
+            if isinstance(tp.get("mfu_pct"), (int, float)):
+                rate += f", MFU {tp['mfu_pct']:.1f}%"
+        lines.append(f"  step time {st.text()}{rate} — {st.label}"
+                     + (f"; also {', '.join(other)}" if other else ""))
     if summary["missing_ranks"]:
         lines.append(f"  MISSING ranks: {summary['missing_ranks']}")
     for p in summary["problems"]:
@@ -69,10 +84,15 @@ def render(summary: dict) -> str:
             lines.append(f"  {s['stage']:>5}  {s['bubble_fraction']:8.3f}  "
                          f"{'-' if replayed is None else f'{replayed:8.3f}'}  "
                          f"{'-' if theory is None else f'{theory:6.3f}'}  {s['ranks']}")
-        imb = summary.get("stage_imbalance")
-        if imb:
-            lines.append(f"  stage imbalance: max/mean {imb['max_over_mean']:.2f}, slowest stage "
-                         f"{imb['slowest_stage']}")
+        measured, corrected = reader.stage_imbalance(summary)
+        if measured:
+            lines.append(f"  stage imbalance, measured (compute per microbatch): max/mean "
+                         f"{measured['max_over_mean']:.3f}, slowest stage "
+                         f"{measured['slowest_stage']}")
+        if corrected:
+            lines.append(f"  stage imbalance, replayed with the straggler at its peers' pace: "
+                         f"max/mean {corrected['max_over_mean']:.3f}, slowest stage "
+                         f"{corrected['slowest_stage']}")
     cross = summary.get("cross_rank") or {}
     if cross.get("why_not"):
         lines.append("")
@@ -89,7 +109,7 @@ def render(summary: dict) -> str:
                                           for s in savings))
         if st:
             lines.append(f"Straggler: rank {st['rank']} — {st['saving_us'] / 1000:.1f} ms per "
-                         f"step ({st['saving_pct']:.0f}%) at its reference pace "
+                         f"step ({st['saving_pct']:.0f}% of the replayed step) at its reference pace "
                          f"({st['reference']}); it beats the what-if's resolution "
                          f"({_ms(st.get('gate_us') / 2 if st.get('gate_us') else None).strip()} ms)")
         elif savings:

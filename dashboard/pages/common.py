@@ -10,8 +10,9 @@ from ..data import RunReport
 from ..state import ViewState
 
 DIMS = ("pp", "tp", "cp", "ep", "dp", "unknown")
-COLOURS = {"compute": "#4C78A8", "overlapped comm": "#72B7B2", "bubble": "#F2CF5B",
-           "other": "#B279A2", "idle": "#BAB0AC", "wait": "#E45756",
+COLOURS = {"compute": "#4C78A8", "compute without overlapped comm": "#4C78A8",
+           "overlapped comm": "#72B7B2", "bubble": "#F2CF5B",
+           "other": "#B279A2", "idle": "#BAB0AC", "wait": "#5E3C99",
            "forward": "#4C78A8", "backward": "#F58518", "weight-grad": "#54A24B",
            "exposed pp": "#E45756", "exposed tp": "#9D755D", "exposed cp": "#FF9DA6",
            "exposed ep": "#D67195", "exposed dp": "#B22222", "exposed unknown": "#79706E",

@@ -21,6 +21,8 @@ import json
 
 import plotly.graph_objects as go
 
+from meshscope.analysis.report import reader
+
 from ..sections import Facts, Figure, Note, Section, Table, fmt, missing
 from . import device
 from .common import COLOURS, DIMS, LAYOUT, PageContext, per_rank_mean, rank_label, \
@@ -37,18 +39,21 @@ def header_facts(ctx: PageContext) -> Facts:
     rep = ctx.report
     run = rep.run
     tp = rep.get("throughput", default={})
-    step_us = rep.get("step_time_us")
-    if not isinstance(step_us, (int, float)):
-        step_us = tp.get("step_time_us") if isinstance(tp, dict) else None
+    st = reader.step_time(rep.summary)
     model = run.get("model") if isinstance(run.get("model"), dict) else {}
     facts = [("layout", run.get("layout_str")), ("world size", run.get("world_size")),
              ("schedule", run.get("schedule")), ("microbatches", run.get("microbatches")),
              ("model", model.get("preset")), ("status", run.get("status")),
              ("profiled steps", ", ".join(map(str, rep.steps)) or None),
              ("device", rep.get("device")),
-             ("step time", f"{step_us / 1e3:.2f} ms" if isinstance(step_us, (int, float))
-              else None)]
-    if isinstance(tp, dict):
+             ("step time", st.text() if st.us is not None else None)]
+    also = [f"{name} {v / 1e3:.2f} ms" for name, v in
+            (("replayed", st.replayed_us), ("profiled window", st.window_us))
+            if v is not None and name != st.short]
+    if also:
+        facts.append(("other step times", ", ".join(also)))
+    # tokens/s and MFU come from the step timers: shown only beside the timer's step time.
+    if isinstance(tp, dict) and st.source == "timer":
         if isinstance(tp.get("tokens_per_s"), (int, float)):
             facts.append(("tokens/s", f"{tp['tokens_per_s']:,.0f}"))
         if isinstance(tp.get("mfu_pct"), (int, float)):
@@ -146,7 +151,7 @@ def mesh_figure(ctx: PageContext) -> go.Figure | None:
     if key == "saving":
         # Savings are judged against the step: a healthy run's few milliseconds of noise must
         # not look like the darkest red of the scale.
-        step_us = rep.get("step_time_us", default=None)
+        step_us = reader.step_time(rep.summary).us
         top = max([v for v in values.values() if v is not None] + [0.0])
         if isinstance(step_us, (int, float)) and step_us > 0:
             scale = {"zmin": 0.0, "zmax": max(top, 0.1 * step_us / 1e3)}
@@ -166,7 +171,7 @@ def _segments(means) -> list[tuple[str, list[float]]]:
     """(label, ms per rank) of each stacked segment; exposed comm split by dimension."""
     def col(c):
         return (means[c] / 1e3).round(4).tolist() if c in means else [0.0] * len(means)
-    segs = [("compute", ((means["compute_us"] - means["overlapped_comm_us"]) / 1e3)
+    segs = [("compute without overlapped comm", ((means["compute_us"] - means["overlapped_comm_us"]) / 1e3)
              .round(4).tolist()), ("overlapped comm", col("overlapped_comm_us"))]
     split = [d for d in DIMS if f"exposed_comm_{d}_us" in means]
     shown = [d for d in split if (means[f"exposed_comm_{d}_us"] > 0).any()]
@@ -187,11 +192,17 @@ def breakdown_figure(ctx: PageContext) -> go.Figure | None:
     x = [rank_label(r, ctx.report) for r in means.index]
     focus = [2.5 if r == ctx.state.rank else 0 for r in means.index]
     fig = go.Figure()
+    compute = (means["compute_us"] / 1e3).round(4).tolist()
     for label, ys in _segments(means):
+        # The blue segment is compute minus the part overlapping communication: its hover
+        # also names the rank's whole compute, the figure the CLI and summary.json call compute.
+        extra = [f"<br>compute (all): {c:.2f} ms" if label.startswith("compute") else ""
+                 for c in compute]
         fig.add_bar(name=label, x=x, y=ys, marker_color=COLOURS.get(label, "#E45756"),
                     marker_line={"width": focus, "color": "#111"},
-                    customdata=[int(r) for r in means.index],
-                    hovertemplate=f"%{{x}}<br>{label}: %{{y:.2f}} ms<extra></extra>")
+                    customdata=[int(r) for r in means.index], hovertext=extra,
+                    hovertemplate=f"%{{x}}<br>{label}: %{{y:.2f}} ms%{{hovertext}}"
+                                  "<extra></extra>")
     fig.update_layout(**LAYOUT, barmode="stack", height=420,
                       title="Step breakdown per rank (mean over profiled steps)",
                       yaxis_title="ms per step", xaxis={"type": "category"},

@@ -18,6 +18,8 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
+from meshscope.analysis.report import reader
+
 from ..sections import Facts, Figure, Note, Section, Table, fmt, missing
 from .common import COLOURS, LAYOUT, PageContext, lanes_layout, pick_step, rank_label
 
@@ -125,12 +127,26 @@ def bubble_figure(rows: list[dict]) -> go.Figure:
 
 
 def imbalance(ctx: PageContext) -> list:
+    """Stage imbalance, two measures each under its own name (``reader.stage_imbalance``):
+    measured — each stage's compute per microbatch against the stages' mean, the table below
+    (``stage_imbalance.parquet``) — and replayed with the straggler at its peers' pace (the
+    stage-imbalance finding's measure, ``crossrank/whatif.py``)."""
     tab = ctx.report.table("stage_imbalance")
-    summ = ctx.report.get("stage_imbalance")
+    measured, corrected = reader.stage_imbalance(ctx.report.summary)
+    if measured is None and tab is not None and len(tab) >= 2 and "ratio_to_mean" in tab:
+        slowest = tab.loc[tab["compute_per_mb_us"].idxmax()]
+        measured = {"max_over_mean": float(tab["ratio_to_mean"].max()),
+                    "slowest_stage": int(slowest["stage"])}
     out = []
-    if isinstance(summ, dict) and isinstance(summ.get("max_over_mean"), (int, float)):
-        out.append(Facts("imbalance-facts", [("max / mean", f"{summ['max_over_mean']:.3f}"),
-                                             ("slowest stage", summ.get("slowest_stage"))]))
+    facts = []
+    if measured:
+        facts += [("max / mean, measured (compute per microbatch, table below)",
+                   f"{measured['max_over_mean']:.3f} (stage {measured['slowest_stage']})")]
+    if corrected:
+        facts += [("max / mean with the straggler at its peers' pace (replayed)",
+                   f"{corrected['max_over_mean']:.3f} (stage {corrected['slowest_stage']})")]
+    if facts:
+        out.append(Facts("imbalance-facts", facts))
     if tab is not None and not tab.empty and "compute_per_mb_us" in tab:
         out.append(Table("imbalance-table", ["stage", "compute per microbatch", "× mean"],
                          [[int(r.stage), f"{r.compute_per_mb_us / 1e3:.2f} ms",

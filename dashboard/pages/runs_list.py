@@ -3,8 +3,10 @@ its layout, ranks, schedule, step time, tokens/s, MFU, status, date and top find
 several rows and "compare selected" opens the compare page with them. Sweep folders are listed
 with a link that compares all their runs.
 
-The figures come from each run's summary.json as written (``throughput`` and ``step_time_us``
-of schema 2 where present), else from run.json alone for a run not analysed yet.
+The figures come from each run's summary.json as written, read through
+``analysis/report/reader.py`` (the headline ``step_time_us`` and its source — the step timer
+where the run has one, the column "step time from" says which —, ``throughput``'s tokens/s and
+MFU beside the timer's step time only), else from run.json alone for a run not analysed yet.
 """
 from __future__ import annotations
 
@@ -13,6 +15,8 @@ from dash import Input, Output, State, dash_table, dcc, html
 from meshscope.collectors.run_dir import RunDirError
 from meshscope.collectors.run_info import read_run_info
 
+from meshscope.analysis.report import reader
+
 from ..data import read_summary
 from ..runs import RunIndex
 from ..sections import NOTE, Link, Note, Section
@@ -20,6 +24,7 @@ from ..state import ViewState
 
 COLUMNS = [("run", "run"), ("sweep", "sweep"), ("layout", "layout"), ("ranks", "ranks"),
            ("schedule", "schedule"), ("step_ms", "step time (ms)"),
+           ("step_source", "step time from"),
            ("tokens_per_s", "tokens/s"), ("mfu_pct", "MFU %"), ("status", "status"),
            ("date", "date"), ("top_finding", "top finding")]
 
@@ -39,18 +44,12 @@ def run_row(entry) -> dict:
     if summary is not None:
         run = summary.get("run") if isinstance(summary.get("run"), dict) else {}
         tp = summary.get("throughput") if isinstance(summary.get("throughput"), dict) else {}
-        step = summary.get("step_time_us")
-        if not isinstance(step, (int, float)):
-            step = tp.get("step_time_us")
-        if not isinstance(step, (int, float)):  # schema 1: the slowest rank's mean window
-            windows = [m.get("window_us") for m in summary.get("per_rank_mean") or []
-                       if isinstance(m, dict)]
-            windows = [w for w in windows if isinstance(w, (int, float))]
-            step = max(windows) if windows else None
+        st = reader.step_time(summary)
         findings = [f for f in summary.get("findings") or [] if isinstance(f, dict)]
-        row.update(step_ms=_num(step / 1e3, 2) if isinstance(step, (int, float)) else None,
-                   tokens_per_s=_num(tp.get("tokens_per_s"), 0),
-                   mfu_pct=_num(tp.get("mfu_pct"), 2),
+        timer = st.source == "timer"   # tokens/s and MFU are the step timer's
+        row.update(step_ms=_num(st.ms, 2), step_source=st.short if st.us is not None else "",
+                   tokens_per_s=_num(tp.get("tokens_per_s"), 0) if timer else None,
+                   mfu_pct=_num(tp.get("mfu_pct"), 2) if timer else None,
                    ranks=len(summary.get("ranks") or []) or None,
                    top_finding=(findings[0].get("title") or findings[0].get("id") or "")[:120]
                    if findings else "none",

@@ -1,0 +1,126 @@
+"""One run, one number per name: the step time, stage imbalance and compute of a sample read
+the same in summary.json, the ``analyze`` text, the runs list, the overview, the pipeline page,
+``meshscope compare`` and its page, and the static report (issue 23). The samples' committed
+reports are real runs (samples/README.md); nothing here is built by hand but the schema-2
+summary the reader must still understand."""
+from __future__ import annotations
+
+import json
+import pathlib
+
+import pytest
+
+from meshscope.analysis import compare as compare_mod
+from meshscope.analysis.report import reader, text
+from meshscope.dashboard import state as st
+from meshscope.dashboard.app import BUILDERS
+from meshscope.dashboard.data import open_report
+from meshscope.dashboard.pages import compare as compare_page
+from meshscope.dashboard.pages import overview, runs_list
+from meshscope.dashboard.pages.common import PageContext
+from meshscope.dashboard.runs import RunIndex
+from meshscope.dashboard.static_report import render_html
+
+SAMPLES = pathlib.Path(__file__).resolve().parents[1] / "samples"
+SLOW = "dp2-pp2-slow-rank1"
+
+
+@pytest.fixture(scope="module")
+def index():
+    return RunIndex(SAMPLES)
+
+
+def _summary(run_id):
+    return json.loads((SAMPLES / run_id / "report" / "summary.json").read_text())
+
+
+def _items(index, run_id, page):
+    ctx = PageContext(open_report(index.get(run_id)), st.ViewState(page=page, runs=(run_id,)))
+    return {i.id: i for s in BUILDERS[page](ctx) for i in s.items}
+
+
+@pytest.mark.parametrize("run_id", sorted(p.name for p in SAMPLES.iterdir()
+                                          if (p / "report" / "summary.json").is_file()))
+def test_every_sample_names_its_step_times(run_id):
+    s = _summary(run_id)
+    assert s["schema_version"] >= 3
+    # The headline is the step timer's, the figure tokens/s is computed from.
+    assert s["step_time_source"] == "timer"
+    assert s["step_time_us"] == s["step_time_timer_us"] == s["throughput"]["step_time_us"]
+    assert s["step_time_replayed_us"] is not None and s["window_us"] is not None
+    longest = max(r["window_us"] for r in s["per_rank_mean"])
+    assert longest <= s["window_us"] * 1.0001   # the mean of per-step maxima ≥ max of means
+
+
+def test_the_slow_rank_sample_shows_one_step_time_everywhere(index):
+    s = _summary(SLOW)
+    ms = s["step_time_us"] / 1e3
+    shown = f"{ms:.2f} ms"
+    # CLI text.
+    assert f"step time {shown} (step timer)" in text.render(s)
+    # Runs list.
+    row = runs_list.run_row(index.get(SLOW))
+    assert row["step_ms"] == round(ms, 2) and row["step_source"] == "step timer"
+    assert row["tokens_per_s"] == round(s["throughput"]["tokens_per_s"])
+    # Overview facts.
+    facts = dict(_items(index, SLOW, "overview")["run-facts"].items)
+    assert facts["step time"] == f"{shown} (step timer)"
+    assert facts["tokens/s"] == f"{s['throughput']['tokens_per_s']:,.0f}"
+    # meshscope compare, and its page's table.
+    c = compare_mod.compare([SAMPLES / SLOW, SAMPLES / "dp4-ddp"])
+    mine = next(r for r in c.rows if r.name == SLOW)
+    assert mine.step_time_us == pytest.approx(s["step_time_us"])
+    assert mine.step_time_source == "timer"
+    names, rows = compare_page.comparison_rows(json.loads(json.dumps(c.to_dict())))
+    figures = {label: vals for label, vals, _ in rows}
+    assert figures["step time (ms)"][names.index(SLOW)] == pytest.approx(ms)
+    assert figures["ranks (world size)"][names.index(SLOW)] == 4
+    # The static report.
+    assert f"{shown} (step timer)" in render_html(open_report(index.get(SLOW)))
+
+
+def test_stage_imbalance_is_two_named_measures(index):
+    s = _summary(SLOW)
+    measured, corrected = reader.stage_imbalance(s)
+    # measured: the stage_imbalance table's max ratio; corrected: the what-if's.
+    tab = open_report(index.get(SLOW)).table("stage_imbalance")
+    assert measured["max_over_mean"] == pytest.approx(float(tab["ratio_to_mean"].max()))
+    assert corrected["max_over_mean"] != pytest.approx(measured["max_over_mean"])
+    out = text.render(s)
+    assert f"measured (compute per microbatch): max/mean {measured['max_over_mean']:.3f}" in out
+    assert f"peers' pace: max/mean {corrected['max_over_mean']:.3f}" in out
+    facts = dict(_items(index, SLOW, "pipeline")["imbalance-facts"].items)
+    assert any(v.startswith(f"{measured['max_over_mean']:.3f}") and "measured" in k
+               for k, v in facts.items())
+    assert any(v.startswith(f"{corrected['max_over_mean']:.3f}") and "straggler" in k
+               for k, v in facts.items())
+
+
+def test_the_breakdown_bar_names_compute_without_overlap(index):
+    s = _summary(SLOW)
+    ctx = PageContext(open_report(index.get(SLOW)), st.ViewState(page="overview", runs=(SLOW,)))
+    fig = overview.breakdown_figure(ctx)
+    bar = next(t for t in fig.data if t.name == "compute without overlapped comm")
+    r1 = next(r for r in s["per_rank_mean"] if r["rank"] == 1)
+    i = list(fig.data[0].customdata).index(1)
+    assert bar.y[i] == pytest.approx((r1["compute_us"] - r1["overlapped_comm_us"]) / 1e3,
+                                     abs=1e-3)
+    assert f"compute (all): {r1['compute_us'] / 1e3:.2f} ms" in bar.hovertext[i]
+
+
+def test_a_schema_2_summary_reads_under_the_new_names():
+    """Schema 2 wrote the replayed makespan as step_time_us beside the timer in
+    throughput: the reader puts each under its own name and heads with the timer."""
+    old = {"schema_version": 2, "step_time_us": 307829.0,
+           "step_time_source": "replayed makespan of the profiled steps",
+           "throughput": {"step_time_us": 202836.3, "tokens_per_s": 5048.4},
+           "per_rank_mean": [{"rank": 0, "window_us": 275166.0}],
+           "stage_imbalance": {"max_over_mean": 1.05, "slowest_stage": 0}}
+    t = reader.step_time(old)
+    assert (t.us, t.source, t.timer_us, t.replayed_us, t.window_us) == \
+        (202836.3, "timer", 202836.3, 307829.0, 275166.0)
+    assert reader.stage_imbalance(old) == (None, {"max_over_mean": 1.05, "slowest_stage": 0})
+    plain = {"schema_version": 2, "step_time_us": 1000.0, "step_time_source": "mean step window",
+             "throughput": {"step_time_us": None}}
+    t = reader.step_time(plain)
+    assert (t.us, t.source) == (1000.0, "window")
