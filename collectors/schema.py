@@ -23,6 +23,7 @@ import functools
 import json
 import pathlib
 import sys
+import threading
 
 import msgspec
 
@@ -85,11 +86,28 @@ def read_document(path: pathlib.Path, what: str, raw: bytes | None = None):
 # a grammar for ~2 s at import: they are kept out while jsonschema is first imported.
 _FORMAT_MODULES = ("rfc3987_syntax", "rfc3987", "rfc3986_validator", "rfc3339_validator",
                    "uri_template", "isoduration", "fqdn", "webcolors", "jsonpointer")
+# One thread imports jsonschema at a time: while one is importing, the format modules are
+# hidden (``sys.modules[m] = None``) and ``jsonschema`` is in ``sys.modules`` half-initialised,
+# so a second thread (the dashboard answers requests on several) must wait, not read it.
+_IMPORT_LOCK = threading.Lock()
+_JSONSCHEMA = None
 
 
 def _import_jsonschema():
-    if "jsonschema" in sys.modules:
-        return sys.modules["jsonschema"]
+    global _JSONSCHEMA
+    if _JSONSCHEMA is not None:
+        return _JSONSCHEMA
+    with _IMPORT_LOCK:
+        if _JSONSCHEMA is None:
+            _JSONSCHEMA = _import_hiding_formats()
+    return _JSONSCHEMA
+
+
+def _import_hiding_formats():
+    if "jsonschema" in sys.modules and sys.modules["jsonschema"] is not None and \
+            hasattr(sys.modules["jsonschema"], "Draft202012Validator"):
+        import jsonschema  # imported elsewhere: the import system waits until it is complete
+        return jsonschema
     hidden = [m for m in _FORMAT_MODULES if m not in sys.modules]
     for m in hidden:
         sys.modules[m] = None           # "import m" raises ImportError: jsonschema skips it
@@ -102,8 +120,18 @@ def _import_jsonschema():
     return jsonschema
 
 
-@functools.lru_cache(maxsize=None)
+_VALIDATOR_LOCK = threading.Lock()
+
+
 def _validator(schema_path: pathlib.Path):
+    """The validator of ``schema_path``, built once (under a lock: concurrent first requests
+    of the dashboard share it)."""
+    with _VALIDATOR_LOCK:
+        return _build_validator(schema_path)
+
+
+@functools.lru_cache(maxsize=None)
+def _build_validator(schema_path: pathlib.Path):
     """A draft 2020-12 validator of the schema at ``schema_path`` (its own validity against the
     meta-schema is a test, not a cost of every read)."""
     jsonschema = _import_jsonschema()
@@ -124,7 +152,7 @@ def check(data, path: pathlib.Path, schema_path: pathlib.Path = SCHEMA_PATH) -> 
     """RunDirError naming ``path``, the failing place and what is wrong, when ``data`` does not
     match the schema; one error is named and the others counted."""
     validator = _validator(schema_path)
-    from jsonschema.exceptions import best_match
+    best_match = _import_jsonschema().exceptions.best_match
 
     errors = list(validator.iter_errors(data))
     if errors:
