@@ -29,7 +29,7 @@ from dash import Dash, Input, Output, State, callback_context, dcc, html, no_upd
 from . import sections as S
 from . import state as st
 from .data import ReportUnreadable, open_report
-from .jobs import Analyses
+from .jobs import Analyses, Limits
 from .pages import communication, compare, device, health, overview, pipeline, runs_list, \
     stragglers, timeline
 from .pages.common import PageContext, pick_step, rank_label
@@ -113,10 +113,11 @@ def _title(ctx: PageContext) -> list:
     return bits
 
 
-def create_app(runs_dir: pathlib.Path) -> Dash:
-    """The Dash app over the runs under ``runs_dir`` (module docstring)."""
+def create_app(runs_dir: pathlib.Path, limits: Limits | None = None) -> Dash:
+    """The Dash app over the runs under ``runs_dir`` (module docstring); ``limits``: what each
+    analysis it starts may use (``dashboard.jobs.Limits``)."""
     index = RunIndex(pathlib.Path(runs_dir))
-    analyses = Analyses(index.root)
+    analyses = Analyses(index.root, limits)
     app = Dash(__name__, title="meshscope", suppress_callback_exceptions=True,
                update_title=None, serve_locally=True)
     app.layout = html.Div(style=PAGE, children=[
@@ -125,6 +126,7 @@ def create_app(runs_dir: pathlib.Path) -> Dash:
         dcc.Loading(html.Div(id="page"), type="dot", delay_show=400),
         dcc.Interval(id="poll", interval=1000, disabled=True)])
     app.server.config["MESHSCOPE_INDEX"] = index
+    app.server.config["MESHSCOPE_ANALYSES"] = analyses
 
     def render(state: st.ViewState) -> tuple[list, bool]:
         """The page body for ``state`` and whether to keep polling (an analysis running)."""
@@ -221,12 +223,37 @@ def page_request(app: Dash, pathname: str, search: str) -> dict:
             "changedPropIds": ["url.search"], "state": []}
 
 
+def _inside(p: pathlib.Path, folder: pathlib.Path) -> bool:
+    try:
+        return p.resolve().is_relative_to(folder.resolve())
+    except (OSError, RuntimeError):
+        return False
+
+
+def _regular_inside(p: pathlib.Path, folder: pathlib.Path) -> bool:
+    """Whether ``p`` resolves to a regular file inside ``folder`` (no link leading out, no
+    FIFO or device)."""
+    import stat
+    if not _inside(p, folder):
+        return False
+    try:
+        return stat.S_ISREG(p.resolve().stat().st_mode)
+    except OSError:
+        return False
+
+
 def _register_exports(app: Dash, index: RunIndex) -> None:
     from flask import Response, request, send_file
 
     def _entry():
         entry = index.get(request.args.get("run"))
-        return entry if entry is not None and entry.analysed else None
+        if entry is None or not entry.analysed:
+            return None
+        if not _inside(entry.report_dir, entry.path):
+            log.warning("export of %s refused: its report folder leads outside the run",
+                        entry.run_id)
+            return None
+        return entry
 
     @app.server.route("/export/html")
     def export_html():
@@ -250,8 +277,18 @@ def _register_exports(app: Dash, index: RunIndex) -> None:
         if entry is None:
             return Response("unknown or unanalysed run\n", 404, mimetype="text/plain")
         from meshscope.analysis.errors import InputError
+        from meshscope.analysis.report.inputs import find_traces
         from meshscope.analysis.report.perfetto import export
 
+        try:
+            outside = [f for f in find_traces(entry.path) if not _regular_inside(f, entry.path)]
+        except (InputError, ValueError, OSError) as e:
+            outside = [e]
+        if outside:
+            log.warning("perfetto export of %s refused: %s is not a regular file inside the run",
+                        entry.run_id, outside[0])
+            return Response("this run's traces cannot be exported: a trace file is not a "
+                            "regular file inside the run\n", 403, mimetype="text/plain")
         with tempfile.TemporaryDirectory() as tmp:
             out = pathlib.Path(tmp) / "trace.json.gz"
             try:

@@ -1,5 +1,5 @@
 """Runs not analysed yet are analysed on first open: ``meshscope analyze RUN`` in a child
-process, one at a time, while the page shows its progress.
+process, while the page shows its progress.
 
 ``Analyses.start(entry)`` queues the run (once; opening the page again only asks how far it
 is; a failed analysis is tried again when the run is opened ``RETRY_AFTER_S`` later);
@@ -9,6 +9,24 @@ analysis keeps one parquet copy per parsed trace in ``report/.cache``, which is 
 counted) and, for a failure, the analysis' own one-line error with the server's paths taken
 out. A child process rather than a thread: the analysis runs its own worker pool, and a crash
 there cannot take the server down. Its full output goes to the server log.
+
+The runs folder may hold anything, so each analysis is bounded on its own (``Limits``):
+
+- **a pool** of ``workers`` analyses at a time (2 by default): a run that hangs holds one
+  worker, the others go on;
+- **a time limit** (``timeout_s``, 10 minutes by default): past it the analysis is killed and
+  its run named as failed ("took longer than the dashboard's limit");
+- **a memory limit** (``memory_mb``): the child's address space is capped
+  (``RLIMIT_AS``), so a trace that inflates without end ends in that run's failure, not in the
+  server's machine running out of memory;
+- **they end with the server**: each child leads its own process group (its worker pool
+  inside it), killed as a group on timeout and by ``shutdown()`` (called when the server
+  stops); on Linux each child also gets ``SIGKILL`` if the server dies without stopping
+  (``PR_SET_PDEATHSIG``).
+
+The analysis runs in the runs folder with the run's id as its path, so what it writes into the
+report (the source, the files named in problems) is relative to the runs folder: pages and
+exports show no server path.
 """
 from __future__ import annotations
 
@@ -16,6 +34,7 @@ import dataclasses
 import logging
 import os
 import queue
+import signal
 import subprocess
 import sys
 import threading
@@ -26,8 +45,38 @@ from meshscope.collectors import run_dir as rd
 from .runs import RunEntry
 
 log = logging.getLogger("meshscope.dashboard")
-TIMEOUT_S = 3600
 RETRY_AFTER_S = 60     # a failed analysis is tried again when the run is opened after this
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """What one analysis started by the dashboard may use (module docstring)."""
+    timeout_s: float = 600.0
+    memory_mb: int = 4096
+    workers: int = 2
+
+
+def _limit_child(memory_mb: int):
+    """The child's setup before exec (its own process group comes from ``start_new_session``):
+    an address-space cap, and death with the server."""
+    def setup():
+        import resource
+        cap = memory_mb << 20
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+        if sys.platform.startswith("linux"):
+            try:
+                import ctypes
+                ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+            except (OSError, AttributeError):
+                pass
+    return setup
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 @dataclasses.dataclass
@@ -71,15 +120,18 @@ def _count_cached(entry: RunEntry, since: float) -> int:
 class Analyses:
     """The analysis queue of one server (module docstring)."""
 
-    def __init__(self, root):
+    def __init__(self, root, limits: Limits | None = None):
         self.root = str(root)
+        self.limits = limits or Limits()
+        self._procs: dict[str, subprocess.Popen] = {}
+        self._closed = False
         self._status: dict[str, AnalysisStatus] = {}
         self._started: dict[str, float] = {}
         self._finished: dict[str, float] = {}
         self._entries: dict[str, RunEntry] = {}
         self._queue: queue.Queue[str] = queue.Queue()
         self._lock = threading.Lock()
-        self._worker: threading.Thread | None = None
+        self._workers: list[threading.Thread] = []
 
     def start(self, entry: RunEntry) -> None:
         with self._lock:
@@ -93,10 +145,11 @@ class Analyses:
                                                         traces_total=_count_traces(entry))
             self._entries[entry.run_id] = entry
             self._queue.put(entry.run_id)
-            if self._worker is None or not self._worker.is_alive():
-                self._worker = threading.Thread(target=self._work, name="meshscope-analyze",
-                                                daemon=True)
-                self._worker.start()
+            self._workers = [w for w in self._workers if w.is_alive()]
+            if len(self._workers) < self.limits.workers and not self._closed:
+                w = threading.Thread(target=self._work, name="meshscope-analyze", daemon=True)
+                w.start()
+                self._workers.append(w)
 
     def status(self, run_id: str) -> AnalysisStatus | None:
         with self._lock:
@@ -115,18 +168,13 @@ class Analyses:
             run_id = self._queue.get()
             entry = self._entries[run_id]
             with self._lock:
+                if self._closed:
+                    return
                 self._started[run_id] = time.monotonic()
                 self._status[run_id] = dataclasses.replace(self._status[run_id],
                                                            state="running")
             log.info("analysing %s (first open)", entry.path)
-            env = {**os.environ, "OMP_NUM_THREADS": "1"}
-            try:
-                proc = subprocess.run([sys.executable, "-m", "meshscope", "analyze",
-                                       str(entry.path)], capture_output=True, text=True,
-                                      timeout=TIMEOUT_S, env=env, stdin=subprocess.DEVNULL)
-                code, out, err = proc.returncode, proc.stdout, proc.stderr
-            except (OSError, subprocess.TimeoutExpired) as e:
-                code, out, err = -1, "", f"meshscope: error: {type(e).__name__}"
+            code, out, err = self._analyse(entry)
             log.info("meshscope analyze %s exited %s\n%s%s", entry.path, code, out[-4000:],
                      err[-4000:])
             with self._lock:
@@ -140,11 +188,63 @@ class Analyses:
                     self._status[run_id] = dataclasses.replace(
                         st, state="failed", elapsed_s=elapsed, error=self._one_line(err, entry))
 
+    def _analyse(self, entry: RunEntry) -> tuple[int, str, str]:
+        """``meshscope analyze`` of ``entry`` within the limits: (exit code, stdout, stderr)."""
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        lim = self.limits
+        try:
+            rel = entry.path.relative_to(self.root).as_posix()
+        except ValueError:
+            rel = str(entry.path)
+        try:
+            proc = subprocess.Popen([sys.executable, "-m", "meshscope", "analyze", rel],
+                                    cwd=self.root, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True, env=env,
+                                    stdin=subprocess.DEVNULL, start_new_session=True,
+                                    preexec_fn=_limit_child(lim.memory_mb))
+        except OSError as e:
+            return -1, "", f"meshscope: error: cannot start the analysis ({e.strerror})"
+        with self._lock:
+            if self._closed:
+                _kill_group(proc)
+            self._procs[entry.run_id] = proc
+        try:
+            out, err = proc.communicate(timeout=lim.timeout_s)
+            code = proc.returncode
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            out, err = proc.communicate()
+            return -1, out, (err + f"\nmeshscope: error: the analysis took longer than the "
+                                   f"dashboard's limit of {lim.timeout_s:g} s and was stopped")
+        finally:
+            _kill_group(proc)           # what the analysis left behind (its worker pool)
+            with self._lock:
+                self._procs.pop(entry.run_id, None)
+        if code != 0 and "MemoryError" in err and "meshscope: error:" not in err:
+            err += (f"\nmeshscope: error: the analysis needed more memory than the dashboard's "
+                    f"limit of {lim.memory_mb} MB and was stopped")
+        elif code < 0 and "meshscope: error:" not in err:
+            err += f"\nmeshscope: error: the analysis was stopped by signal {-code}"
+        return code, out, err
+
+    def shutdown(self) -> None:
+        """Kill every analysis still running (with its worker pool); start no other."""
+        with self._lock:
+            self._closed = True
+            procs = list(self._procs.values())
+        for proc in procs:
+            _kill_group(proc)
+        for proc in procs:
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+
     def _one_line(self, err: str, entry: RunEntry) -> str:
         """The analysis' last error line, with the server's folders replaced by the run id."""
         lines = [ln for ln in err.strip().splitlines() if ln.startswith("meshscope: error:")]
         line = lines[-1][len("meshscope: error:"):].strip() if lines else \
             "meshscope analyze stopped without a message (see the server log)"
-        for prefix in (str(entry.path), self.root):
+        for prefix in (str(entry.path), self.root + "/", self.root):
             line = line.replace(prefix, entry.run_id if prefix == str(entry.path) else "")
         return line[:300]

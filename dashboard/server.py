@@ -10,13 +10,29 @@ other path gets a bare ``404 not found``; methods other than GET, HEAD and POST 
 themselves are named only by their id in the query string and looked up in the index
 (``dashboard.runs``), so no request names a file.
 
+Before the path, two checks a shared dashboard needs:
+
+- **Host** (DNS rebinding): the ``Host`` header must name one of ``allowed_hosts`` (by default
+  the loopback names ``localhost``, ``127.0.0.1``, ``::1``, and the address the server is bound
+  to when that is a single one); any other gets ``400 host not allowed``. A web page of another
+  site that rebinds its name to 127.0.0.1 sends its own name as ``Host`` and is refused.
+  ``*`` allows any (behind a proxy that checks it).
+- **Token**: with ``token`` set, every request must carry it, as ``Authorization: Bearer
+  TOKEN`` or as the password of HTTP basic auth (any user name: a browser asks for it once);
+  else ``401`` with a basic-auth challenge. Compared in constant time.
+
 Errors never reach the browser as text: the Flask app answers any unhandled exception with
 "internal error (details in the server log)" and logs the traceback (``install_error_page``).
 """
 from __future__ import annotations
 
+import base64
+import binascii
+import hmac
+import ipaddress
 import logging
 import re
+import signal
 from urllib.parse import unquote
 
 from .state import PAGES
@@ -28,6 +44,54 @@ _ALLOWED = re.compile(r"^/(?:(?:%s)|_dash-[A-Za-z0-9_\-./@~]+|assets/[A-Za-z0-9_
                       % "|".join(PAGES))
 _BAD = ("..", "\\", "\x00", "//")
 _METHODS = {"GET", "HEAD", "POST"}
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether binding to ``host`` keeps the dashboard on this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def default_allowed_hosts(bind: str) -> tuple[str, ...]:
+    """The loopback names, and ``bind`` itself when it is one address (not 0.0.0.0 / ::)."""
+    extra = () if bind in ("0.0.0.0", "::", "") else (bind.strip("[]").lower(),)
+    return tuple(dict.fromkeys(LOOPBACK_NAMES + extra))
+
+
+def host_name(header: str) -> str:
+    """The name in a ``Host`` header, without its port: ``[::1]:8050`` → ``::1``."""
+    h = header.strip().lower()
+    if h.startswith("["):
+        return h[1:h.find("]")] if "]" in h else h
+    return h.rsplit(":", 1)[0] if h.count(":") == 1 else h
+
+
+def host_allowed(header: str | None, allowed) -> bool:
+    if "*" in allowed:
+        return True
+    return bool(header) and host_name(header) in allowed
+
+
+def token_ok(authorization: str | None, token: str) -> bool:
+    """Whether the ``Authorization`` header carries ``token`` (bearer, or basic auth's
+    password)."""
+    if not authorization:
+        return False
+    scheme, _, value = authorization.strip().partition(" ")
+    value = value.strip()
+    if scheme.lower() == "basic":
+        try:
+            value = base64.b64decode(value, validate=True).decode("utf-8").partition(":")[2]
+        except (binascii.Error, UnicodeDecodeError, ValueError):
+            return False
+    elif scheme.lower() != "bearer":
+        return False
+    return hmac.compare_digest(value.encode(), token.encode())
 
 
 def path_allowed(raw_path: str, decoded_path: str) -> bool:
@@ -41,16 +105,24 @@ def path_allowed(raw_path: str, decoded_path: str) -> bool:
     return bool(_ALLOWED.match(decoded_path)) and bool(_ALLOWED.match(unquote(raw)))
 
 
-def _answer(start_response, status: str, text: str):
+def _answer(start_response, status: str, text: str, extra=()):
     body = text.encode()
     start_response(status, [("Content-Type", "text/plain; charset=utf-8"),
                             ("Content-Length", str(len(body))),
-                            ("X-Content-Type-Options", "nosniff")])
+                            ("X-Content-Type-Options", "nosniff"), *extra])
     return [body]
 
 
-def guard(app):
+def guard(app, allowed_hosts=LOOPBACK_NAMES, token: str | None = None):
+    allowed = {h.strip("[]").lower() for h in allowed_hosts}
+
     def guarded(environ, start_response):
+        if not host_allowed(environ.get("HTTP_HOST"), allowed):
+            log.info("refused Host %r", (environ.get("HTTP_HOST") or "")[:200])
+            return _answer(start_response, "400 Bad Request", "host not allowed\n")
+        if token and not token_ok(environ.get("HTTP_AUTHORIZATION"), token):
+            return _answer(start_response, "401 Unauthorized", "token required\n",
+                           [("WWW-Authenticate", 'Basic realm="meshscope", charset="UTF-8"')])
         method = environ.get("REQUEST_METHOD", "GET")
         path = environ.get("PATH_INFO", "") or "/"
         raw = environ.get("REQUEST_URI") or environ.get("RAW_URI") or path
@@ -82,12 +154,23 @@ def install_error_page(flask_app) -> None:
             {"Content-Type": "text/plain"}
 
 
-def serve(runs_dir, host: str = "127.0.0.1", port: int = 8050, threads: int = 4) -> None:
-    """Serve the dashboard over ``runs_dir`` until interrupted."""
+def serve(runs_dir, host: str = "127.0.0.1", port: int = 8050, threads: int = 4,
+          allowed_hosts=None, token: str | None = None, limits=None) -> None:
+    """Serve the dashboard over ``runs_dir`` until interrupted (Ctrl-C or SIGTERM); the
+    analyses it started are killed when it stops (``dashboard.jobs``)."""
     import waitress
 
     from .app import create_app
 
-    app = create_app(runs_dir)
-    waitress.serve(guard(app.server), host=host, port=port, threads=threads,
-                   ident="meshscope", clear_untrusted_proxy_headers=True)
+    app = create_app(runs_dir, limits=limits)
+    hosts = tuple(allowed_hosts) if allowed_hosts else default_allowed_hosts(host)
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        waitress.serve(guard(app.server, hosts, token), host=host, port=port,
+                       threads=threads, ident="meshscope", clear_untrusted_proxy_headers=True)
+    finally:
+        app.server.config["MESHSCOPE_ANALYSES"].shutdown()
+        signal.signal(signal.SIGTERM, previous)

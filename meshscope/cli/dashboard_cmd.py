@@ -23,16 +23,28 @@ def _entry(run: str):
 
 
 def serve(runs_dir: pathlib.Path, host: str = "127.0.0.1", port: int = 8050,
-          threads: int = 4) -> None:
-    """Serve the dashboard over ``runs_dir`` until Ctrl-C (``meshscope dashboard``, ``meshscope
-    demo``); the server log goes to stderr."""
+          threads: int = 4, allowed_hosts=None, token: str | None = None,
+          limits=None) -> None:
+    """Serve the dashboard over ``runs_dir`` until Ctrl-C or SIGTERM (``meshscope dashboard``,
+    ``meshscope demo``); the server log goes to stderr."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     logging.getLogger("waitress.queue").setLevel(logging.ERROR)
+    from meshscope.dashboard.server import default_allowed_hosts, is_loopback
     from meshscope.dashboard.server import serve as serve_wsgi
 
+    hosts = tuple(allowed_hosts) if allowed_hosts else default_allowed_hosts(host)
     click.echo(f"meshscope dashboard on http://{host}:{port}/ over {runs_dir} (Ctrl-C stops)")
+    if not is_loopback(host) and not token:
+        click.echo(f"meshscope: warning: serving on {host}, beyond this machine, without "
+                   f"--auth-token: anyone who can reach port {port} reads every report",
+                   err=True)
+    if not is_loopback(host) and "*" not in hosts and set(hosts) <= {"localhost", "127.0.0.1",
+                                                                    "::1"}:
+        click.echo("meshscope: note: only requests naming localhost are answered; add the "
+                   "names clients use with --allowed-hosts", err=True)
     try:
-        serve_wsgi(runs_dir, host=host, port=port, threads=threads)
+        serve_wsgi(runs_dir, host=host, port=port, threads=threads, allowed_hosts=hosts,
+                   token=token, limits=limits)
     except OSError as e:
         fail(f"cannot serve on {host}:{port} ({e.strerror or e})")
 
@@ -45,17 +57,42 @@ def serve(runs_dir: pathlib.Path, host: str = "127.0.0.1", port: int = 8050,
                    "(e.g. 0.0.0.0 on a trusted network).")
 @click.option("--threads", default=4, show_default=True, type=click.IntRange(1, 64),
               help="Worker threads of the WSGI server (waitress).")
-def dashboard(runs_dir, port, host, threads):
+@click.option("--allowed-hosts", default=None, metavar="NAMES",
+              help="Comma-separated names the Host header may carry (default: localhost, "
+                   "127.0.0.1, ::1 and the --host address); others are refused (DNS "
+                   "rebinding). '*' allows any.")
+@click.option("--auth-token", default=None, envvar="MESHSCOPE_DASHBOARD_TOKEN",
+              help="Require this token on every request (Authorization: Bearer TOKEN, or as "
+                   "the password of the browser's login prompt). Also read from "
+                   "$MESHSCOPE_DASHBOARD_TOKEN, which keeps it out of the process list.")
+@click.option("--analysis-timeout", default=600, show_default=True,
+              type=click.IntRange(1, None), metavar="SECONDS",
+              help="Time limit of each analysis the dashboard starts (runs opened before "
+                   "being analysed).")
+@click.option("--analysis-memory", default=4096, show_default=True,
+              type=click.IntRange(256, None), metavar="MB",
+              help="Memory (address space) limit of each analysis the dashboard starts.")
+@click.option("--analysis-workers", default=2, show_default=True,
+              type=click.IntRange(1, 64), help="Analyses run at the same time.")
+def dashboard(runs_dir, port, host, threads, allowed_hosts, auth_token, analysis_timeout,
+              analysis_memory, analysis_workers):
     """Serve the web dashboard over RUNS_DIR (default: the bundled samples/).
 
     Every run directory and folder of traces under RUNS_DIR (and in its sweep folders) is
-    listed; one not analysed yet is analysed when first opened. The server log (requests
-    refused, reports that cannot be read, analyses run) goes to stderr.
+    listed; one not analysed yet is analysed when first opened, within a time and memory
+    limit of its own. The server log (requests refused, reports that cannot be read, analyses
+    run) goes to stderr.
     """
+    from meshscope.dashboard.jobs import Limits
+
     path = pathlib.Path(runs_dir) if runs_dir else default_runs_dir()
     if not path.is_dir():
         fail(f"{path}: no such directory")
-    serve(path, host, port, threads)
+    hosts = [h.strip() for h in allowed_hosts.split(",") if h.strip()] if allowed_hosts \
+        else None
+    serve(path, host, port, threads, allowed_hosts=hosts, token=auth_token or None,
+          limits=Limits(timeout_s=analysis_timeout, memory_mb=analysis_memory,
+                        workers=analysis_workers))
 
 
 @click.command()

@@ -1,0 +1,241 @@
+"""The dashboard as a shared service (issue 24, item 4), against the real server
+(``meshscope dashboard`` in a child process, asked over HTTP as a browser would):
+
+- analyses it starts are bounded each: a run whose trace is a FIFO (it never ends) and one
+  linked to ``/dev/zero`` (it never stops giving bytes) are named as failed within their
+  limits, a good run opened after them is analysed meanwhile, and stopping the server leaves
+  no process behind;
+- ``Host`` headers other than the allowed names are refused (DNS rebinding), and with a token
+  set every request must carry it; binding beyond loopback without one prints a warning;
+- pages and exports of a run the server analysed show no server path;
+- the Perfetto export refuses a run whose traces resolve outside the run;
+- the report cache is bounded in bytes: resident memory after requests over many runs does
+  not grow with the number of runs;
+- twenty concurrent first requests all answer (no race importing jsonschema).
+"""
+from __future__ import annotations
+
+import base64
+import concurrent.futures
+import http.client
+import json
+import os
+import pathlib
+import shutil
+import time
+
+import psutil
+import pytest
+from conftest import processes_under
+from test_dashboard_server import SAMPLE, SAMPLES, _get, served
+
+from meshscope.dashboard.app import create_app, page_request
+from meshscope.dashboard.server import host_allowed, host_name, token_ok
+
+
+def _request(port, method, path, body=None, headers=None):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    c.request(method, path, body=body, headers=headers or {})
+    r = c.getresponse()
+    data = r.read()
+    c.close()
+    return r.status, data
+
+
+def _page(port, body_app, path, search, headers=None) -> str:
+    """What the browser receives for the page at ``path?search`` from the real server."""
+    body = json.dumps(page_request(body_app, path, search))
+    status, data = _request(port, "POST", "/_dash-update-component", body,
+                            {"Content-Type": "application/json", **(headers or {})})
+    assert status == 200, (status, data[:300])
+    return data.decode()
+
+
+def _wait_page(port, body_app, run_id, until, limit_s):
+    deadline = time.monotonic() + limit_s
+    while True:
+        text = _page(port, body_app, "/overview", f"?run={run_id}")
+        if until(text) or time.monotonic() > deadline:
+            return text
+        time.sleep(0.5)
+
+
+def _bad_run(root: pathlib.Path, name: str) -> pathlib.Path:
+    """A run directory (run.json kept) with no report, step timers or dumps, whose only trace
+    is replaced by the caller."""
+    run = root / name
+    shutil.copytree(SAMPLES / SAMPLE, run,
+                    ignore=shutil.ignore_patterns("report", "comms", "steps", "logs"))
+    for f in (run / "traces").iterdir():
+        f.unlink()
+    return run
+
+
+@pytest.mark.slow
+def test_hostile_runs_are_bounded_and_end_with_the_server(tmp_path):
+    root = tmp_path / "runs"
+    root.mkdir()
+    shutil.copytree(SAMPLES / SAMPLE, root / "good", ignore=shutil.ignore_patterns("report"))
+    os.mkfifo(_bad_run(root, "fifo") / "traces" / "rank0.json")
+    _slow_run(root)
+    (_bad_run(root, "zero") / "traces" / "rank0.json").symlink_to("/dev/zero")
+    body_app = create_app(root)              # builds request bodies only; starts nothing
+    limit = 20
+    with served(root, tmp_path / "server.log", "--analysis-timeout", str(limit),
+                "--analysis-memory", "1024", "--analysis-workers", "2") as (proc, port):
+        # The hanging run first: it holds one worker, the others go on.
+        for run_id in ("fifo", "zero", "good"):
+            _page(port, body_app, "/overview", f"?run={run_id}")
+        opened = time.monotonic()
+        good = _wait_page(port, body_app, "good",
+                          lambda t: "breakdown-graph" in t or "analysis failed" in t, 300)
+        assert '"id":"breakdown-graph"' in good, good[-1500:]
+        zero = _wait_page(port, body_app, "zero", lambda t: "analysis failed" in t, 300)
+        assert "The analysis failed: " in zero, zero[-1500:]
+        fifo = _wait_page(port, body_app, "fifo", lambda t: "analysis failed" in t,
+                          limit + 120)
+        assert "The analysis failed: " in fifo, fifo[-1500:]
+        # Named: the run (and the file) refused, or the limit that stopped it.
+        for run_id, text in (("fifo", fifo), ("zero", zero)):
+            assert f"The analysis failed: {run_id}" in text or \
+                "the dashboard's limit" in text, text[-1500:]
+        assert time.monotonic() - opened < limit + 120
+        # Pages and exports of the run the server analysed: no server path.
+        for page in ("/overview", "/health"):
+            text = _page(port, body_app, page, "?run=good")
+            assert str(tmp_path) not in text and "Traceback" not in text
+        status, html, _ = _get(port, "/export/html?run=good")
+        assert status == 200 and str(tmp_path).encode() not in html
+        # A run still being analysed when the server stops.
+        _page(port, body_app, "/overview", "?run=slow")
+        deadline = time.monotonic() + 60
+        while not any("slow" in c.cmdline() for c in _children(proc.pid)):
+            assert time.monotonic() < deadline, "the analysis of slow did not start"
+            time.sleep(0.1)
+        children = _children(proc.pid)
+        assert children
+    # served() has stopped the server (SIGTERM): its analyses went with it.
+    gone, alive = psutil.wait_procs(children, timeout=10)
+    assert alive == []
+    assert processes_under(root) == []
+    log = (tmp_path / "server.log").read_text()
+    assert "meshscope analyze" in log
+
+
+def _slow_run(root: pathlib.Path) -> None:
+    """A folder of 16 traces (dp4-ddp's four, each four times): seconds of analysis, which
+    ends in an error of its own (four files claim each rank)."""
+    (root / "slow").mkdir()
+    for r in range(16):
+        shutil.copy(SAMPLES / "dp4-ddp" / "traces" / f"rank{r % 4}.json.gz",
+                    root / "slow" / f"rank{r}.json.gz")
+
+
+@pytest.mark.slow
+def test_each_limit_names_itself(tmp_path):
+    """An analysis past its time limit (1 s: less than the analysis process needs to start
+    and read 16 traces) and one past its memory limit (256 MB of address space: less than
+    importing its libraries needs) are stopped and named by the limit."""
+    root = tmp_path / "runs"
+    root.mkdir()
+    shutil.copytree(SAMPLES / SAMPLE, root / "good", ignore=shutil.ignore_patterns("report"))
+    _slow_run(root)
+    body_app = create_app(root)
+    for args, run_id, said in (
+            (("--analysis-timeout", "1"), "slow",
+             "the analysis took longer than the dashboard's limit of 1 s and was stopped"),
+            (("--analysis-memory", "256"), "good",
+             "the analysis needed more memory than the dashboard's limit of 256 MB and was stopped")):
+        with served(root, tmp_path / "server.log", *args) as (proc, port):
+            text = _wait_page(port, body_app, run_id, lambda t: "analysis failed" in t, 300)
+            assert f"The analysis failed: {said}" in text, text[-1500:]
+            assert str(tmp_path) not in text
+        assert not (root / run_id / "report" / "summary.json").exists()
+    assert processes_under(root) == []
+
+
+def _children(pid) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+@pytest.mark.parametrize("header,name", [("localhost:8050", "localhost"),
+                                         ("[::1]:8050", "::1"), ("127.0.0.1", "127.0.0.1"),
+                                         ("Evil.Example:80", "evil.example")])
+def test_host_name_without_port(header, name):
+    assert host_name(header) == name
+
+
+def test_host_allowed_and_token_checks():
+    allowed = {"localhost", "127.0.0.1", "::1"}
+    assert host_allowed("localhost:1", allowed) and not host_allowed("evil.example", allowed)
+    assert not host_allowed(None, allowed) and host_allowed("anything", {"*"})
+    basic = "Basic " + base64.b64encode(b"me:s3cret").decode()
+    assert token_ok("Bearer s3cret", "s3cret") and token_ok(basic, "s3cret")
+    assert not token_ok("Bearer s3cre", "s3cret") and not token_ok(None, "s3cret")
+    assert not token_ok("Basic !!!", "s3cret") and not token_ok("s3cret", "s3cret")
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("svc") / "runs"
+    root.mkdir()
+    shutil.copytree(SAMPLES / SAMPLE, root / "a-run")
+    # A run whose traces/ leads outside the runs folder.
+    outside = root.parent / "elsewhere"
+    shutil.copytree(SAMPLES / SAMPLE / "traces", outside)
+    shutil.copytree(SAMPLES / SAMPLE, root / "linked", ignore=shutil.ignore_patterns("traces"))
+    (root / "linked" / "traces").symlink_to(outside, target_is_directory=True)
+    return root
+
+
+def test_other_hosts_are_refused_and_the_token_is_required(two_runs, tmp_path, monkeypatch):
+    monkeypatch.setenv("MESHSCOPE_DASHBOARD_TOKEN", "s3cret")
+    with served(two_runs, tmp_path / "server.log") as (_, port):
+        ok = {"Authorization": "Bearer s3cret"}
+        assert _request(port, "GET", "/overview?run=a-run")[0] == 401
+        status, body = _request(port, "GET", "/", headers={"Authorization": "Bearer nope"})
+        assert status == 401 and b"report" not in body
+        assert _request(port, "GET", "/", headers=ok)[0] == 200
+        basic = "Basic " + base64.b64encode(b"anyone:s3cret").decode()
+        assert _request(port, "GET", "/export/html?run=a-run",
+                        headers={"Authorization": basic})[0] == 200
+        for host in ("evil.example", f"evil.example:{port}", "127.0.0.1.evil.example"):
+            status, body = _request(port, "GET", "/export/html?run=a-run",
+                                    headers={**ok, "Host": host})
+            assert (status, body) == (400, b"host not allowed\n")
+        assert _request(port, "GET", "/", headers={**ok, "Host": f"localhost:{port}"})[0] \
+            == 200
+
+
+def test_binding_beyond_loopback_without_a_token_warns(two_runs, tmp_path, monkeypatch):
+    monkeypatch.delenv("MESHSCOPE_DASHBOARD_TOKEN", raising=False)
+    log = tmp_path / "server.log"
+    with served(two_runs, log, "--host", "0.0.0.0", "--allowed-hosts", "localhost,127.0.0.1") \
+            as (_, port):
+        assert _request(port, "GET", "/")[0] == 200       # Host: 127.0.0.1:PORT
+        assert _request(port, "GET", "/", headers={"Host": "evil.example"})[0] == 400
+    assert "meshscope: warning: serving on 0.0.0.0, beyond this machine, without " \
+           "--auth-token" in log.read_text()
+
+
+def test_perfetto_export_refuses_traces_outside_the_run(two_runs, tmp_path):
+    with served(two_runs, tmp_path / "server.log") as (_, port):
+        status, body, _ = _get(port, "/export/perfetto?run=linked")
+        assert status == 403 and b"not a regular file inside the run" in body
+        status, body, _ = _get(port, "/export/perfetto?run=a-run")
+        assert status == 200 and body[:2] == b"\x1f\x8b"
+
+
+def test_twenty_concurrent_first_requests_all_answer(two_runs, tmp_path):
+    """The first requests of a fresh server read run.json through its schema at the same
+    time: each page answers with the report (none says "Report unreadable")."""
+    body_app = create_app(two_runs)
+    with served(two_runs, tmp_path / "server.log", "--threads", "20") as (_, port):
+        with concurrent.futures.ThreadPoolExecutor(20) as pool:
+            texts = list(pool.map(lambda _: _page(port, body_app, "/overview", "?run=a-run"),
+                                  range(20)))
+    assert sum('"id":"breakdown-graph"' in t for t in texts) == 20
+    assert not any("Report unreadable" in t for t in texts)
