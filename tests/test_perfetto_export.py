@@ -118,11 +118,11 @@ def test_the_reports_clock_offsets_are_applied(exported, shifted_run, tmp_path):
         assert a == b, rank
 
 
-def _kineto(rank: int, ops: list[tuple[str, float, float]]) -> dict:
+def _kineto(rank: int, ops: list[tuple[str, float, float]], clock_us: float = 0.0) -> dict:
     events = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#3", "pid": 10 + rank,
-               "tid": 1, "ts": 1000.0, "dur": 9000.0}]
-    events += [{"ph": "X", "cat": "cpu_op", "name": n, "pid": 10 + rank, "tid": 1, "ts": t,
-                "dur": d} for n, t, d in ops]
+               "tid": 1, "ts": 1000.0 + clock_us, "dur": 9000.0}]
+    events += [{"ph": "X", "cat": "cpu_op", "name": n, "pid": 10 + rank, "tid": 1,
+                "ts": t + clock_us, "dur": d} for n, t, d in ops]
     return {"schemaVersion": 1, "distributedInfo": {"rank": rank, "world_size": 3},
             "traceEvents": events}
 
@@ -130,18 +130,21 @@ def _kineto(rank: int, ops: list[tuple[str, float, float]]) -> dict:
 @pytest.fixture
 def hand_made(tmp_path):
     """Three ranks; one all_reduce on all three (rank 2 arrives last), one send 0 -> 1, and a
-    row of rank 2 whose match has no peer (left out of flows); rank 1 runs 500 µs ahead."""
+    row of rank 2 whose match has no peer (left out of flows); rank 1's trace runs 500 µs
+    ahead. The instance table is on the aligned clock, as ``analyze`` writes it
+    (``crossrank.clocks.align_instances``); the traces are each on their own clock."""
     run = tmp_path / "hand"
     (run / "report").mkdir(parents=True)
     for r in range(3):
-        doc = _kineto(r, [("aten::mm", 1100.0, 800.0), ("c10d::allreduce_", 2000.0, 300.0)])
+        doc = _kineto(r, [("aten::mm", 1100.0, 800.0), ("c10d::allreduce_", 2000.0, 300.0)],
+                      clock_us=500.0 if r == 1 else 0.0)
         (run / f"rank{r}.json").write_text(json.dumps(doc))
-    rows = [  # rank, match_id, op, arrival, end (each on its own clock)
+    rows = [  # rank, match_id, op, arrival, end (aligned: rank 1's own clock − 500 µs)
         (0, "0,1,2|seq=1", "all_reduce", 2000.0, 2400.0),
-        (1, "0,1,2|seq=1", "all_reduce", 2600.0, 2900.0),   # = 2100 / 2400 aligned
+        (1, "0,1,2|seq=1", "all_reduce", 2100.0, 2400.0),   # 2600 / 2900 on its own clock
         (2, "0,1,2|seq=1", "all_reduce", 2300.0, 2400.0),
         (0, "p2p|0>1|3|0", "send", 5000.0, 5100.0),
-        (1, "p2p|0>1|3|0", "recv", 5400.0, 5700.0),         # = 4900 / 5200 aligned
+        (1, "p2p|0>1|3|0", "recv", 4900.0, 5200.0),         # 5400 / 5700 on its own clock
         (2, "", "all_reduce", 7000.0, 7100.0),
     ]
     pd.DataFrame(rows, columns=["rank", "match_id", "op", "arrival_us", "end_us"]).assign(
@@ -170,6 +173,82 @@ def test_one_flow_per_matched_operation_through_its_ranks_in_arrival_order(hand_
     assert len(slices) == 5          # the unmatched row is not drawn
     recv = next(e for e in slices if e["pid"] == 1 and e["name"].startswith("recv"))
     assert (recv["ts"], recv["dur"]) == (4900.0, 300.0)
+
+
+@pytest.fixture(scope="module")
+def skewed_analysed(tmp_path_factory):
+    """A real run (the slow-rank sample) whose rank 1 clock runs 10 s ahead — its trace
+    shifted as the damage corpus's ``clock-skew-plus-10s`` case does — analysed from
+    scratch by ``meshscope analyze``: the offsets, the instance table and the timeline table
+    are the analysis' own, not built here."""
+    from damage_corpus import _shift_clock, edit_trace
+    run = tmp_path_factory.mktemp("skew-real") / SAMPLE
+    shutil.copytree(SAMPLES / SAMPLE, run, ignore=shutil.ignore_patterns("report"))
+    edit_trace(run, 1, _shift_clock)
+    meshscope("analyze", run, check=True)
+    out = run.parent / "skewed.json"
+    export(run, out, report_dir=run / "report")
+    return run, _load(out)
+
+
+def _slices(doc: dict, rank: int) -> list[dict]:
+    return sorted((e for e in doc["traceEvents"] if e["ph"] == "X" and e["pid"] == rank
+                   and e.get("tid") == COLLECTIVES_TID), key=lambda e: e["ts"])
+
+
+def test_a_clock_10s_ahead_puts_its_collectives_on_its_own_events(exported, skewed_analysed):
+    """Rank 1's clock runs 10 s ahead: in the export its collective slices sit on its own
+    (aligned) events — each inside the span of rank 1's trace events and overlapping one of
+    them — and where the undamaged run has them, within the offset's uncertainty."""
+    run, doc = skewed_analysed
+    offsets = pd.read_parquet(run / "report" / "clock_offsets.parquet").set_index("rank")
+    assert abs(offsets.loc[1, "applied_us"] - SHIFT_US) < 1e3
+    original, _ = exported
+    for rank in (0, 1):
+        events = sorted((e["ts"], e["ts"] + e["dur"]) for e in _x_events(doc, rank))
+        lo, hi = events[0][0], max(b for _, b in events)
+        slices = _slices(doc, rank)
+        assert slices, rank
+        for sl in slices:
+            a, b = sl["ts"], sl["ts"] + sl["dur"]
+            assert lo - 1.0 <= a and b <= hi + 1.0, (rank, sl)
+            assert any(x <= b + 1.0 and y >= a - 1.0 for x, y in events), (rank, sl)
+        # Against the unshifted sample: the same slices within the estimate's uncertainty.
+        before = _slices(original, rank)
+        assert len(before) == len(slices)
+        tol = float(offsets.loc[1, "uncertainty_us"]) + 1e3
+        assert max(abs(x["ts"] - y["ts"]) for x, y in zip(before, slices)) < tol, rank
+
+
+def test_a_clock_10s_ahead_leaves_the_timeline_page_on_one_axis(skewed_analysed):
+    """The timeline page on the same run — from the report's aligned table, and rebuilt from
+    the traces for a report without it — draws rank 1's communication inside its step, its
+    wait arrows within the step's axis, and the same segments both ways."""
+    from meshscope.dashboard import state as st
+    from meshscope.dashboard.data import open_report
+    from meshscope.dashboard.pages import timeline
+    from meshscope.dashboard.pages.common import PageContext
+    from meshscope.dashboard.runs import RunIndex
+
+    run, _ = skewed_analysed
+    step = 4
+    ctx = PageContext(open_report(RunIndex(run.parent).get(SAMPLE)),
+                      st.ViewState(page="timeline", runs=(SAMPLE,), step=step))
+    seg, arrows, applied = timeline._segments(ctx, step)
+    assert abs(applied[1] - SHIFT_US) < 1e3
+    span = float(seg["end_us"].max())
+    assert arrows and all(0.0 <= a <= b <= span + 1.0 for _, _, a, b in arrows)
+    comm1 = seg[(seg["rank"] == 1) & seg["kind"].str.startswith("comm")]
+    assert len(comm1) and comm1["start_us"].min() >= 0.0
+    # Rebuilt from the traces (an older report without timeline.parquet): the instances are
+    # read as aligned, the trace sets moved by the offset once.
+    from meshscope.analysis.report.perfetto import load_aligned, step_segments
+    rebuilt = step_segments(load_aligned(run, run / "report"), step)
+    r1 = rebuilt[(rebuilt["rank"] == 1) & rebuilt["kind"].str.startswith("comm")]
+    assert len(r1) and 0.0 <= r1["start_us"].min() and r1["end_us"].max() <= span + 1e3
+    busy = float((r1["end_us"] - r1["start_us"]).sum())
+    own = float((comm1["end_us"] - comm1["start_us"]).sum())
+    assert busy == pytest.approx(own, rel=0.25)
 
 
 def test_samples_matched_collectives_each_have_a_flow(exported):

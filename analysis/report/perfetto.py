@@ -2,12 +2,13 @@
 trace (``export``) and as the per-rank segments of one step that the dashboard's timeline page
 draws (``step_segments``).
 
-**Alignment.** Each rank's events are moved onto the reference rank's clock by subtracting the
-offset the analysis applied (``applied_us`` of the report's ``clock_offsets.parquet``,
+**Alignment.** Each rank's trace events are moved onto the reference rank's clock by
+subtracting the offset the analysis applied (``applied_us`` of the report's ``clock_offsets.parquet``,
 analysis/crossrank/clocks.py); offsets the analysis did not apply (too small to tell from zero)
 are not applied here either, so the export shows exactly the clocks the report's cross-rank
-figures used. Without a report the traces are exported on their own clocks, and the export
-says so.
+figures used. The report's collective-instance table is on that clock already (analyze
+aligned it) and is read as it is: the offsets are applied once. Without a report the traces are
+exported on their own clocks, and the export says so.
 
 **The export** (Chrome's JSON trace event format, which ui.perfetto.dev and chrome://tracing
 open; ``.json.gz`` is gzipped): one process per rank (``pid`` = the rank, named
@@ -144,16 +145,16 @@ def rank_name(rank: int, run: RunInfo | None) -> str:
 
 
 def aligned_instances(run: AlignedRun) -> pd.DataFrame:
-    """The matched rows of the instance table with arrival and end on the aligned clock."""
+    """The matched rows of the report's instance table. ``analyze`` writes that table on the
+    aligned clock already (``crossrank.clocks.align_instances`` subtracts each rank's
+    ``applied_us`` from every time column), so nothing is subtracted here: the offsets are
+    applied once. (Before issue 23 they were subtracted again, and a rank whose clock ran 10 s
+    ahead had its collective slices 10 s before its own events.)"""
     inst = run.instances
     if inst is None:
         return pd.DataFrame(columns=["rank", "match_id", "arrival_us", "end_us"])
-    inst = inst[(inst["match_id"].astype(str) != "") & inst["match_id"].notna()
+    return inst[(inst["match_id"].astype(str) != "") & inst["match_id"].notna()
                 & inst["rank"].isin(list(run.traces))].copy()
-    shift = inst["rank"].map(lambda r: run.applied_us.get(int(r), 0.0)).astype(float)
-    inst["arrival_us"] = inst["arrival_us"] - shift
-    inst["end_us"] = inst["end_us"] - shift
-    return inst
 
 
 def _trace_events(run: AlignedRun) -> tuple[list[dict], int]:
@@ -307,7 +308,7 @@ def step_segments(run: AlignedRun, step: int, *, resolution: int = 2000) -> pd.D
                 .reshape(-1, 2) - off}
         mine = inst[inst["rank"] == r] if not inst.empty else inst
         if not mine.empty and "dim" in mine:
-            start = mine["exec_ts_us"] - off if "exec_ts_us" in mine else mine["arrival_us"]
+            start = mine["exec_ts_us"] if "exec_ts_us" in mine else mine["arrival_us"]
             start = start.where(start.notna(), mine["arrival_us"])
             for d, g in mine.assign(_s=start).groupby("dim"):
                 sets[f"comm {d}"] = iv.union(g["_s"], g["end_us"])
