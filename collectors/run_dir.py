@@ -15,6 +15,7 @@ import json
 import os
 import pathlib
 import platform
+import stat
 import tempfile
 
 RUN_SCHEMA_VERSION = 1
@@ -44,6 +45,36 @@ def versions() -> dict:
 
 class RunDirError(ValueError):
     """A run directory file that cannot be used; the message names the file and the problem."""
+
+
+def _kind(mode: int) -> str:
+    for test, what in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISDIR, "a folder")):
+        if test(mode):
+            return what
+    return "not a regular file"
+
+
+def unusable_file(path: pathlib.Path, run: pathlib.Path | None = None) -> str | None:
+    """Why ``path`` must not be opened as an input (None when it may): it is not a regular file
+    (a FIFO would hang the reader, a device such as /dev/zero never ends), or, with ``run``
+    given, it is a link (or lies under one) that leads outside the folder ``run``. Nothing is
+    opened to find out."""
+    path = pathlib.Path(path)
+    try:
+        st = path.stat()
+    except OSError:
+        if path.is_symlink():
+            return f"skipped, a broken link (to {os.readlink(path)})"
+        return "skipped, cannot be read"
+    if not stat.S_ISREG(st.st_mode):
+        return f"skipped, {_kind(st.st_mode)}, not a regular file"
+    if run is not None:
+        real, home = path.resolve(), pathlib.Path(run).resolve()
+        if real != home and home not in real.parents:
+            return f"skipped, a link leaving the run folder (to {real})"
+    return None
 
 
 def trace_path(run: pathlib.Path, rank: int) -> pathlib.Path:

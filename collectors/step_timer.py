@@ -35,7 +35,7 @@ import time
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .run_dir import STEPS
+from .run_dir import STEPS, unusable_file
 
 PHASES = ("fwd_bwd", "optimizer")
 SCHEMA = pa.schema([
@@ -147,6 +147,10 @@ def read_all(run: pathlib.Path, columns: list[str] | None = None):
 
     tables, problems = [], []
     for f in sorted((pathlib.Path(run) / STEPS).glob("rank*.parquet")):
+        why = unusable_file(f, run)         # a FIFO would hang the reader, a device not end
+        if why:
+            problems.append(f"{f}: {why}")
+            continue
         try:
             with pq.ParquetFile(f) as pf:
                 names = pf.schema_arrow.names

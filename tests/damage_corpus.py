@@ -186,6 +186,52 @@ def _pg_without_dimension(doc):
     doc["process_groups"][0].pop("dimension")
 
 
+# -- issue 24: what is not a regular file, and traces past a reading budget --------------------
+
+def _fifo(rel: str) -> Callable[[pathlib.Path], None]:
+    """``rel`` replaced by a FIFO: opened for reading, it would block forever."""
+    def damage(run):
+        (run / rel).unlink()
+        os.mkfifo(run / rel)
+    return damage
+
+
+def _link(rel: str, to) -> Callable[[pathlib.Path], None]:
+    def damage(run):
+        target = to(run) if callable(to) else to
+        (run / rel).unlink()
+        os.symlink(target, run / rel)
+    return damage
+
+
+def _outside_copy(run: pathlib.Path) -> pathlib.Path:
+    """rank 1's trace copied beside the run folder, outside it."""
+    other = run.parent / "outside-rank1.json.gz"
+    shutil.copy(run / "traces" / "rank1.json.gz", other)
+    return other
+
+
+def _bomb(run: pathlib.Path, inflated: int = 96 << 20):
+    """rank 1's trace: a few hundred KB of gzip that inflate to ``inflated`` bytes of white
+    space inside traceEvents."""
+    import zlib
+    z = zlib.compressobj(9, zlib.DEFLATED, 31)
+    parts = [z.compress(b'{"traceEvents":[')]
+    block = b" " * (1 << 20)
+    parts += [z.compress(block) for _ in range(inflated >> 20)]
+    parts.append(z.compress(b"]}") + z.flush())
+    (run / "traces" / "rank1.json.gz").write_bytes(b"".join(parts))
+
+
+def _more_events(doc):
+    """20,000 more (unknown, harmless) events than the other ranks have."""
+    doc["traceEvents"] += [{"ph": "i", "name": "pad", "ts": 1, "pid": 1, "tid": 1}] * 20_000
+
+
+def _long_name(doc):
+    first(doc, named(""))["name"] = "x" * (2 << 20)
+
+
 ALL = (0, 1, 2, 3)
 TRACE = "rank1.json.gz"
 RUN = "run.json"
@@ -354,4 +400,30 @@ CASES = [
     # -- step timers
     Case("step-timer-truncated", cut_in_half("steps/rank1.parquet"),
          needles=("rank1.parquet", "step-timer"), good_ranks=ALL),
+    # -- issue 24: only regular files are opened; links stay inside the run folder
+    Case("trace-a-fifo", _fifo("traces/rank1.json.gz"),
+         needles=(TRACE, "a FIFO, not a regular file"), ranks=(0, 2, 3)),
+    Case("trace-a-link-to-dev-zero", _link("traces/rank1.json.gz", "/dev/zero"),
+         needles=(TRACE, "a character device, not a regular file"), ranks=(0, 2, 3)),
+    Case("trace-a-link-leaving-the-run", _link("traces/rank1.json.gz", _outside_copy),
+         needles=(TRACE, "a link leaving the run folder"), ranks=(0, 2, 3)),
+    Case("run-json-a-fifo", _fifo("run.json"), foreign=True,
+         needles=(RUN, "a FIFO, not a regular file"), good_ranks=ALL),
+    Case("dump-a-fifo", _fifo("comms/rank1.json"),
+         needles=(DUMP, "a FIFO, not a regular file"), good_ranks=ALL),
+    Case("dump-a-link-to-dev-zero", _link("comms/rank1.json", "/dev/zero"),
+         needles=(DUMP, "a character device"), good_ranks=ALL),
+    Case("step-timer-a-fifo", _fifo("steps/rank1.parquet"),
+         needles=("rank1.parquet", "a FIFO, not a regular file"), good_ranks=ALL),
+    # -- issue 24: budgets, enforced while reading (lowered here to keep the inputs small)
+    Case("trace-inflates-past-the-budget", _bomb, args=("--max-trace-bytes", "32MiB"),
+         needles=(TRACE, "inflates to more than", "32 MiB", "--max-trace-bytes"),
+         ranks=(0, 2, 3)),
+    Case("trace-more-events-than-the-budget", trace(_more_events),
+         args=("--max-events", "30000"),
+         needles=(TRACE, "more than 30,000 events", "--max-events"), ranks=(0, 2, 3)),
+    Case("trace-a-string-past-the-budget", trace(_long_name),
+         args=("--max-event-bytes", "1MiB"),
+         needles=(TRACE, "an event longer than", "1 MiB", "--max-event-bytes"),
+         ranks=(0, 2, 3)),
 ]

@@ -157,3 +157,87 @@ def test_decode_errors_are_msgspec_errors():
     empty = ingest.to_frame(ingest.SCHEMA.empty_table())
     assert list(empty.columns) == ingest.SCHEMA.names and empty.empty
     assert str(empty["msg_bytes"].dtype) == "Int64" and str(empty["seq"].dtype) == "int64"
+
+
+# -- issue 24: linear in its input whatever it holds; budgets enforced while reading ----------
+
+_EV = b'{"ph":"X","name":"aten::mm","cat":"cpu_op","ts":1,"dur":2,"pid":1,"tid":1}'
+
+
+def _hostile(kind: str, n: int) -> bytes:
+    if kind == "whitespace":              # a long run of white space between two events
+        body = _EV + b"," + b" " * n + _EV
+    elif kind == "braces-in-a-string":    # "}," n/2 times inside one event's name
+        body = _EV + b',{"ph":"X","name":"' + b"}," * (n // 2) + b'","ts":1,"dur":2}'
+    else:                                 # white space before the traceEvents key
+        return gzip.compress(b'{' + b" " * n + b'"traceEvents":[' + _EV + b']}', 1)
+    return gzip.compress(b'{"traceEvents":[' + body + b']}', 1)
+
+
+def _work(kind: str, n: int, monkeypatch) -> int:
+    """Bytes the reader looked at: white space skipped, text handed to the decoder (every cut
+    tried), text searched for the traceEvents key. A quadratic reader looks at ~n²/batch."""
+    seen = [0]
+    skip, finditer = json_stream._skip, json_stream._KEY.finditer
+
+    def counting_skip(buf, i, first):
+        end = skip(buf, i, first)
+        seen[0] += end - i
+        return end
+
+    class Key:
+        def finditer(self, text, *a):
+            seen[0] += len(text)
+            return finditer(text, *a)
+
+    def decode(text):
+        seen[0] += len(text)
+        return ingest._decode(text)
+
+    monkeypatch.setattr(json_stream, "_skip", counting_skip)
+    monkeypatch.setattr(json_stream, "_KEY", Key())
+    stream = json_stream.EventStream(_hostile(kind, n), decode, batch_bytes=1 << 16)
+    events = [e for batch in stream.batches() for e in batch]
+    assert len(events) == (1 if kind == "whitespace-before-key" else 2)
+    return seen[0]
+
+
+@pytest.mark.parametrize("kind", ["whitespace", "braces-in-a-string", "whitespace-before-key"])
+def test_reading_is_linear_in_the_input(kind, monkeypatch):
+    """Four times the hostile text costs at most about four times the work (the issue: 4, 8 and
+    16 MB of white space took 1.7, 3.6 and 11.6 s: quadratic)."""
+    small, large = _work(kind, 1 << 20, monkeypatch), _work(kind, 4 << 20, monkeypatch)
+    assert large <= 4.5 * small + (1 << 20), (small, large)
+
+
+def test_a_bomb_is_refused_as_it_inflates():
+    """Inflating stops at the budget: what was inflated is never more than budget + one
+    piece, and the error names the budget and its flag."""
+    import zlib
+    from meshscope.analysis.ingest.budgets import BudgetExceeded
+    z = zlib.compressobj(9, zlib.DEFLATED, 31)
+    raw = z.compress(b'{"traceEvents":[') + z.compress(b" " * (64 << 20)) + z.flush()
+    got = 0
+    with pytest.raises(BudgetExceeded, match="--max-trace-bytes") as e:
+        for piece in json_stream.chunks(raw, 1 << 19, limit=8 << 20):
+            got += len(piece)
+    assert got <= 8 << 20
+    assert "8 MiB" in str(e.value)
+
+
+def test_an_event_past_the_string_budget_is_refused_not_read_whole(monkeypatch):
+    from meshscope.analysis.ingest import budgets
+    monkeypatch.setenv(budgets.ENV["event_bytes"], str(1 << 20))
+    raw = gzip.compress(b'{"traceEvents":[' + _EV + b',{"name":"' + b"x" * (4 << 20)
+                        + b'"}]}', 1)
+    with pytest.raises(ingest.InputError, match="an event longer than .*--max-event-bytes"):
+        ingest._parse(ingest.pathlib.Path("rank0.json.gz"), raw, None)
+
+
+def test_the_rank_memory_budget(monkeypatch):
+    from meshscope.analysis.ingest import budgets
+    monkeypatch.setenv(budgets.ENV["rank_memory"], str(64 << 10))
+    raw = gzip.compress(b'{"traceEvents":[' + b",".join([_EV] * 20_000) + b']}', 1)
+    with pytest.raises(ingest.InputError, match="event table grows beyond 64 KiB.*"
+                                                "--max-rank-memory"):
+        ingest._parse(ingest.pathlib.Path("rank0.json.gz"), raw, None)

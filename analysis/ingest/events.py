@@ -102,8 +102,10 @@ import collections
 import dataclasses
 import functools
 import json
+import os
 import pathlib
 import re
+import stat
 from typing import Any, Iterable
 
 import msgspec
@@ -118,6 +120,8 @@ from meshscope.analysis.ingest import json_stream
 from meshscope.analysis.ingest import cache as trace_cache
 from meshscope.analysis.ingest import validate
 from meshscope.analysis.ingest.validate import Damage
+from meshscope.analysis.ingest import budgets as _budgets
+from meshscope.analysis.ingest.budgets import BudgetExceeded
 from meshscope.analysis.errors import InputError
 
 RANK_FROM_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
@@ -222,11 +226,40 @@ def _dims(a: _Args) -> msgspec.Raw:
     return a.input_dims or a.input_dims_18
 
 
+def not_regular(mode: int) -> str | None:
+    """What a file of ``mode`` is when it is not a regular file (a FIFO, a device...)."""
+    if stat.S_ISREG(mode):
+        return None
+    for test, what in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISDIR, "a folder")):
+        if test(mode):
+            return what
+    return "not a regular file"
+
+
 def _read_bytes(path: pathlib.Path) -> bytes:
+    """The file's bytes; only a regular file is read (opened without blocking, so a FIFO
+    cannot hang the reader, and checked before a byte is read, so a device is never read)."""
     try:
-        raw = path.read_bytes()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
         raise InputError(path, f"cannot read ({e.strerror})") from None
+    try:
+        st = os.fstat(fd)
+        kind = not_regular(st.st_mode)
+        if kind:
+            raise InputError(path, f"skipped: {kind}, not a regular file")
+        limit = _budgets.current().trace_bytes
+        if st.st_size > limit:
+            raise InputError(path, str(BudgetExceeded(
+                "trace_bytes", f"a file of {st.st_size:,} bytes", limit)))
+        with os.fdopen(os.dup(fd), "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        raise InputError(path, f"cannot read ({e.strerror})") from None
+    finally:
+        os.close(fd)
     if not raw:
         raise InputError(path, "empty file")
     return raw
@@ -235,15 +268,21 @@ def _read_bytes(path: pathlib.Path) -> bytes:
 def _decompress(path: pathlib.Path, raw: bytes) -> bytes | bytearray:
     """The text of ``raw``, for the whole-file reader: at most ``WHOLE_TEXT_LIMIT`` bytes (a
     file that cannot be streamed and inflates beyond it is refused, never held)."""
+    b = _budgets.current()
+    limit = min(WHOLE_TEXT_LIMIT, b.rank_memory, b.trace_bytes)
     if raw[:2] != json_stream.GZIP_MAGIC:
+        if len(raw) > limit:
+            raise InputError(path, str(BudgetExceeded(
+                "rank_memory", f"cannot be streamed and is more than {limit:,} bytes", limit)))
         return raw
     text = bytearray()
     try:
-        for piece in json_stream.chunks(raw, 1 << 24):
+        for piece in json_stream.chunks(raw, 1 << 24, limit):
             text += piece
-            if len(text) > WHOLE_TEXT_LIMIT:
-                raise InputError(path, f"cannot be streamed and inflates to more than "
-                                       f"{WHOLE_TEXT_LIMIT >> 30} GiB")
+    except BudgetExceeded:
+        raise InputError(path, str(BudgetExceeded(
+            "rank_memory", f"cannot be streamed and inflates to more than {limit:,} bytes",
+            limit))) from None
     except json_stream.Fallback as e:
         raise InputError(path, f"truncated or corrupt gzip ({e})") from None
     return text
@@ -855,16 +894,25 @@ def _parse_events_of(batches: Iterable[list[_Event]], comm_kernel_re: re.Pattern
     chunks: dict[str, list[pa.Array]] = {}
     found: list[tuple[int, dict]] = []
     damage = Damage()
-    n = 0
+    n, seen, held, budget = 0, 0, 0, _budgets.current()
     for evs in batches:
+        seen += len(evs)
+        if seen > budget.events:
+            raise BudgetExceeded("events", f"more than {budget.events:,} events",
+                                 budget.events)
         cols, meta, hurt = _batch(evs, reading)
         damage.update(hurt)
         if cols is None:
             continue
         for k, arr in cols.items():
             chunks.setdefault(k, []).append(arr)
+            held += arr.nbytes
         found += [(n + i, m) for i, m in meta]
         n += len(cols["name"])
+        if held > budget.rank_memory:
+            raise BudgetExceeded("rank_memory", f"its event table grows beyond "
+                                 f"{_budgets.human(budget.rank_memory)} ({n:,} events read)",
+                                 budget.rank_memory)
     reading.unclosed(damage)
     if n == 0:
         return _with_damage(SCHEMA.empty_table(), damage)
@@ -933,11 +981,14 @@ def _parse(path: pathlib.Path, raw: bytes, comm_kernel_re: re.Pattern | None,
     holds what was read under ``FORMAT_KEY`` (``read_format``)."""
     stream = json_stream.EventStream(raw, _decode, batch_bytes=batch_bytes or BATCH_BYTES)
     try:
-        table = _with_layout(parse_events(stream.batches(), comm_kernel_re=comm_kernel_re),
-                             stream.layout)
-        meta = stream.meta
-    except json_stream.Fallback:
-        table, meta = _parse_whole(path, raw, comm_kernel_re)
+        try:
+            table = _with_layout(parse_events(stream.batches(), comm_kernel_re=comm_kernel_re),
+                                 stream.layout)
+            meta = stream.meta
+        except json_stream.Fallback:
+            table, meta = _parse_whole(path, raw, comm_kernel_re)
+    except BudgetExceeded as e:
+        raise InputError(path, str(e)) from None
     return table, {**meta, FORMAT_KEY: read_format(table)}
 
 

@@ -34,6 +34,8 @@ from typing import Callable, Iterator
 
 import msgspec
 
+from meshscope.analysis.ingest.budgets import BudgetExceeded, Budgets, current as _budgets
+
 try:  # ISA-L's inflate: the same gzip, about twice as fast as zlib's
     from isal import isal_zlib as inflate
 except ImportError:  # pragma: no cover - isal is a dependency, but optional in principle
@@ -42,23 +44,28 @@ except ImportError:  # pragma: no cover - isal is a dependency, but optional in 
 GZIP_MAGIC = b"\x1f\x8b"
 _KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _WS = b" \t\r\n"
+_SPACE = re.compile(rb"[ \t\r\n]*")
 HEAD_LIMIT = 64 << 20          # the traceEvents key must appear within this much text
-ELEMENT_LIMIT = 256 << 20      # no single event is allowed to be larger
+KEY_TRIES = 16                 # "traceEvents" keys tried (inside strings they are not the key)
 
 
 class Fallback(Exception):
     """The stream cannot be read this way; read the whole file instead."""
 
 
-def chunks(raw, size: int = 1 << 19) -> Iterator[bytes]:
+def chunks(raw, size: int = 1 << 19, limit: int | None = None) -> Iterator[bytes]:
     """The text of ``raw`` (gzip, possibly multi-member, or plain), ``size`` bytes at most at a
-    time."""
+    time; ``BudgetExceeded`` as soon as it has inflated beyond ``limit`` bytes (default: the
+    ``trace_bytes`` budget), never after."""
+    limit = _budgets().trace_bytes if limit is None else limit
     view = memoryview(raw)
+    if len(view) > limit:
+        raise BudgetExceeded("trace_bytes", f"a file of more than {limit:,} bytes", limit)
     if bytes(view[:2]) != GZIP_MAGIC:
         for start in range(0, len(view), size):
             yield bytes(view[start:start + size])
         return
-    member = 0
+    member, total = 0, 0
     try:
         while True:
             d, offset = inflate.decompressobj(16 + zlib.MAX_WBITS), member
@@ -68,6 +75,10 @@ def chunks(raw, size: int = 1 << 19) -> Iterator[bytes]:
                 while piece and not d.eof:
                     out = d.decompress(piece, size)
                     if out:
+                        total += len(out)
+                        if total > limit:
+                            raise BudgetExceeded("trace_bytes", "inflates to more than "
+                                                 f"{total - len(out) + 1:,} bytes", limit)
                         yield out
                     piece = d.unconsumed_tail
             if not d.eof:
@@ -92,8 +103,10 @@ class EventStream:
     one complete JSON array (that is how a wrong cut is recognised). ``meta`` is set once the
     batches are exhausted."""
 
-    def __init__(self, raw, decode: Callable[[bytes], list], *, batch_bytes: int = 1 << 19):
-        self._chunks = chunks(raw, batch_bytes)
+    def __init__(self, raw, decode: Callable[[bytes], list], *, batch_bytes: int = 1 << 19,
+                 budgets: Budgets | None = None):
+        self.budgets = budgets or _budgets()
+        self._chunks = chunks(raw, batch_bytes, self.budgets.trace_bytes)
         self._decode = decode
         self._batch_bytes = batch_bytes
         self.meta: dict | None = None
@@ -101,27 +114,41 @@ class EventStream:
 
     def _head(self) -> tuple[bytes | None, bytearray]:
         """(text before the ``"traceEvents"`` key, text after its ``[``); (None, text after the
-        ``[``) for a bare array."""
-        head = bytearray()
-        for chunk in self._chunks:
-            head += chunk
+        ``[``) for a bare array. The text is searched each time it has doubled, each key
+        candidate tried once (at most ``KEY_TRIES``): linear in the text, whatever it holds."""
+        head, tried, want, done = bytearray(), set(), 0, False
+        while not done:
+            chunk = next(self._chunks, None)
+            if chunk is None:
+                done = True
+            else:
+                head += chunk
+                if len(head) < want and len(head) <= HEAD_LIMIT:
+                    continue
+            want = 2 * len(head)
             if self.layout is None:
                 first = bytes(head[:4096]).lstrip(_WS)[:1]
-                if not first and len(head) < 4096:
+                if not first and len(head) < 4096 and not done:
                     continue
                 if first == b"[":
                     self.layout = "array"
                     return None, head[head.index(b"[") + 1:]
                 self.layout = "object"
             for m in _KEY.finditer(head):
+                if m.start() in tried:
+                    continue
+                tried.add(m.start())
                 if _is_object(bytes(head[:m.start()]) + b'"traceEvents":[]}'):
                     return bytes(head[:m.start()]), head[m.end():]
+                if len(tried) >= KEY_TRIES:
+                    raise Fallback("no top-level traceEvents array found")
             if len(head) > HEAD_LIMIT:
                 break
         raise Fallback("no top-level traceEvents array found")
 
     def batches(self) -> Iterator[list]:
         prefix, rest = self._head()
+        limit = self.budgets.event_bytes
         # One spare byte in front, so that every batch has a byte before it to hold its "[".
         buf = bytearray(b" ") + rest
         done, first = False, True
@@ -130,6 +157,12 @@ class EventStream:
                 done = not self._read(buf)
                 continue
             start = _skip(buf, 0, first)
+            if start == len(buf) and not done:
+                # Only white space (and the separating comma) so far: dropped, never held.
+                if not first and 0x2C in buf:
+                    first = True
+                buf = bytearray(b" ")
+                continue
             if start < len(buf) and buf[start] == 0x5D:           # "]": the array ends
                 break
             got = self._cut(buf, start)
@@ -139,16 +172,30 @@ class EventStream:
                     return
                 if done:
                     raise Fallback("the trace ends inside traceEvents")
-                if len(buf) > ELEMENT_LIMIT:
-                    raise Fallback("an event larger than the element limit")
-                done = not self._read(buf)
+                if len(buf) - start > limit:
+                    raise BudgetExceeded("event_bytes", f"an event longer than {limit:,} "
+                                         f"bytes of text (a string of that size)", limit)
+                # No complete event yet: read until the text has doubled, so that the cuts
+                # tried again cost, all together, a constant times the text (linear).
+                want = 2 * len(buf)
+                while len(buf) < want and len(buf) - start <= limit:
+                    if not self._read(buf):
+                        done = True
+                        break
                 continue
             events, end = got
             # A new buffer for what follows: decoded events may still point into this one.
             buf = bytearray(buf[end:])
             yield events
             first = False
-        tail = bytes(buf[start + 1:]) + b"".join(self._chunks)
+        tail = bytearray(buf[start + 1:])
+        meta_limit = max(HEAD_LIMIT, limit)
+        for chunk in self._chunks:
+            tail += chunk
+            if len(tail) > meta_limit:
+                raise BudgetExceeded("event_bytes", f"more than {meta_limit:,} bytes of "
+                                     f"metadata after traceEvents", meta_limit)
+        tail = bytes(tail)
         if prefix is None:                          # a bare array: nothing may follow it
             if tail.strip(_WS):
                 raise Fallback("text after the array of events")
@@ -204,14 +251,11 @@ def _decode_in_place(decode, buf: bytearray, before: int, after: int):
 
 def _skip(buf: bytearray, i: int, first: bool) -> int:
     """Index of the first byte from ``i`` that is not white space (nor, between elements, the
-    one separating comma)."""
-    n = len(buf)
-    while i < n and buf[i] in _WS:
-        i += 1
-    if not first and i < n and buf[i] == 0x2C:
-        i += 1
-        while i < n and buf[i] in _WS:
-            i += 1
+    one separating comma). A regular expression, so a long run of white space is skipped at
+    C speed."""
+    i = _SPACE.match(buf, i).end()
+    if not first and i < len(buf) and buf[i] == 0x2C:
+        i = _SPACE.match(buf, i + 1).end()
     return i
 
 

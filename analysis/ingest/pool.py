@@ -29,12 +29,21 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Iterator
 
+from meshscope.analysis.ingest import budgets
 from meshscope.analysis.ingest import events as ingest
 from meshscope.analysis.errors import InputError
 from meshscope.analysis.ingest.progress import Progress
 
 
-def _call(fn, path: pathlib.Path, job: tuple):
+def _call(fn, path: pathlib.Path, job: tuple, env: dict | None = None):
+    """``fn(path, *job)``, or the problem; ``env``: the reading budgets of the process that
+    submitted it (``budgets.ENV``), set here first (a fork server's workers would otherwise
+    keep those of the moment it started)."""
+    for var, value in (env or {}).items():
+        if value is None:
+            os.environ.pop(var, None)
+        else:
+            os.environ[var] = value
     try:
         return fn(path, *job)
     except InputError as e:
@@ -90,11 +99,12 @@ def map_files(files: list[pathlib.Path], fn, job: tuple, *, workers: int | None 
             yield from _serial(files, fn, job, bar)
         return
     queue = collections.deque(files)
+    env = {var: os.environ.get(var) for var in budgets.ENV.values()}
     with ProcessPoolExecutor(max_workers=n_workers, mp_context=_context()) as pool:
         running = collections.deque()
         while queue and len(running) < 2 * n_workers:
             f = queue.popleft()
-            running.append((f, pool.submit(_call, fn, f, job)))
+            running.append((f, pool.submit(_call, fn, f, job, env)))
         with Progress(len(files), f"{label} ({n_workers} processes)", enabled=progress) as bar:
             while running:
                 f, future = running.popleft()
@@ -106,7 +116,7 @@ def map_files(files: list[pathlib.Path], fn, job: tuple, *, workers: int | None 
                 yield f, result
                 if queue:
                     nxt = queue.popleft()
-                    running.append((nxt, pool.submit(_call, fn, nxt, job)))
+                    running.append((nxt, pool.submit(_call, fn, nxt, job, env)))
             else:
                 return
             # A worker died: read what is left here.

@@ -183,8 +183,13 @@ def walk_traces(path: pathlib.Path) -> tuple[list[pathlib.Path], list[str]]:
     path = pathlib.Path(path)
     if path.is_file():
         return [path], []
-    if (path / rd.RUN_JSON).is_file():  # a run directory: its traces are in traces/ only
-        root = path / rd.TRACES
+    if not path.is_dir():
+        why = rd.unusable_file(path)
+        return [], [f"{path}: {why}"] if why else []
+    home = None                         # a run directory: links may not lead outside it
+    if (path / rd.RUN_JSON).exists() or (path / rd.RUN_JSON).is_symlink():
+        # a run directory: its traces are in traces/ only
+        root, home = path / rd.TRACES, path
         if not root.is_dir():
             return [], []
     else:
@@ -210,11 +215,14 @@ def walk_traces(path: pathlib.Path) -> tuple[list[pathlib.Path], list[str]]:
             if not name.endswith(TRACE_SUFFIXES) or name in skip:
                 continue
             f = here / name
+            why = rd.unusable_file(f, home)
+            if why:
+                skipped.append(f"{f}: {why}")
+                continue
             try:
                 fst = f.stat()
             except OSError:
-                skipped.append(f"{f}: skipped, a broken link (to {os.readlink(f)})"
-                               if f.is_symlink() else f"{f}: skipped, cannot be read")
+                skipped.append(f"{f}: skipped, cannot be read")
                 continue
             by_file.setdefault((fst.st_dev, fst.st_ino), []).append(f)
     files = []
@@ -236,6 +244,10 @@ def load_dumps(run: pathlib.Path) -> tuple[FlightRecords, list[str]]:
     JSON is held at a time."""
     records, problems = FlightRecords(), []
     for f in sorted((pathlib.Path(run) / rd.COMMS).glob("rank*.json")):
+        why = rd.unusable_file(f, run)
+        if why:
+            problems.append(f"{f}: {why}")
+            continue
         try:
             records.add(read_dump(f))
         except ValueError as e:
@@ -271,6 +283,11 @@ def gather(path: pathlib.Path) -> Inputs:
     run = None
     if path.is_dir():
         try:
+            run_json = path / rd.RUN_JSON
+            why = (rd.unusable_file(run_json, path)
+                   if run_json.exists() or run_json.is_symlink() else None)
+            if why:
+                raise RunDirError(f"{run_json}: {why}")
             run = read_run_info(path)
             if run is not None:
                 _check_world(run, path, traces)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 
 import click
@@ -113,19 +114,60 @@ def run_analysis(path, out, comm_kernel_regex, rank_regex=None, cache=True, base
 @click.option("--scheduler", default=None,
               help="With --engine dask: the scheduler's address (tcp://host:8786); without it "
                    "a local cluster of --workers processes.")
+@click.option("--max-trace-bytes", default=None, metavar="SIZE",
+              help="Budget: JSON text one trace may inflate to (default 16GiB); a trace past "
+                   "any budget is refused while it is read, the other ranks analysed.")
+@click.option("--max-events", default=None, type=click.IntRange(min=1), metavar="N",
+              help="Budget: events in one trace (default 20,000,000).")
+@click.option("--max-event-bytes", default=None, metavar="SIZE",
+              help="Budget: text of one event, so of any string in it (default 64MiB).")
+@click.option("--max-rank-memory", default=None, metavar="SIZE",
+              help="Budget: memory of one rank's event table, or of a trace that cannot be "
+                   "streamed (default 8GiB).")
 @click.option("--workers", default=None, type=click.IntRange(min=1),
               help="Worker processes (default: one per core; with --engine dask and no "
                    "--scheduler, the local cluster's size, default 2).")
 def analyze(path, out, as_json, comm_kernel_regex, rank_regex, step_annotation, no_cache,
-            baseline, layout, rank_order, warmup_steps, engine, scheduler, workers):
+            baseline, layout, rank_order, warmup_steps, engine, scheduler, workers,
+            max_trace_bytes, max_events, max_event_bytes, max_rank_memory):
     """Analyse a run directory or any folder of Kineto traces."""
+    from meshscope.analysis.ingest import budgets
     from meshscope.analysis.report import reuse
     from meshscope.analysis.report.text import render
+
+    limits = {"events": max_events}
+    for name, flag, text in (("trace_bytes", "--max-trace-bytes", max_trace_bytes),
+                             ("event_bytes", "--max-event-bytes", max_event_bytes),
+                             ("rank_memory", "--max-rank-memory", max_rank_memory)):
+        try:
+            limits[name] = budgets.parse_size(text) if text is not None else None
+        except ValueError as e:
+            fail(f"{flag}: {e}")
+    saved = {var: os.environ.get(var) for var in budgets.ENV.values()}
+    budgets.export(**limits)
+    try:
+        _analyze(path, out, as_json, comm_kernel_regex, rank_regex, step_annotation,
+                 no_cache, baseline, layout, rank_order, warmup_steps, engine, scheduler,
+                 workers, budgets.current(), render, reuse)
+    finally:
+        for var, value in saved.items():
+            if value is None:
+                os.environ.pop(var, None)
+            else:
+                os.environ[var] = value
+
+
+def _analyze(path, out, as_json, comm_kernel_regex, rank_regex, step_annotation, no_cache,
+             baseline, layout, rank_order, warmup_steps, engine, scheduler, workers,
+             limits, render, reuse):
+    import dataclasses
 
     target = pathlib.Path(out) if out else pathlib.Path(path) / "report"
     options = {"comm_kernel_regex": comm_kernel_regex, "rank_regex": rank_regex,
                "layout": layout, "rank_order": rank_order, "warmup_steps": warmup_steps,
                "baseline": baseline, "step_annotation": step_annotation}
+    if dataclasses.asdict(limits) != dataclasses.asdict(type(limits)()):
+        options["budgets"] = dataclasses.asdict(limits)
     digest = reuse.key(pathlib.Path(path), target, options) if pathlib.Path(path).exists() \
         else None
     summary = reuse.cached_summary(target, digest) if digest and not no_cache else None
