@@ -23,8 +23,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import pathlib
 import re
+import shutil
+import uuid
 
 import numpy as np
 import pandas as pd
@@ -39,6 +42,7 @@ from meshscope.analysis.pipeline import bubble, schedule
 from meshscope.analysis.records import flight_recorder, steps as step_records
 from meshscope.analysis.report import engines, findings as findings_mod, inputs, rank_work
 from meshscope.analysis.report.summary import REPORT_SCHEMA_VERSION, summary_of
+from meshscope.analysis.report import reuse
 from meshscope.analysis.timeline import breakdown, segments
 from meshscope.analysis.timeline.rank_timeline import RankTimeline
 from meshscope.collectors import run_dir as rd
@@ -102,14 +106,94 @@ class Report:
         return summary_of(self)
 
     def write(self, out: pathlib.Path) -> pathlib.Path:
+        """Write the report to ``out``, crash-safe: first its key is removed (a report that a
+        killed run leaves is made again by the next), then the whole report is written to a
+        new hidden folder beside ``out``, what else ``out`` holds (the trace cache
+        ``.cache/``, exports) is moved into it, and the two folders are exchanged in one
+        rename (``renameat2(RENAME_EXCHANGE)``; where it is missing, two renames) — a reader
+        sees the old report or the new one, never a mix. The key is written last, by the
+        caller (``reuse.store``). Leftovers of killed writes are removed first."""
         out = pathlib.Path(out)
-        out.mkdir(parents=True, exist_ok=True)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        _remove_leftovers(out)
+        reuse.unkey(out)
+        new = out.parent / f".{out.name}.new-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        new.mkdir()
+        own = {"summary.json"}
         for name in self.TABLES:
+            own.add(f"{name}.parquet")
             table = getattr(self, name)
             if table is not None:
-                _parquet_safe(table).to_parquet(out / f"{name}.parquet", index=False)
-        rd.write_json_atomic(out / "summary.json", self.summary())
+                reuse.stop_point()
+                _parquet_safe(table).to_parquet(new / f"{name}.parquet", index=False)
+        reuse.stop_point()
+        rd.write_json_atomic(new / "summary.json", self.summary())
+        if out.is_dir():
+            for entry in sorted(out.iterdir()):
+                if entry.name not in own and not entry.name.startswith(".tmp-"):
+                    reuse.stop_point()
+                    os.rename(entry, new / entry.name)
+        reuse.stop_point()
+        if out.is_dir():
+            if not _exchange(new, out):
+                old = out.parent / f".{out.name}.old-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+                os.rename(out, old)
+                reuse.stop_point()
+                os.rename(new, out)
+                new = old
+            reuse.stop_point()
+            shutil.rmtree(new, ignore_errors=True)          # now the old report
+        else:
+            os.rename(new, out)
         return out
+
+
+def _exchange(a: pathlib.Path, b: pathlib.Path) -> bool:
+    """Swap the folders ``a`` and ``b`` atomically (Linux's ``renameat2``); False where it
+    cannot be done (another system, an old kernel, a file system without it)."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    return renameat2(at_fdcwd, os.fsencode(str(a)), at_fdcwd, os.fsencode(str(b)),
+                     rename_exchange) == 0
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def _remove_leftovers(out: pathlib.Path) -> None:
+    """Remove what killed writes of ``out`` left: its ``.NAME.new-PID-*`` / ``.old-PID-*``
+    folders beside it and temporary files in its cache, unless their process still runs."""
+    patterns = ((out.parent, f".{out.name}.new-*"), (out.parent, f".{out.name}.old-*"),
+                (out / ".cache", ".tmp-*"), (out / ".cache", f".{reuse.KEY_FILE}.*"),
+                (out / ".cache", f".{reuse.MEMO_FILE}.*"))
+    for folder, pattern in patterns:
+        try:
+            found = sorted(folder.glob(pattern))
+        except OSError:
+            continue
+        for f in found:
+            m = re.match(r"\d+", f.name[len(pattern.split("*")[0]):])
+            if m and int(m.group()) != os.getpid() and _alive(int(m.group())):
+                continue
+            if f.is_dir() and not f.is_symlink():
+                shutil.rmtree(f, ignore_errors=True)
+            else:
+                try:
+                    f.unlink()
+                except OSError:
+                    pass
 
 
 def _parquet_safe(df: pd.DataFrame) -> pd.DataFrame:
@@ -369,8 +453,8 @@ def _dim_timing(colls: pd.DataFrame, p2p: pd.DataFrame) -> dict[str, dict]:
     """dimension → medians of its matched operations' transfer and completion after the last
     arrival, and its operations per step (the evidence of an exposed-communication finding)."""
     both = pd.concat([colls[["dim", "step", "transfer_us", "after_last_us"]],
-                      p2p.assign(after_last_us=p2p["transfer_us"])[
-                          ["dim", "step", "transfer_us", "after_last_us"]]], ignore_index=True)
+                      p2p[["dim", "step", "transfer_us", "after_last_us"]]],
+                     ignore_index=True)
     out = {}
     for dim, g in both.groupby("dim"):
         out[str(dim)] = {"transfer_us": float(g["transfer_us"].median()),

@@ -4,20 +4,30 @@ The report directory keeps ``.cache/report.key``, a digest of everything the rep
 computed from:
 
 - every input file under the analysed path (run.json, traces, Flight Recorder dumps, step
-  timers — the whole tree but the report directories and hidden files): its path, size and
-  modification time;
+  timers — the whole tree but the report directories and hidden files): its path and the
+  BLAKE2b hash of its content. Hashing a trace is read at disk speed, so the hash of each file
+  is remembered in ``.cache/inputs.json`` with the file's size, modification time, inode and
+  change time (ctime): when all four still match, the remembered hash is used. A copy that
+  keeps size and mtime (``cp -p``, ``rsync -t``, ``tar``) has another inode or ctime, so it is
+  hashed again. Only regular files are read; any other kind of file is keyed by its kind;
 - the options that change the report (``--comm-kernel-regex``, ``--rank-regex``, ``--layout``,
-  ``--rank-order``, ``--warmup-steps``, the ``--baseline`` file's size and time);
+  ``--rank-order``, ``--warmup-steps``, reading budgets other than the defaults, the
+  ``--baseline`` file's size and time);
 - the analysis itself: the size and modification time of meshscope's source files, so a
   changed meshscope never serves an old report (installing another version writes them anew;
   the version string is not read, since ``importlib.metadata`` alone costs a third of a
   cached run).
 
-When the digest matches the one stored beside a readable ``summary.json``, the command prints
-that report instead of computing it again — without importing pandas or anything heavy, which
-is most of what a cached run used to cost (``bench/report_vs_hta.py``). A file replaced in
-place within the same nanosecond and with the same size would not be noticed: ``--no-cache``
-always computes afresh. This module uses the standard library only.
+The key file also lists the report's files and their sizes: it is written last, after the
+report is complete and in place (``Report.write``), and the report is only reused when it is
+there, matches and every file it lists has its size — a damaged or unkeyed report is made
+again. When it matches, the command prints that report instead of computing it again —
+without importing pandas or anything heavy, which is most of what a cached run used to cost
+(``bench/report_vs_hta.py``). ``--no-cache`` always computes afresh. This module uses the
+standard library only.
+
+``MESHSCOPE_TEST_STOP_AT_WRITE=N`` (tests only): the process kills itself (SIGKILL) at the
+N-th step of writing a report (``stop_point``), as a crash or ``kill -9`` would.
 """
 from __future__ import annotations
 
@@ -25,6 +35,24 @@ import hashlib
 import json
 import os
 import pathlib
+import signal
+import stat
+
+MEMO_FILE = "inputs.json"
+STOP_ENV = "MESHSCOPE_TEST_STOP_AT_WRITE"
+_steps = [0]
+# Per report directory: the content hashes of its inputs found by ``key`` (``store`` keeps them).
+_MEMO: dict[str, dict] = {}
+
+
+def stop_point() -> None:
+    """One step of writing a report; with ``STOP_ENV`` = N, the N-th kills this process."""
+    at = os.environ.get(STOP_ENV)
+    if not at:
+        return
+    _steps[0] += 1
+    if _steps[0] == int(at):
+        os.kill(os.getpid(), signal.SIGKILL)
 
 KEY_FILE = "report.key"
 _SKIP_DIRS = {"report", "__pycache__"}
@@ -52,10 +80,46 @@ def _walk(root: pathlib.Path, skip: set[pathlib.Path]):
                 yield here / name
 
 
+def _content_line(h, path: pathlib.Path, label: str, old: dict, new: dict) -> None:
+    """``label`` and the hash of the file's content (remembered while size, mtime, inode and
+    ctime all match); a file that is not a regular file is never opened."""
+    try:
+        st = path.stat()
+    except OSError:
+        h.update(f"{label}\0missing\n".encode())
+        return
+    if not stat.S_ISREG(st.st_mode):
+        h.update(f"{label}\0not a regular file {stat.S_IFMT(st.st_mode)}\n".encode())
+        return
+    sig = [st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns]
+    known = old.get(label)
+    if isinstance(known, list) and len(known) == 5 and known[:4] == sig:
+        digest = known[4]
+    else:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+            with os.fdopen(fd, "rb") as f:
+                if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                    raise OSError("not a regular file")
+                digest = hashlib.file_digest(f, lambda: hashlib.blake2b(digest_size=20)) \
+                    .hexdigest()
+        except OSError:
+            h.update(f"{label}\0unreadable\n".encode())
+            return
+    new[label] = sig + [digest]
+    h.update(f"{label}\0{digest}\n".encode())
+
+
 def key(path: pathlib.Path, out: pathlib.Path, options: dict) -> str:
     """The digest of ``path``'s inputs, the ``options`` and this meshscope's sources (module
     docstring); ``out`` is the report directory (never part of the inputs)."""
     path, out = pathlib.Path(path), pathlib.Path(out)
+    try:
+        old = json.loads((out / ".cache" / MEMO_FILE).read_text())
+        old = old if isinstance(old, dict) else {}
+    except (OSError, ValueError, RecursionError):
+        old = {}
+    new: dict = {}
     h = hashlib.blake2b(digest_size=20)
     h.update(json.dumps(options, sort_keys=True, default=str).encode())
     baseline = options.get("baseline")
@@ -66,18 +130,27 @@ def key(path: pathlib.Path, out: pathlib.Path, options: dict) -> str:
         for src in sorted(folder.glob("**/*.py")):
             _stat_line(h, src, str(src.relative_to(analysis.parent)))
     for f in _walk(path, {out.resolve()} if out.exists() else set()):
-        _stat_line(h, f, str(f.relative_to(path)) if path.is_dir() else f.name)
+        _content_line(h, f, str(f.relative_to(path)) if path.is_dir() else f.name, old, new)
+    _MEMO[str(out)] = new
     return h.hexdigest()
+
+
+def _listing(out: pathlib.Path) -> dict:
+    """The report's own files (not hidden) and their sizes."""
+    return {f.name: f.stat().st_size for f in sorted(out.iterdir())
+            if not f.name.startswith(".") and f.is_file()}
 
 
 def cached_summary(out: pathlib.Path, digest: str) -> dict | None:
     """The stored summary.json when ``out``'s report was computed from exactly ``digest``."""
     out = pathlib.Path(out)
     try:
-        if (out / ".cache" / KEY_FILE).read_text().strip() != digest:
+        stored, _, listing = (out / ".cache" / KEY_FILE).read_text().partition("\n")
+        if stored.strip() != digest or json.loads(listing) != _listing(out):
             return None
-        return json.loads((out / "summary.json").read_text())
-    except (OSError, ValueError):
+        summary = json.loads((out / "summary.json").read_text())
+        return summary if isinstance(summary, dict) else None
+    except (OSError, ValueError, RecursionError):
         return None
 
 
@@ -87,8 +160,24 @@ def store(out: pathlib.Path, digest: str) -> None:
     try:
         d = pathlib.Path(out) / ".cache"
         d.mkdir(parents=True, exist_ok=True)
+        memo = _MEMO.pop(str(pathlib.Path(out)), None)
+        if memo is not None:
+            tmp = d / f".{MEMO_FILE}.{os.getpid()}"
+            tmp.write_text(json.dumps(memo))
+            os.replace(tmp, d / MEMO_FILE)
+        stop_point()
         tmp = d / f".{KEY_FILE}.{os.getpid()}"
-        tmp.write_text(digest + "\n")
+        tmp.write_text(digest + "\n" + json.dumps(_listing(pathlib.Path(out))) + "\n")
+        stop_point()
         os.replace(tmp, d / KEY_FILE)
+    except OSError:
+        pass
+
+
+def unkey(out: pathlib.Path) -> None:
+    """Forget which inputs ``out``'s report is of (before it is replaced): a run killed before
+    the new key is stored leaves a report that the next run makes again."""
+    try:
+        (pathlib.Path(out) / ".cache" / KEY_FILE).unlink(missing_ok=True)
     except OSError:
         pass

@@ -1,0 +1,141 @@
+"""Issue 24: a report is replaced whole or not at all.
+
+``meshscope analyze`` writing a new report over an old one is killed (SIGKILL, as ``kill -9``
+or a crash would) at 20 random steps of the write (``MESHSCOPE_TEST_STOP_AT_WRITE``):
+afterwards the report folder is the old report or the new one — every file of one of them, no
+mix — a key is only ever beside the report it describes, and a plain re-run yields the fresh
+report and removes what the killed writes left.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+
+import pytest
+from click.testing import CliRunner
+
+from damage_corpus import copy_sample
+from meshscope.analysis.report import reuse
+from meshscope.analysis.report.analyze import analyze
+from meshscope.cli import main
+
+OPTIONS = {"comm_kernel_regex": None, "rank_regex": None, "layout": None, "rank_order": None,
+           "baseline": None, "step_annotation": None}
+
+
+def _files(folder) -> dict:
+    """The report's files (summary.json without the time it was generated)."""
+    out = {f.name: f.read_bytes() for f in sorted(folder.iterdir()) if f.is_file()}
+    if "summary.json" in out:
+        summary = json.loads(out["summary.json"])
+        summary.pop("generated", None)
+        out["summary.json"] = summary
+    return out
+
+
+def _write_killed(report, target, digest, at: int) -> int:
+    """``report.write`` + ``reuse.store`` in a child process that kills itself at step
+    ``at``; the child's wait status."""
+    pid = os.fork()
+    if pid == 0:                                            # the child
+        try:
+            os.environ[reuse.STOP_ENV] = str(at)
+            reuse._steps[0] = 0
+            report.write(target)
+            reuse.store(target, digest)
+        finally:
+            os._exit(0)
+    return os.waitpid(pid, 0)[1]
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory):
+    base = tmp_path_factory.mktemp("crash")
+    run = copy_sample(base / "run")
+    old = analyze(run, warmup_steps=0)
+    new = analyze(run, warmup_steps=1)
+    refs = {}
+    for name, rep in (("old", old), ("new", new)):
+        rep.write(base / name)
+        refs[name] = _files(base / name)
+    assert refs["old"]["summary.json"] != refs["new"]["summary.json"]
+    return run, old, new, refs
+
+
+def test_killed_writes_leave_the_old_or_the_new_report(reports):
+    run, old, new, refs = reports
+    target = run / "report"
+    digests = {name: reuse.key(run, target, {**OPTIONS, "warmup_steps": w})
+               for name, w in (("old", 0), ("new", 1))}
+    # How many steps a write has: one full write with no stop.
+    old.write(target)
+    reuse.store(target, digests["old"])
+    reuse._steps[0] = 0
+    os.environ[reuse.STOP_ENV] = "1000000"
+    try:
+        new.write(target)
+        reuse.store(target, digests["new"])
+        steps = reuse._steps[0]
+    finally:
+        os.environ.pop(reuse.STOP_ENV)
+    assert steps >= 10
+    rng = random.Random(24)
+    seen = set()
+    for at in [rng.randint(1, steps) for _ in range(20)]:
+        old.write(target)                                    # start from the old report
+        reuse.store(target, digests["old"])
+        status = _write_killed(new, target, digests["new"], at)
+        assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, (at, status)
+        now = _files(target)
+        which = [n for n, ref in refs.items() if now == ref]
+        assert which, (at, {n: sorted(k for k in set(now) | set(ref) if now.get(k) != ref.get(k)) for n, ref in refs.items()})
+        seen.add(which[0])
+        for name, digest in digests.items():                 # a key only with its report
+            if reuse.cached_summary(target, digest) is not None:
+                assert name == which[0], at
+    assert seen == {"old", "new"}, seen          # killed before and after the exchange
+    leftovers = list(run.glob(".report.*"))
+    # A plain re-run: the fresh report, reported as written, the leftovers removed.
+    result = CliRunner().invoke(main, ["analyze", str(run), "--warmup-steps", "1", "--json"])
+    assert result.exit_code == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    assert _files(target) == refs["new"]
+    assert {k: v for k, v in json.loads(result.stdout).items() if k != "generated"} == \
+        refs["new"]["summary.json"]
+    assert not list(run.glob(".report.*")), leftovers
+    assert not list((target / ".cache").glob(".tmp-*"))
+
+
+def test_a_damaged_or_unkeyed_report_is_made_again(reports):
+    run, old, new, refs = reports
+    target = run / "report"
+    runner = CliRunner()
+    first = runner.invoke(main, ["analyze", str(run), "--json"])
+    assert first.exit_code == 0, first.stderr
+    again = runner.invoke(main, ["analyze", str(run)])
+    assert "report unchanged" in again.stdout
+    (target / "breakdown.parquet").write_bytes(b"PAR1 half")    # a table written half
+    damaged = runner.invoke(main, ["analyze", str(run)])
+    assert "report written" in damaged.stdout, damaged.stdout[-300:]
+    assert _files(target) == refs["old"]
+    (target / ".cache" / reuse.KEY_FILE).unlink()               # a report without its key
+    unkeyed = runner.invoke(main, ["analyze", str(run)])
+    assert "report written" in unkeyed.stdout
+
+
+def test_a_trace_edited_with_its_size_and_mtime_kept_is_read_again(reports, tmp_path):
+    """``cp -p`` / ``rsync -t`` keep size and mtime: the content hash notices."""
+    run, *_ = reports
+    runner = CliRunner()
+    assert runner.invoke(main, ["analyze", str(run)]).exit_code == 0
+    trace = run / "traces" / "rank1.json.gz"
+    st = trace.stat()
+    data = bytearray(trace.read_bytes())
+    data[-9] ^= 0xFF                                 # the gzip trailer's CRC: same size
+    trace.write_bytes(bytes(data))
+    os.utime(trace, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert trace.stat().st_size == st.st_size and trace.stat().st_mtime_ns == st.st_mtime_ns
+    result = runner.invoke(main, ["analyze", str(run)])
+    assert "report written" in result.stdout, result.stdout[-300:]
