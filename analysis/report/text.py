@@ -1,6 +1,7 @@
 """The human-readable summary that ``meshscope analyze`` prints (from summary.json alone)."""
 from __future__ import annotations
 
+from meshscope.analysis.report.printable import printable_tree
 from meshscope.analysis.report import reader
 
 
@@ -18,6 +19,7 @@ def _num(x, width: int, digits: int) -> str:
 
 
 def render(summary: dict) -> str:
+    summary = printable_tree(summary)       # names from input files may hold escapes
     lines = []
     run = summary.get("run") or {}
     head = f"meshscope report — {summary['source']}"

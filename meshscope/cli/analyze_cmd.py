@@ -186,10 +186,11 @@ def _analyze(path, out, as_json, comm_kernel_regex, rank_regex, step_annotation,
     if as_json:
         click.echo(json.dumps(summary, indent=2))
     else:
+        from meshscope.analysis.report.printable import printable
         for p in summary.get("problems", []):
-            click.echo(f"meshscope: warning: {p}", err=True)
+            click.echo(f"meshscope: warning: {printable(p)}", err=True)
         click.echo(render(summary))
-        click.echo(f"\nreport {verb}: {target}")
+        click.echo(f"\nreport {verb}: {printable(target)}")
 
 
 COMMANDS = (analyze,)

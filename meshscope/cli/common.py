@@ -12,7 +12,8 @@ EXIT_BAD_INPUT = 2
 
 def fail(message: str, code: int = EXIT_BAD_INPUT):
     """End the command: ``meshscope: error: MESSAGE`` on stderr, exit ``code``."""
-    click.echo(f"meshscope: error: {message}", err=True)
+    from meshscope.analysis.report.printable import printable
+    click.echo(f"meshscope: error: {printable(message)}", err=True)
     sys.exit(code)
 
 

@@ -6,6 +6,8 @@ import pathlib
 
 import click
 
+from meshscope.analysis.report.printable import printable
+
 from .common import fail
 
 def _int_list(text: str | None, what: str) -> list[int] | None:
@@ -144,7 +146,7 @@ def _print_losses(run_dir: pathlib.Path, desc: dict) -> None:
 
     table, problems = step_table(run_dir, desc)
     for line in problems:
-        click.echo(f"meshscope: warning: {line}", err=True)
+        click.echo(f"meshscope: warning: {printable(line)}", err=True)
     if table is None:
         return
     for row in table.itertuples():
