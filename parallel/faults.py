@@ -1,7 +1,10 @@
 """Fault injection, for testing diagnosis tools against a known cause.
 
 ``--inject`` takes ``slow-rank=R:MS`` (rank R sleeps MS milliseconds at the start of every
-microbatch forward), ``hang=R:STEP`` (at step STEP every rank joins one extra all-reduce on the
+microbatch forward), ``fixed-work=R:MS`` (rank R's stage waits MS milliseconds in every
+microbatch's forward and again in its backward: with a small model, stage work that is a fixed
+wait, equal on every stage whatever else the machine runs — how tests whose premise is equal
+stage times get it), ``hang=R:STEP`` (at step STEP every rank joins one extra all-reduce on the
 world group except rank R, so the others wait until the collective timeout),
 ``crash=R:STEP`` (rank R raises at the start of step STEP) and ``desync=R:STEP`` (at step STEP
 every rank joins one extra ``all_to_all_single`` on the world group, sending 2 rows to every
@@ -21,7 +24,7 @@ if TYPE_CHECKING:
 # torch is imported where a fault acts, in the rank: the command parses and checks ``--inject``
 # before anything imports torch (parallel/options.py).
 
-KINDS = ("slow-rank", "hang", "crash", "desync")
+KINDS = ("slow-rank", "fixed-work", "hang", "crash", "desync")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,7 +41,8 @@ def parse_fault(text: str) -> Fault:
     kind, sep, rest = text.partition("=")
     rank, sep2, value = rest.partition(":")
     if kind not in KINDS or not sep or not sep2:
-        raise ValueError(f"--inject {text!r}: expected slow-rank=R:MS, hang=R:STEP, "
+        raise ValueError(f"--inject {text!r}: expected slow-rank=R:MS, fixed-work=R:MS, "
+                         f"hang=R:STEP, "
                          f"crash=R:STEP or desync=R:STEP")
     try:
         return Fault(kind, int(rank), int(value))
@@ -55,6 +59,26 @@ def install_slow_rank(faults: list[Fault], rank: int, module: torch.nn.Module) -
         if f.kind == "slow-rank" and f.rank == rank:
             delay = f.value / 1000.0
             module.register_forward_pre_hook(lambda *_: time.sleep(delay))
+        if f.kind == "fixed-work" and f.rank == rank:
+            _install_fixed_work(module, f.value / 1000.0)
+
+
+def _install_fixed_work(module: torch.nn.Module, delay: float) -> None:
+    """A wait of ``delay`` seconds before every forward of ``module`` and when the gradient of
+    its output arrives (the start of its backward)."""
+    import torch
+
+    def wait_in_backward(grad):
+        time.sleep(delay)
+        return grad
+
+    def after_forward(_module, _inputs, output):
+        first = output[0] if isinstance(output, (tuple, list)) and output else output
+        if isinstance(first, torch.Tensor) and first.requires_grad:
+            first.register_hook(wait_in_backward)
+
+    module.register_forward_pre_hook(lambda *_: time.sleep(delay))
+    module.register_forward_hook(after_forward)
 
 
 def before_step(faults: list[Fault], rank: int, step: int, device: torch.device) -> None:
