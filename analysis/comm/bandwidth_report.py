@@ -6,9 +6,10 @@ size, message-size bucket).
 (``analysis/comm/instances.py``, ``matching.py``): dur_us is the rank's executing span (the
 ``gloo:`` range, the NCCL kernel); transfer_us is the matched operation's transfer — for a
 collective the shortest span over its ranks (the rank that arrived last waited for nobody), for
-a send/recv pair the time from the later of the two posts to the receive's end; wait_us =
-dur_us − transfer_us (at least 0) is this rank's waiting for the others. An operation with no
-match uses its own span. algbw/busbw (``analysis/comm/bandwidth.py``) use msg_bytes (S as
+a send/recv pair the receive's executing time after the send was posted (``matching.p2p_table``:
+the time a receive waits for its sender is wait, not transfer; null, and so no bandwidth, when
+the receive has no executing span); wait_us = dur_us − transfer_us (at least 0) is this rank's
+waiting for the others. An operation with no match uses its own span. algbw/busbw (``analysis/comm/bandwidth.py``) use msg_bytes (S as
 nccl-tests defines it) over transfer_us with n = the group's size; unknown bytes give an empty
 busbw, never 0. gloo runs reduce_scatter as an all_reduce of the whole input: the row keeps the
 algorithm's op and bytes and names the backend's op in ``backend_op`` (its bus traffic is
@@ -48,7 +49,9 @@ def bandwidth_table(inst: pd.DataFrame, collectives: pd.DataFrame,
                           p2p.set_index("match_id")["transfer_us"]]) \
         if len(collectives) or len(p2p) else pd.Series(dtype=float)
     t["transfer_us"] = t["match_id"].map(transfer)
-    t["transfer_us"] = t["transfer_us"].where(t["transfer_us"].notna(), t["dur_us"])
+    # Only an operation without a match uses its own span; a matched one whose transfer the
+    # trace cannot separate from waiting (a receive without an executing span) stays null.
+    t["transfer_us"] = t["transfer_us"].where(t["match_id"].isin(transfer.index), t["dur_us"])
     t["wait_us"] = (t["dur_us"] - t["transfer_us"]).clip(lower=0.0)
     return add_bandwidth(t[TABLE_COLUMNS], op="op", size="msg_bytes", time="transfer_us",
                          group="group_size")

@@ -33,7 +33,16 @@ it exceeds transfer_us when the last rank's backend started the operation late.
 
 ``p2p_table(instances)`` — one row per matched send/recv pair: match_id, src, dst, step, k, dim,
 send_us (the sender's post), recv_us (the receiver's post), completion_us (the recv's end),
-transfer_us (completion − max(send, recv post), at least 0), msg_bytes.
+after_last_us (completion − max(send, recv post), at least 0: what the dependency graph
+replays), transfer_us, msg_bytes. **Transfer is not waiting** (issue 23): a receive posted
+early spends most of completion − post waiting for its sender; and a receive that was already
+executing when the send started waits inside its executing span too (on gloo the ranges of a
+batched isend/irecv all end when the whole batch does). Only a receive whose executing span
+(``exec_ts_us``: the ``gloo:recv`` range, the NCCL kernel) starts at or after the send's
+(the send's executing start, else its post), and inside which no other send/recv of its rank
+executes, holds no waiting: its span is the message's transfer. transfer_us = that span (completion − the recv's executing start), and
+null otherwise — the trace cannot tell transfer from waiting there, and a bandwidth from the
+wait-dominated span would be wrong (pp send/recv showed 0.009 GB/s on the slow-rank sample).
 """
 from __future__ import annotations
 
@@ -47,7 +56,7 @@ COLLECTIVE_COLUMNS = ["match_id", "pg_ranks", "dim", "step", "op", "seq", "k", "
                       "first_arrival_us", "last_arrival_us", "skew_us", "holdup_us",
                       "last_rank", "completion_us", "transfer_us", "after_last_us", "msg_bytes"]
 P2P_COLUMNS = ["match_id", "src", "dst", "step", "k", "dim", "send_us", "recv_us",
-               "completion_us", "transfer_us", "msg_bytes"]
+               "completion_us", "after_last_us", "transfer_us", "msg_bytes"]
 
 
 @dataclasses.dataclass
@@ -241,10 +250,31 @@ def collective_table(inst: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def _overlaps_own_p2p(inst: pd.DataFrame, recv: pd.DataFrame, start: np.ndarray,
+                      end: np.ndarray) -> np.ndarray:
+    """Per receive: does another send/recv of its rank execute inside its span (a batched
+    isend/irecv, whose ranges end together: the span then holds the batch, not the message)?"""
+    out = np.zeros(len(recv), dtype=bool)
+    mine = inst[inst["p2p"]]
+    by_rank = {int(r): (pd.to_numeric(g["exec_ts_us"], errors="coerce").to_numpy(np.float64),
+                        pd.to_numeric(g["exec_end_us"], errors="coerce").to_numpy(np.float64))
+               for r, g in mine.groupby("rank")}
+    for i, (r, a, b) in enumerate(zip(recv["rank"].to_numpy(), start, end)):
+        if not (np.isfinite(a) and np.isfinite(b)) or int(r) not in by_rank:
+            continue
+        s, e = by_rank[int(r)]
+        inside = (s < b) & (e > a) & ~((s == a) & (e == b))
+        out[i] = bool(inside.any())
+    return out
+
+
 def p2p_table(inst: pd.DataFrame) -> pd.DataFrame:
     """Per matched send/recv pair (module docstring); ``inst`` on aligned clocks. A match id
     with other than one send and one receive gives no row; rows in the order the match ids
     first appear in ``inst``."""
+    for col in ("exec_ts_us", "exec_end_us"):
+        if col not in inst:   # a table without executing spans: no transfer to separate
+            inst = inst.assign(**{col: np.nan})
     p2p = inst[inst["p2p"] & (inst["match_id"] != "")]
     ids = p2p["match_id"]
     sends = ids[p2p["op"] == "send"].value_counts()
@@ -252,7 +282,8 @@ def p2p_table(inst: pd.DataFrame) -> pd.DataFrame:
     pairs = sends.index[(sends == 1).to_numpy()].intersection(
         recvs.index[(recvs == 1).to_numpy()])
     p2p = p2p[ids.isin(pairs)]
-    side = ["match_id", "rank", "step", "k", "dim", "arrival_us", "end_us", "msg_bytes"]
+    side = ["match_id", "rank", "step", "k", "dim", "arrival_us", "end_us", "exec_ts_us",
+            "msg_bytes"]
     send = p2p.loc[p2p["op"] == "send", side].set_index("match_id")
     recv = p2p.loc[p2p["op"] == "recv", side].set_index("match_id")
     ordered = pd.unique(p2p["match_id"])
@@ -260,6 +291,13 @@ def p2p_table(inst: pd.DataFrame) -> pd.DataFrame:
     completion = recv["end_us"].to_numpy(dtype=np.float64)
     send_us = send["arrival_us"].to_numpy(dtype=np.float64)
     recv_us = recv["arrival_us"].to_numpy(dtype=np.float64)
+    recv_exec = pd.to_numeric(recv["exec_ts_us"], errors="coerce").to_numpy(dtype=np.float64)
+    send_exec = pd.to_numeric(send["exec_ts_us"], errors="coerce").to_numpy(dtype=np.float64)
+    send_start = np.where(np.isfinite(send_exec), send_exec, send_us)
+    # NaN where the receive has no executing span or was executing before the send began.
+    separable = np.isfinite(recv_exec) & (recv_exec >= send_start) & \
+        ~_overlaps_own_p2p(inst, recv, recv_exec, completion)
+    transfer = np.where(separable, np.maximum(0.0, completion - recv_exec), np.nan)
     msg = send["msg_bytes"].astype("Int64").fillna(recv["msg_bytes"].astype("Int64"))
     out = pd.DataFrame({
         "match_id": send.index.to_numpy(), "src": send["rank"].to_numpy(dtype=np.int64),
@@ -267,6 +305,7 @@ def p2p_table(inst: pd.DataFrame) -> pd.DataFrame:
         "step": send["step"].to_numpy(dtype=np.int64), "k": send["k"].to_numpy(dtype=np.int64),
         "dim": send["dim"].to_numpy(), "send_us": send_us, "recv_us": recv_us,
         "completion_us": completion,
-        "transfer_us": np.maximum(0.0, completion - np.maximum(send_us, recv_us)),
+        "after_last_us": np.maximum(0.0, completion - np.maximum(send_us, recv_us)),
+        "transfer_us": transfer,
         "msg_bytes": msg.array}, columns=P2P_COLUMNS)
     return out.reset_index(drop=True)

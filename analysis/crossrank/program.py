@@ -75,7 +75,7 @@ def operations(collectives: pd.DataFrame, p2p: pd.DataFrame, step: int) -> dict[
                                       float(row.after_last_us), float(row.completion_us))
     for row in p2p[p2p["step"] == step].itertuples():
         out[row.match_id] = Operation(row.match_id, "send/recv", row.dim, [row.src, row.dst],
-                                      float(row.transfer_us), float(row.completion_us))
+                                      float(row.after_last_us), float(row.completion_us))
     return out
 
 
