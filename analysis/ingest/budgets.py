@@ -4,7 +4,7 @@ the flag that raises it (the other ranks are analysed).
 
 | budget | default | flag of ``meshscope analyze`` |
 |---|---|---|
-| ``trace_bytes``: JSON text a trace inflates to | 16 GiB | ``--max-trace-bytes`` |
+| ``trace_bytes``: JSON text a trace inflates to | 8 GiB | ``--max-trace-bytes`` |
 | ``events``: events in one trace | 20,000,000 | ``--max-events`` |
 | ``event_bytes``: text of one event (so of any string in it) and of the metadata | 64 MiB | ``--max-event-bytes`` |
 | ``rank_memory``: a rank's event table while it is built, or a trace that cannot be streamed held whole | 8 GiB | ``--max-rank-memory`` |
@@ -21,7 +21,7 @@ import dataclasses
 import os
 import re
 
-DEFAULTS = {"trace_bytes": 16 << 30, "events": 20_000_000, "event_bytes": 64 << 20,
+DEFAULTS = {"trace_bytes": 8 << 30, "events": 20_000_000, "event_bytes": 64 << 20,
             "rank_memory": 8 << 30}
 FLAGS = {"trace_bytes": "--max-trace-bytes", "events": "--max-events",
          "event_bytes": "--max-event-bytes", "rank_memory": "--max-rank-memory"}

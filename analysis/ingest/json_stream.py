@@ -78,7 +78,7 @@ def chunks(raw, size: int = 1 << 19, limit: int | None = None) -> Iterator[bytes
                         total += len(out)
                         if total > limit:
                             raise BudgetExceeded("trace_bytes", "inflates to more than "
-                                                 f"{total - len(out) + 1:,} bytes", limit)
+                                                 f"{limit:,} bytes", limit)
                         yield out
                     piece = d.unconsumed_tail
             if not d.eof:

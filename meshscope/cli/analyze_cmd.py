@@ -115,7 +115,7 @@ def run_analysis(path, out, comm_kernel_regex, rank_regex=None, cache=True, base
               help="With --engine dask: the scheduler's address (tcp://host:8786); without it "
                    "a local cluster of --workers processes.")
 @click.option("--max-trace-bytes", default=None, metavar="SIZE",
-              help="Budget: JSON text one trace may inflate to (default 16GiB); a trace past "
+              help="Budget: JSON text one trace may inflate to (default 8GiB); a trace past "
                    "any budget is refused while it is read, the other ranks analysed.")
 @click.option("--max-events", default=None, type=click.IntRange(min=1), metavar="N",
               help="Budget: events in one trace (default 20,000,000).")
