@@ -109,6 +109,64 @@ def ms(us, digits: int = 2) -> str:
 
 # ---- Dash --------------------------------------------------------------------------------
 
+def clip(text, n: int) -> str:
+    """``text`` in at most ``n`` characters, cut at a word boundary with "…" — never mid-word."""
+    text = "" if text is None else str(text)
+    if len(text) <= n:
+        return text
+    cut = text[:n - 1]
+    space = cut.rfind(" ")
+    return (cut[:space] if space > n // 2 else cut).rstrip(" ,;:") + "…"
+
+
+_UNITS = (("_us", "ms", 1e-3), ("_pct", "%", 1.0), ("_gbps", "GB/s", 1.0),
+          ("_bytes", "MB", 1e-6), ("_fraction", "%", 100.0))
+
+
+def _value(v) -> str:
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        return f"{v:,.3g}" if abs(v) < 1000 else f"{v:,.0f}"
+    if isinstance(v, (list, tuple)):
+        return ", ".join(_value(x) for x in v[:12]) + (" …" if len(v) > 12 else "")
+    return str(v)
+
+
+def evidence_text(ev) -> str:
+    """A finding's evidence as short labelled sentences with units ("Exposed on path:
+    13.70 ms. Rank: 1. Steps: 4, 5."): ``_us`` in ms, ``_pct`` and fractions in %, bytes in MB,
+    nested tables as "key value" pairs; the raw numbers stay in summary.json."""
+    if not isinstance(ev, dict):
+        return "" if ev is None else clip(ev, 300)
+    out = []
+    for k, v in ev.items():
+        if v is None:
+            continue
+        label, unit, scale = str(k), "", 1.0
+        for suffix, u, f in _UNITS:
+            if label.endswith(suffix):
+                label, unit, scale = label[: -len(suffix)], u, f
+                break
+        label = label.replace("_", " ").strip().capitalize() or str(k)
+        if isinstance(v, dict):
+            parts = [f"{kk} {_num(vv, scale, unit)}" for kk, vv in list(v.items())[:8]]
+            text = ", ".join(parts) + (" …" if len(v) > 8 else "")
+        else:
+            text = _num(v, scale, unit)
+        out.append(f"{label}: {text}.")
+    return " ".join(out)
+
+
+def _num(v, scale: float, unit: str) -> str:
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and unit:
+        x = v * scale
+        return f"{x:,.2f} {unit}" if unit != "%" else f"{x:.1f}%"
+    if isinstance(v, dict):
+        return ", ".join(f"{k} {_num(x, scale, unit)}" for k, x in list(v.items())[:8])
+    return _value(v)
+
+
 def _dash_item(item: Item):
     from dash import dcc, html
 

@@ -136,7 +136,9 @@ def matrix_figure(ops: pd.DataFrame) -> go.Figure:
     for col, (z, unit, scale) in enumerate(((nbytes, "MB", 1e6), (time_us, "ms", 1e3)), 1):
         zz = np.where(z > 0, z / scale, np.nan).round(3)
         fig.add_trace(go.Heatmap(z=zz.tolist(), x=labels, y=labels, colorscale="Blues",
-                                 showscale=False, hovertemplate="%{y} ↔ %{x}: %{z} " + unit
+                                 colorbar={"title": unit, "x": 0.44 if col == 1 else 1.0,
+                                           "len": 0.9},
+                                 hovertemplate="%{y} ↔ %{x}: %{z} " + unit
                                  + "<extra></extra>", xgap=1 if len(labels) <= 64 else 0,
                                  ygap=1 if len(labels) <= 64 else 0), row=1, col=col)
     fig.update_layout(**LAYOUT, height=min(900, 160 + 22 * len(labels)),

@@ -99,7 +99,7 @@ def _table(names, rows) -> S.Table:
         if len(known) >= 2 and min(known)[0] != max(known)[0]:
             worst = max(known)[0] if better == "low" else min(known)[0]
             hi.update((i, j + 1) for v, j in known if v == worst)
-        body.append([label] + [S.fmt(v, 2) if not isinstance(v, str) else v[:80]
+        body.append([label] + [S.fmt(v, 2) if not isinstance(v, str) else S.clip(v, 80)
                                for v in vals])
     return S.Table("compare-table", ["figure"] + names, body, highlight=frozenset(hi),
                    caption="Marked: the worse end of each row; a row where the runs are equal "

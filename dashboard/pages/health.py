@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..sections import Note, Section, Table
+from ..sections import Note, Section, Table, clip
 from .common import PageContext
 
 MAX_ROWS = 100
@@ -27,7 +27,7 @@ def _cell(v) -> str:
         return ", ".join(map(str, v))
     if hasattr(v, "tolist"):
         return ", ".join(map(str, v.tolist()))
-    return "" if v is None or (isinstance(v, float) and v != v) else str(v)[:300]
+    return "" if v is None or (isinstance(v, float) and v != v) else clip(v, 300)
 
 
 def verdicts(ctx: PageContext) -> list:
@@ -65,12 +65,12 @@ def inputs(ctx: PageContext) -> list:
                         + ", ".join(map(str, missing)), warn=True))
     problems = [str(p) for p in rep.get("problems", default=[])]
     if problems:
-        out.append(Table("problems-table", ["input problem"], [[p[:500]] for p in problems]))
+        out.append(Table("problems-table", ["input problem"], [[clip(p, 500)] for p in problems]))
     else:
         out.append(Note("problems-none", "No damaged, missing or refused input."))
     notes = [str(n) for n in rep.get("notes", default=[])]
     if notes:
-        out.append(Table("notes-table", ["what the analysis did"], [[n[:500]] for n in notes]))
+        out.append(Table("notes-table", ["what the analysis did"], [[clip(n, 500)] for n in notes]))
     return out
 
 

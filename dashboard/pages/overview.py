@@ -17,13 +17,12 @@ and the ranked findings with their evidence, cost and remedy.
 """
 from __future__ import annotations
 
-import json
-
 import plotly.graph_objects as go
 
 from meshscope.analysis.report import reader
 
-from ..sections import Facts, Figure, Note, Section, Table, fmt, missing
+from ..sections import Facts, Figure, Note, Section, Table, clip, evidence_text, fmt, \
+    missing
 from . import device
 from .common import COLOURS, DIMS, LAYOUT, PageContext, per_rank_mean, rank_label, \
     straggler_text
@@ -72,7 +71,7 @@ def input_warnings(ctx: PageContext) -> list:
     problems = rep.get("problems", default=[])
     if problems:
         out.append(Note("problems", f"{len(problems)} input problem(s) — see the Health page: "
-                        + str(problems[0])[:200], warn=True))
+                        + clip(problems[0], 200), warn=True))
     return out
 
 
@@ -147,20 +146,25 @@ def mesh_figure(ctx: PageContext) -> go.Figure | None:
         xlabels = ["·".join(f"{d}{c[idx[d]]}" for d in col_dims) for c in cols]
     else:
         xlabels = [f"rank {c[0]}" if not all(coords.values()) else "" for c in cols]
-    scale = {}
+    scale, colours = {}, "Blues"
     if key == "saving":
-        # Savings are judged against the step: a healthy run's few milliseconds of noise must
-        # not look like the darkest red of the scale.
+        # Savings diverge around zero (a negative saving: the step gets longer at the reference
+        # pace), judged against the step so that a healthy run's few milliseconds of noise stay
+        # pale; red only when the analysis names a straggler — no alarm colour without a finding.
         step_us = reader.step_time(rep.summary).us
-        top = max([v for v in values.values() if v is not None] + [0.0])
-        if isinstance(step_us, (int, float)) and step_us > 0:
-            scale = {"zmin": 0.0, "zmax": max(top, 0.1 * step_us / 1e3)}
+        top = max([abs(v) for v in values.values() if v is not None] + [0.0])
+        lim = max(top, 0.1 * step_us / 1e3) if isinstance(step_us, (int, float)) and \
+            step_us > 0 else max(top, 1e-3)
+        scale = {"zmin": -lim, "zmax": lim, "zmid": 0.0}
+        named = isinstance(rep.get("cross_rank", "straggler"), dict)
+        colours = "RdBu_r" if named else [[0.0, "#4575b4"], [0.5, "#f7f7f7"],
+                                          [1.0, "#7f7f7f"]]
     elif not any(v for v in values.values() if v is not None):
         scale = {"zmin": 0.0, "zmax": 1.0}   # all zero: white, not the middle of the scale
     fig = go.Figure(go.Heatmap(z=z, x=xlabels, y=[f"stage {s}" if info and info.size("pp") > 1
                                                   else "" for s in rows],
                                text=text, texttemplate="%{text}", hoverinfo="text",
-                               customdata=who, colorscale="Reds", colorbar={"title": "ms"},
+                               customdata=who, colorscale=colours, colorbar={"title": "ms"},
                                xgap=3, ygap=3, **scale))
     fig.update_layout(**LAYOUT, title=f"The mesh, coloured by {COLOR_CHOICES[key]}",
                       height=120 + 90 * len(rows), yaxis={"autorange": "reversed"})
@@ -171,8 +175,9 @@ def _segments(means) -> list[tuple[str, list[float]]]:
     """(label, ms per rank) of each stacked segment; exposed comm split by dimension."""
     def col(c):
         return (means[c] / 1e3).round(4).tolist() if c in means else [0.0] * len(means)
-    segs = [("compute without overlapped comm", ((means["compute_us"] - means["overlapped_comm_us"]) / 1e3)
-             .round(4).tolist()), ("overlapped comm", col("overlapped_comm_us"))]
+    segs = [("compute without overlapped comm",
+             ((means["compute_us"] - means["overlapped_comm_us"]) / 1e3).round(4).tolist()),
+            ("overlapped comm", col("overlapped_comm_us"))]
     split = [d for d in DIMS if f"exposed_comm_{d}_us" in means]
     shown = [d for d in split if (means[f"exposed_comm_{d}_us"] > 0).any()]
     if shown:
@@ -210,19 +215,6 @@ def breakdown_figure(ctx: PageContext) -> go.Figure | None:
     return fig
 
 
-def _evidence(ev) -> str:
-    if not isinstance(ev, dict):
-        return "" if ev is None else str(ev)[:300]
-    parts = []
-    for k, v in ev.items():
-        if isinstance(v, float):
-            v = f"{v:.4g}"
-        elif isinstance(v, (list, dict)):
-            v = json.dumps(v)[:80]
-        parts.append(f"{k}={v}")
-    return "; ".join(parts)[:400]
-
-
 def findings_table(ctx: PageContext) -> Table | Note:
     found = [f for f in ctx.report.get("findings", default=[]) if isinstance(f, dict)]
     if not found:
@@ -235,14 +227,15 @@ def findings_table(ctx: PageContext) -> Table | Note:
         rows.append([i, f.get("severity", ""), f.get("title", f.get("id", "")),
                      f.get("dimension", ""),
                      "—" if not isinstance(cost, (int, float)) else f"{cost / 1e3:.2f}",
-                     fmt(f.get("cost_pct"), 1), _evidence(f.get("evidence")),
+                     fmt(f.get("cost_pct"), 1), evidence_text(f.get("evidence")),
                      f.get("remedy", ""),
-                     "; ".join(map(str, symptoms))[:300] if isinstance(symptoms, list) else
-                     str(symptoms)[:300]])
+                     clip("; ".join(map(str, symptoms)), 300) if isinstance(symptoms, list)
+                     else clip(symptoms, 300)])
     return Table("findings-table", ["#", "severity", "finding", "dim", "cost ms/step",
                                     "cost %", "evidence", "remedy", "explains"], rows,
                  caption="Cost: the step time fixing it would save (the analysis' what-if), "
-                         "mean per profiled step.", left=9)
+                         "mean per profiled step; cost % is of the replayed step. The raw "
+                         "numbers of each evidence are in summary.json.", left=9)
 
 
 def sections(ctx: PageContext) -> list[Section]:

@@ -19,7 +19,7 @@ from meshscope.analysis.report import reader
 
 from ..data import read_summary
 from ..runs import RunIndex
-from ..sections import NOTE, Link, Note, Section
+from ..sections import NOTE, Link, Note, Section, clip
 from ..state import ViewState
 
 COLUMNS = [("run", "run"), ("sweep", "sweep"), ("layout", "layout"), ("ranks", "ranks"),
@@ -51,7 +51,7 @@ def run_row(entry) -> dict:
                    tokens_per_s=_num(tp.get("tokens_per_s"), 0) if timer else None,
                    mfu_pct=_num(tp.get("mfu_pct"), 2) if timer else None,
                    ranks=len(summary.get("ranks") or []) or None,
-                   top_finding=(findings[0].get("title") or findings[0].get("id") or "")[:120]
+                   top_finding=clip(findings[0].get("title") or findings[0].get("id") or "", 120)
                    if findings else "none",
                    date=str(summary.get("generated") or "")[:10])
         row["status"] = run.get("status") or "analysed"

@@ -18,7 +18,7 @@ import plotly.graph_objects as go
 
 from meshscope.analysis.records import steps as step_records
 
-from ..sections import Facts, Figure, Note, Section, Table, missing
+from ..sections import Facts, Figure, Note, Section, Table, clip, missing
 from .common import LAYOUT, PageContext, rank_label, straggler_text
 
 MAX_SKEW_BARS = 200
@@ -38,7 +38,7 @@ def verdict(ctx: PageContext) -> list:
     why = rep.get("cross_rank", "why_not", default=[])
     if why:
         out.append(Note("crossrank-why-not", "Cross-rank figures were not computed: "
-                        + "; ".join(map(str, why))[:400], warn=True))
+                        + clip("; ".join(map(str, why)), 400), warn=True))
     noise = rep.get("cross_rank", "noise_us")
     if isinstance(noise, (int, float)):
         out.append(Facts("noise", [("step-to-step noise", f"{noise / 1e3:.2f} ms")]))
@@ -59,7 +59,9 @@ def heatmap_figure(ctx: PageContext) -> go.Figure | None:
     runs = step_records.heatmap_columns(hm)
     grid = runs.pivot(index="rank", columns="column", values="wall_time_us")
     cols = runs.drop_duplicates("column").set_index("column").loc[grid.columns]
+    profiled = set(ctx.report.steps)
     labels = [(str(a) if a == b else f"{a}–{b}") + (" (warm-up)" if w else "")
+              + (" (profiled)" if any(s in profiled for s in range(int(a), int(b) + 1)) else "")
               for a, b, w in zip(cols["first_step"], cols["last_step"], cols["warmup"])]
     flag = np.where(cols["slow"] & ~cols["warmup"], "slow", "")
     text = np.broadcast_to(flag, grid.shape).tolist()
@@ -67,7 +69,9 @@ def heatmap_figure(ctx: PageContext) -> go.Figure | None:
     fig = go.Figure(go.Heatmap(
         z=(grid / 1e3).round(2).values.tolist(), x=labels,
         y=[rank_label(int(r), ctx.report) for r in grid.index], text=text,
-        texttemplate="%{text}", colorscale="YlOrRd", colorbar={"title": "ms"},
+        texttemplate="%{text}", colorbar={"title": "ms"},
+        # Red only where the analysis found slow steps: no alarm colour without a finding.
+        colorscale="YlOrRd" if bool((cols["slow"] & ~cols["warmup"]).any()) else "Blues",
         hovertemplate="%{y}, step %{x}: %{z:.2f} ms<extra></extra>",
         xgap=0 if many else 1, ygap=0 if many else 1))
     binned = bool((cols["first_step"] != cols["last_step"]).any())

@@ -155,6 +155,10 @@ def timeline_figure(ctx: PageContext, seg: pd.DataFrame, arrows: list, step: int
         fig.add_annotation(x=b / 1e3, y=label.get(waiter), ax=b / 1e3, ay=label.get(culprit),
                            xref="x", yref="y", axref="x", ayref="y", showarrow=True,
                            arrowhead=2, arrowwidth=1.2, arrowcolor="#333", text="")
+    if ctx.state.rank in label:    # ?rank=R: that rank's lane marked across the figure
+        i = order[::-1].index(label[ctx.state.rank])   # the y axis lists order reversed
+        fig.add_shape(type="rect", xref="paper", x0=0, x1=1, yref="y", y0=i - 0.5, y1=i + 0.5,
+                      fillcolor="rgba(255, 200, 0, 0.25)", line={"width": 0}, layer="below")
     lanes_layout(fig, f"Step {step} on the aligned clock",
                  "ms from the earliest rank's step start", order, 34)
     return fig

@@ -1,0 +1,89 @@
+"""Readable evidence and pages (issue 23, item 5), on the samples' real reports: evidence as
+labelled sentences with units, nothing cut mid-word, savings on a diverging scale centred on
+zero and red only with a straggler, colour bars on the rank × rank matrices, profiled steps
+named on the heatmap, ``?rank=`` marking its lane on the timeline, ties left unmarked."""
+from __future__ import annotations
+
+import json
+import pathlib
+
+from meshscope.dashboard import sections as S
+from meshscope.dashboard import state as st
+from meshscope.dashboard.data import open_report
+from meshscope.dashboard.pages import communication, compare, overview, stragglers, timeline
+from meshscope.dashboard.pages.common import PageContext
+from meshscope.dashboard.runs import RunIndex
+
+SAMPLES = pathlib.Path(__file__).resolve().parents[1] / "samples"
+SLOW = "dp2-pp2-slow-rank1"
+HEALTHY = "dp4-ddp"
+
+
+def _ctx(run_id, page, **state):
+    return PageContext(open_report(RunIndex(SAMPLES).get(run_id)),
+                       st.ViewState(page=page, runs=(run_id,), **state))
+
+
+def _summary(run_id):
+    return json.loads((SAMPLES / run_id / "report" / "summary.json").read_text())
+
+
+def test_evidence_reads_as_labelled_sentences_with_units():
+    finding = next(f for f in _summary(SLOW)["findings"] if f["id"] == "straggler")
+    text = S.evidence_text(finding["evidence"])
+    ev = finding["evidence"]
+    key = next(k for k, v in ev.items() if k.endswith("_us") and isinstance(v, (int, float)))
+    label = key[:-3].replace("_", " ").capitalize()
+    assert f"{label}: {ev[key] / 1e3:,.2f} ms." in text
+    assert "=" not in text and "e+0" not in text     # no raw key=value dump, no 6.3e+04
+
+
+def test_nothing_is_cut_mid_word():
+    title = "Exposed pp communication: finishing it as soon as its last rank arrives per step"
+    cut = S.clip(title, 60)
+    assert cut.endswith("…") and len(cut) <= 60
+    assert title.startswith(cut[:-1]) and title[len(cut) - 1] == " "
+    assert S.clip("short", 60) == "short"
+
+
+def test_savings_diverge_around_zero_and_red_needs_a_straggler():
+    fig = overview.mesh_figure(_ctx(SLOW, "overview", color="saving"))
+    hm = fig.data[0]
+    assert hm.zmid == 0 and hm.zmin == -hm.zmax
+    assert _summary(SLOW)["cross_rank"]["straggler"] is not None
+    assert hm.colorscale[-1][1] != "#7f7f7f"           # the red end: a straggler is named
+    healthy = overview.mesh_figure(_ctx(HEALTHY, "overview", color="saving")).data[0]
+    assert _summary(HEALTHY)["cross_rank"]["straggler"] is None
+    assert healthy.zmid == 0 and healthy.colorscale[-1][1] == "#7f7f7f"   # no alarm colour
+
+
+def test_rank_matrices_have_colour_bars():
+    fig = communication.matrix_figure(communication._per_rank_ops(_ctx(SLOW, "communication")))
+    assert all(t.showscale is not False for t in fig.data)
+    assert {t.colorbar.title.text for t in fig.data} == {"MB", "ms"}
+
+
+def test_the_heatmap_names_profiled_and_warm_up_steps():
+    fig = stragglers.heatmap_figure(_ctx(SLOW, "stragglers"))
+    labels = list(fig.data[0].x)
+    for s in _summary(SLOW)["steps"]:
+        assert any(lab.split(" ")[0] == str(s) and "(profiled)" in lab for lab in labels)
+    assert any("(warm-up)" in lab for lab in labels)
+
+
+def test_rank_in_the_url_marks_its_lane_on_the_timeline():
+    ctx = _ctx(SLOW, "timeline", rank=1, step=4)
+    seg, arrows, _ = timeline._segments(ctx, 4)
+    fig = timeline.timeline_figure(ctx, seg, arrows, 4)
+    order = list(fig.layout.yaxis.categoryarray)
+    marked = [s for s in fig.layout.shapes if s.type == "rect"]
+    assert len(marked) == 1
+    i = (marked[0].y0 + marked[0].y1) / 2
+    assert order[int(i)].startswith("rank 1")
+
+
+def test_compare_leaves_ties_unmarked():
+    table = compare._table(["a", "b", "c"], [("tie", [1.0, 1.0, 1.0], "low"),
+                                              ("one worse", [1.0, 2.0, 2.0], "low"),
+                                              ("world", [4, 2, 4], "info")])
+    assert table.highlight == frozenset({(1, 2), (1, 3)})
