@@ -29,6 +29,9 @@ class ViewState:
     rank: int | None = None
     step: int | None = None
     color: str | None = None
+    # True when the page is rendered into the static HTML report (no server behind it: no
+    # instruction to click, no link); never part of a URL.
+    static: bool = dataclasses.field(default=False, compare=False)
 
     @property
     def run(self) -> str | None:

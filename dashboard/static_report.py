@@ -1,7 +1,8 @@
 """The static HTML report: one self-contained file with a run's pages — overview, GPU (for a
 run with GPU activity), pipeline, communication, stragglers, timeline (where the report has its
 aligned timeline table), health —
-to attach to a review. Plotly's JavaScript is embedded once, so the figures stay interactive
+to attach to a review; the pipeline and timeline pages once per profiled step, and no
+instruction that needs the server (no "click", no links). Plotly's JavaScript is embedded once, so the figures stay interactive
 (hover, zoom) with no server and no network; nothing is loaded from anywhere.
 
 The pages are the dashboard's own (``dashboard.pages``, rendered by ``sections.to_html``), so
@@ -10,6 +11,7 @@ is what ``meshscope report RUN --html out.html`` calls.
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import html
 import pathlib
@@ -20,6 +22,9 @@ from .pages import communication, device, health, overview, pipeline, stragglers
 from .pages.common import PageContext
 from .runs import RunEntry
 from .state import TITLES, ViewState
+
+# Pages drawn once per profiled step: the static report carries every step, not only the first.
+PER_STEP = ("pipeline", "timeline")
 
 PAGES = (("overview", overview.sections), ("gpu", device.sections),
          ("pipeline", pipeline.sections),
@@ -50,9 +55,15 @@ def render_html(report: RunReport) -> str:
             continue  # without the report's own table the timeline needs the traces
         if page == "gpu" and not device.is_gpu(report):
             continue  # a CPU run has no GPU figures
-        ctx = PageContext(report, ViewState(page=page, runs=(report.run_id,)))
+        ctx = PageContext(report, ViewState(page=page, runs=(report.run_id,), static=True))
+        body = S.to_html(build(ctx))
+        if page in PER_STEP:
+            for step in report.steps[1:]:
+                ctx = PageContext(report, ViewState(page=page, runs=(report.run_id,),
+                                                    step=step, static=True))
+                body += S.to_html(_step_sections(build(ctx), step))
         parts.append(f'<h2 id="page-{page}">{TITLES[page]}</h2>'
-                     f'<div class="page" id="{page}">{S.to_html(build(ctx))}</div>')
+                     f'<div class="page" id="{page}">{body}</div>')
     nav = "".join(f'<a href="#page-{p}">{TITLES[p]}</a>' for p, _ in PAGES
                   if f'id="page-{p}"' in "".join(parts))
     title = html.escape(f"meshscope report · {report.run_id}")
@@ -64,6 +75,18 @@ def render_html(report: RunReport) -> str:
             f"{html.escape(str(report.summary.get('generated', '?')))} (meshscope "
             f"summary schema {report.schema_version}).</p><nav>{nav}</nav>"
             + "\n".join(parts) + "</body></html>")
+
+
+def _step_sections(sections: list, step: int) -> list:
+    """The sections of a page that are about ``step`` (their title names it), their items'
+    ids suffixed so that the figures of every step stay apart in one document."""
+    out = []
+    for sec in sections:
+        if sec.title and f"step {step}" in sec.title.lower():
+            items = [dataclasses.replace(i, id=f"{i.id}-step{step}")
+                     if getattr(i, "id", None) else i for i in sec.items]
+            out.append(dataclasses.replace(sec, items=items))
+    return out
 
 
 def write_html(entry: RunEntry, out: pathlib.Path) -> pathlib.Path:

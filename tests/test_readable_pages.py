@@ -87,3 +87,17 @@ def test_compare_leaves_ties_unmarked():
                                               ("one worse", [1.0, 2.0, 2.0], "low"),
                                               ("world", [4, 2, 4], "info")])
     assert table.highlight == frozenset({(1, 2), (1, 3)})
+
+
+def test_the_static_report_carries_every_profiled_step_and_no_server_instruction():
+    from meshscope.dashboard.static_report import render_html
+    html = render_html(open_report(RunIndex(SAMPLES).get(SLOW)))
+    steps = _summary(SLOW)["steps"]
+    assert len(steps) >= 2
+    for s in steps:
+        assert f"Schedule of step {s}" in html and f"Step {s}" in html
+    for s in steps[1:]:
+        assert 'id="gantt-graph-step%d"' % s in html and 'id="timeline-graph-step%d"' % s in html
+    import re
+    text = re.sub(r"<script.*?</script>", "", html, flags=re.S)   # plotly's own code aside
+    assert "Click" not in text and "click" not in text and "?rank=" not in text

@@ -249,8 +249,9 @@ def sections(ctx: PageContext) -> list[Section]:
     bars = breakdown_figure(ctx)
     out.append(Section("Where the ranks sit", [
         Figure("mesh-graph", mesh, "Each cell is one rank at its mesh coordinates; the "
-               "colour says how much of the step it costs. Click a rank (here or in the "
-               "bars) to focus the view on it (?rank=).")
+               "colour says how much of the step it costs."
+               + ("" if ctx.state.static else " Click a rank (here or in the bars) to focus "
+                  "the view on it."))
         if mesh else Note("mesh-none", "No per-rank figures to draw the mesh with.")]))
     out.append(Section("Step breakdown", [Figure("breakdown-graph", bars) if bars else
                                           missing("breakdown-none", "step breakdown",
