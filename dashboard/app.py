@@ -26,6 +26,8 @@ import tempfile
 
 from dash import Dash, Input, Output, State, callback_context, dcc, html, no_update
 
+from meshscope.collectors import run_dir as rd
+
 from . import sections as S
 from . import state as st
 from .data import ReportUnreadable, open_report
@@ -202,7 +204,7 @@ def create_app(runs_dir: pathlib.Path, limits: Limits | None = None) -> Dash:
 
     runs_list.register(app)
     compare.register(app)
-    _register_exports(app, index)
+    _register_exports(app, index, analyses)
     from .server import install_error_page
     install_error_page(app.server)
     return app
@@ -242,7 +244,7 @@ def _regular_inside(p: pathlib.Path, folder: pathlib.Path) -> bool:
         return False
 
 
-def _register_exports(app: Dash, index: RunIndex) -> None:
+def _register_exports(app: Dash, index: RunIndex, analyses: Analyses) -> None:
     from flask import Response, request, send_file
 
     def _entry():
@@ -278,10 +280,11 @@ def _register_exports(app: Dash, index: RunIndex) -> None:
             return Response("unknown or unanalysed run\n", 404, mimetype="text/plain")
         from meshscope.analysis.errors import InputError
         from meshscope.analysis.report.inputs import find_traces
-        from meshscope.analysis.report.perfetto import export
 
+        traces = entry.path / rd.TRACES
         try:
-            outside = [f for f in find_traces(entry.path) if not _regular_inside(f, entry.path)]
+            outside = [traces] if traces.exists() and not _inside(traces, entry.path) else \
+                [f for f in find_traces(entry.path) if not _regular_inside(f, entry.path)]
         except (InputError, ValueError, OSError) as e:
             outside = [e]
         if outside:
@@ -291,10 +294,11 @@ def _register_exports(app: Dash, index: RunIndex) -> None:
                             "regular file inside the run\n", 403, mimetype="text/plain")
         with tempfile.TemporaryDirectory() as tmp:
             out = pathlib.Path(tmp) / "trace.json.gz"
-            try:
-                export(entry.path, out, report_dir=entry.report_dir)
-            except (InputError, ValueError, OSError) as e:
-                log.warning("perfetto export of %s: %s", entry.run_id, e)
+            # In a child process with the analyses' limits: parsing the traces never grows
+            # the server (dashboard.jobs).
+            failed = analyses.export_perfetto(entry, out)
+            if failed is not None or not out.is_file():
+                log.warning("perfetto export of %s: %s", entry.run_id, failed)
                 return Response("this run's traces cannot be exported (see the server log)\n",
                                 500, mimetype="text/plain")
             data = io.BytesIO(out.read_bytes())

@@ -7,7 +7,8 @@ reader, and nothing computed twice.
 run.json (``run_info``) for the mesh. The tables the analysis' reader returns
 (``analysis.report.analyze.load_written``) come from it; the others are read from the same
 report folder on first use. Reports are cached per run and re-read when summary.json changes (a
-re-analysed run shows its new report without a restart).
+re-analysed run shows its new report without a restart); the cache holds at most
+``CACHE_BYTES``, least recently used reports dropped first.
 
 Anything wrong with a report — a missing or damaged file, a key of the wrong type — is a
 ``ReportUnreadable`` whose message the pages never show: they say "report unreadable, run
@@ -15,6 +16,7 @@ Anything wrong with a report — a missing or damaged file, a key of the wrong t
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import logging
@@ -93,8 +95,37 @@ class RunReport:
         return t is not None and all(c in t.columns for c in columns)
 
 
-_CACHE: dict[str, RunReport] = {}
+# The report cache: least recently used reports go first once the reports held weigh more
+# than CACHE_BYTES (the tables' memory, as pandas counts it, and summary.json's size on disk
+# twice over for its parsed form); the report just read is always kept. ``meshscope dashboard
+# --report-cache-mb`` sets it.
+CACHE_BYTES = 256 << 20
+_CACHE: collections.OrderedDict[str, RunReport] = collections.OrderedDict()
+_WEIGHT: dict[str, tuple[int, int]] = {}    # run id -> (tables weighed, bytes)
 _LOCK = threading.Lock()
+
+
+def _weight(report: RunReport, summary_bytes: int) -> int:
+    total = 2 * summary_bytes
+    for t in list(report.tables.values()):     # a page may be adding one meanwhile
+        if isinstance(t, pd.DataFrame):
+            total += int(t.memory_usage(index=True, deep=True).sum())
+    return total
+
+
+def _keep(run_id: str, report: RunReport, summary_bytes: int) -> None:
+    """Cache ``report`` and drop the least recently used ones past ``CACHE_BYTES`` (under
+    ``_LOCK``)."""
+    _CACHE[run_id] = report
+    _CACHE.move_to_end(run_id)
+    _WEIGHT[run_id] = (len(report.tables), _weight(report, summary_bytes))
+    _evict()
+
+
+def _evict() -> None:
+    while len(_CACHE) > 1 and sum(w for _, w in _WEIGHT.values()) > CACHE_BYTES:
+        old, _ = _CACHE.popitem(last=False)
+        _WEIGHT.pop(old, None)
 
 
 def open_report(entry: RunEntry) -> RunReport:
@@ -102,12 +133,18 @@ def open_report(entry: RunEntry) -> RunReport:
     be read."""
     summary_path = entry.report_dir / "summary.json"
     try:
-        mtime = summary_path.stat().st_mtime_ns
+        st = summary_path.stat()
+        mtime = st.st_mtime_ns
     except OSError as e:
         raise ReportUnreadable(f"{summary_path}: {e.strerror}") from e
     with _LOCK:
         hit = _CACHE.get(entry.run_id)
         if hit is not None and hit.mtime_ns == mtime and hit.entry.path == entry.path:
+            _CACHE.move_to_end(entry.run_id)
+            if _WEIGHT.get(entry.run_id, (0, 0))[0] != len(hit.tables):   # tables read since
+                _keep(entry.run_id, hit, st.st_size)
+            else:
+                _evict()
             return hit
     try:
         written = load_written(entry.report_dir)
@@ -125,7 +162,7 @@ def open_report(entry: RunEntry) -> RunReport:
                        tables={k: v for k, v in written.items() if isinstance(v, pd.DataFrame)},
                        run_info=info, mtime_ns=mtime)
     with _LOCK:
-        _CACHE[entry.run_id] = report
+        _keep(entry.run_id, report, st.st_size)
     return report
 
 

@@ -24,6 +24,9 @@ The runs folder may hold anything, so each analysis is bounded on its own (``Lim
   stops); on Linux each child also gets ``SIGKILL`` if the server dies without stopping
   (``PR_SET_PDEATHSIG``).
 
+The Perfetto export of the dashboard (``export_perfetto``) parses traces too: it runs the same
+way, ``meshscope export`` in a child process within the same limits.
+
 The analysis runs in the runs folder with the run's id as its path, so what it writes into the
 report (the source, the files named in problems) is relative to the runs folder: pages and
 exports show no server path.
@@ -123,7 +126,8 @@ class Analyses:
     def __init__(self, root, limits: Limits | None = None):
         self.root = str(root)
         self.limits = limits or Limits()
-        self._procs: dict[str, subprocess.Popen] = {}
+        self._procs: dict[int, subprocess.Popen] = {}
+        self._export_slots = threading.BoundedSemaphore(self.limits.workers)
         self._closed = False
         self._status: dict[str, AnalysisStatus] = {}
         self._started: dict[str, float] = {}
@@ -190,41 +194,56 @@ class Analyses:
 
     def _analyse(self, entry: RunEntry) -> tuple[int, str, str]:
         """``meshscope analyze`` of ``entry`` within the limits: (exit code, stdout, stderr)."""
+        return self._run_limited(entry, "analysis", ["analyze", self._rel(entry)])
+
+    def export_perfetto(self, entry: RunEntry, out) -> str | None:
+        """``meshscope export RUN --perfetto OUT`` in a child process with the analyses'
+        limits (at most ``workers`` at a time): a trace's parsing never grows the server, and
+        one that hangs is stopped. None when written, else the one-line reason."""
+        with self._export_slots:
+            code, _, err = self._run_limited(entry, "export",
+                                             ["export", self._rel(entry), "--perfetto", str(out)])
+        return None if code == 0 else self._one_line(err, entry)
+
+    def _rel(self, entry: RunEntry) -> str:
+        try:
+            return entry.path.relative_to(self.root).as_posix()
+        except ValueError:
+            return str(entry.path)
+
+    def _run_limited(self, entry: RunEntry, what: str, args: list[str]) -> tuple[int, str, str]:
+        """``meshscope ARGS`` in the runs folder within the limits (module docstring)."""
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         lim = self.limits
         try:
-            rel = entry.path.relative_to(self.root).as_posix()
-        except ValueError:
-            rel = str(entry.path)
-        try:
-            proc = subprocess.Popen([sys.executable, "-m", "meshscope", "analyze", rel],
+            proc = subprocess.Popen([sys.executable, "-m", "meshscope", *args],
                                     cwd=self.root, stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, text=True, env=env,
                                     stdin=subprocess.DEVNULL, start_new_session=True,
                                     preexec_fn=_limit_child(lim.memory_mb))
         except OSError as e:
-            return -1, "", f"meshscope: error: cannot start the analysis ({e.strerror})"
+            return -1, "", f"meshscope: error: cannot start the {what} ({e.strerror})"
         with self._lock:
             if self._closed:
                 _kill_group(proc)
-            self._procs[entry.run_id] = proc
+            self._procs[proc.pid] = proc
         try:
             out, err = proc.communicate(timeout=lim.timeout_s)
             code = proc.returncode
         except subprocess.TimeoutExpired:
             _kill_group(proc)
             out, err = proc.communicate()
-            return -1, out, (err + f"\nmeshscope: error: the analysis took longer than the "
+            return -1, out, (err + f"\nmeshscope: error: the {what} took longer than the "
                                    f"dashboard's limit of {lim.timeout_s:g} s and was stopped")
         finally:
-            _kill_group(proc)           # what the analysis left behind (its worker pool)
+            _kill_group(proc)           # what the child left behind (its worker pool)
             with self._lock:
-                self._procs.pop(entry.run_id, None)
+                self._procs.pop(proc.pid, None)
         if code != 0 and "MemoryError" in err and "meshscope: error:" not in err:
-            err += (f"\nmeshscope: error: the analysis needed more memory than the dashboard's "
+            err += (f"\nmeshscope: error: the {what} needed more memory than the dashboard's "
                     f"limit of {lim.memory_mb} MB and was stopped")
         elif code < 0 and "meshscope: error:" not in err:
-            err += f"\nmeshscope: error: the analysis was stopped by signal {-code}"
+            err += f"\nmeshscope: error: the {what} was stopped by signal {-code}"
         return code, out, err
 
     def shutdown(self) -> None:

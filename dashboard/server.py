@@ -155,12 +155,18 @@ def install_error_page(flask_app) -> None:
 
 
 def serve(runs_dir, host: str = "127.0.0.1", port: int = 8050, threads: int = 4,
-          allowed_hosts=None, token: str | None = None, limits=None) -> None:
+          allowed_hosts=None, token: str | None = None, limits=None,
+          report_cache_bytes: int | None = None) -> None:
     """Serve the dashboard over ``runs_dir`` until interrupted (Ctrl-C or SIGTERM); the
-    analyses it started are killed when it stops (``dashboard.jobs``)."""
+    analyses it started are killed when it stops (``dashboard.jobs``); ``report_cache_bytes``
+    bounds the reports kept in memory (``dashboard.data.CACHE_BYTES``)."""
     import waitress
 
+    from . import data
     from .app import create_app
+
+    if report_cache_bytes is not None:
+        data.CACHE_BYTES = report_cache_bytes
 
     app = create_app(runs_dir, limits=limits)
     hosts = tuple(allowed_hosts) if allowed_hosts else default_allowed_hosts(host)

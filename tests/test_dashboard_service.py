@@ -239,3 +239,52 @@ def test_twenty_concurrent_first_requests_all_answer(two_runs, tmp_path):
                                   range(20)))
     assert sum('"id":"breakdown-graph"' in t for t in texts) == 20
     assert not any("Report unreadable" in t for t in texts)
+
+
+def test_report_cache_keeps_the_most_recent_reports_within_its_bytes(tmp_path, monkeypatch):
+    """Real reports read through ``open_report``: with room for about one report, the cache
+    holds the one read last (least recently used dropped first), and a hit moves a report to
+    the front."""
+    from meshscope.dashboard import data
+    from meshscope.dashboard.runs import RunIndex
+
+    root = tmp_path / "runs"
+    for name in ("r0", "r1", "r2"):
+        shutil.copytree(SAMPLES / SAMPLE, root / name, ignore=shutil.ignore_patterns("traces"))
+    index = RunIndex(root)
+    monkeypatch.setattr(data, "_CACHE", type(data._CACHE)())
+    monkeypatch.setattr(data, "_WEIGHT", {})
+    monkeypatch.setattr(data, "CACHE_BYTES", 1 << 40)
+    for name in ("r0", "r1", "r2"):
+        data.open_report(index.get(name))
+    one = max(w for _, w in data._WEIGHT.values())
+    assert list(data._CACHE) == ["r0", "r1", "r2"]
+    data.open_report(index.get("r0"))                       # a hit: r0 is the most recent
+    assert list(data._CACHE) == ["r1", "r2", "r0"]
+    monkeypatch.setattr(data, "CACHE_BYTES", one * 3 // 2)  # room for one report
+    data.open_report(index.get("r1"))
+    assert list(data._CACHE) == ["r1"]
+    assert sum(w for _, w in data._WEIGHT.values()) <= data.CACHE_BYTES
+
+
+@pytest.mark.slow
+def test_server_memory_does_not_grow_with_the_runs_exported(tmp_path):
+    """Resident memory of the real server after export requests (HTML and Perfetto, 8
+    concurrent clients) over 2 runs, then over 8 runs: it grows by less than a quarter (the
+    report cache is bounded, and the Perfetto export parses traces in a child process)."""
+    root = tmp_path / "runs"
+    for i in range(8):
+        shutil.copytree(SAMPLES / ("dp4-ddp" if i % 2 else SAMPLE), root / f"r{i}")
+    with served(root, tmp_path / "server.log", "--report-cache-mb", "4") as (proc, port):
+        server = psutil.Process(proc.pid)
+
+        def export_all(runs):
+            paths = [f"/export/{k}?run=r{i}" for i in runs for k in ("html", "perfetto")]
+            with concurrent.futures.ThreadPoolExecutor(8) as pool:
+                assert {s for s, _, _ in pool.map(lambda p: _get(port, p), paths)} == {200}
+
+        export_all([0, 1, 0, 1])
+        after_two = server.memory_info().rss
+        export_all(range(8))
+        after_eight = server.memory_info().rss
+    assert after_eight - after_two < after_two / 4, (after_two >> 20, after_eight >> 20)
