@@ -152,10 +152,25 @@ def evidence_text(ev) -> str:
         if isinstance(v, dict):
             parts = [f"{kk} {_num(vv, scale, unit)}" for kk, vv in list(v.items())[:8]]
             text = ", ".join(parts) + (" …" if len(v) > 8 else "")
+        elif isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
+            text = "; ".join(_row(x) for x in v[:8]) + (" …" if len(v) > 8 else "")
         else:
             text = _num(v, scale, unit)
         out.append(f"{label}: {text}.")
     return " ".join(out)
+
+
+def _row(d: dict) -> str:
+    """One row of a nested table ("stage 0, bubble 38.4%"), each value with its unit."""
+    parts = []
+    for k, v in d.items():
+        label, unit, scale = str(k), "", 1.0
+        for suffix, u, f in _UNITS:
+            if label.endswith(suffix):
+                label, unit, scale = label[: -len(suffix)], u, f
+                break
+        parts.append(f"{label.replace('_', ' ')} {_num(v, scale, unit)}")
+    return ", ".join(parts)
 
 
 def _num(v, scale: float, unit: str) -> str:

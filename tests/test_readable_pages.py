@@ -101,3 +101,22 @@ def test_the_static_report_carries_every_profiled_step_and_no_server_instruction
     import re
     text = re.sub(r"<script.*?</script>", "", html, flags=re.S)   # plotly's own code aside
     assert "Click" not in text and "click" not in text and "?rank=" not in text
+
+
+def test_nested_evidence_rows_read_with_units():
+    text = S.evidence_text({"per_stage": [{"stage": 0, "bubble_fraction": 0.3836},
+                                          {"stage": 1, "bubble_fraction": 0.6652}]})
+    assert text == "Per stage: stage 0, bubble 38.4%; stage 1, bubble 66.5%."
+
+
+def test_the_stragglers_page_states_its_evidence_with_units():
+    items = {i.id: i for s in stragglers.sections(_ctx(SLOW, "stragglers")) for i in s.items}
+    text = items["straggler-evidence"].text
+    st_ = _summary(SLOW)["cross_rank"]["straggler"]
+    assert f"Saving: {st_['saving_us'] / 1e3:,.2f} ms." in text and "e+0" not in text
+
+
+def test_unknown_transfers_show_a_dash_not_nan():
+    table = communication.costly_table(communication._per_rank_ops(_ctx(SLOW, "communication")))
+    cells = [c for row in table.rows for c in row]
+    assert not any("nan" in str(c) for c in cells) and "—" in cells

@@ -69,7 +69,7 @@ def straggler_text(report: RunReport) -> str | None:
         text += f" — running it at its reference pace saves {s['saving_us'] / 1e3:.2f} ms " \
                 f"per step"
         if isinstance(s.get("saving_pct"), (int, float)):
-            text += f" ({s['saving_pct']:.1f}% of the step)"
+            text += f" ({s['saving_pct']:.1f}% of the replayed step)"
         if s.get("reference"):
             text += f", against {s['reference']}"
     elif isinstance(s.get("wait_caused_us"), (int, float)):

@@ -149,6 +149,10 @@ def matrix_figure(ops: pd.DataFrame) -> go.Figure:
     return fig
 
 
+def _ms(us) -> str:
+    return f"{us / 1e3:.3f} ms" if isinstance(us, (int, float)) and us == us else "—"
+
+
 def costly_table(ops: pd.DataFrame) -> Table:
     keys = [k for k in ("step", "dim", "op", "group", "k") if k in ops.columns]
     agg = {"dur_us": "max", "msg_bytes": "max"}
@@ -161,12 +165,12 @@ def costly_table(ops: pd.DataFrame) -> Table:
     cols = keys + ["bytes", "slowest rank's time", "transfer", "longest wait"]
     rows = [[r[k] for k in keys] + [f"{int(r['msg_bytes']):,}" if r["msg_bytes"] == r[
         "msg_bytes"] else "—", f"{r['dur_us'] / 1e3:.3f} ms",
-        f"{r['transfer_us'] / 1e3:.3f} ms" if "transfer_us" in r else "—",
-        f"{r['wait_us'] / 1e3:.3f} ms" if "wait_us" in r else "—"] for _, r in g.iterrows()]
+        _ms(r.get("transfer_us")), _ms(r.get("wait_us"))] for _, r in g.iterrows()]
     return Table("costly-table", cols, rows, left=len(keys),
                  caption="The collectives that took longest on their slowest rank; the "
-                         "transfer is the fastest rank's time, the rest of each rank's time "
-                         "is waiting for the others.")
+                         "transfer is the fastest rank's time (a send/recv's: the receive that "
+                         "did not wait; — where the trace cannot separate it), the rest of each "
+                         "rank's time is waiting for the others.")
 
 
 def sections(ctx: PageContext) -> list[Section]:

@@ -18,7 +18,7 @@ import plotly.graph_objects as go
 
 from meshscope.analysis.records import steps as step_records
 
-from ..sections import Facts, Figure, Note, Section, Table, clip, missing
+from ..sections import Facts, Figure, Note, Section, Table, clip, evidence_text, missing
 from .common import LAYOUT, PageContext, rank_label, straggler_text
 
 MAX_SKEW_BARS = 200
@@ -32,9 +32,8 @@ def verdict(ctx: PageContext) -> list:
            Note("straggler-verdict", "No straggler: no rank's work stands out above the "
                 "run's step-to-step noise.")]
     if isinstance(s, dict):
-        out.append(Facts("straggler-evidence", [(k, f"{v:.4g}" if isinstance(v, float) else v)
-                                                for k, v in s.items()
-                                                if not isinstance(v, (dict, list))]))
+        out.append(Note("straggler-evidence", evidence_text(
+            {k: v for k, v in s.items() if not isinstance(v, (dict, list))})))
     why = rep.get("cross_rank", "why_not", default=[])
     if why:
         out.append(Note("crossrank-why-not", "Cross-rank figures were not computed: "
