@@ -916,7 +916,8 @@ def _parse_events_of(batches: Iterable[list[_Event]], comm_kernel_re: re.Pattern
     reading.unclosed(damage)
     if n == 0:
         return _with_damage(SCHEMA.empty_table(), damage)
-    arrays = {k: pa.concat_arrays(v) for k, v in chunks.items()}
+    # Each column's batches are let go as soon as it is joined: the table is not held twice.
+    arrays = {k: pa.concat_arrays(chunks.pop(k)) for k in list(chunks)}
     keep, out_of_bounds = validate.event_bounds(
         arrays["ts_us"].to_numpy(zero_copy_only=False),
         arrays["dur_us"].to_numpy(zero_copy_only=False))
@@ -1013,12 +1014,21 @@ def _parse_whole(path: pathlib.Path, raw: bytes, comm_kernel_re: re.Pattern | No
     return _with_layout(table, layout), meta
 
 
-def to_frame(table: pa.Table) -> pd.DataFrame:
-    """The pandas events table of an Arrow one (str columns, nullable Int64 where documented)."""
-    df = table.to_pandas()
+def to_frame(table: pa.Table, *, release: bool = False) -> pd.DataFrame:
+    """The pandas events table of an Arrow one (str columns, nullable Int64 where documented).
+    ``release``: each Arrow column is freed as soon as it is converted (``self_destruct``), so
+    the table and the frame are not both held whole; ``table`` must not be used afterwards."""
+    ints = {col: table.column(col).to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
+            for col in _NULLABLE_INT}
+    if release:
+        table = table.drop_columns(list(_NULLABLE_INT))
+        df = table.to_pandas(self_destruct=True, split_blocks=True)
+    else:
+        df = table.to_pandas()
+    del table
     for col in _NULLABLE_INT:
-        df[col] = table.column(col).to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
-    return df
+        df[col] = ints[col]
+    return df[[f.name for f in SCHEMA]]
 
 
 def _cache_key(raw: bytes, comm_kernel_re: re.Pattern | None) -> str:
@@ -1092,5 +1102,6 @@ def load_trace(path: pathlib.Path, *, comm_kernel_re: re.Pattern | None = None,
     if info is not None and rank != info:
         problems.append(f"{path}: distributedInfo.rank is {info}, but its name says rank "
                         f"{rank} (--rank-regex): read as rank {rank}")
-    return RankTrace(path=path, rank=rank, events=to_frame(table), meta=meta,
+    hit = None
+    return RankTrace(path=path, rank=rank, events=to_frame(table, release=True), meta=meta,
                      problems=problems, notes=notes)
