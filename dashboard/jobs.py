@@ -21,8 +21,8 @@ The runs folder may hold anything, so each analysis is bounded on its own (``Lim
   server's machine running out of memory;
 - **they end with the server**: each child leads its own process group (its worker pool
   inside it), killed as a group on timeout and by ``shutdown()`` (called when the server
-  stops); on Linux each child also gets ``SIGKILL`` if the server dies without stopping
-  (``PR_SET_PDEATHSIG``).
+  stops); on Linux the group also ends if the server dies without stopping (the child is a
+  small supervisor, ``_LIMITED``, told by ``PR_SET_PDEATHSIG``).
 
 The Perfetto export of the dashboard (``export_perfetto``) parses traces too: it runs the same
 way, ``meshscope export`` in a child process within the same limits.
@@ -59,20 +59,38 @@ class Limits:
     workers: int = 2
 
 
-def _limit_child(memory_mb: int):
-    """The child's setup before exec (its own process group comes from ``start_new_session``):
-    an address-space cap, and death with the server."""
-    def setup():
-        import resource
-        cap = memory_mb << 20
-        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
-        if sys.platform.startswith("linux"):
-            try:
-                import ctypes
-                ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-            except (OSError, AttributeError):
-                pass
-    return setup
+# The child: a small supervisor in its own process group (``start_new_session``) that caps the
+# address space, then runs ``python -m meshscope ...`` and waits for it. On Linux it is told
+# when the server dies, even killed outright (``PR_SET_PDEATHSIG``, SIGTERM), and then kills its
+# whole group: the analysis and the analysis' own worker pool. A program rather than
+# ``preexec_fn``, which may deadlock in a server with threads.
+_LIMITED = """\
+import os, resource, signal, subprocess, sys
+cap = int(sys.argv[1]) << 20
+resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+def stop(*_):
+    os.killpg(0, signal.SIGKILL)
+signal.signal(signal.SIGTERM, stop)
+if sys.platform.startswith("linux"):
+    try:
+        import ctypes
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)   # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+if os.getppid() != int(sys.argv[2]):
+    stop()                                          # the server is gone already
+code = subprocess.call([sys.executable] + sys.argv[3:])
+if code < 0:
+    signal.signal(-code, signal.SIG_DFL)
+    os.kill(os.getpid(), -code)
+sys.exit(code)
+"""
+
+
+def _limited(memory_mb: int, args: list[str]) -> list[str]:
+    """The command line running ``python -m meshscope ARGS`` under the limits."""
+    return [sys.executable, "-c", _LIMITED, str(memory_mb), str(os.getpid()), "-m",
+            "meshscope", *args]
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -216,11 +234,9 @@ class Analyses:
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         lim = self.limits
         try:
-            proc = subprocess.Popen([sys.executable, "-m", "meshscope", *args],
-                                    cwd=self.root, stdout=subprocess.PIPE,
+            proc = subprocess.Popen(_limited(lim.memory_mb, args), cwd=self.root, stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, text=True, env=env,
-                                    stdin=subprocess.DEVNULL, start_new_session=True,
-                                    preexec_fn=_limit_child(lim.memory_mb))
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
         except OSError as e:
             return -1, "", f"meshscope: error: cannot start the {what} ({e.strerror})"
         with self._lock:

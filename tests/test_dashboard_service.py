@@ -288,3 +288,27 @@ def test_server_memory_does_not_grow_with_the_runs_exported(tmp_path):
         export_all(range(8))
         after_eight = server.memory_info().rss
     assert after_eight - after_two < after_two / 4, (after_two >> 20, after_eight >> 20)
+
+
+@pytest.mark.slow
+def test_analyses_end_when_the_server_is_killed_outright(tmp_path):
+    """SIGKILL of the server (no chance to stop its analyses): the analysis it started and
+    that analysis' own worker pool end too (Linux: PR_SET_PDEATHSIG)."""
+    if not os.uname().sysname == "Linux":
+        pytest.skip("PR_SET_PDEATHSIG is Linux's")
+    root = tmp_path / "runs"
+    root.mkdir()
+    _slow_run(root)
+    body_app = create_app(root)
+    with served(root, tmp_path / "server.log") as (proc, port):
+        _page(port, body_app, "/overview", "?run=slow")
+        deadline = time.monotonic() + 60
+        while not any("slow" in c.cmdline() for c in _children(proc.pid)):
+            assert time.monotonic() < deadline, "the analysis of slow did not start"
+            time.sleep(0.1)
+        children = _children(proc.pid)
+        proc.kill()
+        proc.wait()
+    gone, alive = psutil.wait_procs(children, timeout=20)
+    assert alive == []
+    assert processes_under(root) == []
