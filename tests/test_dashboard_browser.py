@@ -177,7 +177,10 @@ def test_communication_page_plots_every_size_bucket(server, driver):
     bw = _table(PIPELINED, "bandwidth_summary")
     _open(driver, f"{server}/communication?run={PIPELINED}", "#busbw-graph .point",
           shot="communication")
-    assert len(_css(driver, "#busbw-graph .scatterlayer .point")) == len(bw)
+    # A bucket whose busbw is unknown (send/recv whose transfer the trace cannot separate from
+    # waiting: analysis/comm/matching.py) has no point.
+    assert len(_css(driver, "#busbw-graph .scatterlayer .point")) == \
+        int(bw["busbw_gbps"].notna().sum())
     assert len(_css(driver, "#rank-matrix-graph .hm")) == 2     # bytes and time
     assert len(_css(driver, "#costly-table tbody tr")) > 0
 

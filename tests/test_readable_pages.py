@@ -120,3 +120,15 @@ def test_unknown_transfers_show_a_dash_not_nan():
     table = communication.costly_table(communication._per_rank_ops(_ctx(SLOW, "communication")))
     cells = [c for row in table.rows for c in row]
     assert not any("nan" in str(c) for c in cells) and "—" in cells
+
+
+def test_the_interleaved_gantt_names_the_stages_the_bubble_table_counts():
+    from meshscope.dashboard.pages import pipeline
+    ctx = _ctx("tp2-pp2-interleaved", "pipeline")
+    step = _summary("tp2-pp2-interleaved")["steps"][0]
+    fig = pipeline.gantt_figure(ctx, step)
+    lanes = list(fig.layout.yaxis.categoryarray)
+    stages = {s["stage"] for s in _summary("tp2-pp2-interleaved")["pipeline_stages"]}
+    assert {int(lane.split()[1]) for lane in lanes} == stages == {0, 1}
+    assert len(lanes) == len(set(lanes)) == len(_summary("tp2-pp2-interleaved")["ranks"])
+    assert all("virtual" in lane for lane in lanes)

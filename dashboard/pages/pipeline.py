@@ -42,10 +42,14 @@ def gantt_figure(ctx: PageContext, step: int) -> go.Figure | None:
     mb = mb[mb["step"] == step]
     if mb.empty:
         return None
-    rows = mb[["stage", "rank"]].drop_duplicates().sort_values(["stage", "rank"])
-    labels = {int(r.rank): f"stage {int(r.stage)} · {rank_label(int(r.rank), ctx.report)}"
-              for r in rows.itertuples()}
-    order = [labels[int(r)] for r in rows["rank"]]
+    # One lane per rank, named by its pipeline stage — the smallest of its (virtual) stages,
+    # as the bubble table counts stages; an interleaved rank's virtual stages follow.
+    virtual = mb.groupby("rank")["stage"].agg(lambda s: sorted(set(int(x) for x in s)))
+    ranks = sorted(virtual.index, key=lambda r: (virtual[r][0], int(r)))
+    labels = {int(r): f"stage {virtual[r][0]}"
+              + (f" (virtual {', '.join(map(str, virtual[r]))})" if len(virtual[r]) > 1 else "")
+              + f" · {rank_label(int(r), ctx.report)}" for r in ranks}
+    order = [labels[int(r)] for r in ranks]
     fig = go.Figure()
     for phase in PHASES + tuple(sorted(set(mb["phase"]) - set(PHASES))):
         g = mb[mb["phase"] == phase]
