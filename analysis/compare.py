@@ -244,13 +244,10 @@ def _run_info(run: pathlib.Path) -> RunInfo:
 
 
 def _throughput(run: pathlib.Path, info: RunInfo, summary: dict) -> dict:
-    st = reader.step_time(summary)
-    if st.us is not None:
-        tp = summary.get("throughput") if isinstance(summary.get("throughput"), dict) else {}
-        timer = st.source == "timer"   # tokens/s and MFU are the step timer's
-        return {"step_time_us": st.us, "step_time_source": st.source,
-                "tokens_per_s": _num(tp.get("tokens_per_s")) if timer else None,
-                "mfu_pct": _num(tp.get("mfu_pct")) if timer else None}
+    typed = reader.read_summary(summary)
+    if typed.step_time.us is not None:   # tokens/s and MFU only beside the timer's step time
+        return {"step_time_us": typed.step_time.us, "step_time_source": typed.step_time.source,
+                "tokens_per_s": typed.tokens_per_s, "mfu_pct": typed.mfu_pct}
     from meshscope.parallel.throughput import step_table
     table, _ = step_table(run, dict(info.raw))
     if table is None or table.empty:
@@ -301,12 +298,8 @@ def _peak_memory(run: pathlib.Path) -> int | None:
 
 
 def _findings(summary: dict) -> list[FindingRef]:
-    out = []
-    for f in (summary.get("findings") or [])[:TOP_FINDINGS]:
-        if isinstance(f, dict) and isinstance(f.get("id"), str):
-            out.append(FindingRef(f["id"], str(f.get("title") or f["id"]),
-                                  _num(f.get("cost_pct"))))
-    return out
+    return [FindingRef(f.id, f.title, f.cost_pct)
+            for f in reader.read_summary(summary).findings[:TOP_FINDINGS]]
 
 
 def candidate_of(info: RunInfo):

@@ -124,3 +124,29 @@ def test_a_schema_2_summary_reads_under_the_new_names():
              "throughput": {"step_time_us": None}}
     t = reader.step_time(plain)
     assert (t.us, t.source) == (1000.0, "window")
+
+
+@pytest.mark.parametrize("run_id", sorted(p.name for p in SAMPLES.iterdir()
+                                          if (p / "report" / "summary.json").is_file()))
+def test_the_typed_summary_reads_every_sample(run_id):
+    s = _summary(run_id)
+    typed = reader.read_summary(s)
+    assert typed.schema_version == s["schema_version"] and typed.ranks == s["ranks"]
+    assert typed.step_time.us == s["step_time_us"]
+    assert typed.tokens_per_s == s["throughput"]["tokens_per_s"]
+    assert [f.id for f in typed.findings] == [f["id"] for f in s["findings"]]
+    assert all(f.cost_us is None or f.cost_us == g["cost_us"]
+               for f, g in zip(typed.findings, s["findings"]))
+
+
+def test_the_typed_summary_reads_a_schema_2_document():
+    """Older reports: tokens/s stays beside the timer's step time; a report without timers
+    (only the replayed step) shows no tokens/s beside a step time it was not computed from."""
+    old = {"schema_version": 2, "step_time_us": 307829.0, "ranks": [0, 1],
+           "step_time_source": "replayed makespan of the profiled steps",
+           "throughput": {"step_time_us": None, "tokens_per_s": None},
+           "findings": [{"id": "straggler", "cost_us": 63140.0, "title": "Rank 1"},
+                        "not a finding"]}
+    typed = reader.read_summary(old)
+    assert (typed.step_time.us, typed.step_time.source) == (307829.0, "replayed")
+    assert typed.tokens_per_s is None and [f.id for f in typed.findings] == ["straggler"]

@@ -9,6 +9,8 @@ report's age:
   Schema 3 writes them (``analysis/report/summary.py``); schema 2 wrote the replayed makespan
   as ``step_time_us`` beside ``throughput.step_time_us`` (the step timer), and schema 1 only the
   per-rank windows: both are mapped here onto schema 3's names, the timer first.
+- ``read_summary(doc) -> Summary``: the fields a reader shows, typed (findings as ``Finding``),
+  tokens/s and MFU only beside the step timer's step time they were computed from.
 - ``stage_imbalance(summary) -> (measured, without_straggler)``: the pipeline stages'
   max/mean, measured (compute per microbatch, ``stage_imbalance.parquet``) and replayed with
   the straggler at its peers' pace (``crossrank/whatif.py``; schema 2's ``stage_imbalance``).
@@ -90,3 +92,73 @@ def stage_imbalance(summary: dict) -> tuple[dict | None, dict | None]:
         return d(summary.get("stage_imbalance_measured")), \
             d(summary.get("stage_imbalance_without_straggler"))
     return None, d(summary.get("stage_imbalance"))
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    id: str
+    title: str
+    severity: str
+    dimension: str | None
+    cost_us: float | None
+    cost_pct: float | None
+    evidence: dict
+    remedy: str
+    symptoms: list
+
+
+@dataclasses.dataclass(frozen=True)
+class Summary:
+    """summary.json as typed fields, whatever its schema version (the fields a reader
+    needs to show a run; ``raw`` keeps the document for the rest)."""
+    schema_version: int
+    generated: str | None
+    run: dict                       # from run.json; {} for a plain folder of traces
+    ranks: list[int]
+    steps: list[int]
+    step_time: StepTime
+    tokens_per_s: float | None      # the step timers': None unless the headline is the timer
+    mfu_pct: float | None
+    stage_imbalance_measured: dict | None
+    stage_imbalance_without_straggler: dict | None
+    straggler: dict | None
+    findings: list[Finding]
+    raw: dict
+
+    @property
+    def status(self) -> str | None:
+        return self.run.get("status") if self.run else None
+
+
+def _ints(xs) -> list[int]:
+    return [int(x) for x in xs or [] if isinstance(x, (int, float)) and not isinstance(x, bool)]
+
+
+def read_summary(doc: dict) -> Summary:
+    """The typed ``Summary`` of a summary.json document (schema 1, 2 or 3)."""
+    st = step_time(doc)
+    tp = doc.get("throughput") if isinstance(doc.get("throughput"), dict) else {}
+    timer = st.source == "timer"
+    measured, corrected = stage_imbalance(doc)
+    cross = doc.get("cross_rank") if isinstance(doc.get("cross_rank"), dict) else {}
+    found = []
+    for f in doc.get("findings") or []:
+        if isinstance(f, dict) and isinstance(f.get("id"), str):
+            found.append(Finding(
+                id=f["id"], title=str(f.get("title") or f["id"]),
+                severity=str(f.get("severity") or ""), dimension=f.get("dimension"),
+                cost_us=_num(f.get("cost_us")), cost_pct=_num(f.get("cost_pct")),
+                evidence=f.get("evidence") if isinstance(f.get("evidence"), dict) else {},
+                remedy=str(f.get("remedy") or ""),
+                symptoms=f.get("symptoms") if isinstance(f.get("symptoms"), list) else []))
+    version = doc.get("schema_version")
+    return Summary(
+        schema_version=version if isinstance(version, int) else 0,
+        generated=str(doc["generated"]) if doc.get("generated") else None,
+        run=doc.get("run") if isinstance(doc.get("run"), dict) else {},
+        ranks=_ints(doc.get("ranks")), steps=_ints(doc.get("steps")), step_time=st,
+        tokens_per_s=_num(tp.get("tokens_per_s")) if timer else None,
+        mfu_pct=_num(tp.get("mfu_pct")) if timer else None,
+        stage_imbalance_measured=measured, stage_imbalance_without_straggler=corrected,
+        straggler=cross.get("straggler") if isinstance(cross.get("straggler"), dict) else None,
+        findings=found, raw=doc)

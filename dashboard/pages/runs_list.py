@@ -42,19 +42,15 @@ def run_row(entry) -> dict:
            "sweep": entry.sweep or "", "status": "not analysed" if not entry.analysed else ""}
     run = {}
     if summary is not None:
-        run = summary.get("run") if isinstance(summary.get("run"), dict) else {}
-        tp = summary.get("throughput") if isinstance(summary.get("throughput"), dict) else {}
-        st = reader.step_time(summary)
-        findings = [f for f in summary.get("findings") or [] if isinstance(f, dict)]
-        timer = st.source == "timer"   # tokens/s and MFU are the step timer's
+        typed = reader.read_summary(summary)
+        run = typed.run
+        st = typed.step_time
         row.update(step_ms=_num(st.ms, 2), step_source=st.short if st.us is not None else "",
-                   tokens_per_s=_num(tp.get("tokens_per_s"), 0) if timer else None,
-                   mfu_pct=_num(tp.get("mfu_pct"), 2) if timer else None,
-                   ranks=len(summary.get("ranks") or []) or None,
-                   top_finding=clip(findings[0].get("title") or findings[0].get("id") or "", 120)
-                   if findings else "none",
-                   date=str(summary.get("generated") or "")[:10])
-        row["status"] = run.get("status") or "analysed"
+                   tokens_per_s=_num(typed.tokens_per_s, 0), mfu_pct=_num(typed.mfu_pct, 2),
+                   ranks=len(typed.ranks) or None,
+                   top_finding=clip(typed.findings[0].title, 120) if typed.findings
+                   else "none", date=(typed.generated or "")[:10])
+        row["status"] = typed.status or "analysed"
     elif entry.has_run_json:
         try:
             info = read_run_info(entry.path)
