@@ -273,3 +273,16 @@ def test_a_folder_without_traces_is_one_line_and_exit_2(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip() == f"meshscope: error: {tmp_path}: no trace files " \
                                   f"(*.json, *.json.gz) found"
+
+
+def test_the_report_says_which_clock_each_table_is_on(skewed_analysed):
+    """summary.json's table_clocks: the instance table is on the aligned clock — on the
+    skewed run, rank 1's instances sit within the other ranks' span, not 10 s after it."""
+    run, _ = skewed_analysed
+    s = json.loads((run / "report" / "summary.json").read_text())
+    assert s["table_clocks"]["instances"] == "aligned"
+    inst = pd.read_parquet(run / "report" / "instances.parquet")
+    others = inst[inst["rank"] != 1]
+    mine = inst[inst["rank"] == 1]
+    assert mine["arrival_us"].min() >= others["arrival_us"].min() - 1e6
+    assert mine["end_us"].max() <= others["end_us"].max() + 1e6

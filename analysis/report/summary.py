@@ -21,6 +21,20 @@ STEP_TIME_SOURCES = {
 }
 
 
+#: The clock of every report table that holds points in time (the others hold durations):
+#: one alignment (``crossrank.clocks``: each rank's ``clock_offsets.applied_us`` subtracted
+#: once, in ``analyze``), and every reader takes these tables as they are.
+TABLE_CLOCKS = {
+    "instances": "aligned",            # µs on the reference rank's clock, offsets applied
+    "collectives": "aligned",
+    "bubbles": "step",                 # window_start_us: from the step's earliest start
+    "critical_path": "step",           # µs from the step's earliest start, aligned clock
+    "timeline": "step",
+    "microbatches": "pipeline window",  # µs from that rank's pipeline window of the step
+    "sync_calls": "own",               # the rank's own trace clock (per-rank GPU tables)
+}
+
+
 def step_times(report, throughput: dict) -> dict:
     """The three step times a report knows, each under its own name, and the headline.
 
@@ -133,6 +147,7 @@ def summary_of(report) -> dict:
         if len(r.stage_imbalance) else None,
         "stage_imbalance_without_straggler": r.imbalance,
         "clock_offsets": records(r.clock_offsets),
+        "table_clocks": TABLE_CLOCKS,
         "cross_rank": {**r.cross_rank, "straggler": r.straggler, "rank_savings": rank_savings},
         "warmup_steps": rec.warmup_steps,
         "slow_steps": rec.slow_steps,
