@@ -128,6 +128,19 @@ def _evict() -> None:
         _WEIGHT.pop(old, None)
 
 
+def _without_server_paths(node, entry: RunEntry):
+    """``node`` (summary.json) with the run's absolute location replaced by its run id, so a
+    report written by ``meshscope analyze /abs/path/RUN`` shows ``RUN/traces/…`` like one the
+    dashboard analysed (pages and exports show paths relative to the runs folder only)."""
+    if isinstance(node, dict):
+        return {k: _without_server_paths(v, entry) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_without_server_paths(v, entry) for v in node]
+    if isinstance(node, str) and str(entry.path) in node:
+        return node.replace(str(entry.path), entry.run_id)
+    return node
+
+
 def open_report(entry: RunEntry) -> RunReport:
     """The written report of an analysed run (module docstring); ReportUnreadable if it cannot
     be read."""
@@ -153,6 +166,7 @@ def open_report(entry: RunEntry) -> RunReport:
     summary = written.pop("summary")
     if not isinstance(summary, dict):
         raise ReportUnreadable(f"{summary_path}: not a JSON object")
+    summary = _without_server_paths(summary, entry)
     try:
         info = read_run_info(entry.path) if entry.has_run_json else None
     except RunDirError as e:

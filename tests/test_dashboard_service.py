@@ -48,7 +48,7 @@ def _page(port, body_app, path, search, headers=None) -> str:
     status, data = _request(port, "POST", "/_dash-update-component", body,
                             {"Content-Type": "application/json", **(headers or {})})
     assert status == 200, (status, data[:300])
-    return data.decode()
+    return data.decode().replace("\\u002f", "/")        # Dash's JSON writes / as \u002f
 
 
 def _wait_page(port, body_app, run_id, until, limit_s):
@@ -312,3 +312,28 @@ def test_analyses_end_when_the_server_is_killed_outright(tmp_path):
     gone, alive = psutil.wait_procs(children, timeout=20)
     assert alive == []
     assert processes_under(root) == []
+
+
+@pytest.mark.slow
+def test_a_report_written_with_absolute_paths_shows_none(tmp_path):
+    """A run analysed by hand as ``meshscope analyze /abs/path/RUN``, one trace cut short: its
+    report names the damaged file by the absolute path; the pages and the HTML export name it
+    relative to the runs folder."""
+    from conftest import meshscope
+
+    root = tmp_path / "runs"
+    run = root / "by-hand"
+    shutil.copytree(SAMPLES / SAMPLE, run, ignore=shutil.ignore_patterns("report"))
+    trace = run / "traces" / "rank3.json.gz"
+    trace.write_bytes(trace.read_bytes()[:4000])
+    meshscope("analyze", run.resolve(), check=True)
+    assert str(run.resolve()) in (run / "report" / "summary.json").read_text()
+    body_app = create_app(root)
+    with served(root, tmp_path / "server.log") as (_, port):
+        health = _page(port, body_app, "/health", "?run=by-hand")
+        assert "by-hand/traces/rank3.json.gz" in health
+        overview = _page(port, body_app, "/overview", "?run=by-hand")
+        status, html, _ = _get(port, "/export/html?run=by-hand")
+        assert status == 200
+        for text in (health, overview, html.decode()):
+            assert str(tmp_path) not in text
