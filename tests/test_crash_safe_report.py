@@ -139,3 +139,25 @@ def test_a_trace_edited_with_its_size_and_mtime_kept_is_read_again(reports, tmp_
     assert trace.stat().st_size == st.st_size and trace.stat().st_mtime_ns == st.st_mtime_ns
     result = runner.invoke(main, ["analyze", str(run)])
     assert "report written" in result.stdout, result.stdout[-300:]
+
+
+def test_the_stat_is_only_a_fast_path(tmp_path, monkeypatch):
+    """The report key hashes each input's content once; while size, mtime, inode and ctime
+    all match, the remembered hash is used (no file read); a copy over it is hashed again."""
+    run = copy_sample(tmp_path / "run")
+    target = run / "report"
+    reads = []
+    real = reuse.hashlib.file_digest
+    monkeypatch.setattr(reuse.hashlib, "file_digest",
+                        lambda f, d: reads.append(f.name) or real(f, d))
+    first = reuse.key(run, target, OPTIONS)
+    assert len(reads) >= 9                      # run.json, 4 traces, 4 dumps, 4 step timers
+    reuse.store(target, first)
+    reads.clear()
+    assert reuse.key(run, target, OPTIONS) == first and reads == []
+    trace = run / "traces" / "rank2.json.gz"
+    st = trace.stat()
+    os.replace(run / "traces" / "rank3.json.gz", trace)    # another inode, same mtime kept
+    os.utime(trace, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert reuse.key(run, target, OPTIONS) != first
+    assert len(reads) == 1                      # that file alone is read again
