@@ -350,3 +350,25 @@ def test_browser_console_has_no_errors(server, driver):
     assert len(OPENED) >= 10, "the page tests did not run before this one"
     severe = [e for e in CONSOLE if e["level"] == "SEVERE"]
     assert severe == []
+
+
+def test_one_step_time_on_every_view_of_the_slow_rank_sample(server, driver):
+    """Issue 23: the runs list, the overview, the compare page and the static report show the
+    summary's one step time with its source, and the overview's bars are the summary's
+    per-rank compute without the overlapped communication (read from plotly's figure data)."""
+    s = _summary(SLOW)
+    shown = f"{s['step_time_us'] / 1e3:.2f} ms (step timer)"
+    _open(driver, server + "/", "#runs-table td")
+    row = next(r for r in _css(driver, "#runs-table tbody tr") if SLOW in r.text)
+    assert f"{s['step_time_us'] / 1e3:.2f}" in row.text and "step timer" in row.text
+    _open(driver, f"{server}/overview?run={SLOW}", "#breakdown-graph .xtick text")
+    assert shown in _css(driver, "#run-facts")[0].text
+    data = driver.execute_script(
+        "return document.querySelector('#breakdown-graph .js-plotly-plot').data"
+        ".map(t => [t.name, t.y])")
+    bars = dict((name, y) for name, y in data)
+    want = [(r["compute_us"] - r["overlapped_comm_us"]) / 1e3 for r in s["per_rank_mean"]]
+    assert bars["compute without overlapped comm"] == pytest.approx(want, abs=1e-3)
+    _open(driver, f"{server}/compare?run={SLOW}&run={PIPELINED}", "#compare-table")
+    table = _css(driver, "#compare-table")[0].text
+    assert f"{s['step_time_us'] / 1e3:.2f}" in table and "ranks (world size)" in table
