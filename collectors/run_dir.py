@@ -47,7 +47,11 @@ class RunDirError(ValueError):
     """A run directory file that cannot be used; the message names the file and the problem."""
 
 
-def _kind(mode: int) -> str:
+def not_regular(mode: int) -> str | None:
+    """What a file of ``mode`` is when it is not a regular file (a FIFO, a device…); None for
+    a regular file."""
+    if stat.S_ISREG(mode):
+        return None
     for test, what in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
                        (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
                        (stat.S_ISDIR, "a folder")):
@@ -69,7 +73,7 @@ def unusable_file(path: pathlib.Path, run: pathlib.Path | None = None) -> str | 
             return f"skipped, a broken link (to {os.readlink(path)})"
         return "skipped, cannot be read"
     if not stat.S_ISREG(st.st_mode):
-        return f"skipped, {_kind(st.st_mode)}, not a regular file"
+        return f"skipped, {not_regular(st.st_mode)}, not a regular file"
     if run is not None:
         real, home = path.resolve(), pathlib.Path(run).resolve()
         if real != home and home not in real.parents:

@@ -105,7 +105,6 @@ import json
 import os
 import pathlib
 import re
-import stat
 from typing import Any, Iterable
 
 import msgspec
@@ -123,6 +122,7 @@ from meshscope.analysis.ingest.validate import Damage
 from meshscope.analysis.ingest import budgets as _budgets
 from meshscope.analysis.ingest.budgets import BudgetExceeded
 from meshscope.analysis.errors import InputError
+from meshscope.collectors.run_dir import not_regular
 
 RANK_FROM_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
 # Bump when the table's columns or their meaning change: it is part of the cache key.
@@ -224,18 +224,6 @@ _RAW_ARGS = ("input_dims", "input_dims_18", "input_type", "concrete")
 def _dims(a: _Args) -> msgspec.Raw:
     """``Input Dims`` of an event's arguments, or PyTorch 1.8's ``Input dims``."""
     return a.input_dims or a.input_dims_18
-
-
-def not_regular(mode: int) -> str | None:
-    """What a file of ``mode`` is when it is not a regular file (a FIFO, a device...)."""
-    if stat.S_ISREG(mode):
-        return None
-    for test, what in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
-                       (stat.S_ISDIR, "a folder")):
-        if test(mode):
-            return what
-    return "not a regular file"
 
 
 def _read_bytes(path: pathlib.Path) -> bytes:
