@@ -53,6 +53,16 @@ def overlap_pct(compute: np.ndarray, comm: np.ndarray) -> float:
     return iv.length(iv.intersect(comm, compute)) / m * 100.0 if m > 0 else math.nan
 
 
+def _pipeline_set(tl: RankTimeline, pipeline_windows: dict[int, np.ndarray] | None, step: int,
+                  start: float, end: float) -> np.ndarray:
+    """P of one step clipped to its window [start, end): the pipeline window and, on pipelined
+    runs, the rank's pp send/recv (module docstring, ``bubble_us``)."""
+    P = iv.clip((pipeline_windows or {}).get(step, iv.EMPTY), start, end)
+    if pipeline_windows:
+        P = iv.merge(P, iv.clip(tl.comm_by_dim.get("pp", iv.EMPTY), start, end))
+    return P
+
+
 def step_rows(tl: RankTimeline, pipeline_windows: dict[int, np.ndarray] | None = None
               ) -> list[dict]:
     """One row per step of the rank (module docstring), as dicts: the report makes one table of
@@ -60,9 +70,7 @@ def step_rows(tl: RankTimeline, pipeline_windows: dict[int, np.ndarray] | None =
     rows = []
     for step, (start, end) in sorted(tl.steps.items()):
         C, M, O = (iv.clip(x, start, end) for x in (tl.compute, tl.comm, tl.other))
-        P = iv.clip((pipeline_windows or {}).get(step, iv.EMPTY), start, end)
-        if pipeline_windows:
-            P = iv.merge(P, iv.clip(tl.comm_by_dim.get("pp", iv.EMPTY), start, end))
+        P = _pipeline_set(tl, pipeline_windows, step, start, end)
         exposed = iv.subtract(iv.subtract(M, C), P)
         row = {
             "rank": tl.rank, "step": step, "window_us": end - start,
@@ -108,9 +116,7 @@ def idle_rows(tl: RankTimeline, pipeline_windows: dict[int, np.ndarray] | None =
         return []
     rows = []
     for step, (start, end) in sorted(tl.steps.items()):
-        P = iv.clip((pipeline_windows or {}).get(step, iv.EMPTY), start, end)
-        if pipeline_windows:
-            P = iv.merge(P, iv.clip(tl.comm_by_dim.get("pp", iv.EMPTY), start, end))
+        P = _pipeline_set(tl, pipeline_windows, step, start, end)
         row = {"rank": tl.rank, "step": step}
         total = 0.0
         for cause in IDLE_CAUSES:

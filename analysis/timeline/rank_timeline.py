@@ -106,7 +106,6 @@ def _iv(df: pd.DataFrame) -> np.ndarray:
 # Host ranges that mark steps: ``ProfilerStep#N`` (Kineto writes them as ``user_annotation`` or,
 # in older traces, ``cpu_op``); the GPU-side copy of the same range is ``gpu_user_annotation``.
 _STEP_CATS = ("user_annotation", "cpu_op")
-_LAUNCH_CATS = ("cuda_runtime", "cuda_driver")
 WINDOW_SOURCES = ("ProfilerStep", "annotation", "trace")
 
 
@@ -145,7 +144,7 @@ def launch_times(host: pd.DataFrame, device: pd.DataFrame) -> np.ndarray:
 
 def launches(host: pd.DataFrame, device: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """(``launch_times``, the lane of each launching call — None where unknown)."""
-    calls = host[(host["correlation"] >= 0) & host["cat"].isin(_LAUNCH_CATS)]
+    calls = host[(host["correlation"] >= 0) & host["cat"].isin(host_activity.RUNTIME_CATS)]
     if calls.empty or device.empty:
         return np.full(len(device), np.nan), np.full(len(device), None, dtype=object)
     calls = calls.drop_duplicates("correlation").set_index("correlation")
