@@ -2,9 +2,11 @@
 expected values are the publications' own numbers (or their published formulas evaluated by
 hand in the comment), never the planner's output."""
 import dataclasses
+import sys
 
 import pytest
 
+from conftest import ROOT
 from meshscope.parallel.layout import parse_layout
 from meshscope.parallel.plan import Candidate, ModelSpec, memory, transfers
 from meshscope.parallel.plan.activations import layer_activation_bytes
@@ -13,6 +15,9 @@ from meshscope.parallel.plan.job_step import (A100_CURVE, Device, GemmCurve, Job
 from meshscope.parallel.plan.states import gather_buffer_bytes, model_states_by_term
 from meshscope.parallel.plan.topology import Topology
 from meshscope.parallel.plan.training import Training
+
+sys.path.insert(0, str(ROOT))
+from bench.plan_accuracy import FIT_ROWS, MEGATRON_TABLE, megatron_row  # noqa: E402
 
 GIB = 2 ** 30
 MIB = 2 ** 20
@@ -193,18 +198,10 @@ def test_korthikanti_activation_per_layer(name, a, h, setting):
 
 # -- Megatron-LM's README throughput table (Narayanan et al. 2021, Table 1) -----------------------
 
-# (billions, heads, hidden, layers, tp, pp, GPUs, batch, achieved TFLOP/s per GPU): the
-# Megatron-LM README's weak-scaling table on Selene (A100 80GB, seq 2048, vocab 51200).
-MEGATRON_TABLE = [(1.7, 24, 2304, 24, 1, 1, 32, 512, 137), (3.6, 32, 3072, 30, 2, 1, 64, 512, 138),
-                  (7.5, 32, 4096, 36, 4, 1, 128, 512, 142),
-                  (18.4, 48, 6144, 40, 8, 1, 256, 1024, 135),
-                  (39.1, 64, 8192, 48, 8, 2, 512, 1536, 138),
-                  (76.1, 80, 10240, 60, 8, 4, 1024, 1792, 140),
-                  (145.6, 96, 12288, 80, 8, 8, 1536, 2304, 148),
-                  (310.1, 128, 16384, 96, 8, 16, 1920, 2160, 155),
-                  (529.6, 128, 20480, 105, 8, 35, 2520, 2520, 163),
-                  (1008.0, 160, 25600, 128, 8, 64, 3072, 3072, 163)]
-FIT_ROWS = (39.1, 1008.0)
+# The Megatron-LM README's weak-scaling table on Selene (A100 80GB, seq 2048, vocab 51200), the
+# two rows the GEMM curve is fitted on and the candidate each row describes have one copy, in
+# bench/plan_accuracy.py (MEGATRON_TABLE, FIT_ROWS, megatron_row), which prints the same
+# comparison.
 # The runs' setup as the paper describes it (§5.1): fp16 mixed precision, activation
 # recomputation, the interleaved schedule with scatter/gather; assumed where not published:
 # microbatch 1, v = 2 (3 when the stage's layers are odd), no sequence parallelism or
@@ -212,20 +209,6 @@ FIT_ROWS = (39.1, 1008.0)
 MEGATRON_2021 = Training(framework="megatron", precision="mixed", recompute="full",
                          block="gpt", flash_attention=False, fp32_grads=False)
 NO_OVERLAP = JobOptions(dp_overlap=False)
-
-
-def megatron_row(row):
-    billions, a, h, layers, tp, pp, n, batch, _ = row
-    spec = ModelSpec(dim=h, n_layers=layers, n_heads=a, ffn_hidden=4 * h, vocab_size=51200,
-                     seq_len=2048, name=f"gpt-{billions}b")
-    dp = n // (tp * pp)
-    per_rank = layers // pp
-    v = 2 if pp > 1 and per_rank % 2 == 0 else (3 if pp > 1 and per_rank % 3 == 0 else 1)
-    schedule = "interleaved-1f1b" if v > 1 else "1f1b"
-    cand = Candidate(parse_layout(f"dp={dp},tp={tp},pp={pp}"), schedule=schedule,
-                     microbatches=batch // dp, dp_mode="ddp", sp=False, global_batch=batch,
-                     virtual=v if pp > 1 else None)
-    return spec, cand
 
 
 def test_megatron_table_parameter_counts():
