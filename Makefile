@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.setup-stamp
 # pinned version comes from the package index as usual.
 TORCH  ?= torch==2.13.0
 
-.PHONY: setup bytecode demo test samples clean
+.PHONY: setup bytecode demo test test-fast samples clean
 
 setup: $(STAMP)
 
@@ -36,6 +36,10 @@ demo: bytecode
 
 test: bytecode
 	$(PY) -m pytest -q -rs
+
+# The loop while developing: the suite without its multi-process (slow) and browser tests.
+test-fast: bytecode
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -rs -m "not slow and not browser"
 
 # Regenerate the bundled sample run directories (see samples/README.md).
 samples: setup

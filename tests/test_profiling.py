@@ -79,6 +79,7 @@ def profiled(tmp_path_factory):
     return run
 
 
+@pytest.mark.slow
 def test_profiled_steps_keep_memory_flat_and_shapes(profiled):
     ours = profiled("no-reserve")["growth_bytes"]
     default = profiled("torch-default")["growth_bytes"]
@@ -97,6 +98,7 @@ def test_profiled_steps_keep_memory_flat_and_shapes(profiled):
     assert mm and all(e["args"].get("Input Dims") for e in mm)
 
 
+@pytest.mark.slow
 def test_profiled_steps_fault_in_no_fresh_pages(profiled):
     """Without the heap reserve the profiled steps fault in their memory growth page by page;
     with it (at_step_start, as the runner and the Recorder call it) they fault in almost none."""
