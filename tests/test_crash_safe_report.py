@@ -161,3 +161,54 @@ def test_the_stat_is_only_a_fast_path(tmp_path, monkeypatch):
     os.utime(trace, ns=(st.st_atime_ns, st.st_mtime_ns))
     assert reuse.key(run, target, OPTIONS) != first
     assert len(reads) == 1                      # that file alone is read again
+
+
+def test_the_new_report_is_on_disk_before_its_rename(tmp_path):
+    """Atomic is not durable: a rename changes the parent folder only. ``meshscope analyze``
+    over an old report, watched by ``strace``: every file of the new report and the new
+    folder are flushed (``fsync``) before the rename that puts it in place, the parent folder
+    after it; the key's content before its own rename, its folder after."""
+    import re
+    import shutil
+    import subprocess
+    import sys
+
+    from conftest import ROOT, meshscope
+
+    if shutil.which("strace") is None:
+        pytest.skip("needs strace to watch the system calls")
+    run = copy_sample(tmp_path / "run")
+    meshscope("analyze", run, check=True)                       # the old report
+    log = tmp_path / "strace.log"
+    proc = subprocess.run(["strace", "-f", "-y", "-qq", "-o", str(log), "-e",
+                           "trace=fsync,fdatasync,rename,renameat,renameat2",
+                           sys.executable, "-m", "meshscope", "analyze", str(run),
+                           "--warmup-steps", "1"], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=300)
+    if proc.returncode != 0 and "ptrace" in proc.stderr:
+        pytest.skip(f"strace cannot trace here: {proc.stderr.strip()[:200]}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    calls = []                                   # ("fsync", path) / ("rename", src, dst)
+    for line in log.read_text().splitlines():
+        if m := re.search(r"\bf(?:data)?sync\(\d+<([^>]*)>\) = 0", line):
+            calls.append(("fsync", m.group(1)))
+        elif m := re.search(r"\brename(?:at2?)?\((?:[^,]*, )?\"([^\"]*)\", (?:[^,]*, )?"
+                            r"\"([^\"]*)\"(?:, RENAME_EXCHANGE)?\) = 0", line):
+            calls.append(("rename", m.group(1), m.group(2)))
+    report = str(run / "report")
+    put = [i for i, c in enumerate(calls) if c[0] == "rename" and c[2] == report
+           and "/.report.new-" in c[1]]
+    assert len(put) == 1, calls[-10:]
+    new = calls[put[0]][1]
+    before = {c[1] for c in calls[:put[0]] if c[0] == "fsync"}
+    written = sorted(f.name for f in (run / "report").iterdir() if f.is_file())
+    assert len(written) >= 20 and "summary.json" in written
+    assert {f"{new}/{name}" for name in written} <= before, \
+        sorted({f"{new}/{name}" for name in written} - before)
+    assert new in before                                     # the folder's entries
+    assert ("fsync", str(run)) in calls[put[0] + 1:]         # the rename itself
+    key = str(run / "report" / ".cache" / reuse.KEY_FILE)
+    stored = [i for i, c in enumerate(calls) if c[0] == "rename" and c[2] == key]
+    assert len(stored) == 1 and stored[0] > put[0]
+    assert ("fsync", calls[stored[0]][1]) in calls[put[0]:stored[0]]
+    assert ("fsync", str(run / "report" / ".cache")) in calls[stored[0] + 1:]

@@ -112,7 +112,13 @@ class Report:
         ``.cache/``, exports) is moved into it, and the two folders are exchanged in one
         rename (``renameat2(RENAME_EXCHANGE)``; where it is missing, two renames) — a reader
         sees the old report or the new one, never a mix. The key is written last, by the
-        caller (``reuse.store``). Leftovers of killed writes are removed first."""
+        caller (``reuse.store``). Leftovers of killed writes are removed first.
+
+        Durable too, not only atomic: every file of the new folder and the folder itself are
+        flushed to disk (``fsync``) before the rename, and the parent folder after it. A
+        rename is a change to the parent folder alone; without the flushes, a power loss
+        after it may leave the new name pointing at files whose content never reached the
+        disk — a report renamed into place but empty."""
         out = pathlib.Path(out)
         out.parent.mkdir(parents=True, exist_ok=True)
         _remove_leftovers(out)
@@ -128,11 +134,15 @@ class Report:
                 _parquet_safe(table).to_parquet(new / f"{name}.parquet", index=False)
         reuse.stop_point()
         rd.write_json_atomic(new / "summary.json", self.summary())
+        for name in sorted(own):
+            if (new / name).is_file():
+                fsync_path(new / name)
         if out.is_dir():
             for entry in sorted(out.iterdir()):
                 if entry.name not in own and not entry.name.startswith(".tmp-"):
                     reuse.stop_point()
                     os.rename(entry, new / entry.name)
+        fsync_path(new)                 # its entries: the tables, summary.json, what moved in
         reuse.stop_point()
         if out.is_dir():
             if not _exchange(new, out):
@@ -141,11 +151,32 @@ class Report:
                 reuse.stop_point()
                 os.rename(new, out)
                 new = old
+            fsync_path(out.parent)      # the rename itself
             reuse.stop_point()
             shutil.rmtree(new, ignore_errors=True)          # now the old report
         else:
             os.rename(new, out)
+            fsync_path(out.parent)
         return out
+
+
+def fsync_path(path: pathlib.Path) -> None:
+    """Flush a file's content, or a folder's list of entries, to the disk (``fsync`` of a
+    read-only descriptor does both on Linux). A file system that cannot (``EINVAL``: some
+    network and virtual ones) is left as it is: the write is then atomic but not durable."""
+    flags = os.O_RDONLY
+    if pathlib.Path(path).is_dir():
+        flags |= getattr(os, "O_DIRECTORY", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _exchange(a: pathlib.Path, b: pathlib.Path) -> bool:

@@ -19,7 +19,9 @@ computed from:
   cached run).
 
 The key file also lists the report's files and their sizes: it is written last, after the
-report is complete and in place (``Report.write``), and the report is only reused when it is
+report is complete, in place and flushed to disk (``Report.write``; the key is flushed before
+its rename and its folder after, so a power loss never leaves a key without its content), and
+the report is only reused when it is
 there, matches and every file it lists has its size — a damaged or unkeyed report is made
 again. When it matches, the command prints that report instead of computing it again —
 without importing pandas or anything heavy, which is most of what a cached run used to cost
@@ -167,11 +169,29 @@ def store(out: pathlib.Path, digest: str) -> None:
             os.replace(tmp, d / MEMO_FILE)
         stop_point()
         tmp = d / f".{KEY_FILE}.{os.getpid()}"
-        tmp.write_text(digest + "\n" + json.dumps(_listing(pathlib.Path(out))) + "\n")
+        with open(tmp, "w") as f:
+            f.write(digest + "\n" + json.dumps(_listing(pathlib.Path(out))) + "\n")
+            f.flush()
+            os.fsync(f.fileno())        # the key's content on disk before its name
         stop_point()
         os.replace(tmp, d / KEY_FILE)
+        _fsync_dir(d)
     except OSError:
         pass
+
+
+def _fsync_dir(folder: pathlib.Path) -> None:
+    """Flush ``folder``'s entries (a rename into it) to the disk; ignored where unsupported."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def unkey(out: pathlib.Path) -> None:
