@@ -1,8 +1,9 @@
 """The dashboard's data layer: an analysed run's written report, read through the analysis' own
 reader, and nothing computed twice.
 
-``open_report(entry)`` returns a ``RunReport``: ``summary`` (summary.json as written, schema 1 or
-2, docs/report-format.md), ``table(name)`` — any report table by its file name
+``open_report(entry)`` returns a ``RunReport``: ``typed`` (summary.json read through
+``analysis.report.reader``: a typed ``Summary`` whatever the schema version), ``summary`` (the
+document as written, docs/report-format.md), ``table(name)`` — any report table by its file name
 (``breakdown``, ``whatif``, ``instances``…), ``None`` when this report has none — and the typed
 run.json (``run_info``) for the mesh. The tables the analysis' reader returns
 (``analysis.report.analyze.load_written``) come from it; the others are read from the same
@@ -18,13 +19,17 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import json
 import logging
+import pathlib
+import re
 import threading
 
 import pandas as pd
 
 from meshscope.analysis.report.analyze import load_written
+from meshscope.analysis.report import reader
 from meshscope.collectors.run_dir import RunDirError
 from meshscope.collectors.run_info import RunInfo, read_run_info
 
@@ -49,33 +54,28 @@ class RunReport:
     def run_id(self) -> str:
         return self.entry.run_id
 
+    @functools.cached_property
+    def typed(self) -> reader.Summary:
+        """summary.json read once through ``analysis.report.reader`` (every schema version):
+        the pages read the report through this, never with chained ``.get``."""
+        return reader.read_summary(self.summary)
+
     @property
     def schema_version(self) -> int:
-        v = self.summary.get("schema_version")
-        return v if isinstance(v, int) else 0
+        return self.typed.schema_version
 
     @property
     def run(self) -> dict:
         """summary.json's ``run`` (from run.json), ``{}`` for a plain folder of traces."""
-        run = self.summary.get("run")
-        return run if isinstance(run, dict) else {}
+        return self.typed.run
 
     @property
     def ranks(self) -> list[int]:
-        return [int(r) for r in self.summary.get("ranks") or []]
+        return self.typed.ranks
 
     @property
     def steps(self) -> list[int]:
-        return [int(s) for s in self.summary.get("steps") or []]
-
-    def get(self, *keys, default=None):
-        """A nested key of summary.json, ``default`` where any level is absent or not a dict."""
-        node = self.summary
-        for k in keys:
-            if not isinstance(node, dict) or k not in node:
-                return default
-            node = node[k]
-        return default if node is None else node
+        return self.typed.steps
 
     def table(self, name: str) -> pd.DataFrame | None:
         """The report's ``name.parquet``; None when this report has no such table."""
@@ -128,16 +128,32 @@ def _evict() -> None:
         _WEIGHT.pop(old, None)
 
 
-def _without_server_paths(node, entry: RunEntry):
-    """``node`` (summary.json) with the run's absolute location replaced by its run id, so a
-    report written by ``meshscope analyze /abs/path/RUN`` shows ``RUN/traces/…`` like one the
-    dashboard analysed (pages and exports show paths relative to the runs folder only)."""
+def _run_locations(summary: dict, entry: RunEntry) -> list[str]:
+    """The spellings of the run's location a report may hold, longest first: its absolute
+    path (resolved or not) and summary.json's ``source`` — the path ``meshscope analyze`` was
+    given, relative to whatever folder it ran in (``../runs/RUN``, ``main/samples/RUN``)."""
+    found = {str(entry.path), str(entry.path.resolve())}
+    source = summary.get("source")
+    if isinstance(source, str) and source.rstrip("/") and \
+            pathlib.PurePath(source.rstrip("/")).name == entry.path.name:
+        found.add(source.rstrip("/"))
+    found.discard(entry.run_id)
+    return sorted(found, key=len, reverse=True)
+
+
+def _without_server_paths(node, where: list[str], run_id: str):
+    """``node`` (summary.json) with the run's location (``_run_locations``) replaced by its
+    run id, so that a report written by ``meshscope analyze /abs/path/RUN`` or from another
+    folder shows ``RUN/traces/…`` like one the dashboard analysed: pages and exports show
+    paths relative to the runs folder only."""
     if isinstance(node, dict):
-        return {k: _without_server_paths(v, entry) for k, v in node.items()}
+        return {k: _without_server_paths(v, where, run_id) for k, v in node.items()}
     if isinstance(node, list):
-        return [_without_server_paths(v, entry) for v in node]
-    if isinstance(node, str) and str(entry.path) in node:
-        return node.replace(str(entry.path), entry.run_id)
+        return [_without_server_paths(v, where, run_id) for v in node]
+    if isinstance(node, str):
+        for w in where:
+            if w in node:
+                node = re.sub(re.escape(w) + r"(?=/|$|[\s:'\"),;])", run_id, node)
     return node
 
 
@@ -166,7 +182,7 @@ def open_report(entry: RunEntry) -> RunReport:
     summary = written.pop("summary")
     if not isinstance(summary, dict):
         raise ReportUnreadable(f"{summary_path}: not a JSON object")
-    summary = _without_server_paths(summary, entry)
+    summary = _without_server_paths(summary, _run_locations(summary, entry), entry.run_id)
     try:
         info = read_run_info(entry.path) if entry.has_run_json else None
     except RunDirError as e:
@@ -175,6 +191,10 @@ def open_report(entry: RunEntry) -> RunReport:
     report = RunReport(entry=entry, summary=summary,
                        tables={k: v for k, v in written.items() if isinstance(v, pd.DataFrame)},
                        run_info=info, mtime_ns=mtime)
+    try:
+        report.typed            # read once, here: a page never meets a malformed summary
+    except (TypeError, ValueError, KeyError, OverflowError) as e:
+        raise ReportUnreadable(f"{summary_path}: {type(e).__name__}: {e}") from e
     with _LOCK:
         _keep(entry.run_id, report, st.st_size)
     return report

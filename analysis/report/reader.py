@@ -14,10 +14,18 @@ report's age:
 - ``stage_imbalance(summary) -> (measured, without_straggler)``: the pipeline stages'
   max/mean, measured (compute per microbatch, ``stage_imbalance.parquet``) and replayed with
   the straggler at its peers' pace (``crossrank/whatif.py``; schema 2's ``stage_imbalance``).
+- ``Summary.cross_rank`` (``CrossRank``: the straggler, each rank's what-if saving and the
+  wait it caused, the what-if's resolution), ``Summary.per_rank_mean`` (one ``RankMean`` per
+  rank: the step breakdown, exposed communication per dimension) and
+  ``Summary.pipeline_stages`` (``Stage``): typed rows, so that no page reads the document with
+  chained ``.get``; ``per_rank_frame(summary)`` gives the breakdown as a DataFrame indexed by
+  rank for the figures.
 """
 from __future__ import annotations
 
 import dataclasses
+
+import pandas as pd
 
 from meshscope.analysis.report.summary import STEP_TIME_SOURCES
 
@@ -107,40 +115,215 @@ class Finding:
     symptoms: list
 
 
+def _dict(x) -> dict:
+    return x if isinstance(x, dict) else {}
+
+
+def _dicts(x) -> list[dict]:
+    return [r for r in x if isinstance(r, dict)] if isinstance(x, list) else []
+
+
+def _strs(x) -> list[str]:
+    return [str(v) for v in x] if isinstance(x, list) else []
+
+
+@dataclasses.dataclass(frozen=True)
+class Straggler:
+    """``cross_rank.straggler``: the rank whose own work, run at its reference pace (its
+    stage peers' median), shortens the replayed step the most, above the run's noise."""
+    rank: int
+    saving_us: float | None          # what-if saving, ms per step × 1e3
+    saving_pct: float | None         # of the replayed step
+    reference: str | None            # "stage peers [0]"
+    gate_us: float | None            # twice the what-if's resolution
+    wait_caused_us: float | None     # older reports name the straggler by the wait it caused
+    last_share: float | None         # share of its collectives it arrived last at
+    evidence: dict                   # the scalar fields as written (the evidence sentence)
+
+
+@dataclasses.dataclass(frozen=True)
+class RankSaving:
+    rank: int
+    saving_us: float | None
+    saving_pct: float | None
+    reference: str | None
+    wait_caused_us: float | None
+
+
+@dataclasses.dataclass(frozen=True)
+class CrossRank:
+    """``cross_rank``: what the what-if replay of the matched steps says about each rank."""
+    straggler: Straggler | None
+    rank_savings: list[RankSaving]
+    why_not: list[str]               # why collectives could not be matched, if they could not
+    noise_us: float | None           # the step-to-step noise
+    floor_us: float | None           # the what-if's own floor
+    resolution_us: float | None
+
+    def saving_of(self) -> dict[int, float]:
+        """rank -> what-if saving (us) of every rank that has one."""
+        return {r.rank: r.saving_us for r in self.rank_savings if r.saving_us is not None}
+
+    def wait_caused_of(self) -> dict[int, float]:
+        return {r.rank: r.wait_caused_us for r in self.rank_savings
+                if r.wait_caused_us is not None}
+
+
+@dataclasses.dataclass(frozen=True)
+class Stage:
+    """One row of ``pipeline_stages``: the share of the pipeline window the stage computes
+    nothing, measured, replayed and in the schedule's closed form."""
+    stage: int
+    ranks: list[int]
+    bubble_fraction: float | None
+    replayed_bubble_fraction: float | None
+    theory_fraction: float | None
+
+
+@dataclasses.dataclass(frozen=True)
+class RankMean:
+    """One row of ``per_rank_mean``: a rank's step breakdown, mean over the profiled steps
+    (``analysis/timeline/breakdown.py``). ``compute_us`` is all compute; the part not
+    overlapped by communication is ``compute_without_overlap_us``."""
+    rank: int
+    window_us: float | None
+    compute_us: float | None
+    comm_us: float | None
+    overlapped_comm_us: float | None
+    exposed_comm_us: float | None
+    exposed_by_dim_us: dict[str, float]     # dim -> exposed_comm_<dim>_us
+    bubble_us: float | None
+    other_us: float | None
+    idle_us: float | None
+    overlap_pct: float | None
+
+    @property
+    def compute_without_overlap_us(self) -> float | None:
+        if self.compute_us is None or self.overlapped_comm_us is None:
+            return None
+        return self.compute_us - self.overlapped_comm_us
+
+
+def _rank_mean(d: dict) -> RankMean:
+    by_dim = {k[len("exposed_comm_"):-3]: v for k, v in
+              ((k, _num(v)) for k, v in d.items() if isinstance(k, str))
+              if k.startswith("exposed_comm_") and k.endswith("_us")
+              and k != "exposed_comm_us" and v is not None}
+    return RankMean(rank=int(d["rank"]), window_us=_num(d.get("window_us")),
+                    compute_us=_num(d.get("compute_us")), comm_us=_num(d.get("comm_us")),
+                    overlapped_comm_us=_num(d.get("overlapped_comm_us")),
+                    exposed_comm_us=_num(d.get("exposed_comm_us")), exposed_by_dim_us=by_dim,
+                    bubble_us=_num(d.get("bubble_us")), other_us=_num(d.get("other_us")),
+                    idle_us=_num(d.get("idle_us")), overlap_pct=_num(d.get("overlap_pct")))
+
+
+def _opt_str(x) -> str | None:
+    return str(x) if x not in (None, "") else None
+
+
+def _cross_rank(doc: dict) -> CrossRank:
+    cross = _dict(doc.get("cross_rank"))
+    st = _dict(cross.get("straggler"))
+    straggler = None
+    if isinstance(st.get("rank"), (int, float)) and not isinstance(st.get("rank"), bool):
+        straggler = Straggler(
+            rank=int(st["rank"]), saving_us=_num(st.get("saving_us")),
+            saving_pct=_num(st.get("saving_pct")), reference=_opt_str(st.get("reference")),
+            gate_us=_num(st.get("gate_us")), wait_caused_us=_num(st.get("wait_caused_us")),
+            last_share=_num(st.get("last_share")),
+            evidence={k: v for k, v in st.items() if not isinstance(v, (dict, list))})
+    waits = {int(r["rank"]): _num(r.get("wait_caused_us"))
+             for r in _dicts(cross.get("rank_waits")) if _num(r.get("rank")) is not None}
+    savings = []
+    for r in _dicts(cross.get("rank_savings")):
+        if _num(r.get("rank")) is None:
+            continue
+        rank = int(r["rank"])
+        wait = _num(r.get("wait_caused_us"))
+        savings.append(RankSaving(rank, _num(r.get("saving_us")), _num(r.get("saving_pct")),
+                                  _opt_str(r.get("reference")),
+                                  wait if wait is not None else waits.pop(rank, None)))
+    savings += [RankSaving(rank, None, None, None, w) for rank, w in waits.items()
+                if rank not in {s.rank for s in savings}]
+    return CrossRank(straggler=straggler, rank_savings=sorted(savings, key=lambda r: r.rank),
+                     why_not=_strs(cross.get("why_not")), noise_us=_num(cross.get("noise_us")),
+                     floor_us=_num(cross.get("floor_us")),
+                     resolution_us=_num(cross.get("resolution_us")))
+
+
 @dataclasses.dataclass(frozen=True)
 class Summary:
     """summary.json as typed fields, whatever its schema version (the fields a reader
     needs to show a run; ``raw`` keeps the document for the rest)."""
     schema_version: int
     generated: str | None
+    source: str | None              # the run's folder (relative where it was analysed so)
+    device: str | None              # "cpu" | "gpu"
     run: dict                       # from run.json; {} for a plain folder of traces
     ranks: list[int]
-    steps: list[int]
+    steps: list[int]                # the profiled steps
+    warmup_steps: list[int]
+    missing_ranks: list[int]
+    problems: list[str]
+    notes: list[str]
     step_time: StepTime
     tokens_per_s: float | None      # the step timers': None unless the headline is the timer
     mfu_pct: float | None
+    per_rank_mean: list[RankMean]
+    pipeline_stages: list[Stage]
     stage_imbalance_measured: dict | None
     stage_imbalance_without_straggler: dict | None
-    straggler: dict | None
+    cross_rank: CrossRank
+    hangs: list[dict]               # Flight Recorder verdicts, as written
+    bandwidth: list[dict]           # bandwidth summary rows, as written
     findings: list[Finding]
     raw: dict
 
     @property
+    def straggler(self) -> Straggler | None:
+        return self.cross_rank.straggler
+
+    @property
     def status(self) -> str | None:
         return self.run.get("status") if self.run else None
+
+    def run_fact(self, key: str):
+        """A field of run.json's copy (``layout_str``, ``world_size``, ``schedule``…)."""
+        return self.run.get(key)
+
+    @property
+    def model_preset(self) -> str | None:
+        return _opt_str(_dict(self.run.get("model")).get("preset"))
+
+    def per_rank_frame(self) -> pd.DataFrame:
+        """``per_rank_mean`` as written, indexed by rank (the breakdown's columns, exposed
+        communication per dimension included); empty when the report has none."""
+        return per_rank_frame(self.raw)
+
+
+def per_rank_frame(doc: dict) -> pd.DataFrame:
+    rows = [r for r in _dicts(doc.get("per_rank_mean")) if "rank" in r]
+    df = pd.DataFrame(rows)
+    return df.set_index("rank").sort_index() if not df.empty else df
 
 
 def _ints(xs) -> list[int]:
     return [int(x) for x in xs or [] if isinstance(x, (int, float)) and not isinstance(x, bool)]
 
 
+def _stage(d: dict) -> Stage:
+    return Stage(stage=int(d["stage"]), ranks=_ints(d.get("ranks")),
+                 bubble_fraction=_num(d.get("bubble_fraction")),
+                 replayed_bubble_fraction=_num(d.get("replayed_bubble_fraction")),
+                 theory_fraction=_num(d.get("theory_fraction")))
+
+
 def read_summary(doc: dict) -> Summary:
     """The typed ``Summary`` of a summary.json document (schema 1, 2 or 3)."""
     st = step_time(doc)
-    tp = doc.get("throughput") if isinstance(doc.get("throughput"), dict) else {}
+    tp = _dict(doc.get("throughput"))
     timer = st.source == "timer"
     measured, corrected = stage_imbalance(doc)
-    cross = doc.get("cross_rank") if isinstance(doc.get("cross_rank"), dict) else {}
     found = []
     for f in doc.get("findings") or []:
         if isinstance(f, dict) and isinstance(f.get("id"), str):
@@ -155,10 +338,18 @@ def read_summary(doc: dict) -> Summary:
     return Summary(
         schema_version=version if isinstance(version, int) else 0,
         generated=str(doc["generated"]) if doc.get("generated") else None,
-        run=doc.get("run") if isinstance(doc.get("run"), dict) else {},
-        ranks=_ints(doc.get("ranks")), steps=_ints(doc.get("steps")), step_time=st,
+        source=_opt_str(doc.get("source")), device=_opt_str(doc.get("device")),
+        run=_dict(doc.get("run")),
+        ranks=_ints(doc.get("ranks")), steps=_ints(doc.get("steps")),
+        warmup_steps=_ints(doc.get("warmup_steps")),
+        missing_ranks=_ints(doc.get("missing_ranks")), problems=_strs(doc.get("problems")),
+        notes=_strs(doc.get("notes")), step_time=st,
         tokens_per_s=_num(tp.get("tokens_per_s")) if timer else None,
         mfu_pct=_num(tp.get("mfu_pct")) if timer else None,
+        per_rank_mean=[_rank_mean(r) for r in _dicts(doc.get("per_rank_mean"))
+                       if _num(r.get("rank")) is not None],
+        pipeline_stages=[_stage(s) for s in _dicts(doc.get("pipeline_stages"))
+                         if _num(s.get("stage")) is not None],
         stage_imbalance_measured=measured, stage_imbalance_without_straggler=corrected,
-        straggler=cross.get("straggler") if isinstance(cross.get("straggler"), dict) else None,
-        findings=found, raw=doc)
+        cross_rank=_cross_rank(doc), hangs=_dicts(doc.get("hangs")),
+        bandwidth=_dicts(doc.get("bandwidth")), findings=found, raw=doc)

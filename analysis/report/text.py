@@ -20,26 +20,26 @@ def _num(x, width: int, digits: int) -> str:
 
 def render(summary: dict) -> str:
     summary = printable_tree(summary)       # names from input files may hold escapes
+    typed = reader.read_summary(summary)
     lines = []
-    run = summary.get("run") or {}
     head = f"meshscope report — {summary['source']}"
-    if run:
-        head += (f"\n  layout {run.get('layout_str')}, {run.get('world_size')} ranks, schedule "
-                 f"{run.get('schedule') or '-'}, {run.get('microbatches')} microbatches")
+    if typed.run:
+        head += (f"\n  layout {typed.run_fact('layout_str')}, {typed.run_fact('world_size')} "
+                 f"ranks, schedule {typed.run_fact('schedule') or '-'}, "
+                 f"{typed.run_fact('microbatches')} microbatches")
     lines.append(head)
     lines.append(f"  device {summary['device']}; ranks analysed {summary['ranks']}; "
                  f"profiled steps {summary['steps']}")
-    st = reader.step_time(summary)
+    st = typed.step_time
     if st.us is not None:
         other = [f"{name} {_ms(v).strip()} ms" for name, v in
                  (("step timer", st.timer_us), ("replayed", st.replayed_us),
                   ("profiled window", st.window_us)) if v is not None and name != st.short]
-        tp = summary.get("throughput") if isinstance(summary.get("throughput"), dict) else {}
-        rate = ""
-        if st.source == "timer" and isinstance(tp.get("tokens_per_s"), (int, float)):
-            rate = f", {tp['tokens_per_s']:,.0f} tokens/s"
-            if isinstance(tp.get("mfu_pct"), (int, float)):
-                rate += f", MFU {tp['mfu_pct']:.1f}%"
+        rate = ""       # tokens/s and MFU only beside the timer's step time (the reader's)
+        if typed.tokens_per_s is not None:
+            rate = f", {typed.tokens_per_s:,.0f} tokens/s"
+            if typed.mfu_pct is not None:
+                rate += f", MFU {typed.mfu_pct:.1f}%"
         lines.append(f"  step time {st.text()}{rate} — {st.label}"
                      + (f"; also {', '.join(other)}" if other else ""))
     if summary["missing_ranks"]:
@@ -57,7 +57,7 @@ def render(summary: dict) -> str:
                      f"{_ms(r['comm_us'])}  {_ms(r['overlapped_comm_us'])} "
                      f"{_ms(r['exposed_comm_us'])} {_ms(r['bubble_us'])} {_ms(r['idle_us'])}"
                      f"     {_pct(r['overlap_pct'])}")
-    for note in summary.get("notes") or []:
+    for note in typed.notes:
         lines.append(f"  note: {note}")
     if summary.get("gpu_idle_per_rank_mean"):
         lines.append("")
@@ -77,16 +77,17 @@ def render(summary: dict) -> str:
             lines.append(f"  rank {k['rank']:>3}  {k['total_us'] / 1000:9.2f} ms "
                          f"{k['share_pct'] or 0:5.1f}%  {k['count']:>6}×  "
                          f"{k['category']:<16} {name}")
-    if summary["pipeline_stages"]:
+    if typed.pipeline_stages:
         lines.append("")
         lines.append("Pipeline bubble per stage (fraction of the pipeline window):")
         lines.append("  stage  measured  replayed  theory  ranks")
-        for s in summary["pipeline_stages"]:
-            theory, replayed = s["theory_fraction"], s.get("replayed_bubble_fraction")
-            lines.append(f"  {s['stage']:>5}  {s['bubble_fraction']:8.3f}  "
+        for s in typed.pipeline_stages:
+            theory, replayed = s.theory_fraction, s.replayed_bubble_fraction
+            lines.append(f"  {s.stage:>5}  {_num(s.bubble_fraction, 8, 3)}  "
                          f"{'-' if replayed is None else f'{replayed:8.3f}'}  "
-                         f"{'-' if theory is None else f'{theory:6.3f}'}  {s['ranks']}")
-        measured, corrected = reader.stage_imbalance(summary)
+                         f"{'-' if theory is None else f'{theory:6.3f}'}  {s.ranks}")
+        measured = typed.stage_imbalance_measured
+        corrected = typed.stage_imbalance_without_straggler
         if measured:
             lines.append(f"  stage imbalance, measured (compute per microbatch): max/mean "
                          f"{measured['max_over_mean']:.3f}, slowest stage "
@@ -95,36 +96,37 @@ def render(summary: dict) -> str:
             lines.append(f"  stage imbalance, replayed with the straggler at its peers' pace: "
                          f"max/mean {corrected['max_over_mean']:.3f}, slowest stage "
                          f"{corrected['slowest_stage']}")
-    cross = summary.get("cross_rank") or {}
-    if cross.get("why_not"):
+    cross = typed.cross_rank
+    if cross.why_not:
         lines.append("")
         lines.append("Collectives cannot be matched across ranks:")
-        lines.extend(f"  {w}" for w in cross["why_not"])
+        lines.extend(f"  {w}" for w in cross.why_not)
     else:
-        st = cross.get("straggler")
-        savings = cross.get("rank_savings") or []
+        st = cross.straggler
+        savings = [r for r in cross.rank_savings if r.saving_us is not None]
         if savings:
             lines.append("")
             lines.append("What-if: the step with each rank's work at its reference pace "
                          "(ms saved per step):")
-            lines.append("  " + "  ".join(f"rank {s['rank']}: {_ms(s['saving_us']).strip()}"
+            lines.append("  " + "  ".join(f"rank {s.rank}: {_ms(s.saving_us).strip()}"
                                           for s in savings))
-        if st:
-            lines.append(f"Straggler: rank {st['rank']} — {st['saving_us'] / 1000:.1f} ms per "
-                         f"step ({st['saving_pct']:.0f}% of the replayed step) at its reference pace "
-                         f"({st['reference']}); it beats the what-if's resolution "
-                         f"({_ms(st.get('gate_us') / 2 if st.get('gate_us') else None).strip()} ms)")
+        if st and st.saving_us is not None:
+            pct = "" if st.saving_pct is None else f" ({st.saving_pct:.0f}% of the replayed step)"
+            lines.append(f"Straggler: rank {st.rank} — {st.saving_us / 1000:.1f} ms per "
+                         f"step{pct} at its reference pace ({st.reference}); it beats the "
+                         f"what-if's resolution "
+                         f"({_ms(st.gate_us / 2 if st.gate_us else None).strip()} ms)")
+        elif st:
+            lines.append(f"Straggler: rank {st.rank}")
         elif savings:
             lines.append("No straggler: no rank's saving is steady over the steps and twice "
-                         f"what the what-if resolves ({_ms(cross.get('resolution_us')).strip()} ms: "
-                         f"step noise {_ms(cross.get('noise_us')).strip()} ms, what-if floor "
-                         f"{_ms(cross.get('floor_us')).strip()} ms).")
-    for n in summary.get("notes", []):
-        lines.append(f"  note: {n}")
-    for h in summary.get("hangs", [])[:5]:
+                         f"what the what-if resolves ({_ms(cross.resolution_us).strip()} ms: "
+                         f"step noise {_ms(cross.noise_us).strip()} ms, what-if floor "
+                         f"{_ms(cross.floor_us).strip()} ms).")
+    for h in typed.hangs[:5]:
         if h.get("verdict") in ("missing", "mismatch"):
             lines.append(f"{'HANG' if h['verdict'] == 'missing' else 'DESYNC'}: {h['detail']}")
-    bw = summary.get("bandwidth") or []
+    bw = typed.bandwidth
     if bw:
         lines.append("")
         lines.append("Collective bandwidth (median per dimension, op and size bucket):")
@@ -138,12 +140,13 @@ def render(summary: dict) -> str:
                          f"{'-' if eff is None else f'{eff:.0%}'}")
         if len(bw) > 20:
             lines.append(f"  … {len(bw) - 20} more rows in report/bandwidth_summary.parquet")
-    if summary.get("findings"):
+    if typed.findings:
         lines.append("")
         lines.append("Findings (largest cost first):")
-        for i, f in enumerate(summary["findings"], 1):
-            cost = "" if f["cost_us"] is None else \
-                f" — costs {f['cost_us'] / 1000:.1f} ms/step ({f['cost_pct']:.1f}%)"
-            lines.append(f"  {i}. [{f['severity']}] {f['title']}{cost}")
-            lines.append(f"     remedy: {f['remedy']}")
+        for i, f in enumerate(typed.findings, 1):
+            cost = "" if f.cost_us is None else \
+                f" — costs {f.cost_us / 1000:.1f} ms/step" + \
+                ("" if f.cost_pct is None else f" ({f.cost_pct:.1f}%)")
+            lines.append(f"  {i}. [{f.severity}] {f.title}{cost}")
+            lines.append(f"     remedy: {f.remedy}")
     return "\n".join(lines)

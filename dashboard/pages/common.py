@@ -18,7 +18,12 @@ COLOURS = {"compute": "#4C78A8", "compute without overlapped comm": "#4C78A8",
            "exposed ep": "#D67195", "exposed dp": "#B22222", "exposed unknown": "#79706E",
            "comm pp": "#E45756", "comm tp": "#9D755D", "comm cp": "#FF9DA6",
            "comm ep": "#D67195", "comm dp": "#B22222", "comm unknown": "#79706E",
-           "comm": "#E45756"}
+           "comm": "#E45756", "transfer": "#E45756",
+           # What-if savings: a saving of the named straggler in red; a saving with no
+           # finding grey (no alarm colour without a finding); a negative saving blue.
+           "saving straggler": "#D6604D", "saving": "#7F7F7F", "saving negative": "#4575B4"}
+# "wait" (waiting for another rank) is purple on every page: never one of the "comm <dim>"
+# colours, so transfer and waiting never read as the same thing.
 LAYOUT = {"template": "plotly_white", "margin": {"l": 70, "r": 20, "t": 40, "b": 50}}
 
 
@@ -34,10 +39,8 @@ class PageContext:
 
 def per_rank_mean(report: RunReport) -> pd.DataFrame:
     """summary.json's ``per_rank_mean`` (the analysis' mean over profiled steps) indexed by
-    rank; empty when the report has none."""
-    rows = report.get("per_rank_mean", default=[])
-    df = pd.DataFrame([r for r in rows if isinstance(r, dict) and "rank" in r])
-    return df.set_index("rank").sort_index() if not df.empty else df
+    rank; empty when the report has none (``reader.Summary.per_rank_frame``)."""
+    return report.typed.per_rank_frame()
 
 
 def pick_step(report: RunReport, step: int | None) -> int | None:
@@ -61,21 +64,21 @@ def rank_label(rank, report: RunReport) -> str:
 
 def straggler_text(report: RunReport) -> str | None:
     """One line naming the straggler and what fixing it saves; None when there is none."""
-    s = report.get("cross_rank", "straggler")
-    if not isinstance(s, dict) or "rank" not in s:
+    s = report.typed.straggler
+    if s is None:
         return None
-    text = f"Straggler: rank {s['rank']}"
-    if isinstance(s.get("saving_us"), (int, float)):
-        text += f" — running it at its reference pace saves {s['saving_us'] / 1e3:.2f} ms " \
+    text = f"Straggler: rank {s.rank}"
+    if s.saving_us is not None:
+        text += f" — running it at its reference pace saves {s.saving_us / 1e3:.2f} ms " \
                 f"per step"
-        if isinstance(s.get("saving_pct"), (int, float)):
-            text += f" ({s['saving_pct']:.1f}% of the replayed step)"
-        if s.get("reference"):
-            text += f", against {s['reference']}"
-    elif isinstance(s.get("wait_caused_us"), (int, float)):
-        text += f" — the others waited {s['wait_caused_us'] / 1e3:.2f} ms for it"
-        if isinstance(s.get("last_share"), (int, float)):
-            text += f"; last to arrive at {100 * s['last_share']:.0f}% of its collectives"
+        if s.saving_pct is not None:
+            text += f" ({s.saving_pct:.1f}% of the replayed step)"
+        if s.reference:
+            text += f", against {s.reference}"
+    elif s.wait_caused_us is not None:
+        text += f" — the others waited {s.wait_caused_us / 1e3:.2f} ms for it"
+        if s.last_share is not None:
+            text += f"; last to arrive at {100 * s.last_share:.0f}% of its collectives"
     return text + "."
 
 

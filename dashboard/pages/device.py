@@ -61,7 +61,7 @@ MAX_GEMM_ROWS = 30
 def is_gpu(report: RunReport) -> bool:
     """Whether the report is of a run with GPU activity (its GPU tables have rows, or
     summary.json says so)."""
-    if report.get("device") == "gpu":
+    if report.typed.device == "gpu":
         return True
     for name in ("idle", "kernels"):
         t = report.table(name)
@@ -383,7 +383,7 @@ def sections(ctx: PageContext) -> list[Section]:
                                     "device's idle time goes, its kernels, GEMMs and "
                                     "synchronisations — and this run has none: its traces "
                                     "hold no GPU activity (device: "
-                                    f"{rep.get('device', default='unknown')}).")])]
+                                    f"{rep.typed.device or 'unknown'}).")])]
     out = []
     line = headline(rep)
     fig = idle_figure(rep)

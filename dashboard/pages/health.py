@@ -34,8 +34,8 @@ def verdicts(ctx: PageContext) -> list:
     rep = ctx.report
     fr = rep.table("flight_recorder")
     if fr is None:
-        rows = rep.get("hangs", default=[])
-        fr = pd.DataFrame([r for r in rows if isinstance(r, dict)]) if rows else None
+        rows = rep.typed.hangs
+        fr = pd.DataFrame(rows) if rows else None
     if fr is None:
         if rep.schema_version < 2 and "hangs" in rep.summary:
             fr = pd.DataFrame()
@@ -59,16 +59,16 @@ def verdicts(ctx: PageContext) -> list:
 def inputs(ctx: PageContext) -> list:
     rep = ctx.report
     out = []
-    missing = rep.get("missing_ranks", default=[])
+    missing = rep.typed.missing_ranks
     if missing:
         out.append(Note("missing-ranks", "Ranks of the job without a usable trace: "
                         + ", ".join(map(str, missing)), warn=True))
-    problems = [str(p) for p in rep.get("problems", default=[])]
+    problems = rep.typed.problems
     if problems:
         out.append(Table("problems-table", ["input problem"], [[clip(p, 500)] for p in problems]))
     else:
         out.append(Note("problems-none", "No damaged, missing or refused input."))
-    notes = [str(n) for n in rep.get("notes", default=[])]
+    notes = rep.typed.notes
     if notes:
         out.append(Table("notes-table", ["what the analysis did"], [[clip(n, 500)] for n in notes]))
     return out

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from meshscope.analysis.report import reader
 
 from ..sections import Facts, Figure, Note, Section, Table, clip, evidence_text, fmt, \
     missing
@@ -34,59 +33,54 @@ COLOR_CHOICES = {"saving": "what-if saving (ms/step)", "compute": "compute (ms/s
 
 
 def header_facts(ctx: PageContext) -> Facts:
-    """What the run was (from summary.json)."""
+    """What the run was (from summary.json, through the typed reader)."""
     rep = ctx.report
-    run = rep.run
-    tp = rep.get("throughput", default={})
-    st = reader.step_time(rep.summary)
-    model = run.get("model") if isinstance(run.get("model"), dict) else {}
-    facts = [("layout", run.get("layout_str")), ("world size", run.get("world_size")),
-             ("schedule", run.get("schedule")), ("microbatches", run.get("microbatches")),
-             ("model", model.get("preset")), ("status", run.get("status")),
-             ("profiled steps", ", ".join(map(str, rep.steps)) or None),
-             ("device", rep.get("device")),
+    typed = rep.typed
+    st = typed.step_time
+    facts = [("layout", typed.run_fact("layout_str")),
+             ("world size", typed.run_fact("world_size")),
+             ("schedule", typed.run_fact("schedule")),
+             ("microbatches", typed.run_fact("microbatches")),
+             ("model", typed.model_preset), ("status", typed.status),
+             ("profiled steps", ", ".join(map(str, typed.steps)) or None),
+             ("device", typed.device),
              ("step time", st.text() if st.us is not None else None)]
     also = [f"{name} {v / 1e3:.2f} ms" for name, v in
             (("replayed", st.replayed_us), ("profiled window", st.window_us))
             if v is not None and name != st.short]
     if also:
         facts.append(("other step times", ", ".join(also)))
-    # tokens/s and MFU come from the step timers: shown only beside the timer's step time.
-    if isinstance(tp, dict) and st.source == "timer":
-        if isinstance(tp.get("tokens_per_s"), (int, float)):
-            facts.append(("tokens/s", f"{tp['tokens_per_s']:,.0f}"))
-        if isinstance(tp.get("mfu_pct"), (int, float)):
-            facts.append(("MFU", f"{tp['mfu_pct']:.1f}%"))
-    if not run:
+    # tokens/s and MFU come from the step timers: the reader gives them only beside the
+    # timer's step time.
+    if typed.tokens_per_s is not None:
+        facts.append(("tokens/s", f"{typed.tokens_per_s:,.0f}"))
+    if typed.mfu_pct is not None:
+        facts.append(("MFU", f"{typed.mfu_pct:.1f}%"))
+    if not typed.run:
         facts.append(("source", "a plain folder of traces (no run.json)"))
     return Facts("run-facts", [(k, v) for k, v in facts if v not in (None, "")])
 
 
 def input_warnings(ctx: PageContext) -> list:
-    rep = ctx.report
+    typed = ctx.report.typed
     out = []
-    if rep.get("missing_ranks"):
+    if typed.missing_ranks:
         out.append(Note("missing-ranks", "Missing ranks (no usable trace): "
-                        + ", ".join(map(str, rep.get("missing_ranks"))), warn=True))
-    problems = rep.get("problems", default=[])
-    if problems:
-        out.append(Note("problems", f"{len(problems)} input problem(s) — see the Health page: "
-                        + clip(problems[0], 200), warn=True))
+                        + ", ".join(map(str, typed.missing_ranks)), warn=True))
+    if typed.problems:
+        out.append(Note("problems", f"{len(typed.problems)} input problem(s) — see the Health "
+                        "page: " + clip(typed.problems[0], 200), warn=True))
     return out
 
 
 def metric(ctx: PageContext, key: str) -> dict[int, float]:
     """rank -> value (ms) of the mesh colouring ``key``; {} when the report lacks it."""
-    rep = ctx.report
+    cross = ctx.report.typed.cross_rank
     if key == "saving":
-        rows = rep.get("cross_rank", "rank_savings", default=[])
-        return {int(r["rank"]): r["saving_us"] / 1e3 for r in rows
-                if isinstance(r, dict) and isinstance(r.get("saving_us"), (int, float))}
+        return {r: v / 1e3 for r, v in cross.saving_of().items()}
     if key == "wait":
-        rows = rep.get("cross_rank", "rank_waits", default=[])
-        return {int(r["rank"]): r["wait_caused_us"] / 1e3 for r in rows
-                if isinstance(r, dict) and isinstance(r.get("wait_caused_us"), (int, float))}
-    means = per_rank_mean(rep)
+        return {r: v / 1e3 for r, v in cross.wait_caused_of().items()}
+    means = per_rank_mean(ctx.report)
     col = {"compute": "compute_us", "exposed": "exposed_comm_us", "bubble": "bubble_us",
            "idle": "idle_us"}[key]
     if means.empty or col not in means:
@@ -151,12 +145,12 @@ def mesh_figure(ctx: PageContext) -> go.Figure | None:
         # Savings diverge around zero (a negative saving: the step gets longer at the reference
         # pace), judged against the step so that a healthy run's few milliseconds of noise stay
         # pale; red only when the analysis names a straggler — no alarm colour without a finding.
-        step_us = reader.step_time(rep.summary).us
+        step_us = rep.typed.step_time.us
         top = max([abs(v) for v in values.values() if v is not None] + [0.0])
         lim = max(top, 0.1 * step_us / 1e3) if isinstance(step_us, (int, float)) and \
             step_us > 0 else max(top, 1e-3)
         scale = {"zmin": -lim, "zmax": lim, "zmid": 0.0}
-        named = isinstance(rep.get("cross_rank", "straggler"), dict)
+        named = rep.typed.straggler is not None
         colours = "RdBu_r" if named else [[0.0, "#4575b4"], [0.5, "#f7f7f7"],
                                           [1.0, "#7f7f7f"]]
     elif not any(v for v in values.values() if v is not None):
@@ -216,21 +210,16 @@ def breakdown_figure(ctx: PageContext) -> go.Figure | None:
 
 
 def findings_table(ctx: PageContext) -> Table | Note:
-    found = [f for f in ctx.report.get("findings", default=[]) if isinstance(f, dict)]
+    found = ctx.report.typed.findings
     if not found:
         return Note("findings-none", "No findings: nothing in this run stands out above "
                                      "its own noise.")
     rows = []
     for i, f in enumerate(found, 1):
-        cost = f.get("cost_us")
-        symptoms = f.get("symptoms") or []
-        rows.append([i, f.get("severity", ""), f.get("title", f.get("id", "")),
-                     f.get("dimension", ""),
-                     "—" if not isinstance(cost, (int, float)) else f"{cost / 1e3:.2f}",
-                     fmt(f.get("cost_pct"), 1), evidence_text(f.get("evidence")),
-                     f.get("remedy", ""),
-                     clip("; ".join(map(str, symptoms)), 300) if isinstance(symptoms, list)
-                     else clip(symptoms, 300)])
+        rows.append([i, f.severity, f.title, f.dimension or "",
+                     "—" if f.cost_us is None else f"{f.cost_us / 1e3:.2f}",
+                     fmt(f.cost_pct, 1), evidence_text(f.evidence), f.remedy,
+                     clip("; ".join(map(str, f.symptoms)), 300)])
     return Table("findings-table", ["#", "severity", "finding", "dim", "cost ms/step",
                                     "cost %", "evidence", "remedy", "explains"], rows,
                  caption="Cost: the step time fixing it would save (the analysis' what-if), "

@@ -18,7 +18,7 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from meshscope.analysis.report import reader
+from meshscope.analysis.report.reader import Stage
 
 from ..sections import Facts, Figure, Note, Section, Table, fmt, missing
 from .common import COLOURS, LAYOUT, PageContext, lanes_layout, pick_step, rank_label
@@ -90,19 +90,16 @@ def critical_table(ctx: PageContext, step: int) -> list:
                           "make the step as long as it is. The timeline page draws it.")]
 
 
-def bubble_rows(ctx: PageContext) -> list[dict]:
-    return [s for s in ctx.report.get("pipeline_stages", default=[]) if isinstance(s, dict)
-            and "stage" in s]
+def bubble_rows(ctx: PageContext) -> list[Stage]:
+    return ctx.report.typed.pipeline_stages
 
 
-def bubble_table(rows: list[dict]) -> Table:
+def bubble_table(rows: list[Stage]) -> Table:
     body = []
     for s in rows:
-        meas, theory = s.get("bubble_fraction"), s.get("theory_fraction")
-        rep = s.get("replayed_bubble_fraction")
-        ratio = meas / theory if isinstance(meas, (int, float)) and isinstance(
-            theory, (int, float)) and theory > 0 else None
-        body.append([s["stage"], ", ".join(map(str, s.get("ranks") or [])),
+        meas, theory, rep = s.bubble_fraction, s.theory_fraction, s.replayed_bubble_fraction
+        ratio = meas / theory if meas is not None and theory else None
+        body.append([s.stage, ", ".join(map(str, s.ranks)),
                      fmt(None if meas is None else 100 * meas, 1, " %"),
                      fmt(None if rep is None else 100 * rep, 1, " %"),
                      fmt(None if theory is None else 100 * theory, 1, " %"),
@@ -115,13 +112,13 @@ def bubble_table(rows: list[dict]) -> Table:
                          "closed form, e.g. (p−1)/(m+p−1) for 1F1B.")
 
 
-def bubble_figure(rows: list[dict]) -> go.Figure:
+def bubble_figure(rows: list[Stage]) -> go.Figure:
     fig = go.Figure()
-    x = [f"stage {s['stage']}" for s in rows]
+    x = [f"stage {s.stage}" for s in rows]
     for key, name, colour in (("bubble_fraction", "measured", "#E45756"),
                               ("replayed_bubble_fraction", "replayed", "#F2CF5B"),
                               ("theory_fraction", "theory", "#4C78A8")):
-        ys = [100 * s[key] if isinstance(s.get(key), (int, float)) else None for s in rows]
+        ys = [None if getattr(s, key) is None else 100 * getattr(s, key) for s in rows]
         if any(y is not None for y in ys):
             fig.add_bar(name=name, x=x, y=ys, marker_color=colour,
                         hovertemplate=f"%{{x}} {name}: %{{y:.1f}}%<extra></extra>")
@@ -136,7 +133,8 @@ def imbalance(ctx: PageContext) -> list:
     (``stage_imbalance.parquet``) — and replayed with the straggler at its peers' pace (the
     stage-imbalance finding's measure, ``crossrank/whatif.py``)."""
     tab = ctx.report.table("stage_imbalance")
-    measured, corrected = reader.stage_imbalance(ctx.report.summary)
+    typed = ctx.report.typed
+    measured, corrected = typed.stage_imbalance_measured, typed.stage_imbalance_without_straggler
     if measured is None and tab is not None and len(tab) >= 2 and "ratio_to_mean" in tab:
         slowest = tab.loc[tab["compute_per_mb_us"].idxmax()]
         measured = {"max_over_mean": float(tab["ratio_to_mean"].max()),
@@ -176,8 +174,7 @@ def phases(ctx: PageContext, step: int) -> list:
 
 def sections(ctx: PageContext) -> list[Section]:
     rows = bubble_rows(ctx)
-    run = ctx.report.run
-    pp = (run.get("layout") or {}).get("pp") if isinstance(run.get("layout"), dict) else None
+    pp = ctx.report.run_info.size("pp") if ctx.report.run_info is not None else None
     if not rows and not (isinstance(pp, int) and pp > 1):
         return [Section("Pipeline", [Note("pipeline-none", "No pipeline parallelism in this "
                                           "run: no schedule, no bubble to compare with "

@@ -19,28 +19,24 @@ import plotly.graph_objects as go
 from meshscope.analysis.records import steps as step_records
 
 from ..sections import Facts, Figure, Note, Section, Table, clip, evidence_text, missing
-from .common import LAYOUT, PageContext, rank_label, straggler_text
+from .common import COLOURS, LAYOUT, PageContext, rank_label, straggler_text
 
 MAX_SKEW_BARS = 200
 
 
 def verdict(ctx: PageContext) -> list:
-    rep = ctx.report
-    s = rep.get("cross_rank", "straggler")
-    line = straggler_text(rep)
+    cross = ctx.report.typed.cross_rank
+    line = straggler_text(ctx.report)
     out = [Note("straggler-verdict", line, warn=True) if line else
            Note("straggler-verdict", "No straggler: no rank's work stands out above the "
                 "run's step-to-step noise.")]
-    if isinstance(s, dict):
-        out.append(Note("straggler-evidence", evidence_text(
-            {k: v for k, v in s.items() if not isinstance(v, (dict, list))})))
-    why = rep.get("cross_rank", "why_not", default=[])
-    if why:
+    if cross.straggler is not None:
+        out.append(Note("straggler-evidence", evidence_text(cross.straggler.evidence)))
+    if cross.why_not:
         out.append(Note("crossrank-why-not", "Cross-rank figures were not computed: "
-                        + clip("; ".join(map(str, why)), 400), warn=True))
-    noise = rep.get("cross_rank", "noise_us")
-    if isinstance(noise, (int, float)):
-        out.append(Facts("noise", [("step-to-step noise", f"{noise / 1e3:.2f} ms")]))
+                        + clip("; ".join(cross.why_not), 400), warn=True))
+    if cross.noise_us is not None:
+        out.append(Facts("noise", [("step-to-step noise", f"{cross.noise_us / 1e3:.2f} ms")]))
     return out
 
 
@@ -50,7 +46,7 @@ def heatmap_figure(ctx: PageContext) -> go.Figure | None:
     hm = ctx.report.table("step_heatmap")
     if hm is None or hm.empty or not {"rank", "step", "wall_time_us"} <= set(hm.columns):
         return None
-    warm = set(ctx.report.get("warmup_steps", default=[]))
+    warm = set(ctx.report.typed.warmup_steps)
     hm = hm.assign(warmup=(hm["warmup"].astype(bool) if "warmup" in hm else False)
                    | hm["step"].isin(warm),
                    profiled=hm["profiled"].astype(bool) if "profiled" in hm else False,
@@ -84,17 +80,27 @@ def heatmap_figure(ctx: PageContext) -> go.Figure | None:
 
 
 def saving_figure(ctx: PageContext) -> go.Figure | None:
-    rows = [r for r in ctx.report.get("cross_rank", "rank_savings", default=[])
-            if isinstance(r, dict) and isinstance(r.get("saving_us"), (int, float))]
+    """Each rank's what-if saving, on a scale centred on zero: a negative saving (the step
+    gets longer with that rank at its reference pace) is blue below the axis, never alarm red;
+    red is kept for the named straggler, grey for savings no finding stands behind."""
+    typed = ctx.report.typed
+    rows = [r for r in typed.cross_rank.rank_savings if r.saving_us is not None]
     if not rows:
         return None
-    rows.sort(key=lambda r: r["rank"])
-    fig = go.Figure(go.Bar(x=[rank_label(r["rank"], ctx.report) for r in rows],
-                           y=[r["saving_us"] / 1e3 for r in rows], marker_color="#E45756",
-                           customdata=[r.get("reference") or "" for r in rows],
+    named = typed.straggler.rank if typed.straggler is not None else None
+    ys = [r.saving_us / 1e3 for r in rows]
+    colours = [COLOURS["saving negative"] if y < 0 else
+               COLOURS["saving straggler"] if r.rank == named else COLOURS["saving"]
+               for r, y in zip(rows, ys)]
+    fig = go.Figure(go.Bar(x=[rank_label(r.rank, ctx.report) for r in rows], y=ys,
+                           marker_color=colours,
+                           customdata=[r.reference or "" for r in rows],
                            hovertemplate="%{x}: saves %{y:.2f} ms/step against "
                                          "%{customdata}<extra></extra>"))
-    fig.update_layout(**LAYOUT, height=340, yaxis_title="ms per step",
+    top = max(abs(y) for y in ys) or 1.0
+    fig.add_hline(y=0, line_color="#333", line_width=1)
+    fig.update_layout(**LAYOUT, height=340, yaxis_title="ms per step (below 0: slower)",
+                      yaxis_range=[-1.1 * top, 1.1 * top],
                       title="What-if saving: the step time saved with that rank at its "
                             "reference pace", xaxis={"type": "category"})
     return fig
@@ -107,8 +113,8 @@ def waits_figure(ctx: PageContext) -> go.Figure | None:
     w = w.sort_values("rank")
     x = [rank_label(int(r), ctx.report) for r in w["rank"]]
     fig = go.Figure()
-    for col, name, colour in (("wait_us", "waited", "#BAB0AC"),
-                              ("wait_caused_us", "made others wait", "#E45756")):
+    for col, name, colour in (("wait_us", "waited", COLOURS["wait"]),
+                              ("wait_caused_us", "made others wait", "#F58518")):
         if col in w:
             fig.add_bar(name=name, x=x, y=(w[col] / 1e3).round(3).tolist(),
                         marker_color=colour)
