@@ -55,3 +55,47 @@ def test_dask_engine_gives_the_local_report(which, synthetic16, tmp_path):
     dask = analyze(run, engine="dask", workers=2)
     _same(local, dask)
     assert local.straggler is not None
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A Dask cluster started before any budget is set, as a cluster already running
+    elsewhere would be: its workers inherit nothing from the command that submits to it."""
+    from dask.distributed import LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=None, silence_logs=50) as c:
+        yield c
+
+
+def test_budgets_reach_the_dask_workers(cluster, tmp_path):
+    """``meshscope analyze --max-events`` with a rank over the budget (rank 3's events
+    doubled: about 35,000; the others about 17,000, under 25,000): on the Dask cluster, as
+    on the local engine, that rank is named with the budget and its flag, the command goes
+    on with the other three, and the two reports agree."""
+    import json
+    import os
+
+    from conftest import meshscope
+    from damage_corpus import copy_sample, edit_trace
+
+    for var in ("MESHSCOPE_MAX_EVENTS", "MESHSCOPE_MAX_TRACE_BYTES"):
+        assert var not in os.environ
+    run = copy_sample(tmp_path / "run")
+    edit_trace(run, 3, lambda doc: doc["traceEvents"].extend(list(doc["traceEvents"])))
+    summaries = {}
+    for engine, extra in (("local", ()), ("dask", ("--scheduler", cluster.scheduler_address))):
+        proc = meshscope("analyze", run, "--no-cache", "--json", "--out", tmp_path / engine,
+                         "--max-events", "25000", "--engine", engine, *extra)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert "Traceback" not in proc.stderr
+        summaries[engine] = json.loads(proc.stdout)
+    for engine, summary in summaries.items():
+        refused = [p for p in summary["problems"] if "rank3.json.gz" in p]
+        assert len(refused) == 1, (engine, summary["problems"])
+        assert "budget 25,000" in refused[0] and "--max-events" in refused[0], refused
+        assert summary["ranks"] == [0, 1, 2], (engine, summary["ranks"])
+    local, dask = summaries["local"], summaries["dask"]
+    for key in ("generated", "source"):
+        local.pop(key, None), dask.pop(key, None)
+    assert local == dask

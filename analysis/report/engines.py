@@ -15,19 +15,42 @@ travel to the cross-rank stage. ``map_ranks(files, fn, job, engine=...)`` yields
   machine that runs ``meshscope analyze``. Results come back per rank, small (timeline interval
   sets, the operations the trace shows) — the same objects the local engine returns, so the
   report is the same number for number (``tests/test_engines.py``).
+
+The reading budgets (``--max-trace-bytes``, ``--max-events``, … ``analysis/ingest/budgets.py``)
+hold on either engine. The command sets them as environment variables of its own process
+(``budgets.ENV``); a Dask worker is another process, started before the command ran and
+perhaps on another machine, so each task carries the submitting process' values of every
+``budgets.ENV`` variable and sets them in its worker before it reads its trace (the local
+pool does the same for its fork server's workers). A rank past a budget comes back as its
+one-line problem, as with the local engine, and the other ranks go on. Whatever else the
+per-rank work needs travels inside ``job``, pickled to the workers with it.
 """
 from __future__ import annotations
 
 import pathlib
 from typing import Iterator
 
+import os
+
 from meshscope.analysis.errors import InputError
-from meshscope.analysis.ingest import pool
+from meshscope.analysis.ingest import budgets, pool
 
 ENGINES = ("local", "dask")
 
 
-def _call(fn, path, job):
+def budget_env() -> dict[str, str | None]:
+    """This process' value of every reading-budget variable (None: unset, the default)."""
+    return {var: os.environ.get(var) for var in budgets.ENV.values()}
+
+
+def _call(fn, path, job, env: dict[str, str | None] | None = None):
+    """One Dask task: the submitter's budgets (``env``) set in this worker, then
+    ``fn(path, *job)``, or the one-line problem of an ``InputError``."""
+    for var, value in (env or {}).items():
+        if value is None:
+            os.environ.pop(var, None)
+        else:
+            os.environ[var] = value
     try:
         return fn(path, *job)
     except InputError as e:
@@ -67,7 +90,8 @@ def _dask(files, fn, job, scheduler, workers, progress):
             from None
     try:
         n = len(files)
-        futures = client.map(_call, [fn] * n, list(files), [job] * n, pure=False)
+        env = budget_env()
+        futures = client.map(_call, [fn] * n, list(files), [job] * n, [env] * n, pure=False)
         with Progress(n, f"per-rank work (Dask, {len(client.scheduler_info()['workers'])} "
                          f"workers)", enabled=progress) as bar:
             for f, future in zip(files, futures):
