@@ -41,7 +41,10 @@ predicted              the planner's numbers for the same layout (``Predicted``)
 ====================== =====================================================================
 
 ``Comparison.rows`` are ranked by measured step time (fastest first; rows without one last);
-``winner`` is the first row; ``explanations`` are sentences on what each other row loses
+``winner`` is the first row; ``ties`` the other rows whose step time is within ``TIE_REL``
+(0.5%) of the winner's — a tie, not a loss: 914.78 and 915.01 ms are the same step time on a
+machine whose steps vary by more than that (``tied``, ``worse_end``; the terminal table marks
+them ``=``, the dashboard leaves them unmarked); ``explanations`` are sentences on what each other row loses
 against the winner, from the rows' terms and their reports' findings; ``failed`` lists runs of a
 sweep that failed or have not run (with their error).
 """
@@ -65,6 +68,29 @@ from meshscope.collectors.run_info import RunInfo, read_run_info
 
 DIMS = ("dp", "tp", "pp", "cp", "ep", "ep_replica", "unknown")
 TOP_FINDINGS = 3
+#: Two figures within this fraction of each other are a tie (docs/dashboard.md, compare):
+#: below the step-to-step noise of every run we measured (1–5% on the shared CPU runners).
+TIE_REL = 0.005
+
+
+def tied(a: float, b: float, rel: float = TIE_REL) -> bool:
+    """Whether ``a`` and ``b`` are the same figure within ``rel`` of the larger."""
+    return abs(a - b) <= rel * max(abs(a), abs(b))
+
+
+def worse_end(values, better: str, rel: float = TIE_REL) -> set[int]:
+    """Indices of ``values`` at the worse end of a row (``better`` "low" or "high"): every
+    value tied with the worst; none when the best and the worst tie, or fewer than two values
+    are known (None and text are left out)."""
+    known = [(float(v), j) for j, v in enumerate(values)
+             if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)]
+    if len(known) < 2 or better not in ("low", "high"):
+        return set()
+    lo, hi = min(v for v, _ in known), max(v for v, _ in known)
+    if tied(lo, hi, rel):
+        return set()
+    worst = hi if better == "low" else lo
+    return {j for v, j in known if tied(v, worst, rel)}
 
 
 class CompareError(ValueError):
@@ -143,11 +169,19 @@ class Comparison:
     rank_correlation: float | None = None     # Spearman, predicted vs measured step time
     notes: list[str] = dataclasses.field(default_factory=list)
 
+    @property
+    def ties(self) -> list[RunRow]:
+        """The rows other than the winner whose step time ties with the winner's."""
+        w = self.winner
+        return [r for r in self.rows if w is not None and r is not w
+                and r.step_time_us is not None and tied(r.step_time_us, w.step_time_us)]
+
     def to_dict(self) -> dict:
         """JSON-safe: what ``meshscope compare --json`` prints (NaN → null)."""
         return _clean({
             "kind": "meshscope-comparison", "source": self.source,
             "winner": self.winner.name if self.winner else None,
+            "tied_with_winner": [r.name for r in self.ties], "tie_rel": TIE_REL,
             "rows": [dataclasses.asdict(r) for r in self.rows],
             "explanations": self.explanations,
             "failed": [dataclasses.asdict(f) for f in self.failed],
@@ -157,7 +191,8 @@ class Comparison:
         dims = sorted({d for r in self.rows for d in (*r.exposed_comm_us, *r.comm_bytes)},
                       key=lambda d: DIMS.index(d) if d in DIMS else 99)
         return (["rank", "name", "layout", "ranks", "schedule", "microbatches", "dp_mode",
-                 "step_time_us", "step_time_source", "tokens_per_s", "mfu_pct", "compute_us"]
+                 "step_time_us", "step_time_source", "tied_with_winner", "tokens_per_s",
+                 "mfu_pct", "compute_us"]
                 + [f"exposed_comm_{d}_us" for d in dims]
                 + ["bubble_fraction", "theory_bubble_fraction", "bandwidth_efficiency",
                    "peak_memory_bytes"] + [f"comm_{d}_bytes" for d in dims]
@@ -168,6 +203,7 @@ class Comparison:
         buf = io.StringIO()
         w = csv.DictWriter(buf, fieldnames=cols, lineterminator="\n")
         w.writeheader()
+        ties = self.ties
         for i, r in enumerate(self.rows, 1):
             d = {"rank": i, **{k: getattr(r, k) for k in cols if hasattr(r, k)}}
             for c in cols:
@@ -179,6 +215,7 @@ class Comparison:
             d["predicted_peak_memory_bytes"] = r.predicted.peak_memory_bytes \
                 if r.predicted else None
             d["top_finding"] = r.findings[0].id if r.findings else None
+            d["tied_with_winner"] = "yes" if r in ties else ""
             w.writerow({k: ("" if v is None or (isinstance(v, float) and math.isnan(v))
                             else v) for k, v in d.items()})
         return buf.getvalue()
@@ -511,6 +548,10 @@ def compare(paths, *, planner=None) -> Comparison:
     pairs = [(r.predicted.step_time_us, r.step_time_us) for r in rows
              if r.predicted and r.predicted.step_time_us and r.step_time_us]
     rho = spearman([a for a, _ in pairs], [b for _, b in pairs])
+    sizes = sorted({r.ranks for r in rows})
+    if len(sizes) > 1:
+        notes.append("these runs have different world sizes (" + ", ".join(map(str, sizes))
+                     + " ranks): their step times compare layouts on different machines")
     if any(r.report_schema == 1 for r in rows):
         notes.append("some reports are schema 1: step time and tokens/s come from the step "
                      "timers (re-run `meshscope analyze` for schema 2)")
@@ -558,6 +599,10 @@ def _ms(us: float) -> str:
     return f"{us / 1000:.1f} ms"
 
 
+def _ms2(us: float) -> str:
+    return f"{us / 1000:.2f} ms"
+
+
 def _more_microbatches(row: RunRow) -> tuple[int, float] | None:
     """A microbatch count ≥ 2m that the global batch allows, and its closed-form bubble."""
     from meshscope.parallel.plan import theory_fraction
@@ -599,6 +644,11 @@ def explain(rows: list[RunRow], winner: RunRow | None) -> list[str]:
     base = _terms(winner)
     for r in rows:
         if r is winner or r.step_time_us is None:
+            continue
+        if tied(r.step_time_us, winner.step_time_us):
+            out.append(f"{name[id(r)]} ties with {name[id(winner)]} "
+                       f"({_ms2(r.step_time_us)} vs {_ms2(winner.step_time_us)} per step, "
+                       f"within {TIE_REL:.1%}).")
             continue
         ratio = r.step_time_us / winner.step_time_us
         terms = _terms(r)
@@ -662,11 +712,13 @@ def render(c: Comparison, detail: bool = False) -> str:
             f"{'compute':>8} " + " ".join(f"{'exp ' + d:>8}" for d in dims)
             + f" {'bubble':>6} {'bw eff':>6} {'peak MB':>8} {'plan MB':>8}")
     lines = [head]
+    ties = c.ties
     for i, r in enumerate(c.rows, 1):
         pred = r.predicted
+        place = "1=" if r in ties else f"{i:>2}"
         bubble = r.bubble_fraction * 100 if r.bubble_fraction is not None else None
         lines.append(" ".join([
-            f"{i:>2}", f"{r.name[:26]:<26}", f"{r.ranks:>5}",
+            f"{place:>2}", f"{r.name[:26]:<26}", f"{r.ranks:>5}",
             _cell(r.step_time_us, 9, ".1f", 1e3) + ("" if r.step_time_source in (None, "timer")
                                                     else "*"),
             _cell(pred.step_time_us if pred else None, 8, ".1f", 1e3),
@@ -678,8 +730,11 @@ def render(c: Comparison, detail: bool = False) -> str:
             _cell(pred.peak_memory_bytes if pred else None, 8, ".1f", 1e6)]))
         if detail:
             lines += _beside(r)
-    lines.append("(times per step in ms; exp = exposed communication; plan = the planner's "
-                 "prediction; peak MB = the step timers' peak: CPU resident set)")
+    lines.append("(times per step in ms; ranks = world size; exp = exposed communication; "
+                 "plan = the planner's prediction; peak MB = the step timers' peak: CPU "
+                 "resident set)")
+    if ties:
+        lines.append(f"(1= : a step time within {TIE_REL:.1%} of the winner's, a tie)")
     lines.append(f"(step ms = {STEP_TIME_SOURCES['timer']}"
                  + ("; * = a run without step timers: "
                     + ", ".join(sorted({STEP_TIME_SOURCES[r.step_time_source] for r in c.rows

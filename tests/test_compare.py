@@ -10,7 +10,10 @@ import pandas as pd
 import pytest
 
 from conftest import ROOT, meshscope
-from meshscope.analysis.compare import CompareError, compare, spearman
+import dataclasses
+
+from meshscope.analysis.compare import (TIE_REL, CompareError, Comparison, compare, explain,
+                                    render, spearman, tied, worse_end)
 from meshscope.parallel.plan import theory_fraction
 from meshscope.parallel.throughput import step_table
 
@@ -111,11 +114,11 @@ def test_json_and_csv_for_scripts(tmp_path, comparison):
     assert "wins" in proc.stdout and all(r in proc.stdout for r in RUNS)
 
 
-def test_the_dashboard_page_reads_compare_json(comparison):
-    """dashboard/pages/compare.py turns `Comparison.to_dict()` into its table: one column per
+def test_the_dashboard_page_reads_the_comparison(comparison):
+    """dashboard/pages/compare.py turns the `Comparison` into its table: one column per
     run in ranked order, the step times of the rows."""
     from meshscope.dashboard.pages.compare import comparison_rows
-    names, figures = comparison_rows(json.loads(json.dumps(comparison.to_dict())))
+    names, figures = comparison_rows(comparison)
     assert names == [r.name for r in comparison.rows]
     step = dict((f[0], f[1]) for f in figures)["step time (ms)"]
     assert step == pytest.approx([r.step_time_us / 1e3 for r in comparison.rows])
@@ -136,3 +139,54 @@ def test_spearman_on_known_rankings():
     assert spearman([1, 2, 3, 4], [40, 30, 20, 10]) == pytest.approx(-1.0)
     assert spearman([1, 2, 3], [1, 3, 2]) == pytest.approx(0.5)
     assert spearman([1], [2]) is None
+
+
+def test_ties_are_ties_not_losses():
+    """914.78 vs 915.01 ms is 0.025% apart: a tie (TIE_REL = 0.5%), in the worse-end marks,
+    the sentences and the terminal table; 1% apart is not."""
+    assert TIE_REL == 0.005
+    assert tied(914.78, 915.01) and not tied(914.78, 924.0)
+    assert worse_end([914.78, 915.01], "low") == set()
+    assert worse_end([914.78, 915.01, 990.0], "low") == {2}
+    assert worse_end([914.78, 990.0, 989.5], "low") == {1, 2}      # both at the worse end
+    assert worse_end([10.0, 12.0, None, "x"], "high") == {0}
+    assert worse_end([1.0, 2.0], "info") == set()
+
+
+def test_a_tied_run_is_named_as_a_tie_everywhere():
+    """Two real rows whose step times are set 0.23 ms apart (914.78 and 915.01 ms), and a third
+    10% slower: the sentence, --json, --csv and the table call the second a tie."""
+    real = compare([SAMPLES / "dp4-ddp", SAMPLES / "dp2-pp2-1f1b", SAMPLES / "dp2-ep2-moe"])
+    a, b, c = (dataclasses.replace(r, step_time_us=t) for r, t in
+               zip(real.rows, (914780.0, 915010.0, 1006500.0)))
+    comp = Comparison(rows=[a, b, c], winner=a, explanations=explain([a, b, c], a))
+    assert comp.ties == [b]
+    assert comp.explanations[1] == (f"{b.label} ties with {a.label} (915.01 ms vs 914.78 ms per "
+                                    "step, within 0.5%).")
+    assert "slower than" in comp.explanations[2]
+    assert comp.to_dict()["tied_with_winner"] == [b.name]
+    rows = list(csv.DictReader(io.StringIO(comp.to_csv())))
+    assert [r["tied_with_winner"] for r in rows] == ["", "yes", ""]
+    lines = render(comp).splitlines()
+    assert lines[2].split()[0] == "1=" and lines[1].split()[0] == "1" \
+        and lines[3].split()[0] == "3"
+
+
+def test_world_size_is_a_column_and_a_note_when_it_differs(tmp_path):
+    """dp2-ep2-moe runs on 2 ranks, dp4-ddp on 4: the terminal table's `ranks` column, the CSV's
+    `ranks`, the page's "ranks (world size)" row, and a note."""
+    from meshscope.dashboard.pages.compare import comparison_rows
+    c = compare([SAMPLES / "dp4-ddp", SAMPLES / "dp2-ep2-moe"])
+    sizes = {r.name: r.ranks for r in c.rows}
+    assert sizes == {"dp4-ddp": 4, "dp2-ep2-moe": 2}
+    table = render(c).splitlines()
+    assert table[0].split()[2] == "ranks"
+    for line in table[1:3]:
+        name, ranks = line.split()[1:3]
+        assert int(ranks) == sizes[name]
+    rows = list(csv.DictReader(io.StringIO(c.to_csv())))
+    assert {r["name"]: int(r["ranks"]) for r in rows} == sizes
+    names, figures = comparison_rows(c)
+    world = dict((f[0], f[1]) for f in figures)["ranks (world size)"]
+    assert dict(zip(names, world)) == sizes
+    assert any("different world sizes (2, 4 ranks)" in n for n in c.notes)

@@ -71,7 +71,7 @@ def test_the_slow_rank_sample_shows_one_step_time_everywhere(index):
     mine = next(r for r in c.rows if r.name == SLOW)
     assert mine.step_time_us == pytest.approx(s["step_time_us"])
     assert mine.step_time_source == "timer"
-    names, rows = compare_page.comparison_rows(json.loads(json.dumps(c.to_dict())))
+    names, rows = compare_page.comparison_rows(c)
     figures = {label: vals for label, vals, _ in rows}
     assert figures["step time (ms)"][names.index(SLOW)] == pytest.approx(ms)
     assert figures["ranks (world size)"][names.index(SLOW)] == 4
@@ -150,3 +150,135 @@ def test_the_typed_summary_reads_a_schema_2_document():
     typed = reader.read_summary(old)
     assert (typed.step_time.us, typed.step_time.source) == (307829.0, "replayed")
     assert typed.tokens_per_s is None and [f.id for f in typed.findings] == ["straggler"]
+
+
+# -- every other quantity of the slow-rank sample: one value in every place ----------------
+
+def _static_figure(html: str, div_id: str) -> list[dict]:
+    """The traces of figure ``div_id`` as the static report embeds them (plotly's own
+    ``Plotly.newPlot("id", [traces], …)``), decoded from the file's JSON."""
+    import re
+    m = re.search(r'Plotly\.newPlot\(\s*"%s",\s*' % re.escape(div_id), html)
+    assert m, f"no figure {div_id} in the static report"
+    data, _ = json.JSONDecoder().raw_decode(html, m.end())
+    return data
+
+
+def _cli_rank_row(out: str, rank: int) -> list[float]:
+    """The CLI's per-rank table row of ``rank``: window, compute, comm, overlapped, exposed,
+    bubble, idle (ms), overlap %."""
+    head = out.index("Per rank, mean over profiled steps (ms):")
+    for line in out[head:].splitlines()[2:]:
+        cells = line.split()
+        if cells and cells[0] == str(rank):
+            return [float(c) for c in cells[1:]]
+    raise AssertionError(f"rank {rank} not in the CLI table")
+
+
+@pytest.fixture(scope="module")
+def slow(index):
+    """The slow-rank sample in every place a reader meets it: summary.json, the CLI text, the
+    overview and stragglers pages' items and figures, the static report, compare and its
+    page."""
+    s = _summary(SLOW)
+    report = open_report(index.get(SLOW))
+    c = compare_mod.compare([SAMPLES / SLOW, SAMPLES / "dp4-ddp"])
+    return {"summary": s, "cli": text.render(s),
+            "overview": _items(index, SLOW, "overview"),
+            "stragglers": _items(index, SLOW, "stragglers"),
+            "static": render_html(report), "compare": c,
+            "compare_table": compare_page.comparison_rows(c)}
+
+
+def test_compute_is_one_number_everywhere(slow):
+    """Each rank's compute (all of it) and the bar's compute without the overlapped
+    communication: the CLI, summary.json, the overview's figure data (dashboard and static
+    report), and compare's mean over ranks (its table and its bars)."""
+    s = slow["summary"]
+    fig = slow["overview"]["breakdown-graph"].figure
+    bar = next(t for t in fig.data if t.name == "compute without overlapped comm")
+    static = next(t for t in _static_figure(slow["static"], "breakdown-graph")
+                  if t["name"] == "compute without overlapped comm")
+    for r in s["per_rank_mean"]:
+        i = list(bar.customdata).index(r["rank"])
+        assert _cli_rank_row(slow["cli"], r["rank"])[1] == pytest.approx(r["compute_us"] / 1e3,
+                                                                       abs=0.005)
+        assert f"compute (all): {r['compute_us'] / 1e3:.2f} ms" in bar.hovertext[i]
+        assert static["hovertext"][i] == bar.hovertext[i]
+        without = (r["compute_us"] - r["overlapped_comm_us"]) / 1e3
+        assert bar.y[i] == pytest.approx(without, abs=1e-3) == static["y"][i]
+    mean_ms = sum(r["compute_us"] for r in s["per_rank_mean"]) / len(s["per_rank_mean"]) / 1e3
+    row = next(r for r in slow["compare"].rows if r.name == SLOW)
+    assert row.compute_us / 1e3 == pytest.approx(mean_ms)
+    names, rows = slow["compare_table"]
+    table = dict((label, vals) for label, vals, _ in rows)
+    assert table["compute (ms, mean over ranks)"][names.index(SLOW)] == pytest.approx(mean_ms)
+    bars = compare_page.compare_figure(names, rows)
+    compute_bar = next(t for t in bars.data if t.name == "compute")
+    assert compute_bar.y[names.index(SLOW)] == pytest.approx(mean_ms, abs=0.005)
+
+
+def test_exposed_communication_is_one_number_everywhere(slow):
+    """Exposed communication per rank (CLI, summary, the overview's stacked segments in the
+    dashboard and the static report) and its mean over ranks (compare, its page's table and
+    bars)."""
+    s = slow["summary"]
+    fig = slow["overview"]["breakdown-graph"].figure
+    exposed = [t for t in fig.data if t.name.startswith("exposed")]
+    static = [t for t in _static_figure(slow["static"], "breakdown-graph")
+              if t["name"].startswith("exposed")]
+    assert [t.name for t in exposed] == [t["name"] for t in static] and exposed
+    ranks = list(fig.data[0].customdata)
+    for r in s["per_rank_mean"]:
+        i = ranks.index(r["rank"])
+        cli = _cli_rank_row(slow["cli"], r["rank"])[4]
+        assert cli == pytest.approx(r["exposed_comm_us"] / 1e3, abs=0.005)
+        assert sum(t.y[i] for t in exposed) == pytest.approx(r["exposed_comm_us"] / 1e3,
+                                                             abs=1e-3)
+        assert sum(t["y"][i] for t in static) == pytest.approx(r["exposed_comm_us"] / 1e3,
+                                                               abs=1e-3)
+    mean_ms = sum(r["exposed_comm_us"] for r in s["per_rank_mean"]) / len(s["per_rank_mean"]) / 1e3
+    row = next(r for r in slow["compare"].rows if r.name == SLOW)
+    assert row.exposed_total_us / 1e3 == pytest.approx(mean_ms)
+    names, rows = slow["compare_table"]
+    table = dict((label, vals) for label, vals, _ in rows)
+    assert table["exposed comm (ms)"][names.index(SLOW)] == pytest.approx(mean_ms)
+    bar = next(t for t in compare_page.compare_figure(names, rows).data
+               if t.name == "exposed comm")
+    assert bar.y[names.index(SLOW)] == pytest.approx(mean_ms, abs=0.005)
+
+
+def test_the_top_findings_cost_is_one_number_everywhere(slow):
+    """The top finding (the straggler, rank 1) and its cost: summary.json's cost, the
+    straggler's what-if saving, the CLI's finding line, the overview's findings table, the
+    stragglers page's saving bar (dashboard and static report) and compare's top finding."""
+    s = slow["summary"]
+    top = s["findings"][0]
+    straggler = s["cross_rank"]["straggler"]
+    assert top["id"] == "straggler" and top["cost_us"] == straggler["saving_us"]
+    ms, pct = top["cost_us"] / 1e3, top["cost_pct"]
+    assert f"1. [{top['severity']}] {top['title']} — costs {ms:.1f} ms/step ({pct:.1f}%)" \
+        in slow["cli"]
+    table = slow["overview"]["findings-table"]
+    first = dict(zip(table.columns, table.rows[0]))
+    assert first["cost ms/step"] == f"{ms:.2f}" and first["cost %"] == f"{pct:.1f}"
+    static_table = slow["static"].split('id="findings-table"')[1].split("</table>")[0]
+    first_row = static_table.split("<tbody>")[1].split("</tr>")[0]
+    assert f">{ms:.2f}</td>" in first_row and f">{pct:.1f}</td>" in first_row
+    bar = slow["stragglers"]["saving-graph"].figure.data[0]
+    i = [x.split()[1] for x in bar.x].index(str(straggler["rank"]))
+    assert bar.y[i] == pytest.approx(ms)
+    static = _static_figure(slow["static"], "saving-graph")[0]
+    assert static["y"][i] == pytest.approx(ms)
+    row = next(r for r in slow["compare"].rows if r.name == SLOW)
+    assert (row.findings[0].id, row.findings[0].cost_pct) == ("straggler", pct)
+    names, rows = slow["compare_table"]
+    assert dict((label, vals) for label, vals, _ in rows)["top finding"][names.index(SLOW)] \
+        == top["title"]
+
+
+def test_stage_imbalance_reads_the_same_in_the_static_report(slow):
+    measured, corrected = reader.stage_imbalance(slow["summary"])
+    html = slow["static"]
+    assert f"{measured['max_over_mean']:.3f} (stage {measured['slowest_stage']})" in html
+    assert f"{corrected['max_over_mean']:.3f} (stage {corrected['slowest_stage']})" in html

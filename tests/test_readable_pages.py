@@ -83,10 +83,13 @@ def test_rank_in_the_url_marks_its_lane_on_the_timeline():
 
 
 def test_compare_leaves_ties_unmarked():
+    """Equal values and values within 0.5% (914.78 vs 915.01 ms) are ties: not marked."""
     table = compare._table(["a", "b", "c"], [("tie", [1.0, 1.0, 1.0], "low"),
                                               ("one worse", [1.0, 2.0, 2.0], "low"),
-                                              ("world", [4, 2, 4], "info")])
-    assert table.highlight == frozenset({(1, 2), (1, 3)})
+                                              ("world", [4, 2, 4], "info"),
+                                              ("near tie", [914.78, 915.01, 914.9], "low"),
+                                              ("higher is better", [10.0, 9.0, 10.02], "high")])
+    assert table.highlight == frozenset({(1, 2), (1, 3), (4, 2)})
 
 
 def test_the_static_report_carries_every_profiled_step_and_no_server_instruction():

@@ -21,7 +21,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from ..sections import Figure, Note, Section, Table, missing
-from .common import LAYOUT, PageContext
+from .common import COLOURS, LAYOUT, PageContext
 
 TOP = 12
 
@@ -75,10 +75,12 @@ def transfer_wait_figure(ops: pd.DataFrame) -> go.Figure | None:
     g = g.sort_values("transfer_us", key=lambda s: -(s + g["wait_us"])).head(3 * TOP)
     x = [f"{r.dim} {r.op} [{r.group}]" for r in g.itertuples()]
     fig = go.Figure()
+    # Transfer in the communication colour, waiting in the timeline's "wait" colour: one
+    # colour per meaning on every page (common.COLOURS).
     fig.add_bar(name="transfer", x=x, y=(g["transfer_us"] / 1e3).round(3).tolist(),
-                marker_color="#4C78A8")
+                marker_color=COLOURS["transfer"])
     fig.add_bar(name="wait", x=x, y=(g["wait_us"] / 1e3).round(3).tolist(),
-                marker_color="#E45756")
+                marker_color=COLOURS["wait"])
     fig.update_layout(**LAYOUT, barmode="stack", height=400, yaxis_title="ms",
                       title="Transfer vs wait per collective kind (summed over ranks and "
                             "profiled steps)", xaxis={"type": "category"})

@@ -19,6 +19,8 @@ import logging
 import plotly.graph_objects as go
 from dash import html
 
+from meshscope.analysis.compare import DIMS, TIE_REL, Comparison, worse_end
+from meshscope.analysis.compare import compare as do_compare
 from meshscope.analysis.report import reader
 from meshscope.analysis.report.summary import STEP_TIME_SOURCES
 
@@ -38,72 +40,70 @@ def _entries(index: RunIndex, state: ViewState):
     return entries
 
 
-def _analysis_compare(index: RunIndex, state: ViewState, entries):
-    """The analysis' comparison as a dict (``Comparison.to_dict()``), the one comparison of
-    meshscope. A sweep folder with its sweep.json is compared as a sweep."""
-    from meshscope.analysis.compare import compare as do_compare
+def _analysis_compare(index: RunIndex, state: ViewState, entries) -> Comparison:
+    """The analysis' comparison, the one comparison of meshscope. A sweep folder with its
+    sweep.json is compared as a sweep."""
     folder = index.root / state.sweep if state.sweep in index.sweeps else None
     # A whole sweep (its failed runs, its plan) only when every run of it is analysed: the
     # analysis would otherwise analyse the others inside this request.
     if folder is not None and not state.runs and (folder / "sweep.json").is_file() \
             and index.inside(folder) and all(e.analysed for e in index.sweep_runs(state.sweep)):
-        return do_compare([folder]).to_dict()
-    return do_compare([e.path for e in entries]).to_dict()
+        return do_compare([folder])
+    return do_compare([e.path for e in entries])
 
 
-def comparison_rows(d: dict) -> tuple[list[str], list[tuple[str, list, str]]]:
-    """Run names and (figure, value per run, which end is better) of ``Comparison.to_dict()``
-    (its rows come ranked, fastest first)."""
-    rows = [r for r in d.get("rows") or [] if isinstance(r, dict)]
-    names = [str(r.get("name")) for r in rows]
+def _ms(us):
+    return None if us is None else us / 1e3
 
-    def col(key, scale=1.0):
-        return [r.get(key) / scale if isinstance(r.get(key), (int, float)) else None
-                for r in rows]
-    out = [("ranks (world size)", [r.get("ranks") for r in rows], "info"),
-           ("step time (ms)", col("step_time_us", 1e3), "low"),
-           ("  step time from", [reader.SHORT.get(r.get("step_time_source") or "", "-")
+
+def _pct(fraction):
+    return None if fraction is None else 100 * fraction
+
+
+def comparison_rows(c: Comparison) -> tuple[list[str], list[tuple[str, list, str]]]:
+    """Run names and (figure, value per run, which end is better) of a ``Comparison`` (its
+    rows come ranked, fastest first): every value is a ``RunRow`` field as compare holds it."""
+    rows = c.rows
+    names = [r.name for r in rows]
+    out = [("ranks (world size)", [r.ranks for r in rows], "info"),
+           ("step time (ms)", [_ms(r.step_time_us) for r in rows], "low"),
+           ("  step time from", [reader.SHORT.get(r.step_time_source or "", "-")
                                  for r in rows], "text"),
-           ("tokens/s", col("tokens_per_s"), "high"), ("MFU %", col("mfu_pct"), "high"),
-           ("compute (ms, mean over ranks)", col("compute_us", 1e3), "low")]
-    dims = sorted({k for r in rows for k in (r.get("exposed_comm_us") or {})})
-    exposed = [sum((r.get("exposed_comm_us") or {}).values()) / 1e3 for r in rows]
-    out.append(("exposed comm (ms)", exposed, "low"))
+           ("tokens/s", [r.tokens_per_s for r in rows], "high"),
+           ("MFU %", [r.mfu_pct for r in rows], "high"),
+           ("compute (ms, mean over ranks)", [_ms(r.compute_us) for r in rows], "low")]
+    dims = [d for d in DIMS if any(d in r.exposed_comm_us for r in rows)]
+    out.append(("exposed comm (ms)", [_ms(r.exposed_total_us) for r in rows], "low"))
     for dim in dims:
-        out.append((f"  exposed {dim} (ms)", [(r.get("exposed_comm_us") or {}).get(dim, 0.0)
-                                              / 1e3 for r in rows], "low"))
-    out += [("bubble (ms)", col("bubble_us", 1e3), "low"),
-            ("bubble %", [100 * v if v is not None else None
-                          for v in col("bubble_fraction")], "low"),
-            ("  theory %", [100 * v if v is not None else None
-                            for v in col("theory_bubble_fraction")], "low"),
-            ("busbw efficiency %", [100 * v if v is not None else None
-                                    for v in col("bandwidth_efficiency")], "high"),
-            ("peak memory (MB)", col("peak_memory_bytes", 1e6), "low")]
-    predicted = [(r.get("predicted") or {}).get("step_time_us") for r in rows]
-    if any(isinstance(p, (int, float)) for p in predicted):
-        out.append(("predicted step time (ms)", [p / 1e3 if isinstance(p, (int, float))
-                                                  else None for p in predicted], "low"))
-    out.append(("top finding", [(r.get("findings") or [{}])[0].get("title", "none")
-                                if r.get("findings") else "none" for r in rows], "text"))
+        out.append((f"  exposed {dim} (ms)", [_ms(r.exposed_comm_us.get(dim, 0.0))
+                                              for r in rows], "low"))
+    out += [("bubble (ms)", [_ms(r.bubble_us) for r in rows], "low"),
+            ("bubble %", [_pct(r.bubble_fraction) for r in rows], "low"),
+            ("  theory %", [_pct(r.theory_bubble_fraction) for r in rows], "low"),
+            ("busbw efficiency %", [_pct(r.bandwidth_efficiency) for r in rows], "high"),
+            ("peak memory (MB)", [None if r.peak_memory_bytes is None
+                                  else r.peak_memory_bytes / 1e6 for r in rows], "low")]
+    predicted = [r.predicted.step_time_us if r.predicted else None for r in rows]
+    if any(p is not None for p in predicted):
+        out.append(("predicted step time (ms)", [_ms(p) for p in predicted], "low"))
+    out.append(("top finding", [r.findings[0].title if r.findings else "none"
+                                for r in rows], "text"))
     return names, out
 
 
 def _table(names, rows) -> S.Table:
-    """The compare table: the worse end of each row marked — every run holding it —, nothing
-    marked where the runs tie (equal to the shown precision)."""
+    """The compare table: the worse end of each row marked — every run tied with it —,
+    nothing marked where the best and the worst tie (``analysis.compare.worse_end``: within
+    0.5%, ``TIE_REL``)."""
     body, hi = [], set()
     for i, (label, vals, better) in enumerate(rows):
-        known = [(round(v, 2), j) for j, v in enumerate(vals) if isinstance(v, (int, float))
-                 and better in ("low", "high")]
-        if len(known) >= 2 and min(known)[0] != max(known)[0]:
-            worst = max(known)[0] if better == "low" else min(known)[0]
-            hi.update((i, j + 1) for v, j in known if v == worst)
+        hi.update((i, j + 1) for j in worse_end(vals, better))
         body.append([label] + [S.fmt(v, 2) if not isinstance(v, str) else S.clip(v, 80)
                                for v in vals])
     return S.Table("compare-table", ["figure"] + names, body, highlight=frozenset(hi),
-                   caption="Marked: the worse end of each row; a row where the runs are equal "
-                           "is a tie and is not marked.")
+                   caption=f"Marked: the worse end of each row. Values within {TIE_REL:.1%} "
+                           "of each other are a tie: a row whose best and worst tie is not "
+                           "marked.")
 
 
 def compare_figure(names, rows) -> go.Figure:
@@ -142,15 +142,17 @@ def render(index: RunIndex, state: ViewState) -> list:
                                            id="run-message", style=S.WARN)]
     items: list = []
     names, rows = comparison_rows(theirs)
-    if theirs.get("winner") is not None:
-        items.append(S.Note("compare-winner", f"Fastest: {theirs['winner']}."))
-    for i, text in enumerate(theirs.get("explanations") or []):
-        items.append(S.Note("compare-reason" if i == 0 else f"compare-reason-{i}", str(text)))
-    for f in theirs.get("failed") or []:
-        items.append(S.Note(f"compare-failed-{f.get('name')}", f"{f.get('name')}: "
-                            f"{f.get('status')} — {f.get('error') or ''}", warn=True))
-    sizes = sorted({r.get("ranks") for r in theirs.get("rows") or [] if isinstance(r, dict)
-                    and isinstance(r.get("ranks"), int)})
+    if theirs.winner is not None:
+        tied = [r.name for r in theirs.ties]
+        items.append(S.Note("compare-winner", f"Fastest: {theirs.winner.name}"
+                            + (f" — tied (within {TIE_REL:.1%}) with " + ", ".join(tied)
+                               if tied else "") + "."))
+    for i, text in enumerate(theirs.explanations):
+        items.append(S.Note("compare-reason" if i == 0 else f"compare-reason-{i}", text))
+    for f in theirs.failed:
+        items.append(S.Note(f"compare-failed-{f.name}",
+                            f"{f.name}: {f.status} — {f.error or ''}", warn=True))
+    sizes = sorted({r.ranks for r in theirs.rows})
     if len(sizes) > 1:
         items.append(S.Note("compare-world", "These runs have different world sizes ("
                             + ", ".join(map(str, sizes)) + " ranks): step times compare "
