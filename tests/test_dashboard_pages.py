@@ -330,3 +330,35 @@ def test_timeline_draws_the_reports_own_segments_and_charged_waits(tmp_path):
     assert list(bars["wait"].x) == [2.0]
     (arrow,) = fig.layout.annotations
     assert (arrow.ay, arrow.y, arrow.x) == ("rank 1 (pp0·dp1)", "rank 0 (pp0·dp0)", 3.0)
+
+
+@pytest.mark.parametrize("spelling", ["relative", "absolute"])
+def test_pages_and_export_show_paths_relative_to_the_runs_folder(tmp_path, spelling):
+    """A run analysed from another folder — ``meshscope analyze ../runs/RUN`` or
+    ``/abs/…/runs/RUN`` — with one damaged trace: the health page, the overview and the static
+    report name the damaged file as ``RUN/traces/…``, never the server's folder or the
+    analysing shell's ``../runs``."""
+    import subprocess
+    import sys
+    runs, elsewhere = tmp_path / "runs", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    shutil.copytree(SAMPLES / "dp4-ddp", runs / "dp4-ddp",
+                    ignore=shutil.ignore_patterns("report"))
+    (runs / "dp4-ddp" / "traces" / "rank3.json.gz").write_bytes(b"not gzip")
+    target = "../runs/dp4-ddp" if spelling == "relative" else str(runs / "dp4-ddp")
+    proc = subprocess.run([sys.executable, "-m", "meshscope", "analyze", "--no-cache", target],
+                          cwd=elsewhere, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    written = json.loads((runs / "dp4-ddp" / "report" / "summary.json").read_text())
+    assert any(target in p for p in written["problems"])     # the report holds the spelling
+    report = open_report(RunIndex(runs).get("dp4-ddp"))
+    shown = ""
+    for page in ("overview", "health"):
+        ctx = PageContext(report, st.ViewState(page=page, runs=("dp4-ddp",)))
+        shown += S.to_html(BUILDERS[page](ctx))
+    shown = html.unescape(shown)
+    exported = render_html(report)
+    for text in (shown, exported):
+        assert "dp4-ddp/traces/rank3.json.gz" in html.unescape(text)
+        assert str(tmp_path) not in text and "../runs" not in text
+        assert str(runs) not in html.unescape(text)
