@@ -290,7 +290,7 @@ def _throughput(run: pathlib.Path, info: RunInfo, summary: dict) -> dict:
     if table is None or table.empty:
         return {"step_time_us": None, "step_time_source": None, "tokens_per_s": None,
                 "mfu_pct": None}
-    warm = set(summary.get("warmup_steps") or [int(table["step"].min())])
+    warm = set(reader.read_summary(summary).warmup_steps or [int(table["step"].min())])
     kept = table[~table["step"].isin(warm)]
     kept = kept if not kept.empty else table
     return {"step_time_us": _num(kept["step_time_us"].median()), "step_time_source": "timer",
@@ -319,7 +319,7 @@ def _comm_bytes(run: pathlib.Path) -> dict[str, float]:
 
 def _bandwidth_efficiency(summary: dict) -> float | None:
     num = den = 0.0
-    for row in summary.get("bandwidth") or []:
+    for row in reader.read_summary(summary).bandwidth:
         eff, n = _num(row.get("efficiency")), _num(row.get("instances")) or 1.0
         if eff is not None:
             num += eff * n
@@ -408,27 +408,28 @@ def read_row(run: pathlib.Path, *, name: str | None = None, planner=None) -> Run
     info = _run_info(run)
     summary = run_summary(run)
     thr = _throughput(run, info, summary)
-    per_rank = [r for r in summary.get("per_rank_mean") or [] if isinstance(r, dict)]
+    typed = reader.read_summary(summary)
+    per_rank = typed.per_rank_mean
     exposed = {}
     for d in DIMS:
-        v = _mean(r.get(f"exposed_comm_{d}_us") for r in per_rank)
+        v = _mean(r.exposed_by_dim_us.get(d) for r in per_rank)
         if v:
             exposed[d] = v
-    stages = [s for s in summary.get("pipeline_stages") or [] if isinstance(s, dict)]
+    stages = typed.pipeline_stages
     sizes = {d: int(info.layout.get(d, 1) or 1) for d in ("dp", "tp", "pp", "cp", "ep")}
     label = "·".join(f"{d}{n}" for d, n in sizes.items() if n > 1) or "dp1"
     return RunRow(
         name=name or run.name, path=str(run), layout=info.layout_str, label=label, sizes=sizes,
         ranks=info.world_size, schedule=info.schedule if sizes["pp"] > 1 else None,
         microbatches=info.microbatches, dp_mode=info.dp_mode, **thr,
-        compute_us=_mean(r.get("compute_us") for r in per_rank), exposed_comm_us=exposed,
-        bubble_us=_mean(r.get("bubble_us") for r in per_rank) if stages else None,
-        bubble_fraction=_mean(s.get("bubble_fraction") for s in stages),
-        theory_bubble_fraction=_mean(s.get("theory_fraction") for s in stages),
+        compute_us=_mean(r.compute_us for r in per_rank), exposed_comm_us=exposed,
+        bubble_us=_mean(r.bubble_us for r in per_rank) if stages else None,
+        bubble_fraction=_mean(s.bubble_fraction for s in stages),
+        theory_bubble_fraction=_mean(s.theory_fraction for s in stages),
         bandwidth_efficiency=_bandwidth_efficiency(summary),
         peak_memory_bytes=_peak_memory(run), comm_bytes=_comm_bytes(run),
         findings=_findings(summary), predicted=_predicted(info, planner),
-        report_schema=summary.get("schema_version"))
+        report_schema=typed.schema_version or None)
 
 
 # -- what the planner calibrates from -------------------------------------------------------
@@ -467,7 +468,7 @@ def measured(run: pathlib.Path):
         col = f"exposed_comm_{d}_us"
         if col in per_rank:
             exposed[d] = float(per_rank[col].mean())
-    stages = [s for s in summary.get("pipeline_stages") or [] if isinstance(s, dict)]
+    stages = reader.read_summary(summary).pipeline_stages
     transfers = []
     bw = run / REPORT / "bandwidth.parquet"
     if bw.exists():
@@ -479,7 +480,7 @@ def measured(run: pathlib.Path):
                                   "time_us": float(row.transfer_us)})
     return Measured(name=run.name, spec=spec, candidate=cand, step_time_us=step_time,
                     compute_us=compute, optimizer_us=optimizer or 0.0, exposed_comm_us=exposed,
-                    bubble_fraction=_mean(s.get("bubble_fraction") for s in stages),
+                    bubble_fraction=_mean(s.bubble_fraction for s in stages),
                     transfers=transfers)
 
 

@@ -72,7 +72,7 @@ def render_html(report: RunReport) -> str:
             f"<title>{title}</title><style>{CSS}</style>"
             f"<script>{plotly.offline.get_plotlyjs()}</script></head><body>"
             f"<h1>{title}</h1><p class=\"note\">Written {made} from the report of "
-            f"{html.escape(str(report.summary.get('generated', '?')))} (meshscope "
+            f"{html.escape(report.typed.generated or '?')} (meshscope "
             f"summary schema {report.schema_version}).</p><nav>{nav}</nav>"
             + "\n".join(parts) + "</body></html>")
 

@@ -276,6 +276,8 @@ class Summary:
     cross_rank: CrossRank
     hangs: list[dict]               # Flight Recorder verdicts, as written
     bandwidth: list[dict]           # bandwidth summary rows, as written
+    gpu_idle_per_rank_mean: list[dict]   # where the GPU's idle time goes, per rank
+    top_kernels: list[dict]
     findings: list[Finding]
     raw: dict
 
@@ -352,4 +354,6 @@ def read_summary(doc: dict) -> Summary:
                          if _num(s.get("stage")) is not None],
         stage_imbalance_measured=measured, stage_imbalance_without_straggler=corrected,
         cross_rank=_cross_rank(doc), hangs=_dicts(doc.get("hangs")),
-        bandwidth=_dicts(doc.get("bandwidth")), findings=found, raw=doc)
+        bandwidth=_dicts(doc.get("bandwidth")),
+        gpu_idle_per_rank_mean=_dicts(doc.get("gpu_idle_per_rank_mean")),
+        top_kernels=_dicts(doc.get("top_kernels")), findings=found, raw=doc)

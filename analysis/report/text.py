@@ -22,14 +22,14 @@ def render(summary: dict) -> str:
     summary = printable_tree(summary)       # names from input files may hold escapes
     typed = reader.read_summary(summary)
     lines = []
-    head = f"meshscope report — {summary['source']}"
+    head = f"meshscope report — {typed.source}"
     if typed.run:
         head += (f"\n  layout {typed.run_fact('layout_str')}, {typed.run_fact('world_size')} "
                  f"ranks, schedule {typed.run_fact('schedule') or '-'}, "
                  f"{typed.run_fact('microbatches')} microbatches")
     lines.append(head)
-    lines.append(f"  device {summary['device']}; ranks analysed {summary['ranks']}; "
-                 f"profiled steps {summary['steps']}")
+    lines.append(f"  device {typed.device}; ranks analysed {typed.ranks}; "
+                 f"profiled steps {typed.steps}")
     st = typed.step_time
     if st.us is not None:
         other = [f"{name} {_ms(v).strip()} ms" for name, v in
@@ -42,37 +42,37 @@ def render(summary: dict) -> str:
                 rate += f", MFU {typed.mfu_pct:.1f}%"
         lines.append(f"  step time {st.text()}{rate} — {st.label}"
                      + (f"; also {', '.join(other)}" if other else ""))
-    if summary["missing_ranks"]:
-        lines.append(f"  MISSING ranks: {summary['missing_ranks']}")
-    for p in summary["problems"]:
+    if typed.missing_ranks:
+        lines.append(f"  MISSING ranks: {typed.missing_ranks}")
+    for p in typed.problems:
         lines.append(f"  problem: {p}")
-    if not summary["per_rank_mean"]:
+    if not typed.per_rank_mean:
         lines.append("  (no profiled step in the traces: only the always-on records below)")
     lines.append("")
     lines.append("Per rank, mean over profiled steps (ms):")
     lines.append("  rank    window   compute      comm overlapped   exposed    bubble      idle"
                  "  overlap%")
-    for r in summary["per_rank_mean"]:
-        lines.append(f"  {r['rank']:>4} {_ms(r['window_us'])} {_ms(r['compute_us'])} "
-                     f"{_ms(r['comm_us'])}  {_ms(r['overlapped_comm_us'])} "
-                     f"{_ms(r['exposed_comm_us'])} {_ms(r['bubble_us'])} {_ms(r['idle_us'])}"
-                     f"     {_pct(r['overlap_pct'])}")
+    for r in typed.per_rank_mean:
+        lines.append(f"  {r.rank:>4} {_ms(r.window_us)} {_ms(r.compute_us)} "
+                     f"{_ms(r.comm_us)}  {_ms(r.overlapped_comm_us)} "
+                     f"{_ms(r.exposed_comm_us)} {_ms(r.bubble_us)} {_ms(r.idle_us)}"
+                     f"     {_pct(r.overlap_pct)}")
     for note in typed.notes:
         lines.append(f"  note: {note}")
-    if summary.get("gpu_idle_per_rank_mean"):
+    if typed.gpu_idle_per_rank_mean:
         lines.append("")
         lines.append("Where the GPU's idle time goes, per rank, mean over profiled steps (ms):")
         lines.append("  rank      idle  dataloader      sync  wait-rank    launch       cpu"
                      "    queued     other")
-        for r in summary["gpu_idle_per_rank_mean"]:
+        for r in typed.gpu_idle_per_rank_mean:
             lines.append(f"  {r['rank']:>4} {_ms(r['idle_us'])}   {_ms(r['idle_dataloader_us'])}"
                          f" {_ms(r['idle_sync_us'])}  {_ms(r['idle_wait_rank_us'])} "
                          f"{_ms(r['idle_launch_us'])} {_ms(r['idle_cpu_us'])} "
                          f"{_ms(r['idle_queued_us'])} {_ms(r['idle_other_us'])}")
-    if summary.get("top_kernels"):
+    if typed.top_kernels:
         lines.append("")
         lines.append("Top kernels per rank (time over the profiled steps):")
-        for k in summary["top_kernels"]:
+        for k in typed.top_kernels:
             name = k["name"] if len(k["name"]) <= 60 else k["name"][:57] + "..."
             lines.append(f"  rank {k['rank']:>3}  {k['total_us'] / 1000:9.2f} ms "
                          f"{k['share_pct'] or 0:5.1f}%  {k['count']:>6}×  "
