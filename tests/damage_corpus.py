@@ -223,6 +223,14 @@ def _bomb(run: pathlib.Path, inflated: int = 96 << 20):
     (run / "traces" / "rank1.json.gz").write_bytes(b"".join(parts))
 
 
+def _levels(n: int) -> list:
+    """A value ``n`` levels deep (``n`` nested lists)."""
+    value: list = []
+    for _ in range(n - 1):
+        value = [value]
+    return value
+
+
 def _more_events(doc):
     """20,000 more (unknown, harmless) events than the other ranks have."""
     doc["traceEvents"] += [{"ph": "i", "name": "pad", "ts": 1, "pid": 1, "tid": 1}] * 20_000
@@ -239,9 +247,11 @@ DUMP = "rank1.json"
 
 CASES = [
     # -- inside trace events: dropped or ignored, counted, named; the rank is still analysed
+    # (with the nesting budget raised past the decoder's limit: at the default the file is
+    # refused, "trace-nested-past-the-budget" below)
     Case("event-args-nested-1e5-deep",
          trace(lambda d: first(d, named("aten::")).setdefault("args", {}).update(x=DEEP)),
-         needles=(TRACE, "traceEvents", "nested deeper")),
+         args=("--max-nesting", "1000000"), needles=(TRACE, "traceEvents", "nested deeper")),
     Case("correlation-2^70",
          trace(lambda d: first(d, named("aten::")).setdefault("args", {}).update(
              correlation=2**70)),
@@ -313,6 +323,7 @@ CASES = [
     Case("base-time-negative", trace(_set(["baseTimeNanoseconds"], -5)),
          needles=(TRACE, "baseTimeNanoseconds"), good_ranks=ALL),
     Case("metadata-nested-1e5-deep", trace(_set(["deviceProperties"], DEEP)),
+         args=("--max-nesting", "1000000"),
          needles=(TRACE, "deviceProperties", "nested deeper"), good_ranks=ALL),
     # -- the clock of rank 1 is 10 s ahead: aligned, never a bubble (issue 14's contract)
     Case("clock-skew-plus-10s", trace(_shift_clock), good_ranks=ALL, clock_skew=True),
@@ -422,6 +433,23 @@ CASES = [
     Case("trace-more-events-than-the-budget", trace(_more_events),
          args=("--max-events", "30000"),
          needles=(TRACE, "more than 30,000 events", "--max-events"), ranks=(0, 2, 3)),
+    Case("trace-nested-past-the-budget",
+         trace(lambda d: first(d, named("aten::")).setdefault("args", {}).update(x=DEEP)),
+         needles=(TRACE, "nested more than 64 levels deep", "--max-nesting"),
+         ranks=(0, 2, 3)),
+    Case("metadata-nested-past-the-budget", trace(_set(["deviceProperties"], _levels(70))),
+         needles=(TRACE, "nested more than 64 levels deep", "--max-nesting"),
+         ranks=(0, 2, 3)),
+    Case("trace-nested-past-a-lowered-budget",
+         trace(lambda d: first(d, named("aten::")).setdefault("args", {}).update(
+             x=_levels(10))),
+         args=("--max-nesting", "12"),
+         needles=(TRACE, "nested more than 12 levels deep", "--max-nesting"),
+         ranks=(0, 2, 3)),
+    Case("the-only-trace-nested-past-the-budget",
+         trace(lambda d: first(d, named("aten::")).setdefault("args", {}).update(x=DEEP)),
+         target="traces/rank1.json.gz", exit_code=2,
+         needles=(TRACE, "nested more than 64 levels deep", "--max-nesting")),
     Case("trace-a-string-past-the-budget", trace(_long_name),
          args=("--max-event-bytes", "1MiB"),
          needles=(TRACE, "an event longer than", "1 MiB", "--max-event-bytes"),

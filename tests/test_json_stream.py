@@ -136,9 +136,12 @@ def test_split_top_refuses_what_is_not_one_container(text):
 
 
 @pytest.mark.parametrize("batch_bytes", [64, 4096, 1 << 20])
-def test_a_deep_event_is_dropped_whatever_the_batches(batch_bytes):
-    """One event nested 10^5 levels deep among 600 good ones: streamed in batches of any size
-    or read whole, the table is the 600 good events and the deep one is counted."""
+def test_a_deep_event_is_dropped_whatever_the_batches(batch_bytes, monkeypatch):
+    """With the nesting budget raised beyond it, one event nested 10^5 levels deep among 600
+    good ones: streamed in batches of any size or read whole, the table is the 600 good events
+    and the deep one is counted (past the decoder's own limit)."""
+    from meshscope.analysis.ingest import budgets
+    monkeypatch.setenv(budgets.ENV["nesting"], str(1_000_000))
     events = _events(300)
     doc = {"traceEvents": events[:100] + ["DEEP"] + events[100:]}
     text = json.dumps(doc).replace('"DEEP"', '{"ph": "X", "args": {"x": ' + "[" * 100_000
@@ -241,3 +244,73 @@ def test_the_rank_memory_budget(monkeypatch):
     with pytest.raises(ingest.InputError, match="event table grows beyond 64 KiB.*"
                                                 "--max-rank-memory"):
         ingest._parse(ingest.pathlib.Path("rank0.json.gz"), raw, None)
+
+
+# -- issue 24: the nesting budget, on the text as it is inflated ------------------------------
+
+def _nested(levels: int, leaf) -> list:
+    """``leaf`` inside ``levels`` lists: ``levels`` levels deep (by construction)."""
+    value = leaf
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+# Strings that would fool a bracket count: brackets, escaped quotes, runs of backslashes.
+_TRICKY = ['[[[{{{', 'a\\"]]]}}}', '\\\\', '\\', '"[', '\\"{{{{', '}]}]']
+
+
+@pytest.mark.parametrize("tricky", _TRICKY)
+def test_nesting_counts_brackets_outside_strings_wherever_the_text_is_cut(tricky):
+    """A value 7 levels deep whose strings hold brackets, escaped quotes and backslash runs:
+    7 levels, whatever two pieces the text is cut into (each cut carries the open string and
+    a run of backslashes across)."""
+    text = json.dumps(_nested(6, {"k" + tricky: tricky, "x": [tricky]})).encode()
+    # 6 lists, the object, its list: 8 levels; the strings add none.
+    for cut in range(len(text) + 1):
+        nesting = json_stream.Nesting(1_000)
+        nesting.feed(text[:cut])
+        nesting.feed(text[cut:])
+        assert nesting.deepest == 8, (cut, text)
+        assert nesting.depth == 0 and not nesting.in_string
+
+
+def test_nesting_past_the_budget_is_refused_while_reading():
+    """65 levels against the budget of 64: refused, the message naming the budget and the
+    flag; 64 levels pass. A trace's event sits 3 levels down (object, traceEvents, event)."""
+    from meshscope.analysis.ingest.budgets import BudgetExceeded
+    nesting = json_stream.Nesting(64)
+    nesting.feed(json.dumps(_nested(64, 1)).encode())
+    assert nesting.deepest == 64
+    with pytest.raises(BudgetExceeded, match=r"nested more than 64 levels deep \(budget 64; "
+                                             r"raise it with --max-nesting\)"):
+        json_stream.Nesting(64).feed(json.dumps(_nested(65, 1)).encode())
+
+
+def _deep_trace(levels_in_args: int, where: str = "event") -> bytes:
+    deep = _nested(levels_in_args, 1)
+    doc = {"traceEvents": [json.loads(_EV)] * 50, "meta": 0}
+    if where == "event":
+        doc["traceEvents"][10] = {**json.loads(_EV), "args": {"x": deep}}
+    else:
+        doc["meta"] = deep
+    return json.dumps(doc).encode()
+
+
+@pytest.mark.parametrize("where", ["event", "metadata"])
+def test_a_deeply_nested_trace_is_refused_streamed_or_whole(where, monkeypatch):
+    """A trace whose one event (or metadata) is nested 100 levels deep is refused at the
+    default budget, streamed (gzip) or read whole, naming the budget; with the budget raised
+    it is read, all 50 events kept."""
+    from meshscope.analysis.ingest import budgets
+    path = ingest.pathlib.Path("rank0.json.gz")
+    text = _deep_trace(100, where)
+    for read in (lambda: ingest._parse(path, gzip.compress(text, 1), None),
+                 lambda: ingest._parse_whole(path, text),
+                 lambda: ingest._parse_whole(path, gzip.compress(text, 1))):
+        with pytest.raises(ingest.InputError, match="nested more than 64 levels deep.*"
+                                                    "--max-nesting"):
+            read()
+    monkeypatch.setenv(budgets.ENV["nesting"], "200")
+    table, _ = ingest._parse(path, gzip.compress(text, 1), None)
+    assert table.num_rows == 50

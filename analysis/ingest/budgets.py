@@ -8,9 +8,11 @@ the flag that raises it (the other ranks are analysed).
 | ``events``: events in one trace | 20,000,000 | ``--max-events`` |
 | ``event_bytes``: text of one event (so of any string in it) and of the metadata | 64 MiB | ``--max-event-bytes`` |
 | ``rank_memory``: a rank's event table while it is built, or a trace that cannot be streamed held whole | 8 GiB | ``--max-rank-memory`` |
+| ``nesting``: levels of arrays and objects, anywhere in the trace | 64 | ``--max-nesting`` |
 
-Nesting is bounded by the JSON decoder's own limit (about 1,000 levels): a deeper event is
-dropped and counted (``events.py``), whatever the budgets.
+Nesting is checked on the text as it is inflated (``json_stream.Nesting``), before it is
+decoded. Raised past the JSON decoder's own limit (about 1,000 levels), a deeper event is
+dropped and counted (``events.py``) instead.
 
 The defaults cover real traces (a rank of 100k–5M events, a few GB of JSON). The budgets travel
 to the ingest worker processes as environment variables (``ENV``), which the command sets.
@@ -22,9 +24,11 @@ import os
 import re
 
 DEFAULTS = {"trace_bytes": 8 << 30, "events": 20_000_000, "event_bytes": 64 << 20,
-            "rank_memory": 8 << 30}
+            "rank_memory": 8 << 30, "nesting": 64}
 FLAGS = {"trace_bytes": "--max-trace-bytes", "events": "--max-events",
-         "event_bytes": "--max-event-bytes", "rank_memory": "--max-rank-memory"}
+         "event_bytes": "--max-event-bytes", "rank_memory": "--max-rank-memory",
+         "nesting": "--max-nesting"}
+COUNTS = ("events", "nesting")      # budgets that are counts, not sizes
 ENV = {k: "MESHSCOPE_MAX_" + k.upper() for k in DEFAULTS}
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 10 ** 3, "kib": 1 << 10, "m": 1 << 20,
           "mb": 10 ** 6, "mib": 1 << 20, "g": 1 << 30, "gb": 10 ** 9, "gib": 1 << 30,
@@ -38,6 +42,7 @@ class Budgets:
     events: int = DEFAULTS["events"]
     event_bytes: int = DEFAULTS["event_bytes"]
     rank_memory: int = DEFAULTS["rank_memory"]
+    nesting: int = DEFAULTS["nesting"]
 
 
 class BudgetExceeded(Exception):
@@ -45,7 +50,7 @@ class BudgetExceeded(Exception):
 
     def __init__(self, budget: str, what: str, limit: int):
         self.budget = budget
-        shown = f"{limit:,}" if budget == "events" else human(limit)
+        shown = f"{limit:,}" if budget in COUNTS else human(limit)
         super().__init__(f"refused: {what} (budget {shown}; raise it with "
                          f"{FLAGS[budget]})")
 

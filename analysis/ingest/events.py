@@ -262,12 +262,19 @@ def _decompress(path: pathlib.Path, raw: bytes) -> bytes | bytearray:
         if len(raw) > limit:
             raise InputError(path, str(BudgetExceeded(
                 "rank_memory", f"cannot be streamed and is more than {limit:,} bytes", limit)))
+        try:
+            for _ in json_stream.checked(json_stream.chunks(raw, 1 << 24, limit), b.nesting):
+                pass
+        except BudgetExceeded as e:
+            raise InputError(path, str(e)) from None
         return raw
     text = bytearray()
     try:
-        for piece in json_stream.chunks(raw, 1 << 24, limit):
+        for piece in json_stream.checked(json_stream.chunks(raw, 1 << 24, limit), b.nesting):
             text += piece
-    except BudgetExceeded:
+    except BudgetExceeded as e:
+        if e.budget == "nesting":
+            raise InputError(path, str(e)) from None
         raise InputError(path, str(BudgetExceeded(
             "rank_memory", f"cannot be streamed and inflates to more than {limit:,} bytes",
             limit))) from None

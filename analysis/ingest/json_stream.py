@@ -24,7 +24,14 @@ comma is accepted.
 ``split_top`` / ``split_members`` find the elements of a JSON array or object by counting
 brackets outside strings, without recursion: how a batch or a file holding a value nested
 deeper than the decoder's limit (about 1,000 levels) is still read, element by element, the
-deep one dropped and counted (``analysis/ingest/events.py``).
+deep one dropped and counted (``analysis/ingest/events.py``) — when the nesting budget was raised
+that far.
+
+``Nesting`` enforces the nesting budget (``--max-nesting``, 64 levels by default; a Kineto
+event is about 5 deep) on the text as it is inflated, before any of it is decoded: every byte
+of a trace — the metadata before and after ``traceEvents`` and every event — passes through it
+once, so a deeply nested file is refused at the first level past the budget, whatever the
+decoder would have done with it.
 """
 from __future__ import annotations
 
@@ -33,6 +40,7 @@ import zlib
 from typing import Callable, Iterator
 
 import msgspec
+import numpy as np
 
 from meshscope.analysis.ingest.budgets import BudgetExceeded, Budgets, current as _budgets
 
@@ -90,6 +98,81 @@ def chunks(raw, size: int = 1 << 19, limit: int | None = None) -> Iterator[bytes
         raise Fallback(f"corrupt gzip ({e})") from None
 
 
+# Bytes that matter for nesting: the quote and backslash (strings and their escapes) and the
+# four brackets; ``_STEP`` is +1 for an opening bracket, -1 for a closing one.
+_NESTING_BYTES = np.zeros(256, dtype=bool)
+_NESTING_BYTES[list(b'"\\[]{}')] = True
+_STEP = np.zeros(256, dtype=np.int8)
+_STEP[[0x5B, 0x7B]], _STEP[[0x5D, 0x7D]] = 1, -1
+
+
+class Nesting:
+    """How deep the JSON text fed to it so far is nested, outside strings; ``BudgetExceeded``
+    (``nesting``) as soon as a chunk goes past ``limit`` levels.
+
+    Each chunk is looked at with numpy, not a byte at a time in Python: only the bytes that
+    matter (``_NESTING_BYTES``) are kept with their positions; a quote ends or starts a string
+    unless a run of an odd number of backslashes stands right before it; a bracket counts only
+    outside strings, and the running sum of the brackets is the depth. What a chunk leaves open
+    — the depth, whether it ends inside a string, a run of backslashes at its very end — is
+    carried to the next, so where the text is cut into chunks does not matter. Linear in the
+    text, about 0.3 s per 100 MB here."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.depth = 0               # brackets open outside strings
+        self.deepest = 0
+        self.in_string = False
+        self.run = 0                 # backslashes ending the last chunk (inside a string)
+
+    def feed(self, chunk) -> None:
+        a = np.frombuffer(chunk, dtype=np.uint8)
+        at = np.flatnonzero(_NESTING_BYTES[a])
+        if not at.size:
+            self.run = 0 if a.size else self.run
+            return
+        c = a[at]
+        backslash = c == 0x5C
+        quote = c == 0x22
+        last_run = 0
+        if self.run or backslash.any():
+            n, i = at.size, np.arange(at.size)
+            adjacent = np.empty(n, dtype=bool)
+            adjacent[0] = at[0] == 0 and self.run > 0
+            adjacent[1:] = at[1:] == at[:-1] + 1
+            after_backslash = np.empty(n, dtype=bool)
+            after_backslash[0] = self.run > 0
+            after_backslash[1:] = backslash[:-1]
+            continues = backslash & adjacent & after_backslash
+            start = np.maximum.accumulate(np.where(continues, -1, i))
+            # Backslashes in the run ending at each token (the carried ones included).
+            run = np.where(start >= 0, i - start + 1, i + 1 + self.run)
+            before = np.zeros(n, dtype=np.int64)
+            before[0] = self.run if at[0] == 0 else 0
+            before[1:] = np.where(backslash[:-1] & adjacent[1:], run[:-1], 0)
+            quote &= before % 2 == 0                           # an escaped quote: text
+            if backslash[-1] and at[-1] == a.size - 1:
+                last_run = int(run[-1])
+        inside = (np.cumsum(quote) & 1).astype(bool)
+        if self.in_string:
+            inside = ~inside
+        depth = np.cumsum(np.where(inside, 0, _STEP[c]), dtype=np.int64) + self.depth
+        deepest = int(depth.max())
+        self.depth, self.in_string, self.run = int(depth[-1]), bool(inside[-1]), last_run
+        self.deepest = max(self.deepest, deepest)
+        if deepest > self.limit:
+            raise BudgetExceeded("nesting", f"nested more than {self.limit:,} levels deep",
+                                 self.limit)
+
+
+def checked(texts: Iterator[bytes], limit: int) -> Iterator[bytes]:
+    """``texts`` passed through a ``Nesting`` of ``limit`` levels."""
+    nesting = Nesting(limit)
+    for text in texts:
+        nesting.feed(text)
+        yield text
+
+
 def _is_object(text: bytes) -> bool:
     try:
         return isinstance(msgspec.json.decode(text), dict)
@@ -106,7 +189,8 @@ class EventStream:
     def __init__(self, raw, decode: Callable[[bytes], list], *, batch_bytes: int = 1 << 19,
                  budgets: Budgets | None = None):
         self.budgets = budgets or _budgets()
-        self._chunks = chunks(raw, batch_bytes, self.budgets.trace_bytes)
+        self._chunks = checked(chunks(raw, batch_bytes, self.budgets.trace_bytes),
+                               self.budgets.nesting)
         self._decode = decode
         self._batch_bytes = batch_bytes
         self.meta: dict | None = None

@@ -124,18 +124,21 @@ def run_analysis(path, out, comm_kernel_regex, rank_regex=None, cache=True, base
 @click.option("--max-rank-memory", default=None, metavar="SIZE",
               help="Budget: memory of one rank's event table, or of a trace that cannot be "
                    "streamed (default 8GiB).")
+@click.option("--max-nesting", default=None, type=click.IntRange(min=1), metavar="N",
+              help="Budget: levels of nested arrays and objects anywhere in one trace "
+                   "(default 64; a Kineto event is about 5 deep).")
 @click.option("--workers", default=None, type=click.IntRange(min=1),
               help="Worker processes (default: one per core; with --engine dask and no "
                    "--scheduler, the local cluster's size, default 2).")
 def analyze(path, out, as_json, comm_kernel_regex, rank_regex, step_annotation, no_cache,
             baseline, layout, rank_order, warmup_steps, engine, scheduler, workers,
-            max_trace_bytes, max_events, max_event_bytes, max_rank_memory):
+            max_trace_bytes, max_events, max_event_bytes, max_rank_memory, max_nesting):
     """Analyse a run directory or any folder of Kineto traces."""
     from meshscope.analysis.ingest import budgets
     from meshscope.analysis.report import reuse
     from meshscope.analysis.report.text import render
 
-    limits = {"events": max_events}
+    limits = {"events": max_events, "nesting": max_nesting}
     for name, flag, text in (("trace_bytes", "--max-trace-bytes", max_trace_bytes),
                              ("event_bytes", "--max-event-bytes", max_event_bytes),
                              ("rank_memory", "--max-rank-memory", max_rank_memory)):
