@@ -20,7 +20,7 @@
    configuration, Korthikanti et al.'s Table 2 at their Table 3 configurations, DeepSpeed's
    documented estimator outputs, the ZeRO paper's Fig. 1 and the Playbook's figures.
    ``--fit`` refits the A100 GEMM curve on the two rows ``FIT_ROWS`` and prints its constants
-   (what ``parallel/plan/job_step.py``'s ``A100_CURVE`` holds).
+   (what ``meshscope/layouts/plan/job_step.py``'s ``A100_CURVE`` holds).
 
 Prints markdown tables. Wrap it in ``flock /tmp/meshscope-cpu.lock`` on a shared machine.
 """
@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 from meshscope.analysis.compare import calibrated_planner, compare  # noqa: E402
 from meshscope.collectors import step_timer  # noqa: E402
 from meshscope.collectors.run_info import read_run_info  # noqa: E402
-from meshscope.parallel.plan import CPU_ASSUMED_FLOPS, Rates, memory  # noqa: E402
+from meshscope.layouts.plan import CPU_ASSUMED_FLOPS, Rates, memory  # noqa: E402
 
 
 def sweep(out: pathlib.Path, *args) -> pathlib.Path:
@@ -148,9 +148,9 @@ A100_PEAK_TFLOPS = 312
 
 
 def _megatron_setup():
-    from meshscope.parallel.plan.job_step import JobOptions
-    from meshscope.parallel.plan.topology import Topology
-    from meshscope.parallel.plan.training import Training
+    from meshscope.layouts.plan.job_step import JobOptions
+    from meshscope.layouts.plan.topology import Topology
+    from meshscope.layouts.plan.training import Training
     # fp16 mixed precision with activation recomputation (the paper's §5.1); assumed: micro-
     # batch 1, v = 2 (3 for odd layers a stage), no SP or reduce overlap (2021), 8 GPUs a node
     t = Training(framework="megatron", precision="mixed", recompute="full", block="gpt",
@@ -160,7 +160,7 @@ def _megatron_setup():
 
 def megatron_row(row):
     from meshscope.parallel.layout import parse_layout
-    from meshscope.parallel.plan import Candidate, ModelSpec
+    from meshscope.layouts.plan import Candidate, ModelSpec
     billions, a, h, layers, tp, pp, n, batch, _ = row
     spec = ModelSpec(dim=h, n_layers=layers, n_heads=a, ffn_hidden=4 * h, vocab_size=51200,
                      seq_len=2048, name=f"gpt-{billions}b")
@@ -175,7 +175,7 @@ def megatron_row(row):
 
 
 def fit_a100():
-    from meshscope.parallel.plan.job_step import (Device, GemmCurve, fit_curve,
+    from meshscope.layouts.plan.job_step import (Device, GemmCurve, fit_curve,
                                                   required_efficiency)
     t, topo, opts = _megatron_setup()
     probe = Device("A100", A100_PEAK_TFLOPS * 1e12, 2.0e12, GemmCurve(1.0, 0.0, "probe"))
@@ -193,11 +193,11 @@ def fit_a100():
 
 def published():
     from meshscope.parallel.layout import parse_layout
-    from meshscope.parallel.plan import Candidate, ModelSpec, memory
-    from meshscope.parallel.plan.activations import layer_activation_bytes
-    from meshscope.parallel.plan.job_step import Device, predict_job
-    from meshscope.parallel.plan.states import gather_buffer_bytes, model_states_by_term
-    from meshscope.parallel.plan.training import Training
+    from meshscope.layouts.plan import Candidate, ModelSpec, memory
+    from meshscope.layouts.plan.activations import layer_activation_bytes
+    from meshscope.layouts.plan.job_step import Device, predict_job
+    from meshscope.layouts.plan.states import gather_buffer_bytes, model_states_by_term
+    from meshscope.layouts.plan.training import Training
     t, topo, opts = _megatron_setup()
     print("### Step time: Megatron-LM's README throughput table (A100, Selene)\n")
     print(f"GEMM curve fitted on rows {', '.join(f'{b}B' for b in FIT_ROWS)}; the others are "

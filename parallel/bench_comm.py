@@ -29,8 +29,8 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.profiler import record_function
 
-from meshscope.analysis.comm.bandwidth import algbw_gbps, busbw_gbps
 from meshscope.collectors import annotations
+from meshscope.theory.bus_factors import algbw_gbps, busbw_gbps
 
 from .layout import Layout
 

@@ -14,13 +14,14 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 
+from meshscope.theory.schedules import SCHEDULES, stages_of_rank
+
 from .context_parallel import parallelize_cp, shard_sequence
 from .data import dp_shard
 from .faults import install_slow_rank
 from .layout import Layout, stage_layers
 from .model import ModelConfig, build_model
 from .moe import shard_experts
-from .schedules import SCHEDULES, stages_of_rank
 
 # ``parallelize_tp`` (DTensor), ``split_model`` (torch.distributed.pipelining, which imports
 # torch._dynamo) and ``parallelize_dp`` (FSDP for fsdp/zero2) are imported where

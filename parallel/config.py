@@ -7,6 +7,10 @@ plan``, ``meshscope sweep``'s enumeration, ``--help``) read sizes without import
 from __future__ import annotations
 
 import dataclasses
+import functools
+
+from meshscope.theory.flops import training_flops_per_token
+from meshscope.theory.params import DecoderShape, n_params
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,29 +38,24 @@ class ModelConfig:
     def head_dim(self) -> int:
         return self.dim // self.n_heads
 
-    def _ffn_params(self, i: int, active: bool) -> int:
-        if not self.is_moe_layer(i):
-            return 3 * self.dim * self.ffn_hidden
-        experts = self.moe_top_k if active else self.moe_experts
-        return self.dim * self.moe_experts + experts * 3 * self.dim * self.moe_hidden
+    @functools.cached_property
+    def shape(self) -> DecoderShape:
+        """These sizes as ``meshscope.theory`` counts them (no GQA, no shared expert)."""
+        return DecoderShape(dim=self.dim, n_layers=self.n_layers, ffn_hidden=self.ffn_hidden,
+                            seq_len=self.seq_len, vocab_size=self.vocab_size,
+                            n_heads=self.n_heads, moe_experts=self.moe_experts,
+                            moe_top_k=self.moe_top_k, moe_every=self.moe_every,
+                            moe_hidden=self.moe_hidden)
 
     def n_params(self, active: bool = False) -> int:
         """Parameter count (embedding and output head untied); ``active`` counts only the
-        top-k experts a token passes through."""
-        attn = 4 * self.dim * self.dim + 2 * self.dim
-        layers = sum(attn + self._ffn_params(i, active) for i in range(self.n_layers))
-        return 2 * self.vocab_size * self.dim + layers + self.dim
+        top-k experts a token passes through (``meshscope.theory.params.n_params``)."""
+        return n_params(self.shape, active)
 
     def flops_per_token(self) -> int:
-        """Training FLOPs per token: 6 × (active non-embedding parameters) + attention.
-
-        The 6N rule (Kaplan et al., 2020: 2N forward, 4N backward) with N the parameters a token
-        actually passes through (top-k experts for MoE), plus the attention score and value
-        products, 12 · n_layers · dim · seq_len (forward 4 · n_layers · dim · seq_len, × 3 for
-        training), as in the PaLM paper's MFU definition (Chowdhery et al., 2022, App. B).
-        """
-        n = self.n_params(active=True) - self.vocab_size * self.dim  # embedding is a lookup
-        return 6 * n + 12 * self.n_layers * self.dim * self.seq_len
+        """Training FLOPs per token, 6 × active non-embedding parameters + 12 · L · h · s
+        (``meshscope.theory.flops.training_flops_per_token``, which cites its sources)."""
+        return training_flops_per_token(self.shape)
 
 
 # Named sizes. "tiny" keeps CI fast; "balanced" makes compute dominate per pipeline stage on CPU

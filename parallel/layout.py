@@ -118,7 +118,7 @@ def parse_layout(text: str) -> Layout:
 def virtual_stages(schedule: str, requested: int | None) -> int:
     """Stages per pipeline rank for ``schedule``: 1 for single-stage schedules, 2 for the
     V-shaped ones, ``requested`` (default 2) for the other multi-stage schedules."""
-    from .schedules import SCHEDULES
+    from meshscope.theory.schedules import SCHEDULES
 
     spec = SCHEDULES[schedule]
     if spec.fixed_virtual is not None:
@@ -136,7 +136,7 @@ def validate(layout: Layout, cfg: ModelConfig, *, schedule: str, microbatches: i
              global_batch: int, virtual: int | None = None,
              layers_per_stage: list[int] | None = None) -> None:
     """Raise LayoutError naming the first violated constraint."""
-    from .schedules import SCHEDULES
+    from meshscope.theory.schedules import SCHEDULES
 
     pp = layout.size("pp")
     if schedule not in SCHEDULES:

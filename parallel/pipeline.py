@@ -28,9 +28,9 @@ from torch.distributed.pipelining import PipelineStage, schedules
 from torch.profiler import record_function
 
 from meshscope.collectors import annotations
+from meshscope.theory.schedules import SCHEDULES, stages_of_rank  # noqa: F401 - re-exported
 
 from .model import Transformer
-from .schedules import SCHEDULES, stages_of_rank  # noqa: F401 - torch-free, re-exported
 
 
 # The torch class of each schedule in ``schedules.SCHEDULES`` (placement and stages per rank

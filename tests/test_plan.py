@@ -11,12 +11,12 @@ from conftest import ROOT, meshscope
 from meshscope.analysis.pipeline.bubble import theory_fraction as analysis_theory
 from meshscope.parallel.config import PRESETS
 from meshscope.parallel.layout import parse_layout
-from meshscope.parallel.plan import (Candidate, ModelSpec, SpecError, memory, model_states,
+from meshscope.layouts.plan import (Candidate, ModelSpec, SpecError, memory, model_states,
                                      theory_fraction, transfers)
-from meshscope.parallel.plan.bubble import in_flight
-from meshscope.parallel.plan.comm_model import CommModel
-from meshscope.parallel.plan.traffic import ddp_buckets
-from meshscope.parallel.schedules import SCHEDULES
+from meshscope.theory.schedules import in_flight
+from meshscope.layouts.plan.comm_model import CommModel
+from meshscope.layouts.plan.traffic import ddp_buckets
+from meshscope.theory.schedules import SCHEDULES
 
 # meta-llama/Llama-2-7b-hf's config.json (Hugging Face), the fields the planner reads.
 LLAMA2_7B = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008,

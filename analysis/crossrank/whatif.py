@@ -13,7 +13,9 @@ should, and the straggler — the rank whose fix saves the most, when that beats
   step is scaled to the peers' median own work.
 - *A stage without peers* (pp alone): the other stages' median own work per unit of work
   content — the stage's training FLOPs per token from run.json's model (its layers, and the
-  output head on the last stage), else its layer count, else 1 — times this stage's.
+  output head on the last stage; ``meshscope.theory.flops``, which counts grouped-query
+  attention and an MoE layer's active experts), else its layer count, else 1 — times this
+  stage's.
 
 **The saving** of rank r in a step is the replayed makespan with every rank as measured minus
 the replayed makespan with r's own work at its reference pace (``graph.StepGraph.replay``);
@@ -51,7 +53,9 @@ from collections import defaultdict
 import numpy as np
 import pandas as pd
 
-from meshscope.collectors.run_info import RunInfo
+from meshscope.collectors.run_info import ModelInfo, RunInfo
+from meshscope.theory.flops import head_training_flops_per_token, layer_training_flops_per_token
+from meshscope.theory.params import DecoderShape
 
 from meshscope.analysis.crossrank.graph import CALL, RankStep, StepGraph, waits_charged
 
@@ -60,6 +64,18 @@ MIN_SAVING_PCT = 5.0
 WHATIF_COLUMNS = ["rank", "step", "makespan_us", "whatif_us", "saving_us", "reference"]
 SAVINGS_COLUMNS = ["rank", "stage", "saving_us", "saving_pct", "reference",
                    "critical_path_share", "wait_us", "wait_caused_us"]
+
+
+def _decoder_shape(m: ModelInfo) -> DecoderShape:
+    """run.json's model as ``meshscope.theory`` counts it: grouped-query attention when it
+    names fewer key/value heads, an MoE layer's router and top-k experts (the runner's default
+    top-k, 2, when run.json does not say)."""
+    return DecoderShape(dim=m.dim, n_layers=max(m.n_layers or 1, 1), ffn_hidden=m.ffn_hidden,
+                        seq_len=m.seq_len, vocab_size=m.vocab_size or 0,
+                        n_heads=m.n_heads or 1,
+                        n_kv_heads=m.n_kv_heads if m.n_heads else None,
+                        moe_experts=m.moe_experts or 0, moe_top_k=m.moe_top_k or 2,
+                        moe_every=m.moe_every or 1, moe_hidden=m.moe_hidden)
 
 
 def stage_work_units(run: RunInfo | None) -> dict[int, float]:
@@ -82,11 +98,16 @@ def stage_work_units(run: RunInfo | None) -> dict[int, float]:
             n_layers = [len(layers[g]) for g in held if g < len(layers)]
         total_stages = p * v
         if m.dim and m.ffn_hidden and m.seq_len:
-            d, f, sl = m.dim, m.ffn_hidden, m.seq_len
-            per_layer = 6 * (4 * d * d + 3 * d * f) + 12 * d * sl
-            flops = per_layer * sum(n_layers)
+            shape = _decoder_shape(m)
+            if layers is None:   # which layers: unknown; each chunk an average layer
+                mean = sum(layer_training_flops_per_token(shape, i)
+                           for i in range(shape.n_layers)) / shape.n_layers
+                flops = mean * v
+            else:
+                flops = sum(layer_training_flops_per_token(shape, i)
+                            for g in held if g < len(layers) for i in layers[g])
             if m.vocab_size and (total_stages - 1) in held:
-                flops += 6 * d * m.vocab_size
+                flops += head_training_flops_per_token(shape)
             units[s] = float(flops)
         else:
             units[s] = float(max(sum(n_layers), 1))

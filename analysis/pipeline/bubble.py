@@ -12,7 +12,7 @@ charged for it, as in the schedule diagrams; time a rank spends before the pipel
 Theory, for p stages, m microbatches and v virtual stages per rank, as a fraction of the
 pipeline window (Huang et al., 2019; Narayanan et al., 2021): GPipe and 1F1B (p−1)/(m+p−1);
 interleaved 1F1B and looped BFS (p−1)/(v·m+p−1); zero-bubble schedules 0 when F, B and W are
-balanced (``parallel/plan/bubble.py`` holds the closed forms).
+balanced (``meshscope/theory/schedules.py`` holds the closed forms).
 
 ``bubble_table`` columns: rank, stage, step, window_start_us (the pipeline window's start, µs
 from the step's earliest start over all ranks — the origin of ``critical_path.parquet`` and
@@ -32,6 +32,7 @@ import pandas as pd
 from meshscope.analysis.timeline import intervals as iv
 from meshscope.analysis.timeline.rank_timeline import RankTimeline
 from meshscope.collectors.run_info import RunInfo
+from meshscope.theory.schedules import SCHEDULES, bubble_fraction
 
 COLUMNS = ["rank", "stage", "step", "window_start_us", "pipeline_window_us", "busy_us",
            "bubble_fraction",
@@ -40,16 +41,13 @@ COLUMNS = ["rank", "stage", "step", "window_start_us", "pipeline_window_us", "bu
 
 def theory_fraction(schedule: str | None, p: int, m: int, v: int = 1) -> float:
     """The schedule's bubble as a fraction of the pipeline window — the closed form of
-    ``meshscope.parallel.plan.bubble.theory_fraction``, the one definition the planner uses
-    too; NaN for a schedule it does not know (a foreign trace's) or an impossible m or v."""
-    from meshscope.parallel.plan.bubble import theory_fraction as closed_form
-    from meshscope.parallel.schedules import SCHEDULES
-
+    ``meshscope.theory.schedules.bubble_fraction``, the one definition the planner uses too;
+    NaN for a schedule it does not know (a foreign trace's) or an impossible m or v."""
     if p <= 1:
         return 0.0
     if m < 1 or v < 1 or schedule not in SCHEDULES:
         return math.nan
-    return closed_form(schedule, p, m, v)
+    return bubble_fraction(schedule, p, m, v)
 
 
 def pipeline_groups(run: RunInfo | None, ranks: list[int]) -> list[list[int]]:

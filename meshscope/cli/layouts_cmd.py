@@ -1,8 +1,8 @@
 """``meshscope sweep``, ``compare`` and ``plan``: which parallel layout to pick, and why.
 
-``sweep`` runs every valid layout of N ranks (``parallel.sweep``), ``compare`` puts runs or a
+``sweep`` runs every valid layout of N ranks (``layouts.sweep``), ``compare`` puts runs or a
 sweep side by side (``analysis.compare``), ``plan`` predicts memory, traffic and step time
-before running (``parallel.plan``). None of them imports torch: ``sweep`` trains in child
+before running (``layouts.plan``). None of them imports torch: ``sweep`` trains in child
 processes.
 """
 from __future__ import annotations
@@ -81,8 +81,8 @@ def _write_comparison(folder: pathlib.Path) -> None:
 def _sweep_plan(sweep, tflops: float | None, devices: int | None) -> None:
     """Write SWEEP/plan.json: the planner's view of every layout before the runs."""
     from meshscope.collectors.run_dir import write_json_atomic
-    from meshscope.parallel.plan import ModelSpec, plan
-    from meshscope.parallel.plan.serial import plan_to_dict
+    from meshscope.layouts.plan import ModelSpec, plan
+    from meshscope.layouts.plan.serial import plan_to_dict
 
     rates, comm, notes = _assumed_rates(tflops, None, devices, None, None, None)
     spec = ModelSpec.from_config(sweep.spec.model_config, name=sweep.spec.model)
@@ -117,7 +117,7 @@ def sweep(world, model, dims, layouts, schedules, microbatches, global_batch, no
           retry_failed, list_only, inject, tflops):
     """Run every valid layout of WORLD ranks, analyse each, and compare them."""
     from meshscope.analysis.compare import compare, render
-    from meshscope.parallel.sweep import Sweep, SweepError, SweepSpec, run_sweep
+    from meshscope.layouts.sweep import Sweep, SweepError, SweepSpec, run_sweep
 
     try:
         if resume:
@@ -209,7 +209,7 @@ def compare_cmd(paths, as_json, csv_out, from_runs, baseline, detail):
 def _baseline_model(path: str | None):
     if not path:
         return None
-    from meshscope.parallel.plan import CommModel
+    from meshscope.layouts.plan import CommModel
 
     from .analyze_cmd import _load_baseline
 
@@ -225,7 +225,7 @@ def _baseline_model(path: str | None):
 def _assumed_rates(tflops, peak_tflops, devices, device, bandwidth_gbps, latency_us):
     """Rates and comm model before calibration, and notes on what was assumed."""
     from meshscope.collectors.devices import lookup
-    from meshscope.parallel.plan import CPU_ASSUMED_FLOPS, CommModel, Rates
+    from meshscope.layouts.plan import CPU_ASSUMED_FLOPS, CommModel, Rates
 
     notes = []
     peak = peak_tflops * 1e12 if peak_tflops else None
@@ -264,7 +264,7 @@ def _spec(model, model_json, seq_len, overrides):
     import dataclasses
 
     from meshscope.parallel.config import PRESETS
-    from meshscope.parallel.plan import ModelSpec, SpecError
+    from meshscope.layouts.plan import ModelSpec, SpecError
 
     try:
         if model_json:
@@ -344,7 +344,7 @@ def render_plan(p, detail: bool) -> str:
 
 def _training(framework, precision, optimizer, recompute, attention, block, offload,
               fp32_grads, model_json, from_runs):
-    from meshscope.parallel.plan.training import Training, TrainingError
+    from meshscope.layouts.plan.training import Training, TrainingError
 
     if framework is None:
         framework = "megatron" if model_json and not from_runs else "runner"
@@ -363,8 +363,8 @@ def _job_setup(training, device, tflops, gpus_per_node, intra_gbps, inter_gbps,
     """The device (GEMM curve, peak, memory bandwidth) and the topology of a GPU job."""
     import dataclasses
 
-    from meshscope.parallel.plan.job_step import Device, GemmCurve
-    from meshscope.parallel.plan.topology import Topology
+    from meshscope.layouts.plan.job_step import Device, GemmCurve
+    from meshscope.layouts.plan.topology import Topology
 
     dev = None
     if device:
@@ -410,8 +410,8 @@ def _calibrated_device(from_runs, dev, training, notes):
 
     from meshscope.analysis.compare import CompareError, measured
     from meshscope.collectors.run_info import read_run_info
-    from meshscope.parallel.plan.cost import rank_flops
-    from meshscope.parallel.plan.job_step import Device, GemmCurve
+    from meshscope.layouts.plan.cost import rank_flops
+    from meshscope.layouts.plan.job_step import Device, GemmCurve
 
     run = pathlib.Path(from_runs[0])
     if len(from_runs) > 1:
@@ -439,7 +439,7 @@ def _calibrated_device(from_runs, dev, training, notes):
                       f"{shape.source}, scaled through {run.name}'s measured η = {eta:.3f} at "
                       f"h/tp = {width:g}")
     notes.append(f"calibrated from {run} ({info.device.name}): GEMM curve {curve.source}")
-    from meshscope.parallel.plan import CommModel
+    from meshscope.layouts.plan import CommModel
     comm = CommModel.from_rows(m.transfers, source=f"measured in {run.name}")
     # what the run's step spent outside compute, exposed communication and the bubble (data
     # loading, logging, host work): a fixed cost per step, carried over as it is
@@ -455,7 +455,7 @@ def _apply_pipeline_options(cands, virtual_stages, stage_layers, n_layers):
 
     from meshscope.parallel.layout import LayoutError
 
-    from meshscope.parallel.schedules import SCHEDULES
+    from meshscope.theory.schedules import SCHEDULES
 
     counts = _csv(stage_layers, int) if stage_layers else None
     out, took_v = [], False
@@ -561,8 +561,8 @@ def plan_cmd(ctx, world, model, model_json, seq_len, dims, layouts, schedules, m
              device, devices, device_memory_gb, bandwidth_gbps, latency_us, baseline,
              from_runs, as_json, detail):
     """Predict memory, communication and step time of layouts, before running them."""
-    from meshscope.parallel.plan import plan
-    from meshscope.parallel.sweep import SweepError, enumerate_candidates
+    from meshscope.layouts.plan import plan
+    from meshscope.layouts.sweep import SweepError, enumerate_candidates
 
     def given(name):
         return ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE
@@ -650,7 +650,7 @@ def plan_cmd(ctx, world, model, model_json, seq_len, dims, layouts, schedules, m
 
     try:
         if job:
-            from meshscope.parallel.plan.job_candidates import job_candidates
+            from meshscope.layouts.plan.job_candidates import job_candidates
             cands = job_candidates(world, spec, dims=_csv(dims), schedules=_csv(schedules),
                                    microbatches=_csv(microbatches, int),
                                    dp_modes=_csv(dp_modes), global_batch=global_batch,
@@ -670,7 +670,7 @@ def plan_cmd(ctx, world, model, model_json, seq_len, dims, layouts, schedules, m
         fail("--offload all moves the weights to the host, which needs --dp-modes fsdp")
     if training.offload == "all":
         cands = [c for c in cands if c.zero_stage == 3]
-    from meshscope.parallel.plan.job_step import JobOptions
+    from meshscope.layouts.plan.job_step import JobOptions
     try:
         p = plan(spec, cands, precision=training.as_precision() if job else training.precision,
                  rates=rates, comm=comm,
@@ -681,7 +681,7 @@ def plan_cmd(ctx, world, model, model_json, seq_len, dims, layouts, schedules, m
     except ValueError as e:
         fail(str(e))
     if as_json:
-        from meshscope.parallel.plan.serial import plan_to_dict
+        from meshscope.layouts.plan.serial import plan_to_dict
         click.echo(json.dumps(plan_to_dict(p), indent=2))
     else:
         click.echo(render_plan(p, detail))

@@ -58,7 +58,7 @@ def _run_options(o: dict):
 
 def run_options_decorator(f):
     from meshscope.parallel.config import PRESETS
-    from meshscope.parallel.schedules import SCHEDULES
+    from meshscope.theory.schedules import SCHEDULES
 
     opts = [
         click.option("--layout", default="dp=2,pp=2", show_default=True,
@@ -142,7 +142,7 @@ def _do_run(opts) -> dict:
 
 
 def _print_losses(run_dir: pathlib.Path, desc: dict) -> None:
-    from meshscope.parallel.throughput import step_table
+    from meshscope.layouts.throughput import step_table
 
     table, problems = step_table(run_dir, desc)
     for line in problems:

@@ -18,7 +18,7 @@ asked for (ep, when asked for and the model is a MoE, over the divisors of dp ·
 with the schedules (for pp > 1), microbatch counts and dp modes (for dp · cp > 1), kept when
 ``parallel.layout.validate`` — the check ``meshscope run`` makes before launch — accepts it.
 
-**Running**: each layout runs in a child process (``python -m meshscope.parallel.sweep
+**Running**: each layout runs in a child process (``python -m meshscope.layouts.sweep
 SWEEP NAME``) that calls ``parallel.launch.launch`` and then ``analysis.report.analyze`` and
 writes the report into the run directory; the sweep itself never imports torch. The child is
 tied to the sweep (Linux: it receives SIGTERM when the sweep dies, even by SIGKILL, and
@@ -47,8 +47,8 @@ import time
 
 from meshscope.collectors.run_dir import write_json_atomic
 
-from .config import PRESETS, ModelConfig
-from .layout import ALL_DIMS, Layout, LayoutError, parse_layout, validate
+from meshscope.parallel.config import PRESETS, ModelConfig
+from meshscope.parallel.layout import ALL_DIMS, Layout, LayoutError, parse_layout, validate
 from .plan.candidate import RUNNER_DP_MODES, ZERO_STAGE, Candidate
 
 SWEEP_JSON = "sweep.json"
@@ -322,14 +322,14 @@ def _result_path(sweep_dir: pathlib.Path, name: str) -> pathlib.Path:
 
 def _run_one(sweep_dir: pathlib.Path, name: str) -> int:
     """The child: train and analyse one candidate; writes logs/NAME.result.json."""
-    from .rank_start import rank_modules, start_server
+    from meshscope.parallel.rank_start import rank_modules, start_server
 
     sweep = Sweep.open(sweep_dir)
     cand = next(c for c in sweep.candidates if c.name == name)
     start_server(rank_modules(cand.layout, cand.dp_mode))  # importing torch beside this process
-    from .faults import parse_fault
-    from .launch import LaunchError, launch
-    from .options import RunOptions
+    from meshscope.parallel.faults import parse_fault
+    from meshscope.parallel.launch import LaunchError, launch
+    from meshscope.parallel.options import RunOptions
 
     result = _result_path(sweep_dir, name)
     spec = sweep.spec
@@ -406,7 +406,7 @@ def _launch_child(sweep: Sweep, cand: Candidate, on_stage=None) -> RunOutcome:
            "PYTHONUNBUFFERED": "1"}
     start = time.monotonic()
     with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "meshscope.parallel.sweep",
+        proc = subprocess.Popen([sys.executable, "-m", "meshscope.layouts.sweep",
                                  str(sweep.folder), name], stdout=out,
                                 stderr=subprocess.STDOUT, env=env,
                                 preexec_fn=_die_with_parent if sys.platform == "linux"

@@ -2,14 +2,15 @@
 
 ``meshscope plan`` and ``meshscope compare`` use it; so can a notebook. It never imports torch
 (a 70B GPU plan runs on a laptop). The pieces, one module each (docs/layouts.md has the
-formulas and their sources):
+formulas and their sources; the closed forms it shares with the runner and the analysis —
+schedules and their bubble, bus factors, parameter counts, FLOPs per token — are
+``meshscope.theory``'s):
 
 - ``spec``        — the model: a runner preset or any Llama-style config.json;
 - ``candidate``   — one layout with its schedule, microbatches and dp mode;
 - ``memory``      — per-rank parameters, gradients, optimizer state (ZeRO 0–3), runtime
                     buffers and activations;
 - ``traffic``     — bytes per step per dimension and op, exactly as the runner issues them;
-- ``bubble``      — the schedules' closed-form bubble and microbatches in flight;
 - ``comm_model``  — the time of one collective, from a measured table or α-β;
 - ``cost``        — the step-time model, term by term;
 - ``calibrate``   — the cost model's terms from a measured run (``plan --from``);
@@ -26,7 +27,9 @@ A GPU job (Megatron-LM, DeepSpeed, FSDP2 on a cluster) has its own model beside 
                        kernels, exposed communication per level, bubble, optimizer bytes;
 - ``job_candidates`` — the layouts a GPU job can take (tp inside MoE layers too).
 """
-from .bubble import in_flight, theory_fraction
+from meshscope.theory.schedules import bubble_fraction as theory_fraction
+from meshscope.theory.schedules import in_flight
+
 from .calibrate import Calibration, Measured, calibrate
 from .candidate import RUNNER_DP_MODES, ZERO_STAGE, Candidate
 from .comm_model import CommModel

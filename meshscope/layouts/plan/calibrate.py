@@ -28,11 +28,12 @@ from __future__ import annotations
 import dataclasses
 import statistics
 
+from meshscope.theory.schedules import bubble_fraction as theory_fraction
+
 from .candidate import Candidate
 from .comm_model import CommModel
 from .cost import (Rates, contention, dim_transfer_us, layer_microbatches, local_params,
                    predict, rank_flops)
-from .bubble import theory_fraction
 from .spec import ModelSpec
 from .traffic import transfers
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..layout import ALL_DIMS, Layout, parse_layout, stage_layers, virtual_stages
-from ..schedules import SCHEDULES, stages_of_rank
+from meshscope.parallel.layout import ALL_DIMS, Layout, parse_layout, stage_layers, virtual_stages
+from meshscope.theory.schedules import SCHEDULES, stages_of_rank
 
 # ZeRO stage of each data-parallel mode (Rajbhandari et al., 2020): what is sharded over the
 # data-parallel ranks — 1: optimizer state, 2: + gradients, 3: + parameters.
@@ -56,7 +56,7 @@ class Candidate:
 
     def stages_of(self, pp_rank: int) -> list[int]:
         """Global stage indices on pipeline rank ``pp_rank``, in chunk order
-        (``parallel.schedules.stages_of_rank``: loop r, r+p, …; V r and 2p−1−r)."""
+        (``theory.schedules.stages_of_rank``: loop r, r+p, …; V r and 2p−1−r)."""
         if self.pp == 1:
             return [0]
         return stages_of_rank(pp_rank, self.pp, self.v, SCHEDULES[self.schedule].placement)

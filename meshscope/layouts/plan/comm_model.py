@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from meshscope.analysis.comm.bandwidth import bus_factor
+from meshscope.theory.bus_factors import bus_factor
 
 _P2P = ("send", "recv", "send_recv")
 

@@ -28,13 +28,15 @@ p pipeline ranks, v stages per rank:
   + a calibrated fixed overhead per step.
 
 tokens/s = global batch × sequence / step; MFU = FLOPs per token × tokens/s / (world × peak)
-(``parallel.throughput``'s definition) when the peak is known.
+(``analysis.records.steps.throughput``'s definition) when the peak is known.
 """
 from __future__ import annotations
 
 import dataclasses
 
-from .bubble import theory_fraction
+from meshscope.theory.flops import head_training_flops_per_token, layer_training_flops_per_token
+from meshscope.theory.schedules import bubble_fraction as theory_fraction
+
 from .candidate import Candidate
 from .comm_model import CommModel
 from .precision import Precision, precision_of
@@ -90,15 +92,8 @@ class StepEstimate:
 
 def layer_flops_per_token(spec: ModelSpec, i: int) -> float:
     """Training FLOPs per token of layer ``i``: 6 × the weights a token passes through, plus
-    attention's 12·h·s (``ModelSpec.flops_per_token`` summed over layers and head)."""
-    h, kv = spec.dim, spec.kv_dim
-    attn = 2 * h * h + 2 * h * kv
-    if spec.is_moe_layer(i):
-        ffn = spec.moe_experts * h + spec.moe_top_k * 3 * h * spec.expert_hidden \
-            + 3 * h * spec.moe_shared_hidden
-    else:
-        ffn = 3 * h * spec.ffn_hidden
-    return 6 * (attn + ffn) + 12 * h * spec.seq_len
+    attention's 12·h·s (``meshscope.theory.flops.layer_training_flops_per_token``)."""
+    return layer_training_flops_per_token(spec.shape, i)
 
 
 def rank_flops(spec: ModelSpec, cand: Candidate, pp_rank: int) -> float:
@@ -110,7 +105,7 @@ def rank_flops(spec: ModelSpec, cand: Candidate, pp_rank: int) -> float:
     for stage in cand.stages_of(pp_rank):
         per_token += sum(layer_flops_per_token(spec, i) for i in layers_of[stage])
         if stage == cand.n_stages - 1:
-            per_token += 6 * spec.dim * spec.vocab_size
+            per_token += head_training_flops_per_token(spec.shape)
     return per_token * sh.tokens * sh.m / tp
 
 

@@ -1,6 +1,6 @@
 """The layouts of a GPU job: the runner's rules where they are the model's, not the runner's.
 
-``parallel.sweep.enumerate_candidates`` keeps what ``meshscope run`` can launch; a Megatron or
+``layouts.sweep.enumerate_candidates`` keeps what ``meshscope run`` can launch; a Megatron or
 DeepSpeed job can do more — above all tensor parallelism inside MoE layers (Megatron's expert
 tensor parallelism). So a job's layouts are enumerated on the model's dense stand-in (the
 same divisibility rules for heads, FFN width, layers, sequence and batch) and expert
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..layout import Layout, LayoutError, parse_layout
+from meshscope.parallel.layout import Layout, LayoutError, parse_layout
 from ..sweep import SweepError, enumerate_candidates
 from .candidate import Candidate
 from .spec import ModelSpec

@@ -20,9 +20,10 @@ Per pipeline rank r, over the stages it holds:
 """
 from __future__ import annotations
 
+from meshscope.theory.schedules import in_flight
+
 from .activations import (first_stage_extra_bytes, last_stage_extra_bytes,
                           layer_activation_bytes)
-from .bubble import in_flight
 from .candidate import Candidate
 from .spec import ModelSpec, Param
 from .states import gather_buffer_bytes, model_states_by_term

@@ -38,8 +38,11 @@ from __future__ import annotations
 import dataclasses
 
 from meshscope.collectors.devices import lookup
+from meshscope.theory.flops import (gpt_layer_forward_flops_per_token,
+                                    head_training_flops_per_token,
+                                    layer_forward_flops_per_token)
+from meshscope.theory.schedules import bubble_fraction as theory_fraction
 
-from .bubble import theory_fraction
 from .candidate import Candidate
 from .job_memory import local_weights
 from .spec import ModelSpec
@@ -104,22 +107,15 @@ class JobOptions:
 
 
 def layer_fwd_flops_per_token(spec: ModelSpec, i: int) -> float:
-    """Forward FLOPs a token costs in layer ``i`` (see the module docstring)."""
-    h, kv = spec.dim, spec.kv_dim
-    attn = 2 * (2 * h * h + 2 * h * kv)
-    if spec.is_moe_layer(i):
-        mlp = 2 * (spec.moe_experts * h + spec.moe_top_k * 3 * h * spec.expert_hidden
-                   + 3 * h * spec.moe_shared_hidden)
-    else:
-        mlp = 2 * 3 * h * spec.ffn_hidden
-    return attn + mlp + 4 * h * spec.seq_len
+    """Forward FLOPs a token costs in layer ``i``
+    (``meshscope.theory.flops.layer_forward_flops_per_token``)."""
+    return layer_forward_flops_per_token(spec.shape, i)
 
 
 def gpt_fwd_flops_per_token(spec: ModelSpec) -> float:
-    """A GPT layer (4h MLP of two matrices, not SwiGLU): 24h² + 4hs (Narayanan et al. eq. 3
-    ÷ 3 passes ÷ L)."""
-    h = spec.dim
-    return 2 * (4 * h * h + 2 * h * spec.ffn_hidden) + 4 * h * spec.seq_len
+    """A GPT layer (4h MLP of two matrices, not SwiGLU): 24h² + 4hs
+    (``meshscope.theory.flops.gpt_layer_forward_flops_per_token``)."""
+    return gpt_layer_forward_flops_per_token(spec.shape)
 
 
 def _fwd_per_token(spec: ModelSpec, t: Training, i: int) -> float:
@@ -165,7 +161,7 @@ def rank_work_per_microbatch(spec: ModelSpec, cand: Candidate, t: Training, r: i
             core += c * passes(t)
             elem += elementwise_bytes_per_token(spec, t, tp, sp, i) * passes(t)
         if stage == cand.n_stages - 1:
-            total += 2 * spec.dim * spec.vocab_size * 3
+            total += head_training_flops_per_token(spec.shape)
     return total * sh.tokens / tp, core * sh.tokens / tp, elem * sh.tokens
 
 

@@ -56,7 +56,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from .bubble import in_flight
+from meshscope.theory.schedules import in_flight
+
 from .candidate import Candidate
 from .precision import Precision, precision_of
 from .spec import ModelSpec

@@ -1,6 +1,6 @@
 """``plan(...)``: every candidate layout's memory, traffic and predicted step, ranked.
 
-    from meshscope.parallel.plan import ModelSpec, Candidate, plan
+    from meshscope.layouts.plan import ModelSpec, Candidate, plan
     from meshscope.parallel.layout import parse_layout
     p = plan(ModelSpec.from_json("llama-7b.json"),
              [Candidate(parse_layout("dp=8")), Candidate(parse_layout("dp=4,tp=2"))],
@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from .bubble import theory_fraction
+from meshscope.theory.schedules import bubble_fraction as theory_fraction
+
 from .candidate import Candidate
 from .comm_model import CommModel
 from .cost import Rates, StepEstimate, predict

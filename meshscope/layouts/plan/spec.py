@@ -20,10 +20,13 @@ torch-free: planning a 70B job on a laptop imports neither torch nor the runner'
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import pathlib
 
-from ..config import ModelConfig
+from meshscope.parallel.config import ModelConfig
+from meshscope.theory.flops import training_flops_per_token
+from meshscope.theory.params import DecoderShape, n_params
 
 
 class SpecError(ValueError):
@@ -238,28 +241,33 @@ class ModelSpec:
                 root.append(Param("output", (self.vocab_size, self.dim), "col"))
         return groups + [root]
 
+    @functools.cached_property
+    def shape(self) -> DecoderShape:
+        """These sizes as ``meshscope.theory`` counts them."""
+        return DecoderShape(dim=self.dim, n_layers=self.n_layers, ffn_hidden=self.ffn_hidden,
+                            seq_len=self.seq_len, vocab_size=self.vocab_size,
+                            n_heads=self.n_heads, n_kv_heads=self.kv_heads,
+                            moe_experts=self.moe_experts, moe_top_k=self.moe_top_k,
+                            moe_every=self.moe_every, moe_first_dense=self.moe_first_dense,
+                            moe_hidden=self.moe_hidden,
+                            moe_shared_hidden=self.moe_shared_hidden,
+                            tied_embeddings=self.tied_embeddings)
+
     def n_params(self) -> int:
-        """All parameters (embedding and head counted separately unless tied)."""
-        groups = self.stage_params(list(range(self.n_layers)), first=True, last=True)
-        return sum(p.numel for g in groups for p in g)
+        """All parameters (embedding and head counted separately unless tied) — the sum of
+        ``stage_params`` over the whole model, as ``meshscope.theory.params.n_params`` counts."""
+        return n_params(self.shape)
 
     def active_params(self) -> int:
         """Parameters a token passes through: every dense weight, the router and ``top_k``
         experts of each MoE layer."""
-        total = self.n_params()
-        if self.moe_experts:
-            per_expert = 3 * self.dim * self.expert_hidden
-            moe_layers = sum(1 for i in range(self.n_layers) if self.is_moe_layer(i))
-            total -= moe_layers * (self.moe_experts - self.moe_top_k) * per_expert
-        return total
+        return n_params(self.shape, active=True)
 
     def flops_per_token(self) -> int:
-        """Training FLOPs per token, the runner's definition (``ModelConfig.flops_per_token``):
-        6 × active parameters without the embedding lookup, plus attention's score and value
-        products 12 · L · h · s (PaLM, Chowdhery et al. 2022, App. B)."""
-        embedding = self.vocab_size * self.dim
-        matmul = self.active_params() - (0 if self.tied_embeddings else embedding)
-        return 6 * matmul + 12 * self.n_layers * self.dim * self.seq_len
+        """Training FLOPs per token, the runner's definition
+        (``meshscope.theory.flops.training_flops_per_token``): 6 × active parameters without
+        the embedding lookup, plus attention's score and value products 12 · L · h · s."""
+        return training_flops_per_token(self.shape)
 
     def as_config(self) -> ModelConfig:
         """The runner's ``ModelConfig`` of the same sizes — what ``parallel.layout.validate``

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from meshscope.analysis.comm.bandwidth import bus_factor
+from meshscope.theory.bus_factors import bus_factor
 
 from .candidate import Candidate
 from .precision import Precision, precision_of
