@@ -105,3 +105,65 @@ def test_real_nccl_kernels():
     assert np.allclose(out["algbw_gbps"], expected)
     buckets = bw.size_buckets(out["msg_bytes"])
     assert (buckets <= out["msg_bytes"]).all() and (out["msg_bytes"] < 2 * buckets).all()
+
+
+def _p2p_instances(rows):
+    """A hand-made instance table of send/recv rows (rank, op, match_id, source, arrival,
+    exec start, exec end), 1,000,000 bytes each, one step, all on one clock."""
+    cols = ["rank", "op", "match_id", "source", "arrival_us", "exec_ts_us", "exec_end_us"]
+    t = pd.DataFrame(rows, columns=cols)
+    return t.assign(step=3, k=0, p2p=True, dim="pp", end_us=t["exec_end_us"],
+                    call_ts_us=t["arrival_us"], call_end_us=t["arrival_us"] + 1.0,
+                    seq=pd.array([None] * len(t), dtype="Int64"), pg_ranks="0,1",
+                    group_size=2, backend_op=None,
+                    msg_bytes=pd.array([1_000_000] * len(t), dtype="Int64"))
+
+
+def test_p2p_transfer_is_the_time_both_kernels_run_and_the_rest_is_wait():
+    """Transfer is not waiting (issue 23), known by construction:
+
+    - k1 (NCCL kernels): the recv kernel spins from 50 µs, the send kernel starts at 100 and
+      both end at 300: 200 µs of transfer (1 MB / 200 µs = 5 GB/s, busbw = algbw for
+      send/recv); the receive's first 50 µs are waiting for its sender.
+    - k2 (NCCL, grouped): rank 0's send and its recv of k3 share one kernel 400 → 600 (a
+      grouped send/recv carries the batch, not one message): no transfer, no busbw.
+    - g1 (gloo): the ranges are waits for asynchronous work — no transfer however they lie;
+      the receive posted at 1000 waited 500 µs for the send posted at 1500.
+    """
+    from meshscope.analysis.comm import bandwidth_report, matching
+
+    inst = _p2p_instances([
+        (0, "send", "k1", "nccl", 100.0, 100.0, 300.0),
+        (1, "recv", "k1", "nccl", 50.0, 50.0, 300.0),
+        (0, "send", "k2", "nccl", 400.0, 400.0, 600.0),
+        (1, "recv", "k2", "nccl", 410.0, 410.0, 590.0),
+        (1, "send", "k3", "nccl", 420.0, 420.0, 580.0),
+        (0, "recv", "k3", "nccl", 400.0, 400.0, 600.0),
+        (0, "send", "g1", "gloo", 1500.0, 1600.0, 1700.0),
+        (1, "recv", "g1", "gloo", 1000.0, 1000.0, 1700.0)])
+    p2p = matching.p2p_table(inst).set_index("match_id")
+    assert p2p.loc["k1", "transfer_us"] == 200.0
+    assert (p2p.loc["k1", "recv_wait_us"], p2p.loc["k1", "send_wait_us"]) == (50.0, 0.0)
+    assert p2p[["transfer_us"]].loc[["k2", "k3", "g1"]].isna().all().all()
+    assert p2p.loc["g1", "recv_wait_us"] == 500.0 and p2p.loc["g1", "send_wait_us"] == 0.0
+    table = bandwidth_report.bandwidth_table(
+        inst, pd.DataFrame(columns=["match_id", "transfer_us"]), matching.p2p_table(inst))
+    k1 = table[table["match_id"] == "k1"].set_index("op")
+    assert k1["busbw_gbps"].tolist() == pytest.approx([5.0, 5.0])
+    assert (k1.loc["recv", "wait_us"], k1.loc["send", "wait_us"]) == (50.0, 0.0)
+    rest = table[table["match_id"] != "k1"]
+    assert rest["busbw_gbps"].isna().all() and rest["transfer_us"].isna().all()
+    g1 = table[table["match_id"] == "g1"].set_index("op")
+    assert (g1.loc["recv", "wait_us"], g1.loc["send", "wait_us"]) == (500.0, 0.0)
+
+
+def test_an_unmatched_send_has_no_bandwidth():
+    """A send whose receive no trace holds: its span is a wait for a peer nobody saw, so no
+    transfer and no busbw (a collective without a match still uses its own span)."""
+    from meshscope.analysis.comm import bandwidth_report, matching
+
+    inst = _p2p_instances([(0, "send", "", "nccl", 100.0, 100.0, 300.0)])
+    table = bandwidth_report.bandwidth_table(
+        inst, pd.DataFrame(columns=["match_id", "transfer_us"]), matching.p2p_table(inst))
+    assert len(table) == 1 and pd.isna(table["transfer_us"].iloc[0])
+    assert pd.isna(table["busbw_gbps"].iloc[0])

@@ -6,10 +6,13 @@ size, message-size bucket).
 (``analysis/comm/instances.py``, ``matching.py``): dur_us is the rank's executing span (the
 ``gloo:`` range, the NCCL kernel); transfer_us is the matched operation's transfer — for a
 collective the shortest span over its ranks (the rank that arrived last waited for nobody), for
-a send/recv pair the receive's executing time after the send was posted (``matching.p2p_table``:
-the time a receive waits for its sender is wait, not transfer; null, and so no bandwidth, when
-the receive has no executing span); wait_us = dur_us − transfer_us (at least 0) is this rank's
-waiting for the others. An operation with no match uses its own span. algbw/busbw (``analysis/comm/bandwidth.py``) use msg_bytes (S as
+a send/recv pair the time both sides' kernels ran together (``matching.p2p_table``: the time a
+receive waits for its sender is wait, not transfer; null, and so no bandwidth, where the trace
+cannot separate them — every gloo send/recv, whose ranges are the wait for asynchronous work);
+wait_us = dur_us − transfer_us (at least 0) is this rank's waiting for the others, and for a
+send/recv of unknown transfer the part of its span before its peer posted (``send_wait_us`` /
+``recv_wait_us``: the waiting the trace does show). A collective with no match uses its own
+span; an unmatched send/recv has no transfer. algbw/busbw (``analysis/comm/bandwidth.py``) use msg_bytes (S as
 nccl-tests defines it) over transfer_us with n = the group's size; unknown bytes give an empty
 busbw, never 0. gloo runs reduce_scatter as an all_reduce of the whole input: the row keeps the
 algorithm's op and bytes and names the backend's op in ``backend_op`` (its bus traffic is
@@ -49,10 +52,19 @@ def bandwidth_table(inst: pd.DataFrame, collectives: pd.DataFrame,
                           p2p.set_index("match_id")["transfer_us"]]) \
         if len(collectives) or len(p2p) else pd.Series(dtype=float)
     t["transfer_us"] = t["match_id"].map(transfer)
-    # Only an operation without a match uses its own span; a matched one whose transfer the
-    # trace cannot separate from waiting (a receive without an executing span) stays null.
-    t["transfer_us"] = t["transfer_us"].where(t["match_id"].isin(transfer.index), t["dur_us"])
+    # Only a collective without a match uses its own span; a matched operation whose transfer
+    # the trace cannot separate from waiting stays null, and so does every unmatched send/recv
+    # (its span holds the wait for a peer nobody saw).
+    own_span = ~t["match_id"].isin(transfer.index) & ~t["p2p"].astype(bool)
+    t["transfer_us"] = t["transfer_us"].where(~own_span, t["dur_us"])
     t["wait_us"] = (t["dur_us"] - t["transfer_us"]).clip(lower=0.0)
+    # A send/recv whose transfer is unknown still knows its wait for the peer's post.
+    if len(p2p):
+        by_mid = p2p.set_index("match_id")
+        side_wait = np.where(t["op"] == "send", t["match_id"].map(by_mid["send_wait_us"]),
+                             t["match_id"].map(by_mid["recv_wait_us"])).astype(float)
+        fill = t["p2p"].astype(bool).to_numpy() & t["transfer_us"].isna().to_numpy()
+        t.loc[fill, "wait_us"] = side_wait[fill]
     return add_bandwidth(t[TABLE_COLUMNS], op="op", size="msg_bytes", time="transfer_us",
                          group="group_size")
 

@@ -23,26 +23,35 @@ when it is not empty no cross-rank figure is computed.
 match_id, pg_ranks, dim, step, op, seq, k, n_ranks, first_arrival_us, last_arrival_us,
 skew_us (last − first arrival), holdup_us (last − second-last arrival: how long the last
 rank alone held the group up), last_rank, completion_us (median over ranks of the end),
-transfer_us, msg_bytes. **Transfer** (one definition, used by the bandwidth report and the
-dependency graph alike): the shortest executing span over the group's ranks — the rank that
+transfer_us, after_last_us, msg_bytes. **Transfer** (what the bandwidth report divides the
+bytes by): the shortest executing span over the group's ranks — the rank that
 arrived last waited for nobody, so its span is the operation itself (nccl-tests' time); the
 rest of every other rank's span is waiting. Without executing spans, completion − last arrival.
 after_last_us: completion − last arrival (at least 0), how long the operation took to finish
-once its last rank arrived — what the dependency graph needs (``analysis/crossrank/graph.py``);
-it exceeds transfer_us when the last rank's backend started the operation late.
+once its last rank arrived — what the dependency graph replays (``analysis/crossrank/graph.py``,
+``Operation.after_last_us``), not a transfer: it exceeds transfer_us when the last rank's
+backend started the operation late.
 
 ``p2p_table(instances)`` — one row per matched send/recv pair: match_id, src, dst, step, k, dim,
 send_us (the sender's post), recv_us (the receiver's post), completion_us (the recv's end),
 after_last_us (completion − max(send, recv post), at least 0: what the dependency graph
-replays), transfer_us, msg_bytes. **Transfer is not waiting** (issue 23): a receive posted
-early spends most of completion − post waiting for its sender; and a receive that was already
-executing when the send started waits inside its executing span too (on gloo the ranges of a
-batched isend/irecv all end when the whole batch does). Only a receive whose executing span
-(``exec_ts_us``: the ``gloo:recv`` range, the NCCL kernel) starts at or after the send's
-(the send's executing start, else its post), and inside which no other send/recv of its rank
-executes, holds no waiting: its span is the message's transfer. transfer_us = that span (completion − the recv's executing start), and
-null otherwise — the trace cannot tell transfer from waiting there, and a bandwidth from the
-wait-dominated span would be wrong (pp send/recv showed 0.009 GB/s on the slow-rank sample).
+replays as the message's duration once both sides are there), send_wait_us, recv_wait_us,
+transfer_us, msg_bytes.
+
+**Transfer is not waiting** (issue 23). A receive posted before its sender spends that time
+waiting (``recv_wait_us`` = the send's post − the receive's executing start, within its span);
+a send posted before its receiver likewise (``send_wait_us``). The transfer itself is known
+only where both sides' executing spans *are* the transfer — device kernels (``source``
+``nccl`` / ``custom-kernel``), which spin until the peer's kernel is there and end when the
+message has moved: transfer_us = the time both kernels run together (the earlier end − the
+later start), when that is positive and neither kernel holds another send/recv of its rank (a
+grouped send/recv kernel carries the whole batch, not this message). Everywhere else it is
+null and the bandwidth report leaves busbw empty: on gloo the ``gloo:send`` / ``gloo:recv``
+ranges of ``isend``/``irecv`` (what ``torch.distributed.pipelining`` issues, batched) are the
+calling thread's wait for asynchronous work — a run's receive can end before the matching
+``gloo:send`` range even starts, and a batched receive ends with its whole batch — so no
+span of the trace is the message's transfer, and a bandwidth from any of them is a waiting
+figure (pp send/recv showed 0.009 GB/s on the slow-rank sample).
 """
 from __future__ import annotations
 
@@ -56,7 +65,11 @@ COLLECTIVE_COLUMNS = ["match_id", "pg_ranks", "dim", "step", "op", "seq", "k", "
                       "first_arrival_us", "last_arrival_us", "skew_us", "holdup_us",
                       "last_rank", "completion_us", "transfer_us", "after_last_us", "msg_bytes"]
 P2P_COLUMNS = ["match_id", "src", "dst", "step", "k", "dim", "send_us", "recv_us",
-               "completion_us", "after_last_us", "transfer_us", "msg_bytes"]
+               "completion_us", "after_last_us", "send_wait_us", "recv_wait_us", "transfer_us",
+               "msg_bytes"]
+#: Instance sources whose executing span is a device kernel that runs only while the message
+#: moves (once both sides' kernels are there): the only spans a p2p transfer can be read from.
+KERNEL_SOURCES = ("nccl", "custom-kernel")
 
 
 @dataclasses.dataclass
@@ -250,22 +263,38 @@ def collective_table(inst: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _overlaps_own_p2p(inst: pd.DataFrame, recv: pd.DataFrame, start: np.ndarray,
-                      end: np.ndarray) -> np.ndarray:
-    """Per receive: does another send/recv of its rank execute inside its span (a batched
-    isend/irecv, whose ranges end together: the span then holds the batch, not the message)?"""
-    out = np.zeros(len(recv), dtype=bool)
-    mine = inst[inst["p2p"]]
-    by_rank = {int(r): (pd.to_numeric(g["exec_ts_us"], errors="coerce").to_numpy(np.float64),
+def _holds_other_p2p(inst: pd.DataFrame, side: pd.DataFrame) -> np.ndarray:
+    """Per row of ``side`` (send or recv rows, in order): does another send/recv of its rank
+    execute inside its span — the same span included (a grouped kernel), or overlapping it?"""
+    out = np.zeros(len(side), dtype=bool)
+    mine = inst[inst["p2p"] & (inst["match_id"] != "")]
+    by_rank = {int(r): (g["match_id"].to_numpy(),
+                        pd.to_numeric(g["exec_ts_us"], errors="coerce").to_numpy(np.float64),
                         pd.to_numeric(g["exec_end_us"], errors="coerce").to_numpy(np.float64))
                for r, g in mine.groupby("rank")}
-    for i, (r, a, b) in enumerate(zip(recv["rank"].to_numpy(), start, end)):
+    a_all = pd.to_numeric(side["exec_ts_us"], errors="coerce").to_numpy(np.float64)
+    b_all = pd.to_numeric(side["exec_end_us"], errors="coerce").to_numpy(np.float64)
+    for i, (mid, r, a, b) in enumerate(zip(side.index, side["rank"].to_numpy(), a_all, b_all)):
         if not (np.isfinite(a) and np.isfinite(b)) or int(r) not in by_rank:
             continue
-        s, e = by_rank[int(r)]
-        inside = (s < b) & (e > a) & ~((s == a) & (e == b))
-        out[i] = bool(inside.any())
+        ids, s, e = by_rank[int(r)]
+        out[i] = bool(((s <= b) & (e >= a) & (ids != mid)).any())
     return out
+
+
+def _kernel_transfer(inst: pd.DataFrame, send: pd.DataFrame, recv: pd.DataFrame) -> np.ndarray:
+    """Per pair: the time both sides' kernels ran together (module docstring), NaN where the
+    trace cannot separate transfer from waiting."""
+    def col(t, c):
+        return pd.to_numeric(t[c], errors="coerce").to_numpy(np.float64)
+    start = np.maximum(col(send, "exec_ts_us"), col(recv, "exec_ts_us"))
+    end = np.minimum(col(send, "exec_end_us"), col(recv, "exec_end_us"))
+    kernels = send["source"].isin(KERNEL_SOURCES).to_numpy() & \
+        recv["source"].isin(KERNEL_SOURCES).to_numpy()
+    ok = kernels & np.isfinite(start) & np.isfinite(end) & (end > start)
+    if ok.any():
+        ok &= ~_holds_other_p2p(inst, send) & ~_holds_other_p2p(inst, recv)
+    return np.where(ok, end - start, np.nan)
 
 
 def p2p_table(inst: pd.DataFrame) -> pd.DataFrame:
@@ -275,6 +304,8 @@ def p2p_table(inst: pd.DataFrame) -> pd.DataFrame:
     for col in ("exec_ts_us", "exec_end_us"):
         if col not in inst:   # a table without executing spans: no transfer to separate
             inst = inst.assign(**{col: np.nan})
+    if "source" not in inst:
+        inst = inst.assign(source="")
     p2p = inst[inst["p2p"] & (inst["match_id"] != "")]
     ids = p2p["match_id"]
     sends = ids[p2p["op"] == "send"].value_counts()
@@ -283,7 +314,7 @@ def p2p_table(inst: pd.DataFrame) -> pd.DataFrame:
         recvs.index[(recvs == 1).to_numpy()])
     p2p = p2p[ids.isin(pairs)]
     side = ["match_id", "rank", "step", "k", "dim", "arrival_us", "end_us", "exec_ts_us",
-            "msg_bytes"]
+            "exec_end_us", "source", "msg_bytes"]
     send = p2p.loc[p2p["op"] == "send", side].set_index("match_id")
     recv = p2p.loc[p2p["op"] == "recv", side].set_index("match_id")
     ordered = pd.unique(p2p["match_id"])
@@ -291,13 +322,14 @@ def p2p_table(inst: pd.DataFrame) -> pd.DataFrame:
     completion = recv["end_us"].to_numpy(dtype=np.float64)
     send_us = send["arrival_us"].to_numpy(dtype=np.float64)
     recv_us = recv["arrival_us"].to_numpy(dtype=np.float64)
-    recv_exec = pd.to_numeric(recv["exec_ts_us"], errors="coerce").to_numpy(dtype=np.float64)
-    send_exec = pd.to_numeric(send["exec_ts_us"], errors="coerce").to_numpy(dtype=np.float64)
-    send_start = np.where(np.isfinite(send_exec), send_exec, send_us)
-    # NaN where the receive has no executing span or was executing before the send began.
-    separable = np.isfinite(recv_exec) & (recv_exec >= send_start) & \
-        ~_overlaps_own_p2p(inst, recv, recv_exec, completion)
-    transfer = np.where(separable, np.maximum(0.0, completion - recv_exec), np.nan)
+
+    def waited(own: pd.DataFrame, peer_post: np.ndarray) -> np.ndarray:
+        """The part of ``own``'s executing span (else post → end) before the peer's post."""
+        a = pd.to_numeric(own["exec_ts_us"], errors="coerce").to_numpy(np.float64)
+        a = np.where(np.isfinite(a), a, own["arrival_us"].to_numpy(np.float64))
+        b = own["end_us"].to_numpy(np.float64)
+        return np.clip(peer_post - a, 0.0, np.maximum(b - a, 0.0))
+
     msg = send["msg_bytes"].astype("Int64").fillna(recv["msg_bytes"].astype("Int64"))
     out = pd.DataFrame({
         "match_id": send.index.to_numpy(), "src": send["rank"].to_numpy(dtype=np.int64),
@@ -306,6 +338,7 @@ def p2p_table(inst: pd.DataFrame) -> pd.DataFrame:
         "dim": send["dim"].to_numpy(), "send_us": send_us, "recv_us": recv_us,
         "completion_us": completion,
         "after_last_us": np.maximum(0.0, completion - np.maximum(send_us, recv_us)),
-        "transfer_us": transfer,
+        "send_wait_us": waited(send, recv_us), "recv_wait_us": waited(recv, send_us),
+        "transfer_us": _kernel_transfer(inst, send, recv),
         "msg_bytes": msg.array}, columns=P2P_COLUMNS)
     return out.reset_index(drop=True)

@@ -26,6 +26,14 @@ clock was shifted after the fact, say.
 
 ``clock_offsets(collectives, p2p)`` columns: rank, offset_us, uncertainty_us, n (operations
 used), source (``reference``, ``collectives``, ``send/recv``, ``none``), applied_us.
+
+**One alignment.** ``to_aligned_us(times_us, applied_us)`` is the only place a rank's offset
+is applied: a time on the rank's own clock minus its ``applied_us`` is the time on the
+reference rank's clock. ``applied_by_rank(offsets)`` reads the offsets table as rank →
+applied_us (0 for a rank the table lacks). ``align_instances`` puts the instance table on the
+aligned clock with it, once, in ``analyze``; the Perfetto export moves raw trace events with
+it (``analysis/report/perfetto.py``); every other table is written on the clock that
+summary.json's ``table_clocks`` names and read as it is.
 """
 from __future__ import annotations
 
@@ -199,14 +207,31 @@ TIME_COLUMNS = ("call_ts_us", "call_end_us", "exec_ts_us", "exec_end_us", "arriv
                 "end_us")
 
 
+def applied_by_rank(offsets: pd.DataFrame | None) -> dict[int, float]:
+    """rank → the offset the analysis applied to it (``applied_us``; NaN read as 0): what
+    ``to_aligned_us`` subtracts. Empty for a missing or empty table."""
+    if offsets is None or offsets.empty or not {"rank", "applied_us"} <= set(offsets.columns):
+        return {}
+    return {int(r): float(a) if pd.notna(a) else 0.0
+            for r, a in zip(offsets["rank"], offsets["applied_us"])}
+
+
+def to_aligned_us(times_us, applied_us):
+    """Times on a rank's own clock → the reference rank's clock: ``times_us − applied_us``.
+    Both may be scalars or arrays/Series of equal length (one offset per time)."""
+    return times_us - applied_us
+
+
 def align_instances(inst: pd.DataFrame, offsets: pd.DataFrame) -> pd.DataFrame:
-    """The instance table with each rank's applied offset subtracted from its times."""
+    """The instance table with each rank's applied offset subtracted from its times
+    (``to_aligned_us``)."""
     if inst.empty or offsets.empty:
         return inst
-    shift = inst["rank"].map(offsets.set_index("rank")["applied_us"]).fillna(0.0)
+    applied = applied_by_rank(offsets)
+    shift = inst["rank"].map(applied).fillna(0.0).astype(float)
     out = inst.copy()
     for c in TIME_COLUMNS:
-        out[c] = out[c] - shift
+        out[c] = to_aligned_us(out[c], shift)
     return out
 
 

@@ -4,7 +4,9 @@ Each rank's step is a chain of **points** in program order (``RankStep``): the m
 *calls* an operation (arrives at a collective, posts a send or a recv) and the moments a
 *wait* for an operation ends (it was blocked until the operation completed). Between two points
 the rank spends ``own_us`` on its own work (everything that is not waiting). An operation
-completes ``transfer_us`` after its last participant called it; a wait ends at the later of
+completes ``after_last_us`` after its last participant called it (its measured completion − last
+call, ``matching.after_last_us``: not the bandwidth report's transfer, and for a send/recv it
+may hold waiting as well); a wait ends at the later of
 "the rank is ready" and "the operation completed" (plus the rank's measured resume latency).
 Collectives join every rank of their group; a send/recv pair joins the two ranks.
 
@@ -83,7 +85,9 @@ class Operation:
     op: str
     dim: str
     participants: list[int]   # ranks that call it in this step
-    transfer_us: float        # completion − last arrival, as measured (matching.after_last_us)
+    after_last_us: float      # completion − last arrival, as measured (matching.after_last_us):
+                              # what the replay takes once every participant is there; for a
+                              # send/recv it holds waiting too, so it is not a transfer
     completion_us: float      # measured
 
 
@@ -144,8 +148,8 @@ class StepGraph:
 
     def _released_call_us(self, mid: str) -> float:
         """When the operation of a released wait counts as called: its measured completion
-        less its transfer."""
-        return self.ops[mid].completion_us - self.ops[mid].transfer_us
+        less its ``after_last_us``."""
+        return self.ops[mid].completion_us - self.ops[mid].after_last_us
 
     def replay(self, scale: dict[int, float | np.ndarray] | None = None,
                transfer_factor: dict[str, float] | None = None
@@ -175,7 +179,7 @@ class StepGraph:
             if waits:
                 arrive, who = last_call[p.mid]
                 op = self.ops[p.mid]
-                done = arrive + op.transfer_us * tf.get(op.dim, 1.0) + p.resume_us
+                done = arrive + op.after_last_us * tf.get(op.dim, 1.0) + p.resume_us
                 if done > t:
                     t = done
                     if who is not None:
@@ -236,7 +240,7 @@ class StepGraph:
                 t[j] = prev[j] + p.own_us * (f[i] if isinstance(f, np.ndarray) else f)
             if waits:
                 op = self.ops[p.mid]
-                done = last_call[p.mid] + op.transfer_us + p.resume_us
+                done = last_call[p.mid] + op.after_last_us + p.resume_us
                 t = np.where(done > t, done, t)
                 waiters[p.mid] -= 1
                 if not waiters[p.mid]:

@@ -1,14 +1,15 @@
 """The merged, aligned timeline of a run: every rank's trace on one clock, as a Chrome / Perfetto
-trace (``export``) and as the per-rank segments of one step that the dashboard's timeline page
-draws (``step_segments``).
+trace (``export``). (The dashboard's timeline page draws the report's own aligned segments,
+``timeline.parquet``; nothing here rebuilds step windows or segments.)
 
-**Alignment.** Each rank's trace events are moved onto the reference rank's clock by
-subtracting the offset the analysis applied (``applied_us`` of the report's ``clock_offsets.parquet``,
-analysis/crossrank/clocks.py); offsets the analysis did not apply (too small to tell from zero)
-are not applied here either, so the export shows exactly the clocks the report's cross-rank
-figures used. The report's collective-instance table is on that clock already (analyze
-aligned it) and is read as it is: the offsets are applied once. Without a report the traces are
-exported on their own clocks, and the export says so.
+**Alignment.** The report's tables are read on the clock summary.json's ``table_clocks`` names:
+the collective-instance table is on the aligned clock already (``analyze`` aligned it) and is
+read as it is. Only the raw trace events — each rank's own clock — are moved, by the one
+alignment function, ``analysis.crossrank.clocks.to_aligned_us`` with the offset the analysis
+applied (``applied_us`` of ``clock_offsets.parquet``); offsets the analysis did not apply (too
+small to tell from zero) are not applied here either, so the export shows exactly the clocks
+the report's cross-rank figures used. Without a report the traces are exported on their own
+clocks, and the export says so.
 
 **The export** (Chrome's JSON trace event format, which ui.perfetto.dev and chrome://tracing
 open; ``.json.gz`` is gzipped): one process per rank (``pid`` = the rank, named
@@ -38,6 +39,7 @@ import numpy as np
 import orjson
 import pandas as pd
 
+from meshscope.analysis.crossrank import clocks
 from meshscope.analysis.errors import InputError
 from meshscope.analysis.ingest.events import RankTrace, load_trace
 from meshscope.analysis.report.inputs import find_traces
@@ -117,13 +119,10 @@ def load_aligned(path: pathlib.Path, report_dir: pathlib.Path | None = None) -> 
         notes.append(str(e))
         info = None
     offsets = _table(report_dir, "clock_offsets")
-    applied = {r: 0.0 for r in traces}
-    if offsets is not None and {"rank", "applied_us"} <= set(offsets.columns):
-        for r, a in zip(offsets["rank"], offsets["applied_us"]):
-            if int(r) in applied and a == a:
-                applied[int(r)] = float(a)
-    else:
+    if offsets is None or not {"rank", "applied_us"} <= set(offsets.columns):
         notes.append("no clock-offset table in the report: every rank on its own clock")
+    report_applied = clocks.applied_by_rank(offsets)
+    applied = {r: report_applied.get(r, 0.0) for r in traces}
     instances = _table(report_dir, "instances")
     if instances is not None and not {"rank", "match_id", "arrival_us", "end_us"} <= set(
             instances.columns):
@@ -171,7 +170,7 @@ def _trace_events(run: AlignedRun) -> tuple[list[dict], int]:
         for lane, tid in lanes.items():
             out.append({"ph": "M", "name": "thread_name", "pid": rank, "tid": tid,
                         "args": {"name": lane}})
-        ts = (ev["ts_us"].to_numpy(dtype=float) - off).round(3)
+        ts = clocks.to_aligned_us(ev["ts_us"].to_numpy(dtype=float), off).round(3)
         dur = ev["dur_us"].to_numpy(dtype=float).round(3)
         tids = ev["lane"].astype(str).map(lanes).to_numpy()
         names, cats, kinds = ev["name"].to_numpy(), ev["cat"].to_numpy(), ev["kind"].to_numpy()
@@ -253,68 +252,3 @@ def export(path: pathlib.Path, out: pathlib.Path, *,
     return ExportSummary(path=out, ranks=list(run.traces), events=n, flows=flows,
                          applied_us=run.applied_us, notes=run.notes)
 
-
-# ---- the timeline page's segments ----------------------------------------------------------
-
-def _step_window(tr: RankTrace, step: int) -> tuple[float, float] | None:
-    ev = tr.events
-    hit = ev[ev["name"] == f"ProfilerStep#{step}"]
-    if hit.empty:
-        return None
-    return float(hit["ts_us"].min()), float(hit["end_us"].max())
-
-
-def _coarsen(ivs: np.ndarray, gap_us: float) -> np.ndarray:
-    """Merge intervals closer than ``gap_us`` (what a screen cannot tell apart)."""
-    if len(ivs) <= 1 or gap_us <= 0:
-        return ivs
-    keep = [list(ivs[0])]
-    for s, e in ivs[1:]:
-        if s - keep[-1][1] <= gap_us:
-            keep[-1][1] = max(keep[-1][1], e)
-        else:
-            keep.append([s, e])
-    return np.asarray(keep)
-
-
-def step_segments(run: AlignedRun, step: int, *, resolution: int = 2000) -> pd.DataFrame:
-    """Per rank, the aligned segments of step ``step``: rank, kind (``compute``,
-    ``comm <dim>`` / ``comm``, ``wait``), start_us, end_us — µs from the earliest rank's step
-    start. Segments closer than 1/``resolution`` of the step are merged (drawing them apart
-    would need more pixels than a screen has). The sets are the analysis' own
-    (``analysis.timeline.rank_timeline.build``): compute, communication and wait regions."""
-    from meshscope.analysis.timeline import intervals as iv
-    from meshscope.analysis.timeline.rank_timeline import build
-
-    windows = {}
-    for r, tr in run.traces.items():
-        w = _step_window(tr, step)
-        if w is not None:
-            off = run.applied_us.get(r, 0.0)
-            windows[r] = (w[0] - off, w[1] - off)
-    if not windows:
-        return pd.DataFrame(columns=["rank", "kind", "start_us", "end_us"])
-    t0 = min(w[0] for w in windows.values())
-    t1 = max(w[1] for w in windows.values())
-    gap = (t1 - t0) / resolution
-    inst = aligned_instances(run)
-    rows = []
-    for r, (s, e) in windows.items():
-        off = run.applied_us.get(r, 0.0)
-        tl = build(run.traces[r])
-        # The timeline's sets are on the rank's own clock; the instances are aligned already.
-        sets = {"compute": np.asarray(tl.compute, dtype=float).reshape(-1, 2) - off,
-                "wait": np.asarray(getattr(tl, "waits", iv.EMPTY), dtype=float)
-                .reshape(-1, 2) - off}
-        mine = inst[inst["rank"] == r] if not inst.empty else inst
-        if not mine.empty and "dim" in mine:
-            start = mine["exec_ts_us"] if "exec_ts_us" in mine else mine["arrival_us"]
-            start = start.where(start.notna(), mine["arrival_us"])
-            for d, g in mine.assign(_s=start).groupby("dim"):
-                sets[f"comm {d}"] = iv.union(g["_s"], g["end_us"])
-        else:
-            sets["comm"] = np.asarray(tl.comm, dtype=float).reshape(-1, 2) - off
-        for kind, ivs in sets.items():
-            for a, b in _coarsen(iv.clip(ivs, s, e), gap):
-                rows.append((r, kind, a - t0, b - t0))
-    return pd.DataFrame(rows, columns=["rank", "kind", "start_us", "end_us"])

@@ -5,15 +5,17 @@ Chrome/Perfetto trace to download (``/export/perfetto?run=ID``, ``meshscope expo
 --perfetto``).
 
 - ``timeline-graph``: one row per rank. The segments are the report's own
-  (``timeline.parquet``: aligned, merged below the screen's resolution, each wait with the
-  rank the dependency graph charges it to). An older report without that table has them
-  rebuilt from the traces (``analysis.report.perfetto.step_segments``: the analysis' own
-  compute, communication and wait sets of each rank, moved by the report's applied clock
-  offsets), up to ``MAX_RANKS_FROM_TRACES`` ranks; the arrows then come from the matched
-  collectives' last arrivers. Either way the browser gets segments, never the event table.
-  With the report's table, the step's critical path (``critical_path.parquet``, on the same
-  axis: µs from the step's earliest start; the path through the replayed dependency graph)
-  is drawn over the lanes as one line.
+  (``timeline.parquet``, on the clock summary.json's ``table_clocks`` calls ``step``: aligned,
+  µs from the step's earliest start, merged below the screen's resolution, each wait with the
+  rank the dependency graph charges it to); the arrows are those charged waits, drawn at the
+  wait's end from the rank charged to the rank that waited. Nothing is rebuilt from the traces
+  here: a report without that table (an older schema) says so and asks for a re-analysis. The
+  browser gets segments, never the event table. The step's critical path
+  (``critical_path.parquet``, on the same axis; the path through the replayed dependency
+  graph) is drawn over the lanes as one line. Colours are the dashboard's ``COLOURS``:
+  communication per dimension (``comm pp`` …) and ``wait`` never share one.
+- ``?rank=R`` marks rank R's lane across the whole figure (a band drawn over the bars, and
+  the lane's label in bold).
 
 Segments are kept per run and step (``_CACHE``) while the report is unchanged.
 """
@@ -28,9 +30,6 @@ from ..sections import Facts, Figure, Link, Note, Section, missing
 from .common import COLOURS, PageContext, lanes_layout, pick_step, rank_label
 
 MAX_ARROWS = 24
-# Without the report's own timeline table the page reads the traces again; beyond this many
-# ranks that would take minutes, so the page asks for a re-analysis instead.
-MAX_RANKS_FROM_TRACES = 64
 _CACHE: dict[tuple, tuple[pd.DataFrame, list, dict]] = {}
 _LOCK = threading.Lock()
 
@@ -58,66 +57,23 @@ def _from_report(ctx: PageContext, step: int):
 
 
 def _segments(ctx: PageContext, step: int):
-    """(segments, arrows, offsets applied): the report's timeline table where it has one,
-    else the segments rebuilt from the traces with the report's offsets."""
-    from meshscope.analysis.report.perfetto import aligned_instances, load_aligned, \
-        step_segments
+    """(segments, arrows, offsets applied) of ``step`` from the report's tables, or None when
+    the report has no timeline table."""
+    from meshscope.analysis.crossrank.clocks import applied_by_rank
 
-    key = (ctx.run_id, ctx.report.mtime_ns, step)
+    key = (str(ctx.report.entry.path), ctx.run_id, ctx.report.mtime_ns, step)
     with _LOCK:
         if key in _CACHE:
             return _CACHE[key]
-    offsets = ctx.report.table("clock_offsets")
-    applied = dict(zip(offsets["rank"].astype(int), offsets["applied_us"])) \
-        if offsets is not None and "applied_us" in offsets else {}
     own = _from_report(ctx, step)
-    if own is not None:
-        out = (own[0], own[1], applied)
-    elif len(ctx.report.ranks) > MAX_RANKS_FROM_TRACES:
+    if own is None:
         return None
-    else:
-        run = load_aligned(ctx.report.entry.path, ctx.report.entry.report_dir)
-        seg = step_segments(run, step)
-        out = (seg, _wait_arrows(run, aligned_instances(run), step, seg), dict(run.applied_us))
+    out = (own[0], own[1], applied_by_rank(ctx.report.table("clock_offsets")))
     with _LOCK:
         if len(_CACHE) > 32:
             _CACHE.clear()
         _CACHE[key] = out
     return out
-
-
-def _wait_arrows(run, inst: pd.DataFrame, step: int, seg: pd.DataFrame) -> list:
-    """(waiting rank, last rank, from µs, to µs) of the step's longest waits, on the same axis
-    as ``seg``; [] without matched collectives."""
-    coll = run.collectives
-    if coll is None or inst.empty or seg.empty or not {"match_id", "last_rank"} <= set(
-            coll.columns) or "step" not in inst:
-        return []
-    inst = inst[inst["step"] == step]
-    last = dict(zip(coll["match_id"], coll["last_rank"]))
-    t0 = None
-    windows = {}
-    for r, tr in run.traces.items():
-        hit = tr.events[tr.events["name"] == f"ProfilerStep#{step}"]
-        if not hit.empty:
-            windows[r] = float(hit["ts_us"].min()) - run.applied_us.get(r, 0.0)
-    if not windows:
-        return []
-    t0 = min(windows.values())
-    arrows = []
-    for mid, g in inst.groupby("match_id"):
-        lr = last.get(mid)
-        if lr is None or lr != lr:
-            continue
-        lr = int(lr)
-        arrive = g.set_index("rank")["arrival_us"]
-        if lr not in arrive:
-            continue
-        for r, a in arrive.items():
-            if int(r) != lr and arrive[lr] > a:
-                arrows.append((int(r), lr, a - t0, arrive[lr] - t0))
-    arrows.sort(key=lambda x: x[2] - x[3])
-    return arrows[:MAX_ARROWS]
 
 
 def timeline_figure(ctx: PageContext, seg: pd.DataFrame, arrows: list, step: int) -> go.Figure:
@@ -140,8 +96,7 @@ def timeline_figure(ctx: PageContext, seg: pd.DataFrame, arrows: list, step: int
                     hovertemplate=f"%{{y}} {kind}<br>%{{base:.2f}} ms, %{{x:.3f}} ms long"
                                   "<extra></extra>")
     cp = ctx.report.table("critical_path")
-    if cp is not None and {"step", "rank", "start_us", "end_us"} <= set(cp.columns) and \
-            ctx.report.table("timeline") is not None:
+    if cp is not None and {"step", "rank", "start_us", "end_us"} <= set(cp.columns):
         cp = cp[(cp["step"] == step) & cp["rank"].isin(list(label))].sort_values(
             "order" if "order" in cp else "start_us")
         if not cp.empty:
@@ -155,13 +110,26 @@ def timeline_figure(ctx: PageContext, seg: pd.DataFrame, arrows: list, step: int
         fig.add_annotation(x=b / 1e3, y=label.get(waiter), ax=b / 1e3, ay=label.get(culprit),
                            xref="x", yref="y", axref="x", ayref="y", showarrow=True,
                            arrowhead=2, arrowwidth=1.2, arrowcolor="#333", text="")
-    if ctx.state.rank in label:    # ?rank=R: that rank's lane marked across the figure
-        i = order[::-1].index(label[ctx.state.rank])   # the y axis lists order reversed
-        fig.add_shape(type="rect", xref="paper", x0=0, x1=1, yref="y", y0=i - 0.5, y1=i + 0.5,
-                      fillcolor="rgba(255, 200, 0, 0.25)", line={"width": 0}, layer="below")
     lanes_layout(fig, f"Step {step} on the aligned clock",
                  "ms from the earliest rank's step start", order, 34)
+    if ctx.state.rank in label:    # ?rank=R: that rank's lane marked across the figure
+        _highlight(fig, order, label[ctx.state.rank])
     return fig
+
+
+HIGHLIGHT = "rgba(255, 190, 0, 0.35)"
+
+
+def _highlight(fig: go.Figure, order: list[str], lane: str) -> None:
+    """Mark ``lane`` across the figure: a translucent band over its bars (drawn above them —
+    below, the lane's own bars hid it) with an outline, and its tick label in bold. The y axis
+    is categorical, listing ``order`` reversed, so the lane's centre is its index there."""
+    i = order[::-1].index(lane)
+    fig.add_shape(type="rect", xref="paper", x0=0, x1=1, yref="y", y0=i - 0.5, y1=i + 0.5,
+                  fillcolor=HIGHLIGHT, line={"width": 1.5, "color": "rgb(200, 140, 0)"},
+                  layer="above", name=f"highlight {lane}")
+    fig.update_yaxes(ticktext=[f"<b>{x}</b>" if x == lane else x for x in order[::-1]],
+                     tickvals=order[::-1])
 
 
 def sections(ctx: PageContext) -> list[Section]:
@@ -173,13 +141,7 @@ def sections(ctx: PageContext) -> list[Section]:
     if step is None:
         return [Section("Timeline", [Note("timeline-none", "This report has no profiled "
                                                            "steps."), export])]
-    try:
-        seg, arrows, applied = _segments(ctx, step) or (None, [], {})
-    except (ValueError, OSError) as e:  # InputError is a ValueError
-        import logging
-        logging.getLogger("meshscope.dashboard").warning("timeline of %s: %s", ctx.run_id, e)
-        return [Section("Timeline", [Note("timeline-none", "This run's traces cannot be read "
-                                          "any more (the server log says why)."), export])]
+    seg, arrows, applied = _segments(ctx, step) or (None, [], {})
     if seg is None:
         return [Section("Timeline", [missing("timeline-none", "aligned timeline table "
                                              "(timeline.parquet)", ctx.run_id), export])]
@@ -188,8 +150,8 @@ def sections(ctx: PageContext) -> list[Section]:
                                      export])]
     moved = {r: a for r, a in applied.items() if a}
     items = [Figure("timeline-graph", timeline_figure(ctx, seg, arrows, step),
-                    "Arrows run from the last rank to reach a collective to each rank that "
-                    "waited for it." if arrows else None),
+                    "Arrows run, at the end of a wait, from the rank the dependency graph "
+                    "charges it to into the rank that waited." if arrows else None),
              Facts("clock-applied", [("clocks moved", ", ".join(
                  f"rank {r} by {a / 1e3:.3f} ms" for r, a in sorted(moved.items())) or
                  "none (every offset within its uncertainty)")]), export]
