@@ -121,6 +121,9 @@ def clip(text, n: int) -> str:
 
 _UNITS = (("_us", "ms", 1e-3), ("_pct", "%", 1.0), ("_gbps", "GB/s", 1.0),
           ("_bytes", "MB", 1e-6), ("_fraction", "%", 100.0))
+# Evidence keys holding a fraction of 1 whose name carries no unit suffix (``*_share``, and
+# pipeline-bubble evidence): shown in % like the ``_fraction`` ones.
+_FRACTION_KEYS = frozenset({"theory_at_twice_the_microbatches"})
 
 
 def _value(v) -> str:
@@ -136,10 +139,12 @@ def _value(v) -> str:
 def evidence_text(ev) -> str:
     """A finding's evidence as short labelled sentences with units ("Exposed on path:
     13.70 ms. Rank: 1. Steps: 4, 5."): ``_us`` in ms, ``_pct`` and fractions in %, bytes in MB,
-    nested tables as "key value" pairs; the raw numbers stay in summary.json."""
+    nested tables as "key value" pairs; one quantity in two units (``saving_us`` and
+    ``saving_pct``) is one sentence ("Saving: 63.14 ms (20.5%)."); the raw numbers stay in
+    summary.json."""
     if not isinstance(ev, dict):
         return "" if ev is None else clip(ev, 300)
-    out = []
+    said: dict[str, str] = {}          # label -> its sentence's text, in order
     for k, v in ev.items():
         if v is None:
             continue
@@ -148,6 +153,8 @@ def evidence_text(ev) -> str:
             if label.endswith(suffix):
                 label, unit, scale = label[: -len(suffix)], u, f
                 break
+        if label in _FRACTION_KEYS or label.endswith("_share"):
+            unit, scale = "%", 100.0
         label = label.replace("_", " ").strip().capitalize() or str(k)
         if isinstance(v, dict):
             parts = [f"{kk} {_num(vv, scale, unit)}" for kk, vv in list(v.items())[:8]]
@@ -156,8 +163,8 @@ def evidence_text(ev) -> str:
             text = "; ".join(_row(x) for x in v[:8]) + (" …" if len(v) > 8 else "")
         else:
             text = _num(v, scale, unit)
-        out.append(f"{label}: {text}.")
-    return " ".join(out)
+        said[label] = f"{said[label]} ({text})" if label in said else text
+    return " ".join(f"{label}: {text}." for label, text in said.items())
 
 
 def _row(d: dict) -> str:

@@ -10,7 +10,9 @@ runs folder of its own) draws the report's idle causes and kernels; the browser 
 free of errors throughout.
 
 ``MESHSCOPE_SCREENSHOTS=docs/img pytest tests/test_dashboard_browser.py`` also saves a
-screenshot of each page there (the ones docs/dashboard.md shows).
+screenshot of each page there (the ones docs/dashboard.md shows): every page of the slow-rank
+sample (``test_every_page_of_the_slow_rank_sample``), the runs list, and the GPU page of the
+shared GPU trace.
 """
 from __future__ import annotations
 
@@ -130,8 +132,7 @@ def test_runs_page_lists_every_sample_with_its_step_time(server, driver):
 
 def test_overview_draws_the_ranks_and_findings_of_the_run(server, driver):
     s = _summary(PIPELINED)
-    _open(driver, f"{server}/overview?run={PIPELINED}", "#breakdown-graph .xtick text",
-          shot="overview")
+    _open(driver, f"{server}/overview?run={PIPELINED}", "#breakdown-graph .xtick text")
     assert _texts(driver, "#run-title") == [PIPELINED]
     assert s["run"]["layout_str"] in _css(driver, "#run-facts")[0].text
     ticks = _texts(driver, "#breakdown-graph .xtick text")
@@ -161,8 +162,7 @@ def test_slow_rank_sample_names_rank_1(server, driver):
 def test_pipeline_page_shows_the_step_and_the_bubble_against_theory(server, driver):
     s = _summary(PIPELINED)
     step = s["steps"][-1]
-    _open(driver, f"{server}/pipeline?run={PIPELINED}&step={step}", "#gantt-graph .point",
-          shot="pipeline")
+    _open(driver, f"{server}/pipeline?run={PIPELINED}&step={step}", "#gantt-graph .point")
     assert _texts(driver, "#gantt-graph .gtitle") == [f"Microbatch schedule of step {step}"]
     mb = _table(PIPELINED, "microbatches")
     assert len(_css(driver, "#gantt-graph .barlayer .point")) == int((mb["step"] == step).sum())
@@ -175,8 +175,7 @@ def test_pipeline_page_shows_the_step_and_the_bubble_against_theory(server, driv
 
 def test_communication_page_plots_every_size_bucket(server, driver):
     bw = _table(PIPELINED, "bandwidth_summary")
-    _open(driver, f"{server}/communication?run={PIPELINED}", "#busbw-graph .point",
-          shot="communication")
+    _open(driver, f"{server}/communication?run={PIPELINED}", "#busbw-graph .point")
     # A bucket whose busbw is unknown (send/recv whose transfer the trace cannot separate from
     # waiting: analysis/comm/matching.py) has no point.
     assert len(_css(driver, "#busbw-graph .scatterlayer .point")) == \
@@ -187,8 +186,7 @@ def test_communication_page_plots_every_size_bucket(server, driver):
 
 def test_stragglers_page_has_every_rank_and_step(server, driver):
     hm = _table(SLOW, "step_heatmap")
-    _open(driver, f"{server}/stragglers?run={SLOW}", "#heatmap-graph .ytick text",
-          shot="stragglers")
+    _open(driver, f"{server}/stragglers?run={SLOW}", "#heatmap-graph .ytick text")
     assert len(_texts(driver, "#heatmap-graph .ytick text")) == hm["rank"].nunique()
     assert len(_texts(driver, "#heatmap-graph .xtick text")) == hm["step"].nunique()
     rank = _summary(SLOW)["cross_rank"]["straggler"]["rank"]
@@ -198,8 +196,7 @@ def test_stragglers_page_has_every_rank_and_step(server, driver):
 
 def test_timeline_page_draws_every_rank_on_one_axis(server, driver):
     s = _summary(SLOW)
-    _open(driver, f"{server}/timeline?run={SLOW}", "#timeline-graph .ytick text",
-          shot="timeline")
+    _open(driver, f"{server}/timeline?run={SLOW}", "#timeline-graph .ytick text")
     assert len(_texts(driver, "#timeline-graph .ytick text")) == len(s["ranks"])
     link = _css(driver, "#perfetto-download")[0].get_attribute("href")
     assert link.endswith(f"/export/perfetto?run={SLOW}")
@@ -207,7 +204,7 @@ def test_timeline_page_draws_every_rank_on_one_axis(server, driver):
 
 def test_health_page_counts_the_flight_recorder_verdicts(server, driver):
     hangs = _summary(MOE)["hangs"]
-    _open(driver, f"{server}/health?run={MOE}", "#fr-summary, #fr-healthy", shot="health")
+    _open(driver, f"{server}/health?run={MOE}", "#fr-summary, #fr-healthy")
     if hangs:
         assert _texts(driver, "#fr-summary")[0].startswith(
             f"Flight Recorder: {len(hangs)} problem(s)")
@@ -216,8 +213,7 @@ def test_health_page_counts_the_flight_recorder_verdicts(server, driver):
 
 
 def test_compare_page_shows_two_runs(server, driver):
-    _open(driver, f"{server}/compare?run=dp4-ddp&run={PIPELINED}", "#compare-graph .point",
-          shot="compare")
+    _open(driver, f"{server}/compare?run=dp4-ddp&run={PIPELINED}", "#compare-graph .point")
     head = _texts(driver, "#compare-table thead th")
     assert "dp4-ddp" in head and PIPELINED in head
     assert len(_css(driver, "#compare-graph .barlayer .trace")[0].find_elements(
@@ -372,3 +368,48 @@ def test_one_step_time_on_every_view_of_the_slow_rank_sample(server, driver):
     _open(driver, f"{server}/compare?run={SLOW}&run={PIPELINED}", "#compare-table")
     table = _css(driver, "#compare-table")[0].text
     assert f"{s['step_time_us'] / 1e3:.2f}" in table and "ranks (world size)" in table
+
+
+def _figure_data(d, div_id):
+    return d.execute_script(
+        f"return document.querySelector('#{div_id} .js-plotly-plot').data"
+        ".map(t => ({name: t.name, x: t.x, y: t.y}))")
+
+
+def test_every_page_of_the_slow_rank_sample(server, driver):
+    """Each page of dp2-pp2-slow-rank1 renders, and the figures' own data (read from plotly in
+    the browser) hold the summary's numbers: the savings per rank, the stage bubbles, the
+    compare page's bars equal to its table. The screenshots of docs/img come from here."""
+    s = _summary(SLOW)
+    step = s["steps"][-1]
+    _open(driver, f"{server}/overview?run={SLOW}", "#breakdown-graph .xtick text",
+          shot="overview")
+    _open(driver, f"{server}/pipeline?run={SLOW}&step={step}", "#gantt-graph .point",
+          shot="pipeline")
+    bubbles = {t["name"]: t["y"] for t in _figure_data(driver, "bubble-graph")}
+    assert bubbles["measured"] == pytest.approx([100 * x["bubble_fraction"]
+                                                 for x in s["pipeline_stages"]])
+    _open(driver, f"{server}/communication?run={SLOW}", "#busbw-graph .point",
+          shot="communication")
+    assert len(_css(driver, "#rank-matrix-graph .hm")) == 2
+    _open(driver, f"{server}/stragglers?run={SLOW}", "#saving-graph .point", shot="stragglers")
+    saving = _figure_data(driver, "saving-graph")[0]
+    want = sorted(s["cross_rank"]["rank_savings"], key=lambda r: r["rank"])
+    assert saving["y"] == pytest.approx([r["saving_us"] / 1e3 for r in want])
+    _open(driver, f"{server}/timeline?run={SLOW}", "#timeline-graph .ytick text",
+          shot="timeline")
+    _open(driver, f"{server}/health?run={SLOW}", "#fr-summary, #fr-healthy, #fr-none",
+          shot="health")
+    _open(driver, f"{server}/compare?run={SLOW}&run={PIPELINED}&run={MOE}",
+          "#compare-graph .point", shot="compare")
+    rows = {r.find_elements("css selector", "td")[0].text.strip():
+            [c.text for c in r.find_elements("css selector", "td")[1:]]
+            for r in _css(driver, "#compare-table tbody tr")}
+    names = [th.text for th in _css(driver, "#compare-table thead th")][1:]
+    bars = {t["name"]: t["y"] for t in _figure_data(driver, "compare-graph")}
+    for label, bar in (("step time (ms)", "step time"),
+                       ("compute (ms, mean over ranks)", "compute"),
+                       ("exposed comm (ms)", "exposed comm")):
+        assert [f"{v:.2f}" for v in bars[bar]] == rows[label], label
+    assert rows["ranks (world size)"] == [str(_summary(n)["run"]["world_size"]) for n in names]
+    assert _css(driver, "#compare-world")

@@ -69,6 +69,13 @@ def test_the_heatmap_names_profiled_and_warm_up_steps():
     for s in _summary(SLOW)["steps"]:
         assert any(lab.split(" ")[0] == str(s) and "(profiled)" in lab for lab in labels)
     assert any("(warm-up)" in lab for lab in labels)
+    # ... and outlined: each profiled column in solid black, the warm-up ones dotted.
+    solid = [sh for sh in fig.layout.shapes if sh.line.dash == "solid"]
+    dotted = [sh for sh in fig.layout.shapes if sh.line.dash == "dot"]
+    centre = [labels[round((sh.x0 + sh.x1) / 2)] for sh in solid]
+    assert sorted(int(c.split()[0]) for c in centre) == sorted(_summary(SLOW)["steps"])
+    assert [labels[round((sh.x0 + sh.x1) / 2)] for sh in dotted] == \
+        [lab for lab in labels if "(warm-up)" in lab]
 
 
 def test_rank_in_the_url_marks_its_lane_on_the_timeline():
@@ -116,7 +123,9 @@ def test_the_stragglers_page_states_its_evidence_with_units():
     items = {i.id: i for s in stragglers.sections(_ctx(SLOW, "stragglers")) for i in s.items}
     text = items["straggler-evidence"].text
     st_ = _summary(SLOW)["cross_rank"]["straggler"]
-    assert f"Saving: {st_['saving_us'] / 1e3:,.2f} ms." in text and "e+0" not in text
+    assert f"Saving: {st_['saving_us'] / 1e3:,.2f} ms ({st_['saving_pct']:.1f}%)." in text
+    assert text.count("Saving") == 1 and "e+0" not in text
+    assert f"Critical path share: {100 * st_['critical_path_share']:.1f}%." in text
 
 
 def test_unknown_transfers_show_a_dash_not_nan():

@@ -49,8 +49,11 @@ def busbw_figure(ctx: PageContext) -> go.Figure | None:
                                           "<extra></extra>")
     fig.update_layout(**LAYOUT, height=420, title="Bus bandwidth vs message size (median per "
                                                   "size bucket)",
-                      xaxis={"type": "log", "title": "message size (bytes)"},
-                      yaxis={"type": "log", "title": "busbw (GB/s)"})
+                      # decades only: minor log ticks ("2 3 … 9 100k 2 3") read as noise
+                      xaxis={"type": "log", "title": "message size (bytes)", "dtick": 1,
+                             "tickformat": "~s"},
+                      yaxis={"type": "log", "title": "busbw (GB/s)", "dtick": 1,
+                             "tickformat": "~g"})
     return fig
 
 
@@ -143,7 +146,8 @@ def matrix_figure(ops: pd.DataFrame) -> go.Figure:
                                  hovertemplate="%{y} ↔ %{x}: %{z} " + unit
                                  + "<extra></extra>", xgap=1 if len(labels) <= 64 else 0,
                                  ygap=1 if len(labels) <= 64 else 0), row=1, col=col)
-    fig.update_layout(**LAYOUT, height=min(900, 160 + 22 * len(labels)),
+    layout = {**LAYOUT, "margin": {**LAYOUT["margin"], "t": 90}}   # title above the
+    fig.update_layout(**layout, height=min(950, 210 + 22 * len(labels)),   # subplot titles
                       title="Who talks to whom (rows: the rank that saw it"
                             + (", summed over blocks of ranks)" if len(labels) < len(ranks)
                                else ")"))

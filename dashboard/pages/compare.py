@@ -91,6 +91,10 @@ def comparison_rows(c: Comparison) -> tuple[list[str], list[tuple[str, list, str
     return names, out
 
 
+# Rows shown with other than two decimals (a count, a rate in the thousands).
+DIGITS = {"tokens/s": 0}
+
+
 def _table(names, rows) -> S.Table:
     """The compare table: the worse end of each row marked — every run tied with it —,
     nothing marked where the best and the worst tie (``analysis.compare.worse_end``: within
@@ -98,8 +102,9 @@ def _table(names, rows) -> S.Table:
     body, hi = [], set()
     for i, (label, vals, better) in enumerate(rows):
         hi.update((i, j + 1) for j in worse_end(vals, better))
-        body.append([label] + [S.fmt(v, 2) if not isinstance(v, str) else S.clip(v, 80)
-                               for v in vals])
+        digits = DIGITS.get(label, 2)
+        body.append([label] + [S.fmt(v, digits) if not isinstance(v, str) else
+                               S.Cell(S.clip(v, 80), v) for v in vals])
     return S.Table("compare-table", ["figure"] + names, body, highlight=frozenset(hi),
                    caption=f"Marked: the worse end of each row. Values within {TIE_REL:.1%} "
                            "of each other are a tie: a row whose best and worst tie is not "
@@ -157,9 +162,10 @@ def render(index: RunIndex, state: ViewState) -> list:
         items.append(S.Note("compare-world", "These runs have different world sizes ("
                             + ", ".join(map(str, sizes)) + " ranks): step times compare "
                             "layouts of different machines.", warn=True))
-    items.append(S.Note("compare-step-source", "Step time: " + STEP_TIME_SOURCES["timer"]
-                        + " (the figure the runs list, the overview and `meshscope analyze` "
-                        "show), unless the row \"step time from\" says otherwise."))
+    items.append(S.Note("compare-step-source", "Step time is the "
+                        + STEP_TIME_SOURCES["timer"] + ", the figure the runs list, the "
+                        "overview and `meshscope analyze` show (unless the row \"step time "
+                        "from\" says otherwise)."))
     table = _table(names, rows)
     items.append(table)
     items.append(S.Figure("compare-graph", compare_figure(names, rows)))

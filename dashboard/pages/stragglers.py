@@ -69,11 +69,20 @@ def heatmap_figure(ctx: PageContext) -> go.Figure | None:
         colorscale="YlOrRd" if bool((cols["slow"] & ~cols["warmup"]).any()) else "Blues",
         hovertemplate="%{y}, step %{x}: %{z:.2f} ms<extra></extra>",
         xgap=0 if many else 1, ygap=0 if many else 1))
+    # Profiled columns outlined in black, warm-up ones in a dotted grey: marked, not flagged.
+    n = len(grid.index)
+    for i, (a, b, w) in enumerate(zip(cols["first_step"], cols["last_step"], cols["warmup"])):
+        prof = any(s in profiled for s in range(int(a), int(b) + 1))
+        if prof or w:
+            fig.add_shape(type="rect", xref="x", yref="y", x0=i - 0.48, x1=i + 0.48,
+                          y0=-0.5, y1=n - 0.5, layer="above",
+                          line={"color": "#111" if prof else "#888", "width": 2,
+                                "dash": "solid" if prof else "dot"})
     binned = bool((cols["first_step"] != cols["last_step"]).any())
     fig.update_layout(**LAYOUT, height=140 + min(26 * len(grid.index), 1200),
                       title="Step time per rank and step (step timers" +
                             ("; a run of steps per column, its longest step" if binned else "")
-                            + ")",
+                            + "); outlined: profiled steps, dotted: warm-up",
                       xaxis={"type": "category", "title": "step"},
                       yaxis={"autorange": "reversed"})
     return fig
