@@ -30,7 +30,7 @@ import pandas as pd
 import pytest
 from conftest import meshscope
 from damage_corpus import _shift_clock, edit_trace
-from meshscope.analysis.report.perfetto import COLLECTIVES_TID, export
+from meshscope.analysis.report.perfetto import COLLECTIVES_TID, SEGMENTS_TID, export
 
 pytestmark = pytest.mark.slow
 
@@ -96,8 +96,37 @@ def test_export_slices_sit_on_the_ranks_own_calls_and_ranges(runs, tmp_path):
             assert np.abs(ends - end).min() < 1.0, (rank, sl)
         # The export's own copy of the rank's trace events is shifted by the same offset.
         mine = sorted(e["ts"] for e in doc["traceEvents"] if e["ph"] == "X"
-                      and e["pid"] == rank and e.get("tid") != COLLECTIVES_TID)
+                      and e["pid"] == rank and e.get("tid") not in (COLLECTIVES_TID,
+                                                                    SEGMENTS_TID))
         assert mine[0] == pytest.approx(min(e["ts"] for e in raw) - applied[rank], abs=0.01)
+
+
+def test_export_draws_the_reports_segments_on_the_ranks_own_steps(runs, tmp_path):
+    """The "report breakdown" thread: the report's timeline rows, one slice each, put back on
+    the aligned clock by the report's step anchor — inside the rank's own (aligned)
+    ProfilerStep, and each wait inside one of the rank's own operations."""
+    skewed = runs["skewed"]
+    out = tmp_path / "skewed.json"
+    export(skewed, out, report_dir=skewed / "report")
+    doc = json.loads(out.read_text())
+    seg = pd.read_parquet(skewed / "report" / "timeline.parquet")
+    inst = pd.read_parquet(skewed / "report" / "instances.parquet")
+    applied = _offsets(skewed)
+    for rank in (0, 1):
+        slices = [e for e in doc["traceEvents"] if e["ph"] == "X" and e["pid"] == rank
+                  and e.get("tid") == SEGMENTS_TID]
+        assert len(slices) == int((seg["rank"] == rank).sum()) > 0
+        steps = {int(e["name"].split("#")[1]): (e["ts"] - applied[rank],
+                                                 e["ts"] + e["dur"] - applied[rank])
+                 for e in _events(skewed, rank) if e["name"].startswith("ProfilerStep#")}
+        ops = inst[inst["rank"] == rank]
+        lo = ops[["call_ts_us", "exec_ts_us"]].min(axis=1).to_numpy()
+        hi = ops["end_us"].to_numpy()
+        for sl in slices:
+            a, b = steps[sl["args"]["step"]]
+            assert a - 1.0 <= sl["ts"] and sl["ts"] + sl["dur"] <= b + 1.0, (rank, sl)
+            if sl["name"].startswith("wait"):
+                assert ((lo - 1.0 <= sl["ts"]) & (sl["ts"] + sl["dur"] <= hi + 1.0)).any(), sl
 
 
 def _step_start_us(run: pathlib.Path, step: int) -> float:
@@ -129,6 +158,9 @@ def test_timeline_arrows_end_inside_the_waiting_ranks_own_operation(runs):
         _, arrows, applied = timeline._segments(ctx, int(step))
         assert abs(applied[1] - SHIFT_US) < 1e3
         t0 = _step_start_us(skewed, int(step))
+        anchor = pd.read_parquet(skewed / "report" / "timeline.parquet")
+        assert anchor.loc[anchor["step"] == step, "step_start_us"].tolist() == \
+            pytest.approx([t0] * int((anchor["step"] == step).sum()), abs=1.0)
         for waiter, culprit, a, b in arrows:
             assert waiter != culprit
             ops = inst[(inst["rank"] == waiter) & (inst["step"] == step)]

@@ -20,7 +20,7 @@ import pandas as pd
 import pytest
 
 from conftest import meshscope
-from meshscope.analysis.report.perfetto import COLLECTIVES_TID, export
+from meshscope.analysis.report.perfetto import COLLECTIVES_TID, SEGMENTS_TID, export
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "samples"
@@ -40,8 +40,9 @@ def _raw_trace(path: pathlib.Path) -> dict:
 
 
 def _x_events(doc: dict, pid: int) -> list[dict]:
+    """The rank's trace events in the export (not the threads the report adds)."""
     return [e for e in doc["traceEvents"] if e["ph"] == "X" and e["pid"] == pid
-            and e.get("tid") != COLLECTIVES_TID]
+            and e.get("tid") not in (COLLECTIVES_TID, SEGMENTS_TID)]
 
 
 def _check_format(doc: dict) -> None:

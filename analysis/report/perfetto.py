@@ -22,8 +22,12 @@ operation it took part in (arrival → end), and the slices of each matched oper
 by one flow — for a collective from the first rank to arrive through the next ones to the last
 (``ph: s``, ``t``…, ``f``), for a send/recv from the send's post to the end of the recv — so
 the viewer draws an arrow through the ranks of every matched collective and message.
-``otherData.meshscope`` records the run, the offsets applied per rank, the number of flows and
-anything left out.
+Where the report has its aligned timeline table (``timeline.parquet``, with the
+``step_start_us`` anchor of each step), each rank also gets a "report breakdown" thread with
+the report's own segments — ``compute``, ``comm <dim>``, ``wait <dim>`` (with the rank the
+dependency graph charges it to), ``bubble`` — each at ``step_start_us + start_us``: what the
+report counted, beside the events it counted from. ``otherData.meshscope`` records the run,
+the offsets applied per rank, the number of flows and anything left out.
 
 Traces are read with ``analysis.ingest.events.load_trace`` (through the report's parquet
 cache when the analysis left one); nothing is re-computed that the report holds.
@@ -50,6 +54,7 @@ from meshscope.collectors.run_info import RunInfo, read_run_info
 log = logging.getLogger("meshscope.analysis")
 
 COLLECTIVES_TID = 1_000_000          # the "matched collectives" thread of every rank
+SEGMENTS_TID = 1_000_001             # the "report breakdown" thread of every rank
 FLOW_CAT = "meshscope.collective"
 
 
@@ -62,6 +67,7 @@ class AlignedRun:
     run: RunInfo | None
     instances: pd.DataFrame | None      # the report's collective-instance table
     collectives: pd.DataFrame | None    # the report's matched-collective table
+    segments: pd.DataFrame | None       # the report's aligned timeline table (with its anchor)
     notes: list[str]
 
 
@@ -130,9 +136,16 @@ def load_aligned(path: pathlib.Path, report_dir: pathlib.Path | None = None) -> 
     if instances is None:
         notes.append("no collective-instance table with match ids in the report (re-run "
                      "`meshscope analyze`): no flow arrows between ranks")
+    segments = _table(report_dir, "timeline")
+    if segments is not None and not {"rank", "step", "kind", "start_us", "end_us",
+                                     "step_start_us"} <= set(segments.columns):
+        notes.append("the report's timeline table has no step anchor (step_start_us; re-run "
+                     "`meshscope analyze`): no report breakdown thread")
+        segments = None
     return AlignedRun(path=path, traces=dict(sorted(traces.items())), applied_us=applied,
                       run=info, instances=instances,
-                      collectives=_table(report_dir, "collectives"), notes=notes)
+                      collectives=_table(report_dir, "collectives"), segments=segments,
+                      notes=notes)
 
 
 def rank_name(rank: int, run: RunInfo | None) -> str:
@@ -227,6 +240,33 @@ def _collective_events(run: AlignedRun) -> tuple[list[dict], int]:
     return out, flows
 
 
+def _segment_events(run: AlignedRun) -> list[dict]:
+    """The report's aligned segments as slices of a "report breakdown" thread per rank, put
+    on the aligned clock by their step's anchor (nothing recomputed)."""
+    seg = run.segments
+    if seg is None or seg.empty:
+        return []
+    seg = seg[seg["rank"].isin(list(run.traces))]
+    out: list[dict] = [{"ph": "M", "name": "thread_name", "pid": int(r), "tid": SEGMENTS_TID,
+                        "args": {"name": "report breakdown"}}
+                       for r in sorted(seg["rank"].astype(int).unique())]
+    dims = seg["dim"].fillna("").astype(str) if "dim" in seg else pd.Series("", seg.index)
+    causes = seg["cause"] if "cause" in seg else pd.Series(-1, seg.index)
+    ts = (seg["step_start_us"] + seg["start_us"]).round(3)
+    dur = (seg["end_us"] - seg["start_us"]).clip(lower=0.0).round(3)
+    for r, step, kind, dim, cause, t, d in zip(seg["rank"], seg["step"], seg["kind"], dims,
+                                               causes, ts, dur):
+        if not (np.isfinite(t) and np.isfinite(d)):
+            continue
+        args = {"step": int(step)}
+        if kind == "wait" and pd.notna(cause) and int(cause) >= 0:
+            args["charged_to_rank"] = int(cause)
+        out.append({"ph": "X", "name": f"{kind} {dim}".strip() if kind in ("comm", "wait")
+                    else kind, "cat": "meshscope.breakdown", "ts": float(t), "dur": float(d),
+                    "pid": int(r), "tid": SEGMENTS_TID, "args": args})
+    return out
+
+
 def export(path: pathlib.Path, out: pathlib.Path, *,
            report_dir: pathlib.Path | None = None) -> ExportSummary:
     """Write the aligned timeline of the run at ``path`` to ``out`` (module docstring); gzip
@@ -234,7 +274,7 @@ def export(path: pathlib.Path, out: pathlib.Path, *,
     run = load_aligned(path, report_dir)
     events, n = _trace_events(run)
     coll, flows = _collective_events(run)
-    doc = {"traceEvents": events + coll, "displayTimeUnit": "ms",
+    doc = {"traceEvents": events + coll + _segment_events(run), "displayTimeUnit": "ms",
            "otherData": {"meshscope": {
                "source": run.run.run_id if run.run is not None and run.run.run_id else
                pathlib.Path(path).name,

@@ -16,6 +16,10 @@ cause    for wait: the rank the dependency graph charges the wait to
          (``analysis/crossrank/graph.waits_charged``); -1 when none
 start_us start, µs from the step's earliest start
 end_us   end, µs
+step_start_us the step's earliest start over the ranks on the aligned clock (µs, the
+         instance table's clock): ``step_start_us + start_us`` puts a segment back on that
+         clock, which is how the Perfetto export draws these segments beside the trace
+         events without rebuilding them
 ======== ============================================================================
 
 Stretches of one kind closer than 1/``RESOLUTION`` of the step are merged, so a step has at
@@ -30,7 +34,7 @@ from meshscope.analysis.timeline import intervals as iv
 from meshscope.analysis.timeline.breakdown import DIM_ORDER
 
 RESOLUTION = 2000
-COLUMNS = ["rank", "step", "kind", "dim", "cause", "start_us", "end_us"]
+COLUMNS = ["rank", "step", "kind", "dim", "cause", "start_us", "end_us", "step_start_us"]
 
 
 def _coarse(x: np.ndarray, gap: float) -> np.ndarray:
@@ -72,13 +76,14 @@ def segments(timelines: dict, windows: dict, charged: list[tuple]) -> pd.DataFra
             parts.append(("comm", "unknown", remaining))
             for kind, dim, x in parts:
                 for s, e in _coarse(x, gap):
-                    rows.append((r, step, kind, dim, -1, s - t0, e - t0))
+                    rows.append((r, step, kind, dim, -1, s - t0, e - t0, t0))
             inside = (tl.waits[:, 1] > a) & (tl.waits[:, 0] < b) if len(tl.waits) else \
                 np.zeros(0, dtype=bool)
             w = tl.waits[inside]
             for (s, e), dim in zip(w, _wait_dims(w, tl.comm_by_dim)):
                 cause = cause_at.get((step, r, round(float(e), 1)), -1)
-                rows.append((r, step, "wait", dim, int(cause), max(s, a) - t0, min(e, b) - t0))
+                rows.append((r, step, "wait", dim, int(cause), max(s, a) - t0, min(e, b) - t0,
+                             t0))
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
