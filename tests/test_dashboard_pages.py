@@ -137,8 +137,13 @@ def test_rank_matrix_follows_the_process_groups(index):
 
 def test_busbw_points_are_the_bandwidth_summary(index):
     bw = pd.read_parquet(SAMPLES / PIPELINED / "report" / "bandwidth_summary.parquet")
-    fig = _items(index, PIPELINED, "communication")["busbw-graph"].figure
-    assert sum(len(t.x) for t in fig.data) == len(bw)
+    item = _items(index, PIPELINED, "communication")["busbw-graph"]
+    fig = item.figure
+    # every size bucket of an (op, dim) with a busbw; the others named in the caption
+    known = bw.groupby(["dim", "op"])["busbw_gbps"].transform(lambda s: s.notna().any())
+    assert sum(len(t.x) for t in fig.data) == int(known.sum())
+    for (d, op), g in bw[~known].groupby(["dim", "op"]):
+        assert f"{op} ({d})" in item.caption
     assert fig.layout.xaxis.type == "log" and fig.layout.yaxis.type == "log"
 
 

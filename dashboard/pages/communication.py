@@ -34,6 +34,8 @@ def busbw_figure(ctx: PageContext) -> go.Figure | None:
     dim = bw["dim"] if "dim" in bw else pd.Series("", index=bw.index)
     for (d, op), g in bw.assign(dim=dim).groupby(["dim", "op"], sort=True):
         g = g.sort_values("msg_bytes")
+        if not g["busbw_gbps"].notna().any():
+            continue        # no transfer time told apart from waiting: no point, no legend
         fig.add_scatter(name=f"{op} ({d})", x=g["msg_bytes"].tolist(),
                         y=g["busbw_gbps"].round(4).tolist(), mode="lines+markers",
                         customdata=g["instances"].tolist() if "instances" in g else None,
@@ -55,6 +57,16 @@ def busbw_figure(ctx: PageContext) -> go.Figure | None:
                       yaxis={"type": "log", "title": "busbw (GB/s)", "dtick": 1,
                              "tickformat": "~g"})
     return fig
+
+
+def unknown_busbw(ctx: PageContext) -> list[str]:
+    """``"send (pp)"``… : the (op, dim) whose every size bucket has no busbw."""
+    bw = ctx.report.table("bandwidth_summary")
+    if bw is None or bw.empty or not {"op", "busbw_gbps"} <= set(bw.columns):
+        return []
+    dim = bw["dim"] if "dim" in bw else pd.Series("", index=bw.index)
+    known = bw.assign(dim=dim, known=bw["busbw_gbps"].notna()).groupby(["dim", "op"])["known"]
+    return [f"{op} ({d})" for (d, op), k in known.any().items() if not k]
 
 
 def _per_rank_ops(ctx: PageContext) -> pd.DataFrame | None:
@@ -182,8 +194,12 @@ def costly_table(ops: pd.DataFrame) -> Table:
 def sections(ctx: PageContext) -> list[Section]:
     out = []
     bus = busbw_figure(ctx)
+    unknown = unknown_busbw(ctx)
     out.append(Section("Bandwidth", [Figure("busbw-graph", bus, "busbw = algbw × the op's bus "
-                                            "factor (nccl-tests); n is the group's size.")
+                                            "factor (nccl-tests); n is the group's size."
+                                            + (f" No point for {', '.join(unknown)}: the "
+                                               "trace cannot tell their transfer from the "
+                                               "wait for the peer." if unknown else ""))
                                      if bus else missing("busbw-none", "bandwidth summary",
                                                          ctx.run_id)]))
     ops = _per_rank_ops(ctx)
