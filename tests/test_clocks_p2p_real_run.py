@@ -196,7 +196,7 @@ def test_timeline_colours_comm_pp_and_wait_apart_and_rank_highlights_its_lane(ru
     shapes = [s for s in fig.layout.shapes if (s.name or "").startswith("highlight")]
     assert len(shapes) == 1
     i = lanes.index(next(x for x in lanes if x.startswith("rank 1")))
-    assert (shapes[0].y0, shapes[0].y1) == (i - 0.5, i + 0.5) and shapes[0].layer == "above"
+    assert (shapes[0].y0, shapes[0].y1) == (i - 0.5, i + 0.5) and shapes[0].layer == "below"
     bold = [t for t in fig.layout.yaxis.ticktext if t.startswith("<b>")]
     assert bold == [f"<b>{lanes[i]}</b>"]
     # Without ?rank= nothing is marked.

@@ -14,8 +14,8 @@ Chrome/Perfetto trace to download (``/export/perfetto?run=ID``, ``meshscope expo
   (``critical_path.parquet``, on the same axis; the path through the replayed dependency
   graph) is drawn over the lanes as one line. Colours are the dashboard's ``COLOURS``:
   communication per dimension (``comm pp`` …) and ``wait`` never share one.
-- ``?rank=R`` marks rank R's lane across the whole figure (a band drawn over the bars, and
-  the lane's label in bold).
+- ``?rank=R`` marks rank R's lane across the whole figure (an outlined band behind the bars,
+  and the lane's label in bold).
 
 Segments are kept per run and step (``_CACHE``) while the report is unchanged.
 """
@@ -117,17 +117,19 @@ def timeline_figure(ctx: PageContext, seg: pd.DataFrame, arrows: list, step: int
     return fig
 
 
-HIGHLIGHT = "rgba(255, 190, 0, 0.35)"
+# Grey, not yellow: the bubble is yellow, and a marked lane must not read as one.
+HIGHLIGHT = "rgba(60, 60, 60, 0.14)"
 
 
 def _highlight(fig: go.Figure, order: list[str], lane: str) -> None:
-    """Mark ``lane`` across the figure: a translucent band over its bars (drawn above them —
-    below, the lane's own bars hid it) with an outline, and its tick label in bold. The y axis
+    """Mark ``lane`` across the figure: a band with an outline the whole height of the lane,
+    drawn below the bars so that their colours stay true (the bars take at most 0.8 of the
+    lane, so the band shows around and between them), and its tick label in bold. The y axis
     is categorical, listing ``order`` reversed, so the lane's centre is its index there."""
     i = order[::-1].index(lane)
     fig.add_shape(type="rect", xref="paper", x0=0, x1=1, yref="y", y0=i - 0.5, y1=i + 0.5,
-                  fillcolor=HIGHLIGHT, line={"width": 1.5, "color": "rgb(200, 140, 0)"},
-                  layer="above", name=f"highlight {lane}")
+                  fillcolor=HIGHLIGHT, line={"width": 1.5, "color": "#444"},
+                  layer="below", name=f"highlight {lane}")
     fig.update_yaxes(ticktext=[f"<b>{x}</b>" if x == lane else x for x in order[::-1]],
                      tickvals=order[::-1])
 
