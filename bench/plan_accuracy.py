@@ -176,7 +176,7 @@ def megatron_row(row):
 
 def fit_a100():
     from meshscope.layouts.plan.job_step import (Device, GemmCurve, fit_curve,
-                                                  required_efficiency)
+                                                 required_efficiency)
     t, topo, opts = _megatron_setup()
     probe = Device("A100", A100_PEAK_TFLOPS * 1e12, 2.0e12, GemmCurve(1.0, 0.0, "probe"))
     points = []

@@ -9,14 +9,14 @@ import pytest
 
 from conftest import ROOT, meshscope
 from meshscope.analysis.pipeline.bubble import theory_fraction as analysis_theory
-from meshscope.parallel.config import PRESETS
-from meshscope.parallel.layout import parse_layout
 from meshscope.layouts.plan import (Candidate, ModelSpec, SpecError, memory, model_states,
-                                     theory_fraction, transfers)
-from meshscope.theory.schedules import in_flight
+                                    theory_fraction, transfers)
 from meshscope.layouts.plan.comm_model import CommModel
 from meshscope.layouts.plan.traffic import ddp_buckets
-from meshscope.theory.schedules import SCHEDULES
+from meshscope.parallel.config import PRESETS
+from meshscope.parallel.layout import parse_layout
+from meshscope.theory import params as theory_params
+from meshscope.theory.schedules import SCHEDULES, in_flight
 
 # meta-llama/Llama-2-7b-hf's config.json (Hugging Face), the fields the planner reads.
 LLAMA2_7B = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008,
@@ -64,6 +64,25 @@ def test_model_spec_agrees_with_the_runner(name):
     spec = ModelSpec.from_config(cfg)
     assert spec.n_params() == cfg.n_params()
     assert spec.flops_per_token() == cfg.flops_per_token()
+
+
+@pytest.mark.parametrize("extra", [
+    {}, {"n_kv_heads": 2}, {"tied_embeddings": True},
+    {"moe_experts": 8, "moe_top_k": 2, "moe_hidden": 96},
+    {"moe_experts": 4, "moe_top_k": 1, "moe_every": 2, "moe_first_dense": 1,
+     "moe_shared_hidden": 48, "n_kv_heads": 1},
+])
+def test_weight_list_totals_the_closed_form(extra):
+    """The planner's tensor-by-tensor weight list (``layer_params``, ``stage_params``: what
+    memory and traffic are summed from) holds exactly the parameters that
+    ``meshscope.theory.params`` counts in closed form — GQA, MoE, shared experts, tied
+    embeddings alike."""
+    spec = ModelSpec(dim=64, n_layers=4, n_heads=8, ffn_hidden=160, vocab_size=300,
+                     seq_len=32, **extra)
+    tensors = [p for g in spec.stage_params(list(range(4)), first=True, last=True) for p in g]
+    assert sum(p.numel for p in tensors) == theory_params.n_params(spec.shape)
+    per_layer = [sum(p.numel for p in spec.layer_params(i)) for i in range(4)]
+    assert per_layer == [theory_params.layer_params(spec.shape, i) for i in range(4)]
 
 
 def test_spec_errors_name_the_field(tmp_path):

@@ -7,14 +7,14 @@ import sys
 import pytest
 
 from conftest import ROOT
-from meshscope.parallel.layout import parse_layout
 from meshscope.layouts.plan import Candidate, ModelSpec, memory, transfers
 from meshscope.layouts.plan.activations import layer_activation_bytes
 from meshscope.layouts.plan.job_step import (A100_CURVE, Device, GemmCurve, JobOptions,
-                                              fit_curve, predict_job, required_efficiency)
+                                             fit_curve, predict_job, required_efficiency)
 from meshscope.layouts.plan.states import gather_buffer_bytes, model_states_by_term
 from meshscope.layouts.plan.topology import Topology
 from meshscope.layouts.plan.training import Training
+from meshscope.parallel.layout import parse_layout
 
 sys.path.insert(0, str(ROOT))
 from bench.plan_accuracy import FIT_ROWS, MEGATRON_TABLE, megatron_row  # noqa: E402

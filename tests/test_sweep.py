@@ -13,9 +13,9 @@ import pytest
 
 from conftest import ROOT, meshscope, processes_under
 from meshscope.analysis.compare import compare
-from meshscope.parallel.config import PRESETS
 from meshscope.layouts.plan import Candidate
 from meshscope.layouts.sweep import Sweep, SweepError, SweepSpec, candidates
+from meshscope.parallel.config import PRESETS
 from test_compare import assert_row_is_its_report, planned_vs_measured
 
 WORLD4 = ["dp4-mb4", "tp4-mb4", "pp4-1f1b-mb4", "dp2-tp2-mb4", "dp2-pp2-1f1b-mb4",
