@@ -28,8 +28,8 @@ import threading
 
 import pandas as pd
 
-from meshscope.analysis.report.analyze import load_written
 from meshscope.analysis.report import reader
+from meshscope.analysis.report.analyze import load_written
 from meshscope.collectors.run_dir import RunDirError
 from meshscope.collectors.run_info import RunInfo, read_run_info
 
@@ -133,7 +133,7 @@ def _run_locations(summary: dict, entry: RunEntry) -> list[str]:
     path (resolved or not) and summary.json's ``source`` — the path ``meshscope analyze`` was
     given, relative to whatever folder it ran in (``../runs/RUN``, ``main/samples/RUN``)."""
     found = {str(entry.path), str(entry.path.resolve())}
-    source = summary.get("source")
+    source = summary.get("source")      # read before the typed summary: the rewrite comes first
     if isinstance(source, str) and source.rstrip("/") and \
             pathlib.PurePath(source.rstrip("/")).name == entry.path.name:
         found.add(source.rstrip("/"))
@@ -192,7 +192,7 @@ def open_report(entry: RunEntry) -> RunReport:
                        tables={k: v for k, v in written.items() if isinstance(v, pd.DataFrame)},
                        run_info=info, mtime_ns=mtime)
     try:
-        report.typed            # read once, here: a page never meets a malformed summary
+        _ = report.typed        # read once, here: a page never meets a malformed summary
     except (TypeError, ValueError, KeyError, OverflowError) as e:
         raise ReportUnreadable(f"{summary_path}: {type(e).__name__}: {e}") from e
     with _LOCK:

@@ -1,8 +1,8 @@
 """The human-readable summary that ``meshscope analyze`` prints (from summary.json alone)."""
 from __future__ import annotations
 
-from meshscope.analysis.report.printable import printable_tree
 from meshscope.analysis.report import reader
+from meshscope.analysis.report.printable import printable_tree
 
 
 def _ms(us) -> str:
