@@ -413,3 +413,5 @@ def test_every_page_of_the_slow_rank_sample(server, driver):
         assert [f"{v:.2f}" for v in bars[bar]] == rows[label], label
     assert rows["ranks (world size)"] == [str(_summary(n)["run"]["world_size"]) for n in names]
     assert _css(driver, "#compare-world")
+    # ... and none of these pages logged a browser error.
+    assert [e for e in CONSOLE if e["level"] == "SEVERE"] == []
