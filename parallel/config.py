@@ -32,7 +32,7 @@ class ModelConfig:
     moe_aux_coef: float = 0.01
 
     def is_moe_layer(self, i: int) -> bool:
-        return self.moe_experts > 0 and (i + 1) % self.moe_every == 0
+        return self.shape.is_moe_layer(i)
 
     @property
     def head_dim(self) -> int:

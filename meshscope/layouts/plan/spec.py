@@ -197,9 +197,9 @@ class ModelSpec:
 
     def is_moe_layer(self, i: int) -> bool:
         """The runner's rule (``ModelConfig.is_moe_layer``): every ``moe_every``-th layer,
-        after the first ``moe_first_dense`` layers (which keep a dense MLP)."""
-        return (self.moe_experts > 0 and i >= self.moe_first_dense
-                and (i + 1) % self.moe_every == 0)
+        after the first ``moe_first_dense`` layers (which keep a dense MLP):
+        ``meshscope.theory.params.DecoderShape.is_moe_layer``."""
+        return self.shape.is_moe_layer(i)
 
     def layer_params(self, i: int) -> list[Param]:
         """Layer ``i``'s weights, in the order the runner registers them (``parallel.model``:
