@@ -367,3 +367,35 @@ def test_pages_and_export_show_paths_relative_to_the_runs_folder(tmp_path, spell
         assert "dp4-ddp/traces/rank3.json.gz" in html.unescape(text)
         assert str(tmp_path) not in text and "../runs" not in text
         assert str(runs) not in html.unescape(text)
+
+
+def test_a_schema_2_report_reads_on_every_page_through_the_reader(tmp_path):
+    """The slow-rank sample's report written back as schema 2 wrote it (the replayed makespan
+    as step_time_us beside throughput.step_time_us, the what-if's imbalance as
+    stage_imbalance, no schema-3 names): every page and the static report build, the overview
+    heads with the step timer's time, the pipeline page shows the one imbalance schema 2 had
+    under its schema-3 name — the older version handled in reader.py alone."""
+    shutil.copytree(SAMPLES / SLOW, tmp_path / SLOW)
+    path = tmp_path / SLOW / "report" / "summary.json"
+    s = json.loads(path.read_text())
+    timer, replayed = s["step_time_timer_us"], s["step_time_replayed_us"]
+    corrected = s["stage_imbalance_without_straggler"]
+    for key in ("step_time_timer_us", "step_time_replayed_us", "window_us", "table_clocks",
+                "stage_imbalance_measured", "stage_imbalance_without_straggler"):
+        s.pop(key, None)
+    s.update(schema_version=2, step_time_us=replayed,
+             step_time_source="replayed makespan of the profiled steps",
+             stage_imbalance=corrected)
+    path.write_text(json.dumps(s))
+    index = RunIndex(tmp_path)
+    for page in BUILDERS:
+        items = _items(index, SLOW, page)
+        assert items, page
+        S.to_dash([S.Section(None, list(items.values()))])
+    facts = dict(_items(index, SLOW, "overview")["run-facts"].items)
+    assert facts["step time"] == f"{timer / 1e3:.2f} ms (step timer)"
+    assert f"replayed {replayed / 1e3:.2f} ms" in facts["other step times"]
+    imbalance = dict(_items(index, SLOW, "pipeline")["imbalance-facts"].items)
+    assert any(v.startswith(f"{corrected['max_over_mean']:.3f}") and "straggler" in k
+               for k, v in imbalance.items())
+    assert f"{timer / 1e3:.2f} ms (step timer)" in render_html(open_report(index.get(SLOW)))
