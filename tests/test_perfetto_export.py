@@ -287,3 +287,23 @@ def test_the_report_says_which_clock_each_table_is_on(skewed_analysed):
     mine = inst[inst["rank"] == 1]
     assert mine["arrival_us"].min() >= others["arrival_us"].min() - 1e6
     assert mine["end_us"].max() <= others["end_us"].max() + 1e6
+
+
+def test_report_breakdown_thread_is_the_reports_timeline_or_a_note(tmp_path):
+    """The export draws the report's own timeline rows (one slice each, on the "report
+    breakdown" thread); a report whose timeline table predates the step anchor gets no such
+    thread and a note saying why — the segments are never rebuilt from the traces."""
+    seg = pd.read_parquet(SAMPLES / SAMPLE / "report" / "timeline.parquet")
+    s = export(SAMPLES / SAMPLE, tmp_path / "a.json", report_dir=SAMPLES / SAMPLE / "report")
+    doc = _load(tmp_path / "a.json")
+    got = Counter(e["pid"] for e in doc["traceEvents"]
+                  if e["ph"] == "X" and e.get("tid") == SEGMENTS_TID)
+    assert got == Counter(seg["rank"].astype(int).tolist())
+    assert not any("step anchor" in n for n in s.notes)
+    old = tmp_path / "old-report"
+    shutil.copytree(SAMPLES / SAMPLE / "report", old, ignore=shutil.ignore_patterns(".cache"))
+    seg.drop(columns=["step_start_us"]).to_parquet(old / "timeline.parquet", index=False)
+    s = export(SAMPLES / SAMPLE, tmp_path / "b.json", report_dir=old)
+    doc = _load(tmp_path / "b.json")
+    assert not [e for e in doc["traceEvents"] if e.get("tid") == SEGMENTS_TID]
+    assert any("step anchor" in n for n in s.notes)
