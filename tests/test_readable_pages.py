@@ -144,3 +144,38 @@ def test_the_interleaved_gantt_names_the_stages_the_bubble_table_counts():
     assert {int(lane.split()[1]) for lane in lanes} == stages == {0, 1}
     assert len(lanes) == len(set(lanes)) == len(_summary("tp2-pp2-interleaved")["ranks"])
     assert all("virtual" in lane for lane in lanes)
+
+
+def test_saving_bars_are_centred_on_zero_and_red_only_for_the_straggler():
+    """The stragglers page's savings: a negative saving is a blue bar below zero (never
+    alarm red), the named straggler's bar is red, the others grey; the axis is symmetric
+    about zero."""
+    from meshscope.dashboard.pages.common import COLOURS
+    fig = stragglers.saving_figure(_ctx(SLOW, "stragglers"))
+    bar = fig.data[0]
+    named = _summary(SLOW)["cross_rank"]["straggler"]["rank"]
+    for x, y, colour in zip(bar.x, bar.y, bar.marker.color):
+        rank = int(x.split()[1])
+        if y < 0:
+            assert colour == COLOURS["saving negative"]
+        elif rank == named:
+            assert colour == COLOURS["saving straggler"]
+        else:
+            assert colour == COLOURS["saving"]
+    assert any(y < 0 for y in bar.y)            # the sample has negative savings to show
+    lo, hi = fig.layout.yaxis.range
+    assert lo == -hi
+    healthy = stragglers.saving_figure(_ctx(HEALTHY, "stragglers")).data[0]
+    assert COLOURS["saving straggler"] not in healthy.marker.color
+
+
+def test_waiting_has_one_colour_distinct_from_every_communication_colour():
+    from meshscope.dashboard.pages.common import COLOURS
+    comm = {v for k, v in COLOURS.items() if k.startswith(("comm", "exposed", "transfer"))}
+    assert COLOURS["wait"] not in comm
+    fig = communication.transfer_wait_figure(
+        communication._per_rank_ops(_ctx(SLOW, "communication")))
+    colours = {t.name: t.marker.color for t in fig.data}
+    assert colours == {"transfer": COLOURS["transfer"], "wait": COLOURS["wait"]}
+    waits = stragglers.waits_figure(_ctx(SLOW, "stragglers"))
+    assert {t.name: t.marker.color for t in waits.data}["waited"] == COLOURS["wait"]
