@@ -18,7 +18,15 @@ The runs folder may hold anything, so each analysis is bounded on its own (``Lim
   its run named as failed ("took longer than the dashboard's limit");
 - **a memory limit** (``memory_mb``): the child's address space is capped
   (``RLIMIT_AS``), so a trace that inflates without end ends in that run's failure, not in the
-  server's machine running out of memory;
+  server's machine running out of memory. A process past its cap does not always say so: Python
+  prints ``MemoryError``, but an allocation failing in C (a library mapped at import,
+  OpenBLAS's buffers, Arrow) may end the process with a bare exit code or a signal. So the
+  supervisor watches the address space of the analysis and its workers (``VmPeak``) and
+  reports, when the child ends, its exit status, that peak and its peak resident memory
+  (``os.wait4``). A failure is named "stopped: memory limit (N MiB)" when the evidence says
+  so (``memory_evidence``): ``MemoryError`` or an allocation failure in its output, an
+  address space that reached within ``NEAR_CAP`` of the cap, or a SIGKILL the dashboard did
+  not send (the kernel's out-of-memory killer);
 - **they end with the server**: each child leads its own process group (its worker pool
   inside it), killed as a group on timeout and by ``shutdown()`` (called when the server
   stops); on Linux the group also ends if the server dies without stopping (the child is a
@@ -63,12 +71,23 @@ class Limits:
 # address space, then runs ``python -m meshscope ...`` and waits for it. On Linux it is told
 # when the server dies, even killed outright (``PR_SET_PDEATHSIG``, SIGTERM), and then kills its
 # whole group: the analysis and the analysis' own worker pool. A program rather than
-# ``preexec_fn``, which may deadlock in a server with threads.
+# ``preexec_fn``, which may deadlock in a server with threads. While it waits it reads, every
+# 20 ms, the peak address space (``VmPeak``) of the analysis and of its children (its worker
+# pool: each has the cap of its own); when the analysis ends it prints one line,
+# ``meshscope-supervisor: exit=… peak_vm_kib=… peak_rss_kib=…`` (``END_MARK``), the last of
+# its stderr — ``exit=stopped`` when it was told to stop (SIGTERM: the time limit, the server).
 _LIMITED = """\
-import os, resource, signal, subprocess, sys
+import os, resource, signal, subprocess, sys, time
 cap = int(sys.argv[1]) << 20
 resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+peak = 0
 def stop(*_):
+    try:                                            # told to stop: how far it had got
+        sys.stderr.write(f"\\nmeshscope-supervisor: exit=stopped peak_vm_kib={peak} "
+                         f"peak_rss_kib=0\\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
     os.killpg(0, signal.SIGKILL)
 signal.signal(signal.SIGTERM, stop)
 if sys.platform.startswith("linux"):
@@ -79,12 +98,94 @@ if sys.platform.startswith("linux"):
         pass
 if os.getppid() != int(sys.argv[2]):
     stop()                                          # the server is gone already
-code = subprocess.call([sys.executable] + sys.argv[3:])
+def vm_peak_kib(pid):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmPeak:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+def children(pid):
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    out = []
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                out += [int(c) for c in f.read().split()]
+        except (OSError, ValueError):
+            pass
+    return out
+child = subprocess.Popen([sys.executable] + sys.argv[3:])
+while True:
+    pid, status, usage = os.wait4(child.pid, os.WNOHANG)
+    if pid:
+        break
+    for p in [child.pid] + children(child.pid):
+        peak = max(peak, vm_peak_kib(p))
+    time.sleep(0.02)
+code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+sys.stderr.write(f"\\nmeshscope-supervisor: exit={code} peak_vm_kib={peak} "
+                 f"peak_rss_kib={usage.ru_maxrss}\\n")
+sys.stderr.flush()
 if code < 0:
     signal.signal(-code, signal.SIG_DFL)
     os.kill(os.getpid(), -code)
 sys.exit(code)
 """
+END_MARK = "meshscope-supervisor:"
+NEAR_CAP = 0.9          # an address space past this share of the cap counts as reaching it
+# What an allocation that failed prints, besides Python's MemoryError: errno ENOMEM's text, a
+# shared library that could not be mapped at import, C++'s and NumPy's and OpenBLAS's words.
+ALLOCATION_FAILED = ("Cannot allocate memory", "failed to map segment", "std::bad_alloc",
+                     "Unable to allocate", "Memory allocation", "out of memory")
+
+
+@dataclasses.dataclass(frozen=True)
+class ChildEnd:
+    """How the analysis ended, as its supervisor saw it (``END_MARK`` line)."""
+    exit: int | None            # the exit code, minus the signal that ended it, or None:
+                                # stopped by the dashboard (its time limit) while running
+    peak_vm_mib: float          # the largest address space of it or one of its workers
+    peak_rss_mib: float         # its peak resident memory (``wait4``'s ``ru_maxrss``)
+
+
+def child_end(err: str) -> ChildEnd | None:
+    """The supervisor's last line in ``err``, or None (killed before it could print)."""
+    for line in reversed(err.splitlines()):
+        if line.startswith(END_MARK):
+            fields = dict(f.split("=", 1) for f in line[len(END_MARK):].split() if "=" in f)
+            try:
+                code = None if fields["exit"] == "stopped" else int(fields["exit"])
+                return ChildEnd(code, int(fields["peak_vm_kib"]) / 1024,
+                                int(fields["peak_rss_kib"]) / 1024)
+            except (KeyError, ValueError):
+                return None
+    return None
+
+
+def memory_evidence(err: str, end: ChildEnd | None, cap_mb: int) -> str | None:
+    """Why a failed analysis that printed no error of its own was stopped by memory — "memory
+    limit (N MiB; what shows it)" or "out of memory (…)" — or None when nothing says so."""
+    if "MemoryError" in err:
+        return f"memory limit ({cap_mb} MiB; it raised MemoryError)"
+    for words in ALLOCATION_FAILED:
+        if words.lower() in err.lower():
+            return f"memory limit ({cap_mb} MiB; an allocation failed: “{words}”)"
+    if end is None:
+        return None
+    if end.peak_vm_mib >= NEAR_CAP * cap_mb:
+        return (f"memory limit ({cap_mb} MiB; its address space reached "
+                f"{end.peak_vm_mib:.0f} MiB)")
+    if end.exit == -signal.SIGKILL:
+        return (f"out of memory (killed by SIGKILL, which the dashboard did not send: the "
+                f"kernel's out-of-memory killer, most likely; {end.peak_rss_mib:.0f} MiB "
+                f"resident at its peak)")
+    return None
 
 
 def _limited(memory_mb: int, args: list[str]) -> list[str]:
@@ -247,19 +348,36 @@ class Analyses:
             out, err = proc.communicate(timeout=lim.timeout_s)
             code = proc.returncode
         except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            out, err = proc.communicate()
+            proc.terminate()            # the supervisor says how far it got, then kills all
+            try:
+                out, err = proc.communicate(timeout=5)
+            except subprocess.TimeoutExpired:
+                _kill_group(proc)
+                out, err = proc.communicate()
+            end = child_end(err)
+            why = ""
+            if end is not None and end.peak_vm_mib >= NEAR_CAP * lim.memory_mb:
+                why = (f" (its address space had reached {end.peak_vm_mib:.0f} MiB of the "
+                       f"{lim.memory_mb} MiB memory limit: a process that runs out of it may "
+                       f"stop without ending)")
             return -1, out, (err + f"\nmeshscope: error: the {what} took longer than the "
-                                   f"dashboard's limit of {lim.timeout_s:g} s and was stopped")
+                                   f"dashboard's limit of {lim.timeout_s:g} s and was "
+                                   f"stopped{why}")
         finally:
             _kill_group(proc)           # what the child left behind (its worker pool)
             with self._lock:
                 self._procs.pop(proc.pid, None)
-        if code != 0 and "MemoryError" in err and "meshscope: error:" not in err:
-            err += (f"\nmeshscope: error: the {what} needed more memory than the dashboard's "
-                    f"limit of {lim.memory_mb} MB and was stopped")
-        elif code < 0 and "meshscope: error:" not in err:
-            err += f"\nmeshscope: error: the {what} was stopped by signal {-code}"
+        if code != 0 and "meshscope: error:" not in err:
+            end = child_end(err)
+            evidence = memory_evidence(err, end, lim.memory_mb)
+            if evidence:
+                err += f"\nmeshscope: error: the {what} was stopped: {evidence}"
+            elif code < 0:
+                err += f"\nmeshscope: error: the {what} was stopped by signal {-code}"
+            elif end is not None:
+                err += (f"\nmeshscope: error: the {what} exited {end.exit} without a message "
+                        f"(peak address space {end.peak_vm_mib:.0f} MiB of the "
+                        f"{lim.memory_mb} MiB limit; see the server log)")
         return code, out, err
 
     def shutdown(self) -> None:
