@@ -11,7 +11,10 @@ step categories, kernels, GEMMs, synchronisations), pipeline, communication, str
 timeline, health, compare. Each is built on the server from the run's written
 report (``dashboard.data``) into sections (``dashboard.sections``): the browser receives
 figures of aggregated data only. A run that has not been analysed yet is analysed when it is
-first opened (``dashboard.jobs``), the page showing the progress. A report that cannot be read
+first opened (``dashboard.jobs``), the page showing the progress. Pages are built in a pool of
+their own (``dashboard.page_builds``): a request waits for its page at most ``page_timeout_s``,
+then the page says it is still being built and asks again, so an enormous report never holds a
+server thread for ever. A report that cannot be read
 gives "report unreadable, run `meshscope analyze RUN`"; the details go to the server log.
 
 Two downloads, by run id: ``/export/html?run=ID`` (the static report, ``static_report``) and
@@ -32,6 +35,7 @@ from . import sections as S
 from . import state as st
 from .data import ReportUnreadable, open_report
 from .jobs import Analyses, Limits
+from .page_builds import PageBuilds, Pending
 from .pages import communication, compare, device, health, overview, pipeline, runs_list, \
     stragglers, timeline
 from .pages.common import PageContext, pick_step, rank_label
@@ -115,11 +119,26 @@ def _title(ctx: PageContext) -> list:
     return bits
 
 
-def create_app(runs_dir: pathlib.Path, limits: Limits | None = None) -> Dash:
+def _building(run_id: str, report_dir: pathlib.Path, elapsed_s: float) -> list:
+    """What a page still being built shows (``page_builds.Pending``); it polls again."""
+    try:
+        size = sum(f.stat().st_size for f in report_dir.iterdir() if f.suffix == ".parquet")
+    except OSError:
+        size = 0
+    return [html.H2(run_id),
+            html.P(f"This page is still being built ({elapsed_s:.0f} s so far): this run's "
+                   f"report is large ({size / (1 << 20):.0f} MiB of tables). It will show here "
+                   f"when it is ready.", id="page-building", style=S.NOTE)]
+
+
+def create_app(runs_dir: pathlib.Path, limits: Limits | None = None,
+               page_timeout_s: float = 20.0) -> Dash:
     """The Dash app over the runs under ``runs_dir`` (module docstring); ``limits``: what each
-    analysis it starts may use (``dashboard.jobs.Limits``)."""
+    analysis it starts may use (``dashboard.jobs.Limits``); ``page_timeout_s``: how long a
+    request waits for its page to be built (``dashboard.page_builds``)."""
     index = RunIndex(pathlib.Path(runs_dir))
     analyses = Analyses(index.root, limits)
+    builds = PageBuilds(page_timeout_s, workers=2)
     app = Dash(__name__, title="meshscope", suppress_callback_exceptions=True,
                update_title=None, serve_locally=True)
     app.layout = html.Div(style=PAGE, children=[
@@ -129,6 +148,7 @@ def create_app(runs_dir: pathlib.Path, limits: Limits | None = None) -> Dash:
         dcc.Interval(id="poll", interval=1000, disabled=True)])
     app.server.config["MESHSCOPE_INDEX"] = index
     app.server.config["MESHSCOPE_ANALYSES"] = analyses
+    app.server.config["MESHSCOPE_PAGE_BUILDS"] = builds
 
     def render(state: st.ViewState) -> tuple[list, bool]:
         """The page body for ``state`` and whether to keep polling (an analysis running)."""
@@ -136,7 +156,11 @@ def create_app(runs_dir: pathlib.Path, limits: Limits | None = None) -> Dash:
             index.refresh()
             return S.to_dash(runs_list.sections(index, state)) + runs_list.controls(), False
         if state.page == "compare":
-            return compare.render(index, state), False
+            built = builds.build(state, lambda: compare.render(index, state))
+            if isinstance(built, Pending):
+                return [html.P(f"This comparison is still being built ({built.elapsed_s:.0f} s "
+                               f"so far).", id="page-building", style=S.NOTE)], True
+            return built, False
         entry = index.get(state.run)
         if entry is None:
             if not state.run:
@@ -155,11 +179,17 @@ def create_app(runs_dir: pathlib.Path, limits: Limits | None = None) -> Dash:
                             " is running now and the page will show the report when it is "
                             "done."], style=S.NOTE),
                     html.P(text, id="analysis-progress")], True
-        try:
+        def page() -> list:
             report = open_report(entry)
             ctx = PageContext(report, state)
             body = S.to_dash(BUILDERS[state.page](ctx))
-            return _title(ctx) + _pickers(ctx) + body, False
+            return _title(ctx) + _pickers(ctx) + body
+
+        try:
+            built = builds.build(state, page)
+            if isinstance(built, Pending):
+                return _building(entry.run_id, entry.report_dir, built.elapsed_s), True
+            return built, False
         except ReportUnreadable as e:
             log.warning("report unreadable: %s", e)
         except Exception:

@@ -156,10 +156,11 @@ def install_error_page(flask_app) -> None:
 
 def serve(runs_dir, host: str = "127.0.0.1", port: int = 8050, threads: int = 4,
           allowed_hosts=None, token: str | None = None, limits=None,
-          report_cache_bytes: int | None = None) -> None:
+          report_cache_bytes: int | None = None, page_timeout_s: float = 20.0) -> None:
     """Serve the dashboard over ``runs_dir`` until interrupted (Ctrl-C or SIGTERM); the
     analyses it started are killed when it stops (``dashboard.jobs``); ``report_cache_bytes``
-    bounds the reports kept in memory (``dashboard.data.CACHE_BYTES``)."""
+    bounds the reports kept in memory (``dashboard.data.CACHE_BYTES``); ``page_timeout_s``:
+    the longest a request waits for its page (``dashboard.page_builds``)."""
     import waitress
 
     from . import data
@@ -168,7 +169,7 @@ def serve(runs_dir, host: str = "127.0.0.1", port: int = 8050, threads: int = 4,
     if report_cache_bytes is not None:
         data.CACHE_BYTES = report_cache_bytes
 
-    app = create_app(runs_dir, limits=limits)
+    app = create_app(runs_dir, limits=limits, page_timeout_s=page_timeout_s)
     hosts = tuple(allowed_hosts) if allowed_hosts else default_allowed_hosts(host)
 
     def stop(signum, frame):
@@ -179,4 +180,5 @@ def serve(runs_dir, host: str = "127.0.0.1", port: int = 8050, threads: int = 4,
                        threads=threads, ident="meshscope", clear_untrusted_proxy_headers=True)
     finally:
         app.server.config["MESHSCOPE_ANALYSES"].shutdown()
+        app.server.config["MESHSCOPE_PAGE_BUILDS"].shutdown()
         signal.signal(signal.SIGTERM, previous)

@@ -413,3 +413,56 @@ def test_a_report_written_with_absolute_paths_shows_none(tmp_path):
         assert status == 200
         for text in (health, overview, html.decode()):
             assert str(tmp_path) not in text
+
+
+def _big_report_run(root: pathlib.Path, copies: int = 2000) -> None:
+    """Run ``big``: the sample's report with its first step's timeline repeated ``copies``
+    times one after another (about 286,000 segments in one step: seconds to draw, a page of
+    about 10 MB), and run ``small``: the sample as it is."""
+    import pandas as pd
+
+    for name in ("big", "small"):
+        shutil.copytree(SAMPLES / SAMPLE, root / name, ignore=shutil.ignore_patterns("traces"))
+    table = root / "big" / "report" / "timeline.parquet"
+    t = pd.read_parquet(table)
+    first = t[t["step"] == t["step"].min()]
+    span_us = float(first["end_us"].max() - first["start_us"].min())
+    parts = [first.assign(start_us=first["start_us"] + i * span_us,
+                          end_us=first["end_us"] + i * span_us) for i in range(copies)]
+    pd.concat([t] + parts, ignore_index=True).to_parquet(table, index=False)
+
+
+@pytest.mark.slow
+def test_a_page_of_an_enormous_report_holds_no_server_thread(tmp_path):
+    """Two server threads and a page that takes seconds to build, waited for at most 0.5 s:
+    four requests for it at once all answer at once, saying it is still being built and
+    polling again; the server answers another run's pages meanwhile; the enormous page then
+    arrives whole."""
+    root = tmp_path / "runs"
+    root.mkdir()
+    _big_report_run(root)
+    body_app = create_app(root)
+    with served(root, tmp_path / "server.log", "--threads", "2", "--page-timeout", "0.5") \
+            as (_, port):
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            first = list(pool.map(lambda _: _page(port, body_app, "/timeline", "?run=big"),
+                                  range(4)))
+        for text in first:
+            assert '"id":"page-building"' in text and "still being built" in text, text[-800:]
+            assert '"poll":{"disabled":false}' in text.replace(" ", ""), text[-800:]
+            assert "timeline-graph" not in text
+        small = ""
+        deadline = time.monotonic() + 120
+        while '"id":"breakdown-graph"' not in small:
+            assert time.monotonic() < deadline, small[-800:]
+            small = _page(port, body_app, "/overview", "?run=small")
+        big = ""
+        deadline = time.monotonic() + 300
+        while '"id":"timeline-graph"' not in big:
+            assert time.monotonic() < deadline, big[-800:]
+            big = _page(port, body_app, "/timeline", "?run=big")
+            if '"id":"timeline-graph"' not in big:
+                assert "still being built" in big, big[-800:]
+        assert len(big) > 5 << 20                      # the whole page: every segment drawn
+    log = (tmp_path / "server.log").read_text()
+    assert "Traceback" not in log

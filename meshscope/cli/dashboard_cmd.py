@@ -24,7 +24,8 @@ def _entry(run: str):
 
 def serve(runs_dir: pathlib.Path, host: str = "127.0.0.1", port: int = 8050,
           threads: int = 4, allowed_hosts=None, token: str | None = None,
-          limits=None, report_cache_mb: int | None = None) -> None:
+          limits=None, report_cache_mb: int | None = None,
+          page_timeout_s: float = 20.0) -> None:
     """Serve the dashboard over ``runs_dir`` until Ctrl-C or SIGTERM (``meshscope dashboard``,
     ``meshscope demo``); the server log goes to stderr."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
@@ -44,7 +45,7 @@ def serve(runs_dir: pathlib.Path, host: str = "127.0.0.1", port: int = 8050,
                    "names clients use with --allowed-hosts", err=True)
     try:
         serve_wsgi(runs_dir, host=host, port=port, threads=threads, allowed_hosts=hosts,
-                   token=token, limits=limits,
+                   token=token, limits=limits, page_timeout_s=page_timeout_s,
                    report_cache_bytes=None if report_cache_mb is None else report_cache_mb << 20)
     except OSError as e:
         fail(f"cannot serve on {host}:{port} ({e.strerror or e})")
@@ -71,16 +72,21 @@ def serve(runs_dir: pathlib.Path, host: str = "127.0.0.1", port: int = 8050,
               help="Time limit of each analysis the dashboard starts (runs opened before "
                    "being analysed).")
 @click.option("--analysis-memory", default=4096, show_default=True,
-              type=click.IntRange(256, None), metavar="MB",
+              type=click.IntRange(256, None), metavar="MiB",
               help="Memory (address space) limit of each analysis the dashboard starts.")
 @click.option("--analysis-workers", default=2, show_default=True,
               type=click.IntRange(1, 64), help="Analyses run at the same time.")
+@click.option("--page-timeout", default=20.0, show_default=True,
+              type=click.FloatRange(0.1, None), metavar="SECONDS",
+              help="The longest a request waits for its page to be built; past it the page "
+                   "says it is still being built and asks again (a very large report never "
+                   "holds a server thread).")
 @click.option("--report-cache-mb", default=256, show_default=True,
               type=click.IntRange(0, None), metavar="MB",
               help="Memory for reports kept between requests (least recently used dropped "
                    "first; the report being shown is always kept).")
 def dashboard(runs_dir, port, host, threads, allowed_hosts, auth_token, analysis_timeout,
-              analysis_memory, analysis_workers, report_cache_mb):
+              analysis_memory, analysis_workers, page_timeout, report_cache_mb):
     """Serve the web dashboard over RUNS_DIR (default: the bundled samples/).
 
     Every run directory and folder of traces under RUNS_DIR (and in its sweep folders) is
@@ -97,7 +103,8 @@ def dashboard(runs_dir, port, host, threads, allowed_hosts, auth_token, analysis
         else None
     serve(path, host, port, threads, allowed_hosts=hosts, token=auth_token or None,
           limits=Limits(timeout_s=analysis_timeout, memory_mb=analysis_memory,
-                        workers=analysis_workers), report_cache_mb=report_cache_mb)
+                        workers=analysis_workers), report_cache_mb=report_cache_mb,
+          page_timeout_s=page_timeout)
 
 
 @click.command()
