@@ -264,23 +264,49 @@ def two_runs(tmp_path_factory):
     return root
 
 
-def test_other_hosts_are_refused_and_the_token_is_required(two_runs, tmp_path, monkeypatch):
-    monkeypatch.setenv("MESHSCOPE_DASHBOARD_TOKEN", "s3cret")
-    with served(two_runs, tmp_path / "server.log") as (_, port):
-        ok = {"Authorization": "Bearer s3cret"}
-        assert _request(port, "GET", "/overview?run=a-run")[0] == 401
-        status, body = _request(port, "GET", "/", headers={"Authorization": "Bearer nope"})
-        assert status == 401 and b"report" not in body
-        assert _request(port, "GET", "/", headers=ok)[0] == 200
-        basic = "Basic " + base64.b64encode(b"anyone:s3cret").decode()
-        assert _request(port, "GET", "/export/html?run=a-run",
-                        headers={"Authorization": basic})[0] == 200
-        for host in ("evil.example", f"evil.example:{port}", "127.0.0.1.evil.example"):
-            status, body = _request(port, "GET", "/export/html?run=a-run",
-                                    headers={**ok, "Host": host})
-            assert (status, body) == (400, b"host not allowed\n")
-        assert _request(port, "GET", "/", headers={**ok, "Host": f"localhost:{port}"})[0] \
-            == 200
+TOKEN = "s3cret"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+@pytest.fixture(scope="module")
+def shared(two_runs, tmp_path_factory):
+    """One server with a token (``$MESHSCOPE_DASHBOARD_TOKEN``) over ``two_runs`` and a run analysed by hand as ``meshscope
+    analyze /abs/path/RUN`` with one trace cut short (``by-hand``), shared by the tests that
+    ask it only (each server costs a process start): (port, runs folder, log)."""
+    from conftest import meshscope
+
+    run = two_runs / "by-hand"
+    shutil.copytree(SAMPLES / SAMPLE, run, ignore=shutil.ignore_patterns("report"))
+    trace = run / "traces" / "rank3.json.gz"
+    trace.write_bytes(trace.read_bytes()[:4000])
+    meshscope("analyze", run.resolve(), check=True)
+    log = tmp_path_factory.mktemp("shared") / "server.log"
+    server = served(two_runs, log, "--threads", "8")
+    with pytest.MonkeyPatch.context() as mp:        # only while it starts: later servers
+        mp.setenv("MESHSCOPE_DASHBOARD_TOKEN", TOKEN)   # have none (as the docs advise, the
+        proc, port = server.__enter__()                 # token is not in its argv)
+    try:
+        assert TOKEN not in " ".join(psutil.Process(proc.pid).cmdline())
+        yield port, two_runs, log
+    finally:
+        server.__exit__(None, None, None)
+
+
+def test_other_hosts_are_refused_and_the_token_is_required(shared):
+    port, *_ = shared
+    assert _request(port, "GET", "/overview?run=a-run")[0] == 401
+    status, body = _request(port, "GET", "/", headers={"Authorization": "Bearer nope"})
+    assert status == 401 and b"report" not in body
+    assert _request(port, "GET", "/", headers=AUTH)[0] == 200
+    basic = "Basic " + base64.b64encode(f"anyone:{TOKEN}".encode()).decode()
+    assert _request(port, "GET", "/export/html?run=a-run",
+                    headers={"Authorization": basic})[0] == 200
+    for host in ("evil.example", f"evil.example:{port}", "127.0.0.1.evil.example"):
+        status, body = _request(port, "GET", "/export/html?run=a-run",
+                                headers={**AUTH, "Host": host})
+        assert (status, body) == (400, b"host not allowed\n")
+    assert _request(port, "GET", "/", headers={**AUTH, "Host": f"localhost:{port}"})[0] \
+        == 200
 
 
 def test_binding_beyond_loopback_without_a_token_warns(two_runs, tmp_path, monkeypatch):
@@ -294,23 +320,31 @@ def test_binding_beyond_loopback_without_a_token_warns(two_runs, tmp_path, monke
            "--auth-token" in log.read_text()
 
 
-def test_perfetto_export_refuses_traces_outside_the_run(two_runs, tmp_path):
-    with served(two_runs, tmp_path / "server.log") as (_, port):
-        status, body, _ = _get(port, "/export/perfetto?run=linked")
-        assert status == 403 and b"not a regular file inside the run" in body
-        status, body, _ = _get(port, "/export/perfetto?run=a-run")
-        assert status == 200 and body[:2] == b"\x1f\x8b"
+def test_perfetto_export_refuses_traces_outside_the_run(shared):
+    port, *_ = shared
+    status, body = _request(port, "GET", "/export/perfetto?run=linked", headers=AUTH)
+    assert status == 403 and b"not a regular file inside the run" in body
+    status, body = _request(port, "GET", "/export/perfetto?run=a-run", headers=AUTH)
+    assert status == 200 and body[:2] == b"\x1f\x8b"
 
 
 def test_twenty_concurrent_first_requests_all_answer(two_runs, tmp_path):
     """The first requests of a fresh server read run.json through its schema at the same
-    time: each page answers with the report (none says "Report unreadable")."""
+    time: each page answers with the report (none says "Report unreadable"). Ten ask for the
+    page (built once, in the page builders) and ten for the HTML export, each of which opens
+    the report in its own server thread."""
     body_app = create_app(two_runs)
-    with served(two_runs, tmp_path / "server.log", "--threads", "20") as (_, port):
+    with served(two_runs, tmp_path / "server.log", "--threads", "20", "--page-timeout",
+                "120") as (_, port):
+        def ask(i):
+            if i % 2:
+                return _get(port, "/export/html?run=a-run")[0]
+            return _page(port, body_app, "/overview", "?run=a-run")
         with concurrent.futures.ThreadPoolExecutor(20) as pool:
-            texts = list(pool.map(lambda _: _page(port, body_app, "/overview", "?run=a-run"),
-                                  range(20)))
-    assert sum('"id":"breakdown-graph"' in t for t in texts) == 20
+            answers = list(pool.map(ask, range(20)))
+    texts = [a for a in answers if isinstance(a, str)]
+    assert len(texts) == 10 and [a for a in answers if not isinstance(a, str)] == [200] * 10
+    assert sum('"id":"breakdown-graph"' in t for t in texts) == 10
     assert not any("Report unreadable" in t for t in texts)
 
 
@@ -390,29 +424,21 @@ def test_analyses_end_when_the_server_is_killed_outright(tmp_path):
     assert processes_under(root) == []
 
 
-@pytest.mark.slow
-def test_a_report_written_with_absolute_paths_shows_none(tmp_path):
+def test_a_report_written_with_absolute_paths_shows_none(shared):
     """A run analysed by hand as ``meshscope analyze /abs/path/RUN``, one trace cut short: its
     report names the damaged file by the absolute path; the pages and the HTML export name it
     relative to the runs folder."""
-    from conftest import meshscope
-
-    root = tmp_path / "runs"
+    port, root, _ = shared
     run = root / "by-hand"
-    shutil.copytree(SAMPLES / SAMPLE, run, ignore=shutil.ignore_patterns("report"))
-    trace = run / "traces" / "rank3.json.gz"
-    trace.write_bytes(trace.read_bytes()[:4000])
-    meshscope("analyze", run.resolve(), check=True)
     assert str(run.resolve()) in (run / "report" / "summary.json").read_text()
     body_app = create_app(root)
-    with served(root, tmp_path / "server.log") as (_, port):
-        health = _page(port, body_app, "/health", "?run=by-hand")
-        assert "by-hand/traces/rank3.json.gz" in health
-        overview = _page(port, body_app, "/overview", "?run=by-hand")
-        status, html, _ = _get(port, "/export/html?run=by-hand")
-        assert status == 200
-        for text in (health, overview, html.decode()):
-            assert str(tmp_path) not in text
+    health = _page(port, body_app, "/health", "?run=by-hand", AUTH)
+    assert "by-hand/traces/rank3.json.gz" in health
+    overview = _page(port, body_app, "/overview", "?run=by-hand", AUTH)
+    status, html = _request(port, "GET", "/export/html?run=by-hand", headers=AUTH)
+    assert status == 200
+    for text in (health, overview, html.decode()):
+        assert str(root.parent) not in text and str(root.resolve().parent) not in text
 
 
 def _big_report_run(root: pathlib.Path, copies: int = 2000) -> None:
