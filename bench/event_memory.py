@@ -13,6 +13,9 @@ other:
 - **meshscope ingest**: ``load_trace`` of the file, no cache (the per-rank event table the
   analysis reads): peak RSS of the process, RSS before the load, and the table's own size
   (Arrow bytes, and the pandas frame the analysis receives, ``memory_usage(deep=True)``);
+- **meshscope per-rank stage**: ``rank_work`` of the file, no cache
+  (``analysis/report/rank_work.py``: ingest, the rank's timeline, its operations and GPU
+  tables — what one ingest worker does for one rank): peak RSS and RSS after imports;
 - **meshscope analyze**: ``meshscope analyze --no-cache FILE`` as a process (the whole report);
 - **HTA**: load + ``get_comm_comp_overlap`` + ``get_temporal_breakdown`` (the same numbers).
 
@@ -49,6 +52,16 @@ frame = ingest.to_frame(table, release=True)     # as load_trace does
 print(json.dumps({"events": table.num_rows, "arrow_bytes": arrow,
                   "pandas_bytes": int(frame.memory_usage(deep=True).sum()),
                   "before_mb": before, "peak_mb": status_mb("VmHWM")}))
+"""
+
+STAGE_SCRIPT = """
+import json, pathlib, sys
+from bench.measure import status_mb
+from meshscope.analysis.report import rank_work as rw
+before = status_mb("VmRSS")
+result = rw.rank_work(pathlib.Path(sys.argv[1]), rw.RankOptions())
+print(json.dumps({"before_mb": before, "peak_mb": status_mb("VmHWM"),
+                  "on_gpu": bool(result.on_gpu)}))
 """
 
 
@@ -94,6 +107,8 @@ def main() -> None:
         env = {"PYTHONPATH": str(ROOT)}
         ingest = measure([python, "-c", INGEST_SCRIPT, str(trace)], env=env)
         got = json.loads(ingest.stdout.strip().splitlines()[-1])
+        stage = json.loads(measure([python, "-c", STAGE_SCRIPT, str(trace)],
+                                   env=env).stdout.strip().splitlines()[-1])
         whole = measure([*MESHSCOPE, "analyze", "--no-cache", str(trace), "--out",
                          str(tmp / "report")])
         hta = measure([python, "-c", HTA_SCRIPT, str(tmp / "hta")], env=env)
@@ -106,6 +121,10 @@ def main() -> None:
         ("meshscope ingest: pandas frame the analysis reads", "", per(got["pandas_bytes"])),
         ("meshscope ingest: peak − RSS after imports", f"{got['peak_mb']:,.0f}",
          per((got["peak_mb"] - got["before_mb"]) * mb)),
+        ("meshscope per-rank stage (`rank_work`, whole process)", f"{stage['peak_mb']:,.0f}",
+         per(stage["peak_mb"] * mb)),
+        ("meshscope per-rank stage: peak − RSS after imports", "",
+         per((stage["peak_mb"] - stage["before_mb"]) * mb)),
         ("`meshscope analyze --no-cache` (whole process)", f"{whole.peak_tree_rss_mb:,.0f}",
          per(whole.peak_tree_rss_mb * mb)),
         ("HTA: load + overlap + temporal breakdown (whole process)", f"{hta.peak_tree_rss_mb:,.0f}",
@@ -119,8 +138,10 @@ def main() -> None:
                f"in the file ({n_bytes / 1e6:,.0f} MB of JSON), {got['events']:,} complete "
                f"events in the table; bytes per event of the file.\n\n"
                + table
-               + f"\n\nWhole command against HTA: {whole.peak_tree_rss_mb / hta.peak_tree_rss_mb:.2f} of its "
-               f"peak (target ≤ 0.25); the table: {got['arrow_bytes'] / n:,.0f} bytes an "
+               + f"\n\nAgainst HTA's peak in the same run: the per-rank stage "
+               f"{stage['peak_mb'] / hta.peak_tree_rss_mb:.2f} (target < 0.25), the ingest "
+               f"{got['peak_mb'] / hta.peak_tree_rss_mb:.2f}, the whole command "
+               f"{whole.peak_tree_rss_mb / hta.peak_tree_rss_mb:.2f}; the table: {got['arrow_bytes'] / n:,.0f} bytes an "
                f"event as Arrow, {got['pandas_bytes'] / n:,.0f} as pandas (target ≈ 150).\n")
     publish(HEADING, section, args.write)
 
