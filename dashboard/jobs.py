@@ -140,9 +140,11 @@ sys.exit(code)
 END_MARK = "meshscope-supervisor:"
 NEAR_CAP = 0.9          # an address space past this share of the cap counts as reaching it
 # What an allocation that failed prints, besides Python's MemoryError: errno ENOMEM's text, a
-# shared library that could not be mapped at import, C++'s and NumPy's and OpenBLAS's words.
+# shared library that could not be mapped at import, C++'s and NumPy's and OpenBLAS's words, a
+# thread whose stack found no room (under RLIMIT_AS, 8 MiB of address space each).
 ALLOCATION_FAILED = ("Cannot allocate memory", "failed to map segment", "std::bad_alloc",
-                     "Unable to allocate", "Memory allocation", "out of memory")
+                     "Unable to allocate", "Memory allocation", "out of memory",
+                     "can't start new thread")
 
 
 @dataclasses.dataclass(frozen=True)
