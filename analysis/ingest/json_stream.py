@@ -116,7 +116,7 @@ class Nesting:
     outside strings, and the running sum of the brackets is the depth. What a chunk leaves open
     — the depth, whether it ends inside a string, a run of backslashes at its very end — is
     carried to the next, so where the text is cut into chunks does not matter. Linear in the
-    text, about 0.3 s per 100 MB here."""
+    text: 1.6 s for 379 MB of JSON here (about 0.4 s per 100 MB)."""
 
     def __init__(self, limit: int):
         self.limit = limit
@@ -126,6 +126,12 @@ class Nesting:
         self.run = 0                 # backslashes ending the last chunk (inside a string)
 
     def feed(self, chunk) -> None:
+        if chunk.isspace():
+            # Only white space (a bomb of it, or padding): nothing to count; it ends any run
+            # of backslashes. ``isspace`` runs at C speed (0.06 s per 100 MB), so gigabytes of
+            # white space cost no numpy pass.
+            self.run = 0
+            return
         a = np.frombuffer(chunk, dtype=np.uint8)
         at = np.flatnonzero(_NESTING_BYTES[a])
         if not at.size:
