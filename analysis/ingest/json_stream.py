@@ -102,6 +102,7 @@ def chunks(raw, size: int = 1 << 19, limit: int | None = None) -> Iterator[bytes
 # four brackets; ``_STEP`` is +1 for an opening bracket, -1 for a closing one.
 _NESTING_BYTES = np.zeros(256, dtype=bool)
 _NESTING_BYTES[list(b'"\\[]{}')] = True
+_NOT_NESTING = bytes(b for b in range(256) if b not in b'"\\[]{}')
 _STEP = np.zeros(256, dtype=np.int8)
 _STEP[[0x5B, 0x7B]], _STEP[[0x5D, 0x7D]] = 1, -1
 
@@ -116,7 +117,8 @@ class Nesting:
     outside strings, and the running sum of the brackets is the depth. What a chunk leaves open
     — the depth, whether it ends inside a string, a run of backslashes at its very end — is
     carried to the next, so where the text is cut into chunks does not matter. Linear in the
-    text: 1.6 s for 379 MB of JSON here (about 0.4 s per 100 MB)."""
+    text: 0.67 s for 379 MB of JSON here (about 0.2 s per 100 MB; 1.6 s before the
+    escape-free chunks took the ``translate`` path)."""
 
     def __init__(self, limit: int):
         self.limit = limit
@@ -131,6 +133,14 @@ class Nesting:
             # of backslashes. ``isspace`` runs at C speed (0.06 s per 100 MB), so gigabytes of
             # white space cost no numpy pass.
             self.run = 0
+            return
+        if not self.run and b"\\" not in chunk:
+            # No escapes (nearly every chunk of a real trace): the bytes that matter are
+            # picked out at C speed (``translate``), positions are not needed.
+            c = np.frombuffer(chunk.translate(None, _NOT_NESTING), dtype=np.uint8)
+            if not c.size:
+                return
+            self._count(c, c == 0x22, 0)
             return
         a = np.frombuffer(chunk, dtype=np.uint8)
         at = np.flatnonzero(_NESTING_BYTES[a])
@@ -159,6 +169,11 @@ class Nesting:
             quote &= before % 2 == 0                           # an escaped quote: text
             if backslash[-1] and at[-1] == a.size - 1:
                 last_run = int(run[-1])
+        self._count(c, quote, last_run)
+
+    def _count(self, c: np.ndarray, quote: np.ndarray, last_run: int) -> None:
+        """The depth over the bytes that matter ``c`` of a chunk, ``quote`` marking the quotes
+        that start or end a string; ``last_run``: the backslashes ending the chunk."""
         inside = (np.cumsum(quote) & 1).astype(bool)
         if self.in_string:
             inside = ~inside
