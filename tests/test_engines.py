@@ -68,11 +68,16 @@ def cluster():
         yield c
 
 
+def _nest(depth: int):
+    return [_nest(depth - 1)] if depth > 1 else []
+
+
 def test_budgets_reach_the_dask_workers(cluster, tmp_path):
-    """``meshscope analyze --max-events`` with a rank over the budget (rank 3's events
-    doubled: about 35,000; the others about 17,000, under 25,000): on the Dask cluster, as
-    on the local engine, that rank is named with the budget and its flag, the command goes
-    on with the other three, and the two reports agree."""
+    """``meshscope analyze --max-events 25000 --max-nesting 12`` with a rank over each budget
+    (rank 3's events doubled: about 35,000, the others about 17,000; rank 2 with one event's
+    args holding lists 20 deep): on the Dask cluster, as on the local engine, each of the two
+    is named with its budget and flag, the command goes on with ranks 0 and 1, and the two
+    reports agree."""
     import json
     import os
 
@@ -83,10 +88,13 @@ def test_budgets_reach_the_dask_workers(cluster, tmp_path):
         assert var not in os.environ
     run = copy_sample(tmp_path / "run")
     edit_trace(run, 3, lambda doc: doc["traceEvents"].extend(list(doc["traceEvents"])))
+    edit_trace(run, 2, lambda doc: next(e for e in doc["traceEvents"] if e.get("ph") == "X")
+               .setdefault("args", {}).update(deep=_nest(20)))
     summaries = {}
     for engine, extra in (("local", ()), ("dask", ("--scheduler", cluster.scheduler_address))):
         proc = meshscope("analyze", run, "--no-cache", "--json", "--out", tmp_path / engine,
-                         "--max-events", "25000", "--engine", engine, *extra)
+                         "--max-events", "25000", "--max-nesting", "12", "--engine", engine,
+                         *extra)
         assert proc.returncode == 0, proc.stderr[-2000:]
         assert "Traceback" not in proc.stderr
         summaries[engine] = json.loads(proc.stdout)
@@ -94,7 +102,9 @@ def test_budgets_reach_the_dask_workers(cluster, tmp_path):
         refused = [p for p in summary["problems"] if "rank3.json.gz" in p]
         assert len(refused) == 1, (engine, summary["problems"])
         assert "budget 25,000" in refused[0] and "--max-events" in refused[0], refused
-        assert summary["ranks"] == [0, 1, 2], (engine, summary["ranks"])
+        deep = [p for p in summary["problems"] if "rank2.json.gz" in p]
+        assert len(deep) == 1 and "--max-nesting" in deep[0], (engine, summary["problems"])
+        assert summary["ranks"] == [0, 1], (engine, summary["ranks"])
     local, dask = summaries["local"], summaries["dask"]
     for key in ("generated", "source"):
         local.pop(key, None), dask.pop(key, None)
