@@ -73,13 +73,13 @@ def _ingest_peak(tmp_path: pathlib.Path, events: int) -> dict:
 
 def test_ingest_memory_per_event_is_flat_and_near_the_table(tmp_path):
     """1M and 2M tiny events: the ingest's peak above its imports is at most 1.6 times the
-    frame it returns — the table plus buffers that do not grow with the trace: the batches are
-    joined into column chunks as they are read (``events._consolidate``; measured at 1M: 1.71
-    without the chunks, 1.46 with them) — and the cost per event at 2M is within 10% of that
-    at 1M (no part grows faster than the events)."""
+    Arrow table it builds — the table plus buffers that do not grow with the trace: the
+    batches are joined into column chunks as they are read (``events._consolidate``; measured
+    at 1M: 1.71 without the chunks, 1.46 with them) — and the cost per event at 2M is within
+    10% of that at 1M (no part grows faster than the events)."""
     small, large = _ingest_peak(tmp_path, 1_000_000), _ingest_peak(tmp_path, 2_000_000)
     for got in (small, large):
-        assert got["above_imports_bytes"] <= TABLE_FACTOR * got["frame_bytes"], got
+        assert got["above_imports_bytes"] <= TABLE_FACTOR * got["arrow_bytes"], got
     per_small = small["above_imports_bytes"] / small["events"]
     per_large = large["above_imports_bytes"] / large["events"]
     assert per_large <= 1.1 * per_small, (per_small, per_large)

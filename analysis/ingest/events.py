@@ -5,45 +5,47 @@
 read, when that is not today's Kineto trace), and ``events``, a DataFrame with one row per
 complete event (``ph == "X"``, or a ``B``/``E`` pair), in file order (a pair where its ``E`` is):
 
-=========== ======= ============================================================
-column      dtype   meaning
-=========== ======= ============================================================
-name        str     event name
-cat         str     Kineto category as today's profiler names it (``cpu_op``,
-                    ``kernel``, ``user_annotation``…; PyTorch 1.8's renamed, below)
-ts_us       float   start, µs on the trace's clock
-dur_us      float   duration, µs
-lane        str     ``gpu:<device>:<stream>`` for device events, ``cpu:<pid>:<tid>`` else
-device      bool    True for GPU kernels / memcpy / memset
-kind        str     one of ``classify.KINDS``
-correlation int     launch correlation id linking a GPU event to its CPU runtime
-                    call (``cuda_runtime`` / ``cuda_driver``); -1 where absent
-end_us      float   ts_us + dur_us
-coll_name   str     collective name as the trace spells it (``allreduce``,
-                    ``_allgather_base``, ``all_reduce`` from ``gloo:all_reduce``);
-                    null on events that carry no collective metadata
-in_nelems   Int64   input elements (``In msg nelems``, or ``Input Dims`` of a
-                    ``gloo:``/``nccl:`` range); null where unknown
-out_nelems  Int64   output elements (``Out msg nelems``); null where unknown
-dtype       str     element type, canonical torch name (``float32``, ``bfloat16``);
-                    the trace's spelling when unknown
-pg_name     str     process group name (``"0"``, ``"3"``)
-pg_desc     str     process group description (``default_pg``, ``mesh_tp``…)
-pg_ranks    str     global ranks of the group, comma-separated (``"0,1"``)
-group_size  Int64   ranks in the group (``Group size``, else the count of pg_ranks)
-seq         int     the collective's sequence number in its group (``Seq``); -1
-                    where absent
-msg_bytes   Int64   bytes S of the collective as nccl-tests defines them:
-                    max(in_nelems, out_nelems) × element size; for ranges with only
-                    ``Input Dims``, the input tensor's bytes
-call_args   str     on ``c10d::`` calls and matrix multiplications (``aten::mm``,
-                    ``addmm``, ``bmm``, ``baddbmm``, ``matmul``, ``linear``) only: their
-                    recorded arguments as JSON text, ``{"dims": Input Dims, "types":
-                    Input type, "scalars": Concrete Inputs}`` (the peer of a send/recv,
-                    the output and input buffers of an all_to_all:
-                    ``analysis/comm/instances.py``; a GEMM's shapes:
-                    ``analysis/gpu/kernels.py``); null elsewhere
-=========== ======= ============================================================
+=========== ======== ============================================================
+column      dtype    meaning
+=========== ======== ============================================================
+name        category event name (the frame's four name columns are pandas
+                     categoricals: codes into their sorted distinct values,
+                     ``CATEGORICAL``; the Arrow table and its cache hold strings)
+cat         category Kineto category as today's profiler names it (``cpu_op``,
+                     ``kernel``, ``user_annotation``…; PyTorch 1.8's renamed, below)
+ts_us       float    start, µs on the trace's clock
+dur_us      float    duration, µs
+lane        category ``gpu:<device>:<stream>`` for device events, ``cpu:<pid>:<tid>`` else
+device      bool     True for GPU kernels / memcpy / memset
+kind        category one of ``classify.KINDS``
+correlation int      launch correlation id linking a GPU event to its CPU runtime
+                     call (``cuda_runtime`` / ``cuda_driver``); -1 where absent
+end_us      float    ts_us + dur_us
+coll_name   str      collective name as the trace spells it (``allreduce``,
+                     ``_allgather_base``, ``all_reduce`` from ``gloo:all_reduce``);
+                     null on events that carry no collective metadata
+in_nelems   Int64    input elements (``In msg nelems``, or ``Input Dims`` of a
+                     ``gloo:``/``nccl:`` range); null where unknown
+out_nelems  Int64    output elements (``Out msg nelems``); null where unknown
+dtype       str      element type, canonical torch name (``float32``, ``bfloat16``);
+                     the trace's spelling when unknown
+pg_name     str      process group name (``"0"``, ``"3"``)
+pg_desc     str      process group description (``default_pg``, ``mesh_tp``…)
+pg_ranks    str      global ranks of the group, comma-separated (``"0,1"``)
+group_size  Int64    ranks in the group (``Group size``, else the count of pg_ranks)
+seq         int      the collective's sequence number in its group (``Seq``); -1
+                     where absent
+msg_bytes   Int64    bytes S of the collective as nccl-tests defines them:
+                     max(in_nelems, out_nelems) × element size; for ranges with only
+                     ``Input Dims``, the input tensor's bytes
+call_args   str      on ``c10d::`` calls and matrix multiplications (``aten::mm``,
+                     ``addmm``, ``bmm``, ``baddbmm``, ``matmul``, ``linear``) only: their
+                     recorded arguments as JSON text, ``{"dims": Input Dims, "types":
+                     Input type, "scalars": Concrete Inputs}`` (the peer of a send/recv,
+                     the output and input buffers of an all_to_all:
+                     ``analysis/comm/instances.py``; a GEMM's shapes:
+                     ``analysis/gpu/kernels.py``); null elsewhere
+=========== ======== ============================================================
 
 Where the collective metadata comes from is spelled out in ``analysis/comm_meta.py``.
 
@@ -1034,15 +1036,33 @@ def to_frame(table: pa.Table, *, release: bool = False) -> pd.DataFrame:
     the table and the frame are not both held whole; ``table`` must not be used afterwards."""
     ints = {col: table.column(col).to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
             for col in _NULLABLE_INT}
+    names = {col: _categorical(table.column(col)) for col in CATEGORICAL}
     if release:
-        table = table.drop_columns(list(_NULLABLE_INT))
+        table = table.drop_columns(list(_NULLABLE_INT) + list(CATEGORICAL))
         df = table.to_pandas(self_destruct=True, split_blocks=True)
     else:
-        df = table.to_pandas()
+        df = table.drop_columns(list(CATEGORICAL)).to_pandas()
     del table
     for col in _NULLABLE_INT:
         df[col] = ints[col]
+    for col in CATEGORICAL:
+        df[col] = names[col]
     return df[[f.name for f in SCHEMA]]
+
+
+# Columns of names, held in the frame as integer codes into a table of their distinct values
+# (pandas categoricals): a trace has a few hundred distinct names among millions of events.
+CATEGORICAL = ("name", "cat", "lane", "kind")
+
+
+def _categorical(column: pa.ChunkedArray) -> pd.Categorical:
+    """``column`` as a pandas categorical whose categories are its distinct values in sorted
+    order, so that sorting and grouping by it order rows as the strings themselves would."""
+    values = pc.unique(column)
+    values = values.take(pc.sort_indices(values))
+    codes = pc.index_in(column, value_set=values).to_numpy(zero_copy_only=False)
+    return pd.Categorical.from_codes(codes.astype(np.int32, copy=False),
+                                     categories=pd.Index(values.to_pylist(), dtype=str))
 
 
 def _cache_key(raw: bytes, comm_kernel_re: re.Pattern | None) -> str:
