@@ -10,7 +10,8 @@ column      dtype    meaning
 =========== ======== ============================================================
 name        category event name (the frame's four name columns are pandas
                      categoricals: codes into their sorted distinct values,
-                     ``CATEGORICAL``; the Arrow table and its cache hold strings)
+                     ``CATEGORICAL``; dictionary-encoded in the Arrow table and its
+                     cache, ``NAMES``)
 cat         category Kineto category as today's profiler names it (``cpu_op``,
                      ``kernel``, ``user_annotation``…; PyTorch 1.8's renamed, below)
 ts_us       float    start, µs on the trace's clock
@@ -77,7 +78,10 @@ How it is read: the file is inflated and cut into batches of events on the fly
 (``analysis/json_stream.py``), so the whole text of a trace is never in memory; each batch is
 decoded with msgspec into small typed structs that keep only the fields above (other arguments
 are skipped unparsed), its columns are built at once, and classification runs once per distinct
-(name, category). Only a batch that holds PyTorch 1.8 categories is renamed, and only the
+(name, category). Every ``CONSOLIDATE_BYTES`` of batches, their columns are joined into one
+chunk each, the name columns dictionary-encoded (``_consolidate``): the memory of the batches
+is reused by the next ones, and a rank's peak is its table plus bounded buffers (1.65 times
+the table on a million tiny events; ``tests/test_memory_relation.py``). Only a batch that holds PyTorch 1.8 categories is renamed, and only the
 events that are not ``X`` are looked at for ``B``/``E`` pairs. A file that cannot be streamed (an unusual layout, or damage) is read whole
 instead, which also names what is wrong with it. With ``cache_dir``, the table is stored as
 parquet under ``<cache_dir>/<key>.parquet`` with the metadata as JSON in the file's key-value
@@ -130,8 +134,9 @@ RANK_FROM_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
 # Bump when the table's columns or their meaning change: it is part of the cache key.
 # (5: impossible events are dropped and counted, no longer clamped. 6: PyTorch 1.8 categories,
 # B/E pairs and bare arrays are read; the format read is in the metadata. 7: matrix
-# multiplications keep their shapes in call_args.)
-INGEST_VERSION = 7
+# multiplications keep their shapes in call_args. 8: name, cat, lane and kind are
+# dictionary-encoded.)
+INGEST_VERSION = 8
 BATCH_EVENTS = 8192             # events per batch when a trace is read whole
 BATCH_BYTES = 1 << 19           # text per batch when it is streamed (fastest on a 54 MB trace)
 CONSOLIDATE_BYTES = 8 << 20    # a rank's batches are joined into column chunks this large
@@ -155,10 +160,14 @@ NO_RANK = ("no rank: the trace has no distributedInfo.rank and the file name has
 UNDERSTOOD_KINDS = (classify.COMPUTE, classify.COMMUNICATION, classify.MEMORY)
 
 _NULLABLE_INT = ("in_nelems", "out_nelems", "group_size", "msg_bytes")
+# The four name columns are dictionary-encoded in the Arrow table and its cache (int32 codes
+# into the distinct names: a trace has hundreds of names among millions of events), pandas
+# categoricals in the frame (``to_frame``).
+NAMES = pa.dictionary(pa.int32(), pa.large_string())
 SCHEMA = pa.schema([
-    ("name", pa.large_string()), ("cat", pa.large_string()), ("ts_us", pa.float64()),
-    ("dur_us", pa.float64()), ("lane", pa.large_string()), ("device", pa.bool_()),
-    ("kind", pa.large_string()), ("correlation", pa.int64()), ("end_us", pa.float64()),
+    ("name", NAMES), ("cat", NAMES), ("ts_us", pa.float64()),
+    ("dur_us", pa.float64()), ("lane", NAMES), ("device", pa.bool_()),
+    ("kind", NAMES), ("correlation", pa.int64()), ("end_us", pa.float64()),
     ("coll_name", pa.large_string()), ("in_nelems", pa.int64()), ("out_nelems", pa.int64()),
     ("dtype", pa.large_string()), ("pg_name", pa.large_string()),
     ("pg_desc", pa.large_string()), ("pg_ranks", pa.large_string()),
@@ -728,17 +737,22 @@ def _call_args_json(a: _Args | None, damage: Damage) -> str | None:
             + b"}").decode("utf-8", "replace")
 
 
-def _kinds(name: pa.Array, cat: pa.Array, comm_kernel_re: re.Pattern | None) -> pa.Array:
-    """``classify.classify`` once per distinct (name, category)."""
-    n_enc, c_enc = name.dictionary_encode(), cat.dictionary_encode()
-    n_idx = n_enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-    c_idx = c_enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-    pairs, inverse = np.unique(n_idx * len(c_enc.dictionary) + c_idx, return_inverse=True)
-    names, cats = n_enc.dictionary.to_pylist(), c_enc.dictionary.to_pylist()
+def _kinds(name: pa.DictionaryArray, cat: pa.DictionaryArray,
+           comm_kernel_re: re.Pattern | None) -> pa.DictionaryArray:
+    """``classify.classify`` once per distinct (name, category), as a dictionary array."""
+    n_idx = name.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    c_idx = cat.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    pairs, inverse = np.unique(n_idx * len(cat.dictionary) + c_idx, return_inverse=True)
+    del n_idx, c_idx
+    names, cats = name.dictionary.to_pylist(), cat.dictionary.to_pylist()
     ncat = len(cats)
     labels = [classify.classify(names[p // ncat], cats[p % ncat], comm_kernel_re=comm_kernel_re)
               for p in pairs.tolist()]
-    return pa.array(labels, pa.large_string()).take(pa.array(inverse.reshape(-1)))
+    codes: dict[str, int] = {}
+    of_pair = np.array([codes.setdefault(label, len(codes)) for label in labels], dtype=np.int32)
+    indices = of_pair[inverse.reshape(-1)] if len(of_pair) else np.zeros(0, dtype=np.int32)
+    return pa.DictionaryArray.from_arrays(pa.array(indices, pa.int32()),
+                                          pa.array(list(codes), pa.large_string()))
 
 
 def _meta_columns(n: int, found: list[tuple[int, dict]]) -> dict[str, pa.Array]:
@@ -894,9 +908,29 @@ def _consolidate(chunks: dict[str, list[pa.Array]], small: dict[str, list[pa.Arr
     than left in small pieces among what is kept (the ingest's peak was twice the table)."""
     for k, parts in small.items():
         if parts:
-            chunks.setdefault(k, []).append(pa.concat_arrays(parts) if len(parts) > 1
-                                            else parts[0])
+            joined = pa.concat_arrays(parts) if len(parts) > 1 else parts[0]
+            if k in _ENCODED:
+                joined = pc.dictionary_encode(joined)
+            chunks.setdefault(k, []).append(joined)
     small.clear()
+
+
+_ENCODED = ("name", "cat", "lane")          # dictionary-encoded as they are joined
+
+
+def _one_dictionary(parts: list) -> pa.DictionaryArray:
+    """Dictionary arrays with dictionaries of their own joined into one array of one
+    dictionary (each part's codes mapped to the joined dictionary's)."""
+    codes: dict[str, int] = {}
+    out = []
+    for part in parts:
+        remap = np.array([codes.setdefault(v, len(codes)) for v in part.dictionary.to_pylist()],
+                         dtype=np.int32)
+        out.append(remap[part.indices.to_numpy(zero_copy_only=False)] if len(remap)
+                   else np.zeros(len(part), dtype=np.int32))
+    indices = np.concatenate(out) if out else np.zeros(0, dtype=np.int32)
+    return pa.DictionaryArray.from_arrays(pa.array(indices, pa.int32()),
+                                          pa.array(list(codes), pa.large_string()))
 
 
 def _parse_events_of(batches: Iterable[list[_Event]], comm_kernel_re: re.Pattern | None,
@@ -933,7 +967,8 @@ def _parse_events_of(batches: Iterable[list[_Event]], comm_kernel_re: re.Pattern
     if n == 0:
         return _with_damage(SCHEMA.empty_table(), damage)
     # Each column's batches are let go as soon as it is joined: the table is not held twice.
-    arrays = {k: pa.concat_arrays(chunks.pop(k)) for k in list(chunks)}
+    arrays = {k: _one_dictionary(chunks.pop(k)) if k in _ENCODED else
+              pa.concat_arrays(chunks.pop(k)) for k in list(chunks)}
     keep, out_of_bounds = validate.event_bounds(
         arrays["ts_us"].to_numpy(zero_copy_only=False),
         arrays["dur_us"].to_numpy(zero_copy_only=False))
@@ -1056,13 +1091,20 @@ CATEGORICAL = ("name", "cat", "lane", "kind")
 
 
 def _categorical(column: pa.ChunkedArray) -> pd.Categorical:
-    """``column`` as a pandas categorical whose categories are its distinct values in sorted
-    order, so that sorting and grouping by it order rows as the strings themselves would."""
-    values = pc.unique(column)
-    values = values.take(pc.sort_indices(values))
-    codes = pc.index_in(column, value_set=values).to_numpy(zero_copy_only=False)
-    return pd.Categorical.from_codes(codes.astype(np.int32, copy=False),
-                                     categories=pd.Index(values.to_pylist(), dtype=str))
+    """``column`` (dictionary-encoded, in one or more chunks) as a pandas categorical whose
+    categories are its distinct values in sorted order, so that sorting and grouping by it
+    order rows as the strings themselves would. Only the codes are copied, never the strings."""
+    parts = column.chunks if column.num_chunks else [pa.array([], NAMES)]
+    if not pa.types.is_dictionary(column.type):
+        parts = [pc.dictionary_encode(p) for p in parts]
+    joined = _one_dictionary(parts)
+    values = joined.dictionary.to_pylist()
+    order = sorted(range(len(values)), key=values.__getitem__)
+    rank = np.empty(len(values), dtype=np.int32)
+    rank[order] = np.arange(len(values), dtype=np.int32)
+    codes = joined.indices.to_numpy(zero_copy_only=False)
+    return pd.Categorical.from_codes(rank[codes] if len(values) else codes,
+                                     categories=pd.Index([values[i] for i in order], dtype=str))
 
 
 def _cache_key(raw: bytes, comm_kernel_re: re.Pattern | None) -> str:
@@ -1071,6 +1113,11 @@ def _cache_key(raw: bytes, comm_kernel_re: re.Pattern | None) -> str:
 
 
 _UNDERSTOOD = pa.array(UNDERSTOOD_KINDS, pa.large_string())
+
+
+def _strings(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """A name column as plain strings (for the few checks that read the values)."""
+    return column.cast(pa.large_string()) if pa.types.is_dictionary(column.type) else column
 
 
 def _usable(path: pathlib.Path, table: pa.Table, damage: Damage) -> None:
@@ -1087,9 +1134,9 @@ def _usable(path: pathlib.Path, table: pa.Table, damage: Damage) -> None:
     if dropped > validate.MAX_DROPPED_SHARE * (dropped + kept):
         raise InputError(path, f"too damaged to analyse: {dropped:,} of {dropped + kept:,} "
                                f"events unusable; {why}")
-    if not pc.any(pc.is_in(table.column("kind"), value_set=_UNDERSTOOD)).as_py():
+    if not pc.any(pc.is_in(_strings(table.column("kind")), value_set=_UNDERSTOOD)).as_py():
         counts = sorted(((c["counts"], c["values"] or "(none)")
-                         for c in pc.value_counts(table.column("cat")).to_pylist()),
+                         for c in pc.value_counts(_strings(table.column("cat"))).to_pylist()),
                         key=lambda nc: (-nc[0], nc[1]))
         shown = ", ".join(f"{c} ({n:,})" for n, c in counts[:6])
         more = f" and {len(counts) - 6} more" if len(counts) > 6 else ""
