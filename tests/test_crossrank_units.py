@@ -378,40 +378,6 @@ def test_p2p_table_pairs_one_send_with_one_recv():
     assert matching.p2p_table(inst[inst["match_id"] != "m1"]).empty
 
 
-def test_p2p_transfer_is_the_receive_that_did_not_wait():
-    """Transfer is not waiting (issue 23). m1: the receive runs 120 → 130 µs, after the send
-    began at 100 and with nothing else of rank 1 inside it: its 10 µs are the transfer. m2:
-    the receive was already executing (waiting) from 40 when the send began at 300: null. m3:
-    a receive after its send, but rank 1's own send m4 runs inside it (a batched isend/irecv
-    whose ranges end together): null. The dependency graph's after_last_us is unchanged."""
-    inst = pd.DataFrame({
-        "rank": [0, 1, 0, 1, 2, 1, 1, 3], "step": [3] * 8, "k": [0, 0, 1, 1, 2, 2, 3, 3],
-        "op": ["send", "recv", "send", "recv", "send", "recv", "send", "recv"],
-        "p2p": [True] * 8, "match_id": ["m1", "m1", "m2", "m2", "m3", "m3", "m4", "m4"],
-        "dim": ["pp"] * 8,
-        "arrival_us": [100.0, 40.0, 300.0, 40.0, 500.0, 510.0, 515.0, 600.0],
-        "exec_ts_us": [100.0, 120.0, 300.0, 200.0, 500.0, 510.0, 515.0, 600.0],
-        "exec_end_us": [110.0, 130.0, 310.0, 320.0, 505.0, 560.0, 520.0, 610.0],
-        "end_us": [110.0, 130.0, 310.0, 320.0, 505.0, 560.0, 520.0, 610.0],
-        "msg_bytes": pd.array([64] * 8, dtype="Int64")})
-    rows = matching.p2p_table(inst).set_index("match_id")
-    assert rows.loc["m1", "transfer_us"] == 10.0 and rows.loc["m1", "after_last_us"] == 30.0
-    assert pd.isna(rows.loc["m2", "transfer_us"]) and rows.loc["m2", "after_last_us"] == 20.0
-    assert pd.isna(rows.loc["m3", "transfer_us"]) and rows.loc["m3", "after_last_us"] == 50.0
-    assert rows.loc["m4", "transfer_us"] == 10.0
-    from meshscope.analysis.comm import bandwidth_report
-    bw = bandwidth_report.bandwidth_table(inst.assign(call_ts_us=inst["arrival_us"],
-                                                      call_end_us=inst["end_us"], seq=0,
-                                                      pg_ranks="0,1", group_size=2,
-                                                      backend_op=None),
-                                          pd.DataFrame(columns=["match_id", "transfer_us"]),
-                                          matching.p2p_table(inst))
-    m2 = bw[bw["match_id"] == "m2"]
-    assert m2["busbw_gbps"].isna().all()       # never the wait-dominated figure
-    assert bw.loc[bw["match_id"] == "m1", "busbw_gbps"].tolist() == \
-        pytest.approx([64 / 10 / 1e3] * 2)
-
-
 @pytest.mark.parametrize("order,tp_group,dp_group", [
     ("tp-dp-pp", "0,1", "0,2"),          # tp fastest: Megatron/torchtitan style
     ("dp-tp-pp", "0,2", "0,1"),

@@ -30,15 +30,13 @@ import re
 import numpy as np
 import pandas as pd
 
-ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL = ("all_reduce", "all_gather",
-                                                      "reduce_scatter", "all_to_all")
-BROADCAST, REDUCE, SEND, RECV, SEND_RECV = "broadcast", "reduce", "send", "recv", "send_recv"
-GATHER, SCATTER = "gather", "scatter"
-OPS = (ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL, BROADCAST, REDUCE, SEND, RECV,
-       SEND_RECV, GATHER, SCATTER)
-# nccl-tests' bus factor by op: 2(n−1)/n for all_reduce, (n−1)/n for these, 1 for the rest.
-_N_MINUS_1_OVER_N = (ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL, GATHER, SCATTER)
-_ONE = tuple(o for o in OPS if o != ALL_REDUCE and o not in _N_MINUS_1_OVER_N)
+from meshscope.theory import bus_factors
+from meshscope.theory.bus_factors import (ALL_GATHER, ALL_REDUCE, ALL_TO_ALL,  # noqa: F401
+                                          BROADCAST, GATHER, OPS, RECV, REDUCE,
+                                          REDUCE_SCATTER, SCATTER, SEND, SEND_RECV,
+                                          algbw_gbps)
+from meshscope.theory.bus_factors import FACTOR_ONE as _ONE
+from meshscope.theory.bus_factors import N_MINUS_1_OVER_N as _N_MINUS_1_OVER_N
 
 # Squashed spellings (lower case, letters only) -> op, longest match first. Covers torch's
 # collective names (allreduce, _allgather_base, reduce_scatter_tensor_coalesced,
@@ -64,22 +62,12 @@ def canonical_op(name) -> str | None:
 
 
 def bus_factor(op: str, n: int) -> float:
-    """nccl-tests' factor f(op, n) from algbw to busbw (module docstring)."""
+    """nccl-tests' factor f(op, n) from algbw to busbw for ``op`` in any spelling
+    (``meshscope.theory.bus_factors``, which holds the table)."""
     canon = canonical_op(op)
     if canon is None:
         raise ValueError(f"unknown collective {op!r}")
-    if n < 1:
-        raise ValueError(f"group size must be at least 1, got {n}")
-    if canon == ALL_REDUCE:
-        return 2.0 * (n - 1) / n
-    if canon in _N_MINUS_1_OVER_N:
-        return (n - 1) / n
-    return 1.0
-
-
-def algbw_gbps(size_bytes: float, time_us: float) -> float:
-    """S / t in GB/s (1e9 bytes per second); NaN for a non-positive time."""
-    return size_bytes / time_us / 1e3 if time_us > 0 else float("nan")
+    return bus_factors.bus_factor(canon, n)
 
 
 def busbw_gbps(op: str, size_bytes: float, time_us: float, n: int) -> float:

@@ -340,7 +340,7 @@ def _cross_rank(inp: inputs.Inputs, results: list[rank_work.RankResult], layout_
     hosts = {r.rank: r.meta.get("host_name") for r in results}
     offsets = clocks.clock_offsets(inst, matching.p2p_table(inst), ranks, hosts) \
         if matchable else _empty(clocks.COLUMNS)
-    applied = offsets.set_index("rank")["applied_us"].to_dict() if len(offsets) else {}
+    applied = clocks.applied_by_rank(offsets)
     timelines: dict[int, RankTimeline] = {}
     for r in results:     # each rank's timeline on the common clock replaces its own
         timelines[r.rank] = r.timeline.shifted(applied.get(r.rank, 0.0))
