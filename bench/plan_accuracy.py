@@ -239,7 +239,6 @@ def published():
     for stage, pub in ((0, 120.0), (1, 31.4), (2, 16.6), (3, 1.9)):
         line("ZeRO Fig. 1", f"7.5B, N_d=64, stage {stage}", pub,
              model_states_by_term(7.5e9, stage, 64, torch_mixed).total_gpu_bytes / 1e9, "GB")
-    ds = Training(framework="deepspeed", precision="mixed")
     for off, pub in (("none", 15.93), ("optimizer", 5.31)):
         line("DeepSpeed memory.rst", f"ZeRO-2 2851M, 8 GPUs, offload {off}", pub,
              model_states_by_term(2851e6, 2, 8, Training(framework="deepspeed",

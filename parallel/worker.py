@@ -73,7 +73,7 @@ def _step_with_pp(rm: RankModel, schedule, x, y) -> float | None:
         schedule.step(target=y, losses=losses)
     else:
         schedule.step()
-    return torch.stack([l.detach() for l in losses]).mean().item() if rm.has_last else None
+    return torch.stack([loss.detach() for loss in losses]).mean().item() if rm.has_last else None
 
 
 def _record_on_sigterm(on_term) -> None:

@@ -1,7 +1,6 @@
 """Diagnosis against ground truth nobody here computed: the schedules' theoretical bubble, a
 rank slowed by a known amount, a clock shifted by a known offset, a rank that skipped a
 collective (checked with PyTorch's own torchfrtrace), and real subsampled traces."""
-import gzip
 import json
 import pathlib
 import pickle

@@ -5,7 +5,6 @@ window title, a cleared screen) and a newline that would forge a line of the rep
 ``meshscope analyze`` prints holds none of them raw, only their escaped form."""
 from __future__ import annotations
 
-import json
 import os
 
 from click.testing import CliRunner

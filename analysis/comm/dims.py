@@ -27,6 +27,10 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
 
 from meshscope.analysis.comm.bandwidth import ALL_TO_ALL
 from meshscope.collectors.run_info import MESH_DIMENSIONS, PARALLEL_DIMS, RunInfo, ranks_key

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import heapq
 from collections import Counter, defaultdict
 
 import numpy as np

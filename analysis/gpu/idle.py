@@ -35,7 +35,6 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from meshscope.analysis.gpu import host_activity as ha
 from meshscope.analysis.timeline import intervals as iv
 
 # The causes, in the order they are charged.

@@ -42,7 +42,6 @@ run *with the earlier causes fixed*, so that a symptom of one is not reported as
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import pandas as pd
 

@@ -35,7 +35,6 @@ at the end of the step, long after the receiver took the data — so its end is 
 """
 from __future__ import annotations
 
-import bisect
 
 import numpy as np
 

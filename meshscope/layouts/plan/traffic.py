@@ -149,7 +149,7 @@ def _registration_order(groups: list[list[Param]], first: bool) -> list[Param]:
 def _dp_transfers(spec, cand, prec, r, stage, groups, sh) -> list[Transfer]:
     out = []
     tp, n = cand.layout.size("tp"), cand.dp_shards
-    first, last = stage == 0, stage == cand.n_stages - 1
+    first = stage == 0
     if n > 1:
         if cand.dp_mode == "ddp":
             params = [p for p in _registration_order(groups, first)
