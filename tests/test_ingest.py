@@ -389,3 +389,44 @@ def test_distributed_info_that_is_not_a_rank_is_named(tmp_path, info, rank, prob
     trace = ingest.load_trace(_write(tmp_path / "rank5.json.gz", doc))
     assert trace.rank == rank
     assert [p for p in trace.problems if problem in p], trace.problems
+
+
+# In a fresh process: every new thread reserves 1 GiB of address space for its stack, and an
+# address-space cap (RLIMIT_AS) leaves 512 MiB above what the process already maps — so the
+# pool's workers fork, but its manager thread cannot start ("can't start new thread"), as under
+# a dashboard analysis's memory cap. Prints the ranks read and the child processes left.
+NO_THREAD_SCRIPT = r"""
+import json, pathlib, resource, sys, threading
+import psutil
+from meshscope.analysis.ingest import events, pool
+files = sorted(pathlib.Path(sys.argv[1]).glob("*.json.gz"))
+events.load_trace(files[0])                      # everything imported before the cap
+threading.stack_size(1 << 30)
+cap = psutil.Process().memory_info().vms + (512 << 20)
+resource.setrlimit(resource.RLIMIT_AS, (cap, resource.getrlimit(resource.RLIMIT_AS)[1]))
+try:
+    threading.Thread(target=lambda: None).start()
+    print(json.dumps({"premise": False}))
+    sys.exit(0)
+except RuntimeError:
+    pass
+got = [r if isinstance(r, str) else r.rank for _, r in pool.load_traces(files, workers=2)]
+print(json.dumps({"premise": True, "ranks": got,
+                  "children": len(psutil.Process().children(recursive=True))}))
+"""
+
+
+def test_a_pool_without_room_for_its_thread_reads_the_files_here():
+    """The pool's workers fork at its first submit and a manager thread then starts; when it
+    cannot (an address-space cap), the files are read in this process and the forked workers
+    are ended — before, they waited on their queue for ever and the process never exited."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", NO_THREAD_SCRIPT, str(SAMPLE)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300,
+                         env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["premise"], "a thread still started under the cap: the premise does not hold"
+    assert got["ranks"] == [0, 1, 2, 3] and got["children"] == 0, got

@@ -12,7 +12,8 @@ runs in a ``ProcessPoolExecutor`` of ``min(files, os.cpu_count())`` processes (p
 CPU-bound Python: threads would share one core); at most two files per worker are in flight,
 so memory is bounded by per-rank work, not by the rank count. One file is read in this process.
 A worker that dies (killed for memory, say) does not end the run: the files it left are read
-here, one by one.
+here, one by one; so are all the files when the pool cannot start its manager thread (an
+address-space cap with no room for the thread's stack).
 
 Workers are forked when this process runs a single thread (quick, and safe then); otherwise
 they come from a fork server that has imported ingest once.
@@ -100,11 +101,23 @@ def map_files(files: list[pathlib.Path], fn, job: tuple, *, workers: int | None 
         return
     queue = collections.deque(files)
     env = {var: os.environ.get(var) for var in budgets.ENV.values()}
-    with ProcessPoolExecutor(max_workers=n_workers, mp_context=_context()) as pool:
-        running = collections.deque()
+    pool = ProcessPoolExecutor(max_workers=n_workers, mp_context=_context())
+    running = collections.deque()
+    try:
         while queue and len(running) < 2 * n_workers:
             f = queue.popleft()
             running.append((f, pool.submit(_call, fn, f, job, env)))
+    except RuntimeError:
+        # The pool forks its workers at the first submit and then starts a manager thread;
+        # under an address-space cap (RLIMIT_AS) there may be no room for that thread's stack
+        # ("can't start new thread"). The pool can then neither work nor shut down (joining a
+        # thread never started raises) and its forked workers would wait on their queue for
+        # ever, holding the process open: end them and read every file here instead.
+        _abandon(pool)
+        with Progress(len(files), label, enabled=progress) as bar:
+            yield from _serial(files, fn, job, bar)
+        return
+    with pool:
         with Progress(len(files), f"{label} ({n_workers} processes)", enabled=progress) as bar:
             while running:
                 f, future = running.popleft()
@@ -121,3 +134,14 @@ def map_files(files: list[pathlib.Path], fn, job: tuple, *, workers: int | None 
                 return
             # A worker died: read what is left here.
             yield from _serial([f] + [g for g, _ in running] + list(queue), fn, job, bar)
+
+
+def _abandon(pool: ProcessPoolExecutor) -> None:
+    """End the worker processes of a pool whose manager thread never started (``map_files``).
+    ``ProcessPoolExecutor`` offers no public way to do that without the thread, so this reads
+    its process table."""
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    for p in procs:
+        p.kill()
+    for p in procs:
+        p.join(timeout=10)
