@@ -12,10 +12,10 @@ import pytest
 from conftest import ROOT, meshscope
 import dataclasses
 
-from meshscope.analysis.compare import (TIE_REL, CompareError, Comparison, compare, explain,
+from meshscope.layouts.compare import (TIE_REL, CompareError, Comparison, compare, explain,
                                     render, spearman, tied, worse_end)
-from meshscope.parallel.plan import theory_fraction
-from meshscope.parallel.throughput import step_table
+from meshscope.layouts.plan import theory_fraction
+from meshscope.layouts.throughput import step_table
 
 SAMPLES = ROOT / "samples"
 RUNS = ["dp4-ddp", "dp2-pp2-1f1b", "tp2-pp2-interleaved"]

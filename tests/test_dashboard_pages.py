@@ -252,7 +252,7 @@ def test_compare_two_runs_side_by_side(index):
     assert sorted(title.split(" vs ")) == sorted(state.runs)
     assert {"compare-table", "compare-graph", "compare-winner"} <= ids
     try:
-        from meshscope.analysis.compare import compare as analysis_compare
+        from meshscope.layouts.compare import compare as analysis_compare
     except ImportError:  # the page's own side-by-side of the summaries
         step = {r: max(m["window_us"] for m in _summary(r)["per_rank_mean"])
                 for r in state.runs}

@@ -3,7 +3,7 @@ per dimension, bubble, bandwidth efficiency, findings — the best and worst of 
 and the largest difference put in words.
 
 The runs come from the URL (``?run=A&run=B…``) or a whole sweep folder (``?sweep=ID``). The
-comparison is the analysis' own (``meshscope.analysis.compare.compare(paths)``, the same as
+comparison is the analysis' own (``meshscope.layouts.compare.compare(paths)``, the same as
 ``meshscope compare``): there is no second one here. Each run's world size is a row (and a
 warning when they differ); the step time is the one every page shows, with its source.
 
@@ -19,8 +19,8 @@ import logging
 import plotly.graph_objects as go
 from dash import html
 
-from meshscope.analysis.compare import DIMS, TIE_REL, Comparison, worse_end
-from meshscope.analysis.compare import compare as do_compare
+from meshscope.layouts.compare import DIMS, TIE_REL, Comparison, worse_end
+from meshscope.layouts.compare import compare as do_compare
 from meshscope.analysis.report import reader
 from meshscope.analysis.report.summary import STEP_TIME_SOURCES
 
@@ -97,7 +97,7 @@ DIGITS = {"tokens/s": 0}
 
 def _table(names, rows) -> S.Table:
     """The compare table: the worse end of each row marked — every run tied with it —,
-    nothing marked where the best and the worst tie (``analysis.compare.worse_end``: within
+    nothing marked where the best and the worst tie (``layouts.compare.worse_end``: within
     0.5%, ``TIE_REL``)."""
     body, hi = [], set()
     for i, (label, vals, better) in enumerate(rows):

@@ -1,7 +1,7 @@
 """``meshscope sweep``, ``compare`` and ``plan``: which parallel layout to pick, and why.
 
 ``sweep`` runs every valid layout of N ranks (``layouts.sweep``), ``compare`` puts runs or a
-sweep side by side (``analysis.compare``), ``plan`` predicts memory, traffic and step time
+sweep side by side (``layouts.compare``), ``plan`` predicts memory, traffic and step time
 before running (``layouts.plan``). None of them imports torch: ``sweep`` trains in child
 processes.
 """
@@ -66,7 +66,7 @@ def _choice_options(f):
 
 
 def _write_comparison(folder: pathlib.Path) -> None:
-    from meshscope.analysis.compare import CompareError, compare
+    from meshscope.layouts.compare import CompareError, compare
     from meshscope.collectors.run_dir import write_json_atomic
 
     try:
@@ -116,7 +116,7 @@ def sweep(world, model, dims, layouts, schedules, microbatches, global_batch, no
           moe_experts, moe_top_k, moe_every, dp_modes, steps, seed, profile_steps, out, resume,
           retry_failed, list_only, inject, tflops):
     """Run every valid layout of WORLD ranks, analyse each, and compare them."""
-    from meshscope.analysis.compare import compare, render
+    from meshscope.layouts.compare import compare, render
     from meshscope.layouts.sweep import Sweep, SweepError, SweepSpec, run_sweep
 
     try:
@@ -181,7 +181,7 @@ def sweep(world, model, dims, layouts, schedules, microbatches, global_batch, no
               help="Under each run, every planned number beside the measured one.")
 def compare_cmd(paths, as_json, csv_out, from_runs, baseline, detail):
     """Compare run directories (RUN_A RUN_B …) or one sweep folder, ranked by step time."""
-    from meshscope.analysis.compare import CompareError, calibrated_planner, compare, render
+    from meshscope.layouts.compare import CompareError, calibrated_planner, compare, render
 
     planner = None
     try:
@@ -408,7 +408,7 @@ def _calibrated_device(from_runs, dev, training, notes):
     """The GEMM curve through a measured GPU run's achieved rate (``plan --from GPU_RUN``)."""
     import dataclasses
 
-    from meshscope.analysis.compare import CompareError, measured
+    from meshscope.layouts.compare import CompareError, measured
     from meshscope.collectors.run_info import read_run_info
     from meshscope.layouts.plan.cost import rank_flops
     from meshscope.layouts.plan.job_step import Device, GemmCurve
@@ -611,7 +611,7 @@ def plan_cmd(ctx, world, model, model_json, seq_len, dims, layouts, schedules, m
             comm = base_comm
             notes = [n for n in notes if not n.startswith("communication")]
     if from_runs and not job:
-        from meshscope.analysis.compare import CompareError, calibrated_planner, measured
+        from meshscope.layouts.compare import CompareError, calibrated_planner, measured
         for flag in ("tflops", "devices", "bandwidth_gbps", "latency_us"):
             if given(flag):
                 fail(f"--{flag.replace('_', '-')} with --from: the calibration measures it; "

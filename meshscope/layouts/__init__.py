@@ -6,8 +6,8 @@
                    it launches ``meshscope.parallel`` in child processes and reads their runs
                    with ``meshscope.analysis``;
 - ``throughput`` — a finished run's tokens/s and MFU per step, for ``meshscope run``'s
-                   printout (the definitions are ``analysis.records.steps``').
-
-``analysis/compare.py`` (runs and plans side by side) belongs here too and moves next; until
-then ``meshscope.parallel.plan``, ``.sweep`` and ``.throughput`` re-export these for it.
+                   printout (the definitions are ``analysis.records.steps``');
+- ``compare``    — runs (and a sweep) side by side with the planner's prediction for each
+                   (``meshscope compare``, the dashboard's compare page): it reads reports
+                   through ``analysis.report.reader`` and calibrates the planner.
 """

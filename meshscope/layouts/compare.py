@@ -1,7 +1,7 @@
 """Runs side by side: ``compare(paths) -> Comparison`` (``meshscope compare``, its ``--json``
 and ``--csv``, and the dashboard's compare page).
 
-    from meshscope.analysis.compare import compare
+    from meshscope.layouts.compare import compare
     c = compare(["runs/dp4", "runs/dp2-pp2"])      # run directories, or one sweep folder
     c.winner.name, c.rows[0].step_time_us, c.explanations
     json.dumps(c.to_dict())                        # what `meshscope compare --json` prints
@@ -21,7 +21,7 @@ step_time_us,          summary ``step_time_us`` and ``step_time_source`` read th
 step_time_source       ``analysis/report/reader.py`` — the step timer (median over non-warm-up
                        steps of the slowest rank's step) where the run has step timers, the
                        same figure the runs list, the overview and ``analyze`` print; schema 1:
-                       the same from the step timers (``parallel.throughput.step_table``)
+                       the same from the step timers (``layouts.throughput.step_table``)
 tokens_per_s, mfu_pct  summary ``throughput`` (schema 1: from ``step_table``), only beside the
                        step timer's step time; MFU null where the device's peak is unknown
 compute_us             summary ``per_rank_mean[].compute_us``, mean over ranks
@@ -106,7 +106,7 @@ class FindingRef:
 
 @dataclasses.dataclass(frozen=True)
 class Predicted:
-    """The planner's numbers for a row's layout (``parallel.plan``)."""
+    """The planner's numbers for a row's layout (``layouts.plan``)."""
     source: str
     step_time_us: float | None
     tokens_per_s: float | None
@@ -285,7 +285,7 @@ def _throughput(run: pathlib.Path, info: RunInfo, summary: dict) -> dict:
     if typed.step_time.us is not None:   # tokens/s and MFU only beside the timer's step time
         return {"step_time_us": typed.step_time.us, "step_time_source": typed.step_time.source,
                 "tokens_per_s": typed.tokens_per_s, "mfu_pct": typed.mfu_pct}
-    from meshscope.parallel.throughput import step_table
+    from meshscope.layouts.throughput import step_table
     table, _ = step_table(run, dict(info.raw))
     if table is None or table.empty:
         return {"step_time_us": None, "step_time_source": None, "tokens_per_s": None,
@@ -342,7 +342,7 @@ def _findings(summary: dict) -> list[FindingRef]:
 def candidate_of(info: RunInfo):
     """The planner's description of a run (None when run.json lacks what it needs)."""
     from meshscope.parallel.layout import LayoutError, parse_layout
-    from meshscope.parallel.plan import Candidate
+    from meshscope.layouts.plan import Candidate
     try:
         layout = parse_layout(info.layout_str)
         counts = tuple(len(s) for s in info.stage_layers) if info.stage_layers else None
@@ -362,7 +362,7 @@ def candidate_of(info: RunInfo):
 
 def spec_of(info: RunInfo):
     """The run's model as the planner's ``ModelSpec`` (None for an incomplete description)."""
-    from meshscope.parallel.plan import ModelSpec, SpecError
+    from meshscope.layouts.plan import ModelSpec, SpecError
     m = info.model
     try:
         return ModelSpec(dim=m.dim, n_layers=m.n_layers, n_heads=m.n_heads,
@@ -435,8 +435,8 @@ def read_row(run: pathlib.Path, *, name: str | None = None, planner=None) -> Run
 # -- what the planner calibrates from -------------------------------------------------------
 
 def measured(run: pathlib.Path):
-    """A run as ``parallel.plan.Measured`` — what ``plan --from RUN`` calibrates from."""
-    from meshscope.parallel.plan import Measured
+    """A run as ``layouts.plan.Measured`` — what ``plan --from RUN`` calibrates from."""
+    from meshscope.layouts.plan import Measured
     run = pathlib.Path(run)
     info = _run_info(run)
     spec, cand = spec_of(info), candidate_of(info)
@@ -487,7 +487,7 @@ def measured(run: pathlib.Path):
 # -- many runs ------------------------------------------------------------------------------
 
 def _sweep_runs(folder: pathlib.Path) -> tuple[list[tuple[str, pathlib.Path]], list[FailedRun]]:
-    from meshscope.parallel.sweep import SweepError, is_complete_run, read_sweep
+    from meshscope.layouts.sweep import SweepError, is_complete_run, read_sweep
     try:
         data = read_sweep(folder)
     except SweepError as e:
@@ -567,7 +567,7 @@ class _Planner:
         self.rates, self.comm, self.source = rates, comm, source
 
     def __call__(self, spec, cand):
-        from meshscope.parallel.plan import plan_one
+        from meshscope.layouts.plan import plan_one
         return plan_one(spec, cand, rates=self.rates, comm=self.comm)
 
 
@@ -579,7 +579,7 @@ def default_planner() -> _Planner:
 def sweep_planner(folder: pathlib.Path) -> _Planner:
     """The planner with the rates a sweep planned with (its plan.json), or memory and traffic
     only when it has none."""
-    from meshscope.parallel.plan.serial import load_rates
+    from meshscope.layouts.plan.serial import load_rates
     loaded = load_rates(folder / "plan.json")
     if loaded is None:
         return default_planner()
@@ -589,7 +589,7 @@ def sweep_planner(folder: pathlib.Path) -> _Planner:
 
 def calibrated_planner(runs: list[pathlib.Path], base_rates, baseline=None):
     """The planner calibrated from measured runs (``plan --from``); returns (planner, notes)."""
-    from meshscope.parallel.plan import calibrate
+    from meshscope.layouts.plan import calibrate
     cal = calibrate([measured(r) for r in runs], base_rates, baseline)
     return _Planner(cal.rates, cal.comm, source=cal.rates.source), cal
 
@@ -606,7 +606,7 @@ def _ms2(us: float) -> str:
 
 def _more_microbatches(row: RunRow) -> tuple[int, float] | None:
     """A microbatch count ≥ 2m that the global batch allows, and its closed-form bubble."""
-    from meshscope.parallel.plan import theory_fraction
+    from meshscope.layouts.plan import theory_fraction
     dp = row.sizes.get("dp", 1)
     pp = row.sizes.get("pp", 1)
     try:
