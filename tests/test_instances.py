@@ -14,6 +14,7 @@ from meshscope.analysis.records.fr_table import FlightRecords
 from meshscope.analysis.timeline import rank_timeline
 from meshscope.collectors.flight_recorder import Dump
 from meshscope.collectors.run_info import from_dict
+from conftest import ROOT
 
 BASE_NS = 1_000_000_000_000_000  # the trace's baseTimeNanoseconds
 
@@ -174,3 +175,15 @@ def test_layout_maps_a_foreign_jobs_groups_to_their_dimension(tmp_path):
     assert after["exposed_comm_unknown_us"] == 0
     bad = meshscope("analyze", folder, "--layout", "dp=2", "--rank-order", "dp-xx")
     assert bad.returncode == 2 and "--rank-order" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_every_dim_source_in_the_samples_is_in_the_vocabulary():
+    """``dim_source`` is one of ``dims.DIM_SOURCES`` on every committed sample (the MoE and DDP
+    samples' instances all say ``flight_recorder``, which the vocabulary once lacked)."""
+    from meshscope.analysis.comm.dims import DIM_SOURCES
+
+    seen = set()
+    for table in sorted((ROOT / "samples").glob("*/report/instances.parquet")):
+        seen |= set(pd.read_parquet(table, columns=["dim_source"])["dim_source"])
+    assert {"flight_recorder", "trace", "layout"} <= seen
+    assert seen <= set(DIM_SOURCES), seen - set(DIM_SOURCES)

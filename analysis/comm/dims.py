@@ -6,12 +6,17 @@ most direct to the least (``DIM_SOURCES``):
 - ``trace``: the group's description in the trace or its Flight Recorder entry is a DeviceMesh
   name, ``mesh_<dim>`` (torchtitan's ``dp_shard``, ``dp_replicate`` … count as ``dp``);
 - ``run.json``: run.json names the group (by torch's group name, else by its rank set);
+- ``flight_recorder``: the same, for an instance matched to a Flight Recorder entry, whose
+  group name and rank set the analysis then took from that entry (``comm/instances.py``);
 - ``--layout``: a layout given for a foreign job maps the group's rank set to a dimension
   (``LayoutMap``);
 - ``scope``: a ``meshscope/comm dim=D`` range encloses the call;
 - ``layout``: the run's layout alone: send/recv are pipeline traffic when pp > 1 (context
   parallelism's ring when only cp > 1), all_to_all is expert traffic when ep > 1, and any other
   collective belongs to the one remaining dimension of size > 1;
+- ``world``: no operation names a group, every rank has a trace and all issued the same
+  collectives: they are taken to be on the world group, dimension still unknown
+  (``comm/matching.py``);
 - ``unknown``: none of these.
 
 ``LayoutMap`` — for traces of another framework, whose groups carry no mesh names:
@@ -35,7 +40,8 @@ if TYPE_CHECKING:
 from meshscope.analysis.comm.bandwidth import ALL_TO_ALL
 from meshscope.collectors.run_info import MESH_DIMENSIONS, PARALLEL_DIMS, RunInfo, ranks_key
 
-DIM_SOURCES = ("trace", "run.json", "--layout", "scope", "layout", "world", "unknown")
+DIM_SOURCES = ("trace", "run.json", "flight_recorder", "--layout", "scope", "layout", "world",
+               "unknown")
 UNKNOWN = "unknown"
 RANK_ORDERS = {"megatron": "tp-cp-ep-dp-pp", "torchtitan": "tp-cp-dp-pp",
                "meshscope": "tp-cp-dp-pp"}
