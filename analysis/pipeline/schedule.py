@@ -29,6 +29,8 @@ import pandas as pd
 from meshscope.analysis.timeline.rank_timeline import RankTimeline
 
 MB_COLUMNS = ["rank", "step", "stage", "chunk", "mb", "phase", "start_us", "end_us", "dur_us"]
+PHASE_COLUMNS = ["rank", "step", "warmup_us", "steady_us", "cooldown_us"]
+IMBALANCE_COLUMNS = ["stage", "compute_per_mb_us", "ratio_to_mean"]
 
 
 def microbatch_table(timelines: dict[int, RankTimeline],
@@ -57,7 +59,7 @@ def microbatch_table(timelines: dict[int, RankTimeline],
 
 
 def phase_table(mb: pd.DataFrame, windows: dict[int, dict[int, object]]) -> pd.DataFrame:
-    cols = ["rank", "step", "warmup_us", "steady_us", "cooldown_us"]
+    cols = PHASE_COLUMNS
     rows = []
     if mb.empty:
         return pd.DataFrame(rows, columns=cols)
@@ -77,7 +79,7 @@ def phase_table(mb: pd.DataFrame, windows: dict[int, dict[int, object]]) -> pd.D
 
 
 def imbalance_table(mb: pd.DataFrame) -> pd.DataFrame:
-    cols = ["stage", "compute_per_mb_us", "ratio_to_mean"]
+    cols = IMBALANCE_COLUMNS
     if mb.empty:
         return pd.DataFrame(columns=cols)
     per = (mb.groupby(["stage", "step", "rank"])["dur_us"].sum()

@@ -35,14 +35,13 @@ import pandas as pd
 from meshscope.analysis.comm import bandwidth_report, dims, instances, matching
 from meshscope.analysis.crossrank import clocks, program, whatif
 from meshscope.analysis.errors import InputError
-from meshscope.analysis.gpu import host_activity, kernels, step_categories
-from meshscope.analysis.gpu import idle as gpu_idle
 from meshscope.analysis.ingest.events import compile_rank_regex
 from meshscope.analysis.pipeline import bubble, schedule
 from meshscope.analysis.records import flight_recorder, steps as step_records
 from meshscope.analysis.report import engines, findings as findings_mod, inputs, rank_work
 from meshscope.analysis.report.summary import REPORT_SCHEMA_VERSION, summary_of
 from meshscope.analysis.report import reuse
+from meshscope.analysis.report import tables as report_tables
 from meshscope.analysis.timeline import breakdown, segments
 from meshscope.analysis.timeline.rank_timeline import RankTimeline
 from meshscope.collectors import run_dir as rd
@@ -94,13 +93,8 @@ class Report:
     step_time_us: float | None
     findings: list[findings_mod.Finding]
 
-    TABLES = ("breakdown", "trace_overlap", "bubbles", "microbatches", "pipeline_phases",
-              "stage_imbalance", "instances", "collectives", "clock_offsets", "whatif",
-              "critical_path", "rank_waits", "bandwidth", "bandwidth_summary", "step_heatmap",
-              "flight_recorder", "timeline", "throughput", "idle", "step_categories",
-              "stream_idle", "sync_calls", "kernels", "kernel_categories", "gemms")
-    GPU_TABLES = ("step_categories", "stream_idle", "sync_calls", "kernels",
-                  "kernel_categories", "gemms")
+    TABLES = report_tables.NAMES        # every table and its columns: report/tables.py
+    GPU_TABLES = report_tables.GPU
 
     def summary(self) -> dict:
         return summary_of(self)
@@ -131,6 +125,7 @@ class Report:
             table = getattr(self, name)
             if table is not None:
                 reuse.stop_point()
+                table = report_tables.ordered(name, table)    # its columns, even when empty
                 _parquet_safe(table).to_parquet(new / f"{name}.parquet", index=False)
         reuse.stop_point()
         rd.write_json_atomic(new / "summary.json", self.summary())
@@ -366,7 +361,7 @@ def _cross_rank(inp: inputs.Inputs, results: list[rank_work.RankResult], layout_
                          for row in breakdown.idle_rows(tl, windows.get(r))],
                         columns=breakdown.IDLE_COLUMNS)
     gpu = {name: _concat([r.gpu.get(name) for r in sorted(results, key=lambda x: x.rank)],
-                         GPU_COLUMNS[name]) for name in Report.GPU_TABLES}
+                         report_tables.GPU_COLUMNS[name]) for name in Report.GPU_TABLES}
     trace_ov = pd.DataFrame(sorted((r.trace_overlap for r in results), key=lambda o: o["rank"]))
     bub = bubble.bubble_table(timelines, windows, run)
     mb = schedule.microbatch_table(timelines, windows)
@@ -437,13 +432,6 @@ def _cross_rank(inp: inputs.Inputs, results: list[rank_work.RankResult], layout_
         step_records=records, step_time_us=step_us, findings=found)
 
 
-GPU_COLUMNS = {
-    "step_categories": step_categories.COLUMNS, "stream_idle": gpu_idle.STREAM_COLUMNS,
-    "sync_calls": ["rank", "step"] + host_activity.SITE_COLUMNS + ["idle_after_us"],
-    "kernels": kernels.KERNEL_COLUMNS, "kernel_categories": ["rank", "category", "count",
-                                                             "total_us"],
-    "gemms": kernels.GEMM_COLUMNS,
-}
 
 
 def _concat(tables: list, columns: list[str]) -> pd.DataFrame:
@@ -510,21 +498,13 @@ def _records_only(inp: inputs.Inputs, warmup_steps: int) -> Report:
         savings=_empty(whatif.SAVINGS_COLUMNS), imbalance=None, dim_savings={},
         hangs=verdicts, slow_steps=records.slow_steps, warmup_steps=records.warmup_steps,
         step_times=worst, median_step_us=records.median_step_us))
-    e = _empty
     return Report(
         source=inp.path, run=run, ranks=[], missing_ranks=list(range(run.world_size)),
         problems=inp.problems, notes=list(inp.notes), on_gpu=False,
-        breakdown=e(breakdown.COLUMNS), trace_overlap=e(["rank", "compute_us", "comm_us",
-                                                         "overlapped_comm_us", "overlap_pct"]),
-        bubbles=e(bubble.COLUMNS), microbatches=e(schedule.MB_COLUMNS),
-        pipeline_phases=e([]), stage_imbalance=e([]), instances=instances.empty(),
-        collectives=e(matching.COLLECTIVE_COLUMNS), clock_offsets=e(clocks.COLUMNS),
-        whatif=e(whatif.WHATIF_COLUMNS), critical_path=e([]),
-        rank_waits=e(whatif.SAVINGS_COLUMNS), bandwidth=e(bandwidth_report.TABLE_COLUMNS),
-        bandwidth_summary=e(bandwidth_report.SUMMARY_COLUMNS), step_heatmap=records.heatmap,
-        flight_recorder=verdicts, timeline=e(segments.COLUMNS),
-        throughput=step_records.throughput(inp.steps, run), idle=e(breakdown.IDLE_COLUMNS),
-        **{name: e(GPU_COLUMNS[name]) for name in Report.GPU_TABLES},
+        **{name: report_tables.empty(name) for name in Report.TABLES
+           if name not in ("instances", "step_heatmap", "flight_recorder", "throughput")},
+        instances=instances.empty(), step_heatmap=records.heatmap, flight_recorder=verdicts,
+        throughput=step_records.throughput(inp.steps, run),
         straggler=None, imbalance=None,
         cross_rank={"matchable": False, "why_not": ["no traces"], "matched_on": None,
                     "noise_us": records.noise_us},

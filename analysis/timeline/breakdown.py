@@ -103,6 +103,7 @@ def trace_overlap(tl: RankTimeline) -> dict:
 
 
 IDLE_CAUSES = gpu_idle.CAUSES
+TRACE_OVERLAP_COLUMNS = ["rank", "compute_us", "comm_us", "overlapped_comm_us", "overlap_pct"]
 IDLE_COLUMNS = ["rank", "step", "idle_us"] + [f"idle_{c}_us" for c in IDLE_CAUSES]
 
 
