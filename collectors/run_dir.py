@@ -98,3 +98,22 @@ def write_json_atomic(path: pathlib.Path, data: dict) -> None:
         json.dump(data, f, indent=2, sort_keys=False)
         f.write("\n")
     os.replace(tmp, path)
+
+
+def fsync_path(path: pathlib.Path) -> None:
+    """Flush a file's content, or a folder's list of entries, to the disk (``fsync`` of a
+    read-only descriptor does both on Linux). A file system that cannot (``EINVAL``: some
+    network and virtual ones) is left as it is: the write is then atomic but not durable."""
+    flags = os.O_RDONLY
+    if pathlib.Path(path).is_dir():
+        flags |= getattr(os, "O_DIRECTORY", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

@@ -3,21 +3,10 @@
 For one collective instance moving S bytes in t seconds on a group of n ranks:
 
 - ``algbw_gbps = S / t / 1e9`` (GB/s with GB = 1e9 bytes, like nccl-tests);
-- ``busbw_gbps = algbw_gbps × f(op, n)``, the bandwidth each rank's link must sustain, which is
-  comparable across ops and group sizes and with the hardware's peak:
+- ``busbw_gbps = algbw_gbps × f(op, n)``, f being nccl-tests' bus factor of the op — the table
+  of factors and the size S each op counts are in ``meshscope/theory/bus_factors.py``, the one
+  definition this module reads.
 
-  ============================================= =================
-  op                                            f(op, n)
-  ============================================= =================
-  all_reduce                                    2(n−1)/n
-  all_gather, reduce_scatter, all_to_all,       (n−1)/n
-  gather, scatter
-  broadcast, reduce, send, recv, send_recv      1
-  ============================================= =================
-
-S is the size nccl-tests prints in its ``size`` column: the whole buffer of one rank for
-all_reduce, broadcast and reduce; the whole *gathered* output for all_gather and the whole
-*input* for reduce_scatter (n × one rank's share); one rank's whole send buffer for all_to_all.
 n is the size of the collective's **process group**, never the world size: an all_reduce over
 a dp group of 2 in a world of 8 has f = 1.
 

@@ -131,13 +131,13 @@ class Report:
         rd.write_json_atomic(new / "summary.json", self.summary())
         for name in sorted(own):
             if (new / name).is_file():
-                fsync_path(new / name)
+                rd.fsync_path(new / name)
         if out.is_dir():
             for entry in sorted(out.iterdir()):
                 if entry.name not in own and not entry.name.startswith(".tmp-"):
                     reuse.stop_point()
                     os.rename(entry, new / entry.name)
-        fsync_path(new)                 # its entries: the tables, summary.json, what moved in
+        rd.fsync_path(new)                 # its entries: the tables, summary.json, what moved in
         reuse.stop_point()
         if out.is_dir():
             if not _exchange(new, out):
@@ -146,32 +146,13 @@ class Report:
                 reuse.stop_point()
                 os.rename(new, out)
                 new = old
-            fsync_path(out.parent)      # the rename itself
+            rd.fsync_path(out.parent)      # the rename itself
             reuse.stop_point()
             shutil.rmtree(new, ignore_errors=True)          # now the old report
         else:
             os.rename(new, out)
-            fsync_path(out.parent)
+            rd.fsync_path(out.parent)
         return out
-
-
-def fsync_path(path: pathlib.Path) -> None:
-    """Flush a file's content, or a folder's list of entries, to the disk (``fsync`` of a
-    read-only descriptor does both on Linux). A file system that cannot (``EINVAL``: some
-    network and virtual ones) is left as it is: the write is then atomic but not durable."""
-    flags = os.O_RDONLY
-    if pathlib.Path(path).is_dir():
-        flags |= getattr(os, "O_DIRECTORY", 0)
-    try:
-        fd = os.open(path, flags)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def _exchange(a: pathlib.Path, b: pathlib.Path) -> bool:

@@ -40,6 +40,8 @@ import pathlib
 import signal
 import stat
 
+from meshscope.collectors import run_dir as rd
+
 MEMO_FILE = "inputs.json"
 STOP_ENV = "MESHSCOPE_TEST_STOP_AT_WRITE"
 _steps = [0]
@@ -175,23 +177,9 @@ def store(out: pathlib.Path, digest: str) -> None:
             os.fsync(f.fileno())        # the key's content on disk before its name
         stop_point()
         os.replace(tmp, d / KEY_FILE)
-        _fsync_dir(d)
+        rd.fsync_path(d)
     except OSError:
         pass
-
-
-def _fsync_dir(folder: pathlib.Path) -> None:
-    """Flush ``folder``'s entries (a rename into it) to the disk; ignored where unsupported."""
-    try:
-        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def unkey(out: pathlib.Path) -> None:
