@@ -24,6 +24,11 @@ TRACES = "traces"
 STEPS = "steps"
 COMMS = "comms"
 REPORT = "report"
+SUMMARY = "summary.json"          # the report's summary, in REPORT
+SWEEP_JSON = "sweep.json"         # a sweep's index, in the sweep's folder
+# The JSON files a run folder (or a folder of runs) holds that are never traces: whoever looks
+# for trace files (the analysis' inputs, the dashboard's run discovery) leaves these out.
+NOT_TRACES = frozenset({RUN_JSON, SUMMARY, "config.json", SWEEP_JSON})
 
 
 def now() -> str:

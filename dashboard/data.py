@@ -30,7 +30,7 @@ import pandas as pd
 
 from meshscope.analysis.report import reader
 from meshscope.analysis.report.analyze import load_written
-from meshscope.collectors.run_dir import RunDirError
+from meshscope.collectors.run_dir import SUMMARY, RunDirError
 from meshscope.collectors.run_info import RunInfo, read_run_info
 
 from .runs import RunEntry
@@ -160,7 +160,7 @@ def _without_server_paths(node, where: list[str], run_id: str):
 def open_report(entry: RunEntry) -> RunReport:
     """The written report of an analysed run (module docstring); ReportUnreadable if it cannot
     be read."""
-    summary_path = entry.report_dir / "summary.json"
+    summary_path = entry.report_dir / SUMMARY
     try:
         st = summary_path.stat()
         mtime = st.st_mtime_ns
@@ -203,7 +203,7 @@ def open_report(entry: RunEntry) -> RunReport:
 def read_summary(entry: RunEntry) -> dict | None:
     """summary.json alone (the runs list reads only this); None when absent or unreadable."""
     try:
-        data = json.loads((entry.report_dir / "summary.json").read_text())
+        data = json.loads((entry.report_dir / SUMMARY).read_text())
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None

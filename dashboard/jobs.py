@@ -306,7 +306,7 @@ class Analyses:
                 st = self._status[run_id]
                 elapsed = time.monotonic() - self._started[run_id]
                 self._finished[run_id] = time.monotonic()
-                if code == 0 and (entry.path / rd.REPORT / "summary.json").is_file():
+                if code == 0 and (entry.path / rd.REPORT / rd.SUMMARY).is_file():
                     self._status[run_id] = dataclasses.replace(st, state="done",
                                                                elapsed_s=elapsed)
                 else:

@@ -27,7 +27,7 @@ log = logging.getLogger("meshscope.dashboard")
 
 MAX_DEPTH = 3
 TRACE_SUFFIXES = (".json", ".json.gz")
-_NOT_TRACES = {rd.RUN_JSON, "summary.json", "config.json", "sweep.json"}
+_NOT_TRACES = rd.NOT_TRACES
 _RUN_PARTS = {rd.TRACES, rd.STEPS, rd.COMMS, rd.REPORT}
 
 
@@ -47,7 +47,7 @@ class RunEntry:
     def analysed(self) -> bool:
         """Whether ``meshscope analyze`` has written this run's report (checked each time: a
         run analysed on first open becomes analysed while the server runs)."""
-        return (self.report_dir / "summary.json").is_file()
+        return (self.report_dir / rd.SUMMARY).is_file()
 
     @property
     def kind(self) -> str:
@@ -69,7 +69,7 @@ def _has_traces(d: pathlib.Path) -> bool:
 
 
 def _is_run(d: pathlib.Path) -> bool:
-    return (d / rd.RUN_JSON).is_file() or (d / rd.REPORT / "summary.json").is_file() \
+    return (d / rd.RUN_JSON).is_file() or (d / rd.REPORT / rd.SUMMARY).is_file() \
         or _has_traces(d)
 
 

@@ -119,7 +119,7 @@ class Report:
         reuse.unkey(out)
         new = out.parent / f".{out.name}.new-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         new.mkdir()
-        own = {"summary.json"}
+        own = {rd.SUMMARY}
         for name in self.TABLES:
             own.add(f"{name}.parquet")
             table = getattr(self, name)
@@ -128,7 +128,7 @@ class Report:
                 table = report_tables.ordered(name, table)    # its columns, even when empty
                 _parquet_safe(table).to_parquet(new / f"{name}.parquet", index=False)
         reuse.stop_point()
-        rd.write_json_atomic(new / "summary.json", self.summary())
+        rd.write_json_atomic(new / rd.SUMMARY, self.summary())
         for name in sorted(own):
             if (new / name).is_file():
                 rd.fsync_path(new / name)
@@ -496,7 +496,7 @@ def load_written(report_dir: pathlib.Path) -> dict[str, object]:
     """The summary and the tables of a written report directory (a table the report does not
     have — an older report — is absent from the dict)."""
     report_dir = pathlib.Path(report_dir)
-    out: dict[str, object] = {"summary": json.loads((report_dir / "summary.json").read_text())}
+    out: dict[str, object] = {"summary": json.loads((report_dir / rd.SUMMARY).read_text())}
     for name in Report.TABLES:
         f = report_dir / f"{name}.parquet"
         if f.is_file():

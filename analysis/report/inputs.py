@@ -194,7 +194,7 @@ def walk_traces(path: pathlib.Path) -> tuple[list[pathlib.Path], list[str]]:
             return [], []
     else:
         root = path
-    skip = {rd.RUN_JSON, "summary.json", "config.json"}
+    skip = rd.NOT_TRACES
     skipped: list[str] = []
     seen_dirs: set[tuple[int, int]] = set()
     by_file: dict[tuple[int, int], list[pathlib.Path]] = {}

@@ -152,7 +152,7 @@ def cached_summary(out: pathlib.Path, digest: str) -> dict | None:
         stored, _, listing = (out / ".cache" / KEY_FILE).read_text().partition("\n")
         if stored.strip() != digest or json.loads(listing) != _listing(out):
             return None
-        summary = json.loads((out / "summary.json").read_text())
+        summary = json.loads((out / rd.SUMMARY).read_text())
         return summary if isinstance(summary, dict) else None
     except (OSError, ValueError, RecursionError):
         return None

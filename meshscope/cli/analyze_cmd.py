@@ -182,7 +182,8 @@ def _analyze(path, out, as_json, comm_kernel_regex, rank_regex, step_annotation,
                                       step_annotation=step_annotation)
         if digest:
             reuse.store(target, digest)
-        summary = json.loads((target / "summary.json").read_text())
+        from meshscope.collectors.run_dir import SUMMARY
+        summary = json.loads((target / SUMMARY).read_text())
         verb = "written"
     else:
         verb = "unchanged (its inputs are; --no-cache computes it afresh)"

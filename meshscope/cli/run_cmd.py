@@ -258,7 +258,8 @@ def demo(out, no_serve, port):
     desc = _do_run(opts)
     _print_losses(run_dir, desc)
     _, target = run_analysis(run_dir, None, None)
-    click.echo(render(json.loads((target / "summary.json").read_text())))
+    from meshscope.collectors.run_dir import SUMMARY
+    click.echo(render(json.loads((target / SUMMARY).read_text())))
     if not no_serve:
         serve(root, "127.0.0.1", port)
 

@@ -63,7 +63,7 @@ import pandas as pd
 from meshscope.analysis.report import reader
 from meshscope.analysis.report.summary import STEP_TIME_SOURCES
 from meshscope.collectors import step_timer
-from meshscope.collectors.run_dir import REPORT, RunDirError
+from meshscope.collectors.run_dir import REPORT, SUMMARY, RunDirError
 from meshscope.collectors.run_info import RunInfo, read_run_info
 
 DIMS = ("dp", "tp", "pp", "cp", "ep", "ep_replica", "unknown")
@@ -251,7 +251,7 @@ def _mean(xs) -> float | None:
 def run_summary(run: pathlib.Path, *, analyse_missing: bool = True) -> dict:
     """``RUN/report/summary.json``; a run without a report is analysed (and its report
     written) first. CompareError when neither works."""
-    path = run / REPORT / "summary.json"
+    path = run / REPORT / SUMMARY
     if not path.exists():
         if not analyse_missing:
             raise CompareError(f"{run}: no report (run `meshscope analyze {run}`)")

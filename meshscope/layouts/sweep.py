@@ -45,7 +45,7 @@ import subprocess
 import sys
 import time
 
-from meshscope.collectors.run_dir import write_json_atomic
+from meshscope.collectors.run_dir import REPORT, SUMMARY, write_json_atomic
 
 from meshscope.parallel.config import PRESETS, ModelConfig
 from meshscope.parallel.layout import ALL_DIMS, Layout, LayoutError, parse_layout, validate
@@ -237,7 +237,7 @@ def is_complete_run(run: pathlib.Path) -> bool:
         desc = json.loads((run / "run.json").read_text())
     except (OSError, ValueError):
         return False
-    return desc.get("status") == "completed" and (run / "report" / "summary.json").is_file()
+    return desc.get("status") == "completed" and (run / REPORT / SUMMARY).is_file()
 
 
 class Sweep:
