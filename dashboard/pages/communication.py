@@ -186,9 +186,9 @@ def costly_table(ops: pd.DataFrame) -> Table:
         _ms(r.get("transfer_us")), _ms(r.get("wait_us"))] for _, r in g.iterrows()]
     return Table("costly-table", cols, rows, left=len(keys),
                  caption="The collectives that took longest on their slowest rank; the "
-                         "transfer is the fastest rank's time (a send/recv's: the receive that "
-                         "did not wait; — where the trace cannot separate it), the rest of each "
-                         "rank's time is waiting for the others.")
+                         "transfer is the fastest rank's time (a send/recv's: the time both "
+                         "sides' kernels ran together; — where the trace cannot separate it, as "
+                         "on gloo), the rest of each rank's time is waiting for the others.")
 
 
 def sections(ctx: PageContext) -> list[Section]:
