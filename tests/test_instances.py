@@ -178,9 +178,9 @@ def test_layout_maps_a_foreign_jobs_groups_to_their_dimension(tmp_path):
 
 
 def test_every_dim_source_in_the_samples_is_in_the_vocabulary():
-    """``dim_source`` is one of ``dims.DIM_SOURCES`` on every committed sample (the MoE and DDP
+    """``dim_source`` is one of ``vocabulary.DIM_SOURCES`` on every committed sample (the MoE and DDP
     samples' instances all say ``flight_recorder``, which the vocabulary once lacked)."""
-    from meshscope.analysis.comm.dims import DIM_SOURCES
+    from meshscope.vocabulary import DIM_SOURCES
 
     seen = set()
     for table in sorted((ROOT / "samples").glob("*/report/instances.parquet")):

@@ -1,7 +1,7 @@
 """Which parallel dimension a communication operation belongs to, and how that was decided.
 
 ``attribute(...)`` returns ``(dim, source)``; ``source`` says which evidence decided, from the
-most direct to the least (``DIM_SOURCES``):
+most direct to the least (``meshscope.vocabulary.DIM_SOURCES``):
 
 - ``trace``: the group's description in the trace or its Flight Recorder entry is a DeviceMesh
   name, ``mesh_<dim>`` (torchtitan's ``dp_shard``, ``dp_replicate`` … count as ``dp``);
@@ -38,11 +38,10 @@ if TYPE_CHECKING:
     import numpy as np
 
 from meshscope.analysis.comm.bandwidth import ALL_TO_ALL
-from meshscope.collectors.run_info import MESH_DIMENSIONS, PARALLEL_DIMS, RunInfo, ranks_key
+from meshscope.collectors.run_info import MESH_DIMENSIONS, RunInfo, ranks_key
+from meshscope.vocabulary import PARALLEL_DIMS, UNKNOWN_DIM
 
-DIM_SOURCES = ("trace", "run.json", "flight_recorder", "--layout", "scope", "layout", "world",
-               "unknown")
-UNKNOWN = "unknown"
+UNKNOWN = UNKNOWN_DIM
 RANK_ORDERS = {"megatron": "tp-cp-ep-dp-pp", "torchtitan": "tp-cp-dp-pp",
                "meshscope": "tp-cp-dp-pp"}
 

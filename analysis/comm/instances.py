@@ -25,7 +25,7 @@ pg_ranks       str     the group's global ranks, ``"0,1"``; "" when unknown (one
                        object per group, shared by its rows: ``_shared_text``)
 group_size     Int64   ranks in the group; null when unknown
 dim            str     parallel dimension: dp, tp, pp, cp, ep, or ``unknown``
-dim_source     str     where ``dim`` came from (``DIM_SOURCES``)
+dim_source     str     where ``dim`` came from (``vocabulary.DIM_SOURCES``)
 seq            Int64   the op's sequence number in its group (``Seq`` of the trace, or the
                        Flight Recorder's ``collective_seq_id``); null where neither has it
 k              int     its index among this rank's ops of the same group, step and op (and

@@ -37,6 +37,7 @@ import math
 import pandas as pd
 
 from meshscope.analysis.report import findings as F
+from meshscope.vocabulary import exposed_comm_id
 
 SHORT_KERNEL_US = 20.0
 IDLE_SHARE = 1 / 3
@@ -167,7 +168,7 @@ def _exposed_single(inp: F.FindingInputs, have: set[str]) -> list[F.Finding]:
         title = (f"Exposed {dim} communication: {F._ms(cost)} per step "
                  f"({100 * cost / inp.step_us:.0f}% of the step) runs with no compute beside it"
                  f"{' on rank ' + str(worst) if worst is not None else ''}")
-        out.append(F._timed(f"exposed-comm-{dim}", dim, cost, inp, title, evidence,
+        out.append(F._timed(exposed_comm_id(dim), dim, cost, inp, title, evidence,
                             F.REMEDIES.get(dim, F.REMEDIES["unknown"]) if dim != "unknown"
                             else "overlap it with compute (bucketed, asynchronous "
                                  "collectives issued earlier) or find its process group "

@@ -42,12 +42,14 @@ run *with the earlier causes fixed*, so that a symptom of one is not reported as
 from __future__ import annotations
 
 import dataclasses
+from typing import Literal
 
 import pandas as pd
 
 from meshscope.analysis.pipeline.bubble import theory_fraction
+from meshscope.vocabulary import CommDim, FindingId, Severity, exposed_comm_id
 
-REMEDIES = {
+REMEDIES: dict[CommDim, str] = {
     "pp": "more microbatches, or an interleaved / zero-bubble schedule",
     "tp": "sequence parallelism or asynchronous tensor parallelism, or a smaller tp degree",
     "dp": "a larger DDP bucket or a different ZeRO stage, and more compute to overlap with",
@@ -66,9 +68,9 @@ MIN_COST_PCT = 1.0
 
 @dataclasses.dataclass
 class Finding:
-    id: str
-    severity: str
-    dimension: str
+    id: FindingId                         # one of meshscope.vocabulary.FINDING_IDS
+    severity: Severity
+    dimension: CommDim | Literal["all"]
     cost_us: float | None
     cost_pct: float | None
     title: str
@@ -316,7 +318,7 @@ def _exposed(inp: FindingInputs) -> list[Finding]:
             title += (f" (a median {dim} operation takes {_ms(t)} once its last rank is there, "
                       f"but finishes {_ms(after)} after that rank arrived: its backend starts "
                       f"late — CPU contention, or a busy communication thread)")
-        out.append(_timed(f"exposed-comm-{dim}", dim, cost, inp, title, evidence,
+        out.append(_timed(exposed_comm_id(dim), dim, cost, inp, title, evidence,
                           REMEDIES.get(dim, REMEDIES["unknown"]),
                           f"every {dim} operation completes the moment its last rank arrives"))
     return out

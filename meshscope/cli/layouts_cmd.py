@@ -14,6 +14,8 @@ import sys
 
 import click
 
+from meshscope.vocabulary import PARALLEL_DIMS
+
 from .common import fail
 
 
@@ -633,9 +635,8 @@ def plan_cmd(ctx, world, model, model_json, seq_len, dims, layouts, schedules, m
         world = world or first.candidate.layout.world_size
         if not given("global_batch"):
             global_batch = first.candidate.global_batch
-        used = {d for r in runs for d in ("dp", "tp", "pp", "cp", "ep")
-                if r.candidate.layout.size(d) > 1}
-        dims = ",".join(sorted(set(_csv(dims)) | used, key="dp tp pp cp ep".split().index))
+        used = {d for r in runs for d in PARALLEL_DIMS if r.candidate.layout.size(d) > 1}
+        dims = ",".join(sorted(set(_csv(dims)) | used, key=PARALLEL_DIMS.index))
         rates, comm = cal.rates, cal.comm
         notes = [n for n in notes if n.startswith("CPU") is False] + cal.notes
         notes.append(f"calibrated from {', '.join(r.name for r in runs)}")

@@ -31,12 +31,11 @@ turns the spellings found in traces (``allreduce``, ``ncclDevKernel_AllGather_RI
 """
 from __future__ import annotations
 
-ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL = ("all_reduce", "all_gather",
-                                                      "reduce_scatter", "all_to_all")
-BROADCAST, REDUCE, SEND, RECV, SEND_RECV = "broadcast", "reduce", "send", "recv", "send_recv"
-GATHER, SCATTER = "gather", "scatter"
-OPS = (ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL, BROADCAST, REDUCE, SEND, RECV,
-       SEND_RECV, GATHER, SCATTER)
+from meshscope.vocabulary import OPS
+
+# The op names are meshscope's vocabulary (meshscope/vocabulary.py), one constant each.
+(ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL, BROADCAST, REDUCE, SEND, RECV, SEND_RECV,
+ GATHER, SCATTER) = OPS
 # The ops by factor: 2(n−1)/n for ALL_REDUCE alone, (n−1)/n for these, 1 for the rest.
 N_MINUS_1_OVER_N = (ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL, GATHER, SCATTER)
 FACTOR_ONE = tuple(o for o in OPS if o != ALL_REDUCE and o not in N_MINUS_1_OVER_N)

@@ -1,0 +1,63 @@
+"""The words meshscope's tables, reports and pages share — each defined here once.
+
+A value that crosses a module boundary as a string (a column's value, a summary field, a CLI
+choice) has its allowed set here, as a ``Literal`` type for annotations and a tuple of the same
+names for checks and loops; modules import these rather than spelling the tuple again. This
+module sits at the bottom of the layers (docs/architecture.md) beside ``meshscope.theory``:
+standard library only, importable by everything.
+
+- ``Dim`` / ``PARALLEL_DIMS``: the five parallel dimensions of a layout (``dp=2,tp=2,pp=2``),
+  in the order a layout is written.
+- ``CommDim`` / ``COMM_DIMS``: the dimension a communication operation is attributed to —
+  the five, plus ``ep_replica`` (the data-parallel replicas of one expert: MoE gradients reduced
+  across the ranks that hold the same expert) and ``unknown``.
+- ``DimSource`` / ``DIM_SOURCES``: which evidence decided an operation's dimension, most direct
+  first (``analysis/comm/dims.py`` explains each).
+- ``Op`` / ``OPS``: the canonical names of communication operations, as ``meshscope.theory``'s
+  bus factors and the report's ``op`` columns spell them.
+- ``FindingId`` / ``FINDING_IDS``: every finding a report can hold (``analysis/report/
+  findings.py`` and ``device_findings.py`` define when each fires); the exposed-communication
+  finding is one id per dimension, ``exposed_comm_id(dim)``.
+- ``Severity`` / ``SEVERITIES``, ``Device`` / ``DEVICES``.
+"""
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+Dim = Literal["dp", "tp", "pp", "cp", "ep"]
+PARALLEL_DIMS: tuple[Dim, ...] = get_args(Dim)
+
+CommDim = Literal["dp", "tp", "pp", "cp", "ep", "ep_replica", "unknown"]
+COMM_DIMS: tuple[CommDim, ...] = get_args(CommDim)
+UNKNOWN_DIM: CommDim = "unknown"
+
+DimSource = Literal["trace", "run.json", "flight_recorder", "--layout", "scope", "layout",
+                    "world", "unknown"]
+DIM_SOURCES: tuple[DimSource, ...] = get_args(DimSource)
+
+Op = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",
+             "send", "recv", "send_recv", "gather", "scatter"]
+OPS: tuple[Op, ...] = get_args(Op)
+
+Severity = Literal["high", "medium", "low"]
+SEVERITIES: tuple[Severity, ...] = get_args(Severity)
+
+Device = Literal["cpu", "gpu"]
+DEVICES: tuple[Device, ...] = get_args(Device)
+
+# The findings whose id is fixed; ``exposed_comm_id`` names the one per dimension.
+FixedFindingId = Literal[
+    "hang", "desync", "straggler", "host-bound", "stage-imbalance", "pipeline-bubble",
+    "slow-steps", "data-loading-stall", "sync-stall", "launch-bound", "memcpy-on-critical-path",
+    "arrival-jitter", "low-gemm-efficiency", "gpu-idle"]
+EXPOSED_COMM_PREFIX = "exposed-comm-"
+FINDING_IDS: tuple[str, ...] = get_args(FixedFindingId) + tuple(
+    EXPOSED_COMM_PREFIX + d for d in COMM_DIMS)
+FindingId = str      # one of FINDING_IDS (the per-dimension ids cannot be a Literal)
+
+
+def exposed_comm_id(dim: CommDim) -> str:
+    """The id of the exposed-communication finding of ``dim`` (``exposed-comm-pp``)."""
+    if dim not in COMM_DIMS:
+        raise ValueError(f"unknown communication dimension {dim!r}; one of {COMM_DIMS}")
+    return EXPOSED_COMM_PREFIX + dim
