@@ -5,11 +5,14 @@ RUN/
   run.json      schema-versioned description of the run
   traces/       rank{R}.json.gz — one Kineto trace per rank, profiled steps only
   steps/        rank{R}.parquet — per-rank step timings and losses
+  comms/        rank{R}.json — Flight Recorder dumps
+  logs/         rank{R}.stdout.log, rank{R}.stderr.log, launcher.log
   report/       written by ``meshscope analyze``
 ```
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import os
@@ -23,12 +26,92 @@ RUN_JSON = "run.json"
 TRACES = "traces"
 STEPS = "steps"
 COMMS = "comms"
+LOGS = "logs"                     # each rank's stdout/stderr and the launcher's log
 REPORT = "report"
 SUMMARY = "summary.json"          # the report's summary, in REPORT
 SWEEP_JSON = "sweep.json"         # a sweep's index, in the sweep's folder
 # The JSON files a run folder (or a folder of runs) holds that are never traces: whoever looks
 # for trace files (the analysis' inputs, the dashboard's run discovery) leaves these out.
 NOT_TRACES = frozenset({RUN_JSON, SUMMARY, "config.json", SWEEP_JSON})
+
+
+CACHE = ".cache"                  # the report's cache folder: parsed traces, the report key
+REPORT_KEY = "report.key"         # in CACHE: the digest of what the report was made from
+INPUTS_MEMO = "inputs.json"       # in CACHE: each input's stat and content hash
+
+
+@dataclasses.dataclass(frozen=True)
+class ReportDir:
+    """A report folder, ``RUN/report`` by default, and the name of every file in it: one
+    ``<table>.parquet`` per table of ``analysis/report/tables.py``, ``summary.json``, and the
+    ``.cache/`` folder with the report key, the inputs memo and one parquet copy per parsed
+    trace (docs/report-format.md). Whoever opens a report's file asks this for its path."""
+    path: pathlib.Path
+
+    @classmethod
+    def of_run(cls, run: pathlib.Path) -> "ReportDir":
+        """The report of the run folder ``run`` (``run/report``)."""
+        return cls(pathlib.Path(run) / REPORT)
+
+    @property
+    def summary(self) -> pathlib.Path:
+        return self.path / SUMMARY
+
+    def table(self, name: str) -> pathlib.Path:
+        """The parquet file of table ``name`` (``breakdown`` → ``breakdown.parquet``)."""
+        return self.path / f"{name}.parquet"
+
+    def tables(self) -> list[pathlib.Path]:
+        """The parquet files the folder holds now, sorted by name."""
+        return sorted(self.path.glob("*.parquet")) if self.path.is_dir() else []
+
+    @property
+    def cache(self) -> pathlib.Path:
+        return self.path / CACHE
+
+    @property
+    def key(self) -> pathlib.Path:
+        return self.cache / REPORT_KEY
+
+    @property
+    def inputs_memo(self) -> pathlib.Path:
+        return self.cache / INPUTS_MEMO
+
+
+@dataclasses.dataclass(frozen=True)
+class RunDir:
+    """A run folder (the module docstring's layout) and the name of every file in it."""
+    path: pathlib.Path
+
+    @property
+    def run_json(self) -> pathlib.Path:
+        return self.path / RUN_JSON
+
+    @property
+    def traces(self) -> pathlib.Path:
+        return self.path / TRACES
+
+    @property
+    def steps(self) -> pathlib.Path:
+        return self.path / STEPS
+
+    @property
+    def comms(self) -> pathlib.Path:
+        return self.path / COMMS
+
+    @property
+    def logs(self) -> pathlib.Path:
+        return self.path / LOGS
+
+    @property
+    def report(self) -> ReportDir:
+        return ReportDir.of_run(self.path)
+
+    def trace(self, rank: int) -> pathlib.Path:
+        return trace_path(self.path, rank)
+
+    def step_timer(self, rank: int) -> pathlib.Path:
+        return steps_path(self.path, rank)
 
 
 def now() -> str:

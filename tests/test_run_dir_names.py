@@ -1,0 +1,40 @@
+"""``collectors.run_dir.RunDir`` and ``ReportDir`` know the name of every file a run folder and
+its report hold: checked against the committed samples, which a real ``meshscope run`` and
+``meshscope analyze`` wrote (samples/regenerate.sh), and against the table registry."""
+from __future__ import annotations
+
+import json
+import pathlib
+
+import pytest
+
+from meshscope.analysis.report import tables
+from meshscope.collectors import run_dir as rd
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+SAMPLES = sorted(p for p in (ROOT / "samples").iterdir() if (p / rd.RUN_JSON).is_file())
+
+
+@pytest.mark.parametrize("sample", SAMPLES, ids=lambda p: p.name)
+def test_every_file_of_a_sample_is_one_the_run_dir_names(sample):
+    run = rd.RunDir(sample)
+    world = json.loads(run.run_json.read_text())["world_size"]
+    named = {run.run_json, run.report.path}
+    named |= {run.trace(r) for r in range(world)} | {run.step_timer(r) for r in range(world)}
+    named |= {run.comms / f"rank{r}.json" for r in range(world)}
+    named |= {run.logs / f"rank{r}.{s}.log" for r in range(world) for s in ("stdout", "stderr")}
+    named |= {run.logs / "launcher.log"}
+    found = {p for p in sample.rglob("*") if p.is_file() and run.report.path not in p.parents}
+    assert found - named == set(), sorted(found - named)
+    assert {run.trace(r) for r in range(world)} <= found      # every rank's trace is there
+
+
+@pytest.mark.parametrize("sample", SAMPLES, ids=lambda p: p.name)
+def test_every_file_of_a_sample_report_is_its_summary_or_a_registered_table(sample):
+    report = rd.ReportDir.of_run(sample)
+    registered = {report.table(name) for name in tables.COLUMNS}
+    found = {p for p in report.path.iterdir() if p.is_file()}
+    assert report.summary in found
+    assert found - {report.summary} <= registered, sorted(found - registered)
+    assert set(report.tables()) == found - {report.summary}
+    assert report.key.parent == report.cache and report.cache.parent == report.path
