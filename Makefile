@@ -34,8 +34,9 @@ bytecode: setup
 demo: bytecode
 	$(VENV)/bin/meshscope demo
 
+# --durations: the slowest tests named at the end of every run, to keep the suite's time in view.
 test: bytecode
-	$(PY) -m pytest -q -rs
+	$(PY) -m pytest -q -rs --durations=25
 
 # The loop while developing: the suite without its multi-process (slow) and browser tests.
 test-fast: bytecode
