@@ -57,7 +57,8 @@ from meshscope.collectors.run_info import ModelInfo, RunInfo
 from meshscope.theory.flops import head_training_flops_per_token, layer_training_flops_per_token
 from meshscope.theory.params import DecoderShape
 
-from meshscope.analysis.crossrank.graph import CALL, RankStep, StepGraph, waits_charged
+from meshscope.analysis.crossrank.graph import (CALL, PATH_COLUMNS, RankStep, StepGraph,
+                                               waits_charged)
 
 NOISE_FACTOR = 2.0
 MIN_SAVING_PCT = 5.0
@@ -348,8 +349,8 @@ def analyse(graphs: dict[int, StepGraph], run: RunInfo | None, ops: dict[str, st
                          "critical_path_share": float(top["critical_path_share"]),
                          "wait_caused_us": float(top["wait_caused_us"])}
     imbalance = _imbalance(graphs, run, scales_by_step, straggler)
-    path = pd.concat(paths, ignore_index=True) if paths else pd.DataFrame(columns=[
-        "step", "order", "rank", "kind", "what", "start_us", "end_us", "dur_us"])
+    path = pd.concat(paths, ignore_index=True) if paths else \
+        pd.DataFrame(columns=PATH_COLUMNS)
     return WhatIf(table, savings, path, straggler,
                   float(noise_us) if np.isfinite(noise_us) else float("nan"), step_time,
                   floor_us, resolution(noise_us, n_steps, floor_us),

@@ -1,26 +1,34 @@
 """Analyse a run directory (or any folder of Kineto traces) and write its report.
 
-``analyze(path)`` runs the analysis in three stages:
+``analyze(path, options)`` (``options``: ``AnalysisOptions``, ``report/options.py``) runs the
+analysis in named stages, each a function that returns a new value from the values before it
+(none changes what it was given, except that the cross-rank stage lets go of each rank's raw
+operations and own-clock timeline once their replacements exist, ``RankStage``):
 
-1. **Inputs** (``inputs.gather``): run.json, the trace files, the Flight Recorder dumps and the
-   step timers, read and checked once; problems recorded, never fatal while a rank remains.
-2. **Per rank** (``rank_work.rank_work``, in worker processes): each trace reduced to its small
-   tables (timeline, operations); the event table never leaves the worker.
-3. **Cross-rank**, here, on those small tables, in this order — clocks first, because every
-   figure after them compares ranks:
-   the collective-instance table (``comm/instances.finalize``: Flight Recorder join, groups,
-   dimensions) → matching across ranks (``comm/matching``) → clock offsets, applied to every
-   rank's times (``crossrank/clocks``) → per-dimension communication sets → pipeline windows,
-   the step breakdown and bubbles (``timeline/breakdown``, ``pipeline/``) → each step's
-   dependency graph, critical path and what-if savings (``crossrank/``) → Flight Recorder
-   verdicts and step-timer records (``records/``) → bandwidth (``comm/bandwidth_report``) →
-   findings (``report/findings``).
-
-``Report.write(dir)`` stores every table as parquet and ``summary.json``
-(docs/report-format.md lists them; docs/metrics.md defines every number).
+1. **Ingest** (``inputs.gather`` → ``inputs.Inputs``): run.json, the trace files, the Flight
+   Recorder dumps and the step timers, read and checked once; problems recorded, never fatal
+   while a rank remains.
+2. **Per rank** (``_per_rank`` → ``RankStage``; ``rank_work.rank_work`` in worker processes,
+   ``engines.py``): each trace reduced to its small tables (timeline, operations); the event
+   table never leaves the worker.
+3. **Cross-rank**, here, on those small tables — clocks first, because every figure after
+   them compares ranks: ``_matched_instances`` (the collective-instance table,
+   ``comm/instances``: Flight Recorder join, groups, dimensions; matched across ranks,
+   ``comm/matching``) → ``_aligned`` → ``Aligned`` (clock offsets applied to every rank's times
+   and instances, ``crossrank/clocks``; per-dimension communication sets) → ``_step_tables``
+   → ``StepTables`` (pipeline windows, the step breakdown and bubbles, ``timeline/breakdown``,
+   ``pipeline/``) → ``_records`` → ``Records`` (step-timer records and Flight Recorder verdicts,
+   ``records/``) → ``_whatif`` (each step's dependency graph, critical path and what-if
+   savings, ``crossrank/``).
+4. **Findings** (``_findings``, ``report/findings``) from every value above; bandwidth
+   (``comm/bandwidth_report``) and the aligned timeline go into the ``Report``.
+5. **Write**: ``Report.write(dir)`` stores every table of the registry (``report/tables.py``)
+   as parquet and ``summary.json`` (docs/report-format.md lists them; docs/metrics.md defines
+   every number).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -33,12 +41,14 @@ import numpy as np
 import pandas as pd
 
 from meshscope.analysis.comm import bandwidth_report, dims, instances, matching
-from meshscope.analysis.crossrank import clocks, program, whatif
+from meshscope.analysis.crossrank import clocks, graph, program, whatif
 from meshscope.analysis.errors import InputError
+from meshscope.analysis.ingest import budgets
 from meshscope.analysis.ingest.events import compile_rank_regex
 from meshscope.analysis.pipeline import bubble, schedule
 from meshscope.analysis.records import flight_recorder, steps as step_records
 from meshscope.analysis.report import engines, findings as findings_mod, inputs, rank_work
+from meshscope.analysis.report.options import AnalysisOptions
 from meshscope.analysis.report.summary import REPORT_SCHEMA_VERSION, summary_of
 from meshscope.analysis.report import reuse
 from meshscope.analysis.report import tables as report_tables
@@ -47,7 +57,7 @@ from meshscope.analysis.timeline.rank_timeline import RankTimeline
 from meshscope.collectors import run_dir as rd
 from meshscope.collectors.run_info import RunInfo
 
-__all__ = ["REPORT_SCHEMA_VERSION", "Report", "analyze", "load_written"]
+__all__ = ["REPORT_SCHEMA_VERSION", "AnalysisOptions", "Report", "analyze", "load_written"]
 
 
 @dataclasses.dataclass
@@ -219,120 +229,245 @@ def _empty(columns) -> pd.DataFrame:
     return pd.DataFrame(columns=list(columns))
 
 
-def analyze(path: pathlib.Path, *, comm_kernel_re: str | None = None,
-            rank_regex: str | None = None, cache_dir: pathlib.Path | None = None,
-            step_annotation: str | None = None,
-            workers: int | None = None, progress: bool = False,
-            baseline: pd.DataFrame | None = None, layout: str | None = None,
-            rank_order: str | None = None, warmup_steps: int = 0, engine: str = "local",
-            scheduler: str | None = None) -> Report:
-    """Analyse the traces under ``path`` (module docstring).
+def analyze(path: pathlib.Path, options: AnalysisOptions | None = None, **fields) -> Report:
+    """Analyse the traces under ``path`` (module docstring) as ``options`` say
+    (``analysis/report/options.py``, field by field; None: the defaults). ``fields`` replace
+    single options — ``analyze(path, warmup_steps=1)`` is
+    ``analyze(path, AnalysisOptions(warmup_steps=1))`` — for the notebook and the tests."""
+    options = AnalysisOptions.of(options, **fields)
+    with _budgets_in_force(options.budgets):
+        inp = inputs.gather(path)
+        if not inp.trace_files:
+            if inp.run is not None and inp.has_comms:
+                return _records_only(_with_problem(
+                    inp, "no traces: the run ended before its profiled steps"),
+                    options.warmup_steps)
+            raise InputError(inp.path, "no trace files (*.json, *.json.gz) found"
+                             + (" in traces/" if inp.run is not None else ""))
+        layout_map = _layout_map(inp, options)
+        stage = _per_rank(inp, _rank_options(inp, options), options)
+        if not stage.results:
+            if inp.run is not None and inp.has_comms:
+                return _records_only(stage.inputs, options.warmup_steps)
+            raise InputError(inp.path, "no usable trace: " + "; ".join(stage.inputs.problems))
+        return _cross_rank(stage, layout_map, options)
 
-    ``comm_kernel_re``: extra pattern for communication kernels. ``rank_regex``: a pattern with
-    one group that takes the rank from a file name, for traces without ``distributedInfo``.
-    ``cache_dir``: parquet cache of event tables (``analysis/ingest/cache.py``; the CLI uses
-    ``<report dir>/.cache``); None reads every trace afresh. ``workers``: ingest processes
-    (default: one per core, at most one per file). ``progress``: a progress bar on stderr
-    when it is a terminal and ingest takes over a second. ``baseline``: bandwidth baseline
-    (bench-comm or nccl-tests). ``layout`` / ``rank_order``: for foreign traces, how the job's
-    ranks were laid out (``analysis/comm/dims.py``, ``LayoutMap``). ``warmup_steps``: the first
-    N steps are warm-up whatever the step timers say. ``step_annotation``: a regular
-    expression naming the host ranges that are steps, for traces without ``ProfilerStep``
-    (``timeline/rank_timeline.host_step_ranges``). ``engine`` / ``scheduler``: where the
-    per-rank work runs (``analysis/report/engines.py``: ``local`` processes, or ``dask`` on
-    the cluster at ``scheduler``, a local one without).
-    """
-    inp = inputs.gather(path)
-    run = inp.run
-    if not inp.trace_files:
-        if run is not None and inp.has_comms:
-            inp.problems.append("no traces: the run ended before its profiled steps")
-            return _records_only(inp, warmup_steps)
-        raise InputError(inp.path, "no trace files (*.json, *.json.gz) found"
-                         + (" in traces/" if run is not None else ""))
+
+@contextlib.contextmanager
+def _budgets_in_force(limits: budgets.Budgets | None):
+    """``limits`` set in this process' environment (``budgets.ENV``) for the ``with`` block,
+    the environment as it was afterwards; nothing changes when None."""
+    if limits is None:
+        yield
+        return
+    saved = {var: os.environ.get(var) for var in budgets.ENV.values()}
+    budgets.export(**dataclasses.asdict(limits))
     try:
-        layout_map = dims.LayoutMap.parse(layout, rank_order).groups() if layout else None
+        yield
+    finally:
+        for var, value in saved.items():
+            if value is None:
+                os.environ.pop(var, None)
+            else:
+                os.environ[var] = value
+
+
+def _with_problem(inp: inputs.Inputs, problem: str) -> inputs.Inputs:
+    """``inp`` with one more problem (a new value; ``inp`` is left as it is)."""
+    return dataclasses.replace(inp, problems=[*inp.problems, problem])
+
+
+def _layout_map(inp: inputs.Inputs, options: AnalysisOptions):
+    """The process groups of ``options.layout`` / ``rank_order`` (None without a layout)."""
+    try:
+        return dims.LayoutMap.parse(options.layout, options.rank_order).groups() \
+            if options.layout else None
     except ValueError as e:
         raise InputError(inp.path, str(e)) from None
+
+
+def _rank_options(inp: inputs.Inputs, options: AnalysisOptions) -> rank_work.RankOptions:
+    """What every rank's work needs (compiled patterns, the cache), sent with each trace."""
     try:
-        step_re = re.compile(step_annotation) if step_annotation else None
+        step_re = re.compile(options.step_annotation) if options.step_annotation else None
     except re.error as e:
-        raise InputError(inp.path, f"--step-annotation {step_annotation!r} is not a regular "
-                                   f"expression ({e})") from None
-    opts = rank_work.RankOptions(comm_kernel_re=re.compile(comm_kernel_re) if comm_kernel_re
-                                 else None, rank_regex=compile_rank_regex(rank_regex),
-                                 cache_dir=cache_dir, step_annotation=step_re)
-    results = _per_rank(inp, opts, workers, progress, engine, scheduler)
-    if not results:
-        if run is not None and inp.has_comms:
-            return _records_only(inp, warmup_steps)
-        raise InputError(inp.path, "no usable trace: " + "; ".join(inp.problems))
-    return _cross_rank(inp, results, layout_map, baseline, warmup_steps)
+        raise InputError(inp.path, f"--step-annotation {options.step_annotation!r} is not a "
+                                   f"regular expression ({e})") from None
+    return rank_work.RankOptions(
+        comm_kernel_re=re.compile(options.comm_kernel_re) if options.comm_kernel_re else None,
+        rank_regex=compile_rank_regex(options.rank_regex), cache_dir=options.cache_dir,
+        step_annotation=step_re)
 
 
-def _per_rank(inp: inputs.Inputs, opts, workers, progress, engine="local",
-              scheduler=None) -> list[rank_work.RankResult]:
+@dataclasses.dataclass(frozen=True)
+class RankStage:
+    """The per-rank stage's value: the results kept, in the order of the trace files, and the
+    inputs with every problem and note of the per-rank work after their own.
+
+    The cross-rank stage consumes ``results``: it lets go of each rank's raw operations and
+    own-clock timeline once it has made their replacements (``rank_work.RankResult``), so
+    that at 512 ranks they are never held twice."""
+    inputs: inputs.Inputs
+    results: list[rank_work.RankResult]
+
+
+def _per_rank(inp: inputs.Inputs, opts: rank_work.RankOptions,
+              options: AnalysisOptions) -> RankStage:
+    """Stage 2: every trace reduced to its rank's small tables where it is read
+    (``engines.map_ranks``); a file that failed is a problem, one whose identity loses to
+    another's (``inputs.resolve_identities``) or whose timeline is implausible is left out."""
+    problems, notes = list(inp.problems), list(inp.notes)
     results = []
     for _, result in engines.map_ranks(inp.trace_files, rank_work.rank_work, (opts,),
-                                       engine=engine, scheduler=scheduler, workers=workers,
-                                       progress=progress):
+                                       engine=options.engine, scheduler=options.scheduler,
+                                       workers=options.workers, progress=options.progress):
         if isinstance(result, str):
-            inp.problems.append(result)
+            problems.append(result)
         else:
             results.append(result)
     chosen = inputs.resolve_identities([r.identity for r in results], run=inp.run,
-                                       problems=inp.problems)
+                                       problems=problems)
     kept = []
     for r in results:
         if r.identity.path not in chosen:
             continue
-        inp.problems.extend(r.problems)
-        inp.notes.extend(r.notes)
+        problems.extend(r.problems)
+        notes.extend(r.notes)
         if r.implausible:
-            inp.problems.append(f"{r.identity.path}: {r.implausible}; rank {r.rank} left out "
-                                f"of the report")
+            problems.append(f"{r.identity.path}: {r.implausible}; rank {r.rank} left out "
+                            f"of the report")
             continue
         kept.append(r)
-    return kept
+    return RankStage(dataclasses.replace(inp, problems=problems, notes=notes), kept)
 
 
-def _cross_rank(inp: inputs.Inputs, results: list[rank_work.RankResult], layout_map,
-                baseline, warmup_steps: int) -> Report:
-    run = inp.run
+def _cross_rank(stage: RankStage, layout_map, options: AnalysisOptions) -> Report:
+    """Stage 3 and 4, one named step after another, each returning a new value: the matched
+    instances → everything on the common clock → the per-step tables → the always-on records
+    → the dependency graph's what-if → the findings → the Report (module docstring)."""
+    inp, results = stage.inputs, stage.results
     ranks = sorted(r.rank for r in results)
-    notes = list(inp.notes)
-    # 1. The collective-instance table, matched across ranks.
-    inst = pd.concat(list(_instance_tables(results, inp, run, layout_map)),
-                     ignore_index=True)
-    trace_world = max((r.identity.world_size or 0 for r in results), default=0) or None
-    matched = matching.match(inst, ranks, world_size=run.world_size if run else None,
-                             trace_world=trace_world)
-    inst = matched.instances
-    notes += matched.notes
+    matched = _matched_instances(inp, results, ranks, layout_map)
     # One rank has nobody to wait for: no cross-rank graph (its exposed communication is
     # costed from its own timeline, device_findings).
-    matchable = not matched.why_not and len(inst) > 0 and len(ranks) > 1
-    # 2. Clocks, before any cross-rank figure.
+    matchable = not matched.why_not and len(matched.instances) > 0 and len(ranks) > 1
+    aligned = _aligned(results, matched.instances, ranks, matchable)
+    tables = _step_tables(aligned.timelines, results, inp.run, ranks)
+    recs = _records(inp, options.warmup_steps)
+    wi = _whatif(aligned, inp.run, recs.records) if matchable else None
+    step_us = wi.step_time_us if wi is not None and np.isfinite(wi.step_time_us) else \
+        (float(tables.breakdown.groupby("step")["window_us"].max().mean())
+         if len(tables.breakdown) else float("nan"))
+    resolution = wi.resolution_us if wi is not None else whatif.resolution(
+        recs.records.noise_us,
+        tables.breakdown["step"].nunique() if len(tables.breakdown) else 1)
+    on_gpu = any(r.on_gpu for r in results)
+    found = _findings(inp, tables, recs, aligned, wi, step_us=step_us,
+                      resolution_us=resolution, on_gpu=on_gpu)
+    run = inp.run
+    expected = set(range(run.world_size)) if run is not None else set()
+    bw = bandwidth_report.bandwidth_table(aligned.instances, aligned.collectives, aligned.p2p)
+    return Report(
+        source=inp.path, run=run, ranks=ranks, missing_ranks=sorted(expected - set(ranks)),
+        problems=inp.problems, notes=[*inp.notes, *matched.notes, *aligned.notes],
+        on_gpu=on_gpu, breakdown=tables.breakdown, trace_overlap=tables.trace_overlap,
+        bubbles=tables.bubbles, microbatches=tables.microbatches,
+        pipeline_phases=tables.pipeline_phases, stage_imbalance=tables.stage_imbalance,
+        instances=aligned.instances, collectives=aligned.collectives,
+        clock_offsets=aligned.offsets,
+        whatif=wi.table if wi else _empty(whatif.WHATIF_COLUMNS),
+        critical_path=wi.critical_path if wi else _empty(graph.PATH_COLUMNS),
+        rank_waits=wi.savings if wi else _empty(whatif.SAVINGS_COLUMNS),
+        bandwidth=bw, bandwidth_summary=bandwidth_report.bandwidth_summary(bw,
+                                                                           options.baseline),
+        step_heatmap=recs.records.heatmap, flight_recorder=recs.verdicts,
+        timeline=segments.segments(aligned.timelines, tables.windows,
+                                   wi.charged if wi else []),
+        throughput=recs.throughput, idle=tables.idle, **tables.gpu,
+        straggler=wi.straggler if wi else None, imbalance=wi.imbalance if wi else None,
+        cross_rank={"matchable": matchable, "why_not": matched.why_not,
+                    "matched_on": matched.matched_on if matchable else None,
+                    "noise_us": recs.records.noise_us,
+                    "floor_us": wi.floor_us if wi is not None else None,
+                    "resolution_us": resolution},
+        step_records=recs.records, step_time_us=step_us, findings=found)
+
+
+def _matched_instances(inp: inputs.Inputs, results: list[rank_work.RankResult],
+                       ranks: list[int], layout_map) -> matching.Matched:
+    """The collective-instance table of every rank (``_instance_tables``), matched across
+    ranks (``comm/matching``); each rank's times still on its own clock."""
+    inst = pd.concat(list(_instance_tables(results, inp, inp.run, layout_map)),
+                     ignore_index=True)
+    trace_world = max((r.identity.world_size or 0 for r in results), default=0) or None
+    return matching.match(inst, ranks, world_size=inp.run.world_size if inp.run else None,
+                          trace_world=trace_world)
+
+
+@dataclasses.dataclass(frozen=True)
+class Aligned:
+    """Everything on the common clock (``crossrank/clocks``), before any cross-rank figure:
+    the offsets, the instance table and its collective and point-to-point tables, each rank's
+    timeline shifted with its communication split by dimension (``comm_by_dim``), and the
+    notes that describe the alignment."""
+    offsets: pd.DataFrame
+    instances: pd.DataFrame
+    collectives: pd.DataFrame
+    p2p: pd.DataFrame
+    timelines: dict[int, RankTimeline]
+    notes: list[str]
+
+
+def _aligned(results: list[rank_work.RankResult], inst: pd.DataFrame, ranks: list[int],
+             matchable: bool) -> Aligned:
+    """The clock offsets (only where the instances matched), applied to every rank's
+    timeline and to the instances; each timeline's communication split by dimension from
+    the aligned instances (``dims.interval_sets``)."""
     hosts = {r.rank: r.meta.get("host_name") for r in results}
     offsets = clocks.clock_offsets(inst, matching.p2p_table(inst), ranks, hosts) \
         if matchable else _empty(clocks.COLUMNS)
     applied = clocks.applied_by_rank(offsets)
-    timelines: dict[int, RankTimeline] = {}
+    shifted: dict[int, RankTimeline] = {}
     for r in results:     # each rank's timeline on the common clock replaces its own
-        timelines[r.rank] = r.timeline.shifted(applied.get(r.rank, 0.0))
+        shifted[r.rank] = r.timeline.shifted(applied.get(r.rank, 0.0))
         r.timeline = None
     inst = clocks.align_instances(inst, offsets)
     rows = inst.groupby("rank").indices if len(inst) else {}
     spans = inst[dims.INTERVAL_COLUMNS]       # the columns interval_sets reads, taken once
-    for r, tl in timelines.items():
+    timelines = {}
+    for r, tl in shifted.items():
         mine = rows.get(r)
-        tl.comm_by_dim = dims.interval_sets(spans.iloc[mine], tl.waits, tl.wait_until) \
-            if mine is not None else {}
-    colls = matching.collective_table(inst)
-    p2p = matching.p2p_table(inst)
+        timelines[r] = dataclasses.replace(
+            tl, comm_by_dim=dims.interval_sets(spans.iloc[mine], tl.waits, tl.wait_until)
+            if mine is not None else {})
     step_windows = [b - a for tl in timelines.values() for a, b in tl.steps.values()]
-    notes += clocks.describe(offsets, float(np.median(step_windows)) if step_windows else None)
-    # 3. Pipeline windows, the step breakdown, bubbles.
+    return Aligned(offsets=offsets, instances=inst,
+                   collectives=matching.collective_table(inst), p2p=matching.p2p_table(inst),
+                   timelines=timelines,
+                   notes=clocks.describe(offsets, float(np.median(step_windows))
+                                         if step_windows else None))
+
+
+@dataclasses.dataclass(frozen=True)
+class StepTables:
+    """The per-step tables of the aligned timelines: each rank's pipeline window per step
+    (``windows``; empty without pipeline parallelism), the step breakdown and idle, the GPU
+    tables, the trace overlap, bubbles (with the schedule replay's columns), microbatches,
+    pipeline phases and stage imbalance."""
+    windows: dict
+    breakdown: pd.DataFrame
+    idle: pd.DataFrame
+    gpu: dict[str, pd.DataFrame]
+    trace_overlap: pd.DataFrame
+    bubbles: pd.DataFrame
+    microbatches: pd.DataFrame
+    pipeline_phases: pd.DataFrame
+    stage_imbalance: pd.DataFrame
+
+
+def _step_tables(timelines: dict[int, RankTimeline], results: list[rank_work.RankResult],
+                 run: RunInfo | None, ranks: list[int]) -> StepTables:
+    """Pipeline windows, the step breakdown, bubbles (``timeline/breakdown``, ``pipeline/``)."""
     pipelined = run is not None and run.pipeline_stages > 1
     windows = bubble.pipeline_windows(timelines, run) if pipelined else {}
     bd = pd.DataFrame([row for r, tl in sorted(timelines.items())
@@ -341,78 +476,80 @@ def _cross_rank(inp: inputs.Inputs, results: list[rank_work.RankResult], layout_
     idle = pd.DataFrame([row for r, tl in sorted(timelines.items())
                          for row in breakdown.idle_rows(tl, windows.get(r))],
                         columns=breakdown.IDLE_COLUMNS)
-    gpu = {name: _concat([r.gpu.get(name) for r in sorted(results, key=lambda x: x.rank)],
-                         report_tables.GPU_COLUMNS[name]) for name in Report.GPU_TABLES}
+    by_rank = sorted(results, key=lambda x: x.rank)
+    gpu = {name: _concat([r.gpu.get(name) for r in by_rank], report_tables.GPU_COLUMNS[name])
+           for name in Report.GPU_TABLES}
     trace_ov = pd.DataFrame(sorted((r.trace_overlap for r in results), key=lambda o: o["rank"]))
     bub = bubble.bubble_table(timelines, windows, run)
     mb = schedule.microbatch_table(timelines, windows)
-    phases = schedule.phase_table(mb, windows)
-    imbalance_tab = schedule.imbalance_table(mb)
     if not bub.empty:
         replayed = schedule.replay(mb, bubble.pipeline_groups(run, ranks))
         bub = bub.merge(replayed, on=["rank", "step"], how="left")
-    # 4. The always-on records.
-    records = step_records.analyse(inp.steps, warmup_steps,
-                                   run.profile_steps if run is not None else None)
-    throughput = step_records.throughput(inp.steps, run)
-    verdicts = flight_recorder.diagnose(inp.flight, run, inp.steps) if inp.has_comms else \
-        _empty(flight_recorder.COLUMNS)
-    # 5. The dependency graph: critical path, what-if savings, the straggler.
-    if matchable:
-        graphs = program.step_graphs(timelines, inst, colls, p2p)
-        ops = dict(zip(inst["match_id"], inst["op"]))
-        out_bytes = {(int(r), m): float(b) for r, m, b in
-                     zip(inst["rank"], inst["match_id"], inst["out_bytes"]) if not pd.isna(b)}
-        wi = whatif.analyse(graphs, run, ops, out_bytes, records.noise_us)
-    else:
-        wi = None
-    # 6. Bandwidth, the aligned timeline, findings.
-    bw = bandwidth_report.bandwidth_table(inst, colls, p2p)
-    segs = segments.segments(timelines, windows, wi.charged if wi else [])
-    step_us = wi.step_time_us if wi is not None and np.isfinite(wi.step_time_us) else \
-        (float(bd.groupby("step")["window_us"].max().mean()) if len(bd) else float("nan"))
-    worst = inp.steps.groupby("step")["wall_time_us"].max() if len(inp.steps) else \
+    return StepTables(windows=windows, breakdown=bd, idle=idle, gpu=gpu,
+                      trace_overlap=trace_ov, bubbles=bub, microbatches=mb,
+                      pipeline_phases=schedule.phase_table(mb, windows),
+                      stage_imbalance=schedule.imbalance_table(mb))
+
+
+@dataclasses.dataclass(frozen=True)
+class Records:
+    """What the always-on records say (``records/``): the step timers' analysis, throughput
+    per step and the Flight Recorder verdicts."""
+    records: step_records.StepRecords
+    throughput: pd.DataFrame
+    verdicts: pd.DataFrame
+
+
+def _records(inp: inputs.Inputs, warmup_steps: int) -> Records:
+    run = inp.run
+    return Records(
+        records=step_records.analyse(inp.steps, warmup_steps,
+                                     run.profile_steps if run is not None else None),
+        throughput=step_records.throughput(inp.steps, run),
+        verdicts=flight_recorder.diagnose(inp.flight, run, inp.steps) if inp.has_comms
+        else _empty(flight_recorder.COLUMNS))
+
+
+def _whatif(aligned: Aligned, run: RunInfo | None,
+            records: step_records.StepRecords) -> whatif.WhatIf:
+    """Each step's dependency graph, its critical path, the what-if savings and the
+    straggler (``crossrank/``)."""
+    inst = aligned.instances
+    graphs = program.step_graphs(aligned.timelines, inst, aligned.collectives, aligned.p2p)
+    ops = dict(zip(inst["match_id"], inst["op"]))
+    out_bytes = {(int(r), m): float(b) for r, m, b in
+                 zip(inst["rank"], inst["match_id"], inst["out_bytes"]) if not pd.isna(b)}
+    return whatif.analyse(graphs, run, ops, out_bytes, records.noise_us)
+
+
+def _worst_step_times(steps: pd.DataFrame) -> pd.Series:
+    """step → the slowest rank's wall time of it (empty without step timers)."""
+    return steps.groupby("step")["wall_time_us"].max() if len(steps) else \
         pd.Series(dtype=float)
-    resolution = wi.resolution_us if wi is not None else whatif.resolution(
-        records.noise_us, bd["step"].nunique() if len(bd) else 1)
-    found = findings_mod.findings(findings_mod.FindingInputs(
-        step_us=step_us, noise_us=resolution, breakdown=bd, bubbles=bub,
-        schedule=run.schedule if run else None, stages=run.pipeline_stages if run else 1,
+
+
+def _findings(inp: inputs.Inputs, tables: StepTables, recs: Records, aligned: Aligned,
+              wi: whatif.WhatIf | None, *, step_us: float, resolution_us: float,
+              on_gpu: bool) -> list[findings_mod.Finding]:
+    """The ranked findings (``report/findings``) from every stage's value."""
+    run, records = inp.run, recs.records
+    colls, p2p = aligned.collectives, aligned.p2p
+    return findings_mod.findings(findings_mod.FindingInputs(
+        step_us=step_us, noise_us=resolution_us, breakdown=tables.breakdown,
+        bubbles=tables.bubbles, schedule=run.schedule if run else None,
+        stages=run.pipeline_stages if run else 1,
         microbatches=run.microbatches if run else 1,
         virtual_stages=run.virtual_stages if run else 1,
         straggler=wi.straggler if wi else None,
         savings=wi.savings if wi else _empty(whatif.SAVINGS_COLUMNS),
         imbalance=wi.imbalance if wi else None, dim_savings=wi.dim_savings if wi else {},
         dim_timing=_dim_timing(colls, p2p),
-        hangs=verdicts, slow_steps=records.slow_steps, warmup_steps=records.warmup_steps,
-        step_times=worst, median_step_us=records.median_step_us,
-        on_gpu=any(r.on_gpu for r in results), idle=idle, sync_calls=gpu["sync_calls"],
-        kernels=gpu["kernels"], gemms=gpu["gemms"], collectives=colls,
+        hangs=recs.verdicts, slow_steps=records.slow_steps,
+        warmup_steps=records.warmup_steps, step_times=_worst_step_times(inp.steps),
+        median_step_us=records.median_step_us, on_gpu=on_gpu, idle=tables.idle,
+        sync_calls=tables.gpu["sync_calls"], kernels=tables.gpu["kernels"],
+        gemms=tables.gpu["gemms"], collectives=colls,
         whatif_dims=_matched_dims(colls, p2p) if wi is not None else set()))
-    expected = set(range(run.world_size)) if run is not None else set()
-    return Report(
-        source=inp.path, run=run, ranks=ranks, missing_ranks=sorted(expected - set(ranks)),
-        problems=inp.problems, notes=notes, on_gpu=any(r.on_gpu for r in results),
-        breakdown=bd, trace_overlap=trace_ov, bubbles=bub, microbatches=mb,
-        pipeline_phases=phases, stage_imbalance=imbalance_tab, instances=inst,
-        collectives=colls, clock_offsets=offsets,
-        whatif=wi.table if wi else _empty(whatif.WHATIF_COLUMNS),
-        critical_path=wi.critical_path if wi else _empty(["step", "order", "rank", "kind",
-                                                         "what", "start_us", "end_us",
-                                                         "dur_us"]),
-        rank_waits=wi.savings if wi else _empty(whatif.SAVINGS_COLUMNS),
-        bandwidth=bw, bandwidth_summary=bandwidth_report.bandwidth_summary(bw, baseline),
-        step_heatmap=records.heatmap, flight_recorder=verdicts, timeline=segs,
-        throughput=throughput, idle=idle, **gpu, straggler=wi.straggler if wi else None,
-        imbalance=wi.imbalance if wi else None,
-        cross_rank={"matchable": matchable, "why_not": matched.why_not,
-                    "matched_on": matched.matched_on if matchable else None,
-                    "noise_us": records.noise_us,
-                    "floor_us": wi.floor_us if wi is not None else None,
-                    "resolution_us": resolution},
-        step_records=records, step_time_us=step_us, findings=found)
-
-
 
 
 def _concat(tables: list, columns: list[str]) -> pd.DataFrame:
@@ -465,27 +602,27 @@ def _dim_timing(colls: pd.DataFrame, p2p: pd.DataFrame) -> dict[str, dict]:
 
 def _records_only(inp: inputs.Inputs, warmup_steps: int) -> Report:
     """A run with no usable trace (it failed or hung before its profiled steps): what the
-    always-on records say — step timers and the Flight Recorder verdicts."""
+    always-on records say — step timers and the Flight Recorder verdicts; every other table
+    empty with its registered columns (``report/tables.py``)."""
     run = inp.run
-    records = step_records.analyse(inp.steps, warmup_steps, run.profile_steps)
-    verdicts = flight_recorder.diagnose(inp.flight, run, inp.steps)
-    worst = inp.steps.groupby("step")["wall_time_us"].max() if len(inp.steps) else \
-        pd.Series(dtype=float)
+    recs = _records(inp, warmup_steps)
+    records = recs.records
     found = findings_mod.findings(findings_mod.FindingInputs(
         step_us=records.median_step_us, noise_us=records.noise_us,
         breakdown=_empty(breakdown.COLUMNS), bubbles=_empty(bubble.COLUMNS),
         schedule=run.schedule, stages=1, microbatches=run.microbatches,
         virtual_stages=run.virtual_stages, straggler=None,
         savings=_empty(whatif.SAVINGS_COLUMNS), imbalance=None, dim_savings={},
-        hangs=verdicts, slow_steps=records.slow_steps, warmup_steps=records.warmup_steps,
-        step_times=worst, median_step_us=records.median_step_us))
+        hangs=recs.verdicts, slow_steps=records.slow_steps,
+        warmup_steps=records.warmup_steps, step_times=_worst_step_times(inp.steps),
+        median_step_us=records.median_step_us))
     return Report(
         source=inp.path, run=run, ranks=[], missing_ranks=list(range(run.world_size)),
         problems=inp.problems, notes=list(inp.notes), on_gpu=False,
         **{name: report_tables.empty(name) for name in Report.TABLES
            if name not in ("instances", "step_heatmap", "flight_recorder", "throughput")},
-        instances=instances.empty(), step_heatmap=records.heatmap, flight_recorder=verdicts,
-        throughput=step_records.throughput(inp.steps, run),
+        instances=instances.empty(), step_heatmap=records.heatmap,
+        flight_recorder=recs.verdicts, throughput=recs.throughput,
         straggler=None, imbalance=None,
         cross_rank={"matchable": False, "why_not": ["no traces"], "matched_on": None,
                     "noise_us": records.noise_us},

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 
 import click
@@ -32,39 +31,57 @@ def _load_baseline(path: str | None):
         fail(f"{p}: not a usable baseline ({e})")
 
 
-def run_analysis(path, out, comm_kernel_regex, rank_regex=None, cache=True, baseline=None,
-                 **options):
-    """Analyse ``path`` and write its report (``options``: analyze's keyword arguments, e.g.
-    ``layout``, ``rank_order``, ``warmup_steps``); one line and exit code 2 on bad input."""
+def report_dir(path, out=None) -> pathlib.Path:
+    """Where the report of ``path`` goes: ``out``, else ``PATH/report``."""
+    from meshscope.collectors.run_dir import REPORT
+
+    return pathlib.Path(out) if out else pathlib.Path(path) / REPORT
+
+
+def default_options(target: pathlib.Path):
+    """The options of a plain ``meshscope analyze`` writing to ``target``: the trace cache in
+    ``target/.cache``, a progress bar (what ``meshscope run``'s demo and ``dashboard --html``
+    analyse with)."""
+    from meshscope.analysis.report.options import AnalysisOptions
+
+    return AnalysisOptions(cache_dir=target / ".cache", progress=True)
+
+
+def _check_patterns(options) -> None:
+    """One line and exit code 2 for a flag's regular expression that does not compile."""
     import re
 
+    from meshscope.analysis.ingest.events import compile_rank_regex
+
+    try:
+        compile_rank_regex(options.rank_regex)
+    except ValueError as e:
+        fail(str(e))
+    for flag, pattern in (("--comm-kernel-regex", options.comm_kernel_re),
+                          ("--step-annotation", options.step_annotation)):
+        try:
+            if pattern:
+                re.compile(pattern)
+        except re.error as e:
+            fail(f"{flag} {pattern!r} is not a regular expression ({e})")
+
+
+def run_analysis(path, out=None, options=None):
+    """Analyse ``path`` as ``options`` say (``AnalysisOptions``; None: ``default_options``)
+    and write its report to ``out`` (default ``PATH/report``); one line and exit code 2 on
+    bad input. Returns the report and its directory."""
     from meshscope.analysis.report.process_memory import use_system_allocator
 
     use_system_allocator()          # before the analysis imports pyarrow
     from meshscope.analysis.errors import InputError
-    from meshscope.analysis.ingest.events import compile_rank_regex
     from meshscope.analysis.report.analyze import analyze as do_analyze
-    from meshscope.collectors.run_dir import REPORT, RunDirError
+    from meshscope.collectors.run_dir import RunDirError
 
+    target = report_dir(path, out)
+    options = options if options is not None else default_options(target)
+    _check_patterns(options)
     try:
-        compile_rank_regex(rank_regex)
-        if comm_kernel_regex:
-            re.compile(comm_kernel_regex)
-    except ValueError as e:
-        fail(str(e))
-    except re.error as e:
-        fail(f"--comm-kernel-regex {comm_kernel_regex!r} is not a regular expression ({e})")
-    try:
-        if options.get("step_annotation"):
-            re.compile(options["step_annotation"])
-    except re.error as e:
-        fail(f"--step-annotation {options['step_annotation']!r} is not a regular expression "
-             f"({e})")
-    target = pathlib.Path(out) if out else pathlib.Path(path) / REPORT
-    try:
-        report = do_analyze(pathlib.Path(path), comm_kernel_re=comm_kernel_regex,
-                            rank_regex=rank_regex, cache_dir=target / ".cache" if cache else None,
-                            progress=True, baseline=_load_baseline(baseline), **options)
+        report = do_analyze(pathlib.Path(path), options)
     except (InputError, RunDirError) as e:
         fail(str(e))
     try:
@@ -134,55 +151,38 @@ def analyze(path, out, as_json, comm_kernel_regex, rank_regex, step_annotation, 
             baseline, layout, rank_order, warmup_steps, engine, scheduler, workers,
             max_trace_bytes, max_events, max_event_bytes, max_rank_memory, max_nesting):
     """Analyse a run directory or any folder of Kineto traces."""
+    import dataclasses
+
     from meshscope.analysis.ingest import budgets
     from meshscope.analysis.report import reuse
-    from meshscope.analysis.report.text import render
+    from meshscope.analysis.report.options import AnalysisOptions
+    from meshscope.collectors.run_dir import SUMMARY
 
-    limits = {"events": max_events, "nesting": max_nesting}
+    flags = {"events": max_events, "nesting": max_nesting}
     for name, flag, text in (("trace_bytes", "--max-trace-bytes", max_trace_bytes),
                              ("event_bytes", "--max-event-bytes", max_event_bytes),
                              ("rank_memory", "--max-rank-memory", max_rank_memory)):
         try:
-            limits[name] = budgets.parse_size(text) if text is not None else None
+            flags[name] = budgets.parse_size(text) if text is not None else None
         except ValueError as e:
             fail(f"{flag}: {e}")
-    saved = {var: os.environ.get(var) for var in budgets.ENV.values()}
-    budgets.export(**limits)
-    try:
-        _analyze(path, out, as_json, comm_kernel_regex, rank_regex, step_annotation,
-                 no_cache, baseline, layout, rank_order, warmup_steps, engine, scheduler,
-                 workers, budgets.current(), render, reuse)
-    finally:
-        for var, value in saved.items():
-            if value is None:
-                os.environ.pop(var, None)
-            else:
-                os.environ[var] = value
-
-
-def _analyze(path, out, as_json, comm_kernel_regex, rank_regex, step_annotation, no_cache,
-             baseline, layout, rank_order, warmup_steps, engine, scheduler, workers,
-             limits, render, reuse):
-    import dataclasses
-
-    target = pathlib.Path(out) if out else pathlib.Path(path) / "report"
-    options = {"comm_kernel_regex": comm_kernel_regex, "rank_regex": rank_regex,
-               "layout": layout, "rank_order": rank_order, "warmup_steps": warmup_steps,
-               "baseline": baseline, "step_annotation": step_annotation}
-    if dataclasses.asdict(limits) != dataclasses.asdict(type(limits)()):
-        options["budgets"] = dataclasses.asdict(limits)
-    digest = reuse.key(pathlib.Path(path), target, options) if pathlib.Path(path).exists() \
-        else None
+    # The budgets in force: this process' environment, with the flags given over it.
+    limits = dataclasses.replace(budgets.current(),
+                                 **{k: v for k, v in flags.items() if v is not None})
+    target = report_dir(path, out)
+    options = AnalysisOptions(
+        comm_kernel_re=comm_kernel_regex, rank_regex=rank_regex,
+        step_annotation=step_annotation, cache_dir=None if no_cache else target / ".cache",
+        workers=workers, progress=True, baseline=_load_baseline(baseline), layout=layout,
+        rank_order=rank_order, warmup_steps=warmup_steps, engine=engine, scheduler=scheduler,
+        budgets=limits)
+    digest = reuse.key(pathlib.Path(path), target, _reuse_options(options, baseline)) \
+        if pathlib.Path(path).exists() else None
     summary = reuse.cached_summary(target, digest) if digest and not no_cache else None
     if summary is None:
-        report, target = run_analysis(path, out, comm_kernel_regex, rank_regex,
-                                      cache=not no_cache, baseline=baseline, layout=layout,
-                                      rank_order=rank_order, warmup_steps=warmup_steps,
-                                      engine=engine, scheduler=scheduler, workers=workers,
-                                      step_annotation=step_annotation)
+        _, target = run_analysis(path, target, options)
         if digest:
             reuse.store(target, digest)
-        from meshscope.collectors.run_dir import SUMMARY
         summary = json.loads((target / SUMMARY).read_text())
         verb = "written"
     else:
@@ -191,10 +191,29 @@ def _analyze(path, out, as_json, comm_kernel_regex, rank_regex, step_annotation,
         click.echo(json.dumps(summary, indent=2))
     else:
         from meshscope.analysis.report.printable import printable
+        from meshscope.analysis.report.text import render
         for p in summary.get("problems", []):
             click.echo(f"meshscope: warning: {printable(p)}", err=True)
         click.echo(render(summary))
         click.echo(f"\nreport {verb}: {printable(target)}")
+
+
+def _reuse_options(options, baseline_path: str | None) -> dict:
+    """The options that change the report, as the reuse key holds them
+    (``analysis/report/reuse.py``): the patterns, the layout, the warm-up, the baseline's file
+    (its content is stat-ed by the key) and the budgets where they are not the defaults.
+    Where and how fast the work runs (engine, workers, cache) changes no number."""
+    import dataclasses
+
+    from meshscope.analysis.ingest.budgets import Budgets
+
+    key = {"comm_kernel_regex": options.comm_kernel_re, "rank_regex": options.rank_regex,
+           "layout": options.layout, "rank_order": options.rank_order,
+           "warmup_steps": options.warmup_steps, "baseline": baseline_path,
+           "step_annotation": options.step_annotation}
+    if options.budgets is not None and options.budgets != Budgets():
+        key["budgets"] = dataclasses.asdict(options.budgets)
+    return key
 
 
 COMMANDS = (analyze,)

@@ -121,7 +121,7 @@ def report(run, html_out):
     if not entry.analysed:
         from .analyze_cmd import run_analysis
         click.echo(f"{run} has no report yet: analysing it first", err=True)
-        run_analysis(str(entry.path), None, None)
+        run_analysis(str(entry.path))
     try:
         out = write_html(entry, pathlib.Path(html_out))
     except ReportUnreadable as e:

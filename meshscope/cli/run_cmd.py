@@ -257,7 +257,7 @@ def demo(out, no_serve, port):
     click.echo(f"meshscope demo: training dp=2,pp=2 on 4 local ranks -> {run_dir}")
     desc = _do_run(opts)
     _print_losses(run_dir, desc)
-    _, target = run_analysis(run_dir, None, None)
+    _, target = run_analysis(run_dir)
     from meshscope.collectors.run_dir import SUMMARY
     click.echo(render(json.loads((target / SUMMARY).read_text())))
     if not no_serve:

@@ -1,0 +1,77 @@
+"""What an analysis is asked to do: ``AnalysisOptions``, one frozen record.
+
+``analyze(path, options)`` (``analysis/report/analyze.py``) reads everything it may vary from
+here; ``meshscope analyze`` builds one from its flags (``cli/analyze_cmd.py``), and the notebook
+API (``analysis.open(path, **fields)``) from its keyword arguments. Every field has the default
+that ``meshscope analyze`` without the flag has, so ``AnalysisOptions()`` is the plain analysis.
+
+Fields, one by one:
+
+- ``comm_kernel_re`` — an extra regular expression for communication kernels (custom
+  symmetric-memory or DeepEP kernels that the built-in patterns miss); ``--comm-kernel-regex``.
+- ``rank_regex`` — a regular expression with one group that takes the rank from a trace's
+  file name, for traces without ``distributedInfo`` whose names are not ``rank<N>`` /
+  ``worker<N>``; ``--rank-regex``.
+- ``step_annotation`` — a regular expression naming the host ranges that are steps, for traces
+  without ``ProfilerStep`` (``timeline/rank_timeline.host_step_ranges``); ``--step-annotation``.
+- ``cache_dir`` — the folder of the parquet copies of the event tables
+  (``analysis/ingest/cache.py``); None reads every trace afresh. The command uses
+  ``<report dir>/.cache`` unless ``--no-cache``.
+- ``workers`` — per-rank worker processes: with the local engine, default one per core and at
+  most one per file; with ``engine="dask"`` and no ``scheduler``, the local cluster's size
+  (default 2).
+- ``progress`` — a progress bar on stderr when it is a terminal and the per-rank work takes
+  over a second (the command sets it; the API does not).
+- ``baseline`` — a bandwidth baseline table (``meshscope bench-comm``'s baseline, or
+  nccl-tests output read by ``analysis/comm/nccl_tests``) for the efficiency column of the
+  bandwidth summary; ``--baseline`` names the file, the command reads it into this table.
+- ``layout`` / ``rank_order`` — for traces of another framework whose groups carry no mesh
+  names: the job's layout (``dp=4,tp=2,pp=2``) and how its ranks were laid out, fastest
+  dimension first (``analysis/comm/dims.py``, ``LayoutMap``); ``--layout`` / ``--rank-order``.
+- ``warmup_steps`` — the first N steps count as warm-up whatever the step timers say;
+  ``--warmup-steps``.
+- ``engine`` / ``scheduler`` — where the per-rank work runs (``analysis/report/engines.py``):
+  ``local`` processes, or ``dask`` on the cluster at ``scheduler`` (``tcp://host:8786``), a
+  local one without; ``--engine`` / ``--scheduler``.
+- ``budgets`` — the reading budgets of every trace (``analysis/ingest/budgets.py``: bytes,
+  events, event size, rank memory, nesting). None: those this process' environment sets (the
+  defaults where it sets none). Given, they are in force for the analysis alone — set in this
+  process' environment while it runs, which the local pool's workers inherit and every Dask
+  task carries — and the environment is as it was afterwards.
+"""
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+from typing import TYPE_CHECKING
+
+from meshscope.analysis.ingest.budgets import Budgets
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+@dataclasses.dataclass(frozen=True)
+class AnalysisOptions:
+    """Every option of one analysis (module docstring, field by field)."""
+    comm_kernel_re: str | None = None
+    rank_regex: str | None = None
+    step_annotation: str | None = None
+    cache_dir: pathlib.Path | None = None
+    workers: int | None = None
+    progress: bool = False
+    baseline: pd.DataFrame | None = dataclasses.field(default=None, compare=False)
+    layout: str | None = None
+    rank_order: str | None = None
+    warmup_steps: int = 0
+    engine: str = "local"
+    scheduler: str | None = None
+    budgets: Budgets | None = None
+
+    @classmethod
+    def of(cls, options: AnalysisOptions | None = None, **fields) -> AnalysisOptions:
+        """``options`` with ``fields`` replaced (``AnalysisOptions()`` when None): what
+        ``analyze(path, options, **fields)`` and ``analysis.open(path, **fields)`` use.
+        An unknown field is a TypeError naming it."""
+        base = options if options is not None else cls()
+        return dataclasses.replace(base, **fields) if fields else base
