@@ -9,6 +9,7 @@ leave alone, and the process groups the training step needs.
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
@@ -22,6 +23,9 @@ from .faults import install_slow_rank
 from .layout import Layout, stage_layers
 from .model import ModelConfig, build_model
 from .moe import shard_experts
+
+if TYPE_CHECKING:
+    from .options import WorkerConfig
 
 # ``parallelize_tp`` (DTensor), ``split_model`` (torch.distributed.pipelining, which imports
 # torch._dynamo) and ``parallelize_dp`` (FSDP for fsdp/zero2) are imported where
@@ -71,8 +75,8 @@ def local_batch(x: torch.Tensor, layout: Layout, coords: dict[str, int]) -> torc
     return x
 
 
-def build_rank_model(conf: dict, layout: Layout, cfg: ModelConfig, device: torch.device,
-                     faults) -> RankModel:
+def build_rank_model(conf: WorkerConfig, layout: Layout, cfg: ModelConfig,
+                     device: torch.device, faults) -> RankModel:
     rank = dist.get_rank()
     mesh = init_device_mesh(device.type, tuple(layout.size(d) for d in layout.mesh_dims),
                             mesh_dim_names=layout.mesh_dims)
@@ -93,14 +97,14 @@ def build_rank_model(conf: dict, layout: Layout, cfg: ModelConfig, device: torch
                            "ranks": dist.get_process_group_ranks(g)})
 
     pp = layout.size("pp")
-    spec = SCHEDULES[conf["schedule"]]
-    v = conf["virtual_stages"] if pp > 1 else 1
+    spec = SCHEDULES[conf.schedule]
+    v = conf.virtual_stages if pp > 1 else 1
     n_stages = pp * v
     stage_ids = stages_of_rank(coords["pp"], pp, v, spec.placement) if pp > 1 else [0]
-    layers = stage_layers(cfg.n_layers, n_stages, conf.get("stage_layers"))
+    layers = stage_layers(cfg.n_layers, n_stages, conf.stage_layers)
     modules, experts = {}, []
     for sid in stage_ids:
-        m = build_model(cfg, conf["seed"])
+        m = build_model(cfg, conf.seed)
         if n_stages > 1:
             from .pipeline import split_model
             split_model(m, layers[sid], first=sid == 0, last=sid == n_stages - 1)
@@ -109,14 +113,14 @@ def build_rank_model(conf: dict, layout: Layout, cfg: ModelConfig, device: torch
         experts += mine
         if tp > 1:
             from .tensor_parallel import parallelize_tp
-            parallelize_tp(m, mesh["tp"], sp=conf["sp"])
+            parallelize_tp(m, mesh["tp"], sp=conf.sp)
         if cp > 1:
             parallelize_cp(m, mesh["cp"].get_group(), coords["cp"], cp)
         if sid == stage_ids[0]:
             install_slow_rank(faults, rank, m)
         if dp_mesh.size() > 1:
             from .data_parallel import parallelize_dp
-            m = parallelize_dp(m, mode=conf["dp_mode"], mesh=dp_mesh, device=device,
+            m = parallelize_dp(m, mode=conf.dp_mode, mesh=dp_mesh, device=device,
                                ignored=mine)
         modules[sid] = m
     return RankModel(modules=modules, n_stages=n_stages, expert_params=experts, mesh=mesh,

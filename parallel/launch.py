@@ -37,7 +37,7 @@ from meshscope.collectors.run_dir import RUN_JSON, RUN_SCHEMA_VERSION, write_jso
 
 from .layout import Layout, LayoutError, stage_layers
 from .model import ModelConfig
-from .options import LOGS, RunOptions, check
+from .options import LOGS, RunOptions, WorkerConfig, check
 from .rank_start import forked_rank, rank_start_method, start_server
 
 
@@ -267,17 +267,8 @@ def launch(opts: RunOptions) -> dict:
     desc = run_description(opts, run_id)
     if opts.node_rank == 0:
         write_json_atomic(run / RUN_JSON, desc)
-    config = {"run_dir": str(run), "run_id": run_id, "node_rank": opts.node_rank,
-              "layout": opts.layout.sizes,
-              "model": dataclasses.asdict(opts.model), "schedule": opts.schedule,
-              "virtual_stages": opts.virtual, "stage_layers": opts.stage_layers,
-              "microbatches": opts.microbatches, "steps": opts.steps, "seed": opts.seed,
-              "global_batch": opts.global_batch, "lr": opts.lr, "dp_mode": opts.dp_mode,
-              "sp": opts.sp, "faults": [f.as_dict() for f in opts.faults],
-              "timeout_s": opts.timeout_s, "profile_steps": list(opts.profile_steps),
-              "always_on": opts.always_on, "nccl_debug": opts.nccl_debug}
     config_path = run / ".meta" / f"config-node{opts.node_rank}.json"
-    write_json_atomic(config_path, config)
+    WorkerConfig.of(opts, run, run_id).write(config_path)
 
     os.environ["TORCH_FR_BUFFER_SIZE"] = os.environ.get(
         "TORCH_FR_BUFFER_SIZE", str(flight_recorder.DEFAULT_BUFFER_SIZE)) \

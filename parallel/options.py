@@ -4,6 +4,7 @@ of its own start, before anything imports torch or starts a process."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import pathlib
 import re
 import sys
@@ -92,3 +93,79 @@ def check(opts: RunOptions) -> None:
 
     if opts.node_rank == 0 and out.exists() and not all(others(p) for p in out.iterdir()):
         raise LayoutError(f"output directory {out} exists and is not empty (choose a new one)")
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerConfig:
+    """What every rank of a run is told (``parallel/worker.py``): the launcher writes it once
+    per node as ``RUN/.meta/config-node<N>.json`` (``write``) and each rank reads it back
+    (``read``) — typed on both sides, so the worker asks ``config.steps`` where it indexed a
+    dict by string.
+
+    ``run_dir``: the run directory (absolute); ``run_id``: this launcher's run id (node 0's is
+    shared through the rendezvous); ``node_rank``: the launcher's node; ``layout``: the mesh;
+    ``model``: the model's shape; ``schedule``, ``virtual_stages`` (1 without pipeline
+    parallelism; the chunks per rank with it), ``stage_layers`` (None: the even split) and
+    ``microbatches``: the pipeline; ``steps``, ``seed``, ``global_batch`` (sequences per
+    step over the whole job), ``lr``: the training; ``dp_mode``, ``sp``: how data and tensor
+    parallelism run; ``faults``: what to inject; ``timeout_s``: the process groups' timeout;
+    ``profile_steps``: the first and last profiled step (inclusive); ``always_on``: the step
+    timers flush every 10 steps and the Flight Recorder dumps (off only to measure them);
+    ``nccl_debug``: ``NCCL_DEBUG=INFO`` per rank into ``comms/`` (CUDA only)."""
+    run_dir: pathlib.Path
+    run_id: str
+    node_rank: int
+    layout: Layout
+    model: ModelConfig
+    schedule: str
+    virtual_stages: int
+    stage_layers: list[int] | None
+    microbatches: int
+    steps: int
+    seed: int
+    global_batch: int
+    lr: float
+    dp_mode: str
+    sp: bool
+    faults: tuple[Fault, ...]
+    timeout_s: int
+    profile_steps: tuple[int, int]
+    always_on: bool
+    nccl_debug: bool
+
+    @classmethod
+    def of(cls, opts: RunOptions, run_dir: pathlib.Path, run_id: str) -> WorkerConfig:
+        """The ranks' share of ``opts`` (its ``profile_steps`` already chosen)."""
+        return cls(run_dir=pathlib.Path(run_dir), run_id=run_id, node_rank=opts.node_rank,
+                   layout=opts.layout, model=opts.model, schedule=opts.schedule,
+                   virtual_stages=opts.virtual, stage_layers=opts.stage_layers,
+                   microbatches=opts.microbatches, steps=opts.steps, seed=opts.seed,
+                   global_batch=opts.global_batch, lr=opts.lr, dp_mode=opts.dp_mode,
+                   sp=opts.sp, faults=tuple(opts.faults), timeout_s=opts.timeout_s,
+                   profile_steps=tuple(opts.profile_steps), always_on=opts.always_on,
+                   nccl_debug=opts.nccl_debug)
+
+    def to_dict(self) -> dict:
+        """The JSON form (``read`` takes it back): plain values, the layout as its sizes."""
+        return {**{f.name: getattr(self, f.name) for f in dataclasses.fields(self)},
+                "run_dir": str(self.run_dir), "layout": dict(self.layout.sizes),
+                "model": dataclasses.asdict(self.model),
+                "faults": [f.as_dict() for f in self.faults],
+                "profile_steps": list(self.profile_steps)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> WorkerConfig:
+        """``to_dict``'s value back; a key missing or unknown is a TypeError naming it."""
+        return cls(**{**d, "run_dir": pathlib.Path(d["run_dir"]), "layout": Layout(d["layout"]),
+                      "model": ModelConfig(**d["model"]),
+                      "faults": tuple(Fault(**f) for f in d["faults"]),
+                      "profile_steps": tuple(d["profile_steps"])})
+
+    def write(self, path: pathlib.Path) -> None:
+        from meshscope.collectors.run_dir import write_json_atomic
+
+        write_json_atomic(path, self.to_dict())
+
+    @classmethod
+    def read(cls, path: pathlib.Path) -> WorkerConfig:
+        return cls.from_dict(json.loads(pathlib.Path(path).read_text()))

@@ -1,6 +1,7 @@
 """The per-rank training program that ``parallel.launch`` starts under torchrun.
 
-``python -m parallel.worker CONFIG.json`` — reads the run configuration the launcher wrote,
+``python -m parallel.worker CONFIG.json`` — reads the run configuration the launcher wrote
+(``options.WorkerConfig``),
 builds this rank's share of the model (``parallel.build``), trains, and records what
 ``collectors`` defines: the Kineto trace of the profiled steps, the step timers, and this
 rank's process-group table.
@@ -8,7 +9,6 @@ rank's process-group table.
 from __future__ import annotations
 
 import datetime
-import json
 import os
 import pathlib
 import signal
@@ -30,9 +30,9 @@ from meshscope.collectors.step_timer import StepTimer
 from .build import RankModel, build_rank_model, local_batch
 from .data import global_batch
 from .data_parallel import no_sync, sync_expert_grads
-from .faults import Fault, before_step
-from .layout import Layout
-from .model import ModelConfig, lm_loss
+from .faults import before_step
+from .model import lm_loss
+from .options import WorkerConfig
 from .process_exit import leave_now
 
 
@@ -112,60 +112,57 @@ class _AtomicErrorFile(ErrorHandler):
 
 
 def _main(config_path: str) -> None:
-    conf = json.loads(pathlib.Path(config_path).read_text())
-    run_dir = pathlib.Path(conf["run_dir"])
-    layout = Layout(conf["layout"])
-    cfg = ModelConfig(**conf["model"])
-    faults = [Fault(**f) for f in conf["faults"]]
+    conf = WorkerConfig.read(pathlib.Path(config_path))
+    run_dir, layout, cfg, faults = conf.run_dir, conf.layout, conf.model, list(conf.faults)
     on_term: list = []  # what to save if the launcher stops this rank, filled in below
     _record_on_sigterm(lambda: [f() for f in on_term])
     device, backend = _device()
-    if conf.get("nccl_debug") and backend == "nccl":
+    if conf.nccl_debug and backend == "nccl":
         from meshscope.collectors.nccl_debug import nccl_debug_env
         os.environ.update(nccl_debug_env(run_dir, rank=int(os.environ["RANK"])))
-    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=conf["timeout_s"]))
+    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=conf.timeout_s))
     rank = dist.get_rank()
     rm = build_rank_model(conf, layout, cfg, device, faults)
     write_json_atomic(run_dir / ".meta" / f"rank{rank}.json",
                       {"rank": rank, "coordinates": rm.coords, "groups": rm.groups,
                        "device": str(device), "backend": backend})
-    opt = torch.optim.AdamW(list(rm.parameters()), lr=conf["lr"])
+    opt = torch.optim.AdamW(list(rm.parameters()), lr=conf.lr)
     pp = layout.size("pp")
     schedule = None
     if pp > 1:
         from .pipeline import build_schedule  # torch.distributed.pipelining: only when pp > 1
         schedule = build_schedule(rm.modules, num_stages=rm.n_stages, device=device,
-                                  group=rm.mesh["pp"].get_group(), schedule=conf["schedule"],
-                                  microbatches=conf["microbatches"], loss_fn=lm_loss)
+                                  group=rm.mesh["pp"].get_group(), schedule=conf.schedule,
+                                  microbatches=conf.microbatches, loss_fn=lm_loss)
     dp_cp = layout.size("dp") * layout.size("cp")
     # With the always-on collectors off (only to measure their cost) the timers write once at
     # the end and the Flight Recorder keeps nothing.
     timer = StepTimer(steps_path(run_dir, rank), rank, cuda=device.type == "cuda",
-                      flush_every=10 if conf["always_on"] else 10**9)
+                      flush_every=10 if conf.always_on else 10**9)
     on_term.append(timer.flush)
-    if conf["always_on"]:
+    if conf.always_on:
         on_term.append(lambda: flight_recorder.dump(
             run_dir, rank, "terminated", "stopped by the launcher (SIGTERM) after another "
                                          "rank failed"))
     # With several launchers (--nnodes) each drew its own run id; run.json holds node 0's.
-    node0 = conf.get("node_rank", 0) == 0 and int(os.environ.get("LOCAL_RANK", "0")) == 0
+    node0 = conf.node_rank == 0 and int(os.environ.get("LOCAL_RANK", "0")) == 0
     meta = {"layout": str(layout), "rank": rank, "coordinates": rm.coords,
-            "run_id": rendezvous.shared_value("run_id", conf["run_id"], publisher=node0)}
-    prof = make_profiler(run_dir, rank, tuple(conf["profile_steps"]), device, meta)
-    local_tokens = conf["global_batch"] // layout.size("dp") * cfg.seq_len // layout.size("cp")
+            "run_id": rendezvous.shared_value("run_id", conf.run_id, publisher=node0)}
+    prof = make_profiler(run_dir, rank, conf.profile_steps, device, meta)
+    local_tokens = conf.global_batch // layout.size("dp") * cfg.seq_len // layout.size("cp")
     try:
         with prof:
-            for step in range(conf["steps"]):
-                x, y = global_batch(conf["seed"], step, conf["global_batch"], cfg.seq_len,
+            for step in range(conf.steps):
+                x, y = global_batch(conf.seed, step, conf.global_batch, cfg.seq_len,
                                     cfg.vocab_size)
                 x, y = (local_batch(t, layout, rm.coords).to(device) for t in (x, y))
-                at_step_start(prof, step, tuple(conf["profile_steps"]))
+                at_step_start(prof, step, conf.profile_steps)
                 timer.start()
                 before_step(faults, rank, step, device)
                 opt.zero_grad(set_to_none=True)
                 with timer.phase("fwd_bwd"), record_function(annotations.PIPELINE):
                     if schedule is None:
-                        loss = _step_without_pp(rm, x, y, conf["microbatches"])
+                        loss = _step_without_pp(rm, x, y, conf.microbatches)
                     else:
                         loss = _step_with_pp(rm, schedule, x, y)
                     if rm.expert_params:
@@ -175,12 +172,12 @@ def _main(config_path: str) -> None:
                 timer.stop(step, tokens=local_tokens, loss=loss)
                 prof.step()
     except BaseException as e:
-        if conf["always_on"]:
+        if conf.always_on:
             flight_recorder.dump(run_dir, rank, "exception", f"{type(e).__name__}: {e}")
         raise
     finally:
         timer.flush()
-    if conf["always_on"]:
+    if conf.always_on:
         flight_recorder.dump(run_dir, rank, "end")
     dist.destroy_process_group()
 
