@@ -4,12 +4,14 @@ reader, and nothing computed twice.
 ``open_report(entry)`` returns a ``RunReport``: ``typed`` (summary.json read through
 ``analysis.report.reader``: a typed ``Summary`` whatever the schema version), ``summary`` (the
 document as written, docs/report-format.md), ``table(name)`` — any report table by its file name
-(``breakdown``, ``whatif``, ``instances``…), ``None`` when this report has none — and the typed
-run.json (``run_info``) for the mesh. The tables the analysis' reader returns
-(``analysis.report.analyze.load_written``) come from it; the others are read from the same
-report folder on first use. Reports are cached per run and re-read when summary.json changes (a
-re-analysed run shows its new report without a restart); the cache holds at most
-``CACHE_BYTES``, least recently used reports dropped first.
+(``breakdown``, ``whatif``, ``instances``…), read by ``reader.read_table``: always with the
+columns ``analysis/report/tables.py`` registers for it, an older report's missing columns (and
+missing tables) added empty there and nowhere else —, ``has_table(name)`` (whether the report
+wrote that table at all: an older report may not have) and the typed run.json (``run_info``)
+for the mesh. Every table is read when the report is opened, so a damaged one makes the whole
+report unreadable at once rather than one page. Reports are cached per run and re-read when
+summary.json changes (a re-analysed run shows its new report without a restart); the cache
+holds at most ``CACHE_BYTES``, least recently used reports dropped first.
 
 Anything wrong with a report — a missing or damaged file, a key of the wrong type — is a
 ``ReportUnreadable`` whose message the pages never show: they say "report unreadable, run
@@ -20,7 +22,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
-import json
 import logging
 import pathlib
 import re
@@ -28,8 +29,7 @@ import threading
 
 import pandas as pd
 
-from meshscope.analysis.report import reader
-from meshscope.analysis.report.analyze import load_written
+from meshscope.analysis.report import reader, tables
 from meshscope.collectors.run_dir import SUMMARY, RunDirError
 from meshscope.collectors.run_info import RunInfo, read_run_info
 
@@ -46,7 +46,8 @@ class ReportUnreadable(Exception):
 class RunReport:
     entry: RunEntry
     summary: dict
-    tables: dict[str, pd.DataFrame | None]
+    tables: dict[str, pd.DataFrame]
+    written: frozenset[str]           # the tables the report has a file for
     run_info: RunInfo | None
     mtime_ns: int
 
@@ -77,22 +78,23 @@ class RunReport:
     def steps(self) -> list[int]:
         return self.typed.steps
 
-    def table(self, name: str) -> pd.DataFrame | None:
-        """The report's ``name.parquet``; None when this report has no such table."""
+    @property
+    def report_dir(self) -> pathlib.Path:
+        return self.entry.report_dir
+
+    def table(self, name: str) -> pd.DataFrame:
+        """The report's ``name.parquet`` with its registered columns (``reader.read_table``):
+        an empty frame with them when this report has no such table."""
         if name not in self.tables:
-            path = self.entry.report_dir / f"{name}.parquet"
-            if not path.is_file():
-                self.tables[name] = None
-            else:
-                try:
-                    self.tables[name] = pd.read_parquet(path)
-                except Exception as e:  # pyarrow raises several types for a damaged file
-                    raise ReportUnreadable(f"{path}: {type(e).__name__}: {e}") from e
+            try:
+                self.tables[name] = reader.read_table(self.report_dir, name)
+            except reader.ReportError as e:
+                raise ReportUnreadable(str(e)) from e
         return self.tables[name]
 
-    def has_columns(self, name: str, *columns: str) -> bool:
-        t = self.table(name)
-        return t is not None and all(c in t.columns for c in columns)
+    def has_table(self, name: str) -> bool:
+        """Whether the report wrote ``name.parquet`` (an older report may lack it)."""
+        return name in self.written
 
 
 # The report cache: least recently used reports go first once the reports held weigh more
@@ -176,20 +178,18 @@ def open_report(entry: RunEntry) -> RunReport:
                 _evict()
             return hit
     try:
-        written = load_written(entry.report_dir)
-    except Exception as e:  # json, pyarrow and OS errors alike: the page says "unreadable"
-        raise ReportUnreadable(f"{entry.report_dir}: {type(e).__name__}: {e}") from e
-    summary = written.pop("summary")
-    if not isinstance(summary, dict):
-        raise ReportUnreadable(f"{summary_path}: not a JSON object")
+        summary = reader.read_summary_file(entry.report_dir)
+        written = frozenset(n for n in tables.NAMES if reader.table_written(entry.report_dir, n))
+        frames = {n: reader.read_table(entry.report_dir, n) for n in tables.NAMES}
+    except reader.ReportError as e:     # json, pyarrow and OS errors alike: "unreadable"
+        raise ReportUnreadable(str(e)) from e
     summary = _without_server_paths(summary, _run_locations(summary, entry), entry.run_id)
     try:
         info = read_run_info(entry.path) if entry.has_run_json else None
     except RunDirError as e:
         log.warning("%s", e)
         info = None
-    report = RunReport(entry=entry, summary=summary,
-                       tables={k: v for k, v in written.items() if isinstance(v, pd.DataFrame)},
+    report = RunReport(entry=entry, summary=summary, tables=frames, written=written,
                        run_info=info, mtime_ns=mtime)
     try:
         _ = report.typed        # read once, here: a page never meets a malformed summary
@@ -203,7 +203,6 @@ def open_report(entry: RunEntry) -> RunReport:
 def read_summary(entry: RunEntry) -> dict | None:
     """summary.json alone (the runs list reads only this); None when absent or unreadable."""
     try:
-        data = json.loads((entry.report_dir / SUMMARY).read_text())
-    except (OSError, ValueError):
+        return reader.read_summary_file(entry.report_dir)
+    except reader.ReportError:
         return None
-    return data if isinstance(data, dict) else None

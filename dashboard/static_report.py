@@ -51,7 +51,7 @@ def render_html(report: RunReport) -> str:
 
     parts = []
     for page, build in PAGES:
-        if page == "timeline" and report.table("timeline") is None:
+        if page == "timeline" and not report.has_table("timeline"):
             continue  # without the report's own table the timeline needs the traces
         if page == "gpu" and not device.is_gpu(report):
             continue  # a CPU run has no GPU figures

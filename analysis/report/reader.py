@@ -16,18 +16,39 @@ report's age:
   the straggler at its peers' pace (``crossrank/whatif.py``; schema 2's ``stage_imbalance``).
 - ``Summary.cross_rank`` (``CrossRank``: the straggler, each rank's what-if saving and the
   wait it caused, the what-if's resolution), ``Summary.per_rank_mean`` (one ``RankMean`` per
-  rank: the step breakdown, exposed communication per dimension) and
-  ``Summary.pipeline_stages`` (``Stage``): typed rows, so that no page reads the document with
+  rank: the step breakdown, exposed communication per dimension),
+  ``Summary.pipeline_stages`` (``Stage``), ``Summary.hangs`` (``Hang``), ``Summary.bandwidth``
+  (``BandwidthRow``), ``Summary.gpu_idle_per_rank_mean`` (``GpuIdle``) and
+  ``Summary.top_kernels`` (``TopKernel``): typed rows, so that no page reads the document with
   chained ``.get``; ``per_rank_frame(summary)`` gives the breakdown as a DataFrame indexed by
   rank for the figures.
+
+And the report's tables, the other half of a report (``analysis/report/tables.py`` registers
+each with its columns):
+
+- ``read_table(report_dir, name) -> DataFrame``: ``name.parquet`` with every registered column,
+  in the registered order. An older report is read here and only here: a column it lacks is
+  added empty (null), a column it named otherwise (``RENAMED``) gets today's name, and a table
+  it never wrote is an empty frame with the columns — so a page asks "are there rows, are the
+  values known", never "does this column exist". A file that is not readable parquet is a
+  ``ReportError`` naming the file and the problem. ``table_written(report_dir, name)`` says
+  whether the report has the file at all (to tell an older report, which a re-analysis would
+  complete, from a run that had nothing to put there).
+- ``clock_offsets(df) -> [ClockOffset]`` and ``kernels(df) -> [Kernel]``: the rows a page
+  iterates, as typed records.
 """
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
+import pathlib
 
 import pandas as pd
 
+from meshscope.analysis.report import tables
 from meshscope.analysis.report.summary import STEP_TIME_SOURCES
+from meshscope.collectors.run_dir import SUMMARY
 
 #: Short labels of the step-time sources, for a table's column or a chart's axis.
 SHORT = {"timer": "step timer", "replayed": "replayed", "window": "profiled window"}
@@ -252,6 +273,103 @@ def _cross_rank(doc: dict) -> CrossRank:
 
 
 @dataclasses.dataclass(frozen=True)
+class Hang:
+    """One Flight Recorder verdict (``hangs``; a row of ``flight_recorder.parquet``): a group's
+    operation that some ranks never reached (``missing``) or disagreed on (``mismatch``)."""
+    process_group: str | None
+    group_desc: str | None
+    seq: int | None
+    kind: str | None
+    op: str | None
+    verdict: str | None
+    ranks_present: list[int]
+    ranks_missing: list[int]
+    last_seq_of_missing: str | None
+    detail: str
+
+
+def _hang(d: dict) -> Hang:
+    seq = _num(d.get("seq"))
+    return Hang(process_group=_opt_str(d.get("process_group")),
+                group_desc=_opt_str(d.get("group_desc")), seq=None if seq is None else int(seq),
+                kind=_opt_str(d.get("kind")), op=_opt_str(d.get("op")),
+                verdict=_opt_str(d.get("verdict")), ranks_present=_ints(d.get("ranks_present")),
+                ranks_missing=_ints(d.get("ranks_missing")),
+                last_seq_of_missing=_opt_str(d.get("last_seq_of_missing")),
+                detail=str(d.get("detail") or ""))
+
+
+def _int_or_none(x) -> int | None:
+    v = _num(x)
+    return None if v is None else int(v)
+
+
+@dataclasses.dataclass(frozen=True)
+class BandwidthRow:
+    """One row of ``bandwidth`` (``bandwidth_summary.parquet``'s medians per dimension, op,
+    group size and size bucket)."""
+    dim: str
+    op: str
+    group_size: int | None
+    size_bucket: int | None
+    instances: int | None
+    msg_bytes: float | None
+    transfer_us: float | None
+    busbw_gbps: float | None
+    busbw_max_gbps: float | None
+    baseline_busbw_gbps: float | None
+    efficiency: float | None        # busbw / the baseline's, where a baseline was given
+
+
+def _bandwidth(d: dict) -> BandwidthRow:
+    return BandwidthRow(dim=str(d.get("dim") or ""), op=str(d.get("op") or ""),
+                        group_size=_int_or_none(d.get("group_size")),
+                        size_bucket=_int_or_none(d.get("size_bucket")),
+                        instances=_int_or_none(d.get("instances")),
+                        msg_bytes=_num(d.get("msg_bytes")), transfer_us=_num(d.get("transfer_us")),
+                        busbw_gbps=_num(d.get("busbw_gbps")),
+                        busbw_max_gbps=_num(d.get("busbw_max_gbps")),
+                        baseline_busbw_gbps=_num(d.get("baseline_busbw_gbps")),
+                        efficiency=_num(d.get("efficiency")))
+
+
+#: ``gpu_idle_per_rank_mean``'s causes, in the order the text and the GPU page list them.
+IDLE_CAUSES = ("dataloader", "sync", "wait_rank", "launch", "cpu", "queued", "other")
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuIdle:
+    """One row of ``gpu_idle_per_rank_mean``: a rank's GPU idle per step and the part of it
+    charged to each cause (``IDLE_CAUSES``), mean over the profiled steps."""
+    rank: int
+    idle_us: float | None
+    by_cause_us: dict[str, float | None]
+
+
+def _gpu_idle(d: dict) -> GpuIdle:
+    return GpuIdle(rank=int(d["rank"]), idle_us=_num(d.get("idle_us")),
+                   by_cause_us={c: _num(d.get(f"idle_{c}_us")) for c in IDLE_CAUSES})
+
+
+@dataclasses.dataclass(frozen=True)
+class TopKernel:
+    """One row of ``top_kernels``: one of a rank's kernels with the most device time."""
+    rank: int
+    name: str
+    category: str
+    count: int
+    total_us: float
+    share_pct: float | None
+
+
+def _top_kernel(d: dict) -> TopKernel:
+    return TopKernel(rank=int(d["rank"]), name=str(d.get("name") or ""),
+                     category=str(d.get("category") or ""),
+                     count=_int_or_none(d.get("count")) or 0,
+                     total_us=_num(d.get("total_us")) or 0.0, share_pct=_num(d.get("share_pct")))
+
+
+@dataclasses.dataclass(frozen=True)
 class Summary:
     """summary.json as typed fields, whatever its schema version (the fields a reader
     needs to show a run; ``raw`` keeps the document for the rest)."""
@@ -274,10 +392,14 @@ class Summary:
     stage_imbalance_measured: dict | None
     stage_imbalance_without_straggler: dict | None
     cross_rank: CrossRank
-    hangs: list[dict]               # Flight Recorder verdicts, as written
-    bandwidth: list[dict]           # bandwidth summary rows, as written
-    gpu_idle_per_rank_mean: list[dict]   # where the GPU's idle time goes, per rank
-    top_kernels: list[dict]
+    hangs: list[Hang]               # Flight Recorder verdicts
+    # Whether summary.json's ``hangs`` is the Flight Recorder verdict itself: schema 1 wrote
+    # no flight_recorder table, so there its ``hangs`` (even empty: no hang) is the answer;
+    # from schema 2 the table is, and ``hangs`` only repeats it.
+    hangs_in_summary: bool
+    bandwidth: list[BandwidthRow]   # bandwidth summary rows
+    gpu_idle_per_rank_mean: list[GpuIdle]   # where the GPU's idle time goes, per rank
+    top_kernels: list[TopKernel]
     findings: list[Finding]
     raw: dict
 
@@ -353,7 +475,125 @@ def read_summary(doc: dict) -> Summary:
         pipeline_stages=[_stage(s) for s in _dicts(doc.get("pipeline_stages"))
                          if _num(s.get("stage")) is not None],
         stage_imbalance_measured=measured, stage_imbalance_without_straggler=corrected,
-        cross_rank=_cross_rank(doc), hangs=_dicts(doc.get("hangs")),
-        bandwidth=_dicts(doc.get("bandwidth")),
-        gpu_idle_per_rank_mean=_dicts(doc.get("gpu_idle_per_rank_mean")),
-        top_kernels=_dicts(doc.get("top_kernels")), findings=found, raw=doc)
+        cross_rank=_cross_rank(doc), hangs=[_hang(h) for h in _dicts(doc.get("hangs"))],
+        hangs_in_summary=isinstance(doc.get("hangs"), list)
+        and (not isinstance(version, int) or version < 2 or bool(doc["hangs"])),
+        bandwidth=[_bandwidth(b) for b in _dicts(doc.get("bandwidth"))],
+        gpu_idle_per_rank_mean=[_gpu_idle(r) for r in _dicts(doc.get("gpu_idle_per_rank_mean"))
+                                if _num(r.get("rank")) is not None],
+        top_kernels=[_top_kernel(k) for k in _dicts(doc.get("top_kernels"))
+                     if _num(k.get("rank")) is not None], findings=found, raw=doc)
+
+
+# ---- the report's tables -----------------------------------------------------------------
+
+class ReportError(ValueError):
+    """A report file that cannot be read; the message names the file and the problem."""
+
+
+#: Columns an older report wrote under another name, per table: old name -> registered name
+#: (schema 1's bandwidth table named the group's ranks ``group``).
+RENAMED: dict[str, dict[str, str]] = {"bandwidth": {"group": "pg_ranks"}}
+
+
+def _folder(report) -> pathlib.Path:
+    """A report directory, given as a path or as anything with a ``report_dir`` (the
+    dashboard's ``RunReport``)."""
+    return pathlib.Path(getattr(report, "report_dir", report))
+
+
+def table_written(report, name: str) -> bool:
+    """Whether the report directory holds ``name.parquet`` (an older report may not)."""
+    return (_folder(report) / f"{name}.parquet").is_file()
+
+
+def read_table(report, name: str) -> pd.DataFrame:
+    """``name.parquet`` of ``report`` (a report directory) with every column registered for
+    ``name`` in ``tables.COLUMNS``, in order, then any other column the file has: a column an
+    older report lacks is added empty (null), one it named otherwise (``RENAMED``) is renamed,
+    and a table the report never wrote is an empty frame with the registered columns.
+    ``ReportError`` (naming the file) when the file is there but is not readable parquet."""
+    if name not in tables.COLUMNS:
+        raise ValueError(f"{name}: not a report table (analysis/report/tables.py)")
+    path = _folder(report) / f"{name}.parquet"
+    if not path.is_file():
+        return tables.empty(name)
+    try:
+        df = pd.read_parquet(path)
+    except Exception as e:  # pyarrow raises several types (ArrowInvalid, OSError…) for one cause
+        raise ReportError(f"{path}: not readable parquet ({type(e).__name__}: {e})") from None
+    old = {a: b for a, b in RENAMED.get(name, {}).items()
+           if a in df.columns and b not in df.columns}
+    return tables.ordered(name, df.rename(columns=old) if old else df)
+
+
+def read_summary_file(report) -> dict:
+    """``summary.json`` of a report directory as written (a JSON object); ``ReportError``
+    naming the file when it is absent, not JSON or not an object."""
+    path = _folder(report) / SUMMARY
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise ReportError(f"{path}: {e.strerror or os.strerror(e.errno or 0)}") from None
+    except (UnicodeDecodeError, ValueError) as e:
+        raise ReportError(f"{path}: not readable JSON ({e})") from None
+    if not isinstance(doc, dict):
+        raise ReportError(f"{path}: not a JSON object")
+    return doc
+
+
+def _cell_num(x) -> float | None:
+    """A table cell as a float; None for null/NaN or a non-number."""
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return None if v != v else v
+
+
+def _cell_str(x) -> str | None:
+    return None if x is None or (isinstance(x, float) and x != x) else str(x)
+
+
+@dataclasses.dataclass(frozen=True)
+class ClockOffset:
+    """One row of ``clock_offsets.parquet``: a rank's clock against the reference rank's, the
+    uncertainty of that estimate and the offset the analysis subtracted from its times
+    (``applied_us``: 0 when the offset was within twice its uncertainty)."""
+    rank: int
+    offset_us: float | None
+    uncertainty_us: float | None
+    applied_us: float                # 0.0 where the table says nothing (null)
+    source: str | None               # how it was estimated ("collectives", "p2p"…)
+
+
+def clock_offsets(df: pd.DataFrame) -> list[ClockOffset]:
+    """``clock_offsets.parquet`` (as ``read_table`` gives it) as typed rows, by rank."""
+    rows = [ClockOffset(int(r), _cell_num(o), _cell_num(u), _cell_num(a) or 0.0, _cell_str(s))
+            for r, o, u, a, s in zip(df["rank"], df["offset_us"], df["uncertainty_us"],
+                                     df["applied_us"], df["source"]) if _cell_num(r) is not None]
+    return sorted(rows, key=lambda c: c.rank)
+
+
+@dataclasses.dataclass(frozen=True)
+class Kernel:
+    """One row of ``kernels.parquet``: a kernel name's time on one rank over the profiled
+    steps."""
+    rank: int
+    name: str
+    category: str | None
+    count: int
+    total_us: float
+    mean_us: float | None
+    share_pct: float | None          # of the rank's device time in the profiled steps
+    graph: bool                      # launched from a CUDA graph
+
+
+def kernels(df: pd.DataFrame) -> list[Kernel]:
+    """``kernels.parquet`` (as ``read_table`` gives it) as typed rows, in the table's order."""
+    return [Kernel(int(r), "" if n is None else str(n), _cell_str(c), int(_cell_num(k) or 0),
+                   _cell_num(t) or 0.0, _cell_num(m), _cell_num(p),
+                   False if pd.isna(g) else bool(g))
+            for r, n, c, k, t, m, p, g in zip(df["rank"], df["name"], df["category"],
+                                               df["count"], df["total_us"], df["mean_us"],
+                                               df["share_pct"], df["graph"])]

@@ -65,18 +65,19 @@ def render(summary: dict) -> str:
         lines.append("  rank      idle  dataloader      sync  wait-rank    launch       cpu"
                      "    queued     other")
         for r in typed.gpu_idle_per_rank_mean:
-            lines.append(f"  {r['rank']:>4} {_ms(r['idle_us'])}   {_ms(r['idle_dataloader_us'])}"
-                         f" {_ms(r['idle_sync_us'])}  {_ms(r['idle_wait_rank_us'])} "
-                         f"{_ms(r['idle_launch_us'])} {_ms(r['idle_cpu_us'])} "
-                         f"{_ms(r['idle_queued_us'])} {_ms(r['idle_other_us'])}")
+            c = r.by_cause_us
+            lines.append(f"  {r.rank:>4} {_ms(r.idle_us)}   {_ms(c['dataloader'])}"
+                         f" {_ms(c['sync'])}  {_ms(c['wait_rank'])} "
+                         f"{_ms(c['launch'])} {_ms(c['cpu'])} "
+                         f"{_ms(c['queued'])} {_ms(c['other'])}")
     if typed.top_kernels:
         lines.append("")
         lines.append("Top kernels per rank (time over the profiled steps):")
         for k in typed.top_kernels:
-            name = k["name"] if len(k["name"]) <= 60 else k["name"][:57] + "..."
-            lines.append(f"  rank {k['rank']:>3}  {k['total_us'] / 1000:9.2f} ms "
-                         f"{k['share_pct'] or 0:5.1f}%  {k['count']:>6}×  "
-                         f"{k['category']:<16} {name}")
+            name = k.name if len(k.name) <= 60 else k.name[:57] + "..."
+            lines.append(f"  rank {k.rank:>3}  {k.total_us / 1000:9.2f} ms "
+                         f"{k.share_pct or 0:5.1f}%  {k.count:>6}×  "
+                         f"{k.category:<16} {name}")
     if typed.pipeline_stages:
         lines.append("")
         lines.append("Pipeline bubble per stage (fraction of the pipeline window):")
@@ -124,8 +125,8 @@ def render(summary: dict) -> str:
                          f"step noise {_ms(cross.noise_us).strip()} ms, what-if floor "
                          f"{_ms(cross.floor_us).strip()} ms).")
     for h in typed.hangs[:5]:
-        if h.get("verdict") in ("missing", "mismatch"):
-            lines.append(f"{'HANG' if h['verdict'] == 'missing' else 'DESYNC'}: {h['detail']}")
+        if h.verdict in ("missing", "mismatch"):
+            lines.append(f"{'HANG' if h.verdict == 'missing' else 'DESYNC'}: {h.detail}")
     bw = typed.bandwidth
     if bw:
         lines.append("")
@@ -133,10 +134,10 @@ def render(summary: dict) -> str:
         lines.append("   dim              op  ranks     bytes  transfer us  busbw GB/s  "
                      "efficiency")
         for b in bw[:20]:
-            eff = b.get("efficiency")
-            lines.append(f"  {b['dim']:>4} {b['op']:>15} {b['group_size'] or '-':>6} "
-                         f"{_num(b['msg_bytes'], 9, 0)} {_num(b['transfer_us'], 12, 1)} "
-                         f"{_num(b['busbw_gbps'], 11, 3)}  "
+            eff = b.efficiency
+            lines.append(f"  {b.dim:>4} {b.op:>15} {b.group_size or '-':>6} "
+                         f"{_num(b.msg_bytes, 9, 0)} {_num(b.transfer_us, 12, 1)} "
+                         f"{_num(b.busbw_gbps, 11, 3)}  "
                          f"{'-' if eff is None else f'{eff:.0%}'}")
         if len(bw) > 20:
             lines.append(f"  … {len(bw) - 20} more rows in report/bandwidth_summary.parquet")

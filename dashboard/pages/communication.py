@@ -28,21 +28,19 @@ TOP = 12
 
 def busbw_figure(ctx: PageContext) -> go.Figure | None:
     bw = ctx.report.table("bandwidth_summary")
-    if bw is None or bw.empty or not {"op", "msg_bytes", "busbw_gbps"} <= set(bw.columns):
+    if bw.empty:
         return None
     fig = go.Figure()
-    dim = bw["dim"] if "dim" in bw else pd.Series("", index=bw.index)
-    for (d, op), g in bw.assign(dim=dim).groupby(["dim", "op"], sort=True):
+    for (d, op), g in bw.assign(dim=bw["dim"].astype("string").fillna("")).groupby(["dim", "op"], sort=True):
         g = g.sort_values("msg_bytes")
         if not g["busbw_gbps"].notna().any():
             continue        # no transfer time told apart from waiting: no point, no legend
         fig.add_scatter(name=f"{op} ({d})", x=g["msg_bytes"].tolist(),
                         y=g["busbw_gbps"].round(4).tolist(), mode="lines+markers",
-                        customdata=g["instances"].tolist() if "instances" in g else None,
+                        customdata=g["instances"].tolist(),
                         hovertemplate=f"{op} {d}<br>%{{x:.3s}}B: %{{y:.3f}} GB/s busbw"
-                                      + ("<br>%{customdata} instances" if "instances" in g
-                                         else "") + "<extra></extra>")
-        if "baseline_busbw_gbps" in g and g["baseline_busbw_gbps"].notna().any():
+                                      "<br>%{customdata} instances<extra></extra>")
+        if g["baseline_busbw_gbps"].notna().any():
             b = g[g["baseline_busbw_gbps"].notna()]
             fig.add_scatter(name=f"{op} baseline", x=b["msg_bytes"].tolist(),
                             y=b["baseline_busbw_gbps"].round(4).tolist(), mode="lines",
@@ -62,30 +60,27 @@ def busbw_figure(ctx: PageContext) -> go.Figure | None:
 def unknown_busbw(ctx: PageContext) -> list[str]:
     """``"send (pp)"``… : the (op, dim) whose every size bucket has no busbw."""
     bw = ctx.report.table("bandwidth_summary")
-    if bw is None or bw.empty or not {"op", "busbw_gbps"} <= set(bw.columns):
+    if bw.empty:
         return []
-    dim = bw["dim"] if "dim" in bw else pd.Series("", index=bw.index)
-    known = bw.assign(dim=dim, known=bw["busbw_gbps"].notna()).groupby(["dim", "op"])["known"]
+    known = bw.assign(dim=bw["dim"].astype("string").fillna(""), known=bw["busbw_gbps"].notna()).groupby(
+        ["dim", "op"])["known"]
     return [f"{op} ({d})" for (d, op), k in known.any().items() if not k]
 
 
 def _per_rank_ops(ctx: PageContext) -> pd.DataFrame | None:
-    """One row per operation of one rank with dim, op, group ranks, bytes, duration, transfer
-    and wait: the report's bandwidth table."""
+    """One row per operation of one rank with dim, op, group ranks (``group``), bytes,
+    duration, transfer and wait: the report's bandwidth table (an older report's own name for
+    the group's ranks is mapped in ``reader.read_table``)."""
     bw = ctx.report.table("bandwidth")
-    if bw is not None and "group" not in bw.columns and "pg_ranks" in bw.columns:
-        bw = bw.rename(columns={"pg_ranks": "group"})      # schema 2 names it as instances do
-    need = {"rank", "group", "op", "msg_bytes", "dur_us"}
-    if bw is None or bw.empty or not need <= set(bw.columns):
+    if bw.empty:
         return None
-    return bw
+    return bw.rename(columns={"pg_ranks": "group"})
 
 
 def transfer_wait_figure(ops: pd.DataFrame) -> go.Figure | None:
-    if not {"transfer_us", "wait_us"} <= set(ops.columns):
+    if ops["transfer_us"].isna().all() and ops["wait_us"].isna().all():
         return None
-    dim = ops["dim"] if "dim" in ops else ""
-    g = ops.assign(dim=dim).groupby(["dim", "op", "group"], sort=True)[
+    g = ops.assign(dim=ops["dim"].astype("string").fillna("")).groupby(["dim", "op", "group"], sort=True)[
         ["transfer_us", "wait_us"]].sum().reset_index()
     g = g.sort_values("transfer_us", key=lambda s: -(s + g["wait_us"])).head(3 * TOP)
     x = [f"{r.dim} {r.op} [{r.group}]" for r in g.itertuples()]
@@ -172,18 +167,15 @@ def _ms(us) -> str:
 
 
 def costly_table(ops: pd.DataFrame) -> Table:
-    keys = [k for k in ("step", "dim", "op", "group", "k") if k in ops.columns]
-    agg = {"dur_us": "max", "msg_bytes": "max"}
-    if "transfer_us" in ops:
-        agg["transfer_us"] = "min"
-    if "wait_us" in ops:
-        agg["wait_us"] = "max"
+    # The keys the table knows (an older report's missing column is all null: not a key).
+    keys = [k for k in ("step", "dim", "op", "group", "k") if ops[k].notna().any()]
+    agg = {"dur_us": "max", "msg_bytes": "max", "transfer_us": "min", "wait_us": "max"}
     g = ops.groupby(keys, sort=False).agg(agg).reset_index().sort_values(
         "dur_us", ascending=False).head(TOP)
     cols = keys + ["bytes", "slowest rank's time", "transfer", "longest wait"]
     rows = [[r[k] for k in keys] + [f"{int(r['msg_bytes']):,}" if r["msg_bytes"] == r[
         "msg_bytes"] else "—", f"{r['dur_us'] / 1e3:.3f} ms",
-        _ms(r.get("transfer_us")), _ms(r.get("wait_us"))] for _, r in g.iterrows()]
+        _ms(r["transfer_us"]), _ms(r["wait_us"])] for _, r in g.iterrows()]
     return Table("costly-table", cols, rows, left=len(keys),
                  caption="The collectives that took longest on their slowest rank; the "
                          "transfer is the fastest rank's time (a send/recv's: the time both "

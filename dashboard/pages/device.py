@@ -27,6 +27,8 @@ import re
 import pandas as pd
 import plotly.graph_objects as go
 
+from meshscope.analysis.report import reader
+
 from ..data import RunReport
 from ..sections import Cell, Figure, Link, Note, Section, Table, fmt, missing
 from .common import LAYOUT, PageContext, per_rank_mean, rank_label
@@ -63,11 +65,7 @@ def is_gpu(report: RunReport) -> bool:
     summary.json says so)."""
     if report.typed.device == "gpu":
         return True
-    for name in ("idle", "kernels"):
-        t = report.table(name)
-        if t is not None and len(t):
-            return True
-    return False
+    return any(len(report.table(name)) for name in ("idle", "kernels"))
 
 
 def cut(name: str, limit: int = NAME_CHARS) -> str:
@@ -128,7 +126,7 @@ def idle_means(report: RunReport) -> pd.DataFrame:
     """``idle.parquet`` averaged over the profiled steps, one row per rank (indexed by rank):
     ``idle_us`` and each ``idle_<cause>_us``; empty when the report has none."""
     idle = report.table("idle")
-    if idle is None or idle.empty or "rank" not in idle or "idle_us" not in idle:
+    if idle.empty:
         return pd.DataFrame()
     cols = ["idle_us"] + [c for c in idle.columns if c.startswith("idle_") and c != "idle_us"]
     return idle.groupby("rank")[cols].mean().sort_index()
@@ -239,8 +237,6 @@ def overview_section(ctx: PageContext) -> Section | None:
 
 def categories_figure(report: RunReport, rank: int) -> go.Figure | None:
     cats = report.table("step_categories")
-    if cats is None or cats.empty or "rank" not in cats:
-        return None
     mine = cats[cats["rank"] == rank].sort_values("step")
     if mine.empty:
         return None
@@ -248,7 +244,7 @@ def categories_figure(report: RunReport, rank: int) -> go.Figure | None:
     fig = go.Figure()
     for key, label in STEP_CATEGORIES.items():
         col = f"{key}_us"
-        if col not in mine:
+        if mine[col].isna().all():      # a category an older report did not write
             continue
         fig.add_bar(name=label, x=x, y=(mine[col] / 1e3).round(4).tolist(),
                     marker_color=CATEGORY_COLOURS[key],
@@ -262,19 +258,18 @@ def categories_figure(report: RunReport, rank: int) -> go.Figure | None:
 
 
 def kernels_table(report: RunReport, rank: int) -> Table | Note | None:
-    k = report.table("kernels")
-    if k is None:
+    if not report.has_table("kernels"):
         return None
-    mine = k[k["rank"] == rank]
-    if mine.empty:
+    mine = [k for k in reader.kernels(report.table("kernels")) if k.rank == rank]
+    if not mine:
         return Note("kernels-none", f"No kernel ran on rank {rank} in the profiled steps.")
-    graph = "graph" in mine and bool(mine["graph"].fillna(False).astype(bool).any())
+    graph = any(k.graph for k in mine)
     rows = []
-    for _, r in mine.iterrows():
-        row = [_cell(r["name"]), r.get("category", ""), int(r["count"]),
-               f"{r['total_us'] / 1e3:.2f}", f"{r['mean_us']:.1f}", fmt(r.get("share_pct"), 1)]
+    for k in mine:
+        row = [_cell(k.name), k.category or "", k.count, f"{k.total_us / 1e3:.2f}",
+               fmt(k.mean_us, 1), fmt(k.share_pct, 1)]
         if graph:
-            row.append("yes" if r.get("graph") else "")
+            row.append("yes" if k.graph else "")
         rows.append(row)
     n = len(report.steps)
     return Table("kernels-table", ["kernel", "category", "count", "total ms", "mean µs",
@@ -287,8 +282,6 @@ def kernels_table(report: RunReport, rank: int) -> Table | Note | None:
 
 def kernel_categories_table(report: RunReport, rank: int) -> Table | None:
     kc = report.table("kernel_categories")
-    if kc is None or kc.empty:
-        return None
     mine = kc[kc["rank"] == rank].sort_values("total_us", ascending=False)
     if mine.empty:
         return None
@@ -302,20 +295,21 @@ def kernel_categories_table(report: RunReport, rank: int) -> Table | None:
 
 
 def gemms_table(report: RunReport, rank: int) -> Table | Note | None:
-    g = report.table("gemms")
-    if g is None:
+    if not report.has_table("gemms"):
         return None
-    mine = g[g["rank"] == rank] if "rank" in g else g
+    g = report.table("gemms")
+    mine = g[g["rank"] == rank]
     if mine.empty:
         return Note("gemms-none", "No matrix multiplication with its shapes in this trace: "
                                   "profile with record_shapes=True to see the achieved "
                                   "TFLOP/s of each against the device's peak.")
     rows = []
     for _, r in mine.sort_values("flops", ascending=False).head(MAX_GEMM_ROWS).iterrows():
-        eff = r.get("efficiency")
-        rows.append([r["op"], shapes_text(r["shapes"]), r.get("dtype") or "—", int(r["calls"]),
+        eff = r["efficiency"]
+        dtype = r["dtype"] if isinstance(r["dtype"], str) and r["dtype"] else "—"
+        rows.append([r["op"], shapes_text(r["shapes"]), dtype, int(r["calls"]),
                      f"{r['flops'] / 1e9:.2f}", f"{r['kernel_us'] / 1e3:.3f}",
-                     fmt(r.get("tflops"), 1), fmt(r.get("peak_tflops"), 1),
+                     fmt(r["tflops"], 1), fmt(r["peak_tflops"], 1),
                      "—" if eff is None or eff != eff else f"{100 * eff:.1f}"])
     return Table("gemms-table", ["op", "shapes", "dtype", "calls", "GFLOP", "kernel ms",
                                  "achieved TFLOP/s", "peak TFLOP/s", "efficiency %"], rows,
@@ -329,12 +323,11 @@ def gemms_table(report: RunReport, rank: int) -> Table | Note | None:
 
 
 def sync_table(report: RunReport, rank: int) -> Table | Note | None:
-    calls = report.table("sync_calls")
-    if calls is None:
+    if not report.has_table("sync_calls"):
         return None
-    mine = calls[calls["rank"] == rank] if "rank" in calls else calls
-    if "step" in mine:                  # older reports have no step: the whole trace
-        mine = mine[mine["step"] >= 0]
+    calls = report.table("sync_calls")
+    mine = calls[calls["rank"] == rank]
+    mine = mine[~(mine["step"] < 0)]    # an older report's null step: the whole trace
     if mine.empty:
         return Note("sync-none", f"No blocking synchronisation on rank {rank} in the profiled "
                                  f"steps.")
@@ -363,7 +356,7 @@ def sync_table(report: RunReport, rank: int) -> Table | Note | None:
 
 def stream_idle_table(report: RunReport) -> Table | None:
     s = report.table("stream_idle")
-    if s is None or s.empty:
+    if s.empty:
         return None
     rows = [[int(r["rank"]), r["stream"], f"{r['idle_us'] / 1e3:.2f}",
              f"{r['host_wait_us'] / 1e3:.2f}", f"{r['kernel_wait_us'] / 1e3:.2f}",

@@ -12,7 +12,11 @@ inputs the analysis could not use.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import pandas as pd
+
+from meshscope.analysis.report import reader, tables
 
 from ..sections import Note, Section, Table, clip
 from .common import PageContext
@@ -31,23 +35,27 @@ def _cell(v) -> str:
 
 
 def verdicts(ctx: PageContext) -> list:
+    """The Flight Recorder verdicts: ``flight_recorder.parquet``, else (schema 1, which wrote
+    no such table) summary.json's ``hangs`` — the reader decides which (``hangs_in_summary``)."""
     rep = ctx.report
-    fr = rep.table("flight_recorder")
-    if fr is None:
-        rows = rep.typed.hangs
-        fr = pd.DataFrame(rows) if rows else None
-    if fr is None:
-        if rep.schema_version < 2 and "hangs" in rep.summary:
-            fr = pd.DataFrame()
-        else:
-            return [Note("fr-none", "No Flight Recorder dumps in this run (comms/): nothing "
-                                    "to say about hangs or desyncs.")]
+    typed = rep.typed
+    if rep.has_table("flight_recorder"):
+        fr = rep.table("flight_recorder")
+    elif typed.hangs_in_summary:
+        fr = tables.ordered("flight_recorder", pd.DataFrame(
+            [dataclasses.asdict(h) for h in typed.hangs],
+            columns=[f.name for f in dataclasses.fields(reader.Hang)]))
+    else:
+        return [Note("fr-none", "No Flight Recorder dumps in this run (comms/): nothing "
+                                "to say about hangs or desyncs.")]
     if fr.empty:
         return [Note("fr-healthy", "No hang and no desync: every rank of every group reached "
                                    "the same operations and agreed on them.")]
-    cols = [c for c in FR_COLUMNS if c in fr.columns] + \
-        [c for c in fr.columns if c not in FR_COLUMNS][:6]  # columns of a newer report
-    counts = fr["verdict"].value_counts().to_dict() if "verdict" in fr else {}
+    # The columns the verdicts fill (an older report's missing ones are all null), the main
+    # ones first.
+    cols = [c for c in FR_COLUMNS if fr[c].notna().any()] + \
+        [c for c in fr.columns if c not in FR_COLUMNS and fr[c].notna().any()][:6]
+    counts = fr["verdict"].value_counts().to_dict()
     head = ", ".join(f"{n} {v}" for v, n in counts.items())
     rows = [[_cell(r[c]) for c in cols] for _, r in fr.head(MAX_ROWS).iterrows()]
     more = f" The first {MAX_ROWS} of {len(fr)} are shown." if len(fr) > MAX_ROWS else ""

@@ -20,7 +20,7 @@ import plotly.graph_objects as go
 
 from meshscope.analysis.report.reader import Stage
 
-from ..sections import Facts, Figure, Note, Section, Table, fmt, missing
+from ..sections import Facts, Figure, Note, Section, Table, fmt, missing, ms
 from .common import COLOURS, LAYOUT, PageContext, lanes_layout, pick_step, rank_label
 
 PHASES = ("forward", "backward", "weight-grad")
@@ -28,17 +28,12 @@ PHASES = ("forward", "backward", "weight-grad")
 
 def _critical_path(ctx: PageContext, step: int) -> pd.DataFrame | None:
     cp = ctx.report.table("critical_path")
-    if cp is None or not {"rank", "start_us", "end_us"} <= set(cp.columns):
-        return None
-    if "step" in cp.columns:
-        cp = cp[cp["step"] == step]
+    cp = cp[(cp["step"] == step) | cp["step"].isna()]    # no step: an older report's one path
     return cp if not cp.empty else None
 
 
 def gantt_figure(ctx: PageContext, step: int) -> go.Figure | None:
     mb = ctx.report.table("microbatches")
-    if mb is None or mb.empty or "step" not in mb.columns:
-        return None
     mb = mb[mb["step"] == step]
     if mb.empty:
         return None
@@ -55,14 +50,13 @@ def gantt_figure(ctx: PageContext, step: int) -> go.Figure | None:
         g = mb[mb["phase"] == phase]
         if g.empty:
             continue
-        chunk = g["chunk"] if "chunk" in g.columns else 0
+        chunk = g["chunk"].fillna(0)      # an older report's table has no chunk: 0
         fig.add_bar(name=phase, orientation="h", y=[labels[int(r)] for r in g["rank"]],
                     base=(g["start_us"] / 1e3).round(3).tolist(),
                     x=((g["end_us"] - g["start_us"]) / 1e3).round(3).tolist(),
                     text=[f"{int(m)}" for m in g["mb"]], textposition="inside",
                     insidetextanchor="middle", marker_color=COLOURS.get(phase, "#888"),
-                    customdata=list(zip(g["mb"].astype(int),
-                                        pd.Series(chunk, index=g.index).astype(int))),
+                    customdata=list(zip(g["mb"].astype(int), chunk.astype(int))),
                     hovertemplate=f"{phase} mb %{{customdata[0]}} chunk %{{customdata[1]}}"
                                   "<br>%{base:.2f} → %{x:.2f} ms long<extra></extra>")
     lanes_layout(fig, f"Microbatch schedule of step {step}",
@@ -74,7 +68,7 @@ def critical_table(ctx: PageContext, step: int) -> list:
     """Per rank, the time of the step's critical path that is its work, a transfer or a wait
     (``critical_path.parquet``: the path through the replayed dependency graph)."""
     cp = _critical_path(ctx, step)
-    if cp is None or not {"kind", "dur_us"} <= set(cp.columns):
+    if cp is None or cp["dur_us"].isna().all():
         return []
     total = float(cp["dur_us"].sum())
     g = cp.pivot_table(index="rank", columns="kind", values="dur_us", aggfunc="sum",
@@ -135,7 +129,7 @@ def imbalance(ctx: PageContext) -> list:
     tab = ctx.report.table("stage_imbalance")
     typed = ctx.report.typed
     measured, corrected = typed.stage_imbalance_measured, typed.stage_imbalance_without_straggler
-    if measured is None and tab is not None and len(tab) >= 2 and "ratio_to_mean" in tab:
+    if measured is None and len(tab) >= 2 and tab["ratio_to_mean"].notna().any():
         slowest = tab.loc[tab["compute_per_mb_us"].idxmax()]
         measured = {"max_over_mean": float(tab["ratio_to_mean"].max()),
                     "slowest_stage": int(slowest["stage"])}
@@ -149,25 +143,23 @@ def imbalance(ctx: PageContext) -> list:
                    f"{corrected['max_over_mean']:.3f} (stage {corrected['slowest_stage']})")]
     if facts:
         out.append(Facts("imbalance-facts", facts))
-    if tab is not None and not tab.empty and "compute_per_mb_us" in tab:
+    if not tab.empty:
         out.append(Table("imbalance-table", ["stage", "compute per microbatch", "× mean"],
-                         [[int(r.stage), f"{r.compute_per_mb_us / 1e3:.2f} ms",
-                           f"{r.ratio_to_mean:.3f}" if hasattr(r, "ratio_to_mean") else "—"]
+                         [[int(r.stage), ms(r.compute_per_mb_us), fmt(r.ratio_to_mean, 3)]
                           for r in tab.itertuples()]))
     return out or [missing("imbalance-none", "stage-imbalance table", ctx.run_id)]
 
 
 def phases(ctx: PageContext, step: int) -> list:
     tab = ctx.report.table("pipeline_phases")
-    if tab is None or tab.empty or "step" not in tab:
-        return []
     tab = tab[tab["step"] == step].sort_values("rank")
-    cols = [c for c in ("warmup_us", "steady_us", "cooldown_us") if c in tab]
+    if tab.empty:
+        return []
+    cols = [c for c in ("warmup_us", "steady_us", "cooldown_us") if tab[c].notna().any()]
     return [Table("phases-table", ["rank"] + [c[:-3].replace("warmup", "warm-up")
                                               .replace("cooldown", "cool-down")
                                               for c in cols],
-                  [[rank_label(int(r["rank"]), ctx.report)] + [f"{r[c] / 1e3:.2f} ms"
-                                                               for c in cols]
+                  [[rank_label(int(r["rank"]), ctx.report)] + [ms(r[c]) for c in cols]
                    for _, r in tab.iterrows()],
                   caption=f"The schedule's phases in step {step}, as each rank saw them.")]
 

@@ -40,10 +40,11 @@ def run_row(entry) -> dict:
     row = {"id": entry.run_id,
            "run": f"[{label}](/overview{ViewState(page='overview', runs=(entry.run_id,)).query()})",
            "sweep": entry.sweep or "", "status": "not analysed" if not entry.analysed else ""}
-    run = {}
+    layout = schedule = world = None        # run.json's facts, through the typed readers
     if summary is not None:
         typed = reader.read_summary(summary)
-        run = typed.run
+        layout, schedule, world = (typed.run_fact("layout_str"), typed.run_fact("schedule"),
+                                   typed.run_fact("world_size"))
         st = typed.step_time
         row.update(step_ms=_num(st.ms, 2), step_source=st.short if st.us is not None else "",
                    tokens_per_s=_num(typed.tokens_per_s, 0), mfu_pct=_num(typed.mfu_pct, 2),
@@ -57,12 +58,11 @@ def run_row(entry) -> dict:
         except RunDirError:
             info = None
         if info is not None:
-            run = {"layout_str": info.layout_str, "schedule": info.schedule,
-                   "world_size": info.world_size}
+            layout, schedule, world = info.layout_str, info.schedule, info.world_size
             row.update(ranks=info.world_size, date=(info.start_time or "")[:10])
-    row.update(layout=run.get("layout_str") or ("traces" if not entry.has_run_json else ""),
-               schedule=run.get("schedule") or "")
-    row.setdefault("ranks", run.get("world_size"))
+    row.update(layout=layout or ("traces" if not entry.has_run_json else ""),
+               schedule=schedule or "")
+    row.setdefault("ranks", world)
     return row
 
 

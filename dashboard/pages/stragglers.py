@@ -14,11 +14,13 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import plotly.graph_objects as go
 
 from meshscope.analysis.records import steps as step_records
+from meshscope.analysis.report import reader
 
-from ..sections import Facts, Figure, Note, Section, Table, clip, evidence_text, missing
+from ..sections import Facts, Figure, Note, Section, Table, clip, evidence_text, missing, ms
 from .common import COLOURS, LAYOUT, PageContext, rank_label, straggler_text
 
 MAX_SKEW_BARS = 200
@@ -40,17 +42,21 @@ def verdict(ctx: PageContext) -> list:
     return out
 
 
+def _flag(col: pd.Series) -> pd.Series:
+    """A boolean column of a report table, null read as False."""
+    return col.astype("boolean").fillna(False).astype(bool)
+
+
 def heatmap_figure(ctx: PageContext) -> go.Figure | None:
     """Every step when the run has no more than ``steps.MAX_HEATMAP_COLUMNS``; a longer run's
     steps in runs (``steps.heatmap_columns``), each cell the rank's longest step of its run."""
     hm = ctx.report.table("step_heatmap")
-    if hm is None or hm.empty or not {"rank", "step", "wall_time_us"} <= set(hm.columns):
+    if hm.empty:
         return None
     warm = set(ctx.report.typed.warmup_steps)
-    hm = hm.assign(warmup=(hm["warmup"].astype(bool) if "warmup" in hm else False)
-                   | hm["step"].isin(warm),
-                   profiled=hm["profiled"].astype(bool) if "profiled" in hm else False,
-                   slow=hm["slow"].astype(bool) if "slow" in hm else False)
+    # An older report's table may lack the flags (read as null): not flagged, not marked.
+    hm = hm.assign(warmup=_flag(hm["warmup"]) | hm["step"].isin(warm),
+                   profiled=_flag(hm["profiled"]), slow=_flag(hm["slow"]))
     runs = step_records.heatmap_columns(hm)
     grid = runs.pivot(index="rank", columns="column", values="wall_time_us")
     cols = runs.drop_duplicates("column").set_index("column").loc[grid.columns]
@@ -117,14 +123,14 @@ def saving_figure(ctx: PageContext) -> go.Figure | None:
 
 def waits_figure(ctx: PageContext) -> go.Figure | None:
     w = ctx.report.table("rank_waits")
-    if w is None or w.empty or "rank" not in w:
+    if w.empty:
         return None
     w = w.sort_values("rank")
     x = [rank_label(int(r), ctx.report) for r in w["rank"]]
     fig = go.Figure()
     for col, name, colour in (("wait_us", "waited", COLOURS["wait"]),
                               ("wait_caused_us", "made others wait", "#F58518")):
-        if col in w:
+        if w[col].notna().any():
             fig.add_bar(name=name, x=x, y=(w[col] / 1e3).round(3).tolist(),
                         marker_color=colour)
     if not fig.data:
@@ -136,20 +142,20 @@ def waits_figure(ctx: PageContext) -> go.Figure | None:
 
 def skew_figure(ctx: PageContext) -> go.Figure | None:
     c = ctx.report.table("collectives")
-    if c is None or c.empty or "skew_us" not in c:
+    if c.empty or c["skew_us"].isna().all():
         return None
     c = c.sort_values("skew_us", ascending=False).head(MAX_SKEW_BARS)
-    group = c["pg_ranks"] if "pg_ranks" in c else c.get("group", "")
     label = [f"step {s} · {op} [{g}] #{k}" for s, op, g, k in
-             zip(c.get("step", ""), c.get("op", ""), group, c.get("k", ""))]
+             zip(c["step"], c["op"], c["pg_ranks"], c["k"])]
+    last = c["last_rank"].notna().any()
     fig = go.Figure()
     fig.add_bar(name="arrival skew", x=label, y=(c["skew_us"] / 1e3).round(3).tolist(),
                 marker_color="#F58518",
-                customdata=c["last_rank"].tolist() if "last_rank" in c else None,
+                customdata=c["last_rank"].tolist() if last else None,
                 hovertemplate="%{x}<br>skew %{y:.3f} ms" + ("<br>last: rank %{customdata}"
-                                                            if "last_rank" in c else "")
+                                                            if last else "")
                 + "<extra></extra>")
-    if "holdup_us" in c:
+    if c["holdup_us"].notna().any():
         fig.add_bar(name="holdup (last rank alone)", x=label,
                     y=(c["holdup_us"] / 1e3).round(3).tolist(), marker_color="#E45756")
     fig.update_layout(**LAYOUT, barmode="group", height=380, yaxis_title="ms",
@@ -159,21 +165,22 @@ def skew_figure(ctx: PageContext) -> go.Figure | None:
 
 
 def clock_section(ctx: PageContext) -> list:
-    c = ctx.report.table("clock_offsets")
-    if c is None or c.empty or "offset_us" not in c:
+    offsets = [c for c in reader.clock_offsets(ctx.report.table("clock_offsets"))
+               if c.offset_us is not None]
+    if not offsets:
         return [missing("clock-none", "clock-offset table", ctx.run_id)]
-    c = c.sort_values("rank")
-    x = [rank_label(int(r), ctx.report) for r in c["rank"]]
-    err = (c["uncertainty_us"] / 1e3).round(4).tolist() if "uncertainty_us" in c else None
-    fig = go.Figure(go.Bar(x=x, y=(c["offset_us"] / 1e3).round(4).tolist(),
+    x = [rank_label(c.rank, ctx.report) for c in offsets]
+    known = any(c.uncertainty_us is not None for c in offsets)
+    err = [None if c.uncertainty_us is None else round(c.uncertainty_us / 1e3, 4)
+           for c in offsets] if known else None
+    fig = go.Figure(go.Bar(x=x, y=[round(c.offset_us / 1e3, 4) for c in offsets],
                            error_y={"type": "data", "array": err, "visible": True}
                            if err else None, marker_color="#72B7B2"))
     fig.update_layout(**LAYOUT, height=300, yaxis_title="ms", xaxis={"type": "category"},
                       title="Clock offset per rank (± uncertainty)")
-    rows = [[rank_label(int(r.rank), ctx.report), f"{r.offset_us / 1e3:.3f} ms",
-             f"{getattr(r, 'uncertainty_us', float('nan')) / 1e3:.3f} ms",
-             f"{getattr(r, 'applied_us', 0.0) / 1e3:.3f} ms",
-             getattr(r, "source", "")] for r in c.itertuples()]
+    rows = [[rank_label(c.rank, ctx.report), f"{c.offset_us / 1e3:.3f} ms",
+             ms(c.uncertainty_us, 3), f"{c.applied_us / 1e3:.3f} ms", c.source or ""]
+            for c in offsets]
     return [Figure("clock-graph", fig), Table("clock-table", ["rank", "offset", "uncertainty",
                                                               "applied", "from"], rows,
                                               caption="An offset is applied (subtracted "

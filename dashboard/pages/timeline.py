@@ -36,23 +36,21 @@ _LOCK = threading.Lock()
 
 def _from_report(ctx: PageContext, step: int):
     """The report's own aligned segments (``timeline.parquet``, schema 2): (segments, arrows);
-    None when the report has no such table."""
-    tab = ctx.report.table("timeline")
-    if tab is None or not {"rank", "step", "kind", "start_us", "end_us"} <= set(tab.columns):
+    None when the report has no such table. An older table without ``dim`` or ``cause`` (read
+    empty by ``reader.read_table``) gives undivided communication and no arrows."""
+    if not ctx.report.has_table("timeline"):
         return None
+    tab = ctx.report.table("timeline")
     seg = tab[tab["step"] == step]
-    dim = seg["dim"].fillna("") if "dim" in seg else pd.Series("", index=seg.index)
+    dim = seg["dim"].astype("string").fillna("")
     kind = seg["kind"].where(~((seg["kind"] == "comm") & (dim != "")), "comm " + dim)
     out = pd.DataFrame({"rank": seg["rank"].astype(int), "kind": kind,
                         "start_us": seg["start_us"], "end_us": seg["end_us"]})
-    arrows = []
-    if "cause" in seg:
-        waits = seg[(seg["kind"] == "wait") & (seg["cause"] >= 0)
-                    & (seg["cause"] != seg["rank"])]
-        waits = waits.assign(_len=waits["end_us"] - waits["start_us"]).nlargest(
-            MAX_ARROWS, "_len")
-        arrows = [(int(w.rank), int(w.cause), float(w.start_us), float(w.end_us))
-                  for w in waits.itertuples()]
+    cause = pd.to_numeric(seg["cause"], errors="coerce")
+    waits = seg[(seg["kind"] == "wait") & (cause >= 0) & (cause != seg["rank"])]
+    waits = waits.assign(_len=waits["end_us"] - waits["start_us"]).nlargest(MAX_ARROWS, "_len")
+    arrows = [(int(w.rank), int(w.cause), float(w.start_us), float(w.end_us))
+              for w in waits.itertuples()]
     return out, arrows
 
 
@@ -96,16 +94,15 @@ def timeline_figure(ctx: PageContext, seg: pd.DataFrame, arrows: list, step: int
                     hovertemplate=f"%{{y}} {kind}<br>%{{base:.2f}} ms, %{{x:.3f}} ms long"
                                   "<extra></extra>")
     cp = ctx.report.table("critical_path")
-    if cp is not None and {"step", "rank", "start_us", "end_us"} <= set(cp.columns):
-        cp = cp[(cp["step"] == step) & cp["rank"].isin(list(label))].sort_values(
-            "order" if "order" in cp else "start_us")
-        if not cp.empty:
-            fig.add_scatter(name="critical path (replayed)", mode="lines+markers",
-                            x=[v for a, b in zip(cp["start_us"], cp["end_us"])
-                               for v in (a / 1e3, b / 1e3)],
-                            y=[label[r] for r in cp["rank"] for _ in (0, 1)],
-                            line={"color": "#111", "width": 2}, marker={"size": 3},
-                            hovertemplate="%{y}: %{x:.2f} ms<extra>critical path</extra>")
+    cp = cp[(cp["step"] == step) & cp["rank"].isin(list(label))].sort_values(
+        ["order", "start_us"])
+    if not cp.empty:
+        fig.add_scatter(name="critical path (replayed)", mode="lines+markers",
+                        x=[v for a, b in zip(cp["start_us"], cp["end_us"])
+                           for v in (a / 1e3, b / 1e3)],
+                        y=[label[r] for r in cp["rank"] for _ in (0, 1)],
+                        line={"color": "#111", "width": 2}, marker={"size": 3},
+                        hovertemplate="%{y}: %{x:.2f} ms<extra>critical path</extra>")
     for waiter, culprit, a, b in arrows:
         fig.add_annotation(x=b / 1e3, y=label.get(waiter), ax=b / 1e3, ay=label.get(culprit),
                            xref="x", yref="y", axref="x", ayref="y", showarrow=True,

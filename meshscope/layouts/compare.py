@@ -21,8 +21,8 @@ step_time_us,          summary ``step_time_us`` and ``step_time_source`` read th
 step_time_source       ``analysis/report/reader.py`` — the step timer (median over non-warm-up
                        steps of the slowest rank's step) where the run has step timers, the
                        same figure the runs list, the overview and ``analyze`` print; schema 1:
-                       the same from the step timers (``layouts.throughput.step_table``)
-tokens_per_s, mfu_pct  summary ``throughput`` (schema 1: from ``step_table``), only beside the
+                       the same from the step timers (``analysis.records.steps.throughput``)
+tokens_per_s, mfu_pct  summary ``throughput`` (schema 1: from the step timers), only beside the
                        step timer's step time; MFU null where the device's peak is unknown
 compute_us             summary ``per_rank_mean[].compute_us``, mean over ranks
 exposed_comm_us        dim → summary ``per_rank_mean[].exposed_comm_<dim>_us``, mean over
@@ -53,7 +53,6 @@ from __future__ import annotations
 import csv
 import dataclasses
 import io
-import json
 import math
 import pathlib
 import statistics
@@ -262,12 +261,9 @@ def run_summary(run: pathlib.Path, *, analyse_missing: bool = True) -> dict:
         except (InputError, RunDirError, OSError) as e:
             raise CompareError(f"{run}: cannot be analysed ({e})") from None
     try:
-        summary = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CompareError(f"{path}: not readable JSON ({e})") from None
-    if not isinstance(summary, dict):
-        raise CompareError(f"{path}: expected a JSON object")
-    return summary
+        return reader.read_summary_file(run / REPORT)
+    except reader.ReportError as e:         # it names the file and the problem
+        raise CompareError(str(e)) from None
 
 
 def _run_info(run: pathlib.Path) -> RunInfo:
@@ -280,17 +276,19 @@ def _run_info(run: pathlib.Path) -> RunInfo:
     return info
 
 
-def _throughput(run: pathlib.Path, info: RunInfo, summary: dict) -> dict:
-    typed = reader.read_summary(summary)
+def _throughput(run: pathlib.Path, info: RunInfo, typed: reader.Summary) -> dict:
     if typed.step_time.us is not None:   # tokens/s and MFU only beside the timer's step time
         return {"step_time_us": typed.step_time.us, "step_time_source": typed.step_time.source,
                 "tokens_per_s": typed.tokens_per_s, "mfu_pct": typed.mfu_pct}
-    from meshscope.layouts.throughput import step_table
-    table, _ = step_table(run, dict(info.raw))
-    if table is None or table.empty:
+    # A report with no step time (schema 1): the step timers', per step, as the report's
+    # own ``throughput`` table defines it (``analysis.records.steps.throughput``).
+    from meshscope.analysis.records.steps import throughput
+    steps, _ = step_timer.read_all(run)
+    table = throughput(steps, info)
+    if table.empty:
         return {"step_time_us": None, "step_time_source": None, "tokens_per_s": None,
                 "mfu_pct": None}
-    warm = set(reader.read_summary(summary).warmup_steps or [int(table["step"].min())])
+    warm = set(typed.warmup_steps or [int(table["step"].min())])
     kept = table[~table["step"].isin(warm)]
     kept = kept if not kept.empty else table
     return {"step_time_us": _num(kept["step_time_us"].median()), "step_time_source": "timer",
@@ -300,12 +298,11 @@ def _throughput(run: pathlib.Path, info: RunInfo, summary: dict) -> dict:
 
 def _comm_bytes(run: pathlib.Path) -> dict[str, float]:
     report = run / REPORT
-    for name in ("instances.parquet", "bandwidth.parquet"):
-        path = report / name
-        if path.exists():
+    for name in ("instances", "bandwidth"):
+        if reader.table_written(report, name):
             try:
-                t = pd.read_parquet(path, columns=["rank", "step", "dim", "msg_bytes"])
-            except (OSError, ValueError, KeyError):
+                t = reader.read_table(report, name)[["rank", "step", "dim", "msg_bytes"]]
+            except reader.ReportError:
                 continue
             t = t.dropna(subset=["msg_bytes"])
             if t.empty:
@@ -317,10 +314,10 @@ def _comm_bytes(run: pathlib.Path) -> dict[str, float]:
     return {}
 
 
-def _bandwidth_efficiency(summary: dict) -> float | None:
+def _bandwidth_efficiency(typed: reader.Summary) -> float | None:
     num = den = 0.0
-    for row in reader.read_summary(summary).bandwidth:
-        eff, n = _num(row.get("efficiency")), _num(row.get("instances")) or 1.0
+    for row in typed.bandwidth:
+        eff, n = row.efficiency, row.instances or 1.0
         if eff is not None:
             num += eff * n
             den += n
@@ -334,9 +331,8 @@ def _peak_memory(run: pathlib.Path) -> int | None:
     return int(steps["peak_memory_bytes"].max())
 
 
-def _findings(summary: dict) -> list[FindingRef]:
-    return [FindingRef(f.id, f.title, f.cost_pct)
-            for f in reader.read_summary(summary).findings[:TOP_FINDINGS]]
+def _findings(typed: reader.Summary) -> list[FindingRef]:
+    return [FindingRef(f.id, f.title, f.cost_pct) for f in typed.findings[:TOP_FINDINGS]]
 
 
 def candidate_of(info: RunInfo):
@@ -406,9 +402,8 @@ def read_row(run: pathlib.Path, *, name: str | None = None, planner=None) -> Run
     adds the prediction."""
     run = pathlib.Path(run)
     info = _run_info(run)
-    summary = run_summary(run)
-    thr = _throughput(run, info, summary)
-    typed = reader.read_summary(summary)
+    typed = reader.read_summary(run_summary(run))
+    thr = _throughput(run, info, typed)
     per_rank = typed.per_rank_mean
     exposed = {}
     for d in DIMS:
@@ -416,7 +411,7 @@ def read_row(run: pathlib.Path, *, name: str | None = None, planner=None) -> Run
         if v:
             exposed[d] = v
     stages = typed.pipeline_stages
-    sizes = {d: int(info.layout.get(d, 1) or 1) for d in ("dp", "tp", "pp", "cp", "ep")}
+    sizes = {d: info.size(d) for d in ("dp", "tp", "pp", "cp", "ep")}
     label = "·".join(f"{d}{n}" for d, n in sizes.items() if n > 1) or "dp1"
     return RunRow(
         name=name or run.name, path=str(run), layout=info.layout_str, label=label, sizes=sizes,
@@ -426,9 +421,9 @@ def read_row(run: pathlib.Path, *, name: str | None = None, planner=None) -> Run
         bubble_us=_mean(r.bubble_us for r in per_rank) if stages else None,
         bubble_fraction=_mean(s.bubble_fraction for s in stages),
         theory_bubble_fraction=_mean(s.theory_fraction for s in stages),
-        bandwidth_efficiency=_bandwidth_efficiency(summary),
+        bandwidth_efficiency=_bandwidth_efficiency(typed),
         peak_memory_bytes=_peak_memory(run), comm_bytes=_comm_bytes(run),
-        findings=_findings(summary), predicted=_predicted(info, planner),
+        findings=_findings(typed), predicted=_predicted(info, planner),
         report_schema=typed.schema_version or None)
 
 
@@ -444,11 +439,12 @@ def measured(run: pathlib.Path):
         raise CompareError(f"{run / 'run.json'}: the model or layout is not described fully "
                            f"enough to calibrate the planner (model sizes, layout, global "
                            f"batch)")
-    summary = run_summary(run)
+    typed = reader.read_summary(run_summary(run))
     try:
-        bd = pd.read_parquet(run / REPORT / "breakdown.parquet")
-    except (OSError, ValueError) as e:
-        raise CompareError(f"{run / REPORT / 'breakdown.parquet'}: not readable ({e})") from None
+        bd = reader.read_table(run / REPORT, "breakdown")
+        bw = reader.read_table(run / REPORT, "bandwidth")
+    except reader.ReportError as e:         # it names the file and the problem
+        raise CompareError(str(e)) from None
     if bd.empty:
         raise CompareError(f"{run}: its report has no per-rank breakdown (no usable trace)")
     # Medians over the profiled steps, each figure from the same steps: one slow step of a
@@ -468,16 +464,13 @@ def measured(run: pathlib.Path):
         col = f"exposed_comm_{d}_us"
         if col in per_rank:
             exposed[d] = float(per_rank[col].mean())
-    stages = reader.read_summary(summary).pipeline_stages
+    stages = typed.pipeline_stages
     transfers = []
-    bw = run / REPORT / "bandwidth.parquet"
-    if bw.exists():
-        t = pd.read_parquet(bw)
-        for row in t.itertuples():
-            if _num(row.transfer_us) and _num(row.msg_bytes) and _num(row.group_size):
-                transfers.append({"op": row.op, "n_ranks": int(row.group_size),
-                                  "size_bytes": float(row.msg_bytes),
-                                  "time_us": float(row.transfer_us)})
+    for row in bw.itertuples():
+        if _num(row.transfer_us) and _num(row.msg_bytes) and _num(row.group_size):
+            transfers.append({"op": row.op, "n_ranks": int(row.group_size),
+                              "size_bytes": float(row.msg_bytes),
+                              "time_us": float(row.transfer_us)})
     return Measured(name=run.name, spec=spec, candidate=cand, step_time_us=step_time,
                     compute_us=compute, optimizer_us=optimizer or 0.0, exposed_comm_us=exposed,
                     bubble_fraction=_mean(s.bubble_fraction for s in stages),

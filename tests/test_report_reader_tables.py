@@ -1,0 +1,204 @@
+"""A report's tables are read in one place, ``analysis/report/reader.py`` (``read_table``): every
+table comes with the columns ``analysis/report/tables.py`` registers for it, whatever the age of
+the report. Older reports are made here by hand from a committed sample's report — a table
+without one of its columns, a table renamed as schema 1 named it, a table file gone, a file that
+is not parquet — so each answer is known by construction (the column's values as the sample has
+them, null where the column was taken away), and every dashboard page builds on them with no
+column check of its own."""
+from __future__ import annotations
+
+import json
+import pathlib
+import shutil
+
+import pandas as pd
+import pytest
+
+from meshscope.analysis.report import reader, tables
+from meshscope.dashboard import state as st
+from meshscope.dashboard.app import BUILDERS
+from meshscope.dashboard.data import ReportUnreadable, open_report
+from meshscope.dashboard.pages.common import PageContext
+from meshscope.dashboard.runs import RunIndex
+from meshscope.dashboard.static_report import render_html
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+SLOW = "dp2-pp2-slow-rank1"
+SAMPLE = ROOT / "samples" / SLOW / "report"
+
+
+@pytest.fixture
+def older(tmp_path) -> pathlib.Path:
+    """A runs folder holding a copy of the slow-rank sample (traces left behind: the pages read
+    the report only); the test rewrites its report into an older one."""
+    shutil.copytree(SAMPLE.parent, tmp_path / SLOW,
+                    ignore=shutil.ignore_patterns("traces", ".cache"))
+    return tmp_path
+
+
+def _report(runs: pathlib.Path) -> pathlib.Path:
+    return runs / SLOW / "report"
+
+
+def _drop(runs: pathlib.Path, name: str, *columns: str) -> pd.DataFrame:
+    """Rewrite ``name.parquet`` without ``columns``; the table as the sample has it."""
+    path = _report(runs) / f"{name}.parquet"
+    full = pd.read_parquet(path)
+    full.drop(columns=list(columns)).to_parquet(path, index=False)
+    return full
+
+
+def _items(runs: pathlib.Path, page: str, **state) -> dict:
+    ctx = PageContext(open_report(RunIndex(runs).get(SLOW)),
+                      st.ViewState(page=page, runs=(SLOW,), **state))
+    return {i.id: i for s in BUILDERS[page](ctx) for i in s.items}
+
+
+def test_a_table_of_this_version_is_read_as_written():
+    for name in tables.NAMES:
+        written = pd.read_parquet(SAMPLE / f"{name}.parquet")
+        read = reader.read_table(SAMPLE, name)
+        assert list(read.columns) == tables.COLUMNS[name]
+        pd.testing.assert_frame_equal(read, written)
+
+
+def test_a_column_an_older_report_lacks_is_added_empty_in_its_place(older):
+    """clock_offsets.parquet without ``applied_us`` and ``source``: the reader gives the
+    registered columns in order, the others' values as written, the two taken away null; the
+    typed rows read the missing applied offset as 0 (nothing applied) and the stragglers page
+    shows them so, with no column check of its own."""
+    full = _drop(older, "clock_offsets", "applied_us", "source")
+    read = reader.read_table(_report(older), "clock_offsets")
+    assert list(read.columns) == tables.COLUMNS["clock_offsets"]
+    assert read["applied_us"].isna().all() and read["source"].isna().all()
+    pd.testing.assert_series_equal(read["offset_us"], full["offset_us"])
+    rows = reader.clock_offsets(read)
+    assert [c.rank for c in rows] == sorted(full["rank"])
+    assert all(c.applied_us == 0.0 and c.source is None for c in rows)
+    assert [c.offset_us for c in rows] == \
+        [float(v) for v in full.sort_values("rank")["offset_us"]]
+    table = _items(older, "stragglers")["clock-table"]
+    assert [r[3] for r in table.rows] == ["0.000 ms"] * len(full)      # applied
+    assert [r[4] for r in table.rows] == [""] * len(full)              # from
+    assert [r[1] for r in table.rows] == \
+        [f"{v / 1e3:.3f} ms" for v in full.sort_values("rank")["offset_us"]]
+
+
+def test_a_table_an_older_report_never_wrote_is_empty_with_its_columns(older):
+    """rank_waits.parquet gone: an empty frame with the registered columns, ``table_written``
+    False; the stragglers page draws no waits figure and the dashboard's report says the
+    table is not there."""
+    (_report(older) / "rank_waits.parquet").unlink()
+    read = reader.read_table(_report(older), "rank_waits")
+    assert read.empty and list(read.columns) == tables.COLUMNS["rank_waits"]
+    assert not reader.table_written(_report(older), "rank_waits")
+    assert reader.table_written(_report(older), "whatif")
+    report = open_report(RunIndex(older).get(SLOW))
+    assert not report.has_table("rank_waits") and report.has_table("whatif")
+    assert "waits-graph" not in _items(older, "stragglers")
+    assert "saving-graph" in _items(older, "stragglers")     # from summary.json, unchanged
+
+
+def test_a_column_schema_1_named_otherwise_gets_todays_name(older):
+    """bandwidth.parquet with the group's ranks under schema 1's ``group``: read back under
+    ``pg_ranks`` with the same values, and the communication page's rank × rank matrix pairs
+    the ranks of those groups."""
+    path = _report(older) / "bandwidth.parquet"
+    full = pd.read_parquet(path)
+    full.rename(columns={"pg_ranks": "group"}).to_parquet(path, index=False)
+    read = reader.read_table(_report(older), "bandwidth")
+    assert list(read.columns) == tables.COLUMNS["bandwidth"]
+    assert read["pg_ranks"].tolist() == full["pg_ranks"].tolist()
+    matrix = _items(older, "communication")["rank-matrix-graph"].figure
+    as_written = _items(SAMPLE.parent.parent, "communication")["rank-matrix-graph"].figure
+    for mine, theirs in zip(matrix.data, as_written.data, strict=True):
+        assert list(mine.x) == list(theirs.x)
+        assert json.dumps(mine.z) == json.dumps(theirs.z)
+
+
+def test_flags_an_older_heatmap_lacks_are_not_flags(older):
+    """step_heatmap.parquet without ``slow`` and ``profiled``: no step is flagged slow (the
+    report says nothing about it), the steps summary.json names as profiled are still
+    outlined, and the warm-up step summary.json names is still marked."""
+    full = _drop(older, "step_heatmap", "slow", "profiled")
+    fig = _items(older, "stragglers")["heatmap-graph"].figure
+    assert all(cell == "" for row in fig.data[0].text for cell in row)
+    summary = json.loads((_report(older) / "summary.json").read_text())
+    profiled = [x for x in fig.data[0].x if "(profiled)" in x]
+    assert sorted(int(x.split()[0]) for x in profiled) == sorted(summary["steps"])
+    warm = [x for x in fig.data[0].x if "(warm-up)" in x]
+    assert sorted(int(x.split()[0]) for x in warm) == \
+        sorted(set(full.loc[full["warmup"], "step"]) | set(summary["warmup_steps"]))
+
+
+def test_an_older_timeline_without_causes_draws_no_arrows(older):
+    """timeline.parquet without ``cause`` and ``dim``: every segment is still drawn, the
+    communication undivided by dimension, and no wait is charged to anyone (no arrow)."""
+    full = _drop(older, "timeline", "cause", "dim")
+    step = int(full["step"].min())
+    fig = _items(older, "timeline", step=step)["timeline-graph"].figure
+    mine = full[full["step"] == step]
+    assert sum(len(t.x) for t in fig.data if t.type == "bar") == len(mine)
+    assert {t.name for t in fig.data if t.type == "bar"} == set(mine["kind"])
+    assert not fig.layout.annotations
+
+
+def test_an_older_microbatch_table_without_chunks_is_chunk_0(older):
+    full = _drop(older, "microbatches", "chunk")
+    step = int(full["step"].min())
+    fig = _items(older, "pipeline", step=step)["gantt-graph"].figure
+    bars = [t for t in fig.data if t.type == "bar"]
+    assert sum(len(t.x) for t in bars) == int((full["step"] == step).sum())
+    assert {c[1] for t in bars for c in t.customdata} == {0}
+
+
+def test_every_page_builds_on_a_report_whose_every_table_lacks_a_column(older):
+    """Each table rewritten without its last registered column: every page and the static
+    report build (the reader gives the column back empty)."""
+    for name, columns in tables.COLUMNS.items():
+        _drop(older, name, columns[-1])
+    for page in BUILDERS:
+        assert _items(older, page), page
+    assert "meshscope report" in render_html(open_report(RunIndex(older).get(SLOW)))
+
+
+def test_a_file_that_is_not_parquet_is_a_report_error_naming_it(older):
+    path = _report(older) / "collectives.parquet"
+    path.write_bytes(b"PAR1 not a parquet file")
+    with pytest.raises(reader.ReportError, match=r"collectives\.parquet: not readable parquet"):
+        reader.read_table(_report(older), "collectives")
+    with pytest.raises(ReportUnreadable, match=r"collectives\.parquet"):
+        open_report(RunIndex(older).get(SLOW))
+
+
+def test_a_name_that_is_no_table_is_refused():
+    with pytest.raises(ValueError, match="not a report table"):
+        reader.read_table(SAMPLE, "summary")
+
+
+@pytest.mark.parametrize("version,hangs,expected", [
+    (1, [], True),          # schema 1: its hangs is the Flight Recorder's answer (none)
+    (1, None, False),       # schema 1 without the key: no Flight Recorder read
+    (3, [], False),         # schema 2+: the table answers, hangs only repeats it
+    (3, [{"verdict": "missing", "detail": "rank 3"}], True),
+])
+def test_whether_summary_hangs_is_the_verdict_is_decided_by_the_reader(version, hangs,
+                                                                       expected):
+    doc = {"schema_version": version}
+    if hangs is not None:
+        doc["hangs"] = hangs
+    assert reader.read_summary(doc).hangs_in_summary is expected
+
+
+def test_a_schema_1_report_without_the_flight_recorder_table_reads_its_hangs(older):
+    """Schema 1 wrote no flight_recorder.parquet: its ``hangs`` (empty) says healthy; without
+    the key the page says there were no dumps."""
+    (_report(older) / "flight_recorder.parquet").unlink()
+    path = _report(older) / "summary.json"
+    doc = json.loads(path.read_text())
+    doc.update(schema_version=1, hangs=[])
+    path.write_text(json.dumps(doc))
+    assert "fr-healthy" in _items(older, "health")
+    doc.pop("hangs")
+    path.write_text(json.dumps(doc))
+    assert "fr-none" in _items(older, "health")
