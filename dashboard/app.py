@@ -29,11 +29,12 @@ import tempfile
 
 from dash import Dash, Input, Output, State, callback_context, dcc, html, no_update
 
+from meshscope.analysis.report import reader
 from meshscope.collectors import run_dir as rd
 
 from . import sections as S
 from . import state as st
-from .data import ReportUnreadable, open_report
+from .data import ReportUnreadable, open_report, read_summary
 from .jobs import Analyses, Limits
 from .page_builds import PageBuilds, Pending
 from .pages import communication, compare, device, health, overview, pipeline, runs_list, \
@@ -56,11 +57,22 @@ PICKERS = {"pipeline": ("step",), "timeline": ("step",), "overview": ("color",),
            "gpu": ("rank",)}
 
 
-def _nav(state: st.ViewState) -> list:
+def nav_pages(index: RunIndex, state: st.ViewState) -> tuple[str, ...]:
+    """The pages the navigation bar links to for ``state``: every page, but the GPU page only
+    when the selected run's summary says its device is a GPU (``Summary.device``, read from
+    summary.json alone: cheap, and never a page build) — a CPU run's GPU page would only say it
+    has nothing to show. ``/gpu`` itself still answers, with that explanation."""
+    entry = index.get(state.run) if state.run else None
+    doc = read_summary(entry) if entry is not None and entry.analysed else None
+    gpu = doc is not None and reader.read_summary(doc).device == "gpu"
+    return ("runs",) + tuple(p for p in st.PAGES if p != "gpu" or gpu)
+
+
+def _nav(state: st.ViewState, pages: tuple[str, ...]) -> list:
     links = [dcc.Link("meshscope", href=state.href("runs"), id="nav-home",
                       style={"fontWeight": "700", "fontSize": "1.3em", "color": "#222",
                              "textDecoration": "none"})]
-    for page in ("runs",) + st.PAGES:
+    for page in pages:
         active = page == state.page
         links.append(dcc.Link(st.TITLES[page], href=state.href(page), id=f"nav-{page}",
                               style={"color": "#222" if active else "#1f5fa8",
@@ -202,7 +214,7 @@ def create_app(runs_dir: pathlib.Path, limits: Limits | None = None,
     def show(pathname, search, _n):
         state = st.parse(pathname, search)
         body, polling = render(state)
-        return _nav(state), body, not polling
+        return _nav(state, nav_pages(index, state)), body, not polling
 
     def _rewrite(key):
         def update(value, pathname, search):

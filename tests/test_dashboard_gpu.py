@@ -257,3 +257,19 @@ def test_the_server_answers_the_gpu_page(runs):
     body = r.get_data(as_text=True)
     assert "idle-graph" in body and "kernels-table" in body and "rank-select" in body
     assert str(runs) not in body
+
+
+def test_the_nav_bar_offers_the_gpu_page_for_a_gpu_run(runs):
+    """A GPU run's summary says ``device: gpu``: its pages link the GPU page; with no run
+    selected (the runs list) the bar has no GPU link, there being no run to say so."""
+    assert json.loads((runs / TWO_RANKS / "report" / "summary.json").read_text())["device"] \
+        == "gpu"
+    app = create_app(runs)
+    for path, search, linked in (("/overview", f"?run={TWO_RANKS}", True),
+                                 ("/gpu", f"?run={TWO_RANKS}", True), ("/", "", False)):
+        r = app.server.test_client().post("/_dash-update-component",
+                                          json=page_request(app, path, search))
+        assert r.status_code == 200
+        nav = json.dumps(r.get_json()["response"]["nav"])
+        assert ('"id": "nav-gpu"' in nav) == linked, path
+        assert '"id": "nav-overview"' in nav

@@ -399,3 +399,41 @@ def test_a_schema_2_report_reads_on_every_page_through_the_reader(tmp_path):
     assert any(v.startswith(f"{corrected['max_over_mean']:.3f}") and "straggler" in k
                for k, v in imbalance.items())
     assert f"{timer / 1e3:.2f} ms (step timer)" in render_html(open_report(index.get(SLOW)))
+
+
+def _served_ids(app, path: str, search: str) -> tuple[set, set]:
+    """The ids in the navigation bar and in the page body the server sends for
+    ``path?search`` (Dash's callback answer, as the browser receives it)."""
+    from meshscope.dashboard.app import page_request
+
+    r = app.server.test_client().post("/_dash-update-component",
+                                      json=page_request(app, path, search))
+    assert r.status_code == 200
+    answer = r.get_json()["response"]
+
+    def ids(node) -> set:
+        if isinstance(node, list):
+            return set().union(*map(ids, node)) if node else set()
+        if isinstance(node, dict):
+            own = {node["props"]["id"]} if isinstance(node.get("props"), dict) and \
+                isinstance(node["props"].get("id"), str) else set()
+            return own | set().union(*map(ids, node.values()))
+        return set()
+    return ids(answer["nav"]), ids(answer["page"])
+
+
+@pytest.mark.parametrize("run_id", sorted(p.name for p in SAMPLES.iterdir()
+                                          if (p / "report" / "summary.json").is_file()))
+def test_the_nav_bar_offers_the_gpu_page_only_for_a_gpu_run(run_id):
+    """Every shipped sample ran on CPUs (its summary says so): no GPU link in the bar on any of
+    its pages, every other page linked; ``/gpu`` still answers, with its explanation."""
+    from meshscope.dashboard.app import create_app
+
+    assert _summary(run_id)["device"] == "cpu"
+    app = create_app(SAMPLES)
+    for page in ("overview", "timeline"):
+        nav, _ = _served_ids(app, f"/{page}", f"?run={run_id}")
+        assert "nav-gpu" not in nav
+        assert {f"nav-{p}" for p in st.PAGES if p != "gpu"} | {"nav-runs"} <= nav
+    _, body = _served_ids(app, "/gpu", f"?run={run_id}")
+    assert "gpu-none" in body
