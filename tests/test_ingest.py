@@ -1,8 +1,11 @@
 """Ingest: rank from the file name, the parquet cache, parallel ingest, collective metadata."""
+import collections
 import gzip
 import io
 import json
 import math
+import os
+import pathlib
 import shutil
 import time
 
@@ -94,6 +97,46 @@ def test_cache_hit_is_identical_and_skips_parsing(tmp_path):
     for other in (first, second):
         pd.testing.assert_frame_equal(other.events, fresh.events, check_exact=True)
         assert other.meta == fresh.meta and other.rank == fresh.rank == 0
+
+
+def test_a_cache_entry_is_on_disk_before_its_rename(tmp_path):
+    """Atomic is not durable: a rename changes the folder only. A load that stores its table,
+    watched by ``strace``: the temporary file is flushed (``fsync``) before the rename that
+    puts the entry in place, and the cache folder after it."""
+    import re
+    import subprocess
+    import sys
+
+    if shutil.which("strace") is None:
+        pytest.skip("needs strace to watch the system calls")
+    cache = tmp_path / "cache"
+    log = tmp_path / "strace.log"
+    script = ("import pathlib, sys\n"
+              "from meshscope.analysis.ingest import events\n"
+              "events.load_trace(pathlib.Path(sys.argv[1]), cache_dir=pathlib.Path(sys.argv[2]))")
+    proc = subprocess.run(["strace", "-f", "-y", "-qq", "-o", str(log), "-e",
+                           "trace=fsync,fdatasync,rename,renameat,renameat2",
+                           sys.executable, "-c", script, str(SAMPLE / "rank0.json.gz"),
+                           str(cache)], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=300)
+    if proc.returncode != 0 and "ptrace" in proc.stderr:
+        pytest.skip(f"strace cannot trace here: {proc.stderr.strip()[:200]}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    calls = []                                   # ("fsync", path) / ("rename", src, dst)
+    for line in log.read_text().splitlines():
+        if m := re.search(r"\bf(?:data)?sync\(\d+<([^>]*)>\) = 0", line):
+            calls.append(("fsync", m.group(1)))
+        elif m := re.search(r"\brename(?:at2?)?\((?:[^,]*, )?\"([^\"]*)\", (?:[^,]*, )?"
+                            r"\"([^\"]*)\"\) = 0", line):
+            calls.append(("rename", m.group(1), m.group(2)))
+    entries = list(cache.glob("*.parquet"))
+    assert len(entries) == 1 and list(cache.iterdir()) == entries
+    put = [i for i, c in enumerate(calls) if c[0] == "rename" and c[2] == str(entries[0])]
+    assert len(put) == 1, calls
+    tmp = calls[put[0]][1]
+    assert pathlib.Path(tmp).parent == cache and pathlib.Path(tmp).name.startswith(".tmp-")
+    assert ("fsync", tmp) in calls[:put[0]]
+    assert ("fsync", str(cache)) in calls[put[0] + 1:]
 
 
 def test_cache_key_follows_content_and_settings(tmp_path):
@@ -224,11 +267,10 @@ def test_collective_metadata_on_nccl_trace():
     path = shared_trace(NCCL_DATA)
     ev = ingest.load_trace(path).events
     kernels = ev[(ev["cat"] == "kernel") & ev["coll_name"].notna()]
-    assert kernels["coll_name"].value_counts().to_dict() == {"allreduce": 15, "broadcast": 6}
+    assert collections.Counter(kernels["coll_name"]) == {"allreduce": 15, "broadcast": 6}
     assert kernels["name"].str.startswith("ncclKernel_").all()
     rpc = ev[ev["name"] == "record_param_comms"]
-    assert rpc["coll_name"].value_counts().to_dict() == {"allreduce": 15, "broadcast": 6,
-                                                         "wait": 6}
+    assert collections.Counter(rpc["coll_name"]) == {"allreduce": 15, "broadcast": 6, "wait": 6}
     comm = pd.concat([kernels, rpc[rpc["coll_name"] != "wait"]])
     assert (comm["pg_ranks"] == "0,1").all() and (comm["group_size"] == 2).all()
     assert (comm["pg_name"] == "0").all() and (comm["pg_desc"] == "default_pg").all()

@@ -1,7 +1,7 @@
 """Parquet cache of per-rank event tables, keyed by the trace file's content.
 
 An entry is one file, ``<cache_dir>/<key>.parquet``: the Arrow event table of
-``analysis/ingest.py`` with the trace's metadata (every top-level key but ``traceEvents``) stored
+``analysis/ingest/events.py`` with the trace's metadata (every top-level key but ``traceEvents``) stored
 as JSON under the key ``meshscope.meta`` of the parquet file's key-value metadata, so table and
 metadata are written and replaced together; the table's own schema metadata (what ingest dropped
 or ignored as damaged, ``events.DAMAGE_KEY``) is kept beside it, so a cached load reports the
@@ -13,7 +13,10 @@ on every load.
 
 ``meshscope analyze`` keeps its cache in ``<report dir>/.cache/`` (``--no-cache`` skips it);
 deleting that folder is always safe. A cache that cannot be written (read-only folder, full
-disk) or an entry that cannot be read is ignored: the trace is parsed again.
+disk) or an entry that cannot be read is ignored: the trace is parsed again. An entry is
+written to a temporary file in the same folder, flushed to the disk, renamed into place and the
+folder flushed too (``write``), so a crash leaves the old entry, the new one or none — never a
+renamed file whose content was not yet on the disk.
 """
 from __future__ import annotations
 
@@ -25,6 +28,8 @@ import uuid
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from meshscope.collectors.run_dir import fsync_path
 
 META_KEY = b"meshscope.meta"
 
@@ -55,7 +60,8 @@ def read(cache_dir: pathlib.Path, k: str) -> tuple[pa.Table, dict] | None:
 
 
 def write(cache_dir: pathlib.Path, k: str, table: pa.Table, meta: dict) -> pathlib.Path | None:
-    """Store an entry atomically (write to a temporary file, then rename); None on failure."""
+    """Store an entry atomically and durably (write a temporary file, flush it to the disk,
+    rename it into place, flush the folder); None on failure."""
     cache_dir = pathlib.Path(cache_dir)
     tmp = cache_dir / f".tmp-{os.getpid()}-{uuid.uuid4().hex}.parquet"
     try:
@@ -63,7 +69,9 @@ def write(cache_dir: pathlib.Path, k: str, table: pa.Table, meta: dict) -> pathl
         stored = table.replace_schema_metadata({**(table.schema.metadata or {}),
                                                 META_KEY: json.dumps(meta).encode()})
         pq.write_table(stored, tmp)
+        fsync_path(tmp)
         os.replace(tmp, entry(cache_dir, k))
+        fsync_path(cache_dir)
         return entry(cache_dir, k)
     except (OSError, ValueError, TypeError, RecursionError, pa.ArrowException):
         try:
