@@ -37,6 +37,7 @@ entry, so that nothing disturbs the profiled steps.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import pathlib
 import platform
@@ -52,8 +53,8 @@ from torch.profiler import record_function
 from . import annotations, flight_recorder, run_dir
 from .devices import lookup
 from .profiling import at_step_start, make_profiler
-from .run_dir import RUN_JSON, RUN_SCHEMA_VERSION, steps_path, write_json_atomic
-from .run_info import MESH_DIMENSIONS
+from .run_dir import RUN_JSON, steps_path, write_json_atomic
+from .run_info import MESH_DIMENSIONS, DeviceInfo, ModelInfo, ProcessGroup, RunInfo
 from .step_timer import StepTimer
 
 # Mesh dimension name -> parallel dimension. Any other name is kept as it is.
@@ -105,7 +106,7 @@ class Recorder:
                           virtual=virtual_stages, peak=peak_flops, bw=memory_bandwidth)
         self.flush_every = flush_every
         self.step_index = 0
-        self.desc: dict | None = None
+        self.info: RunInfo | None = None     # the run as run.json says (rank 0 writes it)
 
     # -- collection -----------------------------------------------------------------------
     def _groups_here(self) -> list[dict]:
@@ -115,7 +116,9 @@ class Recorder:
         return [{"name": g.group_name, "desc": getattr(g, "group_desc", None),
                  "ranks": dist.get_process_group_ranks(g), "mesh_dim": name} for name, g in pairs]
 
-    def _describe(self, gathered: list[dict]) -> dict:
+    def _describe(self, gathered: list[dict]) -> RunInfo:
+        """The run as rank 0 writes it to run.json (``RunInfo.to_dict``), from every rank's
+        gathered groups, host and start."""
         mine, world = gathered[0], len(gathered)
         shape = list(self.mesh.mesh.shape) if self.mesh is not None else [world]
         layout = (given_layout(self._given_layout, world) if self._given_layout
@@ -123,7 +126,7 @@ class Recorder:
         # Without a mesh the ranks form one flat dimension: dp when that is the layout.
         dims = self._dims or ["dp" if layout["dp"] == world else "rank"]
         grid = self.mesh.mesh if self.mesh is not None else torch.arange(world)
-        coords = {str(int(r)): dict(zip(dims, (int(i) for i in idx)))
+        coords = {int(r): dict(zip(dims, (int(i) for i in idx)))
                   for idx, r in zip(torch.nonzero(grid >= 0).tolist(), grid.flatten())}
         groups, seen = [], set()
         for info in gathered:
@@ -135,37 +138,33 @@ class Recorder:
                 seen.add(key)
                 dim = (DIMENSIONS.get(g["mesh_dim"], g["mesh_dim"]) if g["mesh_dim"] else
                        "dp" if self.mesh is None else "world")
-                groups.append({"dimension": dim, "ranks": g["ranks"], "name": g["name"],
-                               "desc": g["desc"], "mesh_dim": g["mesh_dim"]})
+                groups.append(ProcessGroup(dim, tuple(g["ranks"]), g["name"], g["desc"],
+                                           g["mesh_dim"]))
         order = {name: i for i, name in enumerate(self._dims)}
-        groups.sort(key=lambda g: (order.get(g["mesh_dim"], len(order)), g["ranks"]))
+        groups.sort(key=lambda g: (order.get(g.mesh_dim, len(order)), list(g.ranks)))
         o, pp = self._opts, layout.get("pp", 1)
         cuda = self._device_type == "cuda"
         name = torch.cuda.get_device_name() if cuda else platform.processor() or platform.machine()
         known = lookup(name) or (None, None)
-        return {
-            "schema_version": RUN_SCHEMA_VERSION, "run_id": mine["run_id"], "status": "running",
-            "recorded_by": "collectors.Recorder",
-            "layout": layout, "layout_str": layout_str(layout), "world_size": world,
-            "mesh": {"dims": dims, "shape": shape, "coordinates": coords},
-            "process_groups": groups,
-            "schedule": o["schedule"] if pp > 1 else None,
-            "pipeline": {"stages": pp, "virtual_stages": o["virtual"],
-                         "microbatches": o["microbatches"], "stage_layers": None},
-            "microbatches": o["microbatches"], "global_batch_tokens": o["tokens"],
-            "nnodes": len({g["host"] for g in gathered}),
-            "hosts": {str(i): g["host"] for i, g in enumerate(gathered)},
-            "steps": None,
-            "profile_steps": list(self.profile_steps) if self.profile_steps else None,
-            "model": {"flops_per_token": o["flops"]},
-            "device": {"type": self._device_type, "name": name, "backend": self._backend,
-                       "peak_flops": o["peak"] or known[0],
-                       "memory_bandwidth_bytes_per_s": o["bw"] or known[1],
-                       "peak_source": "Recorder arguments" if o["peak"] or o["bw"] else
-                       "collectors/devices.py" if known[0] else None},
-            "versions": run_dir.versions(), "command": list(sys.argv),
-            "start_time": mine["start_time"], "end_time": None,
-        }
+        return RunInfo(
+            path=self.out / RUN_JSON, run_id=mine["run_id"], status="running",
+            recorded_by="collectors.Recorder", layout=layout, layout_str=layout_str(layout),
+            world_size=world, mesh_dims=tuple(dims), mesh_shape=tuple(shape),
+            coordinates=coords, process_groups=tuple(groups),
+            schedule=o["schedule"] if pp > 1 else None, microbatches=o["microbatches"],
+            virtual_stages=o["virtual"], stage_layers=None, steps=None,
+            profile_steps=self.profile_steps or None, dp_mode=None, sequence_parallel=None,
+            global_batch=None, global_batch_tokens=o["tokens"],
+            nnodes=len({g["host"] for g in gathered}),
+            hosts={i: g["host"] for i, g in enumerate(gathered)},
+            model=ModelInfo(flops_per_token=o["flops"]),
+            device=DeviceInfo(type=self._device_type, name=name, backend=self._backend,
+                              peak_flops=o["peak"] or known[0],
+                              memory_bandwidth_bytes_per_s=o["bw"] or known[1],
+                              peak_source="Recorder arguments" if o["peak"] or o["bw"] else
+                              "collectors/devices.py" if known[0] else None),
+            faults=(), kind=None, versions=run_dir.versions(), command=tuple(sys.argv),
+            start_time=mine["start_time"], end_time=None)
 
     # -- the context manager ---------------------------------------------------------------
     def __enter__(self) -> "Recorder":
@@ -189,16 +188,16 @@ class Recorder:
         if any(g["used"] for g in gathered):  # every rank raises, none waits for the others
             raise FileExistsError(f"output directory {self.out} exists and is not empty "
                                   f"(choose a new one)")
-        self.desc = self._describe(gathered)
+        self.info = self._describe(gathered)
         if self.rank == 0:
-            write_json_atomic(self.out / RUN_JSON, self.desc)
+            write_json_atomic(self.out / RUN_JSON, self.info.to_dict())
         self.timer = StepTimer(steps_path(self.out, self.rank), self.rank,
                                flush_every=self.flush_every, cuda=self._device_type == "cuda")
         self.prof = None
         if self.profile_steps:
-            meta = {"layout": self.desc["layout_str"], "rank": self.rank,
-                    "coordinates": self.desc["mesh"]["coordinates"].get(str(self.rank), {}),
-                    "run_id": self.desc["run_id"]}
+            meta = {"layout": self.info.layout_str, "rank": self.rank,
+                    "coordinates": dict(self.info.coordinates.get(self.rank, {})),
+                    "run_id": self.info.run_id}
             self.prof = make_profiler(self.out, self.rank, self.profile_steps,
                                       torch.device(self._device_type), meta)
             self.prof.start()
@@ -227,11 +226,10 @@ class Recorder:
         return wall
 
     def _finish_run_json(self, error: str | None) -> None:
-        self.desc.update(status="failed" if error else "completed", end_time=run_dir.now(),
-                         steps=self.step_index)
-        if error:
-            self.desc["error"] = f"rank 0: {error}"
-        write_json_atomic(self.out / RUN_JSON, self.desc)
+        self.info = dataclasses.replace(
+            self.info, status="failed" if error else "completed", end_time=run_dir.now(),
+            steps=self.step_index, error=f"rank 0: {error}" if error else None)
+        write_json_atomic(self.out / RUN_JSON, self.info.to_dict())
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         error = f"{exc_type.__name__}: {exc}" if exc_type else None

@@ -10,8 +10,13 @@ bounds the schema cannot state (``check_bounds``: the layout's product is the wo
 mesh places every rank once below it, groups and faults name ranks below it, the pipeline's
 stages, microbatches and stage layers agree). No list or set is sized by a number from the file
 before these checks pass, and the world size is at most ``MAX_WORLD_SIZE``. Readers never
-index the raw dict: every field the analysis uses is an attribute here, with its unit or
-meaning in its name.
+index the raw dict (``raw``, the document as read: only ``check_bounds`` here looks at it):
+every field the analysis uses is an attribute here, with its unit or meaning in its name.
+
+``RunInfo.to_dict()`` is the one writer of run.json's content: the runner's launcher
+(``parallel/launch.py``) and the Recorder (``collectors/recorder.py``) build a ``RunInfo`` and
+write its dict; a change of state (completed, failed, the group names the ranks report) is a
+new value made with ``dataclasses.replace``. ``from_dict(info.to_dict())`` is ``info`` again.
 
 The process groups of a run are ``ProcessGroup`` records: the dimension they belong to (``dp``,
 ``tp``, ``pp``, ``cp``, ``ep``, ``ep_replica``, ``world``…), their global ranks (sorted), and
@@ -53,6 +58,20 @@ class ProcessGroup:
     ranks: tuple[int, ...]
     name: str | None = None
     desc: str | None = None
+    # The DeviceMesh dimension a Recorder's group came from (None: the default group); the
+    # runner's run.json does not carry it.
+    mesh_dim: str | None = dataclasses.field(default=None, compare=False)
+
+    def to_dict(self, recorder: bool) -> dict:
+        """Its entry of run.json's ``process_groups`` (``RunInfo.to_dict``): name and desc
+        once known (the runner learns them from its ranks), the mesh dimension in a
+        Recorder's."""
+        d: dict[str, Any] = {"dimension": self.dimension, "ranks": list(self.ranks)}
+        if recorder or self.name is not None:
+            d.update(name=self.name, desc=self.desc)
+        if recorder:
+            d["mesh_dim"] = self.mesh_dim
+        return d
 
     @property
     def ranks_key(self) -> str:
@@ -65,21 +84,34 @@ class ProcessGroup:
 
 @dataclasses.dataclass(frozen=True)
 class ModelInfo:
-    """The model as run.json describes it; any field may be unknown (None) for a Recorder run."""
+    """The model as run.json describes it; any field may be unknown (None) for a Recorder run.
+    ``rope_theta``, ``norm_eps`` and ``moe_aux_coef`` are the runner's model settings, kept so
+    that run.json is written whole (``to_dict``); the analysis reads none of them."""
     preset: str | None = None
-    n_layers: int | None = None
+    vocab_size: int | None = None
     dim: int | None = None
+    n_layers: int | None = None
     n_heads: int | None = None
     n_kv_heads: int | None = None
     ffn_hidden: int | None = None
-    vocab_size: int | None = None
     seq_len: int | None = None
+    rope_theta: float | None = None
+    norm_eps: float | None = None
     moe_experts: int = 0
     moe_top_k: int | None = None
     moe_every: int | None = None
     moe_hidden: int | None = None
+    moe_aux_coef: float | None = None
     n_params: int | None = None
     flops_per_token: float | None = None
+
+    def to_dict(self, recorder: bool) -> dict:
+        """run.json's ``model``: a Recorder knows only the FLOPs per token (null when not
+        given); the runner writes every field it knows (those not None), in field order."""
+        if recorder:
+            return {"flops_per_token": self.flops_per_token}
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if getattr(self, f.name) is not None}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,6 +121,10 @@ class DeviceInfo:
     backend: str | None = None
     peak_flops: float | None = None
     memory_bandwidth_bytes_per_s: float | None = None
+    peak_source: str | None = None      # where the peaks came from (None: unknown)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,7 +159,66 @@ class RunInfo:
     faults: tuple[FaultInfo, ...]
     kind: str | None
     start_time: str | None
-    raw: Mapping[str, Any] = dataclasses.field(repr=False, compare=False)
+    raw: Mapping[str, Any] = dataclasses.field(default_factory=dict, repr=False, compare=False)
+    # What run.json also says, for writing it whole (``to_dict``); the analysis reads only
+    # ``global_batch_tokens`` of these (a Recorder's token count, ``records/steps.py``).
+    mesh_shape: tuple[int, ...] = ()
+    nnodes: int | None = None
+    seed: int | None = None
+    lr: float | None = None
+    global_batch_tokens: int | None = None      # tokens per step, a Recorder's argument
+    hosts: Mapping[int, str] | None = None       # rank → host name (a Recorder's)
+    recorded_by: str | None = None               # "collectors.Recorder"; None: the runner
+    versions: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    command: tuple[str, ...] = ()
+    end_time: str | None = None
+    error: str | None = None
+
+    # -- writing -----------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        """run.json's content — its one writer (the runner's launcher, ``parallel/launch.py``;
+        the Recorder, ``collectors/recorder.py``; ``read_run_info`` reads it back). Two
+        kinds, as they have always been written: the runner's (``recorded_by`` None: the
+        training settings dp_mode, sequence_parallel, faults, global_batch, seed, lr) and a
+        Recorder's (its ``recorded_by``, ``global_batch_tokens`` and ``hosts`` instead).
+        ``kind`` (``bench-comm``) and ``error`` only when set. Changing a run's state is a new
+        value: ``dataclasses.replace(info, status="completed", end_time=...)``."""
+        recorder = self.recorded_by is not None
+        d: dict[str, Any] = {"schema_version": RUN_SCHEMA_VERSION, "run_id": self.run_id,
+                             "status": self.status}
+        if recorder:
+            d["recorded_by"] = self.recorded_by
+        d.update(
+            layout=dict(self.layout), layout_str=self.layout_str, world_size=self.world_size,
+            mesh={"dims": list(self.mesh_dims), "shape": list(self.mesh_shape),
+                  "coordinates": {str(r): dict(c) for r, c in self.coordinates.items()}},
+            process_groups=[g.to_dict(recorder) for g in self.process_groups],
+            schedule=self.schedule,
+            pipeline={"stages": self.pipeline_stages, "virtual_stages": self.virtual_stages,
+                      "microbatches": self.microbatches,
+                      "stage_layers": None if self.stage_layers is None
+                      else [list(s) for s in self.stage_layers]})
+        if recorder:
+            d.update(microbatches=self.microbatches,
+                     global_batch_tokens=self.global_batch_tokens, nnodes=self.nnodes,
+                     hosts=None if self.hosts is None
+                     else {str(r): h for r, h in self.hosts.items()})
+        else:
+            d.update(dp_mode=self.dp_mode, sequence_parallel=self.sequence_parallel,
+                     faults=[dataclasses.asdict(f) for f in self.faults], nnodes=self.nnodes,
+                     microbatches=self.microbatches, global_batch=self.global_batch)
+        d.update(steps=self.steps,
+                 profile_steps=None if self.profile_steps is None else list(self.profile_steps))
+        if not recorder:
+            d.update(seed=self.seed, lr=self.lr)
+        d.update(model=self.model.to_dict(recorder), device=self.device.to_dict(),
+                 versions=dict(self.versions), command=list(self.command),
+                 start_time=self.start_time, end_time=self.end_time)
+        if self.kind is not None:
+            d["kind"] = self.kind
+        if self.error is not None:
+            d["error"] = self.error
+        return d
 
     # -- the layout --------------------------------------------------------------------------
     def size(self, dim: str) -> int:
@@ -257,7 +352,8 @@ def from_dict(data: Mapping[str, Any], path: pathlib.Path) -> RunInfo:
             raise _field(path, f"{where}.dimension", "missing")
         name = g.get("name")
         groups.append(ProcessGroup(dim, ranks, None if name is None else str(name),
-                                   _str(g.get("desc"), path, f"{where}.desc")))
+                                   _str(g.get("desc"), path, f"{where}.desc"),
+                                   _str(g.get("mesh_dim"), path, f"{where}.mesh_dim")))
     pipe = _obj(data.get("pipeline"), path, "$.pipeline")
     micro = _int(data.get("microbatches", pipe.get("microbatches")), path, "$.microbatches",
                  minimum=1, default=1)
@@ -279,6 +375,8 @@ def from_dict(data: Mapping[str, Any], path: pathlib.Path) -> RunInfo:
         **{k: _int(m.get(k), path, f"$.model.{k}", minimum=1)
            for k in ("n_layers", "dim", "n_heads", "n_kv_heads", "ffn_hidden", "vocab_size",
                      "seq_len", "moe_top_k", "moe_every", "moe_hidden")},
+        **{k: _num(m.get(k), path, f"$.model.{k}")
+           for k in ("rope_theta", "norm_eps", "moe_aux_coef")},
         moe_experts=_int(m.get("moe_experts"), path, "$.model.moe_experts", minimum=0,
                          default=0),
         n_params=_int(m.get("n_params"), path, "$.model.n_params", minimum=0),
@@ -290,7 +388,8 @@ def from_dict(data: Mapping[str, Any], path: pathlib.Path) -> RunInfo:
                         peak_flops=_num(d.get("peak_flops"), path, "$.device.peak_flops"),
                         memory_bandwidth_bytes_per_s=_num(
                             d.get("memory_bandwidth_bytes_per_s"), path,
-                            "$.device.memory_bandwidth_bytes_per_s"))
+                            "$.device.memory_bandwidth_bytes_per_s"),
+                        peak_source=_str(d.get("peak_source"), path, "$.device.peak_source"))
     faults = tuple(FaultInfo(_str(f.get("kind"), path, f"$.faults[{i}].kind") or "",
                              _int(f.get("rank"), path, f"$.faults[{i}].rank", minimum=0),
                              _int(f.get("value"), path, f"$.faults[{i}].value"))
@@ -318,7 +417,29 @@ def from_dict(data: Mapping[str, Any], path: pathlib.Path) -> RunInfo:
         model=model, device=device, faults=faults,
         kind=_str(data.get("kind"), path, "$.kind"),
         start_time=_str(data.get("start_time"), path, "$.start_time"),
-        raw=data)
+        raw=data,
+        mesh_shape=tuple(_int(x, path, "$.mesh.shape", minimum=1)
+                         for x in (mesh.get("shape") or [])),
+        nnodes=_int(data.get("nnodes"), path, "$.nnodes", minimum=1),
+        seed=_int(data.get("seed"), path, "$.seed"),
+        lr=data.get("lr") if isinstance(data.get("lr"), (int, float))
+        and not isinstance(data.get("lr"), bool) else None,
+        global_batch_tokens=_tokens(data.get("global_batch_tokens")),
+        hosts=None if data.get("hosts") is None else {
+            int(r): str(h) for r, h in _obj(data.get("hosts"), path, "$.hosts").items()
+            if str(r).isdigit()},
+        recorded_by=_str(data.get("recorded_by"), path, "$.recorded_by"),
+        versions=_obj(data.get("versions"), path, "$.versions"),
+        command=tuple(str(x) for x in data.get("command") or []),
+        end_time=_str(data.get("end_time"), path, "$.end_time"),
+        error=_str(data.get("error"), path, "$.error"))
+
+
+def _tokens(value) -> int | float | None:
+    """A Recorder's ``global_batch_tokens``: a positive number, else unknown (None)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        return None
+    return value
 
 
 def _prod(values) -> int:

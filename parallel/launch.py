@@ -33,7 +33,9 @@ from torch.distributed.elastic.multiprocessing.api import LogsDest, LogsSpecs, S
 
 from meshscope.collectors import flight_recorder
 from meshscope.collectors import run_dir
-from meshscope.collectors.run_dir import RUN_JSON, RUN_SCHEMA_VERSION, write_json_atomic
+from meshscope.collectors.run_dir import RUN_JSON, write_json_atomic
+from meshscope.collectors.run_info import (DeviceInfo, FaultInfo, ModelInfo, ProcessGroup,
+                                           RunInfo)
 
 from .layout import Layout, LayoutError, stage_layers
 from .model import ModelConfig
@@ -48,77 +50,63 @@ class LaunchError(RuntimeError):
     """The job started but a rank failed; the message names the rank and its error."""
 
 
-def _device_entry(cuda: bool, opts: RunOptions) -> dict:
-    """Device type, name, backend, and its peak FLOP/s and memory bandwidth: from the command
-    line when given, else from ``collectors.devices`` by name, else null (unknown)."""
+def run_description(opts: RunOptions, run_id: str) -> RunInfo:
+    """The launcher's part of run.json (process-group names are added from the ranks,
+    ``_with_rank_meta``); ``to_dict()`` is what the file holds."""
     from meshscope.collectors.devices import lookup
 
-    name = torch.cuda.get_device_name(0) if cuda else (platform.processor()
-                                                         or platform.machine())
-    known = lookup(name) or (None, None)
-    return {"type": "cuda" if cuda else "cpu", "name": name,
-            "backend": "nccl" if cuda else "gloo",
-            "peak_flops": opts.peak_flops or known[0],
-            "memory_bandwidth_bytes_per_s": opts.peak_bandwidth or known[1],
-            "peak_source": "command line" if opts.peak_flops or opts.peak_bandwidth
-            else ("collectors/devices.py" if known[0] else None)}
-
-
-def run_description(opts: RunOptions, run_id: str) -> dict:
-    """The launcher's part of run.json (process-group names are added from the ranks)."""
     layout, cfg = opts.layout, opts.model
     pp, v = layout.size("pp"), opts.virtual
     cuda = torch.cuda.is_available()
-    groups = [{"dimension": d, "ranks": g} for d in layout.mesh_dims for g in layout.groups(d)]
+    groups = [ProcessGroup(d, tuple(g)) for d in layout.mesh_dims for g in layout.groups(d)]
     if layout.size("ep") > 1:
-        groups += [{"dimension": "ep", "ranks": g} for g in layout.ep_groups()]
-        groups += [{"dimension": "ep_replica", "ranks": g} for g in layout.ep_replica_groups()]
-    return {
-        "schema_version": RUN_SCHEMA_VERSION,
-        "run_id": run_id,
-        "status": "running",
-        "layout": {d: layout.size(d) for d in ("dp", "tp", "pp", "cp", "ep")},
-        "layout_str": str(layout),
-        "world_size": layout.world_size,
-        "mesh": {"dims": list(layout.mesh_dims),
-                 "shape": [layout.size(d) for d in layout.mesh_dims],
-                 "coordinates": {str(r): layout.coordinates(r)
-                                 for r in range(layout.world_size)}},
-        "process_groups": groups,
-        "schedule": opts.schedule if pp > 1 else None,
-        "pipeline": {"stages": pp, "virtual_stages": v, "microbatches": opts.microbatches,
-                     "stage_layers": stage_layers(cfg.n_layers, pp * v, opts.stage_layers)},
-        "dp_mode": opts.dp_mode,
-        "sequence_parallel": opts.sp if layout.size("tp") > 1 else None,
-        "faults": [f.as_dict() for f in opts.faults],
-        "nnodes": opts.nnodes,
-        "microbatches": opts.microbatches,
-        "global_batch": opts.global_batch,
-        "steps": opts.steps,
-        "profile_steps": list(opts.profile_steps),
-        "seed": opts.seed,
-        "lr": opts.lr,
-        "model": {"preset": opts.model_preset, **dataclasses.asdict(cfg),
-                  "n_params": cfg.n_params(), "flops_per_token": cfg.flops_per_token()},
-        "device": _device_entry(cuda, opts),
-        "versions": run_dir.versions(),
-        "command": opts.command,
-        "start_time": run_dir.now(),
-        "end_time": None,
-    }
+        groups += [ProcessGroup("ep", tuple(g)) for g in layout.ep_groups()]
+        groups += [ProcessGroup("ep_replica", tuple(g)) for g in layout.ep_replica_groups()]
+    # Device type, name, backend, and its peak FLOP/s and memory bandwidth: from the command
+    # line when given, else from ``collectors.devices`` by name, else null (unknown).
+    name = torch.cuda.get_device_name(0) if cuda else (platform.processor()
+                                                         or platform.machine())
+    known = lookup(name) or (None, None)
+    device = DeviceInfo(type="cuda" if cuda else "cpu", name=name,
+                        backend="nccl" if cuda else "gloo",
+                        peak_flops=opts.peak_flops or known[0],
+                        memory_bandwidth_bytes_per_s=opts.peak_bandwidth or known[1],
+                        peak_source="command line" if opts.peak_flops or opts.peak_bandwidth
+                        else ("collectors/devices.py" if known[0] else None))
+    layers = stage_layers(cfg.n_layers, pp * v, opts.stage_layers)
+    return RunInfo(
+        path=pathlib.Path(opts.out) / RUN_JSON, run_id=run_id, status="running",
+        layout={d: layout.size(d) for d in ("dp", "tp", "pp", "cp", "ep")},
+        layout_str=str(layout), world_size=layout.world_size,
+        mesh_dims=tuple(layout.mesh_dims),
+        mesh_shape=tuple(layout.size(d) for d in layout.mesh_dims),
+        coordinates={r: layout.coordinates(r) for r in range(layout.world_size)},
+        process_groups=tuple(groups), schedule=opts.schedule if pp > 1 else None,
+        microbatches=opts.microbatches, virtual_stages=v,
+        stage_layers=None if layers is None else tuple(tuple(s) for s in layers),
+        steps=opts.steps, profile_steps=tuple(opts.profile_steps), dp_mode=opts.dp_mode,
+        sequence_parallel=opts.sp if layout.size("tp") > 1 else None,
+        global_batch=opts.global_batch,
+        model=ModelInfo(preset=opts.model_preset, **dataclasses.asdict(cfg),
+                        n_params=cfg.n_params(), flops_per_token=cfg.flops_per_token()),
+        device=device, faults=tuple(FaultInfo(**f.as_dict()) for f in opts.faults),
+        kind=None, start_time=run_dir.now(), nnodes=opts.nnodes, seed=opts.seed, lr=opts.lr,
+        versions=run_dir.versions(), command=tuple(opts.command))
 
 
-def _merge_rank_meta(run: pathlib.Path, desc: dict) -> None:
-    """Fill process-group names from the per-rank tables the workers wrote."""
+def _with_rank_meta(run: pathlib.Path, info: RunInfo) -> RunInfo:
+    """``info`` with the process-group names the workers wrote to ``.meta/rank*.json``."""
     meta_dir = run / ".meta"
     by_ranks = {}
     for f in sorted(meta_dir.glob("rank*.json")):
         for g in json.loads(f.read_text())["groups"]:
             by_ranks[(g["dimension"], tuple(g["ranks"]))] = g
-    for g in desc["process_groups"]:
-        seen = by_ranks.get((g["dimension"], tuple(g["ranks"])))
-        if seen:
-            g["name"], g["desc"] = seen["name"], seen["desc"]
+    groups = []
+    for g in info.process_groups:
+        seen = by_ranks.get((g.dimension, tuple(g.ranks)))
+        groups.append(dataclasses.replace(g, name=seen["name"], desc=seen["desc"])
+                      if seen else g)
+    return dataclasses.replace(info, process_groups=tuple(groups))
 
 
 class RunLogs(LogsSpecs):
@@ -264,9 +252,9 @@ def launch(opts: RunOptions) -> dict:
     run = pathlib.Path(opts.out).resolve()
     run.mkdir(parents=True, exist_ok=True)
     run_id = uuid.uuid4().hex[:12]
-    desc = run_description(opts, run_id)
+    info = run_description(opts, run_id)
     if opts.node_rank == 0:
-        write_json_atomic(run / RUN_JSON, desc)
+        write_json_atomic(run / RUN_JSON, info.to_dict())
     config_path = run / ".meta" / f"config-node{opts.node_rank}.json"
     WorkerConfig.of(opts, run, run_id).write(config_path)
 
@@ -280,12 +268,11 @@ def launch(opts: RunOptions) -> dict:
                   rdzv_id=f"meshscope-{opts.layout}",
                   written=(run / run_dir.COMMS, run / run_dir.STEPS))
     except LaunchError as e:
-        desc.update(status="failed", end_time=run_dir.now(), error=str(e))
-        _finish(run, desc, opts)
+        _finish(run, dataclasses.replace(info, status="failed", end_time=run_dir.now(),
+                                         error=str(e)), opts)
         raise
-    desc.update(status="completed", end_time=run_dir.now())
-    _finish(run, desc, opts)
-    return desc
+    return _finish(run, dataclasses.replace(info, status="completed", end_time=run_dir.now()),
+                   opts).to_dict()
 
 
 def run_ranks(module: str, config_path: pathlib.Path, *, log_dir: pathlib.Path, nproc: int,
@@ -356,12 +343,14 @@ def _launcher_log(path: pathlib.Path):
         handler.close()
 
 
-def _finish(run: pathlib.Path, desc: dict, opts: RunOptions) -> None:
-    """Node 0 completes run.json with the ranks' group names and removes the scratch files."""
+def _finish(run: pathlib.Path, info: RunInfo, opts: RunOptions) -> RunInfo:
+    """Node 0 completes run.json with the ranks' group names and removes the scratch files;
+    returns the run as written (``info`` on the other nodes)."""
     if opts.node_rank == 0:
-        _merge_rank_meta(run, desc)
-        write_json_atomic(run / RUN_JSON, desc)
+        info = _with_rank_meta(run, info)
+        write_json_atomic(run / RUN_JSON, info.to_dict())
         shutil.rmtree(run / ".meta", ignore_errors=True)
+    return info
 
 
 def bench_comm(layout: Layout, out: pathlib.Path, *, ops: list[str], sizes: list[int],
@@ -385,9 +374,10 @@ def bench_comm(layout: Layout, out: pathlib.Path, *, ops: list[str], sizes: list
     if profile:
         opts = RunOptions(layout=layout, model=ModelConfig(), out=out, steps=1,
                           profile_steps=(0, 0))
-        desc = run_description(opts, uuid.uuid4().hex[:12])
-        desc.update(kind="bench-comm", schedule=None, steps=len(ops) * len(sizes))
-        write_json_atomic(out / RUN_JSON, desc)
+        info = dataclasses.replace(run_description(opts, uuid.uuid4().hex[:12]),
+                                   kind="bench-comm", schedule=None,
+                                   steps=len(ops) * len(sizes))
+        write_json_atomic(out / RUN_JSON, info.to_dict())
     config = {"run_dir": str(out), "layout": layout.sizes, "ops": ops, "sizes": sizes,
               "iters": iters, "warmup": warmup, "profile": profile}
     config_path = out / ".meta" / "bench-config.json"
@@ -398,6 +388,6 @@ def bench_comm(layout: Layout, out: pathlib.Path, *, ops: list[str], sizes: list
     finally:
         shutil.rmtree(out / ".meta", ignore_errors=True)
     if profile:
-        desc.update(status="completed", end_time=run_dir.now())
-        write_json_atomic(out / RUN_JSON, desc)
+        info = dataclasses.replace(info, status="completed", end_time=run_dir.now())
+        write_json_atomic(out / RUN_JSON, info.to_dict())
     return out / "baseline.parquet"

@@ -5,7 +5,7 @@ Checked against: the bundled samples, what the runner's launcher writes now (its
 ``run_description`` for several layouts, also as completed and failed), a Recorder's run.json
 from a one-process run, and damaged files (the message names the file and the failing place).
 """
-import copy
+import dataclasses
 import json
 import os
 import pathlib
@@ -74,12 +74,13 @@ def test_what_the_launcher_writes_validates(tmp_path, layout, extra):
     desc = run_description(opts, "0123456789ab")
     path = tmp_path / "run.json"
     for status in ("running", "completed", "failed"):
-        d = copy.deepcopy(desc)
+        d = desc
         if status != "running":
-            d.update(status=status, end_time="2026-11-29T21:31:55+00:00")
+            d = dataclasses.replace(d, status=status, end_time="2026-11-29T21:31:55+00:00")
         if status == "failed":
-            d["error"] = "rank 1 failed (exit code 1): RuntimeError: injected crash"
-        path.write_text(json.dumps(d))
+            d = dataclasses.replace(
+                d, error="rank 1 failed (exit code 1): RuntimeError: injected crash")
+        path.write_text(json.dumps(d.to_dict()))
         assert validate_run_json(path)["status"] == status
         info = read_run_info(tmp_path)
         assert info.world_size == opts.layout.world_size
@@ -224,3 +225,49 @@ def test_world_size_bound_is_the_package_limit():
 def test_json_path():
     assert json_path([]) == "$"
     assert json_path(["mesh", "shape", 0]) == "$.mesh.shape[0]"
+
+
+@pytest.mark.parametrize("sample", sorted(p.parent.name for p in (ROOT / "samples").glob("*/run.json")))
+def test_run_info_writes_back_what_it_read(sample):
+    """``RunInfo.to_dict`` is run.json's one writer: every committed sample's run.json, read
+    and written again, is the same document — the same keys in the same order, the same
+    values — and reading that back gives the same RunInfo."""
+    from meshscope.collectors.run_info import from_dict
+
+    path = ROOT / "samples" / sample / "run.json"
+    doc = json.loads(path.read_text())
+    info = from_dict(doc, path)
+    written = info.to_dict()
+    assert written == doc
+    assert _key_order(written) == _key_order(doc)
+    assert from_dict(written, path) == info
+
+
+def _key_order(doc):
+    """Every object's keys, in order, through the whole document (a number read as a float
+    is written as one — 1287552.0 for 1287552 — so the text itself is not compared)."""
+    if isinstance(doc, dict):
+        return [(k, _key_order(v)) for k, v in doc.items()]
+    if isinstance(doc, list):
+        return [_key_order(v) for v in doc]
+    return None
+
+
+def test_launcher_description_is_a_run_info_its_file_reads_back_as(tmp_path):
+    """The launcher builds a RunInfo (``run_description``) and writes its dict; reading the
+    file gives the same record, a failed run's error and end included."""
+    import dataclasses
+
+    from meshscope.parallel.launch import RunOptions, run_description
+    from meshscope.parallel.layout import parse_layout
+    from meshscope.parallel.model import PRESETS
+
+    opts = RunOptions(layout=parse_layout("dp=2,pp=2"), model=PRESETS["tiny"], out=tmp_path,
+                      profile_steps=(1, 2))
+    info = dataclasses.replace(run_description(opts, "0123456789ab"), status="failed",
+                               end_time="2026-11-29T21:31:55+00:00", error="rank 1 failed")
+    (tmp_path / "run.json").write_text(json.dumps(info.to_dict()))
+    back = read_run_info(tmp_path)
+    assert back == dataclasses.replace(info, path=tmp_path / "run.json")
+    assert back.error == "rank 1 failed" and back.status == "failed"
+    assert list(info.to_dict())[-1] == "error"

@@ -165,8 +165,8 @@ def tokens_per_step(run: RunInfo | None) -> float | None:
         return None
     if run.global_batch and run.model.seq_len:
         return float(run.global_batch * run.model.seq_len)
-    tokens = run.raw.get("global_batch_tokens") if run.raw else None
-    return float(tokens) if isinstance(tokens, (int, float)) and tokens > 0 else None
+    tokens = run.global_batch_tokens        # a Recorder's: positive, or None
+    return float(tokens) if tokens else None
 
 
 def throughput(steps: pd.DataFrame, run: RunInfo | None) -> pd.DataFrame:
