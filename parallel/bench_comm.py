@@ -1,7 +1,7 @@
 """``meshscope bench-comm``: an nccl-tests-style sweep of collectives over a layout's groups.
 
-For every process group dimension of the layout (each of dp, tp, pp, cp with size > 1; the whole
-world for a one-dimensional layout), every op and every size S, the ranks run ``warmup``
+For every mesh dimension of the layout with size > 1 (dp, tp, pp, cp; in a one-dimensional
+layout its group is the whole world), every op and every size S, the ranks run ``warmup``
 untimed iterations and then ``iters`` timed ones back to back, and the time of one is the total
 divided by ``iters`` — the slowest rank's, as all ranks wait for it (nccl-tests does the same).
 S is what nccl-tests' ``size`` column means: the buffer for all_reduce and broadcast, the whole
@@ -10,11 +10,11 @@ for all_to_all, the message for send/recv (a ring: every rank sends to the next 
 from the previous). float32 throughout.
 
 Rank 0 writes ``RUN/baseline.parquet`` (and ``.csv``): op, dim, n_ranks (the group's size),
-size_bytes, count, dtype, time_us, algbw_gbps, busbw_gbps — the columns of
-``analysis/nccl_tests.py``'s tables, so either can be the baseline of a bandwidth report. With
-``--profile`` each rank also writes its Kineto trace (one profiler step per (dim, op, size)
-block, each block inside a ``meshscope/comm dim=D`` range) and run.json, so ``meshscope
-analyze`` reports the same sweep from the traces.
+size_bytes, count, dtype, time_us, algbw_gbps, busbw_gbps (``theory/bus_factors.py``) — the
+columns of ``analysis/comm/nccl_tests.py``'s tables, so either can be the baseline of a
+bandwidth report. With ``--profile`` each rank also writes its Kineto trace (one profiler step
+per (dim, op, size) block, each block inside a ``meshscope/comm dim=D`` range) and run.json,
+so ``meshscope analyze`` reports the same sweep from the traces.
 """
 from __future__ import annotations
 
