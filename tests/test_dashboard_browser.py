@@ -235,24 +235,61 @@ def test_navigation_keeps_the_selected_run(server, driver):
     CONSOLE.extend(driver.get_log("browser"))
 
 
+def _settled_texts(d, selector, expected, timeout=30):
+    """The texts of ``selector`` once they equal ``expected``, else the last ones seen after
+    ``timeout``: the elements are found afresh at each try, because Dash may render the page
+    again meanwhile (the URL's callback, then the pickers'), leaving an element found before
+    stale — StaleElementReferenceException, which a single look would fail on."""
+    from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    seen: list = []
+
+    def settled(x):
+        seen[:] = _texts(x, selector)
+        return seen == expected
+    try:
+        WebDriverWait(d, timeout, ignored_exceptions=(StaleElementReferenceException,)) \
+            .until(settled)
+    except TimeoutException:
+        pass
+    return seen
+
+
+def _choose(d, select, option, timeout=30):
+    """Open the dropdown ``select`` and click its option ``option``, both found afresh at each
+    try (a re-render closes the menu and replaces its elements: the next try opens it again)."""
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    def chosen(x):
+        options = [o for o in _css(x, "[role=option]") if o.text.strip() == option]
+        if not options:
+            _css(x, select)[0].click()
+            return False
+        options[0].click()
+        return True
+    WebDriverWait(d, timeout, ignored_exceptions=(StaleElementReferenceException, IndexError)) \
+        .until(chosen)
+
+
 def test_a_shared_url_reopens_the_same_view(server, driver):
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
     steps = _summary(PIPELINED)["steps"]
     title = f"Microbatch schedule of step {steps[-1]}"
     _open(driver, f"{server}/pipeline?run={PIPELINED}&step={steps[0]}", "#gantt-graph .point")
-    _css(driver, "#step-select")[0].click()
-    option = [o for o in _wait(driver, "[role=option]") if o.text.strip() == str(steps[-1])]
-    option[0].click()
-    WebDriverWait(driver, 30).until(lambda d: parse_qs(urlsplit(d.current_url).query).get(
-        "step") == [str(steps[-1])])
-    WebDriverWait(driver, 30).until(lambda d: _texts(d, "#gantt-graph .gtitle") == [title])
+    _choose(driver, "#step-select", str(steps[-1]))
+    WebDriverWait(driver, 30, ignored_exceptions=(StaleElementReferenceException,)).until(
+        lambda d: parse_qs(urlsplit(d.current_url).query).get("step") == [str(steps[-1])])
+    assert _settled_texts(driver, "#gantt-graph .gtitle", [title]) == [title]
     shared = driver.current_url
     driver.get("about:blank")
     _open(driver, shared, "#gantt-graph .point")
-    assert _texts(driver, "#gantt-graph .gtitle") == [title]
-    assert _texts(driver, "#step-select-value") == [str(steps[-1])]
-    assert _texts(driver, "#run-title") == [PIPELINED]
+    assert _settled_texts(driver, "#gantt-graph .gtitle", [title]) == [title]
+    assert _settled_texts(driver, "#step-select-value", [str(steps[-1])]) == [str(steps[-1])]
+    assert _settled_texts(driver, "#run-title", [PIPELINED]) == [PIPELINED]
 
 
 def test_clicking_a_rank_focuses_the_view_on_it(server, driver):
