@@ -66,11 +66,6 @@ class RunReport:
         return self.typed.schema_version
 
     @property
-    def run(self) -> dict:
-        """summary.json's ``run`` (from run.json), ``{}`` for a plain folder of traces."""
-        return self.typed.run
-
-    @property
     def ranks(self) -> list[int]:
         return self.typed.ranks
 
