@@ -84,7 +84,7 @@ class ExportSummary:
 def _table(report_dir: pathlib.Path | None, name: str) -> pd.DataFrame | None:
     if report_dir is None:
         return None
-    p = pathlib.Path(report_dir) / f"{name}.parquet"
+    p = rd.ReportDir(pathlib.Path(report_dir)).table(name)
     if not p.is_file():
         return None
     try:
@@ -99,11 +99,12 @@ def load_aligned(path: pathlib.Path, report_dir: pathlib.Path | None = None) -> 
     the report in ``report_dir`` (default ``path/report``). InputError when no trace can be
     read; unreadable ones are named in ``notes``."""
     path = pathlib.Path(path)
-    report_dir = pathlib.Path(report_dir) if report_dir is not None else path / rd.REPORT
+    report_dir = pathlib.Path(report_dir) if report_dir is not None else \
+        rd.ReportDir.of_run(path).path
     files = find_traces(path)
     if not files:
         raise InputError(path, "no trace files (*.json, *.json.gz) found")
-    cache = report_dir / ".cache" if report_dir.is_dir() else None
+    cache = rd.ReportDir(report_dir).cache if report_dir.is_dir() else None
     notes: list[str] = []
     traces: dict[int, RankTrace] = {}
     for f in files:

@@ -42,7 +42,8 @@ import stat
 
 from meshscope.collectors import run_dir as rd
 
-MEMO_FILE = "inputs.json"
+# The file names, kept here while analyze.py still reads them from this module.
+MEMO_FILE, KEY_FILE = rd.INPUTS_MEMO, rd.REPORT_KEY
 STOP_ENV = "MESHSCOPE_TEST_STOP_AT_WRITE"
 _steps = [0]
 # Per report directory: the content hashes of its inputs found by ``key`` (``store`` keeps them).
@@ -58,7 +59,6 @@ def stop_point() -> None:
     if _steps[0] == int(at):
         os.kill(os.getpid(), signal.SIGKILL)
 
-KEY_FILE = "report.key"
 _SKIP_DIRS = {"report", "__pycache__"}
 
 
@@ -119,7 +119,7 @@ def key(path: pathlib.Path, out: pathlib.Path, options: dict) -> str:
     docstring); ``out`` is the report directory (never part of the inputs)."""
     path, out = pathlib.Path(path), pathlib.Path(out)
     try:
-        old = json.loads((out / ".cache" / MEMO_FILE).read_text())
+        old = json.loads(rd.ReportDir(out).inputs_memo.read_text())
         old = old if isinstance(old, dict) else {}
     except (OSError, ValueError, RecursionError):
         old = {}
@@ -149,10 +149,10 @@ def cached_summary(out: pathlib.Path, digest: str) -> dict | None:
     """The stored summary.json when ``out``'s report was computed from exactly ``digest``."""
     out = pathlib.Path(out)
     try:
-        stored, _, listing = (out / ".cache" / KEY_FILE).read_text().partition("\n")
+        stored, _, listing = rd.ReportDir(out).key.read_text().partition("\n")
         if stored.strip() != digest or json.loads(listing) != _listing(out):
             return None
-        summary = json.loads((out / rd.SUMMARY).read_text())
+        summary = json.loads(rd.ReportDir(out).summary.read_text())
         return summary if isinstance(summary, dict) else None
     except (OSError, ValueError, RecursionError):
         return None
@@ -162,21 +162,22 @@ def store(out: pathlib.Path, digest: str) -> None:
     """Remember that ``out``'s report is that of ``digest`` (a failure to write is ignored: the
     next run computes afresh)."""
     try:
-        d = pathlib.Path(out) / ".cache"
+        report = rd.ReportDir(pathlib.Path(out))
+        d = report.cache
         d.mkdir(parents=True, exist_ok=True)
         memo = _MEMO.pop(str(pathlib.Path(out)), None)
         if memo is not None:
-            tmp = d / f".{MEMO_FILE}.{os.getpid()}"
+            tmp = d / f".{rd.INPUTS_MEMO}.{os.getpid()}"
             tmp.write_text(json.dumps(memo))
-            os.replace(tmp, d / MEMO_FILE)
+            os.replace(tmp, report.inputs_memo)
         stop_point()
-        tmp = d / f".{KEY_FILE}.{os.getpid()}"
+        tmp = d / f".{rd.REPORT_KEY}.{os.getpid()}"
         with open(tmp, "w") as f:
             f.write(digest + "\n" + json.dumps(_listing(pathlib.Path(out))) + "\n")
             f.flush()
             os.fsync(f.fileno())        # the key's content on disk before its name
         stop_point()
-        os.replace(tmp, d / KEY_FILE)
+        os.replace(tmp, report.key)
         rd.fsync_path(d)
     except OSError:
         pass
@@ -186,6 +187,6 @@ def unkey(out: pathlib.Path) -> None:
     """Forget which inputs ``out``'s report is of (before it is replaced): a run killed before
     the new key is stored leaves a report that the next run makes again."""
     try:
-        (pathlib.Path(out) / ".cache" / KEY_FILE).unlink(missing_ok=True)
+        rd.ReportDir(pathlib.Path(out)).key.unlink(missing_ok=True)
     except OSError:
         pass
