@@ -202,3 +202,33 @@ def test_a_schema_1_report_without_the_flight_recorder_table_reads_its_hangs(old
     doc.pop("hangs")
     path.write_text(json.dumps(doc))
     assert "fr-none" in _items(older, "health")
+
+
+def test_typed_rows_of_a_hand_made_older_gpu_report(tmp_path):
+    """A report folder holding only gemms.parquet and stream_idle.parquet, written before
+    ``peak_tflops``/``efficiency`` and ``other_us`` existed: the typed rows carry the written
+    values and None for what the report does not know (never 0)."""
+    pd.DataFrame({"rank": [0, 0], "op": ["aten::mm", "aten::addmm"],
+                  "shapes": ["[[4096, 4096], [4096, 4096]]", None], "dtype": ["float", None],
+                  "calls": [2, 1], "flops": [2 * 137.4e9, 1e9], "kernel_us": [20_000.0, 100.0],
+                  "tflops": [13.74, 10.0]}).to_parquet(tmp_path / "gemms.parquet")
+    pd.DataFrame({"rank": [1], "stream": ["7"], "idle_us": [500.0], "host_wait_us": [300.0],
+                  "kernel_wait_us": [200.0]}).to_parquet(tmp_path / "stream_idle.parquet")
+    mm, addmm = reader.gemms(reader.read_table(tmp_path, "gemms"))
+    assert (mm.op, mm.calls, mm.flops, mm.kernel_us, mm.tflops) == \
+        ("aten::mm", 2, 2 * 137.4e9, 20_000.0, 13.74)
+    assert mm.shapes == "[[4096, 4096], [4096, 4096]]" and mm.dtype == "float"
+    assert mm.peak_tflops is None and mm.efficiency is None
+    assert addmm.shapes is None and addmm.dtype is None
+    (s,) = reader.stream_idle(reader.read_table(tmp_path, "stream_idle"))
+    assert (s.rank, s.stream, s.idle_us, s.host_wait_us, s.kernel_wait_us, s.other_us) == \
+        (1, "7", 500.0, 300.0, 200.0, None)
+    assert reader.kernels(reader.read_table(tmp_path, "kernels")) == []    # no file: no rows
+
+
+def test_the_stage_imbalance_rows_are_the_tables():
+    written = pd.read_parquet(SAMPLE / "stage_imbalance.parquet")
+    rows = reader.stage_computes(reader.read_table(SAMPLE, "stage_imbalance"))
+    assert [(r.stage, r.compute_per_mb_us, r.ratio_to_mean) for r in rows] == \
+        [(int(a), float(b), float(c)) for a, b, c in
+         written[["stage", "compute_per_mb_us", "ratio_to_mean"]].itertuples(index=False)]

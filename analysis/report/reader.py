@@ -34,8 +34,9 @@ each with its columns):
   ``ReportError`` naming the file and the problem. ``table_written(report_dir, name)`` says
   whether the report has the file at all (to tell an older report, which a re-analysis would
   complete, from a run that had nothing to put there).
-- ``clock_offsets(df) -> [ClockOffset]`` and ``kernels(df) -> [Kernel]``: the rows a page
-  iterates, as typed records.
+- ``clock_offsets(df) -> [ClockOffset]``, ``kernels(df) -> [Kernel]``, ``gemms(df) ->
+  [Gemm]``, ``stream_idle(df) -> [StreamIdle]`` and ``stage_computes(df) -> [StageCompute]``:
+  the rows a page iterates, as typed records (None where the table does not know a value).
 """
 from __future__ import annotations
 
@@ -597,3 +598,61 @@ def kernels(df: pd.DataFrame) -> list[Kernel]:
             for r, n, c, k, t, m, p, g in zip(df["rank"], df["name"], df["category"],
                                                df["count"], df["total_us"], df["mean_us"],
                                                df["share_pct"], df["graph"])]
+
+
+@dataclasses.dataclass(frozen=True)
+class Gemm:
+    """One row of ``gemms.parquet``: a matrix-multiplication op, its input shapes and type on
+    one rank, the FLOPs it did and the time of the kernels it launched."""
+    rank: int
+    op: str
+    shapes: str | None               # JSON text of the inputs' dims
+    dtype: str | None
+    calls: int
+    flops: float
+    kernel_us: float
+    tflops: float | None             # achieved
+    peak_tflops: float | None        # the device's dense peak for the type, where known
+    efficiency: float | None         # tflops / peak_tflops, a fraction
+
+
+def gemms(df: pd.DataFrame) -> list[Gemm]:
+    """``gemms.parquet`` (as ``read_table`` gives it) as typed rows, in the table's order."""
+    return [Gemm(int(r), "" if o is None else str(o), _cell_str(s), _cell_str(d) or None,
+                 int(_cell_num(c) or 0), _cell_num(f) or 0.0, _cell_num(k) or 0.0,
+                 _cell_num(t), _cell_num(p), _cell_num(e))
+            for r, o, s, d, c, f, k, t, p, e in zip(
+                df["rank"], df["op"], df["shapes"], df["dtype"], df["calls"], df["flops"],
+                df["kernel_us"], df["tflops"], df["peak_tflops"], df["efficiency"])]
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamIdle:
+    """One row of ``stream_idle.parquet``: HTA's idle breakdown of one stream of one rank."""
+    rank: int
+    stream: str
+    idle_us: float | None
+    host_wait_us: float | None
+    kernel_wait_us: float | None
+    other_us: float | None
+
+
+def stream_idle(df: pd.DataFrame) -> list[StreamIdle]:
+    return [StreamIdle(int(r), str(s), _cell_num(i), _cell_num(h), _cell_num(k), _cell_num(o))
+            for r, s, i, h, k, o in zip(df["rank"], df["stream"], df["idle_us"],
+                                        df["host_wait_us"], df["kernel_wait_us"],
+                                        df["other_us"])]
+
+
+@dataclasses.dataclass(frozen=True)
+class StageCompute:
+    """One row of ``stage_imbalance.parquet``: a pipeline stage's compute per microbatch and
+    its ratio to the stages' mean (the measured stage imbalance)."""
+    stage: int
+    compute_per_mb_us: float | None
+    ratio_to_mean: float | None
+
+
+def stage_computes(df: pd.DataFrame) -> list[StageCompute]:
+    return [StageCompute(int(s), _cell_num(c), _cell_num(r))
+            for s, c, r in zip(df["stage"], df["compute_per_mb_us"], df["ratio_to_mean"])]

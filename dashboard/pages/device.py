@@ -297,20 +297,17 @@ def kernel_categories_table(report: RunReport, rank: int) -> Table | None:
 def gemms_table(report: RunReport, rank: int) -> Table | Note | None:
     if not report.has_table("gemms"):
         return None
-    g = report.table("gemms")
-    mine = g[g["rank"] == rank]
-    if mine.empty:
+    mine = [g for g in reader.gemms(report.table("gemms")) if g.rank == rank]
+    if not mine:
         return Note("gemms-none", "No matrix multiplication with its shapes in this trace: "
                                   "profile with record_shapes=True to see the achieved "
                                   "TFLOP/s of each against the device's peak.")
     rows = []
-    for _, r in mine.sort_values("flops", ascending=False).head(MAX_GEMM_ROWS).iterrows():
-        eff = r["efficiency"]
-        dtype = r["dtype"] if isinstance(r["dtype"], str) and r["dtype"] else "—"
-        rows.append([r["op"], shapes_text(r["shapes"]), dtype, int(r["calls"]),
-                     f"{r['flops'] / 1e9:.2f}", f"{r['kernel_us'] / 1e3:.3f}",
-                     fmt(r["tflops"], 1), fmt(r["peak_tflops"], 1),
-                     "—" if eff is None or eff != eff else f"{100 * eff:.1f}"])
+    for g in sorted(mine, key=lambda g: -g.flops)[:MAX_GEMM_ROWS]:
+        rows.append([g.op, shapes_text(g.shapes), g.dtype or "—", g.calls,
+                     f"{g.flops / 1e9:.2f}", f"{g.kernel_us / 1e3:.3f}", fmt(g.tflops, 1),
+                     fmt(g.peak_tflops, 1),
+                     "—" if g.efficiency is None else f"{100 * g.efficiency:.1f}"])
     return Table("gemms-table", ["op", "shapes", "dtype", "calls", "GFLOP", "kernel ms",
                                  "achieved TFLOP/s", "peak TFLOP/s", "efficiency %"], rows,
                  caption="Matrix multiplications grouped by operator, input shapes (a bias "
@@ -355,12 +352,12 @@ def sync_table(report: RunReport, rank: int) -> Table | Note | None:
 
 
 def stream_idle_table(report: RunReport) -> Table | None:
-    s = report.table("stream_idle")
-    if s.empty:
+    streams = reader.stream_idle(report.table("stream_idle"))
+    if not streams:
         return None
-    rows = [[int(r["rank"]), r["stream"], f"{r['idle_us'] / 1e3:.2f}",
-             f"{r['host_wait_us'] / 1e3:.2f}", f"{r['kernel_wait_us'] / 1e3:.2f}",
-             f"{r['other_us'] / 1e3:.2f}"] for _, r in s.iterrows()]
+    rows = [[s.rank, s.stream] + [fmt(None if v is None else v / 1e3, 2) for v in
+                                  (s.idle_us, s.host_wait_us, s.kernel_wait_us, s.other_us)]
+            for s in streams]
     return Table("stream-idle-table", ["rank", "stream", "idle ms", "host wait ms",
                                        "kernel wait ms", "other ms"], rows,
                  caption="HTA's idle time breakdown, per stream over the trace: the gaps "

@@ -18,6 +18,7 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
+from meshscope.analysis.report import reader
 from meshscope.analysis.report.reader import Stage
 
 from ..sections import Facts, Figure, Note, Section, Table, fmt, missing, ms
@@ -143,10 +144,11 @@ def imbalance(ctx: PageContext) -> list:
                    f"{corrected['max_over_mean']:.3f} (stage {corrected['slowest_stage']})")]
     if facts:
         out.append(Facts("imbalance-facts", facts))
-    if not tab.empty:
+    stages = reader.stage_computes(tab)
+    if stages:
         out.append(Table("imbalance-table", ["stage", "compute per microbatch", "× mean"],
-                         [[int(r.stage), ms(r.compute_per_mb_us), fmt(r.ratio_to_mean, 3)]
-                          for r in tab.itertuples()]))
+                         [[s.stage, ms(s.compute_per_mb_us), fmt(s.ratio_to_mean, 3)]
+                          for s in stages]))
     return out or [missing("imbalance-none", "stage-imbalance table", ctx.run_id)]
 
 
