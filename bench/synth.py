@@ -77,6 +77,7 @@ from meshscope.collectors.step_timer import SCHEMA as STEP_SCHEMA
 from meshscope.collectors.annotations import OPTIMIZER, PIPELINE, microbatch
 from meshscope.parallel.config import PRESETS
 from meshscope.parallel.layout import Layout, LayoutError, parse_layout, stage_layers
+from meshscope.vocabulary import PARALLEL_DIMS
 
 WARMUP_STEPS = 2            # unprofiled steps before the profiled ones (step timers only)
 WARMUP_SLOWDOWN = (1.45, 1.02)  # compute of those steps against a profiled step's (the runner: ~1.4, ~1.0)
@@ -958,7 +959,7 @@ def _run_json(plan: Plan, outs: list[dict], events_per_step: int) -> dict:
     last = max(o["end_us"] for o in outs)
     return {
         "schema_version": rd.RUN_SCHEMA_VERSION, "run_id": plan.run_id, "status": "completed",
-        "layout": {d: lay.size(d) for d in ("dp", "tp", "pp", "cp", "ep")},
+        "layout": {d: lay.size(d) for d in PARALLEL_DIMS},
         "layout_str": str(lay), "world_size": lay.world_size,
         "mesh": {"dims": list(lay.mesh_dims), "shape": [lay.size(d) for d in lay.mesh_dims],
                  "coordinates": {str(r): lay.coordinates(r) for r in range(lay.world_size)}},

@@ -56,16 +56,16 @@ from .profiling import at_step_start, make_profiler
 from .run_dir import RUN_JSON, steps_path, write_json_atomic
 from .run_info import MESH_DIMENSIONS, DeviceInfo, ModelInfo, ProcessGroup, RunInfo
 from .step_timer import StepTimer
+from meshscope.vocabulary import PARALLEL_DIMS
 
 # Mesh dimension name -> parallel dimension. Any other name is kept as it is.
 DIMENSIONS = MESH_DIMENSIONS
-CANONICAL = ("dp", "tp", "pp", "cp", "ep")
 _PHASE_RANGES = {"fwd_bwd": annotations.PIPELINE, "optimizer": annotations.OPTIMIZER}
 
 
 def infer_layout(mesh_dims: list[str], shape: list[int], world: int) -> dict[str, int]:
     """Sizes of dp, tp, pp, cp, ep (and of any unknown mesh dimension) from a mesh."""
-    layout = dict.fromkeys(CANONICAL, 1)
+    layout = dict.fromkeys(PARALLEL_DIMS, 1)
     if not mesh_dims:
         layout["dp"] = world
     for name, n in zip(mesh_dims, shape):
@@ -76,9 +76,9 @@ def infer_layout(mesh_dims: list[str], shape: list[int], world: int) -> dict[str
 
 def given_layout(given: dict, world: int) -> dict[str, int]:
     """A user's layout, completed with size 1; ValueError if dp·tp·pp·cp is not the world."""
-    layout = {**dict.fromkeys(CANONICAL, 1), **{k: int(v) for k, v in given.items()}}
+    layout = {**dict.fromkeys(PARALLEL_DIMS, 1), **{k: int(v) for k, v in given.items()}}
     n = layout["dp"] * layout["tp"] * layout["pp"] * layout["cp"]
-    if set(layout) == set(CANONICAL) and n != world:
+    if set(layout) == set(PARALLEL_DIMS) and n != world:
         raise ValueError(f"layout {layout_str(layout)} has dp·tp·pp·cp = {n} ranks, "
                          f"but the world has {world}")
     return layout

@@ -34,7 +34,6 @@ from typing import Any, Mapping
 from . import schema
 from .run_dir import RUN_JSON, RUN_SCHEMA_VERSION, RunDirError
 
-PARALLEL_DIMS = ("dp", "tp", "pp", "cp", "ep")
 # The largest world size meshscope accepts from a file (run.json, a trace's distributedInfo):
 # 2^20 ranks, some eight times the largest jobs run today. Sets and lists of ranks are built
 # from world sizes, so a larger number is refused, never allocated.

@@ -41,6 +41,7 @@ from .layout import Layout, LayoutError, stage_layers
 from .model import ModelConfig
 from .options import LOGS, RunOptions, WorkerConfig, check
 from .rank_start import forked_rank, rank_start_method, start_server
+from meshscope.vocabulary import PARALLEL_DIMS
 
 
 FAILED_LOG_TAIL_LINES = 20  # how much of a failed rank's stderr log the launcher shows
@@ -76,7 +77,7 @@ def run_description(opts: RunOptions, run_id: str) -> RunInfo:
     layers = stage_layers(cfg.n_layers, pp * v, opts.stage_layers)
     return RunInfo(
         path=pathlib.Path(opts.out) / RUN_JSON, run_id=run_id, status="running",
-        layout={d: layout.size(d) for d in ("dp", "tp", "pp", "cp", "ep")},
+        layout={d: layout.size(d) for d in PARALLEL_DIMS},
         layout_str=str(layout), world_size=layout.world_size,
         mesh_dims=tuple(layout.mesh_dims),
         mesh_shape=tuple(layout.size(d) for d in layout.mesh_dims),

@@ -12,9 +12,9 @@ import itertools
 import math
 
 from .config import ModelConfig
+from meshscope.vocabulary import PARALLEL_DIMS
 
 MESH_ORDER = ("pp", "dp", "cp", "tp")
-ALL_DIMS = ("dp", "tp", "pp", "cp", "ep")
 
 
 class LayoutError(ValueError):
@@ -39,7 +39,7 @@ class Layout:
         return tuple(d for d in MESH_ORDER if d in ("pp", "dp") or self.size(d) > 1)
 
     def __str__(self) -> str:
-        return ",".join(f"{d}={self.size(d)}" for d in ALL_DIMS if self.size(d) > 1) or "dp=1"
+        return ",".join(f"{d}={self.size(d)}" for d in PARALLEL_DIMS if self.size(d) > 1) or "dp=1"
 
     def coordinates(self, rank: int) -> dict[str, int]:
         """Mesh coordinates of ``rank`` (row-major over ``mesh_dims``)."""
@@ -100,9 +100,9 @@ def parse_layout(text: str) -> Layout:
     for part in filter(None, (p.strip() for p in text.split(","))):
         name, sep, value = part.partition("=")
         name = name.strip().lower()
-        if not sep or name not in ALL_DIMS:
+        if not sep or name not in PARALLEL_DIMS:
             raise LayoutError(f"layout part {part!r}: expected DIM=N with DIM one of "
-                              f"{', '.join(ALL_DIMS)}")
+                              f"{', '.join(PARALLEL_DIMS)}")
         try:
             n = int(value)
         except ValueError:

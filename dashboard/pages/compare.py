@@ -19,7 +19,8 @@ import logging
 import plotly.graph_objects as go
 from dash import html
 
-from meshscope.layouts.compare import DIMS, TIE_REL, Comparison, worse_end
+from meshscope.layouts.compare import TIE_REL, Comparison, worse_end
+from meshscope.vocabulary import COMM_DIMS
 from meshscope.layouts.compare import compare as do_compare
 from meshscope.analysis.report import reader
 from meshscope.analysis.report.summary import STEP_TIME_SOURCES
@@ -72,7 +73,7 @@ def comparison_rows(c: Comparison) -> tuple[list[str], list[tuple[str, list, str
            ("tokens/s", [r.tokens_per_s for r in rows], "high"),
            ("MFU %", [r.mfu_pct for r in rows], "high"),
            ("compute (ms, mean over ranks)", [_ms(r.compute_us) for r in rows], "low")]
-    dims = [d for d in DIMS if any(d in r.exposed_comm_us for r in rows)]
+    dims = [d for d in COMM_DIMS if any(d in r.exposed_comm_us for r in rows)]
     out.append(("exposed comm (ms)", [_ms(r.exposed_total_us) for r in rows], "low"))
     for dim in dims:
         out.append((f"  exposed {dim} (ms)", [_ms(r.exposed_comm_us.get(dim, 0.0))

@@ -64,8 +64,8 @@ from meshscope.analysis.report.summary import STEP_TIME_SOURCES
 from meshscope.collectors import step_timer
 from meshscope.collectors.run_dir import REPORT, SUMMARY, RunDirError
 from meshscope.collectors.run_info import RunInfo, read_run_info
+from meshscope.vocabulary import COMM_DIMS, PARALLEL_DIMS
 
-DIMS = ("dp", "tp", "pp", "cp", "ep", "ep_replica", "unknown")
 TOP_FINDINGS = 3
 #: Two figures within this fraction of each other are a tie (docs/dashboard.md, compare):
 #: below the step-to-step noise of every run we measured (1–5% on the shared CPU runners).
@@ -188,7 +188,7 @@ class Comparison:
 
     def csv_columns(self) -> list[str]:
         dims = sorted({d for r in self.rows for d in (*r.exposed_comm_us, *r.comm_bytes)},
-                      key=lambda d: DIMS.index(d) if d in DIMS else 99)
+                      key=lambda d: COMM_DIMS.index(d) if d in COMM_DIMS else 99)
         return (["rank", "name", "layout", "ranks", "schedule", "microbatches", "dp_mode",
                  "step_time_us", "step_time_source", "tied_with_winner", "tokens_per_s",
                  "mfu_pct", "compute_us"]
@@ -406,12 +406,12 @@ def read_row(run: pathlib.Path, *, name: str | None = None, planner=None) -> Run
     thr = _throughput(run, info, typed)
     per_rank = typed.per_rank_mean
     exposed = {}
-    for d in DIMS:
+    for d in COMM_DIMS:
         v = _mean(r.exposed_by_dim_us.get(d) for r in per_rank)
         if v:
             exposed[d] = v
     stages = typed.pipeline_stages
-    sizes = {d: info.size(d) for d in ("dp", "tp", "pp", "cp", "ep")}
+    sizes = {d: info.size(d) for d in PARALLEL_DIMS}
     label = "·".join(f"{d}{n}" for d, n in sizes.items() if n > 1) or "dp1"
     return RunRow(
         name=name or run.name, path=str(run), layout=info.layout_str, label=label, sizes=sizes,
@@ -460,7 +460,7 @@ def measured(run: pathlib.Path):
                                         opt=("optimizer_us", "max"))
     step_time, optimizer = float(slowest["wall"].median()), _num(slowest["opt"].median())
     exposed = {}
-    for d in DIMS:
+    for d in COMM_DIMS:
         col = f"exposed_comm_{d}_us"
         if col in per_rank:
             exposed[d] = float(per_rank[col].mean())
@@ -701,7 +701,7 @@ def _beside(row: RunRow) -> list[str]:
 def render(c: Comparison, detail: bool = False) -> str:
     """The terminal table of ``meshscope compare``; ``detail`` adds under each row every
     number the planner predicts beside the measured one."""
-    dims = [d for d in DIMS if any(d in r.exposed_comm_us for r in c.rows)]
+    dims = [d for d in COMM_DIMS if any(d in r.exposed_comm_us for r in c.rows)]
     head = (f"{'#':>2} {'run':<26} {'ranks':>5} {'step ms':>9} {'plan ms':>8} {'tokens/s':>9} {'MFU':>5} "
             f"{'compute':>8} " + " ".join(f"{'exp ' + d:>8}" for d in dims)
             + f" {'bubble':>6} {'bw eff':>6} {'peak MB':>8} {'plan MB':>8}")

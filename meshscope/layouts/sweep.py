@@ -48,8 +48,9 @@ import time
 from meshscope.collectors.run_dir import REPORT, SUMMARY, write_json_atomic
 
 from meshscope.parallel.config import PRESETS, ModelConfig
-from meshscope.parallel.layout import ALL_DIMS, Layout, LayoutError, parse_layout, validate
+from meshscope.parallel.layout import Layout, LayoutError, parse_layout, validate
 from .plan.candidate import RUNNER_DP_MODES, ZERO_STAGE, Candidate
+from meshscope.vocabulary import PARALLEL_DIMS
 
 SWEEP_JSON = "sweep.json"
 PLAN_JSON = "plan.json"
@@ -121,7 +122,7 @@ def _splits(world: int, dims: tuple[str, ...]) -> list[dict[str, int]]:
 
 def _order_key(c: Candidate):
     """dp=N first, then single dimensions, then mixes; within, by the dims' order."""
-    sizes = [c.layout.size(d) for d in ALL_DIMS]
+    sizes = [c.layout.size(d) for d in PARALLEL_DIMS]
     return (sum(1 for s in sizes if s > 1), [-s for s in sizes], c.schedule, c.microbatches,
             RUNNER_DP_MODES.index(c.dp_mode) if c.dp_mode in RUNNER_DP_MODES else 9)
 
@@ -165,10 +166,10 @@ def enumerate_candidates(world: int, cfg: ModelConfig, *, dims=("dp", "tp", "pp"
                                  f"--world {world}")
             bases.append(layout.sizes)
     else:
-        unknown = [d for d in dims if d not in ALL_DIMS]
+        unknown = [d for d in dims if d not in PARALLEL_DIMS]
         if unknown:
             raise SweepError(f"--dims: unknown dimension {unknown[0]!r} (known: "
-                             f"{', '.join(ALL_DIMS)})")
+                             f"{', '.join(PARALLEL_DIMS)})")
         bases = []
         for sizes in _splits(world, tuple(dims)):
             eps = [1]

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from meshscope.parallel.layout import ALL_DIMS, Layout, parse_layout, stage_layers, virtual_stages
+from meshscope.parallel.layout import Layout, parse_layout, stage_layers, virtual_stages
 from meshscope.theory.schedules import SCHEDULES, stages_of_rank
+from meshscope.vocabulary import PARALLEL_DIMS
 
 # ZeRO stage of each data-parallel mode (Rajbhandari et al., 2020): what is sharded over the
 # data-parallel ranks — 1: optimizer state, 2: + gradients, 3: + parameters.
@@ -71,7 +72,7 @@ class Candidate:
 
     @property
     def name(self) -> str:
-        parts = [f"{d}{self.layout.size(d)}" for d in ALL_DIMS if self.layout.size(d) > 1]
+        parts = [f"{d}{self.layout.size(d)}" for d in PARALLEL_DIMS if self.layout.size(d) > 1]
         parts = parts or ["dp1"]
         if self.dp_mode != "ddp":
             parts.append(self.dp_mode)
@@ -87,7 +88,7 @@ class Candidate:
     @property
     def label(self) -> str:
         """A short human label: ``dp2·pp2`` (plus the schedule and microbatches with pp)."""
-        dims = "·".join(f"{d}{self.layout.size(d)}" for d in ALL_DIMS
+        dims = "·".join(f"{d}{self.layout.size(d)}" for d in PARALLEL_DIMS
                         if self.layout.size(d) > 1) or "dp1"
         extra = [self.dp_mode] if self.dp_mode != "ddp" else []
         if self.pp > 1:
@@ -96,7 +97,7 @@ class Candidate:
 
     def as_dict(self) -> dict:
         return {"name": self.name, "layout": str(self.layout),
-                "sizes": {d: self.layout.size(d) for d in ALL_DIMS},
+                "sizes": {d: self.layout.size(d) for d in PARALLEL_DIMS},
                 "schedule": self.schedule if self.pp > 1 else None,
                 "virtual_stages": self.v, "virtual": self.virtual,
                 "microbatches": self.microbatches,
