@@ -109,3 +109,74 @@ def test_budgets_reach_the_dask_workers(cluster, tmp_path):
     for key in ("generated", "source"):
         local.pop(key, None), dask.pop(key, None)
     assert local == dask
+
+
+@pytest.mark.parametrize("engine", ["local", "dask"])
+def test_a_worker_killed_mid_task_is_retried(engine, tmp_path, monkeypatch):
+    """The worker that gets rank 1's trace ends its process mid-task, once (a marker file says
+    it happened). The report is the full one, equal to an undisturbed local analysis: on Dask
+    the scheduler ran the task again on a worker (not this process); the local pool, broken
+    by its dead worker, had the file read here."""
+    import functools
+    import os
+
+    import engine_tasks
+    from meshscope.analysis.report import rank_work
+
+    run = tmp_path / "sample"
+    shutil.copytree(ROOT / "samples" / "dp2-pp2-slow-rank1", run,
+                    ignore=shutil.ignore_patterns("report"))
+    undisturbed = analyze(run, engine="local", workers=2)
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    monkeypatch.setattr(rank_work, "rank_work",
+                        functools.partial(engine_tasks.dies_once, markers, "rank1.json.gz"))
+    disturbed = analyze(run, engine=engine, workers=2)
+    assert (markers / "killed").is_file(), "no worker was killed"
+    done = [int(p.name.split("-")[1]) for p in markers.glob("done-*")]
+    assert len(done) == 1, done
+    if engine == "dask":
+        assert done[0] != os.getpid(), "the Dask scheduler should have rerun the task"
+    else:
+        assert done[0] == os.getpid(), "a broken local pool's files are read here"
+    assert disturbed.ranks == [0, 1, 2, 3]
+    assert not [p for p in disturbed.problems if "rank1" in p], disturbed.problems
+    _same(undisturbed, disturbed)
+
+
+@pytest.mark.parametrize("engine", ["local", "dask"])
+def test_work_in_flight_is_bounded(engine, tmp_path):
+    """16 tasks of 0.2 s on 2 workers, bound 2 × 2 = 4. The consumer takes the first result and
+    then waits 3 s, long enough for every task to run were they all submitted at once (as the
+    Dask engine did before): the tasks started by then are at most the bound; all 16 come
+    back, in order, once it goes on."""
+    import contextlib
+    import functools
+    import time
+
+    import engine_tasks
+    from meshscope.analysis.ingest import pool
+    from meshscope.analysis.ingest.progress import Progress
+    from meshscope.analysis.report import engines
+
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    files = [tmp_path / f"rank{i}.json" for i in range(16)]
+    fn = functools.partial(engine_tasks.marks_start, markers)
+    bound = pool.IN_FLIGHT_PER_WORKER * 2
+    with contextlib.ExitStack() as stack:
+        if engine == "local":
+            results = pool.map_files(files, fn, (0.2,), workers=2)
+        else:
+            executor, threads, lost = stack.enter_context(engines.dask_executor(None, 2))
+            assert threads == 2
+            bar = stack.enter_context(Progress(len(files), "test", enabled=False))
+            results = pool.map_on(executor, files, fn, (0.2,), in_flight=bound, bar=bar,
+                                  lost=lost)
+        first = next(results)
+        time.sleep(3.0)
+        started = len(list(markers.iterdir()))
+        rest = list(results)
+    assert 1 <= started <= bound, started
+    assert [f for f, _ in [first, *rest]] == files
+    assert [r for _, r in [first, *rest]] == [f.name for f in files]

@@ -9,11 +9,13 @@ back that rank's small tables (``analysis/report/rank_work.py``), never its even
 ``RankTrace`` (used by tests and benchmarks that want the events themselves). With two or more
 files the work
 runs in a ``ProcessPoolExecutor`` of ``min(files, os.cpu_count())`` processes (parsing JSON is
-CPU-bound Python: threads would share one core); at most two files per worker are in flight,
-so memory is bounded by per-rank work, not by the rank count. One file is read in this process.
-A worker that dies (killed for memory, say) does not end the run: the files it left are read
-here, one by one; so are all the files when the pool cannot start its manager thread (an
-address-space cap with no room for the thread's stack).
+CPU-bound Python: threads would share one core) through ``map_on``, the seam every executor
+of the per-rank work goes through (this pool, or a Dask client's executor:
+``analysis/report/engines.py``): at most two files per worker are in flight, so memory is
+bounded by per-rank work, not by the rank count. One file is read in this process. A worker
+that dies (killed for memory, say) does not end the run: the files it left are read here, one
+by one; so are all the files when the pool cannot start its manager thread (an address-space
+cap with no room for the thread's stack).
 
 Workers are forked when this process runs a single thread (quick, and safe then); otherwise
 they come from a fork server that has imported ingest once.
@@ -26,8 +28,7 @@ import os
 import pathlib
 import re
 import threading
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
+from concurrent.futures import BrokenExecutor, CancelledError, Executor, ProcessPoolExecutor
 from typing import Iterator
 
 from meshscope.analysis.ingest import budgets
@@ -67,6 +68,9 @@ def _context():
     return mp.get_context("spawn")
 
 
+IN_FLIGHT_PER_WORKER = 2       # files submitted and not yet yielded, per worker (map_on)
+
+
 def worker_count(n_files: int, workers: int | None = None) -> int:
     limit = (os.cpu_count() or 1) if workers is None else workers
     return max(1, min(n_files, limit))
@@ -92,48 +96,83 @@ def load_traces(files: list[pathlib.Path], *, comm_kernel_re: re.Pattern | None 
 
 def map_files(files: list[pathlib.Path], fn, job: tuple, *, workers: int | None = None,
               progress: bool = False, label: str = "ingest") -> Iterator[tuple[pathlib.Path, object]]:
-    """``(file, fn(file, *job))`` for each file, in order (module docstring)."""
+    """``(file, fn(file, *job))`` for each file, in order (module docstring): this machine's
+    ``ProcessPoolExecutor`` through ``map_on``, or this process for one worker."""
     files = [pathlib.Path(f) for f in files]
     n_workers = worker_count(len(files), workers)
     if n_workers < 2:
         with Progress(len(files), label, enabled=progress) as bar:
             yield from _serial(files, fn, job, bar)
         return
-    queue = collections.deque(files)
-    env = {var: os.environ.get(var) for var in budgets.ENV.values()}
     pool = ProcessPoolExecutor(max_workers=n_workers, mp_context=_context())
-    running = collections.deque()
-    try:
-        while queue and len(running) < 2 * n_workers:
-            f = queue.popleft()
-            running.append((f, pool.submit(_call, fn, f, job, env)))
-    except RuntimeError:
+    abandoned = []
+
+    def abandon():
         # The pool forks its workers at the first submit and then starts a manager thread;
         # under an address-space cap (RLIMIT_AS) there may be no room for that thread's stack
         # ("can't start new thread"). The pool can then neither work nor shut down (joining a
         # thread never started raises) and its forked workers would wait on their queue for
-        # ever, holding the process open: end them and read every file here instead.
+        # ever, holding the process open: end them (map_on reads every file here instead).
         _abandon(pool)
-        with Progress(len(files), label, enabled=progress) as bar:
-            yield from _serial(files, fn, job, bar)
-        return
-    with pool:
+        abandoned.append(pool)
+
+    try:
         with Progress(len(files), f"{label} ({n_workers} processes)", enabled=progress) as bar:
-            while running:
-                f, future = running.popleft()
-                try:
-                    result = future.result()
-                except BrokenProcessPool:
-                    break
-                bar.advance()
-                yield f, result
-                if queue:
-                    nxt = queue.popleft()
-                    running.append((nxt, pool.submit(_call, fn, nxt, job, env)))
-            else:
-                return
-            # A worker died: read what is left here.
-            yield from _serial([f] + [g for g, _ in running] + list(queue), fn, job, bar)
+            yield from map_on(pool, files, fn, job, in_flight=IN_FLIGHT_PER_WORKER * n_workers,
+                              bar=bar, on_broken=abandon)
+    finally:
+        if not abandoned:
+            pool.shutdown(wait=True)
+
+
+def map_on(executor: Executor, files: list[pathlib.Path], fn, job: tuple, *, in_flight: int,
+           bar: Progress, lost: tuple[type[BaseException], ...] = (),
+           on_broken=None) -> Iterator[tuple[pathlib.Path, object]]:
+    """``(file, fn(file, *job))`` for each file, in order, run on ``executor`` — any
+    ``concurrent.futures.Executor``: this machine's process pool (``map_files``) or a Dask
+    client's (``distributed.Client.get_executor()``, ``analysis/report/engines.py``). The one
+    seam of the per-rank stage; whichever executor it is:
+
+    - **bounded work in flight**: at most ``in_flight`` files are submitted and not yet
+      yielded (the next is submitted as one is yielded), so the results waiting here, and
+      the executor's queue, stay bounded whatever the number of ranks;
+    - **a lost worker's task is run again**: a future that fails because its worker went away
+      — the pool broken (``BrokenExecutor``: a worker killed, for memory say) or an exception
+      of ``lost`` (Dask's ``KilledWorker``, raised once the scheduler's own retries on other
+      workers are spent) — is run again here, in this process; once the executor takes no
+      more work (broken, or it cannot start: ``RuntimeError`` at submit, after which
+      ``on_broken`` is called) every file not yet submitted is read here too. An
+      ``InputError`` is the file's one-line problem, never a lost worker.
+
+    Each task carries this process' reading budgets (``budgets.ENV``), set in its worker
+    before it reads (``_call``); ``bar`` advances once per file."""
+    env = {var: os.environ.get(var) for var in budgets.ENV.values()}
+    queue = collections.deque(pathlib.Path(f) for f in files)
+    running: collections.deque = collections.deque()
+    takes_work = True
+    while queue or running:
+        while takes_work and queue and len(running) < in_flight:
+            try:
+                future = executor.submit(_call, fn, queue[0], job, env)
+            except (RuntimeError, BrokenExecutor):
+                takes_work = False
+                if on_broken is not None and not running:
+                    on_broken()
+                break
+            running.append((queue.popleft(), future))
+        if not running:
+            break
+        f, future = running.popleft()
+        try:
+            result = future.result()
+        except BrokenExecutor:                  # the pool lost a worker: it is broken
+            takes_work = False
+            result = _call(fn, f, job)          # the task lost with its worker, run here
+        except (CancelledError, *lost):         # this task alone was lost
+            result = _call(fn, f, job)
+        bar.advance()
+        yield f, result
+    yield from _serial(list(queue), fn, job, bar)
 
 
 def _abandon(pool: ProcessPoolExecutor) -> None:

@@ -1,20 +1,27 @@
-"""Where the per-rank stage runs: this machine's worker processes, or the workers of a Dask
-cluster.
+"""Where the per-rank stage runs: a ``concurrent.futures.Executor`` — this machine's worker
+processes, or the workers of a Dask cluster through ``distributed.Client.get_executor()``.
 
 The analysis is split for this (``analysis/report/analyze.py``): every trace is reduced by
 ``rank_work.rank_work`` to its rank's small tables where the trace is read, and only those
 travel to the cross-rank stage. ``map_ranks(files, fn, job, engine=...)`` yields
-``(file, result or problem)`` in the order of ``files`` whichever engine runs them:
+``(file, result or problem)`` in the order of ``files`` whichever engine runs them, and both go
+through the one seam, ``analysis/ingest/pool.map_on(executor, …)``, so both hold the same two
+guarantees: **bounded work in flight** (at most ``IN_FLIGHT_PER_WORKER`` files per worker
+submitted and not yet taken, whatever the number of ranks) and **a lost worker's task run
+again** (a Dask worker that dies mid-task: the scheduler reruns its task on another worker, up
+to its ``allowed-failures``, and after that ``map_on`` runs it here; a local pool whose worker
+died is broken, and its files are read here):
 
-- ``local`` — a pool of this machine's processes (``analysis/ingest/pool.py``);
-- ``dask`` — tasks of a Dask cluster: the one at ``scheduler`` (``tcp://host:8786``: a
+- ``local`` — a ``ProcessPoolExecutor`` of this machine's processes (``analysis/ingest/pool.py``);
+- ``dask`` — the executor of a Dask client: the cluster at ``scheduler`` (``tcp://host:8786``: a
   ``dask scheduler`` you started, ``dask-jobqueue`` on SLURM, a Dask Kubernetes operator), or,
   without one, a ``LocalCluster`` of ``workers`` single-threaded worker processes here. The
   workers must see the trace files at the same paths (a shared filesystem) and have meshscope
   installed; each reads its traces itself, so hundreds of GB of traces never pass through the
   machine that runs ``meshscope analyze``. Results come back per rank, small (timeline interval
   sets, the operations the trace shows) — the same objects the local engine returns, so the
-  report is the same number for number (``tests/test_engines.py``).
+  report is the same number for number (``tests/test_engines.py``). Its bound is
+  ``IN_FLIGHT_PER_WORKER`` × the cluster's worker threads at the start.
 
 The reading budgets (``--max-trace-bytes``, ``--max-events``, … ``analysis/ingest/budgets.py``)
 hold on either engine. The command sets them as environment variables of its own process
@@ -27,34 +34,15 @@ per-rank work needs travels inside ``job``, pickled to the workers with it.
 """
 from __future__ import annotations
 
+import contextlib
 import pathlib
 from typing import Iterator
 
-import os
-
 from meshscope.analysis.errors import InputError
-from meshscope.analysis.ingest import budgets, pool
+from meshscope.analysis.ingest import pool
+from meshscope.analysis.ingest.pool import IN_FLIGHT_PER_WORKER
 
 ENGINES = ("local", "dask")
-
-
-def budget_env() -> dict[str, str | None]:
-    """This process' value of every reading-budget variable (None: unset, the default)."""
-    return {var: os.environ.get(var) for var in budgets.ENV.values()}
-
-
-def _call(fn, path, job, env: dict[str, str | None] | None = None):
-    """One Dask task: the submitter's budgets (``env``) set in this worker, then
-    ``fn(path, *job)``, or the one-line problem of an ``InputError``."""
-    for var, value in (env or {}).items():
-        if value is None:
-            os.environ.pop(var, None)
-        else:
-            os.environ[var] = value
-    try:
-        return fn(path, *job)
-    except InputError as e:
-        return str(e)
 
 
 def map_ranks(files: list[pathlib.Path], fn, job: tuple, *, engine: str = "local",
@@ -66,17 +54,28 @@ def map_ranks(files: list[pathlib.Path], fn, job: tuple, *, engine: str = "local
         return
     if engine != "dask":
         raise ValueError(f"unknown engine {engine!r} (known: {', '.join(ENGINES)})")
-    yield from _dask(files, fn, job, scheduler, workers, progress)
+    from meshscope.analysis.ingest.progress import Progress
+
+    with dask_executor(scheduler, workers) as (executor, threads, lost):
+        with Progress(len(files), f"per-rank work (Dask, {threads} worker threads)",
+                      enabled=progress) as bar:
+            yield from pool.map_on(executor, [pathlib.Path(f) for f in files], fn, job,
+                                   in_flight=IN_FLIGHT_PER_WORKER * threads, bar=bar,
+                                   lost=lost)
 
 
-def _dask(files, fn, job, scheduler, workers, progress):
+@contextlib.contextmanager
+def dask_executor(scheduler: str | None, workers: int | None):
+    """``(executor, worker threads, lost)``: a ``concurrent.futures.Executor`` of a Dask client
+    on the cluster at ``scheduler`` (a ``LocalCluster`` of ``workers`` single-threaded
+    processes without one), the cluster's worker threads, and the exceptions that mean a task
+    was lost with its worker (``KilledWorker``). The client, and a cluster started here, are
+    closed on leaving."""
     try:
-        from dask.distributed import Client, LocalCluster
+        from dask.distributed import Client, KilledWorker, LocalCluster
     except ImportError:
         raise InputError("--engine dask", "needs dask and distributed installed "
                                           "(pip install 'meshscope[dask]')") from None
-    from meshscope.analysis.ingest.progress import Progress
-
     cluster = None
     try:
         if scheduler:
@@ -89,16 +88,8 @@ def _dask(files, fn, job, scheduler, workers, progress):
         raise InputError(scheduler or "LocalCluster", f"cannot reach the Dask scheduler ({e})") \
             from None
     try:
-        n = len(files)
-        env = budget_env()
-        futures = client.map(_call, [fn] * n, list(files), [job] * n, [env] * n, pure=False)
-        with Progress(n, f"per-rank work (Dask, {len(client.scheduler_info()['workers'])} "
-                         f"workers)", enabled=progress) as bar:
-            for f, future in zip(files, futures):
-                result = future.result()
-                future.release()
-                bar.advance()
-                yield f, result
+        threads = max(1, sum(client.nthreads().values()))
+        yield client.get_executor(pure=False), threads, (KilledWorker,)
     finally:
         client.close()
         if cluster is not None:
