@@ -47,9 +47,11 @@ from meshscope.analysis.ingest import events as ingest
 before = status_mb("VmRSS")
 table, meta = ingest._parse(pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[1]).read_bytes(),
                             None)
-arrow = table.nbytes
-frame = ingest.to_frame(table, release=True)     # as load_trace does
-print(json.dumps({"events": table.num_rows, "arrow_bytes": arrow,
+arrow, events = table.nbytes, table.num_rows
+owned = [table]                 # as load_trace does: to_frame holds the only reference
+del table
+frame = ingest.to_frame(owned, release=True)
+print(json.dumps({"events": events, "arrow_bytes": arrow,
                   "pandas_bytes": int(frame.memory_usage(deep=True).sum()),
                   "before_mb": before, "peak_mb": status_mb("VmHWM")}))
 """

@@ -34,7 +34,9 @@ before = status_mb("VmRSS")
 path = pathlib.Path(sys.argv[1])
 table, meta = ingest._parse(path, ingest._read_bytes(path), None)    # as load_trace does
 arrow = table.nbytes
-frame = ingest.to_frame(table, release=True)
+owned = [table]                 # to_frame holds the only reference, as in load_trace
+del table
+frame = ingest.to_frame(owned, release=True)
 print(json.dumps({"events": len(frame), "before_mb": before, "peak_mb": status_mb("VmHWM"),
                   "arrow_bytes": arrow, "frame_bytes": int(frame.memory_usage(deep=True).sum())}))
 """

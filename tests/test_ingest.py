@@ -472,3 +472,73 @@ def test_a_pool_without_room_for_its_thread_reads_the_files_here():
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["premise"], "a thread still started under the cap: the premise does not hold"
     assert got["ranks"] == [0, 1, 2, 3] and got["children"] == 0, got
+
+
+# --- the size of a rank's event table (issue 24) ----------------------------------------------
+
+def _tiny_trace(path, n: int, names: int = 16, threads: int = 4):
+    """``n`` complete CPU events of ``names`` distinct names on ``threads`` threads, the
+    smallest a profiler writes (``bench/tiny_events.py``), as a .json.gz."""
+    events = [{"ph": "X", "name": f"op{i % names}", "cat": "cpu_op", "ts": i, "dur": 1,
+               "pid": 1, "tid": i % threads} for i in range(n)]
+    path.write_bytes(gzip.compress(json.dumps(
+        {"distributedInfo": {"rank": 0, "world_size": 1}, "traceEvents": events}).encode(), 1))
+    return path
+
+
+# Bytes an event of a tiny event's frame, column by column: four name columns as
+# categoricals of a few categories (1-byte codes), ts_us, dur_us, end_us (8 each), device (1),
+# correlation (8), the six collective-metadata and call_args strings as categoricals (1),
+# in_nelems, out_nelems, group_size, msg_bytes as nullable Int64 (8 + a mask byte), seq (8).
+FRAME_BYTES_PER_TINY_EVENT = 4 + 24 + 1 + 8 + 6 + 4 * 9 + 8
+
+
+def test_a_tiny_event_costs_the_frame_its_columns_and_no_more(tmp_path):
+    """The frame of 20,000 tiny events (the count known by construction) holds 87 bytes an
+    event by its own ``memory_usage(deep=True)``: the strings a tiny event leaves null are
+    1-byte codes, not 8-byte string offsets (the frame was 130 bytes an event with them as
+    strings). The Arrow table it came from: at most 120 (name, cat, lane, kind and the six
+    strings as int32 codes, the numbers as 8 bytes; it was 138)."""
+    n = 20_000
+    path = _tiny_trace(tmp_path / "rank0.json.gz", n)
+    table, _ = ingest._parse(path, path.read_bytes(), None)
+    assert table.num_rows == n
+    assert table.nbytes / n <= 120, table.nbytes / n
+    frame = ingest.load_trace(path).events
+    assert len(frame) == n
+    per_event = frame.memory_usage(deep=True).sum() / n
+    assert per_event <= FRAME_BYTES_PER_TINY_EVENT + 0.5, \
+        frame.memory_usage(deep=True) / n
+    for col in ingest.CATEGORICAL:
+        assert isinstance(frame[col].dtype, pd.CategoricalDtype), col
+    assert frame["coll_name"].isna().all() and frame["call_args"].isna().all()
+    assert sorted(set(frame["name"])) == sorted(f"op{k}" for k in range(16))
+
+
+def test_the_metadata_strings_keep_their_values_as_categoricals(tmp_path):
+    """The collective metadata and call_args of the few events that carry them come through
+    the dictionary-encoded table and its cache unchanged; the other events' are missing."""
+    events = [{"ph": "X", "name": "aten::mm", "cat": "cpu_op", "ts": 0, "dur": 5, "pid": 1,
+               "tid": 1, "args": {"Input Dims": [[2, 3], [3, 4]], "Input type": ["float", "float"]}},
+              {"ph": "X", "name": "record_param_comms", "cat": "cpu_op", "ts": 10, "dur": 5,
+               "pid": 1, "tid": 1, "args": {"Collective name": "allreduce", "dtype": "Float",
+                                             "In msg nelems": 8, "Out msg nelems": 8,
+                                             "Group size": 2, "Process Group Name": "0",
+                                             "Process Group Description": "default_pg",
+                                             "Process Group Ranks": "[0, 1]"}},
+              {"ph": "X", "name": "aten::add", "cat": "cpu_op", "ts": 20, "dur": 5, "pid": 1,
+               "tid": 1}]
+    path = tmp_path / "rank0.json"
+    path.write_text(json.dumps({"distributedInfo": {"rank": 0}, "traceEvents": events}))
+    for cache in (None, tmp_path / "cache", tmp_path / "cache"):     # parsed, stored, read
+        ev = ingest.load_trace(path, cache_dir=cache).events
+        assert list(ev["name"]) == ["aten::mm", "record_param_comms", "aten::add"]
+        assert json.loads(ev["call_args"].iloc[0]) == {
+            "dims": [[2, 3], [3, 4]], "types": ["float", "float"], "scalars": None}
+        assert ev["call_args"].iloc[1:].isna().all()
+        comm = ev.iloc[1]
+        assert (comm["coll_name"], comm["dtype"], comm["pg_name"], comm["pg_desc"],
+                comm["pg_ranks"]) == ("allreduce", "float32", "0", "default_pg", "0,1")
+        assert (comm["in_nelems"], comm["group_size"], comm["msg_bytes"]) == (8, 2, 32)
+        for col in ("coll_name", "dtype", "pg_name", "pg_desc", "pg_ranks"):
+            assert ev[col].iloc[[0, 2]].isna().all(), col

@@ -8,10 +8,10 @@ complete event (``ph == "X"``, or a ``B``/``E`` pair), in file order (a pair whe
 =========== ======== ============================================================
 column      dtype    meaning
 =========== ======== ============================================================
-name        category event name (the frame's four name columns are pandas
-                     categoricals: codes into their sorted distinct values,
-                     ``CATEGORICAL``; dictionary-encoded in the Arrow table and its
-                     cache, ``NAMES``)
+name        category event name (the frame's ten string columns are pandas
+                     categoricals: codes into their sorted distinct values, missing
+                     where null, ``CATEGORICAL``; dictionary-encoded in the Arrow
+                     table and its cache, ``NAMES``)
 cat         category Kineto category as today's profiler names it (``cpu_op``,
                      ``kernel``, ``user_annotation``…; PyTorch 1.8's renamed, below)
 ts_us       float    start, µs on the trace's clock
@@ -22,24 +22,24 @@ kind        category one of ``classify.KINDS``
 correlation int      launch correlation id linking a GPU event to its CPU runtime
                      call (``cuda_runtime`` / ``cuda_driver``); -1 where absent
 end_us      float    ts_us + dur_us
-coll_name   str      collective name as the trace spells it (``allreduce``,
+coll_name   category collective name as the trace spells it (``allreduce``,
                      ``_allgather_base``, ``all_reduce`` from ``gloo:all_reduce``);
                      null on events that carry no collective metadata
 in_nelems   Int64    input elements (``In msg nelems``, or ``Input Dims`` of a
                      ``gloo:``/``nccl:`` range); null where unknown
 out_nelems  Int64    output elements (``Out msg nelems``); null where unknown
-dtype       str      element type, canonical torch name (``float32``, ``bfloat16``);
+dtype       category element type, canonical torch name (``float32``, ``bfloat16``);
                      the trace's spelling when unknown
-pg_name     str      process group name (``"0"``, ``"3"``)
-pg_desc     str      process group description (``default_pg``, ``mesh_tp``…)
-pg_ranks    str      global ranks of the group, comma-separated (``"0,1"``)
+pg_name     category process group name (``"0"``, ``"3"``)
+pg_desc     category process group description (``default_pg``, ``mesh_tp``…)
+pg_ranks    category global ranks of the group, comma-separated (``"0,1"``)
 group_size  Int64    ranks in the group (``Group size``, else the count of pg_ranks)
 seq         int      the collective's sequence number in its group (``Seq``); -1
                      where absent
 msg_bytes   Int64    bytes S of the collective as nccl-tests defines them:
                      max(in_nelems, out_nelems) × element size; for ranges with only
                      ``Input Dims``, the input tensor's bytes
-call_args   str      on ``c10d::`` calls and matrix multiplications (``aten::mm``,
+call_args   category on ``c10d::`` calls and matrix multiplications (``aten::mm``,
                      ``addmm``, ``bmm``, ``baddbmm``, ``matmul``, ``linear``) only: their
                      recorded arguments as JSON text, ``{"dims": Input Dims, "types":
                      Input type, "scalars": Concrete Inputs}`` (the peer of a send/recv,
@@ -48,7 +48,7 @@ call_args   str      on ``c10d::`` calls and matrix multiplications (``aten::mm`
                      ``analysis/gpu/kernels.py``); null elsewhere
 =========== ======== ============================================================
 
-Where the collective metadata comes from is spelled out in ``analysis/comm_meta.py``.
+Where the collective metadata comes from is spelled out in ``analysis/ingest/comm_meta.py``.
 
 Every generation of the format is read into this one table, so that nothing downstream
 (classification, timeline, instances) knows which it was:
@@ -75,19 +75,22 @@ compute, communication or memory (``UNDERSTOOD_KINDS``) — is refused (``InputE
 its categories), never read as a rank that did nothing.
 
 How it is read: the file is inflated and cut into batches of events on the fly
-(``analysis/json_stream.py``), so the whole text of a trace is never in memory; each batch is
-decoded with msgspec into small typed structs that keep only the fields above (other arguments
-are skipped unparsed), its columns are built at once, and classification runs once per distinct
-(name, category). Every ``CONSOLIDATE_BYTES`` of batches, their columns are joined into one
-chunk each, the name columns dictionary-encoded (``_consolidate``): the memory of the batches
-is reused by the next ones, and a rank's peak is its table plus bounded buffers (1.65 times
-the table on a million tiny events; ``tests/test_memory_relation.py``). Only a batch that holds PyTorch 1.8 categories is renamed, and only the
-events that are not ``X`` are looked at for ``B``/``E`` pairs. A file that cannot be streamed (an unusual layout, or damage) is read whole
+(``analysis/ingest/json_stream.py``), so the whole text of a trace is never in memory; each
+batch is decoded with msgspec into small typed structs that keep only the fields above (other
+arguments are skipped unparsed), its columns are built at once, and classification runs once per
+distinct (name, category). Every ``CONSOLIDATE_BYTES`` of batches, their columns are joined into
+one chunk each, the string columns dictionary-encoded and the chunk's ``kind`` classified
+(``_consolidate``), and the memory the C library's allocator then holds free is given back
+(``_trim``): the memory of the batches is reused by the next ones, and a rank's peak is its
+table plus bounded buffers (``tests/test_memory_relation.py``). The frame is made column by
+column, each Arrow column freed as it is converted (``to_frame``). Only a batch that holds
+PyTorch 1.8 categories is renamed, and only the events that are not ``X`` are looked at for
+``B``/``E`` pairs. A file that cannot be streamed (an unusual layout, or damage) is read whole
 instead, which also names what is wrong with it. With ``cache_dir``, the table is stored as
 parquet under ``<cache_dir>/<key>.parquet`` with the metadata as JSON in the file's key-value
-metadata (``analysis/trace_cache.py``); the key is the BLAKE2b hash of the file's bytes plus the
-ingest version and the ``comm_kernel_re`` pattern, so an edited trace or a different pattern is
-never served from a stale entry. The rank is not cached: it is worked out on every load.
+metadata (``analysis/ingest/cache.py``); the key is the BLAKE2b hash of the file's bytes plus
+the ingest version and the ``comm_kernel_re`` pattern, so an edited trace or a different pattern
+is never served from a stale entry. The rank is not cached: it is worked out on every load.
 
 Damaged input (docs/damaged-input.md): every field is typed where it is read. An event whose
 ``name`` is not a string, whose ``ts`` or ``dur`` is missing, not a number, not finite, or a
@@ -135,8 +138,8 @@ RANK_FROM_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
 # (5: impossible events are dropped and counted, no longer clamped. 6: PyTorch 1.8 categories,
 # B/E pairs and bare arrays are read; the format read is in the metadata. 7: matrix
 # multiplications keep their shapes in call_args. 8: name, cat, lane and kind are
-# dictionary-encoded.)
-INGEST_VERSION = 8
+# dictionary-encoded. 9: so are the collective metadata's strings and call_args.)
+INGEST_VERSION = 9
 BATCH_EVENTS = 8192             # events per batch when a trace is read whole
 BATCH_BYTES = 1 << 19           # text per batch when it is streamed (fastest on a 54 MB trace)
 CONSOLIDATE_BYTES = 8 << 20    # a rank's batches are joined into column chunks this large
@@ -160,19 +163,19 @@ NO_RANK = ("no rank: the trace has no distributedInfo.rank and the file name has
 UNDERSTOOD_KINDS = (classify.COMPUTE, classify.COMMUNICATION, classify.MEMORY)
 
 _NULLABLE_INT = ("in_nelems", "out_nelems", "group_size", "msg_bytes")
-# The four name columns are dictionary-encoded in the Arrow table and its cache (int32 codes
-# into the distinct names: a trace has hundreds of names among millions of events), pandas
-# categoricals in the frame (``to_frame``).
+# The string columns are dictionary-encoded in the Arrow table and its cache (int32 codes into
+# the distinct values: a trace has hundreds of names among millions of events, and the
+# collective metadata and call_args are null on all but a few), pandas categoricals in the
+# frame (``to_frame``).
 NAMES = pa.dictionary(pa.int32(), pa.large_string())
 SCHEMA = pa.schema([
     ("name", NAMES), ("cat", NAMES), ("ts_us", pa.float64()),
     ("dur_us", pa.float64()), ("lane", NAMES), ("device", pa.bool_()),
     ("kind", NAMES), ("correlation", pa.int64()), ("end_us", pa.float64()),
-    ("coll_name", pa.large_string()), ("in_nelems", pa.int64()), ("out_nelems", pa.int64()),
-    ("dtype", pa.large_string()), ("pg_name", pa.large_string()),
-    ("pg_desc", pa.large_string()), ("pg_ranks", pa.large_string()),
+    ("coll_name", NAMES), ("in_nelems", pa.int64()), ("out_nelems", pa.int64()),
+    ("dtype", NAMES), ("pg_name", NAMES), ("pg_desc", NAMES), ("pg_ranks", NAMES),
     ("group_size", pa.int64()), ("seq", pa.int64()), ("msg_bytes", pa.int64()),
-    ("call_args", pa.large_string()),
+    ("call_args", NAMES),
 ])
 
 
@@ -737,37 +740,67 @@ def _call_args_json(a: _Args | None, damage: Damage) -> str | None:
             + b"}").decode("utf-8", "replace")
 
 
-def _kinds(name: pa.DictionaryArray, cat: pa.DictionaryArray,
-           comm_kernel_re: re.Pattern | None) -> pa.DictionaryArray:
-    """``classify.classify`` once per distinct (name, category), as a dictionary array."""
-    n_idx = name.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-    c_idx = cat.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-    pairs, inverse = np.unique(n_idx * len(cat.dictionary) + c_idx, return_inverse=True)
-    del n_idx, c_idx
-    names, cats = name.dictionary.to_pylist(), cat.dictionary.to_pylist()
-    ncat = len(cats)
-    labels = [classify.classify(names[p // ncat], cats[p % ncat], comm_kernel_re=comm_kernel_re)
-              for p in pairs.tolist()]
-    codes: dict[str, int] = {}
-    of_pair = np.array([codes.setdefault(label, len(codes)) for label in labels], dtype=np.int32)
-    indices = of_pair[inverse.reshape(-1)] if len(of_pair) else np.zeros(0, dtype=np.int32)
-    return pa.DictionaryArray.from_arrays(pa.array(indices, pa.int32()),
-                                          pa.array(list(codes), pa.large_string()))
+class _Kinds:
+    """``classify.classify`` of a chunk's events as a dictionary array (``kind``): once per
+    distinct (name, category) pair of the chunk, each pair's label remembered from chunk to
+    chunk."""
+
+    def __init__(self, comm_kernel_re: re.Pattern | None):
+        self.comm_kernel_re = comm_kernel_re
+        self.labels: dict[tuple[str, str], str] = {}
+
+    def __call__(self, name: pa.DictionaryArray, cat: pa.DictionaryArray) -> pa.DictionaryArray:
+        n_idx = name.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        c_idx = cat.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        pairs, inverse = np.unique(n_idx * len(cat.dictionary) + c_idx, return_inverse=True)
+        del n_idx, c_idx
+        names, cats = name.dictionary.to_pylist(), cat.dictionary.to_pylist()
+        ncat = len(cats)
+        labels = []
+        for p in pairs.tolist():
+            key = (names[p // ncat], cats[p % ncat])
+            label = self.labels.get(key)
+            if label is None:
+                label = self.labels[key] = classify.classify(
+                    key[0], key[1], comm_kernel_re=self.comm_kernel_re)
+            labels.append(label)
+        codes: dict[str, int] = {}
+        of_pair = np.array([codes.setdefault(label, len(codes)) for label in labels],
+                           dtype=np.int32)
+        indices = of_pair[inverse.reshape(-1)] if len(of_pair) else np.zeros(0, dtype=np.int32)
+        return pa.DictionaryArray.from_arrays(pa.array(indices, pa.int32()),
+                                              pa.array(list(codes), pa.large_string()))
 
 
 def _meta_columns(n: int, found: list[tuple[int, dict]]) -> dict[str, pa.Array]:
-    """Collective metadata columns: null (``seq``: -1) except at the rows in ``found``."""
+    """Collective metadata columns: null (``seq``: -1) except at the rows in ``found``; the
+    strings dictionary-encoded (``NAMES``)."""
     found = sorted(found, key=lambda item: item[0])
+    rows = np.array([i for i, _ in found], dtype=np.int64)
     mask = np.zeros(n, dtype=bool)
-    mask[[i for i, _ in found]] = True
+    mask[rows] = True
     mask = pa.array(mask)
     out = {}
     for col in comm_meta.COLUMNS:
         kind = SCHEMA.field(col).type
+        values = [m[col] for _, m in found]
+        if pa.types.is_dictionary(kind):
+            out[col] = _sparse_strings(n, rows, values)
+            continue
         base = pa.array(np.full(n, -1, dtype=np.int64)) if col == "seq" else pa.nulls(n, kind)
-        out[col] = pc.replace_with_mask(base, mask, pa.array([m[col] for _, m in found], kind)) \
-            if found else base
+        out[col] = pc.replace_with_mask(base, mask, pa.array(values, kind)) if found else base
     return out
+
+
+def _sparse_strings(n: int, rows: np.ndarray, values: list) -> pa.DictionaryArray:
+    """A dictionary-encoded column of ``n`` rows, null but at ``rows`` (``values``, str or
+    None)."""
+    codes: dict[str, int] = {}
+    indices = np.full(n, -1, dtype=np.int32)
+    indices[rows] = [-1 if v is None else codes.setdefault(v, len(codes)) for v in values]
+    missing = indices < 0
+    return pa.DictionaryArray.from_arrays(pa.array(indices, pa.int32(), mask=missing),
+                                          pa.array(list(codes), pa.large_string()))
 
 
 # -- decoding --------------------------------------------------------------------------------
@@ -901,36 +934,72 @@ def _parse_events(batches: Iterable[list[_Event]], comm_kernel_re: re.Pattern | 
     return table
 
 
-def _consolidate(chunks: dict[str, list[pa.Array]], small: dict[str, list[pa.Array]]) -> None:
+def _consolidate(chunks: dict[str, list[pa.Array]], small: dict[str, list[pa.Array]],
+                 kinds: "_Kinds") -> None:
     """The batches' small arrays of each column (``small``, emptied) joined into one chunk
-    appended to ``chunks``. Done every ``CONSOLIDATE_BYTES`` of batches: the memory those
+    appended to ``chunks``, the string columns dictionary-encoded and the chunk's ``kind``
+    classified (``_Kinds``). Done every ``CONSOLIDATE_BYTES`` of batches: the memory those
     arrays and the batches' decoding took is then free for the next batches to reuse, rather
-    than left in small pieces among what is kept (the ingest's peak was twice the table)."""
+    than left in small pieces among what is kept (the ingest's peak was twice the table), and
+    what classifying takes is one chunk's."""
+    if not small:
+        return
     for k, parts in small.items():
-        if parts:
-            joined = pa.concat_arrays(parts) if len(parts) > 1 else parts[0]
-            if k in _ENCODED:
-                joined = pc.dictionary_encode(joined)
-            chunks.setdefault(k, []).append(joined)
+        joined = pa.concat_arrays(parts) if len(parts) > 1 else parts[0]
+        if k in _ENCODED:
+            joined = pc.dictionary_encode(joined)
+        chunks.setdefault(k, []).append(joined)
+    chunks.setdefault("kind", []).append(kinds(chunks["name"][-1], chunks["cat"][-1]))
     small.clear()
+    _trim()
 
 
-_ENCODED = ("name", "cat", "lane")          # dictionary-encoded as they are joined
+_ENCODED = ("name", "cat", "lane", "call_args")     # dictionary-encoded as they are joined
+
+
+def _malloc_trim():
+    """The C library's ``malloc_trim`` (glibc), or None where there is none."""
+    try:
+        import ctypes
+        return ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return None
+
+
+_MALLOC_TRIM = _malloc_trim()
+
+
+def _trim() -> None:
+    """Give the memory the C library's allocator holds free back to the system (where it can:
+    glibc's ``malloc_trim``). Arrow allocates through that allocator while a trace is read
+    (``parse_events``); the batches' memory freed at each ``_consolidate`` is left in pieces
+    among the kept chunks, which the next, larger allocations cannot reuse."""
+    if _MALLOC_TRIM is not None:
+        _MALLOC_TRIM(0)
+
+
+def _joined_codes(parts: list) -> tuple[np.ndarray, list[str]]:
+    """(codes, values) of dictionary arrays with dictionaries of their own joined into one
+    dictionary: each part's codes mapped to the joined dictionary's, int32, -1 for a null."""
+    codes: dict[str, int] = {}
+    out = []
+    for part in parts:
+        remap = np.array([codes.setdefault(v, len(codes)) for v in part.dictionary.to_pylist()]
+                         + [-1], dtype=np.int32)
+        idx = part.indices
+        out.append(remap[(idx.fill_null(-1) if idx.null_count else idx)
+                         .to_numpy(zero_copy_only=False)])
+    return (np.concatenate(out) if out else np.zeros(0, dtype=np.int32)), list(codes)
 
 
 def _one_dictionary(parts: list) -> pa.DictionaryArray:
     """Dictionary arrays with dictionaries of their own joined into one array of one
-    dictionary (each part's codes mapped to the joined dictionary's)."""
-    codes: dict[str, int] = {}
-    out = []
-    for part in parts:
-        remap = np.array([codes.setdefault(v, len(codes)) for v in part.dictionary.to_pylist()],
-                         dtype=np.int32)
-        out.append(remap[part.indices.to_numpy(zero_copy_only=False)] if len(remap)
-                   else np.zeros(len(part), dtype=np.int32))
-    indices = np.concatenate(out) if out else np.zeros(0, dtype=np.int32)
-    return pa.DictionaryArray.from_arrays(pa.array(indices, pa.int32()),
-                                          pa.array(list(codes), pa.large_string()))
+    dictionary (``_joined_codes``; a null stays null)."""
+    codes, values = _joined_codes(parts)
+    missing = codes < 0
+    indices = pa.array(codes, pa.int32(), mask=missing) if missing.any() else \
+        pa.array(codes, pa.int32())
+    return pa.DictionaryArray.from_arrays(indices, pa.array(values, pa.large_string()))
 
 
 def _parse_events_of(batches: Iterable[list[_Event]], comm_kernel_re: re.Pattern | None,
@@ -939,6 +1008,7 @@ def _parse_events_of(batches: Iterable[list[_Event]], comm_kernel_re: re.Pattern
     found: list[tuple[int, dict]] = []
     damage = Damage()
     small: dict[str, list[pa.Array]] = {}
+    kinds = _Kinds(comm_kernel_re)
     n, seen, held, pending, budget = 0, 0, 0, 0, _budgets.current()
     for evs in batches:
         seen += len(evs)
@@ -956,25 +1026,30 @@ def _parse_events_of(batches: Iterable[list[_Event]], comm_kernel_re: re.Pattern
         found += [(n + i, m) for i, m in meta]
         n += len(cols["name"])
         if pending > CONSOLIDATE_BYTES:
-            _consolidate(chunks, small)
+            _consolidate(chunks, small, kinds)
             pending = 0
         if held > budget.rank_memory:
             raise BudgetExceeded("rank_memory", f"its event table grows beyond "
                                  f"{_budgets.human(budget.rank_memory)} ({n:,} events read)",
                                  budget.rank_memory)
-    _consolidate(chunks, small)
+    _consolidate(chunks, small, kinds)
     reading.unclosed(damage)
     if n == 0:
         return _with_damage(SCHEMA.empty_table(), damage)
-    # Each column's batches are let go as soon as it is joined: the table is not held twice.
-    arrays = {k: _one_dictionary(chunks.pop(k)) if k in _ENCODED else
-              pa.concat_arrays(chunks.pop(k)) for k in list(chunks)}
+    # Each column's chunks are let go, and their memory given back, as soon as it is joined:
+    # the table is not held twice.
+    arrays = {}
+    for k in list(chunks):
+        parts = chunks.pop(k)
+        arrays[k] = _one_dictionary(parts) if pa.types.is_dictionary(SCHEMA.field(k).type) \
+            else pa.concat_arrays(parts)
+        del parts
+        _trim()
     keep, out_of_bounds = validate.event_bounds(
         arrays["ts_us"].to_numpy(zero_copy_only=False),
         arrays["dur_us"].to_numpy(zero_copy_only=False))
     damage.update(out_of_bounds)
     arrays["end_us"] = pc.add(arrays["ts_us"], arrays["dur_us"])
-    arrays["kind"] = _kinds(arrays["name"], arrays["cat"], comm_kernel_re)
     arrays.update(_meta_columns(n, found))
     table = pa.Table.from_arrays([arrays[f.name] for f in SCHEMA], schema=SCHEMA)
     if not keep.all():
@@ -1065,45 +1140,57 @@ def _parse_whole(path: pathlib.Path, raw: bytes, comm_kernel_re: re.Pattern | No
     return _with_layout(table, layout), meta
 
 
-def to_frame(table: pa.Table, *, release: bool = False) -> pd.DataFrame:
-    """The pandas events table of an Arrow one (str columns, nullable Int64 where documented).
-    ``release``: each Arrow column is freed as soon as it is converted (``self_destruct``), so
-    the table and the frame are not both held whole; ``table`` must not be used afterwards."""
-    ints = {col: table.column(col).to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
-            for col in _NULLABLE_INT}
-    names = {col: _categorical(table.column(col)) for col in CATEGORICAL}
-    if release:
-        table = table.drop_columns(list(_NULLABLE_INT) + list(CATEGORICAL))
-        df = table.to_pandas(self_destruct=True, split_blocks=True)
-    else:
-        df = table.drop_columns(list(CATEGORICAL)).to_pandas()
+def to_frame(table: pa.Table | list, *, release: bool = False) -> pd.DataFrame:
+    """The pandas events table of an Arrow one (the module docstring's dtypes: categoricals for
+    the string columns, nullable Int64 where documented). ``release``: each Arrow column is
+    let go as soon as it is converted (the plain ones with ``self_destruct``), so that the
+    table and the frame are not both held whole; ``table`` must not be used afterwards. Its
+    memory is freed then only if nothing else holds the table: pass it as a list holding it
+    alone (``[table]``, emptied here), which lets the caller drop its own reference."""
+    if isinstance(table, list):
+        table = table.pop()
+    converted = {}
+    for col in CATEGORICAL + _NULLABLE_INT:
+        column = table.column(col)
+        converted[col] = _categorical(column) if col in CATEGORICAL else \
+            column.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
+        if release:
+            table = table.drop_columns([col])
+            del column
+            _trim()
+    rest = table.drop_columns([c for c in CATEGORICAL + _NULLABLE_INT
+                               if c in table.column_names])
     del table
-    for col in _NULLABLE_INT:
-        df[col] = ints[col]
-    for col in CATEGORICAL:
-        df[col] = names[col]
+    df = rest.to_pandas(self_destruct=True, split_blocks=True) if release else rest.to_pandas()
+    del rest
+    for col, values in converted.items():
+        df[col] = values
     return df[[f.name for f in SCHEMA]]
 
 
-# Columns of names, held in the frame as integer codes into a table of their distinct values
-# (pandas categoricals): a trace has a few hundred distinct names among millions of events.
-CATEGORICAL = ("name", "cat", "lane", "kind")
+# Columns of strings held in the frame as integer codes into a table of their distinct values
+# (pandas categoricals, missing where the table has null): a trace has a few hundred distinct
+# names among millions of events, and the collective metadata's strings are null on all but
+# the few events that carry them (as 8-byte string offsets they were a third of a tiny
+# event's frame; as codes they take a byte or two).
+CATEGORICAL = ("name", "cat", "lane", "kind", "coll_name", "dtype", "pg_name", "pg_desc",
+               "pg_ranks", "call_args")
 
 
 def _categorical(column: pa.ChunkedArray) -> pd.Categorical:
-    """``column`` (dictionary-encoded, in one or more chunks) as a pandas categorical whose
-    categories are its distinct values in sorted order, so that sorting and grouping by it
-    order rows as the strings themselves would. Only the codes are copied, never the strings."""
+    """``column`` (strings, dictionary-encoded or not, in one or more chunks; nulls allowed)
+    as a pandas categorical whose categories are its distinct values in sorted order, so that
+    sorting and grouping by it order rows as the strings themselves would; a null is missing
+    (code -1). Only the codes are copied, never the strings."""
     parts = column.chunks if column.num_chunks else [pa.array([], NAMES)]
     if not pa.types.is_dictionary(column.type):
         parts = [pc.dictionary_encode(p) for p in parts]
-    joined = _one_dictionary(parts)
-    values = joined.dictionary.to_pylist()
+    codes, values = _joined_codes(parts)
     order = sorted(range(len(values)), key=values.__getitem__)
-    rank = np.empty(len(values), dtype=np.int32)
+    rank = np.empty(len(values) + 1, dtype=np.int32)
     rank[order] = np.arange(len(values), dtype=np.int32)
-    codes = joined.indices.to_numpy(zero_copy_only=False)
-    return pd.Categorical.from_codes(rank[codes] if len(values) else codes,
+    rank[-1] = -1                               # a null's code, -1, indexes this
+    return pd.Categorical.from_codes(rank[codes],
                                      categories=pd.Index([values[i] for i in order], dtype=str))
 
 
@@ -1183,6 +1270,9 @@ def load_trace(path: pathlib.Path, *, comm_kernel_re: re.Pattern | None = None,
     if info is not None and rank != info:
         problems.append(f"{path}: distributedInfo.rank is {info}, but its name says rank "
                         f"{rank} (--rank-regex): read as rank {rank}")
-    hit = None
-    return RankTrace(path=path, rank=rank, events=to_frame(table, release=True), meta=meta,
+    # The table's only reference is handed over, so that each column is freed as it is
+    # converted (``to_frame``): the cache hit's tuple and this function's name let it go.
+    owned, hit = [table], None
+    del table
+    return RankTrace(path=path, rank=rank, events=to_frame(owned, release=True), meta=meta,
                      problems=problems, notes=notes)
