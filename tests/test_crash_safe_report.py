@@ -19,6 +19,7 @@ from click.testing import CliRunner
 from damage_corpus import copy_sample
 from meshscope.analysis.report import reuse
 from meshscope.analysis.report.analyze import analyze
+from meshscope.collectors import run_dir as rd
 from meshscope.cli import main
 
 OPTIONS = {"comm_kernel_regex": None, "rank_regex": None, "layout": None, "rank_order": None,
@@ -120,7 +121,7 @@ def test_a_damaged_or_unkeyed_report_is_made_again(reports):
     damaged = runner.invoke(main, ["analyze", str(run)])
     assert "report written" in damaged.stdout, damaged.stdout[-300:]
     assert _files(target) == refs["old"]
-    (target / ".cache" / reuse.KEY_FILE).unlink()               # a report without its key
+    rd.ReportDir(target).key.unlink()               # a report without its key
     unkeyed = runner.invoke(main, ["analyze", str(run)])
     assert "report written" in unkeyed.stdout
 
@@ -207,7 +208,7 @@ def test_the_new_report_is_on_disk_before_its_rename(tmp_path):
         sorted({f"{new}/{name}" for name in written} - before)
     assert new in before                                     # the folder's entries
     assert ("fsync", str(run)) in calls[put[0] + 1:]         # the rename itself
-    key = str(run / "report" / ".cache" / reuse.KEY_FILE)
+    key = str(rd.ReportDir.of_run(run).key)
     stored = [i for i, c in enumerate(calls) if c[0] == "rename" and c[2] == key]
     assert len(stored) == 1 and stored[0] > put[0]
     assert ("fsync", calls[stored[0]][1]) in calls[put[0]:stored[0]]

@@ -57,7 +57,7 @@ from meshscope.analysis.timeline.rank_timeline import RankTimeline
 from meshscope.collectors import run_dir as rd
 from meshscope.collectors.run_info import RunInfo
 
-__all__ = ["REPORT_SCHEMA_VERSION", "AnalysisOptions", "Report", "analyze", "load_written"]
+__all__ = ["REPORT_SCHEMA_VERSION", "AnalysisOptions", "Report", "analyze"]
 
 
 @dataclasses.dataclass
@@ -129,22 +129,24 @@ class Report:
         reuse.unkey(out)
         new = out.parent / f".{out.name}.new-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         new.mkdir()
-        own = {rd.SUMMARY}
+        files = rd.ReportDir(new)
+        own = [files.summary]              # every file this report may hold
         for name in self.TABLES:
-            own.add(f"{name}.parquet")
+            own.append(files.table(name))
             table = getattr(self, name)
             if table is not None:
                 reuse.stop_point()
                 table = report_tables.ordered(name, table)    # its columns, even when empty
-                _parquet_safe(table).to_parquet(new / f"{name}.parquet", index=False)
+                _parquet_safe(table).to_parquet(files.table(name), index=False)
         reuse.stop_point()
-        rd.write_json_atomic(new / rd.SUMMARY, self.summary())
-        for name in sorted(own):
-            if (new / name).is_file():
-                rd.fsync_path(new / name)
-        if out.is_dir():
+        rd.write_json_atomic(files.summary, self.summary())
+        for f in sorted(own):
+            if f.is_file():
+                rd.fsync_path(f)
+        own_names = {f.name for f in own}
+        if out.is_dir():                   # what else the old folder holds (.cache, exports)
             for entry in sorted(out.iterdir()):
-                if entry.name not in own and not entry.name.startswith(".tmp-"):
+                if entry.name not in own_names and not entry.name.startswith(".tmp-"):
                     reuse.stop_point()
                     os.rename(entry, new / entry.name)
         rd.fsync_path(new)                 # its entries: the tables, summary.json, what moved in
@@ -192,9 +194,10 @@ def _alive(pid: int) -> bool:
 def _remove_leftovers(out: pathlib.Path) -> None:
     """Remove what killed writes of ``out`` left: its ``.NAME.new-PID-*`` / ``.old-PID-*``
     folders beside it and temporary files in its cache, unless their process still runs."""
+    cache = rd.ReportDir(out).cache
     patterns = ((out.parent, f".{out.name}.new-*"), (out.parent, f".{out.name}.old-*"),
-                (out / ".cache", ".tmp-*"), (out / ".cache", f".{reuse.KEY_FILE}.*"),
-                (out / ".cache", f".{reuse.MEMO_FILE}.*"))
+                (cache, ".tmp-*"), (cache, f".{rd.REPORT_KEY}.*"),
+                (cache, f".{rd.INPUTS_MEMO}.*"))
     for folder, pattern in patterns:
         try:
             found = sorted(folder.glob(pattern))
@@ -627,15 +630,3 @@ def _records_only(inp: inputs.Inputs, warmup_steps: int) -> Report:
         cross_rank={"matchable": False, "why_not": ["no traces"], "matched_on": None,
                     "noise_us": records.noise_us},
         step_records=records, step_time_us=None, findings=found)
-
-
-def load_written(report_dir: pathlib.Path) -> dict[str, object]:
-    """The summary and the tables of a written report directory (a table the report does not
-    have — an older report — is absent from the dict)."""
-    report_dir = pathlib.Path(report_dir)
-    out: dict[str, object] = {"summary": json.loads((report_dir / rd.SUMMARY).read_text())}
-    for name in Report.TABLES:
-        f = report_dir / f"{name}.parquet"
-        if f.is_file():
-            out[name] = pd.read_parquet(f)
-    return out

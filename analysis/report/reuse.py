@@ -42,8 +42,6 @@ import stat
 
 from meshscope.collectors import run_dir as rd
 
-# The file names, kept here while analyze.py still reads them from this module.
-MEMO_FILE, KEY_FILE = rd.INPUTS_MEMO, rd.REPORT_KEY
 STOP_ENV = "MESHSCOPE_TEST_STOP_AT_WRITE"
 _steps = [0]
 # Per report directory: the content hashes of its inputs found by ``key`` (``store`` keeps them).

@@ -33,9 +33,9 @@ def _load_baseline(path: str | None):
 
 def report_dir(path, out=None) -> pathlib.Path:
     """Where the report of ``path`` goes: ``out``, else ``PATH/report``."""
-    from meshscope.collectors.run_dir import REPORT
+    from meshscope.collectors.run_dir import ReportDir
 
-    return pathlib.Path(out) if out else pathlib.Path(path) / REPORT
+    return pathlib.Path(out) if out else ReportDir.of_run(path).path
 
 
 def default_options(target: pathlib.Path):
@@ -43,8 +43,9 @@ def default_options(target: pathlib.Path):
     ``target/.cache``, a progress bar (what ``meshscope run``'s demo and ``dashboard --html``
     analyse with)."""
     from meshscope.analysis.report.options import AnalysisOptions
+    from meshscope.collectors.run_dir import ReportDir
 
-    return AnalysisOptions(cache_dir=target / ".cache", progress=True)
+    return AnalysisOptions(cache_dir=ReportDir(target).cache, progress=True)
 
 
 def _check_patterns(options) -> None:
@@ -156,7 +157,7 @@ def analyze(path, out, as_json, comm_kernel_regex, rank_regex, step_annotation, 
     from meshscope.analysis.ingest import budgets
     from meshscope.analysis.report import reuse
     from meshscope.analysis.report.options import AnalysisOptions
-    from meshscope.collectors.run_dir import SUMMARY
+    from meshscope.collectors.run_dir import ReportDir
 
     flags = {"events": max_events, "nesting": max_nesting}
     for name, flag, text in (("trace_bytes", "--max-trace-bytes", max_trace_bytes),
@@ -172,7 +173,7 @@ def analyze(path, out, as_json, comm_kernel_regex, rank_regex, step_annotation, 
     target = report_dir(path, out)
     options = AnalysisOptions(
         comm_kernel_re=comm_kernel_regex, rank_regex=rank_regex,
-        step_annotation=step_annotation, cache_dir=None if no_cache else target / ".cache",
+        step_annotation=step_annotation, cache_dir=None if no_cache else ReportDir(target).cache,
         workers=workers, progress=True, baseline=_load_baseline(baseline), layout=layout,
         rank_order=rank_order, warmup_steps=warmup_steps, engine=engine, scheduler=scheduler,
         budgets=limits)
@@ -183,7 +184,7 @@ def analyze(path, out, as_json, comm_kernel_regex, rank_regex, step_annotation, 
         _, target = run_analysis(path, target, options)
         if digest:
             reuse.store(target, digest)
-        summary = json.loads((target / SUMMARY).read_text())
+        summary = json.loads(ReportDir(target).summary.read_text())
         verb = "written"
     else:
         verb = "unchanged (its inputs are; --no-cache computes it afresh)"

@@ -258,8 +258,8 @@ def demo(out, no_serve, port):
     desc = _do_run(opts)
     _print_losses(run_dir, desc)
     _, target = run_analysis(run_dir)
-    from meshscope.collectors.run_dir import SUMMARY
-    click.echo(render(json.loads((target / SUMMARY).read_text())))
+    from meshscope.collectors.run_dir import ReportDir
+    click.echo(render(json.loads(ReportDir(target).summary.read_text())))
     if not no_serve:
         serve(root, "127.0.0.1", port)
 

@@ -62,7 +62,7 @@ import pandas as pd
 from meshscope.analysis.report import reader
 from meshscope.analysis.report.summary import STEP_TIME_SOURCES
 from meshscope.collectors import step_timer
-from meshscope.collectors.run_dir import REPORT, SUMMARY, RunDirError
+from meshscope.collectors.run_dir import ReportDir, RunDirError
 from meshscope.collectors.run_info import RunInfo, read_run_info
 from meshscope.vocabulary import COMM_DIMS, PARALLEL_DIMS
 
@@ -250,18 +250,18 @@ def _mean(xs) -> float | None:
 def run_summary(run: pathlib.Path, *, analyse_missing: bool = True) -> dict:
     """``RUN/report/summary.json``; a run without a report is analysed (and its report
     written) first. CompareError when neither works."""
-    path = run / REPORT / SUMMARY
-    if not path.exists():
+    report = ReportDir.of_run(run)
+    if not report.summary.exists():
         if not analyse_missing:
             raise CompareError(f"{run}: no report (run `meshscope analyze {run}`)")
         from meshscope.analysis.errors import InputError
         from meshscope.analysis.report.analyze import analyze
         try:
-            analyze(run).write(run / REPORT)
+            analyze(run).write(report.path)
         except (InputError, RunDirError, OSError) as e:
             raise CompareError(f"{run}: cannot be analysed ({e})") from None
     try:
-        return reader.read_summary_file(run / REPORT)
+        return reader.read_summary_file(report.path)
     except reader.ReportError as e:         # it names the file and the problem
         raise CompareError(str(e)) from None
 
@@ -297,7 +297,7 @@ def _throughput(run: pathlib.Path, info: RunInfo, typed: reader.Summary) -> dict
 
 
 def _comm_bytes(run: pathlib.Path) -> dict[str, float]:
-    report = run / REPORT
+    report = ReportDir.of_run(run).path
     for name in ("instances", "bandwidth"):
         if reader.table_written(report, name):
             try:
@@ -441,8 +441,8 @@ def measured(run: pathlib.Path):
                            f"batch)")
     typed = reader.read_summary(run_summary(run))
     try:
-        bd = reader.read_table(run / REPORT, "breakdown")
-        bw = reader.read_table(run / REPORT, "bandwidth")
+        bd = reader.read_table(ReportDir.of_run(run).path, "breakdown")
+        bw = reader.read_table(ReportDir.of_run(run).path, "bandwidth")
     except reader.ReportError as e:         # it names the file and the problem
         raise CompareError(str(e)) from None
     if bd.empty:

@@ -45,7 +45,8 @@ import subprocess
 import sys
 import time
 
-from meshscope.collectors.run_dir import REPORT, SUMMARY, write_json_atomic
+from meshscope.collectors.run_dir import ReportDir, RunDirError, write_json_atomic
+from meshscope.collectors.run_info import read_run_info
 
 from meshscope.parallel.config import PRESETS, ModelConfig
 from meshscope.parallel.layout import Layout, LayoutError, parse_layout, validate
@@ -235,10 +236,11 @@ def read_sweep(folder: pathlib.Path) -> dict:
 def is_complete_run(run: pathlib.Path) -> bool:
     """The run trained to the end and its report is written."""
     try:
-        desc = json.loads((run / "run.json").read_text())
-    except (OSError, ValueError):
+        info = read_run_info(run)
+    except (OSError, RunDirError):
         return False
-    return desc.get("status") == "completed" and (run / REPORT / SUMMARY).is_file()
+    return info is not None and info.status == "completed" and \
+        ReportDir.of_run(run).summary.is_file()
 
 
 class Sweep:
@@ -354,11 +356,9 @@ def _run_one(sweep_dir: pathlib.Path, name: str) -> int:
     report(status="running", stage="analyze")
     from meshscope.analysis.errors import InputError
     from meshscope.analysis.report.analyze import analyze
-    from meshscope.collectors.run_dir import REPORT, RunDirError
-
     run = sweep.run_dir(name)
     try:
-        analyze(run).write(run / REPORT)
+        analyze(run).write(ReportDir.of_run(run).path)
     except (InputError, RunDirError, OSError) as e:
         report(status="failed", stage="analyze", error=str(e))
         return 1
