@@ -134,7 +134,8 @@ def gpu_tables(trace: ingest.RankTrace, tl: timeline.RankTimeline) -> dict[str, 
         isinstance(props[0], dict) and isinstance(props[0].get("name"), str) else None
     return {
         "step_categories": pd.DataFrame(step_categories.step_rows(
-            r, tl.steps, step_categories.role_sets(ev)), columns=step_categories.COLUMNS),
+            r, tl.steps, timeline.sets_in_blocks(step_categories.role_sets, ev)),
+            columns=step_categories.COLUMNS),
         "stream_idle": gpu_idle.stream_idle(r, sel, launch_ts[dev.index.get_indexer(sel.index)]
                                             if len(sel) else np.zeros(0)),
         "sync_calls": calls.assign(rank=r),

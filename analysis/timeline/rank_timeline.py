@@ -297,6 +297,30 @@ def _windows(steps: dict[int, tuple[float, float]], span: tuple[float, float]) -
 
 
 _COLUMNS = ["name", "cat", "ts_us", "dur_us", "end_us", "lane", "device", "kind", "correlation"]
+# Rows of the event table one block of ``sets_in_blocks`` reads.
+BLOCK_ROWS = 1 << 17
+
+
+def sets_in_blocks(build_sets, frame: pd.DataFrame, block_rows: int = BLOCK_ROWS) -> dict:
+    """``build_sets(frame)`` — a dict of interval sets, or of dicts of them
+    (``host_activity.thread_sets``, ``step_categories.role_sets``) — built over consecutive
+    blocks of ``block_rows`` rows and merged key by key. The same sets, exactly: each is a union
+    of intervals, and the union of the blocks' unions is the union of all (``iv.union``'s
+    canonical form: sorted, disjoint, touching rows joined; nothing computed but maxima). What
+    the builder holds meanwhile (labels, masks, sorted copies: on the 8× reference trace 140 MB
+    above the frame, as much again as the host rows it read) is then one block's."""
+    out: dict = {}
+    for start in range(0, max(len(frame), 1), block_rows):
+        _merge_sets(out, build_sets(frame.iloc[start:start + block_rows]))
+    return out
+
+
+def _merge_sets(out: dict, part: dict) -> None:
+    for key, value in part.items():
+        if isinstance(value, dict):
+            _merge_sets(out.setdefault(key, {}), value)
+        else:
+            out[key] = iv.merge(out[key], value) if key in out else value
 
 
 def build(trace: RankTrace, run=None, step_annotation: re.Pattern | None = None
@@ -305,9 +329,10 @@ def build(trace: RankTrace, run=None, step_annotation: re.Pattern | None = None
     instance table, nothing here depends on the layout. ``step_annotation``: a pattern naming
     the host ranges that are steps, for traces without ``ProfilerStep`` (``host_step_ranges``);
     a trace with neither is one window from its first event to its last."""
-    ev = trace.events[_COLUMNS]
-    dev = ev[ev["device"]]
-    host = ev[~ev["device"]]
+    ev = trace.events[_COLUMNS]             # no copy (copy-on-write): the rows below are
+    device = ev["device"].to_numpy()
+    dev = ev[device]
+    host = ev[~device]
     span = (float(ev["ts_us"].min()), float(ev["end_us"].max()))
     host_steps, source = host_step_ranges(host, step_annotation)
     if not host_steps:
@@ -328,7 +353,7 @@ def build(trace: RankTrace, run=None, step_annotation: re.Pattern | None = None
         calls = host_activity.sync_calls(host)
         idle_causes = gpu_idle.causes(
             iv.subtract(windows, iv.merge(compute, comm, other)), dev["ts_us"].to_numpy(),
-            launch_ts, launch_lane, host_activity.thread_sets(host), main,
+            launch_ts, launch_lane, sets_in_blocks(host_activity.thread_sets, host), main,
             gpu_idle.sync_ends_by_lane(calls))
     else:
         idle_causes = {}
