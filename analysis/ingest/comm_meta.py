@@ -1,6 +1,6 @@
 """Collective metadata of trace events: which collective, how many elements, which group.
 
-PyTorch writes it in two places, and ingest (``analysis/ingest.py``) reads both:
+PyTorch writes it in two places, and ingest (``analysis/ingest/events.py``) reads both:
 
 - ``record_param_comms`` CPU ops, and on GPUs the NCCL kernels they launch, carry the arguments
   PyTorch's profiler names in ``torch/csrc/profiler/util.h``: ``Collective name``,
@@ -19,7 +19,7 @@ already describes the same call.
 
 ``msg_bytes`` is ``max(in_nelems, out_nelems) × element size``: the size S of nccl-tests'
 bandwidth definitions, i.e. the whole gathered output for all_gather and the whole input for
-reduce_scatter (``analysis/bandwidth.py``). Where only ``Input Dims`` exist it is the input
+reduce_scatter (``analysis/comm/bandwidth.py``). Where only ``Input Dims`` exist it is the input
 tensor's bytes (for an all_gather that is one rank's share, not S).
 
 Every value is typed where it is read: counts, group sizes and sequence numbers are integers
@@ -154,8 +154,8 @@ def _bytes(count: int | None, size: int | None) -> int | None:
 
 def from_record(args, damage: Damage) -> dict | None:
     """Metadata from ``record_param_comms``-style arguments (``args`` has the attributes
-    named in ``analysis.ingest._Args``); None when the collective's name is not a string.
-    Unusable values are counted in ``damage``."""
+    named in ``analysis.ingest.events._Args``); None when the collective's name is not a
+    string. Unusable values are counted in ``damage``."""
     if not isinstance(args.coll_name, str):
         damage.ignore("args.Collective name", "not a string")
         return None

@@ -521,7 +521,7 @@ _GEMM_OPS = pa.array(sorted(classify.GEMM_OPS), pa.large_string())
 _LEGACY_CATS = pa.array(sorted(LEGACY_CATEGORIES), pa.large_string())
 
 
-def _today_categories(names: list[str], cat: pa.Array, reading: "_Reading | None") -> pa.Array:
+def _today_categories(names: list[str], cat: pa.Array, reading: "_Reading") -> pa.Array:
     """``cat`` with PyTorch 1.8's categories renamed to today's (``LEGACY_CATEGORIES``; an
     ``Operator`` named as a profiler or ``record_function`` range is a ``user_annotation``),
     each one met counted in ``reading``."""
@@ -531,8 +531,7 @@ def _today_categories(names: list[str], cat: pa.Array, reading: "_Reading | None
         if new is None:
             out.append(c)
             continue
-        if reading is not None:
-            reading.legacy[c] += 1
+        reading.legacy[c] += 1
         out.append("user_annotation" if c == "Operator" and n.startswith(LEGACY_ANNOTATIONS)
                    else new)
     return pa.array(out, pa.large_string())
@@ -597,17 +596,20 @@ def _complete(b: _Event, e: _Event) -> _Event:
     return _Event(ph="X", name=b.name if b.name is not None else e.name,
                   cat=b.cat if b.cat is not None else e.cat, ts=b.ts, dur=dur, pid=b.pid,
                   tid=b.tid, args=args)
+
+
+# The GPU-side copies of host ranges: a ``gloo:``/``nccl:`` name there carries no metadata.
 _HOST_META_CATS = pa.array(["gpu_user_annotation"], pa.large_string())
 
 
-def _batch(evs: list[_Event], reading: "_Reading | None" = None
+def _batch(evs: list[_Event], reading: "_Reading"
            ) -> tuple[dict[str, pa.Array] | None, list[tuple[int, dict]], Damage]:
     """Columns of one batch's usable complete events (None when there are none), (row,
     collective metadata) pairs, and what was dropped or ignored. ``reading``: what is carried
     from batch to batch (the open ``B`` events of each thread) and what was met."""
     damage = Damage(getattr(evs, "damage", None) or {})
     xs = [e for e in evs if e.ph == "X"]
-    if reading is not None and len(xs) < len(evs):
+    if len(xs) < len(evs):
         pairs = [e for e in evs if e.ph == "B" or e.ph == "E"]
         if pairs:
             xs += reading.pair(pairs, damage)
@@ -692,7 +694,7 @@ def _raw_value(raw: msgspec.Raw, key: str, damage: Damage):
         return None
 
 
-def _in_range(value, depth: int = 0) -> bool:
+def _in_range(value) -> bool:
     """Whether a decoded argument holds only integers within 64 bits, finite floats, strings,
     booleans and None, nested at most 8 levels (what the recorded shapes and scalars are)."""
     stack = [(value, 0)]
