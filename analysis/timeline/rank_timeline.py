@@ -30,6 +30,7 @@ import pandas as pd
 
 from meshscope.collectors import annotations
 
+from meshscope.analysis.crossrank.clocks import to_aligned_us
 from meshscope.analysis.gpu import host_activity
 from meshscope.analysis.gpu import idle as gpu_idle
 from meshscope.analysis.ingest import classify
@@ -67,26 +68,31 @@ class RankTimeline:
     idle_causes: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
 
     def shifted(self, dt_us: float) -> "RankTimeline":
-        """This timeline with ``dt_us`` subtracted from every time."""
+        """This timeline on the reference rank's clock: ``dt_us`` (the offset the analysis
+        applied to this rank) taken from every time by the one alignment function,
+        ``clocks.to_aligned_us``."""
         if not dt_us:
             return self
+
+        def at(x):
+            return to_aligned_us(x, dt_us)
         mb = self.microbatches.copy()
         if len(mb):
-            mb["ts_us"] -= dt_us
-            mb["end_us"] -= dt_us
+            mb["ts_us"] = at(mb["ts_us"])
+            mb["end_us"] = at(mb["end_us"])
         starts, ends, dims = self.scopes
         return dataclasses.replace(
-            self, compute=self.compute - dt_us, comm=self.comm - dt_us,
-            comm_by_dim={d: x - dt_us for d, x in self.comm_by_dim.items()},
-            other=self.other - dt_us,
-            steps={k: (a - dt_us, b - dt_us) for k, (a, b) in self.steps.items()},
-            host_steps={k: (a - dt_us, b - dt_us) for k, (a, b) in self.host_steps.items()},
-            idle_causes={c: x - dt_us for c, x in self.idle_causes.items()},
-            pipeline=self.pipeline - dt_us, microbatches=mb,
-            span=(self.span[0] - dt_us, self.span[1] - dt_us),
-            scopes=(starts - dt_us, ends - dt_us, dims),
-            trace_compute=self.trace_compute - dt_us, trace_comm=self.trace_comm - dt_us,
-            waits=self.waits - dt_us, wait_until=self.wait_until - dt_us)
+            self, compute=at(self.compute), comm=at(self.comm),
+            comm_by_dim={d: at(x) for d, x in self.comm_by_dim.items()},
+            other=at(self.other),
+            steps={k: (at(a), at(b)) for k, (a, b) in self.steps.items()},
+            host_steps={k: (at(a), at(b)) for k, (a, b) in self.host_steps.items()},
+            idle_causes={c: at(x) for c, x in self.idle_causes.items()},
+            pipeline=at(self.pipeline), microbatches=mb,
+            span=(at(self.span[0]), at(self.span[1])),
+            scopes=(at(starts), at(ends), dims),
+            trace_compute=at(self.trace_compute), trace_comm=at(self.trace_comm),
+            waits=at(self.waits), wait_until=at(self.wait_until))
 
 
 _RECEIVES = ("gloo:recv", "nccl:recv")
