@@ -85,7 +85,11 @@ def clip(a: np.ndarray, start: float, end: float) -> np.ndarray:
     return intersect(a, np.array([[start, end]], dtype=np.float64))
 
 
-def innermost(starts, ends, labels) -> dict:
+# Ranges ``innermost`` reads at once, where the ranges allow a cut (``_cuts``).
+INNERMOST_BLOCK = 1 << 16
+
+
+def innermost(starts, ends, labels, block: int = INNERMOST_BLOCK) -> dict:
     """Split time among nested ranges by the innermost one: at each instant the covering range
     that started last owns it (of ranges that start together, the later one given). Returns
     label → interval set of the time its ranges own.
@@ -100,6 +104,11 @@ def innermost(starts, ends, labels) -> dict:
     the last ``j < P`` with ``end[j] > t``. A table of the maximum end over every block of
     2^k ranges answers that for all segments at once: from ``P`` leftwards, skip each block,
     largest first, whose ends are all ``≤ t`` (O(n log n) in numpy).
+
+    That table holds n log n floats, so the ranges are taken ``block`` at a time where they
+    allow it (``_cuts``: where no earlier range is still open, nothing before can own time
+    after), and each label's sets of the pieces are joined: the same sets, since no piece's
+    segment meets another's but at an end.
     """
     s = np.asarray(starts, dtype=np.float64)
     e = np.asarray(ends, dtype=np.float64)
@@ -110,6 +119,35 @@ def innermost(starts, ends, labels) -> dict:
         return {}
     order = np.argsort(s, kind="stable")
     s, e, codes = s[order], e[order], codes[order]
+    cuts = _cuts(s, e, block)
+    if len(cuts) == 2:
+        return _innermost_sorted(s, e, codes, names)
+    parts: dict = {lab: [] for lab in names}
+    for a, b in zip(cuts[:-1], cuts[1:]):
+        for lab, x in _innermost_sorted(s[a:b], e[a:b], codes[a:b], names).items():
+            parts[lab].append(x)
+    return {lab: merge(*xs) for lab, xs in parts.items()}
+
+
+def _cuts(s: np.ndarray, e: np.ndarray, block: int) -> list[int]:
+    """Positions ``0 = c0 < c1 < … < n`` of ranges sorted by start at which no earlier range is
+    still open (its end at most the next start), at least ``block`` ranges apart where the
+    ranges allow it."""
+    n = s.size
+    if n <= block:
+        return [0, n]
+    allowed = np.flatnonzero(s[1:] >= np.maximum.accumulate(e)[:-1]) + 1
+    cuts = [0]
+    while True:
+        j = int(np.searchsorted(allowed, cuts[-1] + block))
+        if j == allowed.size:
+            break
+        cuts.append(int(allowed[j]))
+    return cuts + [n]
+
+
+def _innermost_sorted(s: np.ndarray, e: np.ndarray, codes: np.ndarray, names) -> dict:
+    """``innermost`` of ranges already sorted by start (``codes`` into ``names``)."""
     bounds = np.unique(np.concatenate([s, e]))
     t = bounds[:-1]
     pos = np.searchsorted(s, t, side="right")  # P: the ranges begun by t
