@@ -1,10 +1,9 @@
-"""What the pages share: the context a page is built from, the per-rank rows of summary.json,
-and the colours every page uses for the same thing."""
+"""What the pages share: the context a page is built from, the labels of ranks and the
+straggler, and the colours every page uses for the same thing."""
 from __future__ import annotations
 
 import dataclasses
 
-import pandas as pd
 
 from meshscope.analysis.timeline.breakdown import DIM_ORDER
 
@@ -37,12 +36,6 @@ class PageContext:
     @property
     def run_id(self) -> str:
         return self.report.run_id
-
-
-def per_rank_mean(report: RunReport) -> pd.DataFrame:
-    """summary.json's ``per_rank_mean`` (the analysis' mean over profiled steps) indexed by
-    rank; empty when the report has none (``reader.Summary.per_rank_frame``)."""
-    return report.typed.per_rank_frame()
 
 
 def pick_step(report: RunReport, step: int | None) -> int | None:

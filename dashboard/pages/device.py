@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import re
 
+import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
@@ -31,7 +32,7 @@ from meshscope.analysis.report import reader
 
 from ..data import RunReport
 from ..sections import Cell, Figure, Link, Note, Section, Table, fmt, missing
-from .common import LAYOUT, PageContext, per_rank_mean, rank_label
+from .common import LAYOUT, PageContext, rank_label
 
 # idle.parquet's causes, in the order the analysis charges them, in words.
 IDLE_CAUSES = {
@@ -183,8 +184,8 @@ def headline(report: RunReport) -> Note | None:
     if means.empty:
         return None
     idle_ms = means["idle_us"].mean() / 1e3
-    step = per_rank_mean(report)
-    window = step["window_us"].mean() / 1e3 if "window_us" in step else None
+    windows = [r.window_us for r in report.typed.per_rank_mean if r.window_us is not None]
+    window = float(np.mean(windows)) / 1e3 if windows else None
     causes = {c: means[f"idle_{c}_us"].mean() / 1e3 for c in _causes(means)}
     top = max(causes, key=causes.get) if causes else None
     n = len(report.steps)

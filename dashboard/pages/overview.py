@@ -17,14 +17,15 @@ and the ranked findings with their evidence, cost and remedy.
 """
 from __future__ import annotations
 
+import numpy as np
 import plotly.graph_objects as go
 
+from meshscope.analysis.report import reader
 
 from ..sections import Facts, Figure, Note, Section, Table, clip, evidence_text, fmt, \
     missing
 from . import device
-from .common import COLOURS, DIMS, LAYOUT, PageContext, per_rank_mean, rank_label, \
-    straggler_text
+from .common import COLOURS, DIMS, LAYOUT, PageContext, rank_label, straggler_text
 
 # Mesh colourings: key -> (label, where the value comes from).
 COLOR_CHOICES = {"saving": "what-if saving (ms/step)", "compute": "compute (ms/step)",
@@ -80,12 +81,10 @@ def metric(ctx: PageContext, key: str) -> dict[int, float]:
         return {r: v / 1e3 for r, v in cross.saving_of().items()}
     if key == "wait":
         return {r: v / 1e3 for r, v in cross.wait_caused_of().items()}
-    means = per_rank_mean(ctx.report)
-    col = {"compute": "compute_us", "exposed": "exposed_comm_us", "bubble": "bubble_us",
-           "idle": "idle_us"}[key]
-    if means.empty or col not in means:
-        return {}
-    return {int(r): float(v) / 1e3 for r, v in means[col].items()}
+    field = {"compute": "compute_us", "exposed": "exposed_comm_us", "bubble": "bubble_us",
+             "idle": "idle_us"}[key]
+    return {r.rank: getattr(r, field) / 1e3 for r in ctx.report.typed.per_rank_mean
+            if getattr(r, field) is not None}
 
 
 def color_key(ctx: PageContext) -> str:
@@ -165,41 +164,52 @@ def mesh_figure(ctx: PageContext) -> go.Figure | None:
     return fig
 
 
-def _segments(means) -> list[tuple[str, list[float]]]:
-    """(label, ms per rank) of each stacked segment; exposed comm split by dimension."""
-    def col(c):
-        return (means[c] / 1e3).round(4).tolist() if c in means else [0.0] * len(means)
-    segs = [("compute without overlapped comm",
-             ((means["compute_us"] - means["overlapped_comm_us"]) / 1e3).round(4).tolist()),
-            ("overlapped comm", col("overlapped_comm_us"))]
-    split = [d for d in DIMS if f"exposed_comm_{d}_us" in means]
-    shown = [d for d in split if (means[f"exposed_comm_{d}_us"] > 0).any()]
+def _ms4(values_us: list) -> list[float]:
+    """µs (None unknown) as ms rounded to 0.1 µs, NaN where unknown; all zero when nothing is
+    known (the report has no such part)."""
+    if all(v is None for v in values_us):
+        return [0.0] * len(values_us)
+    return np.round(np.array([np.nan if v is None else v for v in values_us], dtype=float)
+                    / 1e3, 4).tolist()
+
+
+def _segments(rows: list[reader.RankMean]) -> list[tuple[str, list[float]]]:
+    """(label, ms per rank) of each stacked segment of the ranks' ``RankMean`` rows; exposed
+    comm split by dimension where the report splits it."""
+    def part(field: str) -> list[float]:
+        return _ms4([getattr(r, field) for r in rows])
+    segs = [("compute without overlapped comm", _ms4([r.compute_without_overlap_us
+                                                       for r in rows])),
+            ("overlapped comm", part("overlapped_comm_us"))]
+    shown = [d for d in DIMS if any((r.exposed_by_dim_us.get(d) or 0.0) > 0 for r in rows)]
     if shown:
-        segs += [(f"exposed {d}", col(f"exposed_comm_{d}_us")) for d in shown]
+        segs += [(f"exposed {d}", _ms4([r.exposed_by_dim_us.get(d) for r in rows]))
+                 for d in shown]
     else:
-        segs.append(("exposed comm", col("exposed_comm_us")))
-    segs += [("bubble", col("bubble_us")), ("other", col("other_us")), ("idle", col("idle_us"))]
+        segs.append(("exposed comm", part("exposed_comm_us")))
+    segs += [("bubble", part("bubble_us")), ("other", part("other_us")),
+             ("idle", part("idle_us"))]
     return segs
 
 
 def breakdown_figure(ctx: PageContext) -> go.Figure | None:
-    means = per_rank_mean(ctx.report)
+    rows = sorted(ctx.report.typed.per_rank_mean, key=lambda r: r.rank)
     need = ("window_us", "compute_us", "overlapped_comm_us", "exposed_comm_us", "bubble_us",
             "idle_us")
-    if means.empty or not all(c in means for c in need):
+    if not rows or not all(any(getattr(r, f) is not None for r in rows) for f in need):
         return None
-    x = [rank_label(r, ctx.report) for r in means.index]
-    focus = [2.5 if r == ctx.state.rank else 0 for r in means.index]
+    x = [rank_label(r.rank, ctx.report) for r in rows]
+    focus = [2.5 if r.rank == ctx.state.rank else 0 for r in rows]
     fig = go.Figure()
-    compute = (means["compute_us"] / 1e3).round(4).tolist()
-    for label, ys in _segments(means):
+    compute = _ms4([r.compute_us for r in rows])
+    for label, ys in _segments(rows):
         # The blue segment is compute minus the part overlapping communication: its hover
         # also names the rank's whole compute, the figure the CLI and summary.json call compute.
         extra = [f"<br>compute (all): {c:.2f} ms" if label.startswith("compute") else ""
                  for c in compute]
         fig.add_bar(name=label, x=x, y=ys, marker_color=COLOURS.get(label, "#E45756"),
                     marker_line={"width": focus, "color": "#111"},
-                    customdata=[int(r) for r in means.index], hovertext=extra,
+                    customdata=[r.rank for r in rows], hovertext=extra,
                     hovertemplate=f"%{{x}}<br>{label}: %{{y:.2f}} ms%{{hovertext}}"
                                   "<extra></extra>")
     fig.update_layout(**LAYOUT, barmode="stack", height=420,
