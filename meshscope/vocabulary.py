@@ -18,6 +18,8 @@ standard library only, importable by everything.
 - ``FindingId`` / ``FINDING_IDS``: every finding a report can hold (``analysis/report/
   findings.py`` and ``device_findings.py`` define when each fires); the exposed-communication
   finding is one id per dimension, ``exposed_comm_id(dim)``.
+- ``StepTimeSource`` / ``STEP_TIME_SOURCES``: what a report's headline step time is, with the
+  label every reader shows beside it.
 - ``Severity`` / ``SEVERITIES``, ``Device`` / ``DEVICES``.
 """
 from __future__ import annotations
@@ -44,6 +46,13 @@ SEVERITIES: tuple[Severity, ...] = get_args(Severity)
 
 Device = Literal["cpu", "gpu"]
 DEVICES: tuple[Device, ...] = get_args(Device)
+
+StepTimeSource = Literal["timer", "replayed", "window"]
+STEP_TIME_SOURCES: dict[StepTimeSource, str] = {
+    "timer": "step timer: the slowest rank's step, median over the non-warm-up steps",
+    "replayed": "replayed makespan of the profiled steps across ranks (mean)",
+    "window": "the longest rank's profiled step window (mean over profiled steps)",
+}
 
 # The findings whose id is fixed; ``exposed_comm_id`` names the one per dimension.
 FixedFindingId = Literal[

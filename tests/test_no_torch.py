@@ -34,7 +34,7 @@ HOOK = textwrap.dedent('''
 
     sys.meta_path.insert(0, _Watch())
 ''')
-RUNNER = textwrap.dedent('''
+RUNNER_OF = textwrap.dedent('''
     import json, runpy, sys
     sys.argv = ["meshscope", *sys.argv[1:]]
     try:
@@ -45,7 +45,8 @@ RUNNER = textwrap.dedent('''
         code = 0
     loaded = sorted({m.partition(".")[0] for m in sys.modules} & set(%r))
     print(json.dumps({"code": code, "loaded": loaded}), file=sys.stderr)
-''') % (FORBIDDEN,)
+''')
+RUNNER = RUNNER_OF % (FORBIDDEN,)
 
 
 def _run(tmp_path, *args, code: int = 0) -> tuple[dict, list[str]]:
@@ -104,3 +105,22 @@ def test_a_refused_layout_imports_no_torch_in_any_process(tmp_path):
                          code=2)
     assert not (tmp_path / "run").exists()
     assert verdict["loaded"] == [] and seen == []
+
+
+def test_a_reused_report_is_printed_without_pandas(sample):
+    """analysis/report/reuse.py: a second ``meshscope analyze`` of unchanged inputs prints the
+    stored report, reading summary.json through the typed reader, and imports neither pandas,
+    numpy nor pyarrow — importing them is most of what a reused run would cost."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    first = subprocess.run([sys.executable, "-m", "meshscope", "analyze", str(sample)], cwd=ROOT,
+                           env=env, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "report written" in first.stdout
+    heavy = ("pandas", "numpy", "pyarrow")
+    proc = subprocess.run([sys.executable, "-c", RUNNER_OF % (heavy,), "analyze", str(sample)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    verdict = json.loads(proc.stderr.strip().splitlines()[-1])
+    assert verdict["code"] == 0, proc.stderr[-3000:]
+    assert "report unchanged" in proc.stdout
+    assert proc.stdout.split("\nreport ")[0] == first.stdout.split("\nreport ")[0]
+    assert verdict["loaded"] == []

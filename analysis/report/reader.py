@@ -45,11 +45,16 @@ import json
 import os
 import pathlib
 
-import pandas as pd
+from typing import TYPE_CHECKING
 
-from meshscope.analysis.report import tables
-from meshscope.analysis.report.summary import STEP_TIME_SOURCES
 from meshscope.collectors.run_dir import SUMMARY
+from meshscope.vocabulary import STEP_TIME_SOURCES
+
+# pandas and the table registry (which imports every analyser) are imported by the functions
+# that read tables: reading summary.json stays light, so `meshscope analyze` on a report it
+# can reuse prints it without importing pandas (analysis/report/reuse.py).
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: Short labels of the step-time sources, for a table's column or a chart's axis.
 SHORT = {"timer": "step timer", "replayed": "replayed", "window": "profiled window"}
@@ -427,6 +432,8 @@ class Summary:
 
 
 def per_rank_frame(doc: dict) -> pd.DataFrame:
+    import pandas as pd
+
     rows = [r for r in _dicts(doc.get("per_rank_mean")) if "rank" in r]
     df = pd.DataFrame(rows)
     return df.set_index("rank").sort_index() if not df.empty else df
@@ -514,6 +521,10 @@ def read_table(report, name: str) -> pd.DataFrame:
     older report lacks is added empty (null), one it named otherwise (``RENAMED``) is renamed,
     and a table the report never wrote is an empty frame with the registered columns.
     ``ReportError`` (naming the file) when the file is there but is not readable parquet."""
+    import pandas as pd
+
+    from meshscope.analysis.report import tables
+
     if name not in tables.COLUMNS:
         raise ValueError(f"{name}: not a report table (analysis/report/tables.py)")
     path = _folder(report) / f"{name}.parquet"
@@ -592,6 +603,8 @@ class Kernel:
 
 def kernels(df: pd.DataFrame) -> list[Kernel]:
     """``kernels.parquet`` (as ``read_table`` gives it) as typed rows, in the table's order."""
+    import pandas as pd
+
     return [Kernel(int(r), "" if n is None else str(n), _cell_str(c), int(_cell_num(k) or 0),
                    _cell_num(t) or 0.0, _cell_num(m), _cell_num(p),
                    False if pd.isna(g) else bool(g))

@@ -13,13 +13,6 @@ import pandas as pd
 
 REPORT_SCHEMA_VERSION = 3
 
-#: ``step_time_source`` -> what the headline ``step_time_us`` is (the label every reader shows).
-STEP_TIME_SOURCES = {
-    "timer": "step timer: the slowest rank's step, median over the non-warm-up steps",
-    "replayed": "replayed makespan of the profiled steps across ranks (mean)",
-    "window": "the longest rank's profiled step window (mean over profiled steps)",
-}
-
 
 #: The clock of every report table that holds points in time (the others hold durations):
 #: one alignment (``crossrank.clocks``: each rank's ``clock_offsets.applied_us`` subtracted
@@ -46,7 +39,7 @@ def step_times(report, throughput: dict) -> dict:
       (what the breakdown bars add up to for that rank).
 
     ``step_time_us`` is the first known of timer, replayed, window, and ``step_time_source``
-    says which (``timer``, ``replayed``, ``window``; labels in ``STEP_TIME_SOURCES``)."""
+    says which (``timer``, ``replayed``, ``window``; labels in ``vocabulary.STEP_TIME_SOURCES``)."""
     timer = clean(throughput.get("step_time_us")) if throughput else None
     replayed = clean(report.step_time_us) if len(report.whatif) else None
     window = clean(float(report.breakdown.groupby("step")["window_us"].max().mean())) \

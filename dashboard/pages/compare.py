@@ -20,10 +20,9 @@ import plotly.graph_objects as go
 from dash import html
 
 from meshscope.layouts.compare import TIE_REL, Comparison, worse_end
-from meshscope.vocabulary import COMM_DIMS
+from meshscope.vocabulary import COMM_DIMS, STEP_TIME_SOURCES
 from meshscope.layouts.compare import compare as do_compare
 from meshscope.analysis.report import reader
-from meshscope.analysis.report.summary import STEP_TIME_SOURCES
 
 from .. import sections as S
 from ..runs import RunIndex

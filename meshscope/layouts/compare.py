@@ -60,11 +60,10 @@ import statistics
 import pandas as pd
 
 from meshscope.analysis.report import reader
-from meshscope.analysis.report.summary import STEP_TIME_SOURCES
 from meshscope.collectors import step_timer
 from meshscope.collectors.run_dir import ReportDir, RunDirError
 from meshscope.collectors.run_info import RunInfo, read_run_info
-from meshscope.vocabulary import COMM_DIMS, PARALLEL_DIMS
+from meshscope.vocabulary import COMM_DIMS, PARALLEL_DIMS, STEP_TIME_SOURCES
 
 TOP_FINDINGS = 3
 #: Two figures within this fraction of each other are a tie (docs/dashboard.md, compare):
