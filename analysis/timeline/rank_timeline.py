@@ -96,6 +96,8 @@ class RankTimeline:
 
 
 _RECEIVES = ("gloo:recv", "nccl:recv")
+# The labels of a CPU thread's ranges for ``intervals.innermost`` (``build``), by code.
+_LABELS = np.array(["", "ann", "op", "recv", "comm"], dtype=object)
 
 
 def _is_work_annotation(name: str) -> bool:
@@ -368,15 +370,25 @@ def build(trace: RankTrace, run=None, step_annotation: re.Pattern | None = None
         # Names repeat: each distinct one is parsed once (a missing name, code −1, is not).
         codes, names = pd.factorize(host["name"])
         is_ann = np.array([_is_work_annotation(n) for n in names] + [False])[codes]
-        is_recv = host["name"].isin(_RECEIVES)
-        label = np.where(is_ann, "ann", np.where(
-            host["kind"] == classify.COMPUTE, "op", np.where(
-                is_recv, "recv", np.where(host["kind"] == classify.COMMUNICATION, "comm", ""))))
-        work = host.assign(label=label)
-        work = work[work["label"] != ""]
+        is_recv = host["name"].isin(_RECEIVES).to_numpy()
+        kind = host["kind"]
+        # Each host range's label as a small code into _LABELS (0: none), and each lane's
+        # labelled rows as positions: no copy of the host rows, no string per row.
+        label = np.select([is_ann, (kind == classify.COMPUTE).to_numpy(), is_recv,
+                           (kind == classify.COMMUNICATION).to_numpy()],
+                          [1, 2, 3, 4], default=0).astype(np.int8)
+        rows = np.flatnonzero(label)
+        del codes, is_ann, is_recv
+        lane_codes, lanes = pd.factorize(host["lane"])
+        lane_codes = lane_codes[rows]
+        order = np.argsort(lane_codes, kind="stable")
+        splits = np.flatnonzero(np.diff(lane_codes[order])) + 1
+        ts_all, end_all = host["ts_us"].to_numpy(), host["end_us"].to_numpy()
         main_owned: dict = {}
-        for lane, g in work.groupby("lane", sort=False):
-            owned = iv.innermost(g["ts_us"].to_numpy(), g["end_us"].to_numpy(), g["label"])
+        for mine in np.split(order, splits) if len(order) else []:
+            at = rows[mine]
+            lane = lanes[lane_codes[mine[0]]]
+            owned = iv.innermost(ts_all[at], end_all[at], _LABELS[label[at]])
             per_lane.append(iv.merge(owned.get("op", iv.EMPTY), owned.get("ann", iv.EMPTY)))
             if lane == main:
                 main_owned = owned
