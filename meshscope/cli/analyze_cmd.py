@@ -192,8 +192,9 @@ def analyze(path, out, as_json, comm_kernel_regex, rank_regex, step_annotation, 
         click.echo(json.dumps(summary, indent=2))
     else:
         from meshscope.analysis.report.printable import printable
+        from meshscope.analysis.report.reader import read_summary
         from meshscope.analysis.report.text import render
-        for p in summary.get("problems", []):
+        for p in read_summary(summary).problems:
             click.echo(f"meshscope: warning: {printable(p)}", err=True)
         click.echo(render(summary))
         click.echo(f"\nreport {verb}: {printable(target)}")
