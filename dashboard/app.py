@@ -134,7 +134,7 @@ def _title(ctx: PageContext) -> list:
 def _building(run_id: str, report_dir: pathlib.Path, elapsed_s: float) -> list:
     """What a page still being built shows (``page_builds.Pending``); it polls again."""
     try:
-        size = sum(f.stat().st_size for f in report_dir.iterdir() if f.suffix == ".parquet")
+        size = sum(f.stat().st_size for f in rd.ReportDir(report_dir).tables())
     except OSError:
         size = 0
     return [html.H2(run_id),

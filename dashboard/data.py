@@ -30,7 +30,7 @@ import threading
 import pandas as pd
 
 from meshscope.analysis.report import reader, tables
-from meshscope.collectors.run_dir import SUMMARY, RunDirError
+from meshscope.collectors.run_dir import ReportDir, RunDirError
 from meshscope.collectors.run_info import RunInfo, read_run_info
 
 from .runs import RunEntry
@@ -157,7 +157,7 @@ def _without_server_paths(node, where: list[str], run_id: str):
 def open_report(entry: RunEntry) -> RunReport:
     """The written report of an analysed run (module docstring); ReportUnreadable if it cannot
     be read."""
-    summary_path = entry.report_dir / SUMMARY
+    summary_path = ReportDir(entry.report_dir).summary
     try:
         st = summary_path.stat()
         mtime = st.st_mtime_ns

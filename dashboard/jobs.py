@@ -233,7 +233,7 @@ def _count_traces(entry: RunEntry) -> int:
 
 
 def _count_cached(entry: RunEntry, since: float) -> int:
-    cache = entry.report_dir / ".cache"
+    cache = rd.ReportDir(entry.report_dir).cache
     try:
         return sum(1 for p in cache.iterdir() if p.suffix == ".parquet"
                    and p.stat().st_mtime >= since - 1)
@@ -306,7 +306,7 @@ class Analyses:
                 st = self._status[run_id]
                 elapsed = time.monotonic() - self._started[run_id]
                 self._finished[run_id] = time.monotonic()
-                if code == 0 and (entry.path / rd.REPORT / rd.SUMMARY).is_file():
+                if code == 0 and rd.ReportDir.of_run(entry.path).summary.is_file():
                     self._status[run_id] = dataclasses.replace(st, state="done",
                                                                elapsed_s=elapsed)
                 else:

@@ -41,13 +41,13 @@ class RunEntry:
 
     @property
     def report_dir(self) -> pathlib.Path:
-        return self.path / rd.REPORT
+        return rd.ReportDir.of_run(self.path).path
 
     @property
     def analysed(self) -> bool:
         """Whether ``meshscope analyze`` has written this run's report (checked each time: a
         run analysed on first open becomes analysed while the server runs)."""
-        return (self.report_dir / rd.SUMMARY).is_file()
+        return rd.ReportDir(self.report_dir).summary.is_file()
 
     @property
     def kind(self) -> str:
@@ -69,7 +69,7 @@ def _has_traces(d: pathlib.Path) -> bool:
 
 
 def _is_run(d: pathlib.Path) -> bool:
-    return (d / rd.RUN_JSON).is_file() or (d / rd.REPORT / rd.SUMMARY).is_file() \
+    return (d / rd.RUN_JSON).is_file() or rd.ReportDir.of_run(d).summary.is_file() \
         or _has_traces(d)
 
 

@@ -47,7 +47,7 @@ import pathlib
 
 from typing import TYPE_CHECKING
 
-from meshscope.collectors.run_dir import SUMMARY
+from meshscope.collectors.run_dir import ReportDir
 from meshscope.vocabulary import STEP_TIME_SOURCES
 
 # pandas and the table registry (which imports every analyser) are imported by the functions
@@ -504,15 +504,15 @@ class ReportError(ValueError):
 RENAMED: dict[str, dict[str, str]] = {"bandwidth": {"group": "pg_ranks"}}
 
 
-def _folder(report) -> pathlib.Path:
+def _folder(report) -> ReportDir:
     """A report directory, given as a path or as anything with a ``report_dir`` (the
     dashboard's ``RunReport``)."""
-    return pathlib.Path(getattr(report, "report_dir", report))
+    return ReportDir(pathlib.Path(getattr(report, "report_dir", report)))
 
 
 def table_written(report, name: str) -> bool:
     """Whether the report directory holds ``name.parquet`` (an older report may not)."""
-    return (_folder(report) / f"{name}.parquet").is_file()
+    return _folder(report).table(name).is_file()
 
 
 def read_table(report, name: str) -> pd.DataFrame:
@@ -527,7 +527,7 @@ def read_table(report, name: str) -> pd.DataFrame:
 
     if name not in tables.COLUMNS:
         raise ValueError(f"{name}: not a report table (analysis/report/tables.py)")
-    path = _folder(report) / f"{name}.parquet"
+    path = _folder(report).table(name)
     if not path.is_file():
         return tables.empty(name)
     try:
@@ -542,7 +542,7 @@ def read_table(report, name: str) -> pd.DataFrame:
 def read_summary_file(report) -> dict:
     """``summary.json`` of a report directory as written (a JSON object); ``ReportError``
     naming the file when it is absent, not JSON or not an object."""
-    path = _folder(report) / SUMMARY
+    path = _folder(report).summary
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except OSError as e:
