@@ -243,8 +243,8 @@ def _failure_message(err, log_dir: pathlib.Path) -> str:
     return text
 
 
-def launch(opts: RunOptions) -> dict:
-    """Run the job; returns the final run.json contents. Raises LayoutError before launch and
+def launch(opts: RunOptions) -> RunInfo:
+    """Run the job; returns the run as its final run.json holds it. Raises LayoutError before launch and
     LaunchError if a rank fails."""
     if opts.profile_steps is None:
         from meshscope.collectors.profile_steps import default_profile_steps
@@ -273,7 +273,7 @@ def launch(opts: RunOptions) -> dict:
                                          error=str(e)), opts)
         raise
     return _finish(run, dataclasses.replace(info, status="completed", end_time=run_dir.now()),
-                   opts).to_dict()
+                   opts)
 
 
 def run_ranks(module: str, config_path: pathlib.Path, *, log_dir: pathlib.Path, nproc: int,

@@ -16,6 +16,7 @@ from meshscope.layouts.compare import (TIE_REL, CompareError, Comparison, compar
                                     render, spearman, tied, worse_end)
 from meshscope.layouts.plan import theory_fraction
 from meshscope.layouts.throughput import step_table
+from meshscope.collectors.run_info import read_run_info
 
 SAMPLES = ROOT / "samples"
 RUNS = ["dp4-ddp", "dp2-pp2-1f1b", "tp2-pp2-interleaved"]
@@ -46,8 +47,7 @@ def assert_row_is_its_report(row, run):
     if thr:
         assert row.step_time_us == pytest.approx(thr["step_time_us"])
     else:   # schema 1: the step timers' table, warm-up step 0 left out
-        desc = json.loads((run / "run.json").read_text())
-        table, _ = step_table(run, desc)
+        table, _ = step_table(run, read_run_info(run))
         assert row.step_time_us == pytest.approx(table["step_time_us"][1:].median())
     steps = pd.concat(pd.read_parquet(p) for p in (run / "steps").glob("*.parquet"))
     assert row.peak_memory_bytes == steps["peak_memory_bytes"].max()

@@ -129,7 +129,8 @@ def _start_rank_server(opts) -> None:
     start_server(rank_modules(opts.layout, opts.dp_mode))
 
 
-def _do_run(opts) -> dict:
+def _do_run(opts):
+    """Launch the run; its final ``RunInfo`` (a refused layout or a failed rank ends the command)."""
     from meshscope.parallel.launch import LaunchError, launch
     from meshscope.parallel.layout import LayoutError
 
@@ -141,10 +142,11 @@ def _do_run(opts) -> dict:
         fail(f"the run failed: {e}", code=1)
 
 
-def _print_losses(run_dir: pathlib.Path, desc: dict) -> None:
+def _print_losses(run_dir: pathlib.Path, run) -> None:
+    """Each step's loss, time, tokens/s and MFU; ``run``: the run's ``RunInfo``."""
     from meshscope.layouts.throughput import step_table
 
-    table, problems = step_table(run_dir, desc)
+    table, problems = step_table(run_dir, run)
     for line in problems:
         click.echo(f"meshscope: warning: {printable(line)}", err=True)
     if table is None:
@@ -173,8 +175,8 @@ def run(**o):
     click.echo(f"meshscope run: layout {opts.layout} on {opts.layout.world_size} ranks "
                f"-> {opts.out}")
     click.echo(opts.layout.coordinate_table())
-    desc = _do_run(opts)
-    _print_losses(pathlib.Path(opts.out), desc)
+    info = _do_run(opts)
+    _print_losses(pathlib.Path(opts.out), info)
     click.echo(f"run directory written: {opts.out}")
 
 
@@ -255,8 +257,8 @@ def demo(out, no_serve, port):
     from .dashboard_cmd import serve
 
     click.echo(f"meshscope demo: training dp=2,pp=2 on 4 local ranks -> {run_dir}")
-    desc = _do_run(opts)
-    _print_losses(run_dir, desc)
+    info = _do_run(opts)
+    _print_losses(run_dir, info)
     _, target = run_analysis(run_dir)
     from meshscope.collectors.run_dir import ReportDir
     click.echo(render(json.loads(ReportDir(target).summary.read_text())))
