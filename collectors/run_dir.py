@@ -30,9 +30,14 @@ LOGS = "logs"                     # each rank's stdout/stderr and the launcher's
 REPORT = "report"
 SUMMARY = "summary.json"          # the report's summary, in REPORT
 SWEEP_JSON = "sweep.json"         # a sweep's index, in the sweep's folder
+PLAN_JSON = "plan.json"           # the plan a sweep ran, in the sweep's folder
+COMPARISON_JSON = "comparison.json"   # `meshscope compare SWEEP --json`, in the sweep's folder
+# What a trace file's name ends with (Kineto writes .json, .json.gz, .pt.trace.json …).
+TRACE_SUFFIXES = (".json", ".json.gz")
 # The JSON files a run folder (or a folder of runs) holds that are never traces: whoever looks
 # for trace files (the analysis' inputs, the dashboard's run discovery) leaves these out.
-NOT_TRACES = frozenset({RUN_JSON, SUMMARY, "config.json", SWEEP_JSON})
+NOT_TRACES = frozenset({RUN_JSON, SUMMARY, "config.json", SWEEP_JSON, PLAN_JSON,
+                        COMPARISON_JSON})
 
 
 CACHE = ".cache"                  # the report's cache folder: parsed traces, the report key

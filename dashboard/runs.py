@@ -26,8 +26,7 @@ from meshscope.collectors import run_dir as rd
 log = logging.getLogger("meshscope.dashboard")
 
 MAX_DEPTH = 3
-TRACE_SUFFIXES = (".json", ".json.gz")
-_NOT_TRACES = rd.NOT_TRACES
+
 _RUN_PARTS = {rd.TRACES, rd.STEPS, rd.COMMS, rd.REPORT}
 
 
@@ -60,7 +59,7 @@ def _has_traces(d: pathlib.Path) -> bool:
         try:
             with os.scandir(folder) as it:
                 for e in it:
-                    if e.name.endswith(TRACE_SUFFIXES) and e.name not in _NOT_TRACES \
+                    if e.name.endswith(rd.TRACE_SUFFIXES) and e.name not in rd.NOT_TRACES \
                             and e.is_file():
                         return True
         except OSError:

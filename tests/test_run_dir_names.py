@@ -4,6 +4,7 @@ its report hold: checked against the committed samples, which a real ``meshscope
 from __future__ import annotations
 
 import json
+import shutil
 import pathlib
 
 import pytest
@@ -38,3 +39,23 @@ def test_every_file_of_a_sample_report_is_its_summary_or_a_registered_table(samp
     assert found - {report.summary} <= registered, sorted(found - registered)
     assert set(report.tables()) == found - {report.summary}
     assert report.key.parent == report.cache and report.cache.parent == report.path
+
+
+def test_a_sweep_folder_is_a_sweep_of_runs_not_a_folder_of_traces(tmp_path):
+    """A sweep's folder holds sweep.json, plan.json and comparison.json beside its runs
+    (meshscope/layouts/sweep.py). None of them is a trace: the dashboard lists the sweep's run,
+    not the sweep folder as one run of three 'traces' (it did while plan.json and
+    comparison.json were not named as never-traces), and the analysis takes none of them for a
+    trace."""
+    from meshscope.analysis.report import inputs
+    from meshscope.dashboard.runs import RunIndex
+
+    sweep = tmp_path / "runs" / "sw"
+    shutil.copytree(ROOT / "samples" / "dp4-ddp", sweep / "dp4")
+    for name in (rd.SWEEP_JSON, rd.PLAN_JSON, rd.COMPARISON_JSON):
+        (sweep / name).write_text("{}\n")
+    index = RunIndex(tmp_path / "runs")
+    assert list(index.runs) == ["sw/dp4"]
+    assert index.sweeps == {"sw": ["sw/dp4"]}
+    found = inputs.find_traces(sweep)
+    assert found and not [f for f in found if f.parent == sweep], found

@@ -54,7 +54,6 @@ from meshscope.collectors.flight_recorder import read_dump
 from meshscope.collectors.run_dir import RunDirError
 from meshscope.collectors.run_info import RunInfo, read_run_info
 
-TRACE_SUFFIXES = (".json", ".json.gz")
 # run.json may describe a job larger than the files it left (traces of some ranks only), but
 # not by more than this factor: a larger world size is not believed (nor allocated).
 RANKS_PER_FILE = 8
@@ -212,7 +211,7 @@ def walk_traces(path: pathlib.Path) -> tuple[list[pathlib.Path], list[str]]:
             continue
         dirs.sort()
         for name in sorted(names):
-            if not name.endswith(TRACE_SUFFIXES) or name in skip:
+            if not name.endswith(rd.TRACE_SUFFIXES) or name in skip:
                 continue
             f = here / name
             why = rd.unusable_file(f, home)

@@ -69,14 +69,14 @@ def _choice_options(f):
 
 def _write_comparison(folder: pathlib.Path) -> None:
     from meshscope.layouts.compare import CompareError, compare
-    from meshscope.collectors.run_dir import write_json_atomic
+    from meshscope.collectors.run_dir import COMPARISON_JSON, write_json_atomic
 
     try:
         c = compare(folder)
     except CompareError as e:
         click.echo(f"meshscope: warning: comparison not written: {e}", err=True)
         return
-    write_json_atomic(folder / "comparison.json", c.to_dict())
+    write_json_atomic(folder / COMPARISON_JSON, c.to_dict())
     (folder / "comparison.csv").write_text(c.to_csv())
 
 
@@ -85,11 +85,12 @@ def _sweep_plan(sweep, tflops: float | None, devices: int | None) -> None:
     from meshscope.collectors.run_dir import write_json_atomic
     from meshscope.layouts.plan import ModelSpec, plan
     from meshscope.layouts.plan.serial import plan_to_dict
+    from meshscope.collectors.run_dir import PLAN_JSON
 
     rates, comm, notes = _assumed_rates(tflops, None, devices, None, None, None)
     spec = ModelSpec.from_config(sweep.spec.model_config, name=sweep.spec.model)
     p = plan(spec, sweep.candidates, rates=rates, comm=comm, notes=notes)
-    write_json_atomic(sweep.folder / "plan.json", plan_to_dict(p))
+    write_json_atomic(sweep.folder / PLAN_JSON, plan_to_dict(p))
 
 
 @click.command()
@@ -119,6 +120,7 @@ def sweep(world, model, dims, layouts, schedules, microbatches, global_batch, no
           retry_failed, list_only, inject, tflops):
     """Run every valid layout of WORLD ranks, analyse each, and compare them."""
     from meshscope.layouts.compare import compare, render
+    from meshscope.collectors.run_dir import PLAN_JSON
     from meshscope.layouts.sweep import Sweep, SweepError, SweepSpec, run_sweep
 
     try:
@@ -158,7 +160,7 @@ def sweep(world, model, dims, layouts, schedules, microbatches, global_batch, no
     if list_only:
         return
     sw.save()
-    if not (sw.folder / "plan.json").exists():
+    if not (sw.folder / PLAN_JSON).exists():
         _sweep_plan(sw, tflops, None)
     run_sweep(sw, retry_failed=retry_failed, after_run=lambda s: _write_comparison(s.folder))
     _write_comparison(sw.folder)

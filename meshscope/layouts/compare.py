@@ -572,7 +572,8 @@ def sweep_planner(folder: pathlib.Path) -> _Planner:
     """The planner with the rates a sweep planned with (its plan.json), or memory and traffic
     only when it has none."""
     from meshscope.layouts.plan.serial import load_rates
-    loaded = load_rates(folder / "plan.json")
+    from meshscope.collectors.run_dir import PLAN_JSON
+    loaded = load_rates(folder / PLAN_JSON)
     if loaded is None:
         return default_planner()
     rates, comm = loaded

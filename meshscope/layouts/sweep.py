@@ -45,7 +45,7 @@ import subprocess
 import sys
 import time
 
-from meshscope.collectors.run_dir import ReportDir, RunDirError, write_json_atomic
+from meshscope.collectors.run_dir import SWEEP_JSON, ReportDir, RunDirError, write_json_atomic
 from meshscope.collectors.run_info import read_run_info
 
 from meshscope.parallel.config import PRESETS, ModelConfig
@@ -53,8 +53,6 @@ from meshscope.parallel.layout import Layout, LayoutError, parse_layout, validat
 from .plan.candidate import RUNNER_DP_MODES, ZERO_STAGE, Candidate
 from meshscope.vocabulary import PARALLEL_DIMS
 
-SWEEP_JSON = "sweep.json"
-PLAN_JSON = "plan.json"
 SWEEP_SCHEMA_VERSION = 1
 STATUSES = ("pending", "running", "completed", "failed")
 
