@@ -118,7 +118,8 @@ class RunAnalysis:
 
 
 def open(path, **options) -> RunAnalysis:
-    """Analyse ``path`` (a run directory or a folder of traces); ``options`` are those of
-    ``analysis.report.analyze.analyze`` (``baseline``, ``comm_kernel_re``, ``rank_regex``,
-    ``cache_dir``, ``layout``, ``rank_order``, ``warmup_steps``…)."""
+    """Analyse ``path`` (a run directory or a folder of traces); ``options`` are the fields of
+    ``analysis.report.options.AnalysisOptions`` (``baseline``, ``comm_kernel_re``,
+    ``rank_regex``, ``cache_dir``, ``layout``, ``rank_order``, ``warmup_steps``, ``budgets``…,
+    each documented there); an unknown name is a ``TypeError``."""
     return RunAnalysis(analyze(pathlib.Path(path), **options))
