@@ -129,3 +129,20 @@ def test_innermost_in_pieces_is_the_whole_to_the_bit():
     pieces = iv.innermost(starts, ends, labels)
     assert list(whole) == list(pieces)
     assert _same(pieces, whole)
+
+
+def test_union_of_sorted_or_shuffled_ranges_is_one_set():
+    """``union`` skips its sort when the starts are already in order (the sets the interval
+    operations make): the same set either way, and the caller's arrays are left as they
+    were. By construction: [0, 1) and [1, 2) touch, [3, 5) and [4, 6) overlap, [4, 4) is
+    empty: {[0, 2), [3, 6)}."""
+    from meshscope.analysis.timeline import intervals as iv
+
+    starts = np.array([0.0, 1.0, 3.0, 4.0, 4.0])
+    ends = np.array([1.0, 2.0, 5.0, 4.0, 6.0])
+    expected = [[0.0, 2.0], [3.0, 6.0]]
+    assert iv.union(starts, ends).tolist() == expected
+    shuffled = np.array([3, 0, 4, 2, 1])
+    s, e = starts[shuffled], ends[shuffled]
+    assert iv.union(s, e).tolist() == expected
+    assert s.tolist() == [4.0, 0.0, 4.0, 3.0, 1.0] and e.tolist() == [4.0, 1.0, 6.0, 5.0, 2.0]

@@ -18,11 +18,17 @@ def union(starts, ends) -> np.ndarray:
     s = np.asarray(starts, dtype=np.float64)
     e = np.asarray(ends, dtype=np.float64)
     keep = e > s
-    s, e = s[keep], e[keep]
+    if not keep.all():
+        s, e = s[keep], e[keep]
+    del keep
     if s.size == 0:
         return EMPTY.copy()
-    order = np.argsort(s, kind="stable")
-    s, e = s[order], e[order]
+    # Already in order (the sets innermost and the interval operations make): no sort, which
+    # would copy both columns (a stable sort of sorted starts is the identity).
+    if not (s[1:] >= s[:-1]).all():
+        order = np.argsort(s, kind="stable")
+        s, e = s[order], e[order]
+        del order
     run_end = np.maximum.accumulate(e)
     # A new merged interval begins where the start exceeds every end seen so far.
     new = np.empty(s.size, dtype=bool)
