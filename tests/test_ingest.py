@@ -188,6 +188,31 @@ def test_cli_cache_and_no_cache(tmp_path):
     assert s1 == s3
 
 
+def test_a_cached_trace_is_refused_under_a_lower_budget(tmp_path, monkeypatch):
+    """A budget refuses a trace while it is read; a table cached by a reading under the
+    default budgets is not taken instead (it was, until the budgets joined the cache key):
+    read again with an event budget below its count, the trace is refused as a first reading
+    is, and the cache entry made under the defaults is used again afterwards."""
+    from meshscope.analysis.ingest import budgets
+
+    for var in budgets.ENV.values():
+        monkeypatch.delenv(var, raising=False)
+    trace = sorted(SAMPLE.glob("*.json.gz"))[0]
+    cache = tmp_path / "cache"
+    first = ingest.load_trace(trace, cache_dir=cache)
+    count = len(first.events)
+    assert count > 100 and len(list(cache.glob("*.parquet"))) == 1
+    monkeypatch.setenv(budgets.ENV["events"], "100")
+    for cache_dir in (None, cache):                  # a first reading, and one with a cache
+        with pytest.raises(InputError, match=r"more than 100 events.*--max-events") as e:
+            ingest.load_trace(trace, cache_dir=cache_dir)
+        assert str(trace) in str(e.value)
+    monkeypatch.delenv(budgets.ENV["events"])
+    parsed = ingest.PARSE_COUNT
+    again = ingest.load_trace(trace, cache_dir=cache)
+    assert ingest.PARSE_COUNT == parsed and len(again.events) == count
+
+
 # --- parallel ingest --------------------------------------------------------------------
 
 def test_parallel_ingest_keeps_file_order(tmp_path):

@@ -1197,7 +1197,15 @@ def _categorical(column: pa.ChunkedArray) -> pd.Categorical:
 
 
 def _cache_key(raw: bytes, comm_kernel_re: re.Pattern | None) -> str:
+    """The cache key of a trace read with these settings. Budgets other than the defaults are
+    part of it: a budget refuses a trace while it is read, so a table cached under other
+    budgets is never taken in place of that reading (a cached trace read again with a lower
+    ``--max-events`` is refused as the first reading would have been)."""
     extra = f"v{INGEST_VERSION}" + (f"|{comm_kernel_re.pattern}" if comm_kernel_re else "")
+    budget = _budgets.current()
+    if budget != _budgets.Budgets():
+        extra += "|budgets " + ",".join(f"{k}={v}" for k, v in
+                                         sorted(dataclasses.asdict(budget).items()))
     return trace_cache.key(raw, extra)
 
 
