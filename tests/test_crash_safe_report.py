@@ -169,33 +169,15 @@ def test_the_new_report_is_on_disk_before_its_rename(tmp_path):
     over an old report, watched by ``strace``: every file of the new report and the new
     folder are flushed (``fsync``) before the rename that puts it in place, the parent folder
     after it; the key's content before its own rename, its folder after."""
-    import re
-    import shutil
-    import subprocess
     import sys
 
-    from conftest import ROOT, meshscope
+    from conftest import meshscope
+    from syscalls import fs_calls
 
-    if shutil.which("strace") is None:
-        pytest.skip("needs strace to watch the system calls")
     run = copy_sample(tmp_path / "run")
     meshscope("analyze", run, check=True)                       # the old report
-    log = tmp_path / "strace.log"
-    proc = subprocess.run(["strace", "-f", "-y", "-qq", "-o", str(log), "-e",
-                           "trace=fsync,fdatasync,rename,renameat,renameat2",
-                           sys.executable, "-m", "meshscope", "analyze", str(run),
-                           "--warmup-steps", "1"], cwd=ROOT, capture_output=True, text=True,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=300)
-    if proc.returncode != 0 and "ptrace" in proc.stderr:
-        pytest.skip(f"strace cannot trace here: {proc.stderr.strip()[:200]}")
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    calls = []                                   # ("fsync", path) / ("rename", src, dst)
-    for line in log.read_text().splitlines():
-        if m := re.search(r"\bf(?:data)?sync\(\d+<([^>]*)>\) = 0", line):
-            calls.append(("fsync", m.group(1)))
-        elif m := re.search(r"\brename(?:at2?)?\((?:[^,]*, )?\"([^\"]*)\", (?:[^,]*, )?"
-                            r"\"([^\"]*)\"(?:, RENAME_EXCHANGE)?\) = 0", line):
-            calls.append(("rename", m.group(1), m.group(2)))
+    calls = fs_calls([sys.executable, "-m", "meshscope", "analyze", str(run),
+                      "--warmup-steps", "1"], tmp_path / "strace.log")
     report = str(run / "report")
     put = [i for i, c in enumerate(calls) if c[0] == "rename" and c[2] == report
            and "/.report.new-" in c[1]]

@@ -4,7 +4,6 @@ import gzip
 import io
 import json
 import math
-import os
 import pathlib
 import shutil
 import time
@@ -103,32 +102,16 @@ def test_a_cache_entry_is_on_disk_before_its_rename(tmp_path):
     """Atomic is not durable: a rename changes the folder only. A load that stores its table,
     watched by ``strace``: the temporary file is flushed (``fsync``) before the rename that
     puts the entry in place, and the cache folder after it."""
-    import re
-    import subprocess
     import sys
 
-    if shutil.which("strace") is None:
-        pytest.skip("needs strace to watch the system calls")
+    from syscalls import fs_calls
+
     cache = tmp_path / "cache"
-    log = tmp_path / "strace.log"
     script = ("import pathlib, sys\n"
               "from meshscope.analysis.ingest import events\n"
               "events.load_trace(pathlib.Path(sys.argv[1]), cache_dir=pathlib.Path(sys.argv[2]))")
-    proc = subprocess.run(["strace", "-f", "-y", "-qq", "-o", str(log), "-e",
-                           "trace=fsync,fdatasync,rename,renameat,renameat2",
-                           sys.executable, "-c", script, str(SAMPLE / "rank0.json.gz"),
-                           str(cache)], cwd=ROOT, capture_output=True, text=True,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=300)
-    if proc.returncode != 0 and "ptrace" in proc.stderr:
-        pytest.skip(f"strace cannot trace here: {proc.stderr.strip()[:200]}")
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    calls = []                                   # ("fsync", path) / ("rename", src, dst)
-    for line in log.read_text().splitlines():
-        if m := re.search(r"\bf(?:data)?sync\(\d+<([^>]*)>\) = 0", line):
-            calls.append(("fsync", m.group(1)))
-        elif m := re.search(r"\brename(?:at2?)?\((?:[^,]*, )?\"([^\"]*)\", (?:[^,]*, )?"
-                            r"\"([^\"]*)\"\) = 0", line):
-            calls.append(("rename", m.group(1), m.group(2)))
+    calls = fs_calls([sys.executable, "-c", script, str(SAMPLE / "rank0.json.gz"), str(cache)],
+                     tmp_path / "strace.log")
     entries = list(cache.glob("*.parquet"))
     assert len(entries) == 1 and list(cache.iterdir()) == entries
     put = [i for i, c in enumerate(calls) if c[0] == "rename" and c[2] == str(entries[0])]
