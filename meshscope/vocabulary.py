@@ -20,6 +20,8 @@ standard library only, importable by everything.
   finding is one id per dimension, ``exposed_comm_id(dim)``.
 - ``StepTimeSource`` / ``STEP_TIME_SOURCES``: what a report's headline step time is, with the
   label every reader shows beside it.
+- ``IdleCause`` / ``IDLE_CAUSES``: what a GPU's idle time is charged to, in the order the
+  analysis charges it (``analysis/gpu/idle.py``; the report's ``idle_<cause>_us`` columns).
 - ``Severity`` / ``SEVERITIES``, ``Device`` / ``DEVICES``.
 """
 from __future__ import annotations
@@ -40,6 +42,9 @@ DIM_SOURCES: tuple[DimSource, ...] = get_args(DimSource)
 Op = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",
              "send", "recv", "send_recv", "gather", "scatter"]
 OPS: tuple[Op, ...] = get_args(Op)
+
+IdleCause = Literal["dataloader", "sync", "wait_rank", "launch", "cpu", "queued", "other"]
+IDLE_CAUSES: tuple[IdleCause, ...] = get_args(IdleCause)
 
 Severity = Literal["high", "medium", "low"]
 SEVERITIES: tuple[Severity, ...] = get_args(Severity)

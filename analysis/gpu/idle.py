@@ -36,9 +36,10 @@ import numpy as np
 import pandas as pd
 
 from meshscope.analysis.timeline import intervals as iv
+from meshscope.vocabulary import IDLE_CAUSES
 
 # The causes, in the order they are charged.
-CAUSES = ("dataloader", "sync", "wait_rank", "launch", "cpu", "queued", "other")
+CAUSES = IDLE_CAUSES
 SYNC_TOL_US = 50.0
 
 

@@ -87,6 +87,22 @@ def current() -> Budgets:
     return Budgets(**values)
 
 
+def environment() -> dict[str, str | None]:
+    """This process' value of every budget variable (``ENV``; None: unset), as
+    ``set_environment`` takes it: what a worker is handed to read under the same budgets, or
+    what is restored after budgets were set for a while."""
+    return {var: os.environ.get(var) for var in ENV.values()}
+
+
+def set_environment(env: dict[str, str | None]) -> None:
+    """Set the budget variables to ``env`` (``environment()``'s value); None unsets one."""
+    for var, value in env.items():
+        if value is None:
+            os.environ.pop(var, None)
+        else:
+            os.environ[var] = value
+
+
 def export(**values: int | None) -> None:
     """Set the budgets of this process and the workers it starts (None keeps the default)."""
     for k, v in values.items():

@@ -41,11 +41,7 @@ def _call(fn, path: pathlib.Path, job: tuple, env: dict | None = None):
     """``fn(path, *job)``, or the problem; ``env``: the reading budgets of the process that
     submitted it (``budgets.ENV``), set here first (a fork server's workers would otherwise
     keep those of the moment it started)."""
-    for var, value in (env or {}).items():
-        if value is None:
-            os.environ.pop(var, None)
-        else:
-            os.environ[var] = value
+    budgets.set_environment(env or {})
     try:
         return fn(path, *job)
     except InputError as e:
@@ -146,7 +142,7 @@ def map_on(executor: Executor, files: list[pathlib.Path], fn, job: tuple, *, in_
 
     Each task carries this process' reading budgets (``budgets.ENV``), set in its worker
     before it reads (``_call``); ``bar`` advances once per file."""
-    env = {var: os.environ.get(var) for var in budgets.ENV.values()}
+    env = budgets.environment()
     queue = collections.deque(pathlib.Path(f) for f in files)
     running: collections.deque = collections.deque()
     takes_work = True

@@ -263,16 +263,12 @@ def _budgets_in_force(limits: budgets.Budgets | None):
     if limits is None:
         yield
         return
-    saved = {var: os.environ.get(var) for var in budgets.ENV.values()}
+    saved = budgets.environment()
     budgets.export(**dataclasses.asdict(limits))
     try:
         yield
     finally:
-        for var, value in saved.items():
-            if value is None:
-                os.environ.pop(var, None)
-            else:
-                os.environ[var] = value
+        budgets.set_environment(saved)
 
 
 def _with_problem(inp: inputs.Inputs, problem: str) -> inputs.Inputs:

@@ -48,7 +48,7 @@ import pathlib
 from typing import TYPE_CHECKING
 
 from meshscope.collectors.run_dir import ReportDir
-from meshscope.vocabulary import STEP_TIME_SOURCES
+from meshscope.vocabulary import IDLE_CAUSES, STEP_TIME_SOURCES
 
 # pandas and the table registry (which imports every analyser) are imported by the functions
 # that read tables: reading summary.json stays light, so `meshscope analyze` on a report it
@@ -339,14 +339,12 @@ def _bandwidth(d: dict) -> BandwidthRow:
                         efficiency=_num(d.get("efficiency")))
 
 
-#: ``gpu_idle_per_rank_mean``'s causes, in the order the text and the GPU page list them.
-IDLE_CAUSES = ("dataloader", "sync", "wait_rank", "launch", "cpu", "queued", "other")
 
 
 @dataclasses.dataclass(frozen=True)
 class GpuIdle:
     """One row of ``gpu_idle_per_rank_mean``: a rank's GPU idle per step and the part of it
-    charged to each cause (``IDLE_CAUSES``), mean over the profiled steps."""
+    charged to each cause (``vocabulary.IDLE_CAUSES``), mean over the profiled steps."""
     rank: int
     idle_us: float | None
     by_cause_us: dict[str, float | None]
