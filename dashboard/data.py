@@ -79,13 +79,12 @@ class RunReport:
 
     def table(self, name: str) -> pd.DataFrame:
         """The report's ``name.parquet`` with its registered columns (``reader.read_table``):
-        an empty frame with them when this report has no such table."""
-        if name not in self.tables:
-            try:
-                self.tables[name] = reader.read_table(self.report_dir, name)
-            except reader.ReportError as e:
-                raise ReportUnreadable(str(e)) from e
-        return self.tables[name]
+        an empty frame with them when this report has no such table. Every registered table
+        is read when the report is opened (``open_report``); another name is a ValueError."""
+        try:
+            return self.tables[name]
+        except KeyError:
+            raise ValueError(f"{name}: not a report table (analysis/report/tables.py)") from None
 
     def has_table(self, name: str) -> bool:
         """Whether the report wrote ``name.parquet`` (an older report may lack it)."""
@@ -98,16 +97,13 @@ class RunReport:
 # --report-cache-mb`` sets it.
 CACHE_BYTES = 256 << 20
 _CACHE: collections.OrderedDict[str, RunReport] = collections.OrderedDict()
-_WEIGHT: dict[str, tuple[int, int]] = {}    # run id -> (tables weighed, bytes)
+_WEIGHT: dict[str, int] = {}    # run id -> bytes
 _LOCK = threading.Lock()
 
 
 def _weight(report: RunReport, summary_bytes: int) -> int:
-    total = 2 * summary_bytes
-    for t in list(report.tables.values()):     # a page may be adding one meanwhile
-        if isinstance(t, pd.DataFrame):
-            total += int(t.memory_usage(index=True, deep=True).sum())
-    return total
+    return 2 * summary_bytes + sum(int(t.memory_usage(index=True, deep=True).sum())
+                                   for t in report.tables.values())
 
 
 def _keep(run_id: str, report: RunReport, summary_bytes: int) -> None:
@@ -115,12 +111,12 @@ def _keep(run_id: str, report: RunReport, summary_bytes: int) -> None:
     ``_LOCK``)."""
     _CACHE[run_id] = report
     _CACHE.move_to_end(run_id)
-    _WEIGHT[run_id] = (len(report.tables), _weight(report, summary_bytes))
+    _WEIGHT[run_id] = _weight(report, summary_bytes)
     _evict()
 
 
 def _evict() -> None:
-    while len(_CACHE) > 1 and sum(w for _, w in _WEIGHT.values()) > CACHE_BYTES:
+    while len(_CACHE) > 1 and sum(_WEIGHT.values()) > CACHE_BYTES:
         old, _ = _CACHE.popitem(last=False)
         _WEIGHT.pop(old, None)
 
@@ -167,10 +163,7 @@ def open_report(entry: RunEntry) -> RunReport:
         hit = _CACHE.get(entry.run_id)
         if hit is not None and hit.mtime_ns == mtime and hit.entry.path == entry.path:
             _CACHE.move_to_end(entry.run_id)
-            if _WEIGHT.get(entry.run_id, (0, 0))[0] != len(hit.tables):   # tables read since
-                _keep(entry.run_id, hit, st.st_size)
-            else:
-                _evict()
+            _evict()
             return hit
     try:
         summary = reader.read_summary_file(entry.report_dir)

@@ -365,14 +365,14 @@ def test_report_cache_keeps_the_most_recent_reports_within_its_bytes(tmp_path, m
     monkeypatch.setattr(data, "CACHE_BYTES", 1 << 40)
     for name in ("r0", "r1", "r2"):
         data.open_report(index.get(name))
-    one = max(w for _, w in data._WEIGHT.values())
+    one = max(data._WEIGHT.values())
     assert list(data._CACHE) == ["r0", "r1", "r2"]
     data.open_report(index.get("r0"))                       # a hit: r0 is the most recent
     assert list(data._CACHE) == ["r1", "r2", "r0"]
     monkeypatch.setattr(data, "CACHE_BYTES", one * 3 // 2)  # room for one report
     data.open_report(index.get("r1"))
     assert list(data._CACHE) == ["r1"]
-    assert sum(w for _, w in data._WEIGHT.values()) <= data.CACHE_BYTES
+    assert sum(data._WEIGHT.values()) <= data.CACHE_BYTES
 
 
 @pytest.mark.slow
