@@ -439,9 +439,10 @@ def measured(run: pathlib.Path):
                            f"enough to calibrate the planner (model sizes, layout, global "
                            f"batch)")
     typed = reader.read_summary(run_summary(run))
+    report = ReportDir.of_run(run).path
     try:
-        bd = reader.read_table(ReportDir.of_run(run).path, "breakdown")
-        bw = reader.read_table(ReportDir.of_run(run).path, "bandwidth")
+        bd = reader.read_table(report, "breakdown")
+        bw = reader.read_table(report, "bandwidth")
     except reader.ReportError as e:         # it names the file and the problem
         raise CompareError(str(e)) from None
     if bd.empty:
