@@ -87,6 +87,15 @@ def current() -> Budgets:
     return Budgets(**values)
 
 
+def non_default(limits: Budgets | None) -> dict[str, int] | None:
+    """``limits`` as a dict when any differs from the defaults, else None: what a key (the
+    report's, ``report/reuse.py``; a cached trace's, ``ingest/cache.py``) holds of the budgets,
+    so that the defaults' keys never change."""
+    if limits is None or limits == Budgets():
+        return None
+    return dataclasses.asdict(limits)
+
+
 def environment() -> dict[str, str | None]:
     """This process' value of every budget variable (``ENV``; None: unset), as
     ``set_environment`` takes it: what a worker is handed to read under the same budgets, or

@@ -1202,10 +1202,9 @@ def _cache_key(raw: bytes, comm_kernel_re: re.Pattern | None) -> str:
     budgets is never taken in place of that reading (a cached trace read again with a lower
     ``--max-events`` is refused as the first reading would have been)."""
     extra = f"v{INGEST_VERSION}" + (f"|{comm_kernel_re.pattern}" if comm_kernel_re else "")
-    budget = _budgets.current()
-    if budget != _budgets.Budgets():
-        extra += "|budgets " + ",".join(f"{k}={v}" for k, v in
-                                         sorted(dataclasses.asdict(budget).items()))
+    budget = _budgets.non_default(_budgets.current())
+    if budget is not None:
+        extra += "|budgets " + ",".join(f"{k}={v}" for k, v in sorted(budget.items()))
     return trace_cache.key(raw, extra)
 
 

@@ -205,16 +205,14 @@ def _reuse_options(options, baseline_path: str | None) -> dict:
     (``analysis/report/reuse.py``): the patterns, the layout, the warm-up, the baseline's file
     (its content is stat-ed by the key) and the budgets where they are not the defaults.
     Where and how fast the work runs (engine, workers, cache) changes no number."""
-    import dataclasses
-
-    from meshscope.analysis.ingest.budgets import Budgets
+    from meshscope.analysis.ingest.budgets import non_default
 
     key = {"comm_kernel_regex": options.comm_kernel_re, "rank_regex": options.rank_regex,
            "layout": options.layout, "rank_order": options.rank_order,
            "warmup_steps": options.warmup_steps, "baseline": baseline_path,
            "step_annotation": options.step_annotation}
-    if options.budgets is not None and options.budgets != Budgets():
-        key["budgets"] = dataclasses.asdict(options.budgets)
+    if (budgets := non_default(options.budgets)) is not None:
+        key["budgets"] = budgets
     return key
 
 
