@@ -25,8 +25,10 @@ The runs folder may hold anything, so each analysis is bounded on its own (``Lim
   reports, when the child ends, its exit status, that peak and its peak resident memory
   (``os.wait4``). A failure is named "stopped: memory limit (N MiB)" when the evidence says
   so (``memory_evidence``): ``MemoryError`` or an allocation failure in its output, an
-  address space that reached within ``NEAR_CAP`` of the cap, or a SIGKILL the dashboard did
-  not send (the kernel's out-of-memory killer);
+  address space that reached within ``NEAR_CAP`` of the cap, a crash (SIGSEGV, SIGBUS,
+  SIGABRT: an allocation that failed unchecked; the address space is sampled every 20 ms and
+  may grow to the cap between two samples), or a SIGKILL the dashboard did not send (the
+  kernel's out-of-memory killer);
 - **they end with the server**: each child leads its own process group (its worker pool
   inside it), killed as a group on timeout and by ``shutdown()`` (called when the server
   stops); on Linux the group also ends if the server dies without stopping (the child is a
@@ -142,6 +144,8 @@ NEAR_CAP = 0.9          # an address space past this share of the cap counts as 
 # What an allocation that failed prints, besides Python's MemoryError: errno ENOMEM's text, a
 # shared library that could not be mapped at import, C++'s and NumPy's and OpenBLAS's words, a
 # thread whose stack found no room (under RLIMIT_AS, 8 MiB of address space each).
+# The signals a process that dereferences a failed allocation dies of (exit codes, negative).
+CRASH_SIGNALS = (-signal.SIGSEGV, -signal.SIGBUS, -signal.SIGABRT)
 ALLOCATION_FAILED = ("Cannot allocate memory", "failed to map segment", "std::bad_alloc",
                      "Unable to allocate", "Memory allocation", "out of memory",
                      "can't start new thread")
@@ -187,6 +191,14 @@ def memory_evidence(err: str, end: ChildEnd | None, cap_mb: int) -> str | None:
         return (f"out of memory (killed by SIGKILL, which the dashboard did not send: the "
                 f"kernel's out-of-memory killer, most likely; {end.peak_rss_mib:.0f} MiB "
                 f"resident at its peak)")
+    if end.exit in CRASH_SIGNALS:
+        # Under an address-space cap a C library whose allocation or mapping failed and that
+        # does not check for it crashes; the supervisor samples the address space every
+        # 20 ms, so a process that grows to the cap and dies between two samples leaves a
+        # peak below it (seen: signal 11 at 0.1 s under 100 MiB, while importing).
+        return (f"memory limit ({cap_mb} MiB; it crashed with signal {-end.exit}, as a failed "
+                f"allocation under the cap does; its address space was last seen at "
+                f"{end.peak_vm_mib:.0f} MiB)")
     return None
 
 

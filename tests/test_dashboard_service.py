@@ -156,6 +156,25 @@ def test_each_limit_names_itself(tmp_path):
     assert processes_under(root) == []
 
 
+def test_memory_evidence_of_a_crash_under_the_cap_and_of_other_ends():
+    """Known by construction: a crash (SIGSEGV, SIGBUS, SIGABRT) under the cap is named by the
+    memory limit even when the 20-ms samples of the address space missed its growth (the slow
+    test above met signal 11 at 0.1 s under 100 MiB); a plain exit code or another signal
+    with no other evidence is not, nor is a stop by the dashboard."""
+    import signal
+
+    from meshscope.dashboard.jobs import ChildEnd, memory_evidence
+
+    for sig in (signal.SIGSEGV, signal.SIGBUS, signal.SIGABRT):
+        said = memory_evidence("", ChildEnd(-sig, 31.0, 30.0), 100)
+        assert said == (f"memory limit (100 MiB; it crashed with signal {int(sig)}, as a failed "
+                        f"allocation under the cap does; its address space was last seen at "
+                        f"31 MiB)"), said
+    for end in (ChildEnd(1, 31.0, 30.0), ChildEnd(-signal.SIGTERM, 31.0, 30.0),
+                ChildEnd(None, 31.0, 30.0)):
+        assert memory_evidence("Traceback: ValueError", end, 100) is None, end
+
+
 def _analysed(analyses, entry, limit_s: float = 120):
     """Start ``entry``'s analysis and wait until it is done or failed: its last status."""
     analyses.start(entry)
