@@ -28,7 +28,11 @@ The runs folder may hold anything, so each analysis is bounded on its own (``Lim
   address space that reached within ``NEAR_CAP`` of the cap, a crash (SIGSEGV, SIGBUS,
   SIGABRT: an allocation that failed unchecked; the address space is sampled every 20 ms and
   may grow to the cap between two samples), or a SIGKILL the dashboard did not send (the
-  kernel's out-of-memory killer);
+  kernel's out-of-memory killer). A process at its cap may also stop without ending (CPython
+  left waiting on a lock it could not release): once the address space has reached the cap
+  and the analysis and its workers have used no CPU for ``stall_s`` (15 s), the supervisor
+  stops them, and the failure is named by the memory limit, without waiting for the time
+  limit;
 - **they end with the server**: each child leads its own process group (its worker pool
   inside it), killed as a group on timeout and by ``shutdown()`` (called when the server
   stops); on Linux the group also ends if the server dies without stopping (the child is a
@@ -67,6 +71,7 @@ class Limits:
     timeout_s: float = 600.0
     memory_mb: int = 4096
     workers: int = 2
+    stall_s: float = 15.0       # at its cap and no CPU used for this long: stuck, stopped
 
 
 # The child: a small supervisor in its own process group (``start_new_session``) that caps the
@@ -78,15 +83,23 @@ class Limits:
 # pool: each has the cap of its own); when the analysis ends it prints one line,
 # ``meshscope-supervisor: exit=… peak_vm_kib=… peak_rss_kib=…`` (``END_MARK``), the last of
 # its stderr — ``exit=stopped`` when it was told to stop (SIGTERM: the time limit, the server).
+# A process that runs out of address space does not always end: CPython may be left waiting
+# for ever on a lock it could not release (seen: an import of numpy under a 100 MiB cap, its
+# only thread blocked in importlib's module lock). So when the analysis' address space has
+# reached the cap (``NEAR_CAP``) and neither it nor any of its workers has used CPU time for
+# ``stall_s`` seconds (``/proc/PID/stat``), the supervisor stops the group itself and says
+# ``exit=stalled … idle_s=…``.
 _LIMITED = """\
 import os, resource, signal, subprocess, sys, time
 cap = int(sys.argv[1]) << 20
+stall_s = float(sys.argv[3])
+near_cap_kib = float(sys.argv[4]) * (cap >> 10)
 resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
 peak = 0
-def stop(*_):
+def stop(*_, how="stopped", extra=""):
     try:                                            # told to stop: how far it had got
-        sys.stderr.write(f"\\nmeshscope-supervisor: exit=stopped peak_vm_kib={peak} "
-                         f"peak_rss_kib=0\\n")
+        sys.stderr.write(f"\\nmeshscope-supervisor: exit={how} peak_vm_kib={peak} "
+                         f"peak_rss_kib=0{extra}\\n")
         sys.stderr.flush()
     except (OSError, ValueError):
         pass
@@ -109,6 +122,13 @@ def vm_peak_kib(pid):
     except (OSError, ValueError, IndexError):
         pass
     return 0
+def cpu_ticks(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])    # utime + stime
+    except (OSError, ValueError, IndexError):
+        return 0
 def children(pid):
     try:
         tasks = os.listdir(f"/proc/{pid}/task")
@@ -122,13 +142,21 @@ def children(pid):
         except (OSError, ValueError):
             pass
     return out
-child = subprocess.Popen([sys.executable] + sys.argv[3:])
+child = subprocess.Popen([sys.executable] + sys.argv[5:])
+seen, since = None, time.monotonic()
 while True:
     pid, status, usage = os.wait4(child.pid, os.WNOHANG)
     if pid:
         break
-    for p in [child.pid] + children(child.pid):
+    procs = [child.pid] + children(child.pid)
+    for p in procs:
         peak = max(peak, vm_peak_kib(p))
+    now = time.monotonic()
+    work = (sorted(procs), sum(cpu_ticks(p) for p in procs))
+    if work != seen:
+        seen, since = work, now
+    elif peak >= near_cap_kib and now - since >= stall_s:
+        stop(how="stalled", extra=f" idle_s={now - since:.1f}")
     time.sleep(0.02)
 code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
 sys.stderr.write(f"\\nmeshscope-supervisor: exit={code} peak_vm_kib={peak} "
@@ -155,9 +183,11 @@ ALLOCATION_FAILED = ("Cannot allocate memory", "failed to map segment", "std::ba
 class ChildEnd:
     """How the analysis ended, as its supervisor saw it (``END_MARK`` line)."""
     exit: int | None            # the exit code, minus the signal that ended it, or None:
-                                # stopped by the dashboard (its time limit) while running
+                                # stopped while running (by the dashboard's time limit, or
+                                # by the supervisor: stuck at its cap)
     peak_vm_mib: float          # the largest address space of it or one of its workers
     peak_rss_mib: float         # its peak resident memory (``wait4``'s ``ru_maxrss``)
+    stalled_s: float | None = None  # stopped by the supervisor: at its cap, no CPU for this
 
 
 def child_end(err: str) -> ChildEnd | None:
@@ -166,9 +196,10 @@ def child_end(err: str) -> ChildEnd | None:
         if line.startswith(END_MARK):
             fields = dict(f.split("=", 1) for f in line[len(END_MARK):].split() if "=" in f)
             try:
-                code = None if fields["exit"] == "stopped" else int(fields["exit"])
+                code = None if fields["exit"] in ("stopped", "stalled") else int(fields["exit"])
+                stalled = float(fields["idle_s"]) if fields["exit"] == "stalled" else None
                 return ChildEnd(code, int(fields["peak_vm_kib"]) / 1024,
-                                int(fields["peak_rss_kib"]) / 1024)
+                                int(fields["peak_rss_kib"]) / 1024, stalled)
             except (KeyError, ValueError):
                 return None
     return None
@@ -184,6 +215,10 @@ def memory_evidence(err: str, end: ChildEnd | None, cap_mb: int) -> str | None:
             return f"memory limit ({cap_mb} MiB; an allocation failed: “{words}”)"
     if end is None:
         return None
+    if end.stalled_s is not None:
+        return (f"memory limit ({cap_mb} MiB; its address space reached "
+                f"{end.peak_vm_mib:.0f} MiB, and then it used no CPU for {end.stalled_s:.0f} s: "
+                f"stuck at the cap)")
     if end.peak_vm_mib >= NEAR_CAP * cap_mb:
         return (f"memory limit ({cap_mb} MiB; its address space reached "
                 f"{end.peak_vm_mib:.0f} MiB)")
@@ -202,10 +237,16 @@ def memory_evidence(err: str, end: ChildEnd | None, cap_mb: int) -> str | None:
     return None
 
 
-def _limited(memory_mb: int, args: list[str]) -> list[str]:
+def supervised(memory_mb: int, stall_s: float, python_args: list[str]) -> list[str]:
+    """The command line running ``python PYTHON_ARGS`` under the supervisor (``_LIMITED``):
+    ``memory_mb`` of address space, stopped when stuck at that cap for ``stall_s``."""
+    return [sys.executable, "-c", _LIMITED, str(memory_mb), str(os.getpid()), f"{stall_s:g}",
+            f"{NEAR_CAP:g}", *python_args]
+
+
+def _limited(limits: Limits, args: list[str]) -> list[str]:
     """The command line running ``python -m meshscope ARGS`` under the limits."""
-    return [sys.executable, "-c", _LIMITED, str(memory_mb), str(os.getpid()), "-m",
-            "meshscope", *args]
+    return supervised(limits.memory_mb, limits.stall_s, ["-m", "meshscope", *args])
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -349,7 +390,7 @@ class Analyses:
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         lim = self.limits
         try:
-            proc = subprocess.Popen(_limited(lim.memory_mb, args), cwd=self.root, stdout=subprocess.PIPE,
+            proc = subprocess.Popen(_limited(lim, args), cwd=self.root, stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, text=True, env=env,
                                     stdin=subprocess.DEVNULL, start_new_session=True)
         except OSError as e:

@@ -22,6 +22,8 @@ import json
 import os
 import pathlib
 import shutil
+import signal
+import subprocess
 import time
 
 import psutil
@@ -175,6 +177,55 @@ def test_memory_evidence_of_a_crash_under_the_cap_and_of_other_ends():
         assert memory_evidence("Traceback: ValueError", end, 100) is None, end
 
 
+def _supervised(cap_mib: int, code: str) -> tuple[int, str, float]:
+    """``python -c CODE`` under the dashboard's supervisor with a 1-s stall limit: (exit code,
+    stderr, seconds it took)."""
+    from meshscope.dashboard.jobs import supervised
+
+    started = time.monotonic()
+    proc = subprocess.run(supervised(cap_mib, 1.0, ["-c", code]), capture_output=True,
+                          text=True, timeout=120, start_new_session=True)
+    return proc.returncode, proc.stderr, time.monotonic() - started
+
+
+# Fill the address space to its cap; what is kept keeps it there.
+_FILL = """
+chunks = []
+try:
+    while True:
+        chunks.append(bytearray(1 << 20))
+except MemoryError:
+    chunks.pop()
+"""
+
+
+def test_a_process_stuck_at_its_cap_is_stopped_and_named():
+    """Known by construction, under a 120 MiB cap and a 1-s stall limit: a process that fills
+    its address space and then waits for ever on a lock (as CPython's importlib was seen to
+    after a failed allocation) is stopped by the supervisor and named by the memory limit.
+    Not stopped: one that sleeps 3 s below its cap, nor one at its cap that computes for 3 s —
+    both end by themselves with exit 0."""
+    from meshscope.dashboard.jobs import child_end, memory_evidence
+
+    code, err, took_s = _supervised(120, _FILL + "import threading\n"
+                                    "lock = threading.Lock(); lock.acquire(); lock.acquire()")
+    end = child_end(err)
+    assert end is not None and end.exit is None and end.stalled_s is not None, err
+    assert code == -signal.SIGKILL and 1.0 <= end.stalled_s < 60 and took_s < 100
+    assert end.peak_vm_mib >= 0.9 * 120
+    said = memory_evidence(err, end, 120)
+    assert said.startswith("memory limit (120 MiB; its address space reached ") and \
+        said.endswith("and then it used no CPU for 1 s: stuck at the cap)"), said
+
+    for child in ("import time; time.sleep(3)",
+                  _FILL + "import time\nt = time.monotonic()\n"
+                          "while time.monotonic() - t < 3: pass"):
+        code, err, took_s = _supervised(120, child)
+        end = child_end(err)
+        assert code == 0 and end == end.__class__(0, end.peak_vm_mib, end.peak_rss_mib), err
+        assert took_s >= 3
+
+
 def _analysed(analyses, entry, limit_s: float = 120):
     """Start ``entry``'s analysis and wait until it is done or failed: its last status."""
     analyses.start(entry)
@@ -190,8 +241,9 @@ def test_memory_deaths_without_memory_error_are_named(tmp_path):
     """Analyses of a good run under caps too small to import its libraries (60, 100 and 150
     MiB of address space). At these caps Python mostly dies without printing MemoryError —
     here: a shared library that cannot be mapped ("failed to map segment"), OpenBLAS giving
-    up ("Memory allocation still failed"), each with exit code 1 — and the failure is named
-    by the memory limit all the same, never "without a message"."""
+    up ("Memory allocation still failed"), each with exit code 1, a crash (signal 11), or a
+    process stuck for ever in importlib's lock after a failed allocation — and the failure is
+    named by the memory limit all the same, never "without a message"."""
     from meshscope.dashboard.jobs import Analyses, Limits
     from meshscope.dashboard.runs import RunIndex
 
@@ -200,7 +252,7 @@ def test_memory_deaths_without_memory_error_are_named(tmp_path):
     entry = RunIndex(root).get("good")
     for cap_mib in (60, 100, 150):
         analyses = Analyses(root, Limits(timeout_s=120, memory_mb=cap_mib, workers=1))
-        status = _analysed(analyses, entry)
+        status = _analysed(analyses, entry, limit_s=120 + 60)   # past the dashboard's limit
         assert status.state == "failed", (cap_mib, status)
         assert status.text.startswith("The analysis failed: the analysis was stopped: memory "
                                       f"limit ({cap_mib} MiB; "), (cap_mib, status.text)
