@@ -263,7 +263,11 @@ def test_progress_only_on_a_terminal_after_the_delay():
         bar.advance(3)
     assert not bar.shown and tty.getvalue() == ""           # done before the delay
     with Progress(3, "slow", stream=tty, delay_s=0.01) as bar:
-        time.sleep(0.3)
+        # The bar is drawn by a timer thread that first imports rich: on a busy machine that
+        # takes longer than any fixed sleep, so wait for it (bounded) rather than hope.
+        deadline = time.monotonic() + 60
+        while not bar.shown and time.monotonic() < deadline:
+            time.sleep(0.01)
         bar.advance()
         assert bar.shown
     assert tty.getvalue()
