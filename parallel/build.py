@@ -19,7 +19,7 @@ from meshscope.theory.schedules import SCHEDULES, stages_of_rank
 
 from .context_parallel import parallelize_cp, shard_sequence
 from .data import dp_shard
-from .faults import install_slow_rank
+from .faults import install_module_faults
 from .layout import Layout, stage_layers
 from .model import ModelConfig, build_model
 from .moe import shard_experts
@@ -116,8 +116,8 @@ def build_rank_model(conf: WorkerConfig, layout: Layout, cfg: ModelConfig,
             parallelize_tp(m, mesh["tp"], sp=conf.sp)
         if cp > 1:
             parallelize_cp(m, mesh["cp"].get_group(), coords["cp"], cp)
-        if sid == stage_ids[0]:
-            install_slow_rank(faults, rank, m)
+        install_module_faults(faults, rank, m, chunk=stage_ids.index(sid),
+                              n_chunks=len(stage_ids))
         if dp_mesh.size() > 1:
             from .data_parallel import parallelize_dp
             m = parallelize_dp(m, mode=conf.dp_mode, mesh=dp_mesh, device=device,

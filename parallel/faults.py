@@ -2,7 +2,8 @@
 
 ``--inject`` takes ``slow-rank=R:MS`` (rank R sleeps MS milliseconds at the start of every
 microbatch forward), ``fixed-work=R:MS`` (rank R's stage waits MS milliseconds in every
-microbatch's forward and again in its backward: with a small model, stage work that is a fixed
+microbatch's forward and again in its backward — split evenly over its model chunks when it
+holds several, as in an interleaved schedule: with a small model, stage work that is a fixed
 wait, equal on every stage whatever else the machine runs — how tests whose premise is equal
 stage times get it), ``hang=R:STEP`` (at step STEP every rank joins one extra all-reduce on the
 world group except rank R, so the others wait until the collective timeout),
@@ -54,13 +55,20 @@ class InjectedCrash(RuntimeError):
     pass
 
 
-def install_slow_rank(faults: list[Fault], rank: int, module: torch.nn.Module) -> None:
+def install_module_faults(faults: list[Fault], rank: int, module: torch.nn.Module, *,
+                          chunk: int = 0, n_chunks: int = 1) -> None:
+    """The faults that act in a module's forward and backward, on chunk ``chunk`` of the
+    ``n_chunks`` model chunks (pipeline stages) rank ``rank`` holds: a slow rank sleeps once
+    per microbatch, at the start of its first chunk; fixed work is spread evenly over the
+    chunks (MS / n_chunks in each), so an interleaved rank does the same fixed work per
+    microbatch as a plain one and its chunks are equal, as the closed form of the
+    interleaved bubble assumes."""
     for f in faults:
-        if f.kind == "slow-rank" and f.rank == rank:
+        if f.kind == "slow-rank" and f.rank == rank and chunk == 0:
             delay = f.value / 1000.0
             module.register_forward_pre_hook(lambda *_: time.sleep(delay))
         if f.kind == "fixed-work" and f.rank == rank:
-            _install_fixed_work(module, f.value / 1000.0)
+            _install_fixed_work(module, f.value / 1000.0 / n_chunks)
 
 
 def _install_fixed_work(module: torch.nn.Module, delay: float) -> None:

@@ -31,68 +31,47 @@ def _stage_medians(bub: pd.DataFrame, column="bubble_fraction") -> pd.Series:
     return bub.groupby("stage")[column].median()
 
 
-# The pp=2 runs of the "wide" preset with 4 microbatches: five profiled steps after three of
-# warm-up. Each schedule's run is made once per module (``wide_pp2``): the closed-form test
-# and the interleaving test read the same 1F1B run.
-WIDE_PP2 = ["--layout", "pp=2", "--microbatches", 4, "--global-batch", 32, "--steps", 8,
-            "--profile-steps", "3-7", "--model", "wide"]
-
-
-@pytest.fixture(scope="module")
-def wide_pp2(tmp_path_factory):
-    """``get(schedule)`` → (run, attempts): the run of WIDE_PP2 with that schedule
-    whose stages ran equal in time — its own replay (measured durations, free transfers)
-    within 10% of the closed form (p−1)/(m+p−1), which it equals for equal durations — after
-    at most three runs, and the replayed and measured bubble of each attempt. The last run
-    if none did (``attempts`` then says so)."""
-    made: dict = {}
-
-    def get(schedule: str) -> tuple[pathlib.Path, list[dict]]:
-        if schedule not in made:
-            theory = 1 / (4 + 1)
-            attempts = []
-            for attempt in range(3):
-                run = tmp_path_factory.mktemp(f"pp2-{schedule}") / f"run-{attempt}"
-                _run_and_analyze(run, *WIDE_PP2, "--schedule", schedule)
-                bub = _bubbles(run)
-                attempts.append({
-                    "measured": round(float(_stage_medians(bub).mean()), 4),
-                    "replayed": round(float(_stage_medians(
-                        bub, "replayed_bubble_fraction").mean()), 4)})
-                if abs(attempts[-1]["replayed"] - theory) <= 0.10 * theory:
-                    break
-            made[schedule] = (run, attempts)
-        return made[schedule]
-
-    return get
-
-
-# The same pipeline with stage work that is a fixed wait (``--inject fixed-work``: 150 ms in
-# every microbatch's forward and again in its backward, on both stages) and the tiny model,
-# whose own compute is a few ms: the stages are equal in time by construction, whatever else
-# the machine runs.
+# A pp=2 pipeline whose stage work is a fixed wait (``--inject fixed-work``: 150 ms in every
+# microbatch's forward and again in its backward, on both stages; split evenly over a rank's
+# chunks when the schedule interleaves them) and the tiny model, whose own compute is a few
+# ms: the stages are equal in time by construction, whatever else the machine runs. Five
+# profiled steps after three of warm-up.
 FIXED_PP2 = ["--layout", "pp=2", "--microbatches", 4, "--global-batch", 32, "--steps", 8,
              "--profile-steps", "3-7", "--model", "tiny",
              "--inject", "fixed-work=0:150", "--inject", "fixed-work=1:150"]
 
 
+@pytest.fixture(scope="module")
+def fixed_pp2(tmp_path_factory):
+    """``get(schedule, *extra)`` → the run of FIXED_PP2 with that schedule, analysed; made
+    once per module, so the closed-form test and the interleaving test share the 1F1B run."""
+    made: dict = {}
+
+    def get(schedule: str, *extra) -> pathlib.Path:
+        key = (schedule, *extra)
+        if key not in made:
+            run = tmp_path_factory.mktemp(f"pp2-{schedule}") / "run"
+            _run_and_analyze(run, *FIXED_PP2, "--schedule", schedule, *extra)
+            made[key] = run
+        return made[key]
+
+    return get
+
+
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
-def test_bubble_matches_theory_on_two_ranks(schedule, tmp_path):
+def test_bubble_matches_theory_on_two_ranks(schedule, fixed_pp2):
     """pp=2 on 2 ranks: the measured bubble is within ±25% of (p−1)/(m+p−1), m = 4.
 
     The closed form assumes equal stages and free transfers. The premise of equal stages is
-    built into the run rather than hoped for from a shared machine: each stage's work per
-    microbatch is a fixed wait of 150 ms in forward and in backward (``FIXED_PP2``), against
-    which the tiny model's compute and gloo's transfers are a few percent. (With CPU compute
-    as the stage work, a busy machine stretched one stage's microbatches: replays of 0.14–0.17
-    against 0.20, issue 24.) The run's own replay (its measured durations scheduled with free
-    transfers) checks the premise held; the measured bubble — computed from the trace, not by
-    the replay — is what is tested, so a wrong analysis still fails."""
+    built into the run rather than hoped for from a shared machine (``FIXED_PP2``): against
+    the fixed waits the tiny model's compute and gloo's transfers are a few percent. (With
+    CPU compute as the stage work, a busy machine stretched one stage's microbatches: replays
+    of 0.14–0.17 against 0.20, issue 24.) The run's own replay (its measured durations
+    scheduled with free transfers) checks the premise held; the measured bubble — computed
+    from the trace, not by the replay — is what is tested, so a wrong analysis still fails."""
     m = 4
     theory = 1 / (m + 1)
-    run = tmp_path / "run"
-    _run_and_analyze(run, *FIXED_PP2, "--schedule", schedule)
-    bub = _bubbles(run)
+    bub = _bubbles(fixed_pp2(schedule))
     # Per stage the median of the five profiled steps.
     assert sorted(bub["stage"].unique()) == [0, 1] and len(bub) == 2 * 5
     assert bub["theory_fraction"].tolist() == pytest.approx([theory] * len(bub))
@@ -102,21 +81,19 @@ def test_bubble_matches_theory_on_two_ranks(schedule, tmp_path):
     assert abs(measured - theory) <= 0.25 * theory, (theory, replayed, measured)
 
 
-def test_interleaving_shrinks_the_bubble(wide_pp2, tmp_path):
-    """interleaved-1f1b with v=2 measures a lower bubble than 1f1b at the same p and m (closed
-    forms 1/9 and 1/5), on the runs of ``wide_pp2`` (the 1F1B one is the closed-form test's).
-    The "wide" preset with 8 sequences per microbatch, as in the closed-form test above: with
-    "balanced" and 4 per microbatch a CI run measured 0.200 interleaved against 0.197 plain,
-    its own replay 0.19 — each of the interleaved run's eight half-stage chunks per
-    microbatch carries the fixed per-call cost of a small model on a CPU, which eats the
-    schedule's gain."""
-    plain_run, _ = wide_pp2("1f1b")
-    interleaved_run = tmp_path / "interleaved"
-    _run_and_analyze(interleaved_run, *WIDE_PP2, "--schedule", "interleaved-1f1b",
-                     "--virtual-stages", 2)
-    plain = float(_stage_medians(_bubbles(plain_run)).mean())
-    interleaved = float(_bubbles(interleaved_run)
-                        .groupby("rank")["bubble_fraction"].median().mean())
+def test_interleaving_shrinks_the_bubble(fixed_pp2):
+    """interleaved-1f1b with v=2 chunks per rank against 1F1B at the same p = 2 and m = 4, both
+    with equal fixed stage work (``FIXED_PP2``; each chunk of the interleaved run waits
+    75 ms, half its rank's 150): the closed forms are (p−1)/(v·m+p−1) = 1/9 and 1/5. The
+    interleaved run measures a bubble within ±25% of 1/9 and below the plain run's. (With
+    CPU compute as the stage work, each of the interleaved run's half-stage chunks carried
+    the fixed per-call cost of a small model on a CPU, which ate the schedule's gain: a CI
+    run measured 0.200 interleaved against 0.197 plain.)"""
+    plain = float(_stage_medians(_bubbles(fixed_pp2("1f1b"))).mean())
+    bub = _bubbles(fixed_pp2("interleaved-1f1b", "--virtual-stages", 2))
+    assert bub["theory_fraction"].tolist() == pytest.approx([1 / 9] * len(bub))
+    interleaved = float(bub.groupby("rank")["bubble_fraction"].median().mean())
+    assert abs(interleaved - 1 / 9) <= 0.25 / 9, (interleaved, plain)
     assert interleaved < plain, (interleaved, plain)
 
 
