@@ -26,13 +26,15 @@ if TYPE_CHECKING:
 # before anything imports torch (parallel/options.py).
 
 KINDS = ("slow-rank", "fixed-work", "hang", "crash", "desync")
+# How each is written on the command line (the help of ``--inject`` and its error).
+FORMS = "slow-rank=R:MS, fixed-work=R:MS, hang=R:STEP, crash=R:STEP or desync=R:STEP"
 
 
 @dataclasses.dataclass(frozen=True)
 class Fault:
     kind: str
     rank: int
-    value: int  # milliseconds for slow-rank, step for hang and crash
+    value: int  # milliseconds for slow-rank and fixed-work, a step for the others
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -42,9 +44,7 @@ def parse_fault(text: str) -> Fault:
     kind, sep, rest = text.partition("=")
     rank, sep2, value = rest.partition(":")
     if kind not in KINDS or not sep or not sep2:
-        raise ValueError(f"--inject {text!r}: expected slow-rank=R:MS, fixed-work=R:MS, "
-                         f"hang=R:STEP, "
-                         f"crash=R:STEP or desync=R:STEP")
+        raise ValueError(f"--inject {text!r}: expected {FORMS}")
     try:
         return Fault(kind, int(rank), int(value))
     except ValueError:

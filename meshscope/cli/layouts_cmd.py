@@ -16,6 +16,8 @@ import click
 
 from meshscope.vocabulary import PARALLEL_DIMS
 
+from meshscope.parallel.faults import FORMS as FAULT_FORMS
+
 from .common import fail
 
 
@@ -111,8 +113,7 @@ def _sweep_plan(sweep, tflops: float | None, devices: int | None) -> None:
 @click.option("--retry-failed", is_flag=True, help="Run the failed layouts again too.")
 @click.option("--list", "list_only", is_flag=True, help="Print the layouts and stop.")
 @click.option("--inject", multiple=True,
-              help="A fault in every run, as `meshscope run --inject` (slow-rank=R:MS, "
-                   "hang=R:STEP, crash=R:STEP).")
+              help=f"A fault in every run, as `meshscope run --inject` ({FAULT_FORMS}).")
 @click.option("--tflops", type=float, default=None,
               help="Sustained TFLOP/s of one device, for plan.json's predictions.")
 def sweep(world, model, dims, layouts, schedules, microbatches, global_batch, no_sp, layers,

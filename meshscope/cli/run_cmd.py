@@ -8,6 +8,8 @@ import click
 
 from meshscope.analysis.report.printable import printable
 
+from meshscope.parallel.faults import FORMS as FAULT_FORMS
+
 from .common import fail
 
 def _int_list(text: str | None, what: str) -> list[int] | None:
@@ -90,7 +92,7 @@ def run_options_decorator(f):
         click.option("--no-sp", is_flag=True, help="Tensor parallelism without sequence "
                                                    "parallelism."),
         click.option("--inject", multiple=True,
-                     help="Fault: slow-rank=R:MS, hang=R:STEP or crash=R:STEP (repeatable)."),
+                     help=f"Fault: {FAULT_FORMS} (repeatable)."),
         click.option("--timeout", default=300, show_default=True, type=int,
                      help="Collective timeout in seconds."),
         click.option("--profile-steps", default=None,
