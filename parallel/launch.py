@@ -176,6 +176,7 @@ class RankFailure:
     message: str
     timestamp_s: int
     error_file: pathlib.Path | None
+    root_error: str | None = None   # the first exception of a chain it raised (its line)
 
     @property
     def peer_lost(self) -> bool:
@@ -185,10 +186,36 @@ class RankFailure:
 def _from_torch(rank: int, pf, exit_code: int | None) -> RankFailure:
     """A ``ProcessFailure`` (torch's reading of a rank's error file) as a RankFailure."""
     msg = pf.message
+    extra = msg.get("extraInfo") if isinstance(msg, dict) else None
+    callstack = extra.get("py_callstack") if isinstance(extra, dict) else None
     return RankFailure(rank, exit_code,
                        str(msg.get("message", "") if isinstance(msg, dict) else msg),
                        int(pf.timestamp),
-                       pathlib.Path(pf.error_file) if os.path.isfile(pf.error_file) else None)
+                       pathlib.Path(pf.error_file) if os.path.isfile(pf.error_file) else None,
+                       root_error(callstack) if isinstance(callstack, str) else None)
+
+
+ERROR_LINE_CHARS = 400     # an error's text in the launcher's one line, at most
+_CHAINED = ("The above exception was the direct cause", "During handling of the above exception")
+_EXCEPTION_LINE = re.compile(r"[A-Za-z_][\w.]*: \S.*")
+
+
+def root_error(callstack: str) -> str | None:
+    """The first exception of a chain in a Python traceback (``callstack``), one line: the
+    error a wrapper re-raised under its own message (torch's pipelining raises "[Stage 0]
+    failed to run forward" from the error that happened) — None when nothing was chained."""
+    if not any(words in callstack for words in _CHAINED):
+        return None
+    for line in callstack.splitlines():
+        if _EXCEPTION_LINE.fullmatch(line):
+            return _one_line(line)
+    return None
+
+
+def _one_line(text: str) -> str:
+    """``text`` on one line (its whitespace runs as one space), cut at ERROR_LINE_CHARS."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= ERROR_LINE_CHARS else flat[:ERROR_LINE_CHARS - 1] + "…"
 
 
 def _rank_failures(err, log_dir: pathlib.Path) -> list[RankFailure]:
@@ -222,21 +249,23 @@ def _cause(failures: list[RankFailure]) -> RankFailure:
 
 
 def _failure_message(err, log_dir: pathlib.Path) -> str:
-    """The rank whose failure caused the others (``_cause``) and its error; the other failed
+    """The rank whose failure caused the others (``_cause``) and its error on one line — with
+    the first error of the chain when it re-raised another (``root_error``); the other failed
     ranks after. A rank that died without writing its error (killed by a signal, a crash in
     C++) gets the last lines of its stderr log printed to the terminal first."""
     failures = _rank_failures(err, log_dir)
     cause = _cause(failures)
     stderr_log = log_dir / f"rank{cause.rank}.stderr.log"
-    lines = [line for line in cause.message.strip().splitlines() if line.strip()]
     if cause.error_file is None:
         tail = _log_tail(stderr_log, FAILED_LOG_TAIL_LINES)
         if tail:
             print(f"--- the last lines of rank {cause.rank}'s output ({stderr_log}) ---",
                   *tail, "---", sep="\n", file=sys.stderr)
     exit_code = "" if cause.exit_code is None else f" (exit code {cause.exit_code})"
-    text = (f"rank {cause.rank} failed{exit_code}: "
-            f"{lines[-1] if lines else 'no error message'} (its output: {stderr_log})")
+    said = _one_line(cause.message) or "no error message"
+    if cause.root_error and cause.root_error not in said:
+        said += f" — raised from {cause.root_error}"
+    text = f"rank {cause.rank} failed{exit_code}: {said} (its output: {stderr_log})"
     others = sorted(f.rank for f in failures if f.rank != cause.rank)
     if others:
         text += f"; ranks {', '.join(map(str, others))} were stopped"

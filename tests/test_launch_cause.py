@@ -94,3 +94,36 @@ def test_an_unreadable_error_file_of_an_unreported_rank_is_skipped(tmp_path):
     text = _failure_message(err, tmp_path)
     assert text.startswith("rank 0 failed (exit code 1): RuntimeError: [gloo/transport")
     assert "were stopped" not in text
+
+
+def test_a_wrapped_error_is_named_with_the_error_it_was_raised_from(tmp_path):
+    """torch's pipelining re-raises an error in a stage's forward under a message of several
+    lines ("[Stage 0] failed to run forward:", its args, "kwargs: {}"), the real error chained
+    before it in the traceback — as a dp=2,pp=2 run with 2 microbatches recorded it. The line
+    names both, the wrapper's message on one line; an error raised without a chain is named
+    alone."""
+    callstack = (
+        'Traceback (most recent call last):\n  File "stage.py", line 760, in forward\n'
+        '    out_val = self.submod(*args, **kwargs)\n'
+        'RuntimeError: params_.size() == rebuilt_param_indices_.size() INTERNAL ASSERT FAILED\n'
+        '\nThe above exception was the direct cause of the following exception:\n\n'
+        'Traceback (most recent call last):\n  File "worker.py", line 71, in _step_with_pp\n'
+        '    schedule.step(x)\nRuntimeError: \n            [Stage 0] failed to run forward:\n'
+        "            args: ('Tensor(torch.Size([4, 64]))',)\n            kwargs: {}\n")
+    path = tmp_path / "rank0.error.json"
+    path.write_text(json.dumps({"message": {
+        "message": "RuntimeError: \n            [Stage 0] failed to run forward:\n"
+                   "            args: ('Tensor(torch.Size([4, 64]))',)\n            kwargs: {}\n",
+        "extraInfo": {"py_callstack": callstack, "timestamp": "1796204551"}}}))
+    err = ChildFailedError("worker", {0: ProcessFailure(local_rank=0, pid=1000, exitcode=1,
+                                                        error_file=str(path))})
+    text = _failure_message(err, tmp_path)
+    assert text.startswith(
+        "rank 0 failed (exit code 1): RuntimeError: [Stage 0] failed to run forward: args: "
+        "('Tensor(torch.Size([4, 64]))',) kwargs: {} — raised from RuntimeError: "
+        "params_.size() == rebuilt_param_indices_.size() INTERNAL ASSERT FAILED (its output: "), text
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    plain = ChildFailedError("worker", {1: _failure(
+        alone, 1, "InjectedCrash: injected crash on rank 1 at step 0", 1796204551)})
+    assert "raised from" not in _failure_message(plain, alone)
