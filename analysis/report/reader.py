@@ -20,8 +20,7 @@ report's age:
   ``Summary.pipeline_stages`` (``Stage``), ``Summary.hangs`` (``Hang``), ``Summary.bandwidth``
   (``BandwidthRow``), ``Summary.gpu_idle_per_rank_mean`` (``GpuIdle``) and
   ``Summary.top_kernels`` (``TopKernel``): typed rows, so that no page reads the document with
-  chained ``.get``; ``per_rank_frame(summary)`` gives the breakdown as a DataFrame indexed by
-  rank for the figures.
+  chained ``.get``.
 
 And the report's tables, the other half of a report (``analysis/report/tables.py`` registers
 each with its columns):
@@ -422,19 +421,6 @@ class Summary:
     @property
     def model_preset(self) -> str | None:
         return _opt_str(_dict(self.run.get("model")).get("preset"))
-
-    def per_rank_frame(self) -> pd.DataFrame:
-        """``per_rank_mean`` as written, indexed by rank (the breakdown's columns, exposed
-        communication per dimension included); empty when the report has none."""
-        return per_rank_frame(self.raw)
-
-
-def per_rank_frame(doc: dict) -> pd.DataFrame:
-    import pandas as pd
-
-    rows = [r for r in _dicts(doc.get("per_rank_mean")) if "rank" in r]
-    df = pd.DataFrame(rows)
-    return df.set_index("rank").sort_index() if not df.empty else df
 
 
 def _ints(xs) -> list[int]:
