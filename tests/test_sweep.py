@@ -48,6 +48,29 @@ def test_explicit_layouts_are_checked_like_meshscope_run():
         candidates(SweepSpec(world=4, layouts=("dp=2",)))
 
 
+def test_a_damaged_sweep_json_is_named_by_its_field(tmp_path):
+    """A sweep.json whose second run has a wall time that is not a number, and one whose run
+    has no status: `meshscope compare` and `meshscope sweep --resume` exit 2 naming the file
+    and the field, without a traceback. The first run, as the sweep wrote it, reads back
+    with every field."""
+    sweep = Sweep.open(tmp_path / "s", SweepSpec(world=4))
+    sweep.save()
+    path = tmp_path / "s" / "sweep.json"
+    doc = json.loads(path.read_text())
+    assert list(doc["runs"][0]) == ["name", "candidate", "status", "error", "stage", "started",
+                                    "finished", "wall_s"]
+    assert Sweep.open(tmp_path / "s").state["dp4-mb4"].layout == "dp=4"
+    for field, value, said in (("wall_s", "fast", "field runs[1].wall_s must be a number"),
+                               ("status", None, "field runs[1].status must be one of pending")):
+        doc["runs"][1][field] = value
+        path.write_text(json.dumps(doc))
+        for args in (("compare", tmp_path / "s"), ("sweep", "--resume", tmp_path / "s")):
+            proc = meshscope(*args)
+            assert proc.returncode == 2 and f"{path}: {said}" in proc.stderr, proc.stderr
+            assert "Traceback" not in proc.stderr
+        doc["runs"][1] = json.loads(json.dumps(doc["runs"][0]))
+
+
 def test_a_folder_of_another_sweep_is_refused(tmp_path):
     Sweep.open(tmp_path / "s", SweepSpec(world=4)).save()
     with pytest.raises(SweepError, match="other options .*microbatches"):

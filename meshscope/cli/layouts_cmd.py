@@ -156,7 +156,7 @@ def sweep(world, model, dims, layouts, schedules, microbatches, global_batch, no
     click.echo(f"meshscope sweep: {len(sw.candidates)} layouts of {sw.spec.world} ranks, "
                f"model {sw.spec.model}, {len(todo)} to run -> {sw.folder}")
     for c in sw.candidates:
-        state = sw.state[c.name]["status"]
+        state = sw.state[c.name].status
         click.echo(f"  {c.name:<32} {c.label:<28} {state}")
     if list_only:
         return
@@ -169,7 +169,7 @@ def sweep(world, model, dims, layouts, schedules, microbatches, global_batch, no
     click.echo()
     click.echo(render(c))
     click.echo(f"\nsweep folder: {sw.folder} (comparison.json, comparison.csv)")
-    if any(sw.state[x.name]["status"] == "failed" for x in sw.candidates):
+    if any(sw.state[x.name].status == "failed" for x in sw.candidates):
         sys.exit(1)
 
 

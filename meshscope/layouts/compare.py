@@ -486,16 +486,15 @@ def _sweep_runs(folder: pathlib.Path) -> tuple[list[tuple[str, pathlib.Path]], l
     except SweepError as e:
         raise CompareError(str(e)) from None
     runs, failed = [], []
-    for r in data["runs"]:
-        path = folder / r["name"]
-        layout = (r.get("candidate") or {}).get("layout")
-        if r["status"] == "completed" and is_complete_run(path):
-            runs.append((r["name"], path))
+    for r in data.runs:
+        path = folder / r.name
+        if r.status == "completed" and is_complete_run(path):
+            runs.append((r.name, path))
         else:
-            status = r["status"] if r["status"] != "completed" else "failed"
-            failed.append(FailedRun(r["name"], str(path), layout, status,
-                                    r.get("error") or (None if status != "failed" else
-                                                       "its run directory is incomplete")))
+            status = r.status if r.status != "completed" else "failed"
+            failed.append(FailedRun(r.name, str(path), r.layout, status,
+                                    r.error or (None if status != "failed" else
+                                                "its run directory is incomplete")))
     return runs, failed
 
 

@@ -210,8 +210,62 @@ def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def read_sweep(folder: pathlib.Path) -> dict:
-    """A sweep folder's sweep.json (SweepError naming the file and the problem)."""
+@dataclasses.dataclass
+class SweepRun:
+    """One layout's state in sweep.json (an item of ``runs``, written in this order)."""
+    name: str
+    candidate: dict                 # ``Candidate.as_dict()``
+    status: str = "pending"         # one of STATUSES
+    error: str | None = None        # why it failed
+    stage: str | None = None        # the stage it was in: run, analyze
+    started: str | None = None      # ISO times, UTC
+    finished: str | None = None
+    wall_s: float | None = None
+
+    @property
+    def layout(self) -> str | None:
+        layout = self.candidate.get("layout")
+        return layout if isinstance(layout, str) else None
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepFile:
+    """A sweep folder's sweep.json, read (``read_sweep``)."""
+    spec: dict
+    created: str | None
+    runs: list[SweepRun]
+
+
+def _sweep_run(path: pathlib.Path, i: int, d) -> SweepRun:
+    """Item ``i`` of sweep.json's runs as a SweepRun; SweepError naming the field."""
+    def bad(field: str, what: str) -> SweepError:
+        return SweepError(f"{path}: field runs[{i}].{field} must be {what}")
+
+    if not isinstance(d, dict):
+        raise SweepError(f"{path}: field runs[{i}] must be an object")
+    if not isinstance(d.get("name"), str):
+        raise bad("name", "a string")
+    if d.get("status") not in STATUSES:
+        raise bad("status", f"one of {', '.join(STATUSES)}")
+    candidate = d.get("candidate") or {}
+    if not isinstance(candidate, dict):
+        raise bad("candidate", "an object")
+    for field in ("error", "stage", "started", "finished"):
+        if d.get(field) is not None and not isinstance(d[field], str):
+            raise bad(field, "a string or null")
+    wall_s = d.get("wall_s")
+    if wall_s is not None and (isinstance(wall_s, bool) or not isinstance(wall_s, (int, float))):
+        raise bad("wall_s", "a number or null")
+    return SweepRun(d["name"], candidate, d["status"], d.get("error"), d.get("stage"),
+                    d.get("started"), d.get("finished"), wall_s)
+
+
+def read_sweep(folder: pathlib.Path) -> SweepFile:
+    """A sweep folder's sweep.json, typed (SweepError naming the file, the field and the
+    problem)."""
     path = pathlib.Path(folder) / SWEEP_JSON
     try:
         data = json.loads(path.read_text())
@@ -224,11 +278,14 @@ def read_sweep(folder: pathlib.Path) -> dict:
                          f"{data.get('schema_version') if isinstance(data, dict) else None!r}"
                          f" (this meshscope reads version {SWEEP_SCHEMA_VERSION})")
     runs = data.get("runs")
-    if not isinstance(runs, list) or not all(isinstance(r, dict) and isinstance(
-            r.get("name"), str) and r.get("status") in STATUSES for r in runs):
+    if not isinstance(runs, list):
         raise SweepError(f"{path}: field runs must be a list of runs with a name and a status "
                          f"({', '.join(STATUSES)})")
-    return data
+    spec = data.get("spec")
+    created = data.get("created")
+    return SweepFile(spec if isinstance(spec, dict) else {},
+                     created if isinstance(created, str) else None,
+                     [_sweep_run(path, i, r) for i, r in enumerate(runs)])
 
 
 def is_complete_run(run: pathlib.Path) -> bool:
@@ -248,7 +305,7 @@ class Sweep:
         self.folder = pathlib.Path(folder)
         self.spec = spec
         self.candidates = candidates(spec)
-        self.state: dict = {}
+        self.state: dict[str, SweepRun] = {}
         self.created = _now()
 
     @classmethod
@@ -266,7 +323,7 @@ class Sweep:
         data = read_sweep(folder) if existing else None
         if data is not None:
             try:
-                stored = SweepSpec.from_dict(data["spec"])
+                stored = SweepSpec.from_dict(data.spec)
             except (KeyError, TypeError, ValueError) as e:
                 raise SweepError(f"{folder / SWEEP_JSON}: field spec is not usable ({e})") \
                     from None
@@ -278,14 +335,11 @@ class Sweep:
             spec = stored
         sweep = cls(folder, spec)
         if data is not None:
-            sweep.state = {r["name"]: r for r in data["runs"]}
+            sweep.state = {r.name: r for r in data.runs}
         for c in sweep.candidates:
-            sweep.state.setdefault(c.name, {"name": c.name, "candidate": c.as_dict(),
-                                            "status": "pending", "error": None,
-                                            "stage": None, "started": None, "finished": None,
-                                            "wall_s": None})
+            sweep.state.setdefault(c.name, SweepRun(c.name, c.as_dict()))
         if data is not None:
-            sweep.created = data.get("created") or sweep.created
+            sweep.created = data.created or sweep.created
         return sweep
 
     def save(self) -> None:
@@ -293,7 +347,7 @@ class Sweep:
         write_json_atomic(self.folder / SWEEP_JSON, {
             "schema_version": SWEEP_SCHEMA_VERSION, "kind": "meshscope-sweep",
             "created": self.created, "updated": _now(), "spec": self.spec.as_dict(),
-            "runs": [self.state[c.name] for c in self.candidates]})
+            "runs": [self.state[c.name].to_dict() for c in self.candidates]})
 
     def run_dir(self, name: str) -> pathlib.Path:
         return self.folder / name
@@ -307,9 +361,9 @@ class Sweep:
         out = []
         for c in self.candidates:
             st = self.state[c.name]
-            if st["status"] == "completed" and is_complete_run(self.run_dir(c.name)):
+            if st.status == "completed" and is_complete_run(self.run_dir(c.name)):
                 continue
-            if st["status"] == "failed" and not retry_failed:
+            if st.status == "failed" and not retry_failed:
                 continue
             out.append(c)
         return out
@@ -493,15 +547,14 @@ def run_sweep(sweep: Sweep, *, retry_failed: bool = False, progress: bool = True
     outcomes = []
     try:
         for cand in todo:
-            st = sweep.state[cand.name]
-            st.update(status="running", error=None, stage="run", started=_now(),
-                      finished=None, wall_s=None)
+            st = sweep.state[cand.name] = SweepRun(cand.name, cand.as_dict(), "running",
+                                                   stage="run", started=_now())
             sweep.save()
             display.start(cand.name)
             outcome = _launch_child(sweep, cand,
                                     on_stage=lambda s, n=cand.name: display.stage(n, s))
-            st.update(status=outcome.status, error=outcome.error, finished=_now(),
-                      wall_s=round(outcome.wall_s, 1), stage=outcome.stage)
+            st.status, st.error, st.stage = outcome.status, outcome.error, outcome.stage
+            st.finished, st.wall_s = _now(), round(outcome.wall_s, 1)
             sweep.save()
             outcomes.append(outcome)
             mark = "done" if outcome.status == "completed" else "FAILED"
