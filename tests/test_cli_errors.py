@@ -145,3 +145,29 @@ def test_damaged_step_timer_file_is_named_and_the_other_ranks_kept(tmp_path):
     assert "rank2.parquet" in summary["problems"][0]
     heatmap = pd.read_parquet(tmp_path / "run" / "report" / "step_heatmap.parquet")
     assert sorted(heatmap["rank"].unique()) == [0, 1, 3]
+
+
+@pytest.mark.parametrize("flag,pattern,said", [
+    ("--comm-kernel-regex", "nccl(", "--comm-kernel-regex 'nccl(' is not a regular expression"),
+    ("--step-annotation", "step[", "--step-annotation 'step[' is not a regular expression"),
+    ("--rank-regex", r"rank\d+", r"--rank-regex 'rank\\d+' must have exactly one group"),
+])
+def test_a_bad_pattern_is_one_line_in_the_command_and_an_input_error_in_the_api(
+        tmp_path, flag, pattern, said):
+    """Each flag's regular expression is checked in one place (``AnalysisOptions.patterns``):
+    the command exits 2 with one line before reading a trace and writes no report; the API
+    raises InputError naming the run folder (an unchecked --comm-kernel-regex used to reach
+    the API's caller as re.error)."""
+    from meshscope.analysis import api
+    from meshscope.analysis.errors import InputError
+
+    run = tmp_path / "run"
+    shutil.copytree(ROOT / "samples" / "dp4-ddp", run, ignore=shutil.ignore_patterns("report"))
+    proc = meshscope("analyze", run, flag, pattern)
+    assert proc.returncode == 2 and said in _one_error_line(proc)
+    assert not (run / "report" / "summary.json").exists()
+    field = {"--comm-kernel-regex": "comm_kernel_re", "--step-annotation": "step_annotation",
+             "--rank-regex": "rank_regex"}[flag]
+    with pytest.raises(InputError) as raised:
+        api.open(run, **{field: pattern}, cache_dir=None)
+    assert str(raised.value).startswith(f"{run}: ") and said in str(raised.value)

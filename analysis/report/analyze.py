@@ -44,7 +44,6 @@ from meshscope.analysis.comm import bandwidth_report, dims, instances, matching
 from meshscope.analysis.crossrank import clocks, graph, program, whatif
 from meshscope.analysis.errors import InputError
 from meshscope.analysis.ingest import budgets
-from meshscope.analysis.ingest.events import compile_rank_regex
 from meshscope.analysis.pipeline import bubble, schedule
 from meshscope.analysis.records import flight_recorder, steps as step_records
 from meshscope.analysis.report import engines, findings as findings_mod, inputs, rank_work
@@ -288,14 +287,12 @@ def _layout_map(inp: inputs.Inputs, options: AnalysisOptions):
 def _rank_options(inp: inputs.Inputs, options: AnalysisOptions) -> rank_work.RankOptions:
     """What every rank's work needs (compiled patterns, the cache), sent with each trace."""
     try:
-        step_re = re.compile(options.step_annotation) if options.step_annotation else None
-    except re.error as e:
-        raise InputError(inp.path, f"--step-annotation {options.step_annotation!r} is not a "
-                                   f"regular expression ({e})") from None
+        patterns = options.patterns()
+    except ValueError as e:
+        raise InputError(inp.path, str(e)) from None
     return rank_work.RankOptions(
-        comm_kernel_re=re.compile(options.comm_kernel_re) if options.comm_kernel_re else None,
-        rank_regex=compile_rank_regex(options.rank_regex), cache_dir=options.cache_dir,
-        step_annotation=step_re)
+        comm_kernel_re=patterns.comm_kernel_re, rank_regex=patterns.rank_regex,
+        cache_dir=options.cache_dir, step_annotation=patterns.step_annotation)
 
 
 @dataclasses.dataclass(frozen=True)

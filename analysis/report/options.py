@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
+import re
 from typing import TYPE_CHECKING
 
 from meshscope.analysis.ingest.budgets import Budgets
@@ -75,3 +76,28 @@ class AnalysisOptions:
         An unknown field is a TypeError naming it."""
         base = options if options is not None else cls()
         return dataclasses.replace(base, **fields) if fields else base
+
+    def patterns(self) -> Patterns:
+        """The regular expressions of these options, compiled: the one place they are
+        checked (the command before it starts, the analysis for the API). ValueError naming
+        the flag, the pattern and the problem, on one line."""
+        from meshscope.analysis.ingest.events import compile_rank_regex
+
+        compiled = {}
+        for flag, name in (("--comm-kernel-regex", "comm_kernel_re"),
+                           ("--step-annotation", "step_annotation")):
+            pattern = getattr(self, name)
+            try:
+                compiled[name] = re.compile(pattern) if pattern else None
+            except re.error as e:
+                raise ValueError(f"{flag} {pattern!r} is not a regular expression ({e})") \
+                    from None
+        return Patterns(rank_regex=compile_rank_regex(self.rank_regex), **compiled)
+
+
+@dataclasses.dataclass(frozen=True)
+class Patterns:
+    """``AnalysisOptions.patterns()``: each regular expression compiled, None when not given."""
+    comm_kernel_re: re.Pattern | None
+    rank_regex: re.Pattern | None
+    step_annotation: re.Pattern | None

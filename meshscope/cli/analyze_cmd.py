@@ -50,21 +50,10 @@ def default_options(target: pathlib.Path):
 
 def _check_patterns(options) -> None:
     """One line and exit code 2 for a flag's regular expression that does not compile."""
-    import re
-
-    from meshscope.analysis.ingest.events import compile_rank_regex
-
     try:
-        compile_rank_regex(options.rank_regex)
+        options.patterns()
     except ValueError as e:
         fail(str(e))
-    for flag, pattern in (("--comm-kernel-regex", options.comm_kernel_re),
-                          ("--step-annotation", options.step_annotation)):
-        try:
-            if pattern:
-                re.compile(pattern)
-        except re.error as e:
-            fail(f"{flag} {pattern!r} is not a regular expression ({e})")
 
 
 def run_analysis(path, out=None, options=None):
