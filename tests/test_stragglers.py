@@ -27,12 +27,16 @@ pytestmark = pytest.mark.slow
 # injected delay several times the noise. pp4 likewise, after a CI run where its 20 ms per
 # microbatch (80 ms per step) met 53 ms of step-time noise and no straggler was named; dp2-ep2
 # likewise, after a CI run whose suite ran 30 minutes instead of 17 gave it 88 ms of noise.
+# All 100 ms since a fresh clone's suite beside two busy loops: tp2-pp2's slowed rank 3 saved
+# its injected 200 ms a step exactly, but its tp peer, held against it, saved 111 ms on that
+# loaded machine (the what-if's floor), and a straggler must stand at twice the floor — 222
+# ms. 400 ms a step keeps the injected delay well above what the load does to healthy ranks.
 CASES = [
-    ("dp4", ["--layout", "dp=4"], 1, 50, 4),
-    ("dp2-pp2-stage1", ["--layout", "dp=2,pp=2", "--schedule", "1f1b"], 2, 50, 4),
-    ("tp2-pp2", ["--layout", "tp=2,pp=2", "--schedule", "1f1b"], 3, 50, 4),
-    ("pp4", ["--layout", "pp=4", "--schedule", "1f1b"], 1, 50, 4),
-    ("dp2-ep2", ["--layout", "dp=2,ep=2", "--model", "tiny-moe"], 0, 50, 4),
+    ("dp4", ["--layout", "dp=4"], 1, 100, 4),
+    ("dp2-pp2-stage1", ["--layout", "dp=2,pp=2", "--schedule", "1f1b"], 2, 100, 4),
+    ("tp2-pp2", ["--layout", "tp=2,pp=2", "--schedule", "1f1b"], 3, 100, 4),
+    ("pp4", ["--layout", "pp=4", "--schedule", "1f1b"], 1, 100, 4),
+    ("dp2-ep2", ["--layout", "dp=2,ep=2", "--model", "tiny-moe"], 0, 100, 4),
 ]
 
 
