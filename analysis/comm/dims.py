@@ -157,35 +157,51 @@ def attribute(*, op: str, p2p: bool, pg_name, pg_desc, pg_ranks: str, run: RunIn
 
 
 # The instance table's columns that ``interval_sets`` reads.
-INTERVAL_COLUMNS = ["dim", "call_ts_us", "call_end_us", "exec_ts_us", "exec_end_us", "end_us"]
+INTERVAL_COLUMNS = ["dim", "op", "call_ts_us", "call_end_us", "exec_ts_us", "exec_end_us",
+                    "end_us"]
 
 
-def interval_sets(inst, waits, wait_until) -> dict[str, "np.ndarray"]:
-    """dimension → the rank's communication time of that dimension: the host calls and the
-    executing spans of its instances (``analysis/comm/instances.py``) and the waits that ended
-    when one of them completed. The step breakdown splits exposed communication by these
-    sets (``analysis/timeline/breakdown.py``)."""
+def interval_sets(inst, waits, wait_until) -> dict[tuple[str, str], "np.ndarray"]:
+    """(dimension, op) → the rank's communication time of that dimension and op: the host
+    calls and the executing spans of its instances (``analysis/comm/instances.py``) and the
+    waits that ended when one of them completed. ``by_dimension`` unites them per dimension;
+    the step breakdown splits exposed communication by these sets
+    (``analysis/timeline/breakdown.py``)."""
     import numpy as np
 
     from meshscope.analysis.timeline import intervals as iv
 
-    out: dict[str, np.ndarray] = {}
+    out: dict[tuple[str, str], np.ndarray] = {}
     if inst is None or len(inst) == 0:
         return out
+    inst = inst[inst["dim"].notna()]
+    inst = inst.assign(op=inst["op"].astype(object).where(inst["op"].notna(), "unknown"))
     ends = {}
-    for dim, g in inst.groupby("dim"):
+    for (dim, op), g in inst.groupby(["dim", "op"], sort=True, observed=True):
+        key = (str(dim), str(op))
         starts = np.concatenate([g["call_ts_us"].to_numpy(float), g["exec_ts_us"].to_numpy(float)])
         stops = np.concatenate([g["call_end_us"].to_numpy(float), g["exec_end_us"].to_numpy(float)])
         ok = np.isfinite(starts) & np.isfinite(stops)
-        out[dim] = iv.union(starts[ok], stops[ok])
+        out[key] = iv.union(starts[ok], stops[ok])
         for e in g["end_us"].to_numpy(float):
-            ends[round(float(e), 3)] = dim
+            ends[round(float(e), 3)] = key
     if len(waits):
-        extra: dict[str, list] = {}
+        extra: dict[tuple[str, str], list] = {}
         for (a, b), c in zip(waits, wait_until):
-            dim = ends.get(round(float(c), 3))
-            if dim is not None:
-                extra.setdefault(dim, []).append((a, b))
-        for dim, spans in extra.items():
-            out[dim] = iv.merge(out.get(dim, iv.EMPTY), np.array(spans, dtype=np.float64))
+            key = ends.get(round(float(c), 3))
+            if key is not None:
+                extra.setdefault(key, []).append((a, b))
+        for key, spans in extra.items():
+            out[key] = iv.merge(out.get(key, iv.EMPTY), np.array(spans, dtype=np.float64))
     return out
+
+
+def by_dimension(sets: dict[tuple[str, str], "np.ndarray"]) -> dict[str, "np.ndarray"]:
+    """dimension → the union of its ops' sets (``interval_sets``), in the order of the
+    dimensions' first appearance there (sorted)."""
+    from meshscope.analysis.timeline import intervals as iv
+
+    out: dict[str, list] = {}
+    for (dim, _), x in sets.items():
+        out.setdefault(dim, []).append(x)
+    return {d: iv.merge(*xs) for d, xs in out.items()}

@@ -18,6 +18,14 @@ share_pct    total_us over the rank's device time in these windows × 100
 graph        True when launched by a CUDA graph (``cudaGraphLaunch``): counted as any other
 ============ ======================================================================
 
+``kernel_totals`` — every device event of the profiled steps, by name: one row per (rank,
+step, name) with ``category``, ``count`` and ``total_us``. An event belongs to the step that
+launched it (``rank_timeline.device_step_of``: the step whose host range holds its launching
+runtime call), as HTA assigns kernels to iterations; events no profiled step launched are not
+counted. Nothing is cut to the top: this is what ``meshscope compare`` diffs kernel by kernel
+(``analysis/compare/``), and the sum of ``total_us`` over a step's rows is the device time its
+launches ran.
+
 ``gemm_table`` — one row per matrix-multiplication operator call whose shapes the trace
 records (``aten::mm``, ``addmm``, ``bmm``, ``baddbmm``, ``matmul``, ``linear`` with
 ``Input Dims`` and ``Input type``: ``record_shapes=True``): ``op``, ``shapes`` (text),
@@ -42,6 +50,7 @@ CATEGORIES = ("gemm", "attention", "convolution", "norm/elementwise", "reduction
               "communication", "memcpy/memset", "other")
 KERNEL_COLUMNS = ["rank", "name", "category", "count", "total_us", "mean_us", "share_pct",
                   "graph"]
+TOTALS_COLUMNS = ["rank", "step", "name", "category", "count", "total_us"]
 GEMM_COLUMNS = ["rank", "op", "shapes", "dtype", "calls", "flops", "kernel_us", "tflops",
                 "peak_tflops", "efficiency"]
 GEMM_OPS = classify.GEMM_OPS
@@ -102,6 +111,28 @@ def kernel_table(rank: int, dev: pd.DataFrame, graph_corr: set[int]) -> pd.DataF
     out["mean_us"] = out["total_us"] / out["count"]
     out["share_pct"] = out["total_us"] / total * 100 if total > 0 else np.nan
     return out[KERNEL_COLUMNS]
+
+
+def kernel_totals(rank: int, dev: pd.DataFrame, step: np.ndarray) -> pd.DataFrame:
+    """Every device event by (step, name) (module docstring, ``TOTALS_COLUMNS``). ``dev``: the
+    rank's device events (name, cat, kind, dur_us); ``step``: the profiled step of each
+    (``rank_timeline.device_step_of``; -1 for none)."""
+    kept = step >= 0
+    if not kept.any():
+        return pd.DataFrame(columns=TOTALS_COLUMNS)
+    d = dev.loc[kept, ["name", "cat", "kind", "dur_us"]].assign(step=step[kept])
+    g = d.groupby(["step", "name"], sort=True, observed=True).agg(
+        count=("dur_us", "size"), total_us=("dur_us", "sum"), cat=("cat", "first"),
+        kind=("kind", "first")).reset_index()
+    label = {}
+    for n, c, k in zip(g["name"], g["cat"], g["kind"]):
+        if n not in label:
+            label[n] = category(str(n), str(c), str(k))
+    g["category"] = g["name"].map(label).astype(object)
+    g["name"] = g["name"].astype(object)
+    g["count"] = g["count"].astype(np.int64)
+    g["total_us"] = g["total_us"].astype(np.float64)
+    return g.assign(rank=rank)[TOTALS_COLUMNS]
 
 
 def category_totals(rank: int, dev: pd.DataFrame) -> pd.DataFrame:

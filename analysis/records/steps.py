@@ -24,7 +24,9 @@ step's collectives, so that is the step's time).
   ``step_time_us`` = T(s), ``tokens_per_s`` = tokens per step (global batch × sequence length
   from run.json) / T(s), ``mfu_pct`` = FLOPs per token × tokens/s / (world size × the device's
   peak FLOP/s) × 100 (PaLM's model FLOPs utilisation; NaN where the peak is unknown, e.g. every
-  CPU); ``loss`` the mean over the ranks that compute it.
+  CPU); ``loss`` the mean over the ranks that compute it; ``peak_memory_bytes`` the largest
+  over ranks of the step timers' peak memory in the step (CUDA: peak allocated device memory;
+  CPU: the process' peak resident set; null where the timers did not record it).
 
 ``step_heatmap`` columns: rank, step, wall_time_us, warmup, profiled, slow; ``heatmap_columns``
 groups a long run's steps into at most ``MAX_HEATMAP_COLUMNS`` columns to show. ``StepRecords``
@@ -45,7 +47,8 @@ WARMUP_FACTOR = 1.25
 SLOW_NOISE_FACTOR = 3.0
 SLOW_MIN_RATIO = 1.10
 HEATMAP_COLUMNS = ["rank", "step", "wall_time_us", "warmup", "profiled", "slow"]
-THROUGHPUT_COLUMNS = ["step", "loss", "step_time_us", "tokens_per_s", "mfu_pct"]
+THROUGHPUT_COLUMNS = ["step", "loss", "step_time_us", "tokens_per_s", "mfu_pct",
+                      "peak_memory_bytes"]
 HEATMAP_RUN_COLUMNS = ["rank", "column", "first_step", "last_step", "wall_time_us", "warmup",
                        "profiled", "slow"]
 MAX_HEATMAP_COLUMNS = 200
@@ -183,6 +186,11 @@ def throughput(steps: pd.DataFrame, run: RunInfo | None) -> pd.DataFrame:
     flops = run.model.flops_per_token if run is not None else None
     out["mfu_pct"] = (flops * out["tokens_per_s"] / (run.world_size * peak) * 100
                       if peak and flops and tokens else math.nan)
+    if "peak_memory_bytes" in steps and steps["peak_memory_bytes"].notna().any():
+        out["peak_memory_bytes"] = out["step"].map(
+            steps.groupby("step")["peak_memory_bytes"].max()).astype("Int64")
+    else:
+        out["peak_memory_bytes"] = pd.array([pd.NA] * len(out), dtype="Int64")
     return out[THROUGHPUT_COLUMNS]
 
 

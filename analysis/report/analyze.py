@@ -71,6 +71,8 @@ class Report:
     notes: list[str]
     on_gpu: bool
     breakdown: pd.DataFrame
+    exposed_comm: pd.DataFrame            # exposed communication per (rank, step, dim, op)
+    operator_totals: pd.DataFrame         # host operators per (rank, step, name)
     trace_overlap: pd.DataFrame
     bubbles: pd.DataFrame
     microbatches: pd.DataFrame
@@ -93,6 +95,7 @@ class Report:
     stream_idle: pd.DataFrame             # GPU: HTA's idle time breakdown per stream
     sync_calls: pd.DataFrame              # GPU: synchronisations and the idle they caused
     kernels: pd.DataFrame                 # GPU: the top kernels per rank
+    kernel_totals: pd.DataFrame           # GPU: every kernel per (rank, step, name)
     kernel_categories: pd.DataFrame       # GPU: device time per kernel category
     gemms: pd.DataFrame                   # GPU: matrix multiplications against the peak
     straggler: dict | None
@@ -366,7 +369,8 @@ def _cross_rank(stage: RankStage, layout_map, options: AnalysisOptions) -> Repor
     return Report(
         source=inp.path, run=run, ranks=ranks, missing_ranks=sorted(expected - set(ranks)),
         problems=inp.problems, notes=[*inp.notes, *matched.notes, *aligned.notes],
-        on_gpu=on_gpu, breakdown=tables.breakdown, trace_overlap=tables.trace_overlap,
+        on_gpu=on_gpu, breakdown=tables.breakdown, exposed_comm=tables.exposed_comm,
+        operator_totals=tables.operator_totals, trace_overlap=tables.trace_overlap,
         bubbles=tables.bubbles, microbatches=tables.microbatches,
         pipeline_phases=tables.pipeline_phases, stage_imbalance=tables.stage_imbalance,
         instances=aligned.instances, collectives=aligned.collectives,
@@ -433,9 +437,10 @@ def _aligned(results: list[rank_work.RankResult], inst: pd.DataFrame, ranks: lis
     timelines = {}
     for r, tl in shifted.items():
         mine = rows.get(r)
-        timelines[r] = dataclasses.replace(
-            tl, comm_by_dim=dims.interval_sets(spans.iloc[mine], tl.waits, tl.wait_until)
-            if mine is not None else {})
+        by_op = dims.interval_sets(spans.iloc[mine], tl.waits, tl.wait_until) \
+            if mine is not None else {}
+        timelines[r] = dataclasses.replace(tl, comm_by_dim=dims.by_dimension(by_op),
+                                           comm_by_dim_op=by_op)
     step_windows = [b - a for tl in timelines.values() for a, b in tl.steps.values()]
     return Aligned(offsets=offsets, instances=inst,
                    collectives=matching.collective_table(inst), p2p=matching.p2p_table(inst),
@@ -447,11 +452,14 @@ def _aligned(results: list[rank_work.RankResult], inst: pd.DataFrame, ranks: lis
 @dataclasses.dataclass(frozen=True)
 class StepTables:
     """The per-step tables of the aligned timelines: each rank's pipeline window per step
-    (``windows``; empty without pipeline parallelism), the step breakdown and idle, the GPU
+    (``windows``; empty without pipeline parallelism), the step breakdown, its exposed
+    communication per (dimension, op), the operators per step, idle, the GPU
     tables, the trace overlap, bubbles (with the schedule replay's columns), microbatches,
     pipeline phases and stage imbalance."""
     windows: dict
     breakdown: pd.DataFrame
+    exposed_comm: pd.DataFrame
+    operator_totals: pd.DataFrame
     idle: pd.DataFrame
     gpu: dict[str, pd.DataFrame]
     trace_overlap: pd.DataFrame
@@ -466,9 +474,13 @@ def _step_tables(timelines: dict[int, RankTimeline], results: list[rank_work.Ran
     """Pipeline windows, the step breakdown, bubbles (``timeline/breakdown``, ``pipeline/``)."""
     pipelined = run is not None and run.pipeline_stages > 1
     windows = bubble.pipeline_windows(timelines, run) if pipelined else {}
-    bd = pd.DataFrame([row for r, tl in sorted(timelines.items())
-                       for row in breakdown.step_rows(tl, windows.get(r))],
-                      columns=breakdown.COLUMNS)
+    wide, long_rows = [], []
+    for r, tl in sorted(timelines.items()):
+        rows, exposed_rows = breakdown.step_tables(tl, windows.get(r))
+        wide += rows
+        long_rows += exposed_rows
+    bd = pd.DataFrame(wide, columns=breakdown.COLUMNS)
+    exposed = pd.DataFrame(long_rows, columns=breakdown.EXPOSED_COLUMNS)
     idle = pd.DataFrame([row for r, tl in sorted(timelines.items())
                          for row in breakdown.idle_rows(tl, windows.get(r))],
                         columns=breakdown.IDLE_COLUMNS)
@@ -481,7 +493,9 @@ def _step_tables(timelines: dict[int, RankTimeline], results: list[rank_work.Ran
     if not bub.empty:
         replayed = schedule.replay(mb, bubble.pipeline_groups(run, ranks))
         bub = bub.merge(replayed, on=["rank", "step"], how="left")
-    return StepTables(windows=windows, breakdown=bd, idle=idle, gpu=gpu,
+    ops = _concat([r.operators for r in by_rank], report_tables.COLUMNS["operator_totals"])
+    return StepTables(windows=windows, breakdown=bd, exposed_comm=exposed,
+                      operator_totals=ops, idle=idle, gpu=gpu,
                       trace_overlap=trace_ov, bubbles=bub, microbatches=mb,
                       pipeline_phases=schedule.phase_table(mb, windows),
                       stage_imbalance=schedule.imbalance_table(mb))

@@ -58,7 +58,7 @@ from meshscope.collectors.run_info import RunInfo, read_run_info
 # not by more than this factor: a larger world size is not believed (nor allocated).
 RANKS_PER_FILE = 8
 # What the report reads of the step timers (analysis/records/steps.py).
-STEP_COLUMNS = ["rank", "step", "wall_time_us", "loss"]
+STEP_COLUMNS = ["rank", "step", "wall_time_us", "loss", "peak_memory_bytes"]
 
 
 @dataclasses.dataclass

@@ -23,7 +23,7 @@ from meshscope.analysis.gpu import idle as gpu_idle
 from meshscope.analysis.ingest import events as ingest
 from meshscope.analysis.ingest import validate
 from meshscope.analysis.report.inputs import TraceIdentity, identity
-from meshscope.analysis.timeline import breakdown
+from meshscope.analysis.timeline import breakdown, operators
 from meshscope.analysis.timeline import rank_timeline as timeline
 
 
@@ -51,6 +51,8 @@ class RankResult:
     # GPU ranks: the tables of ``analysis/gpu/`` (``gpu_tables``); empty on CPU-only traces.
     gpu: dict[str, pd.DataFrame] = dataclasses.field(default_factory=dict)
     notes: list[str] = dataclasses.field(default_factory=list)
+    # The host operators per profiled step (``timeline/operators.py``).
+    operators: pd.DataFrame | None = None
 
     @property
     def rank(self) -> int:
@@ -78,8 +80,17 @@ def rank_work(path: pathlib.Path, opts: RankOptions) -> RankResult:
         meta=instances.small_meta(trace.meta),
         problems=list(getattr(trace, "problems", []) or []),
         gpu=gpu_tables(trace, tl) if tl.on_gpu else {}, notes=notes,
+        operators=_operators(trace, tl),
         implausible=validate.step_windows_problem(
             tl.host_steps if tl.window_source != "trace" else {}, tl.span))
+
+
+def _operators(trace: ingest.RankTrace, tl: timeline.RankTimeline) -> pd.DataFrame:
+    """The rank's host operators per profiled step (``timeline/operators.py``), from the few
+    columns it reads."""
+    ev = trace.events
+    host = ev.loc[~ev["device"].to_numpy(), ["name", "kind", "ts_us", "dur_us"]]
+    return operators.operator_totals(trace.rank, host, tl.host_steps)
 
 
 # Synchronisations whose call sites are looked up (the ones that left the device idle longest).
@@ -140,6 +151,8 @@ def gpu_tables(trace: ingest.RankTrace, tl: timeline.RankTimeline) -> dict[str, 
                                             if len(sel) else np.zeros(0)),
         "sync_calls": calls.assign(rank=r),
         "kernels": kernels.kernel_table(r, in_dev, graph),
+        "kernel_totals": kernels.kernel_totals(
+            r, dev, timeline.device_step_of(tl.host_steps, host, dev)),
         "kernel_categories": kernels.category_totals(r, in_dev),
         "gemms": kernels.gemm_table(r, host, in_dev, launch_calls, device_name),
     }

@@ -20,19 +20,22 @@ from meshscope.analysis.gpu import host_activity, kernels, step_categories
 from meshscope.analysis.gpu import idle as gpu_idle
 from meshscope.analysis.pipeline import bubble, schedule
 from meshscope.analysis.records import flight_recorder, steps
-from meshscope.analysis.timeline import breakdown, segments
+from meshscope.analysis.timeline import breakdown, operators, segments
 
 GPU_COLUMNS: dict[str, list[str]] = {
     "step_categories": step_categories.COLUMNS,
     "stream_idle": gpu_idle.STREAM_COLUMNS,
     "sync_calls": ["rank", "step"] + host_activity.SITE_COLUMNS + ["idle_after_us"],
     "kernels": kernels.KERNEL_COLUMNS,
+    "kernel_totals": kernels.TOTALS_COLUMNS,
     "kernel_categories": ["rank", "category", "count", "total_us"],
     "gemms": kernels.GEMM_COLUMNS,
 }
 
 COLUMNS: dict[str, list[str]] = {
     "breakdown": breakdown.COLUMNS,
+    "exposed_comm": breakdown.EXPOSED_COLUMNS,
+    "operator_totals": operators.COLUMNS,
     "trace_overlap": breakdown.TRACE_OVERLAP_COLUMNS,
     "bubbles": bubble.COLUMNS + ["replayed_window_us", "replayed_bubble_fraction"],
     "microbatches": schedule.MB_COLUMNS,

@@ -29,6 +29,23 @@ overlap_pct             |M ∩ C| / |M| × 100 (HTA's ``get_comm_comp_overlap``)
 
 The stacked breakdown (compute_us − overlapped_comm_us) + overlapped_comm_us + exposed_comm_us +
 bubble_us + other_us + idle_us equals window_us exactly.
+
+``step_tables`` gives, beside those rows, the exposed communication of each step split
+further by operation — the report's ``exposed_comm`` table, long, ``EXPOSED_COLUMNS``:
+
+=============== ===========================================================================
+column          definition
+=============== ===========================================================================
+rank, step      as above
+dim             the dimension (``DIM_ORDER``; ``unknown`` as above)
+op              the operation (``all_reduce``, ``send``, ``all_to_all`` … as the instance
+                table names it; ``unknown`` for exposed time of no known operation)
+exposed_us      the part of ``exposed_comm_<dim>_us`` from that operation: within a
+                dimension, overlapping operations are credited in the order of their names
+=============== ===========================================================================
+
+For each (rank, step, dim) the rows' ``exposed_us`` add up to ``exposed_comm_<dim>_us``
+exactly; a (dim, op) with no exposed time in the step has no row.
 """
 from __future__ import annotations
 
@@ -45,6 +62,7 @@ BASE_COLUMNS = ["rank", "step", "window_us", "compute_us", "comm_us", "overlappe
                 "exposed_comm_us", "bubble_us", "other_us", "idle_us", "overlap_pct"]
 DIM_COLUMNS = [f"exposed_comm_{d}_us" for d in DIM_ORDER]
 COLUMNS = BASE_COLUMNS + DIM_COLUMNS
+EXPOSED_COLUMNS = ["rank", "step", "dim", "op", "exposed_us"]
 
 
 def overlap_pct(compute: np.ndarray, comm: np.ndarray) -> float:
@@ -67,7 +85,14 @@ def step_rows(tl: RankTimeline, pipeline_windows: dict[int, np.ndarray] | None =
               ) -> list[dict]:
     """One row per step of the rank (module docstring), as dicts: the report makes one table of
     every rank's rows, faster than a table per rank."""
-    rows = []
+    return step_tables(tl, pipeline_windows)[0]
+
+
+def step_tables(tl: RankTimeline, pipeline_windows: dict[int, np.ndarray] | None = None
+                ) -> tuple[list[dict], list[dict]]:
+    """(``step_rows``, the rank's ``exposed_comm`` rows): the breakdown of every step and its
+    exposed communication per (dimension, op), from one pass (module docstring)."""
+    rows, long_rows = [], []
     for step, (start, end) in sorted(tl.steps.items()):
         C, M, O = (iv.clip(x, start, end) for x in (tl.compute, tl.comm, tl.other))
         P = _pipeline_set(tl, pipeline_windows, step, start, end)
@@ -86,10 +111,33 @@ def step_rows(tl: RankTimeline, pipeline_windows: dict[int, np.ndarray] | None =
         for dim in DIM_ORDER[:-1]:
             part = iv.intersect(remaining, tl.comm_by_dim.get(dim, iv.EMPTY))
             row[f"exposed_comm_{dim}_us"] = iv.length(part)
+            long_rows += _by_op(tl, step, dim, part)
             remaining = iv.subtract(remaining, part)
         row["exposed_comm_unknown_us"] = iv.length(remaining)
+        long_rows += _by_op(tl, step, "unknown", remaining)
         rows.append(row)
-    return rows
+    return rows, long_rows
+
+
+def _by_op(tl: RankTimeline, step: int, dim: str, part: np.ndarray) -> list[dict]:
+    """The ``exposed_comm`` rows of one step's exposed time ``part`` of ``dim``: split over
+    that dimension's operations in the order of their names, the rest ``unknown``."""
+    out = []
+    if not len(part):
+        return out
+    remaining = part
+    for (d, op), x in sorted(tl.comm_by_dim_op.items()):
+        if d != dim or op == "unknown" or not len(remaining):
+            continue
+        mine = iv.intersect(remaining, x)
+        if len(mine):
+            out.append({"rank": tl.rank, "step": step, "dim": dim, "op": op,
+                        "exposed_us": iv.length(mine)})
+            remaining = iv.subtract(remaining, mine)
+    if iv.length(remaining) > 0:
+        out.append({"rank": tl.rank, "step": step, "dim": dim, "op": "unknown",
+                    "exposed_us": iv.length(remaining)})
+    return out
 
 
 def trace_overlap(tl: RankTimeline) -> dict:

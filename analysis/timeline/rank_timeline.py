@@ -66,6 +66,8 @@ class RankTimeline:
     window_source: str = "ProfilerStep"
     # GPU traces: cause → the device idle time charged to it (``analysis/gpu/idle.py``).
     idle_causes: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
+    # ``comm_by_dim`` split further by op: (dimension, op) → its part of M (``dims``).
+    comm_by_dim_op: dict[tuple[str, str], np.ndarray] = dataclasses.field(default_factory=dict)
 
     def shifted(self, dt_us: float) -> "RankTimeline":
         """This timeline on the reference rank's clock: ``dt_us`` (the offset the analysis
@@ -84,6 +86,7 @@ class RankTimeline:
         return dataclasses.replace(
             self, compute=at(self.compute), comm=at(self.comm),
             comm_by_dim={d: at(x) for d, x in self.comm_by_dim.items()},
+            comm_by_dim_op={k: at(x) for k, x in self.comm_by_dim_op.items()},
             other=at(self.other),
             steps={k: (at(a), at(b)) for k, (a, b) in self.steps.items()},
             host_steps={k: (at(a), at(b)) for k, (a, b) in self.host_steps.items()},
@@ -191,23 +194,17 @@ def device_step_windows(host_steps: dict[int, tuple[float, float]], host: pd.Dat
     keys = sorted(host_steps)
     if not keys:
         return {}
-    starts = np.array([host_steps[k][0] for k in keys])
-    ends = np.array([host_steps[k][1] for k in keys])
     dev_end: dict[int, float] = {}
     dev_first: dict[int, float] = {}
     before = -np.inf
     if not device.empty:
-        t = launch_times(host, device)
+        step, early = _launching_step(host_steps, host, device)
         ts, end = device["ts_us"].to_numpy(), device["end_us"].to_numpy()
-        t = np.where(np.isnan(t), ts, t)      # no launch record at all: its own start
-        i = np.searchsorted(starts, t, side="right") - 1
-        inside = (i >= 0) & (t < ends[np.clip(i, 0, None)])
-        for j, k in enumerate(keys):
-            mine = inside & (i == j)
+        for k in keys:
+            mine = step == k
             if mine.any():
                 dev_end[k] = float(end[mine].max())
                 dev_first[k] = float(ts[mine].min())
-        early = t < starts[0]
         if early.any():
             before = float(end[early].max())
     gpu_steps = host[(host["cat"] == "gpu_user_annotation")
@@ -232,6 +229,34 @@ def device_step_windows(host_steps: dict[int, tuple[float, float]], host: pd.Dat
         out[k] = (start, end_k)
         prev_end = end_k
     return out
+
+
+NO_STEP = -1
+
+
+def device_step_of(host_steps: dict[int, tuple[float, float]], host: pd.DataFrame,
+                   device: pd.DataFrame) -> np.ndarray:
+    """For each device event, the step it belongs to — the step whose host range holds the
+    runtime call that launched it (an event without one: the step whose range holds its
+    start), as ``device_step_windows`` assigns them — or ``NO_STEP`` (-1) for an event that no
+    profiled step launched."""
+    if not host_steps or device.empty:
+        return np.full(len(device), NO_STEP, dtype=np.int64)
+    return _launching_step(host_steps, host, device)[0]
+
+
+def _launching_step(host_steps: dict[int, tuple[float, float]], host: pd.DataFrame,
+                    device: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """(``device_step_of``, whether each event was launched before the first step began)."""
+    keys = sorted(host_steps)
+    starts = np.array([host_steps[k][0] for k in keys])
+    ends = np.array([host_steps[k][1] for k in keys])
+    t = launch_times(host, device)
+    t = np.where(np.isnan(t), device["ts_us"].to_numpy(), t)   # no launch record: its start
+    i = np.searchsorted(starts, t, side="right") - 1
+    inside = (i >= 0) & (t < ends[np.clip(i, 0, None)])
+    step = np.where(inside, np.asarray(keys, dtype=np.int64)[np.clip(i, 0, None)], NO_STEP)
+    return step, t < starts[0]
 
 
 def _scopes(host: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, list[str]]:
