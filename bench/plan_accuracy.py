@@ -38,7 +38,7 @@ import pandas as pd
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from meshscope.layouts.compare import calibrated_planner, compare  # noqa: E402
+from meshscope.layouts.ranked import calibrated_planner, compare  # noqa: E402
 from meshscope.collectors import step_timer  # noqa: E402
 from meshscope.collectors.run_info import read_run_info  # noqa: E402
 from meshscope.layouts.plan import CPU_ASSUMED_FLOPS, Rates, memory  # noqa: E402
@@ -97,7 +97,7 @@ def _step0_peak(run: pathlib.Path) -> dict[int, int]:
 
 
 def _estimates(run: pathlib.Path):
-    from meshscope.layouts.compare import candidate_of, spec_of
+    from meshscope.layouts.ranked import candidate_of, spec_of
     info = read_run_info(run)
     cand, spec = candidate_of(info), spec_of(info)
     return info, cand, memory(spec, cand)

@@ -12,8 +12,10 @@ import pytest
 from conftest import ROOT, meshscope
 import dataclasses
 
-from meshscope.layouts.compare import (TIE_REL, CompareError, Comparison, compare, explain,
-                                    render, spearman, tied, worse_end)
+from meshscope.analysis.compare import CompareError
+from meshscope.analysis.compare.ranking import (TIE_REL, Comparison, explain, render, spearman,
+                                                tied, worse_end)
+from meshscope.layouts.ranked import compare
 from meshscope.layouts.plan import theory_fraction
 from meshscope.layouts.throughput import step_table
 from meshscope.collectors.run_info import read_run_info
@@ -103,7 +105,11 @@ def test_explanations_name_the_bubble_and_its_remedy(comparison):
 def test_json_and_csv_for_scripts(tmp_path, comparison):
     proc = meshscope("compare", *[SAMPLES / r for r in RUNS], "--json", check=True)
     data = json.loads(proc.stdout)
+    diffs, gate = data.pop("diffs"), data.pop("gate")
     assert data == json.loads(json.dumps(comparison.to_dict()))
+    # each later run against the first, no condition asked
+    assert [(d["before"]["name"], d["after"]["name"]) for d in diffs] == \
+        [(RUNS[0], r) for r in RUNS[1:]] and gate == []
     assert data["winner"] == comparison.winner.name
     out = tmp_path / "table.csv"
     meshscope("compare", *[SAMPLES / r for r in RUNS], "--csv", out, check=True)
@@ -128,8 +134,8 @@ def test_unusable_paths_are_one_line_and_exit_2(tmp_path):
     proc = meshscope("compare", tmp_path / "nope", SAMPLES / "dp4-ddp")
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "nope" in proc.stderr
     (tmp_path / "empty").mkdir()
-    proc = meshscope("compare", tmp_path / "empty")
-    assert proc.returncode == 2 and "run.json" in proc.stderr
+    proc = meshscope("compare", tmp_path / "empty")      # one folder, and not a sweep
+    assert proc.returncode == 2 and "two or more runs" in proc.stderr
     with pytest.raises(CompareError, match="nothing to compare"):
         compare([])
 

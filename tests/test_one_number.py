@@ -10,7 +10,7 @@ import pathlib
 
 import pytest
 
-from meshscope.layouts import compare as compare_mod
+from meshscope.layouts import ranked as compare_mod
 from meshscope.analysis.report import reader, text
 from meshscope.dashboard import state as st
 from meshscope.dashboard.app import BUILDERS

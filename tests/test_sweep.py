@@ -12,7 +12,7 @@ import time
 import pytest
 
 from conftest import ROOT, meshscope, processes_under
-from meshscope.layouts.compare import compare
+from meshscope.layouts.ranked import compare
 from meshscope.layouts.plan import Candidate
 from meshscope.layouts.sweep import Sweep, SweepError, SweepSpec, candidates
 from meshscope.parallel.config import PRESETS

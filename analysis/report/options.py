@@ -77,6 +77,22 @@ class AnalysisOptions:
         base = options if options is not None else cls()
         return dataclasses.replace(base, **fields) if fields else base
 
+    def key_fields(self, baseline_path: str | None = None) -> dict:
+        """The options that change the report, as the reuse key holds them
+        (``analysis/report/reuse.py``): the patterns, the layout, the warm-up, the baseline's
+        file (``baseline_path``: its content is stat-ed by the key) and the budgets where
+        they are not the defaults. Where and how fast the work runs (engine, workers, cache,
+        progress) changes no number."""
+        from meshscope.analysis.ingest.budgets import non_default
+
+        key = {"comm_kernel_regex": self.comm_kernel_re, "rank_regex": self.rank_regex,
+               "layout": self.layout, "rank_order": self.rank_order,
+               "warmup_steps": self.warmup_steps, "baseline": baseline_path,
+               "step_annotation": self.step_annotation}
+        if (limits := non_default(self.budgets)) is not None:
+            key["budgets"] = limits
+        return key
+
     def patterns(self) -> Patterns:
         """The regular expressions of these options, compiled: the one place they are
         checked (the command before it starts, the analysis for the API). ValueError naming

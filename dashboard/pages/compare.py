@@ -19,9 +19,9 @@ import logging
 import plotly.graph_objects as go
 from dash import html
 
-from meshscope.layouts.compare import TIE_REL, Comparison, worse_end
+from meshscope.analysis.compare.ranking import TIE_REL, Comparison, worse_end
 from meshscope.vocabulary import COMM_DIMS, STEP_TIME_SOURCES
-from meshscope.layouts.compare import compare as do_compare
+from meshscope.layouts.ranked import compare as do_compare
 from meshscope.analysis.report import reader
 
 from .. import sections as S

@@ -12,7 +12,7 @@ import sys
 
 import click
 
-from . import analyze_cmd, dashboard_cmd, layouts_cmd, run_cmd
+from . import analyze_cmd, compare_cmd, dashboard_cmd, layouts_cmd, run_cmd
 
 
 @click.group()
@@ -21,7 +21,7 @@ def main():
     """Profile and analyse parallel LLM training runs."""
 
 
-for _module in (run_cmd, analyze_cmd, dashboard_cmd, layouts_cmd):
+for _module in (run_cmd, analyze_cmd, dashboard_cmd, compare_cmd, layouts_cmd):
     for _command in _module.COMMANDS:
         main.add_command(_command)
 

@@ -1,6 +1,7 @@
 """``meshscope analyze``: a run directory or any folder of Kineto traces → its report."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import pathlib
 
@@ -81,102 +82,164 @@ def run_analysis(path, out=None, options=None):
     return report, target
 
 
+#: The options of an analysis, in the order ``--help`` lists them: ``analyze`` takes them,
+#: and ``compare`` takes the same for every path it analyses (``analysis_flags``).
+_FLAGS = (
+    click.option("--comm-kernel-regex", default=None,
+                 help="Extra regular expression for communication kernels (e.g. custom "
+                      "symmetric-memory or DeepEP kernels)."),
+    click.option("--rank-regex", default=None,
+                 help="For traces without distributedInfo whose file names are not rank<N> / "
+                      "worker<N>: a regular expression with one group that captures the rank "
+                      "from the file name, e.g. 'gpu(\\d+)'."),
+    click.option("--step-annotation", default=None, metavar="REGEX",
+                 help="For traces without ProfilerStep ranges (inference, custom loops): a "
+                      "regular expression naming the host ranges that are steps (its first "
+                      "group, if a number, numbers them); without it such a trace is one "
+                      "window."),
+    click.option("--no-cache", is_flag=True,
+                 help="Parse every trace afresh instead of reusing the parquet copies kept in "
+                      "the report directory's .cache/ (keyed by each file's content hash)."),
+    click.option("--baseline", default=None, type=click.Path(exists=True),
+                 help="Bandwidth baseline: `meshscope bench-comm`'s baseline.parquet, or "
+                      "nccl-tests output (a log, or a folder of *.log)."),
+    click.option("--layout", default=None,
+                 help="For traces of another framework whose groups carry no mesh names: the "
+                      "job's layout, e.g. dp=4,tp=2,pp=2, so that each process group maps to "
+                      "its dimension by its ranks."),
+    click.option("--rank-order", default=None,
+                 help="With --layout: how ranks were laid out, dimensions from the "
+                      "fastest-varying to the slowest, e.g. tp-cp-ep-dp-pp (Megatron's "
+                      "default, also 'megatron'), tp-cp-dp-pp ('torchtitan', meshscope's own; "
+                      "the default)."),
+    click.option("--warmup-steps", default=0, show_default=True, type=click.IntRange(min=0),
+                 help="Treat the first N steps as warm-up (besides those the step time "
+                      "shows)."),
+    click.option("--engine", default="local", show_default=True,
+                 type=click.Choice(["local", "dask"]),
+                 help="Where the per-rank work runs: this machine's processes, or a Dask "
+                      "cluster (docs/scaling.md)."),
+    click.option("--scheduler", default=None,
+                 help="With --engine dask: the scheduler's address (tcp://host:8786); without "
+                      "it a local cluster of --workers processes."),
+    click.option("--max-trace-bytes", default=None, metavar="SIZE",
+                 help="Budget: JSON text one trace may inflate to (default 8GiB); a trace past "
+                      "any budget is refused while it is read, the other ranks analysed."),
+    click.option("--max-events", default=None, type=click.IntRange(min=1), metavar="N",
+                 help="Budget: events in one trace (default 20,000,000)."),
+    click.option("--max-event-bytes", default=None, metavar="SIZE",
+                 help="Budget: text of one event, so of any string in it (default 64MiB)."),
+    click.option("--max-rank-memory", default=None, metavar="SIZE",
+                 help="Budget: memory of one rank's event table, or of a trace that cannot be "
+                      "streamed (default 8GiB)."),
+    click.option("--max-nesting", default=None, type=click.IntRange(min=1), metavar="N",
+                 help="Budget: levels of nested arrays and objects anywhere in one trace "
+                      "(default 64; a Kineto event is about 5 deep)."),
+    click.option("--workers", default=None, type=click.IntRange(min=1),
+                 help="Worker processes (default: one per core; with --engine dask and no "
+                      "--scheduler, the local cluster's size, default 2)."),
+)
+#: The keyword arguments ``_FLAGS`` give a command, in order.
+FLAG_NAMES = ("comm_kernel_regex", "rank_regex", "step_annotation", "no_cache", "baseline",
+              "layout", "rank_order", "warmup_steps", "engine", "scheduler", "max_trace_bytes",
+              "max_events", "max_event_bytes", "max_rank_memory", "max_nesting", "workers")
+
+
+def analysis_flags(f):
+    """The analysis' options as a command's flags (``_FLAGS``): ``analyze`` and ``compare``."""
+    for o in reversed(_FLAGS):
+        f = o(f)
+    return f
+
+
+@dataclasses.dataclass(frozen=True)
+class AnalysisFlags:
+    """What the analysis flags of one command say: the options without their cache folder
+    (each report directory has its own, ``options_for``), the baseline's path (part of the
+    reuse key) and whether caches are off (``--no-cache``)."""
+    options: object                     # AnalysisOptions
+    baseline_path: str | None
+    no_cache: bool
+
+    def options_for(self, target: pathlib.Path):
+        """The options of an analysis whose report goes to ``target``: its trace cache in
+        ``target/.cache`` unless ``--no-cache``."""
+        from meshscope.collectors.run_dir import ReportDir
+
+        return dataclasses.replace(
+            self.options, cache_dir=None if self.no_cache else ReportDir(target).cache)
+
+
+def analysis_options(flags: dict) -> AnalysisFlags:
+    """The ``AnalysisFlags`` of a command's keyword arguments (``FLAG_NAMES``); one line and
+    exit code 2 for a budget that is not a size or a pattern that does not compile."""
+    from meshscope.analysis.ingest import budgets
+    from meshscope.analysis.report.options import AnalysisOptions
+
+    sizes = {"events": flags["max_events"], "nesting": flags["max_nesting"]}
+    for name, flag, text in (("trace_bytes", "--max-trace-bytes", flags["max_trace_bytes"]),
+                             ("event_bytes", "--max-event-bytes", flags["max_event_bytes"]),
+                             ("rank_memory", "--max-rank-memory", flags["max_rank_memory"])):
+        try:
+            sizes[name] = budgets.parse_size(text) if text is not None else None
+        except ValueError as e:
+            fail(f"{flag}: {e}")
+    # The budgets in force: this process' environment, with the flags given over it.
+    limits = dataclasses.replace(budgets.current(),
+                                 **{k: v for k, v in sizes.items() if v is not None})
+    options = AnalysisOptions(
+        comm_kernel_re=flags["comm_kernel_regex"], rank_regex=flags["rank_regex"],
+        step_annotation=flags["step_annotation"], workers=flags["workers"], progress=True,
+        baseline=_load_baseline(flags["baseline"]), layout=flags["layout"],
+        rank_order=flags["rank_order"], warmup_steps=flags["warmup_steps"],
+        engine=flags["engine"], scheduler=flags["scheduler"], budgets=limits)
+    return AnalysisFlags(options, flags["baseline"], bool(flags["no_cache"]))
+
+
+def before_analysis(options):
+    """What a command does just before an analysis starts (not when a stored report is
+    reused, which imports nothing heavy): the flags' patterns checked (one line, exit 2) and
+    the system allocator set before pyarrow is imported."""
+    def prepare():
+        from meshscope.analysis.report.process_memory import use_system_allocator
+
+        use_system_allocator()
+        _check_patterns(options)
+    return prepare
+
+
+def ensure_report(path, target, flags: AnalysisFlags):
+    """``analysis.report.ensure.analysed`` for a command: the stored report of ``path`` in
+    ``target`` when its inputs and options are unchanged, else analysed and written; one line
+    and exit code 2 for bad input or a report that cannot be written."""
+    from meshscope.analysis.errors import InputError
+    from meshscope.analysis.report.ensure import analysed
+    from meshscope.collectors.run_dir import RunDirError
+
+    try:
+        return analysed(pathlib.Path(path), pathlib.Path(target), flags.options_for(target),
+                        baseline_path=flags.baseline_path, reuse_report=not flags.no_cache,
+                        before_analysis=before_analysis(flags.options))
+    except (InputError, RunDirError) as e:
+        fail(str(e))
+    except OSError as e:
+        fail(f"{target}: cannot write the report ({e.strerror}); choose another with --out DIR")
+
+
 @click.command()
 @click.argument("path", type=click.Path())
 @click.option("--out", type=click.Path(file_okay=False),
               help="Report directory (default: PATH/report).")
 @click.option("--json", "as_json", is_flag=True, help="Print summary.json instead of text.")
-@click.option("--comm-kernel-regex", default=None,
-              help="Extra regular expression for communication kernels (e.g. custom "
-                   "symmetric-memory or DeepEP kernels).")
-@click.option("--rank-regex", default=None,
-              help="For traces without distributedInfo whose file names are not rank<N> / "
-                   "worker<N>: a regular expression with one group that captures the rank "
-                   "from the file name, e.g. 'gpu(\\d+)'.")
-@click.option("--step-annotation", default=None, metavar="REGEX",
-              help="For traces without ProfilerStep ranges (inference, custom loops): a "
-                   "regular expression naming the host ranges that are steps (its first "
-                   "group, if a number, numbers them); without it such a trace is one "
-                   "window.")
-@click.option("--no-cache", is_flag=True,
-              help="Parse every trace afresh instead of reusing the parquet copies kept in "
-                   "the report directory's .cache/ (keyed by each file's content hash).")
-@click.option("--baseline", default=None, type=click.Path(exists=True),
-              help="Bandwidth baseline: `meshscope bench-comm`'s baseline.parquet, or "
-                   "nccl-tests output (a log, or a folder of *.log).")
-@click.option("--layout", default=None,
-              help="For traces of another framework whose groups carry no mesh names: the "
-                   "job's layout, e.g. dp=4,tp=2,pp=2, so that each process group maps to its "
-                   "dimension by its ranks.")
-@click.option("--rank-order", default=None,
-              help="With --layout: how ranks were laid out, dimensions from the fastest-varying "
-                   "to the slowest, e.g. tp-cp-ep-dp-pp (Megatron's default, also "
-                   "'megatron'), tp-cp-dp-pp ('torchtitan', meshscope's own; the default).")
-@click.option("--warmup-steps", default=0, show_default=True, type=click.IntRange(min=0),
-              help="Treat the first N steps as warm-up (besides those the step time shows).")
-@click.option("--engine", default="local", show_default=True,
-              type=click.Choice(["local", "dask"]),
-              help="Where the per-rank work runs: this machine's processes, or a Dask cluster "
-                   "(docs/scaling.md).")
-@click.option("--scheduler", default=None,
-              help="With --engine dask: the scheduler's address (tcp://host:8786); without it "
-                   "a local cluster of --workers processes.")
-@click.option("--max-trace-bytes", default=None, metavar="SIZE",
-              help="Budget: JSON text one trace may inflate to (default 8GiB); a trace past "
-                   "any budget is refused while it is read, the other ranks analysed.")
-@click.option("--max-events", default=None, type=click.IntRange(min=1), metavar="N",
-              help="Budget: events in one trace (default 20,000,000).")
-@click.option("--max-event-bytes", default=None, metavar="SIZE",
-              help="Budget: text of one event, so of any string in it (default 64MiB).")
-@click.option("--max-rank-memory", default=None, metavar="SIZE",
-              help="Budget: memory of one rank's event table, or of a trace that cannot be "
-                   "streamed (default 8GiB).")
-@click.option("--max-nesting", default=None, type=click.IntRange(min=1), metavar="N",
-              help="Budget: levels of nested arrays and objects anywhere in one trace "
-                   "(default 64; a Kineto event is about 5 deep).")
-@click.option("--workers", default=None, type=click.IntRange(min=1),
-              help="Worker processes (default: one per core; with --engine dask and no "
-                   "--scheduler, the local cluster's size, default 2).")
-def analyze(path, out, as_json, comm_kernel_regex, rank_regex, step_annotation, no_cache,
-            baseline, layout, rank_order, warmup_steps, engine, scheduler, workers,
-            max_trace_bytes, max_events, max_event_bytes, max_rank_memory, max_nesting):
+@analysis_flags
+def analyze(path, out, as_json, **flags):
     """Analyse a run directory or any folder of Kineto traces."""
-    import dataclasses
-
-    from meshscope.analysis.ingest import budgets
-    from meshscope.analysis.report import reuse
-    from meshscope.analysis.report.options import AnalysisOptions
-    from meshscope.collectors.run_dir import ReportDir
-
-    flags = {"events": max_events, "nesting": max_nesting}
-    for name, flag, text in (("trace_bytes", "--max-trace-bytes", max_trace_bytes),
-                             ("event_bytes", "--max-event-bytes", max_event_bytes),
-                             ("rank_memory", "--max-rank-memory", max_rank_memory)):
-        try:
-            flags[name] = budgets.parse_size(text) if text is not None else None
-        except ValueError as e:
-            fail(f"{flag}: {e}")
-    # The budgets in force: this process' environment, with the flags given over it.
-    limits = dataclasses.replace(budgets.current(),
-                                 **{k: v for k, v in flags.items() if v is not None})
+    parsed = analysis_options(flags)
     target = report_dir(path, out)
-    options = AnalysisOptions(
-        comm_kernel_re=comm_kernel_regex, rank_regex=rank_regex,
-        step_annotation=step_annotation, cache_dir=None if no_cache else ReportDir(target).cache,
-        workers=workers, progress=True, baseline=_load_baseline(baseline), layout=layout,
-        rank_order=rank_order, warmup_steps=warmup_steps, engine=engine, scheduler=scheduler,
-        budgets=limits)
-    digest = reuse.key(pathlib.Path(path), target, _reuse_options(options, baseline)) \
-        if pathlib.Path(path).exists() else None
-    summary = reuse.cached_summary(target, digest) if digest and not no_cache else None
-    if summary is None:
-        _, target = run_analysis(path, target, options)
-        if digest:
-            reuse.store(target, digest)
-        summary = json.loads(ReportDir(target).summary.read_text())
-        verb = "written"
-    else:
-        verb = "unchanged (its inputs are; --no-cache computes it afresh)"
+    done = ensure_report(path, target, parsed)
+    summary = done.summary
+    verb = "unchanged (its inputs are; --no-cache computes it afresh)" if done.reused \
+        else "written"
     if as_json:
         click.echo(json.dumps(summary, indent=2))
     else:
@@ -187,22 +250,6 @@ def analyze(path, out, as_json, comm_kernel_regex, rank_regex, step_annotation, 
             click.echo(f"meshscope: warning: {printable(p)}", err=True)
         click.echo(render(summary))
         click.echo(f"\nreport {verb}: {printable(target)}")
-
-
-def _reuse_options(options, baseline_path: str | None) -> dict:
-    """The options that change the report, as the reuse key holds them
-    (``analysis/report/reuse.py``): the patterns, the layout, the warm-up, the baseline's file
-    (its content is stat-ed by the key) and the budgets where they are not the defaults.
-    Where and how fast the work runs (engine, workers, cache) changes no number."""
-    from meshscope.analysis.ingest.budgets import non_default
-
-    key = {"comm_kernel_regex": options.comm_kernel_re, "rank_regex": options.rank_regex,
-           "layout": options.layout, "rank_order": options.rank_order,
-           "warmup_steps": options.warmup_steps, "baseline": baseline_path,
-           "step_annotation": options.step_annotation}
-    if (budgets := non_default(options.budgets)) is not None:
-        key["budgets"] = budgets
-    return key
 
 
 COMMANDS = (analyze,)

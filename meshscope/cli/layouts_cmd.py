@@ -1,9 +1,9 @@
-"""``meshscope sweep``, ``compare`` and ``plan``: which parallel layout to pick, and why.
+"""``meshscope sweep`` and ``plan``: which parallel layout to pick, and why.
 
-``sweep`` runs every valid layout of N ranks (``layouts.sweep``), ``compare`` puts runs or a
-sweep side by side (``layouts.compare``), ``plan`` predicts memory, traffic and step time
-before running (``layouts.plan``). None of them imports torch: ``sweep`` trains in child
-processes.
+``sweep`` runs every valid layout of N ranks (``layouts.sweep``) and ranks them
+(``layouts.ranked``), ``plan`` predicts memory, traffic and step time before running
+(``layouts.plan``); ``meshscope compare`` is ``compare_cmd.py``. Neither imports torch:
+``sweep`` trains in child processes.
 """
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ def _choice_options(f):
 
 
 def _write_comparison(folder: pathlib.Path) -> None:
-    from meshscope.layouts.compare import CompareError, compare
+    from meshscope.layouts.ranked import CompareError, compare
     from meshscope.collectors.run_dir import COMPARISON_JSON, write_json_atomic
 
     try:
@@ -120,7 +120,8 @@ def sweep(world, model, dims, layouts, schedules, microbatches, global_batch, no
           moe_experts, moe_top_k, moe_every, dp_modes, steps, seed, profile_steps, out, resume,
           retry_failed, list_only, inject, tflops):
     """Run every valid layout of WORLD ranks, analyse each, and compare them."""
-    from meshscope.layouts.compare import compare, render
+    from meshscope.analysis.compare.ranking import render
+    from meshscope.layouts.ranked import compare
     from meshscope.collectors.run_dir import PLAN_JSON
     from meshscope.layouts.sweep import Sweep, SweepError, SweepSpec, run_sweep
 
@@ -171,42 +172,6 @@ def sweep(world, model, dims, layouts, schedules, microbatches, global_batch, no
     click.echo(f"\nsweep folder: {sw.folder} (comparison.json, comparison.csv)")
     if any(sw.state[x.name].status == "failed" for x in sw.candidates):
         sys.exit(1)
-
-
-@click.command("compare")
-@click.argument("paths", nargs=-1, required=True, type=click.Path())
-@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
-@click.option("--csv", "csv_out", default=None, type=click.Path(dir_okay=False),
-              help="Write the table as CSV to this file ('-': standard output).")
-@click.option("--from", "from_runs", multiple=True, type=click.Path(file_okay=False),
-              help="Predict with the planner calibrated from this run (repeatable).")
-@click.option("--baseline", default=None, type=click.Path(exists=True),
-              help="bench-comm baseline or nccl-tests output for the planner's predictions.")
-@click.option("--detail", is_flag=True,
-              help="Under each run, every planned number beside the measured one.")
-def compare_cmd(paths, as_json, csv_out, from_runs, baseline, detail):
-    """Compare run directories (RUN_A RUN_B …) or one sweep folder, ranked by step time."""
-    from meshscope.layouts.compare import CompareError, calibrated_planner, compare, render
-
-    planner = None
-    try:
-        if from_runs:
-            rates, _, _ = _assumed_rates(None, None, None, None, None, None)
-            planner, cal = calibrated_planner([pathlib.Path(p) for p in from_runs], rates,
-                                              _baseline_model(baseline))
-            for n in cal.notes:
-                click.echo(f"meshscope: note: {n}", err=True)
-        c = compare([pathlib.Path(p) for p in paths], planner=planner)
-    except CompareError as e:
-        fail(str(e))
-    if csv_out == "-":
-        click.echo(c.to_csv(), nl=False)
-    elif csv_out:
-        pathlib.Path(csv_out).write_text(c.to_csv())
-    if as_json:
-        click.echo(json.dumps(c.to_dict(), indent=2))
-    elif csv_out != "-":
-        click.echo(render(c, detail))
 
 
 # -- plan -----------------------------------------------------------------------------------
@@ -413,7 +378,7 @@ def _calibrated_device(from_runs, dev, training, notes):
     """The GEMM curve through a measured GPU run's achieved rate (``plan --from GPU_RUN``)."""
     import dataclasses
 
-    from meshscope.layouts.compare import CompareError, measured
+    from meshscope.layouts.ranked import CompareError, measured
     from meshscope.collectors.run_info import read_run_info
     from meshscope.layouts.plan.cost import rank_flops
     from meshscope.layouts.plan.job_step import Device, GemmCurve
@@ -616,7 +581,7 @@ def plan_cmd(ctx, world, model, model_json, seq_len, dims, layouts, schedules, m
             comm = base_comm
             notes = [n for n in notes if not n.startswith("communication")]
     if from_runs and not job:
-        from meshscope.layouts.compare import CompareError, calibrated_planner, measured
+        from meshscope.layouts.ranked import CompareError, calibrated_planner, measured
         for flag in ("tflops", "devices", "bandwidth_gbps", "latency_us"):
             if given(flag):
                 fail(f"--{flag.replace('_', '-')} with --from: the calibration measures it; "
@@ -691,4 +656,4 @@ def plan_cmd(ctx, world, model, model_json, seq_len, dims, layouts, schedules, m
         click.echo(render_plan(p, detail))
 
 
-COMMANDS = (sweep, compare_cmd, plan_cmd)
+COMMANDS = (sweep, plan_cmd)

@@ -1,7 +1,7 @@
 """``meshscope plan --from RUN``: the cost model's terms measured on one (or more) real runs.
 
 From a measured run of the same model (``Measured``, filled from the run's report by
-``layouts.compare.measured``), each term of ``cost.py`` is solved for in turn:
+``layouts.ranked.measured``), each term of ``cost.py`` is solved for in turn:
 
 1. **communication**: the run's own transfers — every matched instance's op, group size,
    message size and transfer time (the report's bandwidth table) — become the comm model's

@@ -1,0 +1,56 @@
+"""A report that is there and current: ``analysed(path, target, options)``.
+
+The one place that decides whether a path's report can be reused or must be computed, for
+``meshscope analyze`` and for ``meshscope compare`` (which analyses what it is given, as
+``analyze`` would, before comparing): the reuse key of ``analysis/report/reuse.py`` over the
+inputs and the options that change numbers (``AnalysisOptions.key_fields``); when it matches
+the stored report, that report's summary is returned without importing the analysis; else
+the analysis runs (``analyze``), the report is written crash-safe (``Report.write``) and its
+key stored last.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+
+from meshscope.analysis.report import reuse
+from meshscope.analysis.report.options import AnalysisOptions
+from meshscope.collectors.run_dir import ReportDir
+
+
+@dataclasses.dataclass(frozen=True)
+class Analysed:
+    """A report made or found: its directory, its summary.json document, whether it was the
+    stored one (``reused``) and, when computed here, the ``Report`` itself (None when
+    reused)."""
+    report_dir: pathlib.Path
+    summary: dict
+    reused: bool
+    report: object | None = None
+
+
+def analysed(path: pathlib.Path, target: pathlib.Path, options: AnalysisOptions, *,
+             baseline_path: str | None = None, reuse_report: bool = True,
+             before_analysis=None) -> Analysed:
+    """The report of ``path`` in ``target`` as ``options`` say: the stored one when its key
+    matches (and ``reuse_report``), else computed and written. ``before_analysis()``, when
+    given, runs just before the analysis is imported (the command sets the allocator there).
+    Raises what the analysis raises for bad input (``InputError``, ``RunDirError``) and
+    ``OSError`` when the report cannot be written."""
+    path, target = pathlib.Path(path), pathlib.Path(target)
+    digest = reuse.key(path, target, options.key_fields(baseline_path)) \
+        if path.exists() else None
+    if digest and reuse_report:
+        summary = reuse.cached_summary(target, digest)
+        if summary is not None:
+            return Analysed(target, summary, True)
+    if before_analysis is not None:
+        before_analysis()
+    from meshscope.analysis.report.analyze import analyze
+
+    report = analyze(path, options)
+    report.write(target)
+    if digest:
+        reuse.store(target, digest)
+    return Analysed(target, json.loads(ReportDir(target).summary.read_text()), False, report)
