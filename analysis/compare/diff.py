@@ -36,13 +36,18 @@ from .sides import Side
 
 #: How many kernels / operators / collectives a part lists under it.
 ITEMS_PER_PART = 5
+#: A change stands out of the noise when it is more than this many times the noise of the
+#: difference (about 95% for normally spread step times): twice, as a straggler's saving must
+#: stand at twice the what-if's floor.
+NOISE_FACTOR = 2.0
 
 
 @dataclasses.dataclass(frozen=True)
 class Change:
     """One quantity before and after: ``delta = after − before``, ``rel = delta / |before|``,
     ``noise`` the two sides' noises added in quadrature (None where either is unknown) and
-    ``within_noise`` whether |delta| ≤ noise (None where the noise is unknown)."""
+    ``within_noise`` whether |delta| ≤ ``NOISE_FACTOR`` × noise (None where the noise is
+    unknown)."""
     name: str
     unit: str
     before: float | None
@@ -70,7 +75,7 @@ class Change:
     @property
     def within_noise(self) -> bool | None:
         d, n = self.delta, self.noise
-        return None if d is None or n is None else abs(d) <= n
+        return None if d is None or n is None else abs(d) <= NOISE_FACTOR * n
 
     def to_dict(self) -> dict:
         return {"name": self.name, "unit": self.unit, "before": self.before,

@@ -17,11 +17,11 @@ more than 2 ms; ``mfu_pct<-3``: MFU fell by more than 3 points). A threshold wit
 speaks of the candidate's own value (``peak_memory>70GiB``, ``mfu_pct<40``).
 
 **The noise rule.** Runs vary from step to step; a condition fails the gate only when it holds
-*and* what it measures lies outside that noise: for a change, |Δ| > noise(Δ) (both runs' noise
-of the quantity added in quadrature, ``diff.Change``); for a level, |value − threshold| >
-the candidate's noise. A change inside the noise never fails a build. Where a run's noise is
-unknown (fewer than three steps measured it), the condition is judged on its values alone and
-the result says so.
+*and* what it measures stands out of that noise: for a change, |Δ| > 2 × noise(Δ) (both
+runs' noise of the quantity added in quadrature, ``diff.Change``, ``diff.NOISE_FACTOR``); for
+a level, |value − threshold| > 2 × the candidate's noise. A change inside the noise never
+fails a build. Where a run's noise is unknown (fewer than three steps measured it), the
+condition is judged on its values alone and the result says so.
 
 ``parse(text) -> Condition`` raises ``GateError`` (a ``ValueError``) naming the problem — a
 misspelt quantity lists the valid names; ``evaluate(condition, diff) -> Verdict``.
@@ -34,7 +34,7 @@ import operator
 import re
 
 from . import quantities as Q
-from .diff import Change, RunDiff, change
+from .diff import NOISE_FACTOR, Change, RunDiff, change
 from .sides import Side
 
 
@@ -43,9 +43,9 @@ class GateError(ValueError):
 
 
 _TIME = {"us": 1.0, "µs": 1.0, "ms": 1e3, "s": 1e6}
-_BYTES = {"b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
-          "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
-_RATE = {"gb/s": 1.0, "gbps": 1.0}
+_BYTES = {"B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12,
+          "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
+_RATE = {"GB/s": 1.0}
 UNITS = {Q.US: _TIME, Q.BYTES: _BYTES, Q.GBPS: _RATE, Q.PCT: {}, Q.RATE: {}}
 _OPS = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le}
 _RX = re.compile(r"^\s*(?P<q>[A-Za-z_][\w./-]*)\s*(?P<op>>=|<=|>|<)\s*"
@@ -79,7 +79,8 @@ def parse(text: str, known: list[str] | None = None) -> Condition:
         close = difflib.get_close_matches(q, names, n=1)
         raise GateError(f"--fail-if {text!r}: no quantity {q!r}"
                         + (f" (did you mean {close[0]!r}?)" if close else "")
-                        + "; the quantities are: " + ", ".join(names))
+                        + "; the quantities are: " + ", ".join(names) + " — "
+                        + "; ".join(f"{k}: {', '.join(v)}" for k, v in Q.WORDS.items()))
     value = -num if sign == "-" else num
     if unit == "%":
         return Condition(text, q, op, value / 100.0, relative=True, is_change=True)
@@ -90,7 +91,9 @@ def parse(text: str, known: list[str] | None = None) -> Condition:
                             + ", ".join(u for u in scale if u != "µs") + ")")
         factor = 1.0
     else:
-        factor = scale.get(unit.lower() if kind == Q.BYTES or kind == Q.GBPS else unit)
+        # times as written (ms, us, s); bytes and GB/s in any case (gib, GiB)
+        factor = scale.get(unit) if kind == Q.US else \
+            {k.lower(): v for k, v in scale.items()}.get(unit.lower())
         if factor is None:
             fits = ", ".join(u for u in scale if u != "µs") or "none: a bare number"
             raise GateError(f"--fail-if {text!r}: {unit!r} is not a unit of {q} "
@@ -146,7 +149,7 @@ def evaluate(cond: Condition, before: Side, after: Side, diff: RunDiff | None = 
                             f"{before.name}: a change relative to it has no meaning")
         holds = compare(measured, cond.threshold)
         noise = c.noise
-        outside = noise is None or abs(c.delta) > noise
+        outside = noise is None or abs(c.delta) > NOISE_FACTOR * noise
         shown = (f"{measured:+.1%}" if cond.relative else _fmt(kind, measured, True))
         what = f"{cond.quantity} changed {shown} ({_fmt(kind, c.before)} → " \
                f"{_fmt(kind, c.after)})"
@@ -154,7 +157,7 @@ def evaluate(cond: Condition, before: Side, after: Side, diff: RunDiff | None = 
         measured = c.after
         holds = compare(measured, cond.threshold)
         noise = c.noise_after
-        outside = noise is None or abs(measured - cond.threshold) > noise
+        outside = noise is None or abs(measured - cond.threshold) > NOISE_FACTOR * noise
         what = f"{cond.quantity} is {_fmt(kind, measured)} in {after.name}"
     failed = holds and outside
     if noise is None:

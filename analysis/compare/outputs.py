@@ -24,6 +24,11 @@ def _ms(us, sign: bool = False) -> str:
     return f"{us / 1e3:+.2f}" if sign else f"{us / 1e3:.2f}"
 
 
+_ITEMS = {"kernels": "the kernels that moved most", "operators":
+          "the operators that moved most, inclusive time", "copies": "the copies",
+          "collectives": "its operations per step and rank"}
+
+
 def _mb(b) -> str:
     return "-" if b is None else f"{b / 1e6:.2f}"
 
@@ -50,6 +55,7 @@ def _part_rows(d: RunDiff) -> list[tuple[str, Part]]:
         rows.append(("", p))
         for s in sorted(p.sub, key=lambda s: -abs(s.delta_us)):
             rows.append(("    ", s))
+        rows += [("item", p)] if p.items else []
     return rows
 
 
@@ -65,18 +71,20 @@ def text(d: RunDiff) -> str:
     out += ["", "Where the difference is, per step (ms; profiled steps, mean over ranks):",
             f"  {'part':<44} {'before':>9} {'after':>9} {'Δ':>9} {'share':>6}  noise"]
     for indent, p in _part_rows(d):
+        if indent == "item":
+            out.append(f"    ({_ITEMS.get(p.items_are, p.items_are)})")
+            for i in p.items[:3]:
+                if p.items_are == "collectives":
+                    out.append(f"  {'':<4}{_clip(i.name, 40):<40} "
+                               f"{i.count_before:>8.3g}× {i.count_after:>8.3g}× a step")
+                else:
+                    out.append(f"  {'':<4}{_clip(i.name, 40):<40} {_ms(i.before_us):>9} "
+                               f"{_ms(i.after_us):>9} {_ms(i.delta_us, True):>9}")
+            continue
         share = f"{p.share:.0%}" if p.share is not None and not indent else ""
         out.append(f"  {_clip(indent + p.label, 44):<44} {_ms(p.change.before):>9} "
                    f"{_ms(p.change.after):>9} {_ms(p.delta_us, True):>9} {share:>6}  "
                    f"{_noise(p)}")
-        if not indent:
-            for i in p.items[:3]:
-                if i.before_us or i.after_us:
-                    out.append(f"  {'':<4}{_clip(i.name, 40):<40} {_ms(i.before_us):>9} "
-                               f"{_ms(i.after_us):>9} {_ms(i.delta_us, True):>9}")
-                else:
-                    out.append(f"  {'':<4}{_clip(i.name, 40):<40} "
-                               f"{i.count_before:>8g}× {i.count_after:>8g}× a step")
     w = d.window
     out.append(f"  {'window (the parts add up to it)':<44} {_ms(w.before):>9} "
                f"{_ms(w.after):>9} {_ms(w.delta, True):>9}")
@@ -102,7 +110,7 @@ def text(d: RunDiff) -> str:
     if moved:
         out += ["", "Collectives per step and rank (count, MB):"]
         for c in moved:
-            out.append(f"  {c.dim:<8} {c.op:<16} {c.count_before:>7g} → {c.count_after:<7g} "
+            out.append(f"  {c.dim:<8} {c.op:<16} {c.count_before:>7.3g} → {c.count_after:<7.3g} "
                        f"{_mb(c.bytes_before):>9} → {_mb(c.bytes_after):<9} {c.status}")
     bw = [b for b in d.bandwidth if b.busbw_before_gbps is not None
           or b.busbw_after_gbps is not None]
@@ -165,7 +173,7 @@ def markdown(diffs: list[RunDiff], verdicts: list[tuple[str, Verdict]]) -> str:
         out += ["", "| part | before ms | after ms | Δ ms | share | noise ms |",
                 "|---|---:|---:|---:|---:|---:|"]
         for indent, p in _part_rows(d):
-            if indent:
+            if indent:      # the table of a comment: the parts only
                 continue
             n = p.change.noise
             out.append(f"| {_md(p.label)} | {_ms(p.change.before)} | {_ms(p.change.after)} | "

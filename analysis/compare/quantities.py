@@ -83,6 +83,11 @@ FAMILIES: tuple[tuple[str, re.Pattern, str], ...] = (
 )
 
 
+#: What each ``<word>`` of a family's name may be.
+WORDS: dict[str, tuple[str, ...]] = {
+    "<dim>": DIM_ORDER, "<cause>": IDLE_CAUSES, "<category>": KERNEL_CATEGORIES, "<op>": OPS}
+
+
 def unit_of(name: str) -> str | None:
     """The unit of the quantity ``name`` (``US``, ``BYTES``, ``PCT``, ``RATE``, ``GBPS``), or
     None when no quantity has that name."""

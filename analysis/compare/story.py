@@ -2,8 +2,8 @@
 
 ``sentences(diff)``: first the step time and whether its change stands above the runs' noise;
 then the parts that moved it most (at most ``TOP_PARTS``, each at least ``MIN_SHARE`` of the
-change and outside its noise), each with what is behind it — the kernels or operators of
-compute, the operations of exposed communication, the copies of other device work; then a rank
+change and ``MIN_OF_STEP`` of the step, and outside its noise), each with what is behind it —
+the kernels or operators of compute, the operations of exposed communication, the copies of other device work; then a rank
 whose own compute moved far more than its peers' (the cause, where the others' waits are the
 symptom); communication operations that appeared or vanished; kernels that appeared or
 vanished; findings gained and lost.
@@ -14,6 +14,7 @@ from .diff import Part, RunDiff
 
 TOP_PARTS = 3
 MIN_SHARE = 0.05
+MIN_OF_STEP = 0.01
 #: A rank's compute change stands out when it is this many times its peers' largest.
 RANK_STANDS_OUT = 3.0
 
@@ -33,17 +34,20 @@ def _headline(d: RunDiff) -> str:
     if c.delta is None:
         missing = d.before.name if c.before is None else d.after.name
         return f"{missing} has no step time: only its parts can be compared."
+    if c.delta == 0:
+        return f"Step time stayed at {_ms(c.before)} ({d.before.name} and {d.after.name}): " \
+               f"no measurable change."
     rel = f", {c.rel:+.1%}" if c.rel is not None else ""
-    text = (f"Step time {_verb(c.delta, 'rose', 'fell') if c.delta else 'stayed'} from "
+    text = (f"Step time {_verb(c.delta, 'rose', 'fell')} from "
             f"{_ms(c.before)} ({d.before.name}) to {_ms(c.after)} ({d.after.name}) "
             f"({_ms(c.delta, True)}{rel})")
     if c.noise is None:
         return text + "; the noise of a side is unknown, so whether that is more than noise " \
                       "cannot be said."
     if c.within_noise:
-        return text + f", within the step-to-step noise (±{_ms(c.noise)}): no measurable " \
-                      f"change."
-    return text + f", beyond the step-to-step noise (±{_ms(c.noise)})."
+        return text + f", within the step-to-step noise (±{_ms(c.noise)}, counted twice): " \
+                      f"no measurable change."
+    return text + f", beyond the step-to-step noise (±{_ms(c.noise)}, counted twice)."
 
 
 def _items_text(p: Part, per_count: bool = False) -> str:
@@ -77,11 +81,15 @@ def _part_sentence(p: Part, total: float) -> str:
 
 
 def _moving_parts(d: RunDiff) -> list[Part]:
+    """The parts worth a sentence: at least ``MIN_SHARE`` of the change, at least
+    ``MIN_OF_STEP`` of the step, and outside their noise."""
     total = d.window.delta or 0.0
     scale = abs(total) if total else max((abs(p.delta_us) for p in d.parts), default=0.0)
+    step = max(abs(d.window.before or 0.0), abs(d.window.after or 0.0))
     chosen = []
     for p in sorted(d.parts, key=lambda p: -abs(p.delta_us)):
-        if not scale or abs(p.delta_us) < MIN_SHARE * scale or p.change.within_noise:
+        if not scale or abs(p.delta_us) < MIN_SHARE * scale or p.change.within_noise \
+                or abs(p.delta_us) < MIN_OF_STEP * step:
             continue
         chosen.append(p)
         if len(chosen) == TOP_PARTS:

@@ -1,0 +1,433 @@
+"""`meshscope compare BEFORE AFTER`: what changed, why, and the regression gate (issue 32).
+
+- Hand-made reports whose answer is known by construction: the parts add up to the window's
+  change, the noise rule (a change inside the step-to-step noise never fails the gate, one
+  outside it does), levels and changes, units, every exit code through the command.
+- HTA's own trace-diff pair (../shared/traces/gpu/hta/trace_diff): the kernel differences equal
+  an independent scan of the two raw traces, and HTA's TraceDiff.compare_traces agrees on the
+  kernel counts and durations.
+- The shipped samples: the healthy dp2·pp2 run against the same layout with rank 1 slowed —
+  the slowed rank and the dimension that waits are named, and the gate fails on it at 5%.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import re
+import xml.etree.ElementTree as ET
+
+import pandas as pd
+import pytest
+
+from conftest import ROOT, meshscope, shared_trace
+from meshscope.analysis.compare import diff, open_side
+from meshscope.analysis.compare import gate
+from meshscope.analysis.compare.names import kernel_key
+from meshscope.analysis.report import tables
+
+SAMPLES = ROOT / "samples"
+
+
+# -- hand-made reports ---------------------------------------------------------------------
+
+def _report(folder, steps: dict[int, dict[str, float]], *, step_time_us=None, ranks=(0,),
+            timer=None, noise_us=None):
+    """A report directory holding summary.json and a breakdown of ``steps`` (step → column
+    values in ms for every rank; idle fills the window). ``timer``: per-step step-timer times
+    (ms), making the headline the timer's median."""
+    folder.mkdir(parents=True)
+    rows = []
+    for step, v in steps.items():
+        for r in ranks:
+            row = {c: 0.0 for c in tables.COLUMNS["breakdown"]}
+            row.update({"rank": r, "step": step, "overlap_pct": math.nan})
+            for k, ms in v.items():
+                row[k] = ms * 1e3
+            row["exposed_comm_us"] = sum(row[f"exposed_comm_{d}_us"]
+                                         for d in ("pp", "tp", "cp", "ep", "dp", "unknown"))
+            row["idle_us"] = row["window_us"] - row["compute_us"] - row["exposed_comm_us"] \
+                - row["bubble_us"] - row["other_us"]
+            rows.append(row)
+    pd.DataFrame(rows, columns=tables.COLUMNS["breakdown"]).to_parquet(
+        folder / "breakdown.parquet")
+    window = float(pd.DataFrame(rows).groupby("step")["window_us"].max().mean())
+    source = "window"
+    if timer is not None:
+        pd.DataFrame({"step": list(range(len(timer))), "loss": math.nan,
+                      "step_time_us": [t * 1e3 for t in timer], "tokens_per_s": math.nan,
+                      "mfu_pct": math.nan, "peak_memory_bytes": pd.array(
+                          [1 << 30] * len(timer), dtype="Int64")}).to_parquet(
+            folder / "throughput.parquet")
+        source = "timer"
+    head = step_time_us if step_time_us is not None else (
+        float(pd.Series(timer).median()) * 1e3 if timer is not None else window)
+    (folder / "summary.json").write_text(json.dumps({
+        "schema_version": 3, "device": "cpu", "ranks": list(ranks), "steps": list(steps),
+        "step_time_us": head, "step_time_source": source,
+        "step_time_timer_us": head if timer is not None else None,
+        "step_time_replayed_us": None, "window_us": window,
+        "throughput": {"step_time_us": head} if timer is not None else None,
+        "cross_rank": {"noise_us": noise_us}, "warmup_steps": [], "findings": []}))
+    return folder
+
+
+def _steps(compute: list[float], window: list[float], **more) -> dict[int, dict[str, float]]:
+    return {i: {"compute_us": c, "window_us": w, **{k: v[i] for k, v in more.items()}}
+            for i, (c, w) in enumerate(zip(compute, window))}
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    """Three hand-made runs: ``base``; ``slower``, whose compute is 10 ms longer on every step
+    (noise 1.48 ms: 1.4826 × the median absolute deviation of 10, 11, 12 ms, i.e. 1 ms, on
+    each side); ``jitter``, 0.5 ms longer — inside that noise."""
+    root = tmp_path_factory.mktemp("made")
+    base = _report(root / "base", _steps([10, 11, 12], [20, 21, 22],
+                                         exposed_comm_dp_us=[2, 2, 2]))
+    slower = _report(root / "slower", _steps([20, 21, 22], [30, 31, 32],
+                                             exposed_comm_dp_us=[2, 2, 2]))
+    jitter = _report(root / "jitter", _steps([10.5, 11.5, 12.5], [20.5, 21.5, 22.5],
+                                             exposed_comm_dp_us=[2, 2, 2]))
+    return {"base": base, "slower": slower, "jitter": jitter}
+
+
+def test_the_parts_add_up_to_the_change_and_carry_its_noise(made):
+    d = diff(open_side(made["base"]), open_side(made["slower"]))
+    parts = {p.name: p for p in d.parts}
+    assert parts["compute"].delta_us == pytest.approx(10_000.0)
+    assert parts["exposed_comm.dp"].delta_us == 0.0 and parts["idle"].delta_us == 0.0
+    assert d.parts_total_us == pytest.approx(d.window.delta) == pytest.approx(10_000.0)
+    assert d.residual_us == pytest.approx(0.0)
+    # noise: 1.4826 × MAD (1 ms) on each side, added in quadrature
+    assert parts["compute"].change.noise == pytest.approx(math.hypot(1482.6, 1482.6))
+    assert d.sentences[0].startswith("Step time rose from 21.00 ms (base) to 31.00 ms")
+    assert "beyond the step-to-step noise" in d.sentences[0]
+    assert d.sentences[1].startswith("Compute grew 10.00 ms a step (100% of the change)")
+
+
+def test_a_change_inside_the_noise_never_fails_the_gate(made):
+    base, jitter, slower = (open_side(made[k]) for k in ("base", "jitter", "slower"))
+    cond = gate.parse("compute>+0.2ms")
+    held = gate.evaluate(cond, base, jitter)          # +0.5 ms: holds, but inside ±2.1 ms
+    assert held.holds and not held.failed and "within the noise" in held.message
+    assert gate.evaluate(cond, base, slower).failed    # +10 ms: outside it
+    assert "within the step-to-step noise" in diff(base, jitter).sentences[0]
+    # a relative change, and a level of the candidate
+    assert gate.evaluate(gate.parse("step_time>+40%"), base, slower).failed   # +47.6%
+    assert not gate.evaluate(gate.parse("step_time>+50%"), base, slower).holds
+    assert gate.evaluate(gate.parse("window>25ms"), base, slower).failed      # 31 ms
+    assert not gate.evaluate(gate.parse("window<25ms"), base, slower).holds
+
+
+def test_the_noise_of_the_timers_step_time_is_the_runs_own(tmp_path):
+    """Where the headline is the step timer, its noise is the report's noise_us (the run's
+    unprofiled steps), not the profiled steps'."""
+    a = _report(tmp_path / "a", _steps([10, 11, 12], [20, 21, 22]), timer=[20, 21, 22, 21],
+                noise_us=3000.0)
+    b = _report(tmp_path / "b", _steps([10, 11, 12], [20, 21, 22]), timer=[22, 23, 24, 23],
+                noise_us=4000.0)
+    c = diff(open_side(a), open_side(b)).step_time
+    assert c.delta == pytest.approx(2000.0) and c.noise == pytest.approx(5000.0)
+    assert c.within_noise
+
+
+@pytest.mark.parametrize("text,quantity,threshold,relative,is_change", [
+    ("step_time>+5%", "step_time", 0.05, True, True),
+    ("exposed_comm.dp > +2ms", "exposed_comm.dp", 2000.0, False, True),
+    ("peak_memory>+1GiB", "peak_memory", float(1 << 30), False, True),
+    ("peak_memory>70GB", "peak_memory", 70e9, False, False),
+    ("mfu_pct<-3", "mfu_pct", -3.0, False, True),
+    ("mfu_pct<40", "mfu_pct", 40.0, False, False),
+    ("idle.sync>=500us", "idle.sync", 500.0, False, False),
+    ("busbw.dp.all_reduce<-10%", "busbw.dp.all_reduce", -0.1, True, True),
+    ("exposed_comm.tp.all_gather>+1.5ms", "exposed_comm.tp.all_gather", 1500.0, False, True),
+])
+def test_conditions_read_as_documented(text, quantity, threshold, relative, is_change):
+    c = gate.parse(text)
+    assert (c.quantity, c.relative, c.is_change) == (quantity, relative, is_change)
+    assert c.threshold == pytest.approx(threshold)
+
+
+@pytest.mark.parametrize("text,words", [
+    ("step_tme>+5%", ["no quantity 'step_tme'", "did you mean 'step_time'", "exposed_comm.<dim>",
+                      "idle.<cause>"]),
+    ("step_time>+5", ["needs a unit", "ms"]),
+    ("peak_memory>+2ms", ["'ms' is not a unit of peak_memory", "GiB"]),
+    ("step_time=5%", ["not QUANTITY OP THRESHOLD"]),
+])
+def test_a_bad_condition_is_refused_clearly(text, words):
+    with pytest.raises(gate.GateError) as e:
+        gate.parse(text)
+    for w in words:
+        assert w in str(e.value)
+
+
+def test_every_exit_code_of_the_gate(made, tmp_path):
+    base, slower, jitter = made["base"], made["slower"], made["jitter"]
+    ok = meshscope("compare", base, jitter, "--fail-if", "compute>+0.2ms")
+    assert ok.returncode == 0, ok.stderr
+    assert "pass (holds, but within the noise)" in ok.stdout
+    bad = meshscope("compare", base, slower, "--fail-if", "compute>+0.2ms",
+                    "--fail-if", "step_time>+60%", "--junit", tmp_path / "j.xml",
+                    "--markdown", tmp_path / "m.md")
+    assert bad.returncode == 1, bad.stderr
+    assert "FAIL: compute>+0.2ms" in bad.stdout and "pass: step_time>+60%" in bad.stdout
+    suite = ET.parse(tmp_path / "j.xml").getroot().find("testsuite")
+    assert (suite.get("tests"), suite.get("failures")) == ("2", "1")
+    failed = [c.get("name") for c in suite.findall("testcase") if c.find("failure") is not None]
+    assert failed == ["compute>+0.2ms"]
+    md = (tmp_path / "m.md").read_text()
+    assert "**Gate: failed** (1 of 2 condition(s) failed)" in md
+    assert "| compute | 11.00 | 21.00 | +10.00 | 100% |" in md
+    for args, words in [
+        (("--fail-if", "stp_time>+5%"), ["no quantity 'stp_time'", "the quantities are"]),
+        (("--fail-if", "tokens_per_s<-5%"), ["does not measure tokens_per_s"]),
+    ]:
+        proc = meshscope("compare", base, slower, *args)
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+        assert "Traceback" not in proc.stderr and all(w in proc.stderr for w in words)
+    proc = meshscope("compare", base, tmp_path / "nope", "--fail-if", "step_time>+5%")
+    assert proc.returncode == 2 and "nope" in proc.stderr and "Traceback" not in proc.stderr
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "summary.json").write_text("{not json")
+    proc = meshscope("compare", base, tmp_path / "broken")
+    assert proc.returncode == 2 and "summary.json" in proc.stderr and "not readable JSON" \
+        in proc.stderr
+
+
+# -- kernel names --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("raw,key", [
+    # one NCCL collective, three generations of its kernel's name
+    ("ncclAllReduceRingLLKernel_sum_f32(ncclColl)", "nccl:all_reduce"),
+    ("ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)", "nccl:all_reduce"),
+    ("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+     "nccl:all_reduce"),
+    ("ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclWorkElem)", "nccl:send_recv"),
+    ("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", "nccl:send_recv"),
+    ("ncclDevKernel_Generic_4(ncclDevKernelArgsStorage<4096ul>)", "nccl:generic"),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, "
+     "at::detail::Array<char*, 1> >(int, at::native::FillFunctor<float>, "
+     "at::detail::Array<char*, 1>)", "at::native::vectorized_elementwise_kernel"),
+    ("void (anonymous namespace)::softmax_warp_forward<float, float, float, 9, true>(float*, "
+     "float const*, int, int, int)", "anonymous::softmax_warp_forward"),
+    ("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_128x256_16x3_nt_align4>("
+     "cutlass_80_tensorop_s1688gemm_128x256_16x3_nt_align4::Params)",
+     "cutlass::Kernel<cutlass_80_tensorop_s1688gemm_128x256_16x3_nt_align4>"),
+    ("Memcpy HtoD (Pinned -> Device)", "Memcpy HtoD (Pinned -> Device)"),
+    ("ampere_sgemm_128x128_tn", "ampere_sgemm_128x128_tn"),
+])
+def test_kernel_names_fold_to_what_stays_the_same(raw, key):
+    assert kernel_key(raw) == key
+
+
+# -- HTA's trace-diff pair -----------------------------------------------------------------
+
+_OPS = {"allreduce": "all_reduce", "sendrecv": "send_recv", "allgather": "all_gather",
+        "reducescatter": "reduce_scatter", "broadcast": "broadcast", "reduce": "reduce"}
+
+
+def _fold(name: str) -> str:
+    """An independent folding for this test: innermost <…> and (…) removed until none is
+    left, the last word kept; NCCL kernels by the word after Kernel_; CUTLASS's launcher
+    with the kernel it launches."""
+    m = re.match(r"(?:void )?nccl(?:Dev)?Kernel_([A-Za-z]+)", name)
+    if m:
+        return "nccl:" + _OPS.get(m.group(1).lower(), "generic")
+    if name.startswith(("Memcpy", "Memset")):
+        return name
+    m = re.match(r"(?:void )?(cutlass::Kernel2?)<([^<>,]+)", name)   # a launcher: its kernel
+    if m:
+        return f"{m.group(1)}<{m.group(2)}>"
+    s = name.replace("(anonymous namespace)", "anonymous")
+    while True:
+        t = re.sub(r"<[^<>]*>", "", s)
+        t = re.sub(r"\([^()]*\)", "", t)
+        if t == s:
+            break
+        s = t
+    return s.split()[-1]
+
+
+def _raw_kernels_per_step(path) -> pd.DataFrame:
+    """Straight from the JSON: every kernel, copy and fill whose launching runtime call
+    (same correlation id) starts inside a ProfilerStep range, with its folded name."""
+    events = json.loads(gzip.open(path).read())["traceEvents"]
+    steps = [(e["ts"], e["ts"] + e["dur"]) for e in events if e.get("ph") == "X"
+             and str(e.get("name", "")).startswith("ProfilerStep#")
+             and e.get("cat") in ("user_annotation", "cpu_op")]
+    launch = {}
+    for e in events:
+        if e.get("ph") == "X" and e.get("cat") in ("cuda_runtime", "cuda_driver") \
+                and "correlation" in e.get("args", {}):
+            launch[e["args"]["correlation"]] = e["ts"]
+    rows = []
+    for e in events:
+        if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"):
+            t = launch.get(e.get("args", {}).get("correlation"))
+            if t is not None and any(a <= t < b for a, b in steps):
+                rows.append((_fold(e["name"]), e["name"], e["dur"]))
+    df = pd.DataFrame(rows, columns=["key", "name", "dur"])
+    df.attrs["steps"] = len(steps)
+    return df
+
+
+@pytest.fixture(scope="module")
+def hta_pair(tmp_path_factory):
+    control = shared_trace("gpu/hta/trace_diff/control")
+    test = shared_trace("gpu/hta/trace_diff/test")
+    reports = tmp_path_factory.mktemp("reports")
+    proc = meshscope("compare", control, test, "--reports", reports, "--json", check=True)
+    return control, test, reports, json.loads(proc.stdout)
+
+
+def test_kernel_differences_equal_a_scan_of_the_raw_traces(hta_pair):
+    control, test, _, doc = hta_pair
+    (d,) = doc["diffs"]
+    raw = [_raw_kernels_per_step(next(p.glob("*.json.gz"))) for p in (control, test)]
+    want = {}
+    for side, df in zip(("before", "after"), raw):
+        g = df.groupby("key")["dur"].agg(["size", "sum"]) / df.attrs["steps"]
+        for key, row in g.iterrows():
+            want.setdefault(key, {})[side] = (row["size"], row["sum"])
+    got = {k["key"]: k for k in d["kernels"]}
+    assert set(got) == set(want)
+    for key, sides in want.items():
+        k = got[key]
+        cb, tb = sides.get("before", (0.0, 0.0))
+        ca, ta = sides.get("after", (0.0, 0.0))
+        assert (k["count_before"], k["count_after"]) == (pytest.approx(cb), pytest.approx(ca))
+        assert k["total_before_us"] == pytest.approx(tb)
+        assert k["total_after_us"] == pytest.approx(ta)
+        assert k["status"] == ("new" if not cb else "gone" if not ca else "both")
+    # NCCL's kernels pair up by collective, not by their full names
+    assert got["nccl:all_reduce"]["status"] == "both"
+    assert got["nccl:send_recv"]["count_before"] == pytest.approx(7.0)
+
+
+def test_hta_trace_diff_agrees_on_kernel_counts_and_time(hta_pair):
+    """HTA's TraceDiff.compare_traces over every iteration, GPU events: per raw kernel name
+    the counts and durations of each trace, and their difference, equal the reports'
+    kernel_totals (what the diff folds)."""
+    from hta.trace_diff import DeviceType, LabeledTrace, TraceDiff
+
+    control, test, reports, _ = hta_pair
+    c = LabeledTrace(label="control", trace_dir=str(control))
+    t = LabeledTrace(label="test", trace_dir=str(test))
+    hta = TraceDiff.compare_traces(c, t, control_iteration=c.iterations(),
+                                   test_iteration=t.iterations(), device_type=DeviceType.GPU)
+    ours = {}
+    for side, path in (("control", control), ("test", test)):
+        side_report = next(p for p in reports.iterdir() if p.name.startswith(path.name + "-"))
+        kt = pd.read_parquet(side_report / "kernel_totals.parquet")
+        ours[side] = kt.groupby("name")[["count", "total_us"]].sum()
+    kernels = hta[hta.index.isin(set(ours["control"].index) | set(ours["test"].index))]
+    assert len(kernels) > 150        # every kernel HTA counts, not a handful
+    for name, row in kernels.iterrows():
+        for side in ("control", "test"):
+            mine = ours[side].loc[name] if name in ours[side].index else None
+            assert row[f"{side}_counts"] == (mine["count"] if mine is not None else 0), name
+            assert row[f"{side}_total_duration"] == pytest.approx(
+                mine["total_us"] if mine is not None else 0), name
+        diff_counts = (ours["test"]["count"].get(name, 0) - ours["control"]["count"].get(name, 0))
+        assert row["diff_counts"] == diff_counts
+    # and HTA has no GPU kernel the reports lack
+    missing = set(hta.index) - set(kernels.index)
+    assert not [n for n in missing if not n.startswith("ProfilerStep")], sorted(missing)[:5]
+
+
+def test_the_text_names_the_top_causes(hta_pair):
+    _, _, _, doc = hta_pair
+    (d,) = doc["diffs"]
+    s = d["sentences"]
+    assert s[0].startswith("Step time rose from 77.50 ms (control) to 124.09 ms (test)")
+    assert "beyond the step-to-step noise" in s[0]
+    assert s[1].startswith("Compute grew 44.44 ms a step (95% of the change)")
+    assert any(x.startswith("Other device work (copies, fills) grew") for x in s)
+    assert d["residual_us"] == pytest.approx(0.0, abs=1e-6)
+    assert sum(p["delta"] for p in d["parts"]) == pytest.approx(d["window"]["delta"])
+    assert d["rank_match"] == "position" and d["ranks"][0]["rank_before"] == 3 \
+        and d["ranks"][0]["rank_after"] == 1
+
+
+# -- the samples: a slowed rank ------------------------------------------------------------
+
+def test_a_slowed_rank_is_named_and_fails_the_gate(tmp_path):
+    """samples/dp2-pp2-1f1b against samples/dp2-pp2-slow-rank1 (rank 1 sleeps 20 ms in every
+    microbatch's forward): rank 1 named, the others' waits in the pipeline bubble, the
+    straggler finding gained, and the 5% gate fails."""
+    proc = meshscope("compare", SAMPLES / "dp2-pp2-1f1b", SAMPLES / "dp2-pp2-slow-rank1",
+                     "--fail-if", "step_time>+5%", "--json")
+    assert proc.returncode == 1, proc.stderr
+    doc = json.loads(proc.stdout)
+    (d,) = doc["diffs"]
+    text = " ".join(d["sentences"])
+    assert re.search(r"Rank 1 computes [\d.]+ ms more a step", text)
+    assert "the other ranks wait for it" in text and "pipeline bubble (pp)" in text
+    gained = [f for f in d["findings"] if f["status"] == "new"]
+    assert [f["id"] for f in gained] == ["straggler"] and "Rank 1" in gained[0]["title"]
+    (verdict,) = doc["gate"]
+    assert verdict["failed"] and verdict["condition"] == "step_time>+5%"
+    ranks = {r["rank_after"]: r for r in d["ranks"]}
+    compute = {r: ranks[r]["after"]["compute"] - ranks[r]["before"]["compute"] for r in ranks}
+    assert max(compute, key=compute.get) == 1
+
+
+def test_a_run_against_itself_changes_nothing(tmp_path):
+    proc = meshscope("compare", SAMPLES / "dp4-ddp", SAMPLES / "dp4-ddp", "--fail-if",
+                     "step_time>+0%", "--fail-if", "compute>+0ms")
+    assert proc.returncode == 0, proc.stdout
+    assert "stayed" in proc.stdout and "no measurable change" in proc.stdout
+
+
+# -- own runs ------------------------------------------------------------------------------
+
+# Every rank waits 40 ms in each microbatch's forward and backward (--inject fixed-work):
+# 320 ms a step that does not depend on what else the machine runs, beside ~50 ms of compute.
+FIXED = [a for r in range(4) for a in ("--inject", f"fixed-work={r}:40")]
+
+
+@pytest.fixture(scope="module")
+def own_runs(tmp_path_factory):
+    """dp=4 DDP twice (healthy repeats) and dp=4 FSDP, the same model and seed; 8 steps, the
+    last three profiled (the timers' noise from the four unprofiled steps after warm-up)."""
+    root = tmp_path_factory.mktemp("own")
+    runs = {}
+    for name, extra in (("ddp-a", []), ("ddp-b", []), ("fsdp", ["--dp-mode", "fsdp"])):
+        runs[name] = root / name
+        meshscope("run", "--layout", "dp=4", "--steps", 8, "--profile-steps", "5-7", *FIXED,
+                  *extra, "--out", runs[name], check=True)
+    return runs
+
+
+@pytest.mark.slow
+def test_two_healthy_repeats_pass_the_gate(own_runs):
+    proc = meshscope("compare", own_runs["ddp-a"], own_runs["ddp-b"], "--fail-if",
+                     "step_time>+5%", "--fail-if", "exposed_comm.dp>+20ms", "--json")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+    doc = json.loads(proc.stdout)
+    assert [g["failed"] for g in doc["gate"]] == [False, False]
+    (d,) = doc["diffs"]
+    assert abs(d["step_time"]["rel"]) < 0.05
+    # the same collectives, the same count, the same bytes
+    assert all(c["status"] == "both" and c["count_before"] == c["count_after"]
+               and c["bytes_before"] == c["bytes_after"] for c in d["collectives"])
+
+
+@pytest.mark.slow
+def test_ddp_against_fsdp_names_the_communication_that_changed(own_runs):
+    proc = meshscope("compare", own_runs["ddp-a"], own_runs["fsdp"], "--json", check=True)
+    (d,) = json.loads(proc.stdout)["diffs"]
+    colls = {(c["dim"], c["op"]): c["status"] for c in d["collectives"]}
+    # DDP all-reduces the gradients; FSDP gathers the parameters and reduce-scatters the
+    # gradients (gloo runs the reduce-scatter as an all-reduce: the algorithm's op is kept)
+    assert colls == {("dp", "all_reduce"): "gone", ("dp", "all_gather"): "new",
+                     ("dp", "reduce_scatter"): "new"}
+    text = " ".join(d["sentences"])
+    assert re.search(r"Communication operations changed — new: dp all_gather \([\d.]+ a step\), "
+                     r"dp reduce_scatter \([\d.]+ a step\); gone: dp all_reduce", text)
+    exposed = next(p for p in d["parts"] if p["name"] == "exposed_comm.dp")
+    assert {s["label"] for s in exposed["sub"]} == {"all_gather", "all_reduce",
+                                                     "reduce_scatter"}
+    assert sum(s["delta"] for s in exposed["sub"]) == pytest.approx(exposed["delta"])
