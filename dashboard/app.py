@@ -27,6 +27,9 @@ import logging
 import pathlib
 import tempfile
 
+# Dash serves a component library's scripts only when it was imported before the app
+# answers (never inside a callback): the compare page's grid (sections.Grid).
+import dash_ag_grid  # noqa: F401
 from dash import Dash, Input, Output, State, callback_context, dcc, html, no_update
 
 from meshscope.analysis.report import reader

@@ -3,7 +3,8 @@
 
 A page is a list of ``Section`` (a heading and its items); an item is a ``Figure`` (a plotly
 figure), a ``Table`` (column names and rows of already formatted cells; a ``Cell`` is a cell
-whose full text shows as its tooltip, for names cut short), a ``Note`` (a sentence:
+whose full text shows as its tooltip, for names cut short), a ``Grid`` (a table of raw values
+the reader sorts and filters), a ``Note`` (a sentence:
 what is missing, what to run) or a ``Facts`` line (label: value pairs). Every item has an ``id``
 that the browser tests find it by, in the dashboard and in the static report alike.
 """
@@ -53,6 +54,20 @@ class Table:
 
 
 @dataclasses.dataclass
+class Grid:
+    """A table the reader sorts and filters (the dashboard's AG Grid, ``dash-ag-grid``; a plain
+    table in the static report): ``columns`` are (label, key, kind) with kind ``text`` or ``number``,
+    ``rows`` dicts of raw values by key (numbers stay numbers, so they sort as numbers),
+    shown with ``digits`` decimals."""
+    id: str
+    columns: Sequence[tuple[str, str, str]]
+    rows: Sequence[dict]
+    caption: str | None = None
+    digits: int = 2
+    page_size: int = 20
+
+
+@dataclasses.dataclass
 class Note:
     id: str
     text: str
@@ -75,7 +90,7 @@ class Link:
     before: str = ""
 
 
-Item = Union[Figure, Table, Note, Facts, Link]
+Item = Union[Figure, Table, Grid, Note, Facts, Link]
 
 
 @dataclasses.dataclass
@@ -215,6 +230,29 @@ def _dash_item(item: Item):
         if item.caption:
             out.append(html.P(item.caption, style={**NOTE, "fontSize": "0.9em"}))
         return html.Div(out, style={"overflowX": "auto"})
+    if isinstance(item, Grid):
+        import dash_ag_grid as dag
+
+        fmt_number = {"function": f"params.value == null ? '—' : "
+                                  f"d3.format(',.{item.digits}f')(params.value)"}
+        columns = [{"field": key, "headerName": label,
+                    **({"filter": "agNumberColumnFilter", "valueFormatter": fmt_number,
+                        "type": "rightAligned"} if kind == "number" else
+                       {"filter": "agTextColumnFilter", "tooltipField": key,
+                        "maxWidth": 420})}
+                   for label, key, kind in item.columns]
+        grid = dag.AgGrid(
+            id=item.id, rowData=[dict(r) for r in item.rows], columnDefs=columns,
+            defaultColDef={"sortable": True, "filter": True, "resizable": True,
+                           "floatingFilter": True},
+            dashGridOptions={"pagination": True, "paginationPageSize": item.page_size,
+                             "domLayout": "autoHeight", "tooltipShowDelay": 300,
+                             "suppressColumnVirtualisation": True},
+            columnSize="autoSize", className="ag-theme-alpine", style={"width": "100%"})
+        out = [grid]
+        if item.caption:
+            out.append(html.P(item.caption, style={**NOTE, "fontSize": "0.9em"}))
+        return html.Div(out, style={"margin": "4px 0"})
     if isinstance(item, Note):
         return html.P(item.text, id=item.id, style=WARN if item.warn else NOTE)
     if isinstance(item, Facts):
@@ -263,6 +301,14 @@ def _html_item(item: Item) -> str:
         cap = f'<p class="note">{_esc(item.caption)}</p>' if item.caption else ""
         return (f'<div class="table"><table id="{_esc(item.id)}"><thead><tr>{head}</tr></thead>'
                 f"<tbody>{rows}</tbody></table>{cap}</div>")
+    if isinstance(item, Grid):
+        return _html_item(Table(
+            item.id, [label for label, _, _ in item.columns],
+            [[fmt(r.get(key), item.digits) if kind == "number" else
+              ("—" if r.get(key) is None else str(r.get(key)))
+              for _, key, kind in item.columns] for r in item.rows],
+            caption=item.caption,
+            left=sum(1 for _, _, kind in item.columns[:1] if kind != "number")))
     if isinstance(item, Note):
         return f'<p id="{_esc(item.id)}" class="{"warn" if item.warn else "note"}">' \
                f"{_esc(item.text)}</p>"

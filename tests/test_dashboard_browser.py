@@ -220,6 +220,61 @@ def test_compare_page_shows_two_runs(server, driver):
         "css selector", ".point")) == 2
 
 
+def test_compare_page_before_and_after(server, driver):
+    """Two runs in the URL: the waterfall from the first to the second, the parts table, the
+    findings gained, the per-rank heatmap; the same numbers as `meshscope compare --json`."""
+    _open(driver, f"{server}/compare?run={PIPELINED}&run={SLOW}",
+          "#compare-waterfall .point, #compare-waterfall .bars path")
+    proc = meshscope("compare", SAMPLES / PIPELINED, SAMPLES / SLOW, "--json", check=True)
+    (d,) = json.loads(proc.stdout)["diffs"]
+    sentences = [e.text for e in _css(driver, "[id^=compare-sentence-]")]
+    assert sentences == d["sentences"]
+    fall = _figure_data(driver, "compare-waterfall")[0]
+    assert fall["x"][0] == PIPELINED and fall["x"][-1] == SLOW
+    assert sum(fall["y"][1:-1]) == pytest.approx(d["window"]["delta"] / 1e3)
+    assert any("Rank 1 is the straggler" in t for t in _texts(driver, "#compare-findings td"))
+    assert _css(driver, "#compare-ranks .hm, #compare-ranks .heatmaplayer")
+
+
+@pytest.fixture(scope="module")
+def trace_pair_server(tmp_path_factory):
+    """A runs folder holding copies of HTA's trace-diff pair (two foreign one-rank traces)."""
+    root = tmp_path_factory.mktemp("pair")
+    for name in ("control", "test"):
+        src = shared_trace(f"gpu/hta/trace_diff/{name}")
+        (root / name).mkdir()
+        for f in src.iterdir():
+            shutil.copy(f, root / name / f.name)
+        meshscope("analyze", root / name, check=True)
+    with served(root, tmp_path_factory.mktemp("pair-log") / "server.log") as (_, port):
+        yield f"http://127.0.0.1:{port}", root
+
+
+def test_compare_page_diffs_the_kernels_of_two_foreign_traces(trace_pair_server, driver):
+    """The kernel table sorts and filters in the browser: filtered to the new kernels and
+    sorted by their time, its first row is the largest new kernel of `meshscope compare`."""
+    from selenium.webdriver.common.keys import Keys
+
+    url, root = trace_pair_server
+    (d,) = json.loads(meshscope("compare", root / "control", root / "test", "--json",
+                                check=True).stdout)["diffs"]
+    new = [k for k in d["kernels"] if k["status"] == "new"]
+    largest = max(new, key=lambda k: k["delta_us"])["key"]
+    _open(driver, f"{url}/compare?run=control&run=test", "#compare-kernels .ag-row")
+    header = _css(driver, "#compare-kernels .ag-header-cell[col-id=delta_ms]")[0]
+    header.click()                        # ascending
+    header.click()                        # descending
+    status_filter = _css(driver, "#compare-kernels .ag-floating-filter[aria-colindex='3'] "
+                                 "input")[0]
+    status_filter.send_keys("new", Keys.ENTER)
+    time.sleep(1.0)
+    first = _css(driver, "#compare-kernels .ag-center-cols-container .ag-row[row-index='0'] "
+                         "[col-id=key]")[0].text
+    statuses = {e.text for e in _css(driver, "#compare-kernels [col-id=status].ag-cell")}
+    assert statuses == {"new"}
+    assert first == largest
+
+
 def test_navigation_keeps_the_selected_run(server, driver):
     _open(driver, f"{server}/overview?run={SLOW}", "#breakdown-graph .xtick text")
     for page, ready in (("pipeline", "#gantt-graph .point"),

@@ -249,12 +249,35 @@ def test_compare_two_runs_side_by_side(index):
     body = compare.render(index, state)
     ids, text = _walk(body)
     title = body[0].children[1].children
-    assert sorted(title.split(" vs ")) == sorted(state.runs)
-    assert {"compare-table", "compare-graph", "compare-winner"} <= ids
+    assert title.split(" → ") == list(state.runs)          # before → after
+    assert {"compare-table", "compare-graph", "compare-winner", "compare-waterfall",
+            "compare-parts", "compare-steps", "compare-sentence-0"} <= ids
     from meshscope.layouts.ranked import compare as analysis_compare
     # the page says what the analysis' comparison says
     fastest = analysis_compare([SAMPLES / r for r in state.runs]).winner.name
     assert f"Fastest: {fastest}" in text
+
+
+def test_the_pair_view_is_the_analysis_diff(index):
+    """Two runs: the waterfall goes from the first run's window to the second's by the diff's
+    own parts; the sentences, parts and findings are ``analysis.compare.diff``'s."""
+    from meshscope.analysis.compare import diff, open_side
+
+    d = diff(open_side(SAMPLES / PIPELINED / "report", name=PIPELINED),
+             open_side(SAMPLES / SLOW / "report", name=SLOW))
+    items = {i.id: i for sec in compare.pair_sections(d) for i in sec.items}
+    fall = items["compare-waterfall"].figure.data[0]
+    assert fall.x[0] == PIPELINED and fall.x[-1] == SLOW
+    assert fall.y[0] == pytest.approx(d.window.before / 1e3)
+    assert sum(fall.y[1:-1]) == pytest.approx(d.window.delta / 1e3)
+    assert [items[f"compare-sentence-{i}"].text for i in range(len(d.sentences))] == \
+        d.sentences
+    findings = items["compare-findings"].rows
+    assert [r[0] for r in findings if r[0] == "new"] == ["new"]
+    heat = items["compare-ranks"].figure.data[0]
+    assert list(heat.y) == [f"rank {r}" for r in range(4)]
+    # the CPU runs have no kernels: their operators whose launches changed, if any
+    assert "compare-kernels" not in items
 
 
 def test_compare_with_one_run_asks_for_two(index):
@@ -432,3 +455,13 @@ def test_the_nav_bar_offers_the_gpu_page_only_for_a_gpu_run(run_id):
         assert {f"nav-{p}" for p in st.PAGES if p != "gpu"} | {"nav-runs"} <= nav
     _, body = _served_ids(app, "/gpu", f"?run={run_id}")
     assert "gpu-none" in body
+
+
+def test_a_grid_is_a_plain_table_in_the_static_report():
+    """sections.Grid (the compare page's sortable kernel table) in the static HTML: the same
+    rows, numbers with the grid's decimals, unknown values as a dash."""
+    grid = S.Grid("g", [("kernel", "key", "text"), ("Δ ms", "d", "number")],
+                  [{"key": "nccl:all_reduce", "d": 1.23456}, {"key": "gemm<a>", "d": None}])
+    out = S.to_html([S.Section(None, [grid])])
+    assert '<table id="g">' in out and "<td class=\"\">1.23</td>" in out
+    assert "gemm&lt;a&gt;" in out and "—" in out

@@ -1,14 +1,32 @@
-"""Compare: two or more runs side by side — step time and its breakdown, exposed communication
-per dimension, bubble, bandwidth efficiency, findings — the best and worst of each row marked
-and the largest difference put in words.
+"""Compare: two runs before and after — what changed and why — and any number of runs side by
+side.
 
-The runs come from the URL (``?run=A&run=B…``) or a whole sweep folder (``?sweep=ID``). The
-comparison is the analysis' own (``meshscope.layouts.compare.compare(paths)``, the same as
-``meshscope compare``): there is no second one here. Each run's world size is a row (and a
-warning when they differ); the step time is the one every page shows, with its source.
+The runs come from the URL (``?run=A&run=B…``, the first is the baseline) or a whole sweep
+folder (``?sweep=ID``). Every number is the analysis' own: the before/after is
+``meshscope.analysis.compare.diff`` (what ``meshscope compare A B`` prints), the side by side
+is ``meshscope.analysis.compare.rank`` (its ranking table, the planner's numbers beside it:
+``meshscope.layouts.ranked``); nothing is computed again here.
+Any two analysed runs compare, folders of anyone's traces too.
+
+Two runs (``?run=A&run=B``):
+
+- ``compare-sentence-N``: the comparison in sentences, as a reviewer would write them;
+- ``compare-steps``: both step times, the change, its noise and the parts' residual;
+- ``compare-waterfall``: the step window from A to B, one bar per part that moved (compute,
+  exposed communication per dimension, bubble, other device work, idle per cause) — the parts
+  add up to B's window;
+- ``compare-parts``: the same parts as a table with their noise;
+- ``compare-kernels``: every kernel (GPU runs; host operators whose launch count changed on CPU
+  runs: ``compare-operators``) before and after, per step — sortable and filterable;
+- ``compare-collectives``: operations per (dimension, op), count and bytes per step;
+- ``compare-findings``: findings gained, lost and changed in cost;
+- ``compare-ranks``: each matched rank's change per part as a heatmap.
+
+Then, for two runs or more:
 
 - ``compare-table``: one row per figure, one column per run; ``compare-winner`` and
-  ``compare-reason``: which run is fastest and why, in words.
+  ``compare-reason``: which run is fastest and why, in words; each run's world size is a row
+  (and a warning when they differ); the step time is the one every page shows, with its source;
 - ``compare-graph``: the table's step time, compute, exposed communication and bubble as
   grouped bars (the same numbers as the table).
 """
@@ -19,10 +37,11 @@ import logging
 import plotly.graph_objects as go
 from dash import html
 
+from meshscope.analysis.compare import RunDiff, diff, open_side, rank
 from meshscope.analysis.compare.ranking import TIE_REL, Comparison, worse_end
-from meshscope.vocabulary import COMM_DIMS, STEP_TIME_SOURCES
-from meshscope.layouts.ranked import compare as do_compare
 from meshscope.analysis.report import reader
+from meshscope.layouts import ranked
+from meshscope.vocabulary import COMM_DIMS, STEP_TIME_SOURCES
 
 from .. import sections as S
 from ..runs import RunIndex
@@ -48,8 +67,11 @@ def _analysis_compare(index: RunIndex, state: ViewState, entries) -> Comparison:
     # analysis would otherwise analyse the others inside this request.
     if folder is not None and not state.runs and (folder / "sweep.json").is_file() \
             and index.inside(folder) and all(e.analysed for e in index.sweep_runs(state.sweep)):
-        return do_compare([folder])
-    return do_compare([e.path for e in entries])
+        return ranked.compare([folder])
+    # Each run's report as it is (the page never analyses): the analysis' ranking of them,
+    # with the planner's memory and traffic beside each.
+    return rank([open_side(e.report_dir, name=e.run_id) for e in entries],
+                predict=ranked.predictor(ranked.default_planner()))
 
 
 def _ms(us):
@@ -130,6 +152,125 @@ def compare_figure(names, rows) -> go.Figure:
     return fig
 
 
+# -- two runs: before and after --------------------------------------------------------------
+
+def _pair(entries) -> RunDiff:
+    """``analysis.compare.diff`` of the two runs' reports (read as they are: the page never
+    analyses)."""
+    a, b = (open_side(e.report_dir, name=e.run_id) for e in entries)
+    return diff(a, b)
+
+
+def waterfall(d: RunDiff) -> go.Figure:
+    """A's step window, each part's change, B's window (the parts add up to it)."""
+    moved = [p for p in sorted(d.parts, key=lambda p: -abs(p.delta_us)) if p.delta_us]
+    x = [f"{d.before.name}"] + [p.label for p in moved] + [f"{d.after.name}"]
+    y = [_ms(d.window.before)] + [_ms(p.delta_us) for p in moved] + [None]
+    fig = go.Figure(go.Waterfall(
+        x=x, y=y, measure=["absolute"] + ["relative"] * len(moved) + ["total"],
+        connector={"line": {"color": "#999"}}, increasing={"marker": {"color": "#D6604D"}},
+        decreasing={"marker": {"color": "#4575B4"}}, totals={"marker": {"color": "#555"}},
+        hovertemplate="%{x}: %{y:.2f} ms<extra></extra>"))
+    fig.update_layout(**LAYOUT, height=420, yaxis_title="ms per step (profiled window)",
+                      title="The step window from the first run to the second, part by part",
+                      xaxis={"type": "category"}, showlegend=False)
+    return fig
+
+
+def rank_heatmap(d: RunDiff) -> go.Figure:
+    from meshscope.analysis.compare.diff import RANK_PARTS
+
+    labels = [str(r.rank_after) if r.rank_before == r.rank_after
+              else f"{r.rank_before}→{r.rank_after}" for r in d.ranks]
+    z = [[round(r.delta(p) / 1e3, 3) for p in RANK_PARTS] for r in d.ranks]
+    fig = go.Figure(go.Heatmap(
+        z=z, x=list(RANK_PARTS), y=[f"rank {lab}" for lab in labels], colorscale="RdBu",
+        reversescale=True, zmid=0, colorbar={"title": "Δ ms"},
+        hovertemplate="%{y}, %{x}: %{z:+.2f} ms per step<extra></extra>"))
+    fig.update_layout(**LAYOUT, height=160 + 28 * len(labels),
+                      title=f"Change per rank and part (ranks matched by {d.rank_match})",
+                      yaxis={"autorange": "reversed", "type": "category"})
+    return fig
+
+
+def pair_sections(d: RunDiff) -> list[S.Section]:
+    """The before/after view of ``d`` (module docstring)."""
+    items: list = [S.Note(f"compare-sentence-{i}", text) for i, text in enumerate(d.sentences)]
+    c = d.step_time
+    facts = [("step time", f"{S.ms(c.before)} → {S.ms(c.after)}"),
+             ("change", "—" if c.delta is None else f"{c.delta / 1e3:+.2f} ms"
+              + (f" ({c.rel:+.1%})" if c.rel is not None else "")),
+             ("noise", "unknown" if c.noise is None else f"±{c.noise / 1e3:.2f} ms"
+              + (" (within)" if c.within_noise else ""))]
+    if d.residual_us is not None:
+        facts.append(("residual (Δ step time − Σ parts)", f"{d.residual_us / 1e3:+.2f} ms"))
+    items.append(S.Facts("compare-steps", facts))
+    items.append(S.Figure("compare-waterfall", waterfall(d),
+                          caption="The parts are the profiled steps' windows, mean over ranks; "
+                                  "they add up to the second run's window."))
+    rows = []
+    for p in sorted(d.parts, key=lambda p: -abs(p.delta_us)):
+        for sub in (p, *sorted(p.sub, key=lambda x: -abs(x.delta_us))):
+            n = sub.change.noise
+            rows.append([("    " if sub is not p else "") + sub.label, S.fmt(_ms(sub.change.before)),
+                         S.fmt(_ms(sub.change.after)), S.fmt(_ms(sub.delta_us)),
+                         "" if sub.share is None or sub is not p else f"{sub.share:.0%}",
+                         "?" if n is None else f"±{n / 1e3:.2f}"
+                         + (" (within)" if sub.change.within_noise else "")])
+    items.append(S.Table("compare-parts", ["part", "before ms", "after ms", "Δ ms", "share",
+                                           "noise ms"], rows))
+    sections = [S.Section(None, items)]
+    if d.kernels:
+        sections.append(S.Section("Kernels, per step", [S.Grid(
+            "compare-kernels",
+            [("kernel", "key", "text"), ("category", "category", "text"),
+             ("status", "status", "text"), ("count before", "count_before", "number"),
+             ("count after", "count_after", "number"),
+             ("before ms", "before_ms", "number"), ("after ms", "after_ms", "number"),
+             ("Δ ms", "delta_ms", "number"), ("mean before µs", "mean_before", "number"),
+             ("mean after µs", "mean_after", "number")],
+            [{"key": k.key, "category": k.category, "status": k.status,
+              "count_before": k.count_before, "count_after": k.count_after,
+              "before_ms": k.total_before_us / 1e3, "after_ms": k.total_after_us / 1e3,
+              "delta_ms": k.delta_us / 1e3, "mean_before": k.mean_before_us,
+              "mean_after": k.mean_after_us} for k in d.kernels],
+            caption="Kernels matched by name with templates and arguments folded (NCCL's "
+                    "kernels of every version by their collective); per profiled step, mean "
+                    "over ranks. Sort by a column; filter with the row under the headings "
+                    "(e.g. new, >1).")]))
+    elif d.operators:
+        sections.append(S.Section("Operators whose launch count changed, per step", [S.Grid(
+            "compare-operators",
+            [("operator", "name", "text"), ("status", "status", "text"),
+             ("count before", "count_before", "number"), ("count after", "count_after",
+                                                          "number"),
+             ("before ms", "before_ms", "number"), ("after ms", "after_ms", "number")],
+            [{"name": o.name, "status": o.status, "count_before": o.count_before,
+              "count_after": o.count_after, "before_ms": o.total_before_us / 1e3,
+              "after_ms": o.total_after_us / 1e3} for o in d.operators],
+            caption="Host operators per profiled step, mean over ranks; time inclusive of "
+                    "the operators each calls.")]))
+    if d.collectives:
+        sections.append(S.Section("Communication operations, per step and rank", [S.Table(
+            "compare-collectives", ["dimension", "op", "count before", "count after",
+                                    "MB before", "MB after", ""],
+            [[c.dim, c.op, S.fmt(c.count_before), S.fmt(c.count_after),
+              S.fmt(None if c.bytes_before is None else c.bytes_before / 1e6),
+              S.fmt(None if c.bytes_after is None else c.bytes_after / 1e6), c.status]
+             for c in d.collectives], left=2)]))
+    changed = [f for f in d.findings if f.status != "both" or f.cost_before_us != f.cost_after_us]
+    if changed:
+        sections.append(S.Section("Findings gained and lost", [S.Table(
+            "compare-findings", ["", "finding", "cost before", "cost after"],
+            [[f.status, S.Cell(S.clip(f.title, 90), f.title), S.ms(f.cost_before_us),
+              S.ms(f.cost_after_us)] for f in changed], left=2)]))
+    if d.ranks:
+        sections.append(S.Section("Per rank", [S.Figure("compare-ranks", rank_heatmap(d))]))
+    for i, n in enumerate(d.notes):
+        sections[0].items.append(S.Note(f"compare-note-{i}", n))
+    return sections
+
+
 def render(index: RunIndex, state: ViewState) -> list:
     entries = _entries(index, state)
     ready = [e for e in entries if e.analysed]
@@ -145,6 +286,17 @@ def render(index: RunIndex, state: ViewState) -> list:
         return [html.H2("Compare"), html.P("These runs cannot be compared — run "
                                            "`meshscope compare` on them for the reason.",
                                            id="run-message", style=S.WARN)]
+    pair: list = []
+    if len(ready) == 2 and not state.sweep:
+        try:
+            pair = pair_sections(_pair(ready))
+        except (OSError, ValueError, KeyError) as e:   # CompareError is a ValueError
+            log.warning("compare failed: %s", e)
+            pair = [S.Section(None, [S.Note("compare-pair-failed",
+                                            "What changed cannot be shown for these runs — run "
+                                            "`meshscope compare` on them for the reason.",
+                                            warn=True)])]
+        pair.append(S.Section("Side by side", [], id="compare-side-by-side"))
     items: list = []
     names, rows = comparison_rows(theirs)
     if theirs.winner is not None:
@@ -169,8 +321,9 @@ def render(index: RunIndex, state: ViewState) -> list:
     table = _table(names, rows)
     items.append(table)
     items.append(S.Figure("compare-graph", compare_figure(names, rows)))
-    return [html.H2(["Compare · ", html.Span(" vs ".join(names), id="run-title")])] + \
-        S.to_dash([S.Section(None, items)])
+    title = " → ".join(e.run_id for e in ready) if pair else " vs ".join(names)
+    return [html.H2(["Compare · ", html.Span(title, id="run-title")])] + \
+        S.to_dash(pair + [S.Section(None, items)])
 
 
 def register(app) -> None:
