@@ -93,6 +93,9 @@ def report_target(path: pathlib.Path, reports_dir: pathlib.Path | None) -> pathl
     ``meshscope analyze`` writes it (``PATH/report``)."""
     if reports_dir is not None:
         return pathlib.Path(reports_dir) / _slug(path)
+    if pathlib.Path(path).is_file():
+        raise CompareError(f"{path}: a trace file has no folder of its own for its report: "
+                           f"give --reports DIR")
     return ReportDir.of_run(path).path
 
 

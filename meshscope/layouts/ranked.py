@@ -25,6 +25,7 @@ from meshscope.collectors.run_info import RunInfo, read_run_info
 from meshscope.vocabulary import COMM_DIMS
 
 __all__ = ["CompareError", "calibrated_planner", "candidate_of", "compare", "default_planner",
+           "predictor",
            "measured", "spec_of", "sweep_planner"]
 
 
