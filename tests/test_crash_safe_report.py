@@ -195,3 +195,75 @@ def test_the_new_report_is_on_disk_before_its_rename(tmp_path):
     assert len(stored) == 1 and stored[0] > put[0]
     assert ("fsync", calls[stored[0]][1]) in calls[put[0]:stored[0]]
     assert ("fsync", str(run / "report" / ".cache")) in calls[stored[0] + 1:]
+
+
+# -- issue 35: never a user's file ----------------------------------------------------------
+
+def _user_files(folder) -> dict:
+    """Every file under ``folder`` but the report's own, with its content."""
+    from meshscope.analysis.report.target import own_names
+
+    own = own_names()
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file() and not (p.parent == folder and p.name in own)
+            and ".cache" not in p.relative_to(folder).parts}
+
+
+def test_user_files_beside_a_report_survive_a_kill_at_every_step(reports, tmp_path):
+    """A previous report folder that also holds the user's own files (notes, an export, a
+    folder of them): killed at every step of writing the new report over it, the next write's
+    clean-up gives every one of them back to the folder — nothing is deleted but report
+    files."""
+    from meshscope.analysis.report import analyze as analyze_mod
+
+    run, old, new, _ = reports
+    target = tmp_path / "out"
+    mine = {"notes.md": b"# my notes\n", "timeline.json.gz": b"\x1f\x8b export",
+            "keep/a.txt": b"a", "keep/deeper/b.txt": b"b"}
+
+    def fresh():
+        import shutil
+        shutil.rmtree(target, ignore_errors=True)
+        old.write(target)
+        for rel, data in mine.items():
+            (target / rel).parent.mkdir(parents=True, exist_ok=True)
+            (target / rel).write_bytes(data)
+
+    fresh()
+    reuse._steps[0] = 0
+    os.environ[reuse.STOP_ENV] = "1000000"
+    try:
+        new.write(target)
+        steps = reuse._steps[0]
+    finally:
+        os.environ.pop(reuse.STOP_ENV)
+    assert _user_files(target) == mine and steps >= 10
+    for at in range(1, steps + 1):
+        fresh()
+        status = _write_killed(new, target, "x", at)
+        assert os.WIFSIGNALED(status), (at, status)
+        analyze_mod._remove_leftovers(target)          # what the next write does first
+        assert _user_files(target) == mine, at
+        assert not list(tmp_path.glob(".out.*")), at
+
+
+def test_a_report_is_never_written_over_a_users_folder_or_the_run(reports, tmp_path):
+    run, _, _, _ = reports
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "data.csv").write_text("1,2\n")
+    for out, words in ((theirs, "holds 1 entry and no meshscope report"),
+                       (run, "would replace the folder it analyses"),
+                       (run / "traces", "inside the analysed folder"),
+                       (run.parent, "would replace the folder it analyses")):
+        result = CliRunner().invoke(main, ["analyze", str(run), "--out", str(out)])
+        assert result.exit_code == 2, (out, result.output)
+        assert words in result.stderr and result.stderr.count("\n") == 1, result.stderr
+    assert (theirs / "data.csv").read_text() == "1,2\n" and len(list(theirs.iterdir())) == 1
+    assert (run / "run.json").is_file() and list((run / "traces").iterdir())
+    # a new folder, an empty one and the run's own report folder are fine
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for out in (tmp_path / "new", empty, run / "report"):
+        result = CliRunner().invoke(main, ["analyze", str(run), "--out", str(out)])
+        assert result.exit_code == 0, result.stderr

@@ -50,6 +50,7 @@ from meshscope.analysis.report import engines, findings as findings_mod, inputs,
 from meshscope.analysis.report.options import AnalysisOptions
 from meshscope.analysis.report.summary import REPORT_SCHEMA_VERSION, summary_of
 from meshscope.analysis.report import reuse
+from meshscope.analysis.report import target as report_target
 from meshscope.analysis.report import tables as report_tables
 from meshscope.analysis.timeline import breakdown, segments
 from meshscope.analysis.timeline.rank_timeline import RankTimeline
@@ -126,6 +127,9 @@ class Report:
         after it may leave the new name pointing at files whose content never reached the
         disk — a report renamed into place but empty."""
         out = pathlib.Path(out)
+        why = report_target.problem(out, self.source)
+        if why is not None:
+            raise InputError(out, why)
         out.parent.mkdir(parents=True, exist_ok=True)
         _remove_leftovers(out)
         reuse.unkey(out)
@@ -195,7 +199,9 @@ def _alive(pid: int) -> bool:
 
 def _remove_leftovers(out: pathlib.Path) -> None:
     """Remove what killed writes of ``out`` left: its ``.NAME.new-PID-*`` / ``.old-PID-*``
-    folders beside it and temporary files in its cache, unless their process still runs."""
+    folders beside it and temporary files in its cache, unless their process still runs. A
+    new folder first gives back to ``out`` what the killed write had carried into it from
+    there (``report_target.restore``): only report files are ever removed."""
     cache = rd.ReportDir(out).cache
     patterns = ((out.parent, f".{out.name}.new-*"), (out.parent, f".{out.name}.old-*"),
                 (cache, ".tmp-*"), (cache, f".{rd.REPORT_KEY}.*"),
@@ -210,6 +216,8 @@ def _remove_leftovers(out: pathlib.Path) -> None:
             if m and int(m.group()) != os.getpid() and _alive(int(m.group())):
                 continue
             if f.is_dir() and not f.is_symlink():
+                if folder == out.parent:          # a report folder of a killed write
+                    report_target.restore(f, out)
                 shutil.rmtree(f, ignore_errors=True)
             else:
                 try:

@@ -14,7 +14,9 @@ import dataclasses
 import json
 import pathlib
 
+from meshscope.analysis.errors import InputError
 from meshscope.analysis.report import reuse
+from meshscope.analysis.report import target as report_target
 from meshscope.analysis.report.options import AnalysisOptions
 from meshscope.collectors.run_dir import ReportDir
 
@@ -36,9 +38,13 @@ def analysed(path: pathlib.Path, target: pathlib.Path, options: AnalysisOptions,
     """The report of ``path`` in ``target`` as ``options`` say: the stored one when its key
     matches (and ``reuse_report``), else computed and written. ``before_analysis()``, when
     given, runs just before the analysis is imported (the command sets the allocator there).
-    Raises what the analysis raises for bad input (``InputError``, ``RunDirError``) and
-    ``OSError`` when the report cannot be written."""
+    Raises what the analysis raises for bad input (``InputError``, ``RunDirError``), an
+    ``InputError`` for a folder the report may not be written to (``report/target.py``:
+    checked before any work), and ``OSError`` when the report cannot be written."""
     path, target = pathlib.Path(path), pathlib.Path(target)
+    why = report_target.problem(target, path)
+    if why is not None:
+        raise InputError(target, why)
     digest = reuse.key(path, target, options.key_fields(baseline_path)) \
         if path.exists() else None
     if digest and reuse_report:

@@ -77,6 +77,8 @@ def run_analysis(path, out=None, options=None):
         fail(str(e))
     try:
         report.write(target)
+    except InputError as e:             # a folder the report may not replace
+        fail(str(e))
     except OSError as e:
         fail(f"{target}: cannot write the report ({e.strerror}); choose another with --out DIR")
     return report, target
