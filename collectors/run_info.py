@@ -31,6 +31,8 @@ import json
 import pathlib
 from typing import Any, Mapping
 
+from meshscope.theory.schedules import SCHEDULES
+
 from . import schema
 from .run_dir import RUN_JSON, RUN_SCHEMA_VERSION, RunDirError
 
@@ -313,6 +315,17 @@ def _str(value, path, where) -> str | None:
     return value
 
 
+def _schedule(value, path) -> str | None:
+    """run.json's pipeline schedule: one meshscope knows (``theory.schedules.SCHEDULES``), or
+    none. An unknown name is refused — read as no schedule, the bubble would have no theory to
+    be held against and its finding would vanish without a word."""
+    name = _str(value, path, "$.schedule")
+    if name is not None and name not in SCHEDULES:
+        raise _field(path, "$.schedule", f"unknown schedule {json.dumps(name)[:40]} "
+                                         f"(meshscope knows {', '.join(SCHEDULES)})")
+    return name
+
+
 def _obj(value, path, where) -> dict:
     if value is None:
         return {}
@@ -402,7 +415,7 @@ def from_dict(data: Mapping[str, Any], path: pathlib.Path) -> RunInfo:
         world_size=world,
         mesh_dims=tuple(str(x) for x in (mesh.get("dims") or [])),
         coordinates=coords, process_groups=tuple(groups),
-        schedule=_str(data.get("schedule"), path, "$.schedule"),
+        schedule=_schedule(data.get("schedule"), path),
         microbatches=micro,
         virtual_stages=_int(pipe.get("virtual_stages"), path, "$.pipeline.virtual_stages",
                             minimum=1, default=1),

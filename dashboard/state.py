@@ -4,8 +4,9 @@
 (``/overview``, ``/gpu``, ``/pipeline``…; ``/`` is the runs list), ``run`` names the run by its id (the
 compare page takes it several times, or ``sweep=ID`` for a whole sweep folder), ``rank`` and
 ``step`` select what the page zooms on, ``color`` what the mesh is coloured by. ``parse`` reads
-any query string without failing: a value that is not what it should be is dropped, and the
-page then falls back to its default (the first profiled step, no rank).
+any query string without failing: a value that is not what it should be is dropped (and the
+fields after the first ``MAX_FIELDS``), and the page then falls back to its default (the first
+profiled step, no rank).
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ TITLES = {"runs": "Runs", "overview": "Overview", "gpu": "GPU", "pipeline": "Pip
           "communication": "Communication", "stragglers": "Stragglers",
           "timeline": "Timeline", "health": "Health", "compare": "Compare"}
 MAX_RUNS = 16          # runs one compare view takes
+MAX_FIELDS = 64        # query fields read; the rest of a longer query string is ignored
 MAX_INT = 1 << 31
 
 
@@ -64,7 +66,8 @@ def _int(values: list[str]) -> int | None:
 def parse(pathname: str | None, search: str | None) -> ViewState:
     path = (pathname or "/").strip("/")
     page = path if path in PAGES else "runs"
-    q = parse_qs((search or "").lstrip("?"), keep_blank_values=False, max_num_fields=64)
+    q = parse_qs("&".join((search or "").lstrip("?").split("&")[:MAX_FIELDS]),
+                 keep_blank_values=False, max_num_fields=MAX_FIELDS)
     runs = tuple(dict.fromkeys(r for r in q.get("run", []) if r and len(r) < 512))[:MAX_RUNS]
     sweep = (q.get("sweep") or [None])[0]
     color = (q.get("color") or [None])[0]

@@ -147,6 +147,17 @@ def _foreign_folder_with_link(run: pathlib.Path):
     os.symlink(other, traces / "more")
 
 
+def _folder_with_link_inside(run: pathlib.Path):
+    """A plain folder of traces (no run.json), half of them in a folder inside it that
+    ``traces/more`` links to: read once, through whichever path comes first."""
+    (run / "run.json").unlink()
+    other = run / "elsewhere"
+    other.mkdir()
+    for r in (2, 3):
+        shutil.move(str(run / "traces" / f"rank{r}.json.gz"), other / f"rank{r}.json.gz")
+    os.symlink(other, run / "traces" / "more")
+
+
 def _link_loop(run: pathlib.Path):
     os.symlink(run / "traces", run / "traces" / "again")
 
@@ -349,7 +360,11 @@ CASES = [
     Case("trace-rank-outside-the-world", _rank_outside_the_world, exit_code=2,
          needles=("rank7.json.gz", "rank 7", "outside the job's 4 ranks")),
     # -- the folder's shape: links followed once, loops and dead links named
-    Case("symlinked-subfolder", _foreign_folder_with_link, target="traces", good_ranks=ALL),
+    # a link leading out of the analysed folder is not followed (issue 35): named, skipped
+    Case("symlinked-subfolder", _foreign_folder_with_link, target="traces",
+         needles=("more/rank2.json.gz", "a link leaving the run folder"), good_ranks=(0, 1),
+         ranks=(0, 1)),
+    Case("symlinked-subfolder-inside", _folder_with_link_inside, good_ranks=ALL),
     Case("symlink-loop", _link_loop, needles=("again", "skipped", "already read"),
          good_ranks=ALL),
     Case("broken-symlink", _broken_link, needles=("rank7.json.gz", "broken link"),
@@ -373,6 +388,9 @@ CASES = [
          needles=(RUN, "$.mesh"), good_ranks=ALL),
     Case("run-json-schedule-42", run_json(_set(["schedule"], 42)), foreign=True,
          needles=(RUN, "$.schedule"), good_ranks=ALL),
+    Case("run-json-unknown-schedule", run_json(_set(["schedule"], "1f1b-fancy")), foreign=True,
+         needles=(RUN, "$.schedule", "unknown schedule", "1f1b-fancy", "interleaved-1f1b"),
+         good_ranks=ALL),
     Case("run-json-group-without-dimension", run_json(_pg_without_dimension), foreign=True,
          needles=(RUN, "$.process_groups[0]", "dimension"), good_ranks=ALL),
     Case("run-json-microbatches-0", run_json(_set(["microbatches"], 0)), foreign=True,

@@ -465,3 +465,13 @@ def test_a_grid_is_a_plain_table_in_the_static_report():
     out = S.to_html([S.Section(None, [grid])])
     assert '<table id="g">' in out and "<td class=\"\">1.23</td>" in out
     assert "gemm&lt;a&gt;" in out and "—" in out
+
+
+def test_a_query_string_of_any_size_is_read():
+    """A URL with hundreds of query fields (issue 35: more than 64 answered 500 with a
+    traceback in the log): the first 64 are read, the rest ignored."""
+    search = "?" + "&".join(f"run=r{i}" for i in range(300)) + "&step=3"
+    s = st.parse("/compare", search)
+    assert s.page == "compare" and s.runs == tuple(f"r{i}" for i in range(st.MAX_RUNS))
+    assert s.step is None                    # it came after the first 64 fields
+    assert st.parse("/overview", "?step=3&" + "x=1&" * 500).step == 3

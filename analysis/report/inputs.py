@@ -17,9 +17,10 @@ analysis opens a file by itself, except the trace files, which the ingest worker
 
 ``find_traces(path)``: the trace files of a run directory (``traces/``) or, for any other
 folder, every ``*.json`` and ``*.json.gz`` below it but meshscope's own files. Symbolic links
-are followed, to files and to folders, each real folder and file read once: a link that leads
-back into a folder already being read (a loop), a second path to a file already listed, or a
-broken link is named and skipped (``walk_traces`` says which).
+are followed, to files and to folders, as long as they stay inside the analysed folder, each
+real folder and file read once: a link that leads out of the analysed folder, back into a
+folder already being read (a loop), a second path to a file already listed, or a broken link
+is named and skipped (``walk_traces`` says which).
 
 ``identity(path, rank, meta)`` — who a trace says it is (``TraceIdentity``);
 ``resolve_identities(ids, run=)`` — which rank each ingested file is:
@@ -185,10 +186,10 @@ def walk_traces(path: pathlib.Path) -> tuple[list[pathlib.Path], list[str]]:
     if not path.is_dir():
         why = rd.unusable_file(path)
         return [], [f"{path}: {why}"] if why else []
-    home = None                         # a run directory: links may not lead outside it
+    home = path                         # links may not lead outside the analysed folder
     if (path / rd.RUN_JSON).exists() or (path / rd.RUN_JSON).is_symlink():
         # a run directory: its traces are in traces/ only
-        root, home = path / rd.TRACES, path
+        root = path / rd.TRACES
         if not root.is_dir():
             return [], []
     else:
