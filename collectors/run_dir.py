@@ -18,6 +18,7 @@ import json
 import os
 import pathlib
 import platform
+import re
 import stat
 import tempfile
 
@@ -171,6 +172,70 @@ def unusable_file(path: pathlib.Path, run: pathlib.Path | None = None) -> str | 
         real, home = path.resolve(), pathlib.Path(run).resolve()
         if real != home and home not in real.parents:
             return f"skipped, a link leaving the run folder (to {real})"
+    return None
+
+
+# A folder named for one rank of a job: "0", "rank3", "rank-3", "worker_1", "gpu7", "node0" …
+RANK_FOLDER_RE = re.compile(r"(?:rank|worker|proc|process|gpu|device|node)?[-_]?\d+",
+                            re.IGNORECASE)
+
+
+def _holds_traces(folder: pathlib.Path) -> bool:
+    """Kineto traces in ``folder`` itself or in its ``traces/`` folder (regular files or
+    links; meshscope's own JSON files are not traces)."""
+    for d in (folder, folder / TRACES):
+        try:
+            with os.scandir(d) as it:
+                for e in it:
+                    if e.name.endswith(TRACE_SUFFIXES) and e.name not in NOT_TRACES \
+                            and e.is_file():
+                        return True
+        except OSError:
+            continue
+    return False
+
+
+def _rank_folders(folder: pathlib.Path) -> list[pathlib.Path]:
+    """The sub-folders of ``folder`` named for a rank that hold traces, when every sub-folder
+    holding traces is one of them (a job that wrote one folder per rank: ``result/0/``,
+    ``result/1/``); [] otherwise."""
+    found, other = [], False
+    try:
+        children = sorted(os.scandir(folder), key=lambda e: e.name)
+    except OSError:
+        return []
+    for e in children:
+        if e.name.startswith(".") or e.name in (REPORT, STEPS, COMMS, LOGS):
+            continue
+        try:
+            if not e.is_dir():
+                continue
+        except OSError:
+            continue
+        if _holds_traces(pathlib.Path(e.path)):
+            if RANK_FOLDER_RE.fullmatch(e.name):
+                found.append(pathlib.Path(e.path))
+            else:
+                other = True
+    return [] if other else found
+
+
+def run_kind(folder: pathlib.Path) -> str | None:
+    """What makes ``folder`` one run — the one definition the dashboard's run discovery and
+    ``meshscope analyze`` share: ``"run directory"`` (run.json), ``"report"`` (an analysed
+    folder, ``report/summary.json``), ``"folder of traces"`` (Kineto traces in it or in its
+    ``traces/``), ``"rank folders"`` (one sub-folder per rank, each holding its traces: named
+    ``0``, ``rank3``, ``worker_1`` … — every trace-holding sub-folder such a name); None for a
+    folder that is no run (it may hold runs)."""
+    folder = pathlib.Path(folder)
+    if (folder / RUN_JSON).is_file():
+        return "run directory"
+    if ReportDir.of_run(folder).summary.is_file():
+        return "report"
+    if _holds_traces(folder):
+        return "folder of traces"
+    if _rank_folders(folder):
+        return "rank folders"
     return None
 
 

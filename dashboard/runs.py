@@ -6,9 +6,12 @@
 it found itself (``get``): no path a request names is ever opened, so ``..``, absolute paths,
 URL-encoded separators and ids of folders that are not runs all get ``None``.
 
-What counts as a run: a folder with ``run.json`` (a run directory), or with a written report
-(``report/summary.json``), or holding Kineto traces itself (a foreign folder of traces, analysed
-on first open). A folder that is none of these but holds runs is a **sweep**: its runs are
+What counts as a run is ``collectors.run_dir.run_kind``, the definition ``meshscope analyze``
+shares: a folder with ``run.json`` (a run directory), or with a written report
+(``report/summary.json``), or holding Kineto traces itself or in its ``traces/`` (a foreign
+folder of traces, analysed on first open), or one sub-folder per rank each holding its traces
+(``result/0/``, ``result/1/``: one run, not two). A run id the index does not know makes it
+scan again (at most every ``RESCAN_S``), so a run made since is found without the Runs page. A folder that is none of these but holds runs is a **sweep**: its runs are
 listed with its name, and the compare page takes them together. Hidden folders and the
 run-directory parts (``traces/``, ``steps/``, ``comms/``, ``report/``) are never runs. A
 symbolic link is followed only when its target stays inside the root; one leading out is
@@ -20,12 +23,15 @@ import dataclasses
 import logging
 import os
 import pathlib
+import time
 
 from meshscope.collectors import run_dir as rd
 
 log = logging.getLogger("meshscope.dashboard")
 
 MAX_DEPTH = 3
+# An unknown run id rescans the folder at most this often (a run made since, a copied URL).
+RESCAN_S = 2.0
 
 _RUN_PARTS = {rd.TRACES, rd.STEPS, rd.COMMS, rd.REPORT}
 
@@ -51,25 +57,6 @@ class RunEntry:
     @property
     def kind(self) -> str:
         return "run directory" if self.has_run_json else "folder of traces"
-
-
-def _has_traces(d: pathlib.Path) -> bool:
-    """Kineto traces in ``d`` itself or in its ``traces/`` folder."""
-    for folder in (d, d / rd.TRACES):
-        try:
-            with os.scandir(folder) as it:
-                for e in it:
-                    if e.name.endswith(rd.TRACE_SUFFIXES) and e.name not in rd.NOT_TRACES \
-                            and e.is_file():
-                        return True
-        except OSError:
-            continue
-    return False
-
-
-def _is_run(d: pathlib.Path) -> bool:
-    return (d / rd.RUN_JSON).is_file() or rd.ReportDir.of_run(d).summary.is_file() \
-        or _has_traces(d)
 
 
 class RunIndex:
@@ -118,9 +105,9 @@ class RunIndex:
                     continue
                 seen.add(real)
                 run_id = p.relative_to(self.root).as_posix()
-                if _is_run(real):
-                    runs[run_id] = RunEntry(run_id, real, sweep,
-                                            (real / rd.RUN_JSON).is_file())
+                kind = rd.run_kind(real)
+                if kind is not None:
+                    runs[run_id] = RunEntry(run_id, real, sweep, kind == "run directory")
                     if sweep is not None:
                         sweeps.setdefault(sweep, []).append(run_id)
                 elif depth < MAX_DEPTH:
@@ -129,6 +116,7 @@ class RunIndex:
         if self.root.is_dir():
             walk(self.root, 1, None)
         self.runs, self.sweeps = runs, sweeps
+        self._scanned = time.monotonic()
         return runs
 
     def get(self, run_id) -> RunEntry | None:
@@ -137,6 +125,10 @@ class RunIndex:
         if not isinstance(run_id, str):
             return None
         entry = self.runs.get(run_id)
+        if entry is None and time.monotonic() - self._scanned > RESCAN_S:
+            # A run folder made since the last scan is found without the Runs page.
+            self.refresh()
+            entry = self.runs.get(run_id)
         if entry is None:
             return None
         # The folder may have been replaced by a link leading out since the scan.
