@@ -409,7 +409,10 @@ def test_two_healthy_repeats_pass_the_gate(own_runs):
     doc = json.loads(proc.stdout)
     assert [g["failed"] for g in doc["gate"]] == [False, False]
     (d,) = doc["diffs"]
-    assert abs(d["step_time"]["rel"]) < 0.05
+    # it passes because the change is under 5%, or — on a machine loaded enough to move two
+    # identical runs apart by more (seen beside four busy test processes) — within the noise
+    step = d["step_time"]
+    assert abs(step["rel"]) < 0.05 or step["within_noise"], step
     # the same collectives, the same count, the same bytes
     assert all(c["status"] == "both" and c["count_before"] == c["count_after"]
                and c["bytes_before"] == c["bytes_after"] for c in d["collectives"])

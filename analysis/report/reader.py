@@ -29,7 +29,8 @@ each with its columns):
   in the registered order. An older report is read here and only here: a column it lacks is
   added empty (null), a column it named otherwise (``RENAMED``) gets today's name, and a table
   it never wrote is an empty frame with the columns — so a page asks "are there rows, are the
-  values known", never "does this column exist". A file that is not readable parquet is a
+  values known", never "does this column exist". Nullable columns are made plain here
+  (``plain_columns``: NaN or None for a missing value, never ``pd.NA``). A file that is not readable parquet is a
   ``ReportError`` naming the file and the problem. ``table_written(report_dir, name)`` says
   whether the report has the file at all (to tell an older report, which a re-analysis would
   complete, from a run that had nothing to put there).
@@ -520,7 +521,36 @@ def read_table(report, name: str) -> pd.DataFrame:
         raise ReportError(f"{path}: not readable parquet ({type(e).__name__}: {e})") from None
     old = {a: b for a, b in RENAMED.get(name, {}).items()
            if a in df.columns and b not in df.columns}
-    return tables.ordered(name, df.rename(columns=old) if old else df)
+    return plain_columns(tables.ordered(name, df.rename(columns=old) if old else df))
+
+
+def plain_columns(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with pandas' nullable columns made plain, the one place a reader meets them: an
+    integer column with missing values (``Int64``, how parquet keeps ``msg_bytes``) becomes
+    float with NaN (without any, int64), a nullable float float64 with NaN, a nullable boolean
+    or string column objects with None — so a page compares and formats a missing value as
+    NaN or None, never as ``pd.NA`` ("boolean value of NA is ambiguous"). A shallow copy:
+    the other columns are shared."""
+    import numpy as np
+    import pandas as pd
+
+    out = None
+    for col in df.columns:
+        dtype = df[col].dtype
+        if not isinstance(dtype, pd.api.extensions.ExtensionDtype) or \
+                isinstance(dtype, pd.CategoricalDtype):
+            continue
+        s = df[col]
+        if pd.api.types.is_integer_dtype(dtype):
+            s = s.astype("int64") if not s.isna().any() else s.astype("float64")
+        elif pd.api.types.is_float_dtype(dtype):
+            s = s.astype("float64")
+        else:
+            s = pd.Series(np.where(s.isna().to_numpy(), None, s.astype(object).to_numpy()),
+                          index=s.index, dtype=object)
+        out = df.copy(deep=False) if out is None else out
+        out[col] = s
+    return df if out is None else out
 
 
 def read_summary_file(report) -> dict:
