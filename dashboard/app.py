@@ -207,9 +207,16 @@ def create_app(runs_dir: pathlib.Path, limits: Limits | None = None,
             return built, False
         except ReportUnreadable as e:
             log.warning("report unreadable: %s", e)
+            return [html.H2(entry.run_id)] + _unreadable(entry.run_id), False
         except Exception:
+            # Not the report's fault: re-analysing would not help, so the page does not ask
+            # for it (the unreadable panel is for a report that cannot be read).
             log.exception("page %s of %s", state.page, entry.run_id)
-        return [html.H2(entry.run_id)] + _unreadable(entry.run_id), False
+        return [html.H2(entry.run_id)] + [html.P(
+            f"This page cannot be drawn from the report of {entry.run_id}: an error in "
+            f"meshscope (the server log has it; please report it). The other pages and "
+            f"`meshscope analyze {entry.run_id}` still show the report.",
+            id="page-error", style=S.WARN)], False
 
     @app.callback(Output("nav", "children"), Output("page", "children"),
                   Output("poll", "disabled"),
