@@ -475,3 +475,30 @@ def test_a_query_string_of_any_size_is_read():
     assert s.page == "compare" and s.runs == tuple(f"r{i}" for i in range(st.MAX_RUNS))
     assert s.step is None                    # it came after the first 64 fields
     assert st.parse("/overview", "?step=3&" + "x=1&" * 500).step == 3
+
+
+@pytest.mark.parametrize("run_id", ["dp4-ddp", "dp2-ep2-moe"])
+def test_the_communication_page_shows_each_ranks_overlap(index, run_id):
+    """Overlap % was on no page (issue 35): each rank's, as summary.json holds it."""
+    rows = _items(index, run_id, "communication")["overlap-table"].rows
+    s = _summary(run_id)
+    assert len(rows) == len(s["per_rank_mean"])
+    for row, m, t in zip(rows, s["per_rank_mean"], s["trace_overlap"]):
+        assert row[3] == f"{m['overlap_pct']:.1f}%" and row[4] == f"{t['overlap_pct']:.1f}%"
+        assert row[1] == f"{m['comm_us'] / 1e3:.2f} ms"
+
+
+def test_the_compare_table_shows_the_window_its_parts_add_up_to(index):
+    """The compare table's compute and bubble (profiled steps) exceeded its step time (the
+    step timer's, over every step) with nothing to say why (issue 35): the profiled window they
+    add up to is a row of its own, from summary.json."""
+    names, rows = compare.comparison_rows(compare._analysis_compare(
+        index, st.ViewState(page="compare", runs=(PIPELINED, SLOW)),
+        [index.get(PIPELINED), index.get(SLOW)]))
+    table = {label: vals for label, vals, _ in rows}
+    window = next(v for k, v in table.items() if k.startswith("profiled window"))
+    for name, w, c, b in zip(names, window, table["compute (ms, mean over ranks)"],
+                             table["bubble (ms)"]):
+        per_rank = _summary(name)["per_rank_mean"]
+        assert w == pytest.approx(sum(r["window_us"] for r in per_rank) / len(per_rank) / 1e3)
+        assert c + b <= w + 1e-6

@@ -113,10 +113,11 @@ def render(summary: dict) -> str:
                                           for s in savings))
         if st and st.saving_us is not None:
             pct = "" if st.saving_pct is None else f" ({st.saving_pct:.0f}% of the replayed step)"
+            gate = "" if st.gate_us is None else (
+                f"; it stands above the gate of {_ms(st.gate_us).strip()} ms (twice the "
+                f"what-if's resolution)")
             lines.append(f"Straggler: rank {st.rank} — {st.saving_us / 1000:.1f} ms per "
-                         f"step{pct} at its reference pace ({st.reference}); it beats the "
-                         f"what-if's resolution "
-                         f"({_ms(st.gate_us / 2 if st.gate_us else None).strip()} ms)")
+                         f"step{pct} at its reference pace ({st.reference}){gate}")
         elif st:
             lines.append(f"Straggler: rank {st.rank}")
         elif savings:

@@ -1,6 +1,9 @@
-"""Communication: how fast the collectives ran against what the fabric can do, how much of their
-time was transfer and how much waiting, and who talks to whom.
+"""Communication: how much of it compute hides, how fast the collectives ran against what the
+fabric can do, how much of their time was transfer and how much waiting, and who talks to whom.
 
+- ``overlap-table``: each rank's communication, the part hidden behind compute and the overlap
+  percentage (HTA's definition), over the profiled steps (summary ``per_rank_mean``, what
+  ``meshscope analyze`` prints) and over the whole trace (``trace_overlap``).
 - ``busbw-graph``: busbw against message size per op and dimension (log axes), from
   ``bandwidth_summary.parquet`` (medians per size bucket, nccl-tests' definitions,
   analysis/comm/bandwidth.py), with the baseline busbw (``meshscope bench-comm`` or
@@ -20,8 +23,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..sections import Figure, Note, Section, Table, missing
-from .common import COLOURS, LAYOUT, PageContext
+from ..sections import Figure, Note, Section, Table, missing, ms
+from .common import COLOURS, LAYOUT, PageContext, rank_label
 
 TOP = 12
 
@@ -183,8 +186,37 @@ def costly_table(ops: pd.DataFrame) -> Table:
                          "on gloo), the rest of each rank's time is waiting for the others.")
 
 
+def overlap_table(ctx: PageContext) -> Table | None:
+    """Each rank's communication hidden behind compute (``overlap_pct`` = |M ∩ C| / |M|,
+    HTA's definition): over its profiled steps (summary ``per_rank_mean``, the same as
+    ``meshscope analyze`` prints) and over the whole trace as HTA's get_comm_comp_overlap
+    selects it (``trace_overlap``)."""
+    typed = ctx.report.typed
+    whole = {int(r["rank"]): r for r in typed.raw.get("trace_overlap") or []
+             if isinstance(r, dict) and isinstance(r.get("rank"), (int, float))}
+    rows = []
+    for m in typed.per_rank_mean:
+        t = whole.get(m.rank, {})
+        t_pct = t.get("overlap_pct")
+        rows.append([rank_label(m.rank, ctx.report), ms(m.comm_us), ms(m.overlapped_comm_us),
+                     "—" if m.overlap_pct is None else f"{m.overlap_pct:.1f}%",
+                     "—" if not isinstance(t_pct, (int, float)) or t_pct != t_pct
+                     else f"{t_pct:.1f}%"])
+    if not rows:
+        return None
+    return Table("overlap-table", ["rank", "communication", "hidden behind compute",
+                                   "overlap (profiled steps)", "overlap (whole trace, HTA)"],
+                 rows, caption="Per step, mean over the profiled steps: the share of "
+                               "communication time with compute beside it (HTA's definition). "
+                               "The last column is over the whole trace, the events HTA's "
+                               "get_comm_comp_overlap reads.")
+
+
 def sections(ctx: PageContext) -> list[Section]:
     out = []
+    overlap = overlap_table(ctx)
+    if overlap is not None:
+        out.append(Section("Overlap", [overlap]))
     bus = busbw_figure(ctx)
     unknown = unknown_busbw(ctx)
     out.append(Section("Bandwidth", [Figure("busbw-graph", bus, "busbw = algbw × the op's bus "

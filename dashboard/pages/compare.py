@@ -91,6 +91,8 @@ def comparison_rows(c: Comparison) -> tuple[list[str], list[tuple[str, list, str
            ("step time (ms)", [_ms(r.step_time_us) for r in rows], "low"),
            ("  step time from", [reader.SHORT.get(r.step_time_source or "", "-")
                                  for r in rows], "text"),
+           ("profiled window (ms, mean over ranks; the parts below add up to it)",
+            [_ms(r.window_us) for r in rows], "low"),
            ("tokens/s", [r.tokens_per_s for r in rows], "high"),
            ("MFU %", [r.mfu_pct for r in rows], "high"),
            ("compute (ms, mean over ranks)", [_ms(r.compute_us) for r in rows], "low")]
