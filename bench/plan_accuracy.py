@@ -132,101 +132,12 @@ def memory_table(mem_sweep: pathlib.Path, tiny_dp4: pathlib.Path) -> None:
 
 # -- published figures -------------------------------------------------------------------------
 
-# Megatron-LM README / Narayanan et al. 2021 Table 1 (A100 80GB on Selene, seq 2048, vocab
-# 51200): (billions, heads, hidden, layers, tp, pp, GPUs, batch, achieved TFLOP/s a GPU)
-MEGATRON_TABLE = [(1.7, 24, 2304, 24, 1, 1, 32, 512, 137), (3.6, 32, 3072, 30, 2, 1, 64, 512, 138),
-                  (7.5, 32, 4096, 36, 4, 1, 128, 512, 142),
-                  (18.4, 48, 6144, 40, 8, 1, 256, 1024, 135),
-                  (39.1, 64, 8192, 48, 8, 2, 512, 1536, 138),
-                  (76.1, 80, 10240, 60, 8, 4, 1024, 1792, 140),
-                  (145.6, 96, 12288, 80, 8, 8, 1536, 2304, 148),
-                  (310.1, 128, 16384, 96, 8, 16, 1920, 2160, 155),
-                  (529.6, 128, 20480, 105, 8, 35, 2520, 2520, 163),
-                  (1008.0, 160, 25600, 128, 8, 64, 3072, 3072, 163)]
-FIT_ROWS = (39.1, 1008.0)
-A100_PEAK_TFLOPS = 312
-
-
-def _megatron_setup():
-    from meshscope.layouts.plan.job_step import JobOptions
-    from meshscope.layouts.plan.topology import Topology
-    from meshscope.layouts.plan.training import Training
-    # fp16 mixed precision with activation recomputation (the paper's §5.1); assumed: micro-
-    # batch 1, v = 2 (3 for odd layers a stage), no SP or reduce overlap (2021), 8 GPUs a node
-    t = Training(framework="megatron", precision="mixed", recompute="full", block="gpt",
-                 flash_attention=False, fp32_grads=False)
-    return t, Topology.for_device("A100", 8), JobOptions(dp_overlap=False)
-
-
-def megatron_row(row):
-    from meshscope.parallel.layout import parse_layout
-    from meshscope.layouts.plan import Candidate, ModelSpec
-    billions, a, h, layers, tp, pp, n, batch, _ = row
-    spec = ModelSpec(dim=h, n_layers=layers, n_heads=a, ffn_hidden=4 * h, vocab_size=51200,
-                     seq_len=2048, name=f"gpt-{billions}b")
-    dp = n // (tp * pp)
-    per_rank = layers // pp
-    v = 2 if pp > 1 and per_rank % 2 == 0 else (3 if pp > 1 and per_rank % 3 == 0 else 1)
-    cand = Candidate(parse_layout(f"dp={dp},tp={tp},pp={pp}"),
-                     schedule="interleaved-1f1b" if v > 1 else "1f1b",
-                     microbatches=batch // dp, dp_mode="ddp", sp=False, global_batch=batch,
-                     virtual=v if pp > 1 else None)
-    return spec, cand
-
-
-def fit_a100():
-    from meshscope.layouts.plan.job_step import (Device, GemmCurve, fit_curve,
-                                                 required_efficiency)
-    t, topo, opts = _megatron_setup()
-    probe = Device("A100", A100_PEAK_TFLOPS * 1e12, 2.0e12, GemmCurve(1.0, 0.0, "probe"))
-    points = []
-    for row in MEGATRON_TABLE:
-        if row[0] in FIT_ROWS:
-            spec, cand = megatron_row(row)
-            points.append((spec.dim / cand.layout.size("tp"),
-                           required_efficiency(spec, cand, t, probe, topo, opts, row[8])))
-    curve = fit_curve(points, f"rows {FIT_ROWS}")
-    print(f"A100 GEMM curve fitted on rows {FIT_ROWS}: eta_max={curve.eta_max:.4f}, "
-          f"half_width={curve.half_width:.2f} (points {points})")
-    return curve
-
-
 def published():
     from meshscope.parallel.layout import parse_layout
     from meshscope.layouts.plan import Candidate, ModelSpec, memory
     from meshscope.layouts.plan.activations import layer_activation_bytes
-    from meshscope.layouts.plan.job_step import Device, predict_job
     from meshscope.layouts.plan.states import gather_buffer_bytes, model_states_by_term
     from meshscope.layouts.plan.training import Training
-    t, topo, opts = _megatron_setup()
-    print("### Step time: Megatron-LM's README throughput table (A100, Selene)\n")
-    print(f"GEMM curve fitted on rows {', '.join(f'{b}B' for b in FIT_ROWS)}; the others are "
-          f"the check.\n")
-    print("| model | tp·pp·dp | batch | published TFLOP/s (% peak) | predicted TFLOP/s "
-          "(% peak) | error | MFU (no recompute) | step s |")
-    print("|---|---|---|---|---|---|---|---|")
-    for row in MEGATRON_TABLE:
-        spec, cand = megatron_row(row)
-        e = predict_job(spec, cand, t, Device.named("A100"), topo, opts)
-        fit = " (fit)" if row[0] in FIT_ROWS else ""
-        print(f"| {row[0]}B{fit} | {row[4]}·{row[5]}·{cand.layout.size('dp')} | {row[7]} | "
-              f"{row[8]} ({row[8] / A100_PEAK_TFLOPS * 100:.0f}%) | "
-              f"{e.hw_tflops_per_gpu:.0f} ({e.hw_tflops_per_gpu / A100_PEAK_TFLOPS * 100:.0f}%)"
-              f" | {pct(e.hw_tflops_per_gpu, row[8])} | {e.mfu_pct:.1f}% | "
-              f"{e.step_time_us / 1e6:.2f} |")
-    # GPT-3 175B on 64 A100 (tp8·pp8, v = 3, batch 64, microbatch 1) with sequence parallelism
-    # and selective recomputation: 13.75 s a step and 51.4% MFU, as issue 25 quotes them
-    # (Korthikanti et al. 2022's end-to-end figure; not re-read from the paper here)
-    import dataclasses
-    spec = ModelSpec(dim=12288, n_layers=96, n_heads=96, ffn_hidden=4 * 12288, vocab_size=51200,
-                     seq_len=2048, name="gpt-3-175b")
-    cand = Candidate(parse_layout("tp=8,pp=8"), schedule="interleaved-1f1b", microbatches=64,
-                     global_batch=64, sp=True, virtual=3)
-    e = predict_job(spec, cand, dataclasses.replace(t, recompute="selective"),
-                    Device.named("A100"), topo, opts)
-    print(f"\nGPT-3 175B, 64 A100, tp8·pp8·v3, batch 64, SP + selective recomputation: "
-          f"{e.step_time_us / 1e6:.2f} s a step, MFU {e.mfu_pct:.1f}% (quoted in issue 25: "
-          f"13.75 s, 51.4%: {pct(e.step_time_us / 1e6, 13.75)} on the step).")
     print("\n### Memory against published figures\n")
     print("| source | configuration | published | meshscope | error |")
     print("|---|---|---|---|---|")
@@ -301,12 +212,189 @@ def published():
     print()
 
 
+
+# -- the published reference jobs ---------------------------------------------------------------
+
+FAMILIES = (("dense_bf16", "BF16 dense"), ("fp8", "FP8"), ("moe", "MoE"), ("fsdp", "FSDP"),
+            ("small_model_dp", "small-model DP"), ("scaling", "scaling (same job, more GPUs)"))
+
+
+def evaluate(rows=None):
+    """Every reference row: (row, predicted tokens/s/GPU, published, error, predicted
+    memory GiB or None, the estimate)."""
+    from bench.plan_references import jobs as J
+    from meshscope.layouts.plan import memory
+    from meshscope.layouts.plan.job_step import predict_job
+    out = []
+    for r in rows or J.load():
+        spec, cand, t, dev, topo, opts = J.job(r)
+        est = predict_job(spec, cand, t, dev, topo, opts)
+        pred = est.tokens_per_s / cand.layout.world_size
+        pub = J.published_tokens_per_s(r, spec, dev)
+        mem = max(m.total_bytes for m in memory(spec, cand, training=t)) / 2 ** 30 \
+            if r.memory_gib else None
+        out.append((r, pred, pub, pred / pub - 1, mem, est))
+    return out
+
+
+def _stats(errors):
+    import statistics
+    a = sorted(abs(e) for e in errors)
+    if not a:
+        return "-", "-", "-"
+    return (f"{statistics.median(a) * 100:.0f}%", f"{a[-1] * 100:.0f}%",
+            f"{sum(1 for e in a if e <= 0.25)}/{len(a)}")
+
+
+def references(with_ranking: bool = False) -> dict:
+    """Print predicted against published for every reference row, the error per family, and
+    memory; with ``with_ranking`` the ranking check of the rows that publish their choice.
+    Returns the summary (what the tests and docs read)."""
+    from bench.plan_references import jobs as J
+    rows = evaluate()
+    n_sources = len({r.source for r, *_ in rows})
+    print(f"### Throughput: {len(rows)} published jobs from {n_sources} sources "
+          f"(bench/plan_references/jobs.csv)\n")
+    print("| job | source | device | GPUs | layout | published tok/s/GPU | predicted | error "
+          "| MFU (bf16 peak) | fp8 TF/s |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r, pred, pub, err, mem, est in rows:
+        spec, cand, *_ = J.job(r)
+        fit = " (fit)" if r.fit else ""
+        print(f"| {r.id}{fit} | {r.source} | {r.device} | {r.gpus} | {cand.name} | {pub:,.0f} "
+              f"| {pred:,.0f} | {err * 100:+.0f}% | {est.mfu_pct:.1f}% | "
+              f"{est.fp8_tflops_per_gpu or 0:.0f} |")
+    held = [(r, e) for r, _, _, e, _, _ in rows if not r.fit]
+    summary = {"rows": len(rows), "sources": n_sources,
+               "fit_rows": [r.id for r, *_ in rows if r.fit]}
+    print(f"\nFitted on: {', '.join(summary['fit_rows'])}; every other row is a check.\n")
+    print("| family | jobs | median |error| | max |error| | within 25% |")
+    print("|---|---|---|---|---|")
+    fam = {}
+    for key, label in FAMILIES + (("all", "all throughput rows"),):
+        errs = [e for r, e in held if key == "all" or key in r.families]
+        med, mx, within = _stats(errs)
+        fam[key] = {"jobs": len(errs), "median": med, "max": mx, "within_25": within}
+        print(f"| {label} | {len(errs)} | {med} | {mx} | {within} |")
+    mems = [(r, mem, r.memory_gib) for r, _, _, _, mem, _ in rows if r.memory_gib]
+    print("\n### Memory per GPU where published\n")
+    print("| job | published GiB | predicted GiB | error |")
+    print("|---|---|---|---|")
+    for r, mem, pub in mems:
+        print(f"| {r.id} | {pub:.1f} | {mem:.1f} | {(mem / pub - 1) * 100:+.0f}% |")
+    med, mx, _ = _stats([mem / pub - 1 for r, mem, pub in mems if not r.fit])
+    within15 = sum(1 for r, mem, pub in mems if abs(mem / pub - 1) <= 0.15)
+    print(f"\nmemory: median |error| {med}, max {mx}, {within15}/{len(mems)} within 15%")
+    fam["memory"] = {"jobs": len(mems), "median": med, "max": mx,
+                     "within_15": f"{within15}/{len(mems)}"}
+    summary["families"] = fam
+    if with_ranking:
+        summary["ranking"] = ranking_checks([r for r, *_ in rows if r.choice])
+    return summary
+
+
+def _published_candidates(row):
+    """Every layout of the row's job (its world, global and micro batch, schedule, dp mode),
+    and the published one."""
+    import dataclasses as dc
+
+    from bench.plan_references import jobs as J
+    from meshscope.layouts.plan.job_candidates import job_candidates
+    spec, cand, t, dev, topo, opts = J.job(row)
+    dims = ["dp", "tp", "pp"] + (["cp"] if row.cp > 1 else []) + (["ep"] if row.ep > 1 else [])
+    per = row.gbs // row.mbs
+    mbs_choices = tuple(per // d for d in range(1, per + 1) if per % d == 0)
+
+    def check(c):
+        if spec.kv_heads % c.layout.size("tp"):
+            return "kv heads"
+        if c.microbatches * row.mbs * c.layout.size("dp") != row.gbs:
+            return "microbatch size"
+        return None
+
+    cands = job_candidates(row.gpus, spec, dims=dims, schedules=(cand.schedule,),
+                           microbatches=mbs_choices, dp_modes=(row.dp_mode,),
+                           global_batch=row.gbs, sp=cand.sp or cand.layout.size("tp") == 1,
+                           extra_check=check)
+    out = []
+    for c in cands:
+        if c.pp > 1 and cand.virtual:
+            c = dc.replace(c, virtual=cand.virtual)
+            if c.n_stages > spec.n_layers:
+                continue
+        out.append(c)
+    if cand.name not in {c.name for c in out}:
+        out.append(cand)
+    return spec, cand, t, dev, topo, opts, out
+
+
+def ranking_checks(rows) -> dict:
+    """For each row that publishes its chosen layout: every layout of that job planned and
+    ranked; is the published one within the tie band of the fastest that fits?"""
+    from meshscope.layouts.plan import plan
+    from meshscope.layouts.plan.job_step import uncertainty_of
+    print("\n### Ranking: is the published layout within the tie band of the top?\n")
+    print("| job | layouts | published layout | its rank | slower than the top by | band "
+          "| within |")
+    print("|---|---|---|---|---|---|---|")
+    hits = 0
+    for row in rows:
+        spec, cand, t, dev, topo, opts, cands = _published_candidates(row)
+        band, _ = uncertainty_of(spec, t)
+        p = plan(spec, cands, training=t, device=dev, topology=topo, job_options=opts,
+                 device_memory_bytes=dev.memory_bytes, uncertainty=band)
+        ranked = [r for r in p.rows]
+        idx = next(i for i, r in enumerate(ranked) if r.name == cand.name)
+        mine = ranked[idx]
+        top = next((r for r in ranked if r.fits is not False), ranked[0])
+        gap = mine.estimate.step_time_us / top.estimate.step_time_us - 1
+        hits += mine.tie
+        print(f"| {row.id} | {len(ranked)} | {cand.name} | {idx + 1} | {gap * 100:+.0f}% | "
+              f"±{band * 100:.0f}% | {'yes' if mine.tie else 'no'} |")
+    print(f"\n{hits}/{len(rows)} published layouts within the tie band of the top")
+    return {"within": hits, "rows": len(rows)}
+
+
+def fit():
+    """The constants fitted on the rows ``jobs.csv`` marks ``fit``: the training derate
+    (``job_step.TRAINING_DERATE``) on the catalogue-device rows, and each custom device's
+    GEMM efficiency (its TOML's ``gemm_efficiency``) on its own fit row."""
+    import math
+
+    from bench.plan_references import jobs as J
+    from meshscope.layouts.plan.job_step import required_derate
+    rows = [r for r in J.load() if r.fit]
+    catalogue, custom = [], {}
+    for r in rows:
+        spec, cand, t, dev, topo, opts = J.job(r)
+        pub = J.published_tokens_per_s(r, spec, dev) * cand.layout.world_size
+        d = required_derate(spec, cand, t, dev, topo, opts, pub)
+        print(f"{r.id}: the derate that reproduces it is {d:.4f}")
+        (custom.setdefault(r.device, []) if r.device.startswith("file:")
+         else catalogue).append(d)
+    derate = math.exp(sum(math.log(d) for d in catalogue) / len(catalogue))
+    print(f"TRAINING_DERATE = {derate:.3f}  (geometric mean over {len(catalogue)} rows)")
+    for device, ds in custom.items():
+        d = math.exp(sum(math.log(x) for x in ds) / len(ds))
+        base = J.device_of(device)
+        eta = base.curve("bf16").efficiency(8192 / 3) * d / derate
+        print(f"{device}: gemm_efficiency = {eta:.3f} (its curve × {d / derate:.3f} at "
+              f"8192³, the training derate {derate:.3f} applied on top)")
+    return derate
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--published", action="store_true",
                     help="only the published-figure tables (no runs)")
+    ap.add_argument("--references", action="store_true",
+                    help="the published reference jobs: predicted against published per row, "
+                         "the error per family and memory (no runs, seconds)")
+    ap.add_argument("--ranking", action="store_true",
+                    help="with --references: rank every layout of each job that publishes "
+                         "its choice (a minute)")
     ap.add_argument("--fit", action="store_true",
-                    help="refit the A100 GEMM curve on FIT_ROWS and print its constants")
+                    help="refit the constants on the rows jobs.csv marks fit and print them")
     ap.add_argument("--sweep", type=pathlib.Path, default=None)
     ap.add_argument("--memory-sweep", type=pathlib.Path, default=None)
     ap.add_argument("--steps", type=int, default=8)
@@ -316,7 +404,10 @@ def main():
                     help="where to run the sweeps (default: a temporary folder)")
     args = ap.parse_args()
     if args.fit:
-        fit_a100()
+        fit()
+        return
+    if args.references:
+        references(args.ranking)
         return
     if args.published:
         published()

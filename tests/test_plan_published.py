@@ -2,6 +2,7 @@
 expected values are the publications' own numbers (or their published formulas evaluated by
 hand in the comment), never the planner's output."""
 import dataclasses
+import math
 import sys
 
 import pytest
@@ -9,15 +10,15 @@ import pytest
 from conftest import ROOT
 from meshscope.layouts.plan import Candidate, ModelSpec, memory, transfers
 from meshscope.layouts.plan.activations import layer_activation_bytes
-from meshscope.layouts.plan.job_step import (A100_CURVE, Device, GemmCurve, JobOptions,
-                                             fit_curve, predict_job, required_efficiency)
+from meshscope.layouts.plan.job_step import (TRAINING_DERATE, predict_job,
+                                             required_derate)
 from meshscope.layouts.plan.states import gather_buffer_bytes, model_states_by_term
 from meshscope.layouts.plan.topology import Topology
 from meshscope.layouts.plan.training import Training
 from meshscope.parallel.layout import parse_layout
 
 sys.path.insert(0, str(ROOT))
-from bench.plan_accuracy import FIT_ROWS, MEGATRON_TABLE, megatron_row  # noqa: E402
+from bench.plan_references import jobs as references  # noqa: E402
 
 GIB = 2 ** 30
 MIB = 2 ** 20
@@ -198,55 +199,54 @@ def test_korthikanti_activation_per_layer(name, a, h, setting):
 
 # -- Megatron-LM's README throughput table (Narayanan et al. 2021, Table 1) -----------------------
 
-# The Megatron-LM README's weak-scaling table on Selene (A100 80GB, seq 2048, vocab 51200), the
-# two rows the GEMM curve is fitted on and the candidate each row describes have one copy, in
-# bench/plan_accuracy.py (MEGATRON_TABLE, FIT_ROWS, megatron_row), which prints the same
-# comparison.
-# The runs' setup as the paper describes it (§5.1): fp16 mixed precision, activation
-# recomputation, the interleaved schedule with scatter/gather; assumed where not published:
-# microbatch 1, v = 2 (3 when the stage's layers are odd), no sequence parallelism or
-# gradient-reduce overlap (neither existed in Megatron-LM in 2021), 8 GPUs a node.
-MEGATRON_2021 = Training(framework="megatron", precision="mixed", recompute="full",
-                         block="gpt", flash_attention=False, fp32_grads=False)
-NO_OVERLAP = JobOptions(dp_overlap=False)
+# Its rows are the first ten of bench/plan_references/jobs.csv (megatron-*, with the settings
+# the paper describes in §5.1 — fp16 mixed precision, full recomputation, the interleaved
+# schedule with scatter/gather — and, where it does not publish them, microbatch 1, v = 2 (3
+# when a stage's layers are odd), no sequence parallelism or gradient-reduce overlap); the
+# table's parameter counts, in billions, as published:
+MEGATRON_BILLIONS = {"1.7b": 1.7, "3.6b": 3.6, "7.5b": 7.5, "18.4b": 18.4, "39.1b": 39.1,
+                     "76.1b": 76.1, "145.6b": 145.6, "310.1b": 310.1, "529.6b": 529.6,
+                     "1008b": 1008.0}
+MEGATRON_ROWS = [r for r in references.load() if r.source == "megatron-readme"]
 
 
 def test_megatron_table_parameter_counts():
     """The table's parameter counts (P = 12lh²(1 + 13/12h + (V+s)/12lh), eq. 2) against the
-    planner's GPT count, to the table's 0.1B."""
-    for row in MEGATRON_TABLE:
-        spec, _ = megatron_row(row)
-        gpt_params = spec.n_layers * (12 * spec.dim ** 2 + 13 * spec.dim) \
+    planner's count of the same GPT (a plain GeLU MLP, biases, LayerNorm, learned positions,
+    tied head), to the table's 0.1B — and the eq. 2 count itself."""
+    assert len(MEGATRON_ROWS) == 10
+    for row in MEGATRON_ROWS:
+        spec = references.spec_of(row)
+        published = MEGATRON_BILLIONS[row.id.removeprefix("megatron-")]
+        eq2 = spec.n_layers * (12 * spec.dim ** 2 + 13 * spec.dim) \
             + (spec.vocab_size + spec.seq_len) * spec.dim
-        assert gpt_params / 1e9 == pytest.approx(row[0], abs=0.06)
+        assert eq2 / 1e9 == pytest.approx(published, abs=0.06)
+        assert spec.n_params() / 1e9 == pytest.approx(published, abs=0.06)
 
 
-def test_a100_curve_is_the_fit_on_two_rows():
-    """A100_CURVE's constants are what fitting the two named rows of the table gives."""
-    topo = Topology.for_device("A100", 8)
-    probe = Device("A100", 312e12, 2.0e12, GemmCurve(1.0, 0.0, "probe"))
-    points = []
-    for row in MEGATRON_TABLE:
-        if row[0] in FIT_ROWS:
-            spec, cand = megatron_row(row)
-            points.append((spec.dim / cand.layout.size("tp"),
-                           required_efficiency(spec, cand, MEGATRON_2021, probe, topo,
-                                               NO_OVERLAP, row[8])))
-    fitted = fit_curve(points, "test")
-    assert fitted.eta_max == pytest.approx(A100_CURVE.eta_max, rel=1e-3)
-    assert fitted.half_width == pytest.approx(A100_CURVE.half_width, rel=1e-2)
+def test_training_derate_is_the_fit_on_the_named_rows():
+    """TRAINING_DERATE is what fitting the catalogue-device rows jobs.csv marks ``fit`` gives
+    (the geometric mean of the derate each row needs) — Megatron's 39.1B and 1008B rows."""
+    fit = [r for r in references.load() if r.fit and not r.device.startswith("file:")]
+    assert sorted(r.id for r in fit) == ["megatron-1008b", "megatron-39.1b"]
+    logs = []
+    for r in fit:
+        spec, cand, t, dev, topo, opts = references.job(r)
+        pub = references.published_tokens_per_s(r, spec, dev) * cand.layout.world_size
+        logs.append(math.log(required_derate(spec, cand, t, dev, topo, opts, pub)))
+    assert math.exp(sum(logs) / len(logs)) == pytest.approx(TRAINING_DERATE, rel=2e-3)
 
 
-@pytest.mark.parametrize("row", MEGATRON_TABLE, ids=[f"{r[0]}B" for r in MEGATRON_TABLE])
+@pytest.mark.parametrize("row", MEGATRON_ROWS, ids=[r.id for r in MEGATRON_ROWS])
 def test_megatron_table_throughput_within_15_percent(row):
-    """Megatron-LM README (Narayanan et al. 2021, Table 1): achieved TFLOP/s per GPU
-    (equivalently % of the A100's 312 TFLOP/s peak) of each row, predicted within 15% with the
-    curve fitted on the 39.1B and 1008B rows only."""
-    spec, cand = megatron_row(row)
-    est = predict_job(spec, cand, MEGATRON_2021, Device.named("A100"),
-                      Topology.for_device("A100", 8), NO_OVERLAP)
-    assert est.hw_tflops_per_gpu == pytest.approx(row[8], rel=0.15)
-    assert est.hw_tflops_per_gpu / 312 * 100 == pytest.approx(row[8] / 312 * 100, rel=0.15)
+    """Megatron-LM README (Narayanan et al. 2021, Table 1): achieved TFLOP/s per GPU (eq. 3,
+    recomputation counted) of each row, predicted within 15% with the one constant fitted on
+    the 39.1B and 1008B rows only."""
+    spec, cand, t, dev, topo, opts = references.job(row)
+    est = predict_job(spec, cand, t, dev, topo, opts)
+    assert est.hw_tflops_per_gpu == pytest.approx(row.value, rel=0.15)
+    pub = references.published_tokens_per_s(row, spec, dev)
+    assert est.tokens_per_s / cand.layout.world_size == pytest.approx(pub, rel=0.15)
 
 
 # -- traffic and topology (by construction) -------------------------------------------------------

@@ -230,7 +230,7 @@ def _assumed_rates(tflops, peak_tflops, devices, device, bandwidth_gbps, latency
     return Rates(flops_per_s=flops, devices=devices, peak_flops=peak, source=src), comm, notes
 
 
-def _spec(model, model_json, seq_len, overrides):
+def _spec(model, model_json, seq_len, overrides, notes, block=None):
     import dataclasses
 
     from meshscope.parallel.config import PRESETS
@@ -238,124 +238,141 @@ def _spec(model, model_json, seq_len, overrides):
 
     try:
         if model_json:
-            spec = ModelSpec.from_json(pathlib.Path(model_json))
+            spec = ModelSpec.from_json(pathlib.Path(model_json), seq_len=seq_len, notes=notes)
         else:
             if model not in PRESETS:
                 fail(f"--model {model!r}: unknown preset (known: {', '.join(PRESETS)}); a "
                      f"config.json goes to --model-json")
             spec = ModelSpec.from_config(dataclasses.replace(PRESETS[model], **dict(overrides)),
                                          name=model)
-        if seq_len:
-            spec = dataclasses.replace(spec, seq_len=seq_len)
+            if seq_len:
+                spec = dataclasses.replace(spec, seq_len=seq_len)
+        if block == "gpt" and spec.gated_mlp:
+            if model_json and _declares_gated(model_json):
+                fail(f"--block gpt (a plain two-matrix GeLU MLP) contradicts {model_json}, "
+                     f"whose MLP is gated (SwiGLU); drop one of the two")
+            spec = dataclasses.replace(spec, gated_mlp=False)
     except SpecError as e:
         fail(str(e))
     return spec
 
 
-def _fmt_bytes(b: float) -> str:
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
-        if b >= scale:
-            return f"{b / scale:.1f} {unit}"
-    return f"{b:.0f} B"
+def _declares_gated(model_json) -> bool:
+    """Whether the JSON says its MLP is gated (a gated model_type or "mlp": "gated")."""
+    from meshscope.layouts.plan.spec import _MODEL_TYPES
+    data = json.loads(pathlib.Path(model_json).read_text())
+    return data.get("mlp") == "gated" or \
+        _MODEL_TYPES.get(data.get("model_type"), {}).get("gated", False)
 
 
-def render_plan(p, detail: bool) -> str:
-    job = p.training is not None and p.training.framework != "runner"
-    what = (f"{p.training.framework}, {p.training.precision}, {p.training.optimizer}, "
-            f"recompute {p.training.recompute}" if job else f"precision {p.precision.name}")
-    lines = [f"model {p.model.name}: {p.model.n_params() / 1e6:,.1f} M parameters, "
-             f"{p.model.flops_per_token() / 1e6:,.1f} MFLOP/token, {what}"]
-    head = (f"{'#':>2} {'layout':<30} {'params':>9} {'grads':>9} {'optim':>9} {'buffers':>9} "
-            f"{'activ':>9} {'peak':>9}  {'comm/step (on the wire)':<36} {'bubble':>6} "
-            f"{'step ms':>9} {'tok/s':>9} {'MFU':>5}")
-    lines.append(head)
-    for i, r in enumerate(p.rows, 1):
-        m = r.peak
-        wire = r.wire_bytes or r.comm_bytes
-        comm = ", ".join(f"{d}{'*' if r.link_level.get(d) == 'inter' else ''} "
-                         f"{_fmt_bytes(b)}" for d, b in wire.items()) or "-"
-        est = r.estimate
-        fit = " (does not fit)" if r.fits is False else ""
-        lines.append(
-            f"{i:>2} {r.name[:30]:<30} {_fmt_bytes(m.params_bytes):>9} "
-            f"{_fmt_bytes(m.grads_bytes):>9} {_fmt_bytes(m.optimizer_bytes):>9} "
-            f"{_fmt_bytes(m.buffers_bytes):>9} {_fmt_bytes(m.activations_bytes):>9} "
-            f"{_fmt_bytes(m.total_bytes):>9}  {comm[:36]:<36} "
-            f"{r.theory_bubble_fraction * 100:5.0f}% "
-            + (f"{est.step_time_us / 1e3:9.1f} {est.tokens_per_s:9.0f} "
-               + (f"{est.mfu_pct:5.1f}" if est.mfu_pct is not None else "    -")
-               if est else f"{'-':>9} {'-':>9} {'-':>5}") + fit)
-        if detail:
-            lines.append("     memory: " + ", ".join(f"{k} {_fmt_bytes(v)}"
-                                                    for k, v in m.terms.items())
-                         + (f"; offloaded to the host {_fmt_bytes(m.cpu_bytes)}"
-                            if m.cpu_bytes else ""))
-            for t in r.transfers:
-                lines.append(f"     pp rank {t.pp_rank} {t.dim:<10} {t.op:<15} {t.count:>5} × "
-                             f"{_fmt_bytes(t.msg_bytes):>9} = {_fmt_bytes(t.bytes):>9}  "
-                             f"(sent {_fmt_bytes(t.wire_bytes):>9})  {t.what}")
-            if est:
-                exp = ", ".join(f"{d} {v / 1e3:.1f}" for d, v in est.exposed_comm_us.items())
-                lines.append(f"     step {est.step_time_us / 1e3:.1f} ms = compute "
-                             f"{est.compute_us / 1e3:.1f} (optimizer "
-                             f"{est.optimizer_us / 1e3:.1f}) + exposed [{exp or '-'}] + bubble "
-                             f"{est.bubble_us / 1e3:.1f} + overhead {est.overhead_us / 1e3:.1f}")
-                if est.terms:
-                    lines.append("     terms: " + ", ".join(
-                        f"{k} {v / 1e3:.1f} ms" if k.endswith("_us") else f"{k} {v:.3f}"
-                        for k, v in est.terms.items())
-                        + (f"; {est.hw_tflops_per_gpu:.0f} TFLOP/s a GPU with recomputation"
-                           if est.hw_tflops_per_gpu else ""))
-    lines.append("(memory per rank, the fullest rank; comm = bytes each rank sends per step, "
-                 "mean over ranks, * = between nodes; bubble = the schedule's closed form)")
-    lines += [f"note: {n}" for n in p.notes]
-    return "\n".join(lines)
+def _overlaps(text: str | None) -> tuple:
+    """``tp=0.5,dp=1`` → (("tp", 0.5), ("dp", 1.0))."""
+    out = []
+    for part in _csv(text):
+        dim, sep, value = part.partition("=")
+        try:
+            out.append((dim.strip(), float(value)))
+        except ValueError:
+            fail(f"--overlap {part!r}: expected DIM=FRACTION (e.g. tp=0.5,dp=1)")
+        if not sep:
+            fail(f"--overlap {part!r}: expected DIM=FRACTION (e.g. tp=0.5,dp=1)")
+    return tuple(out)
 
 
-def _training(framework, precision, optimizer, recompute, attention, block, offload,
-              fp32_grads, model_json, from_runs):
-    from meshscope.layouts.plan.training import Training, TrainingError
+def _training(framework, style, precision, optimizer, recompute, attention, block, offload,
+              fp32_grads, model_json, from_runs, fp8_ops, fp8_recipe, fp8_params,
+              optimizer_states, overlap, fsdp_prefetch, allocator_reserve, capacity_factor):
+    from meshscope.layouts.plan.training import (ALLOCATOR_RESERVE, DEFAULT_FP8_OPS, Training,
+                                                 TrainingError)
 
     if framework is None:
-        framework = "megatron" if model_json and not from_runs else "runner"
+        if style:
+            framework = {"fsdp": "torch", "deepspeed": "deepspeed"}.get(style, "megatron")
+        else:
+            framework = "megatron" if model_json and not from_runs else "runner"
     if precision is None:
         precision = "fp32" if framework == "runner" else "mixed"
     try:
-        return Training(framework=framework, precision=precision, optimizer=optimizer,
-                        recompute=recompute, flash_attention=attention == "flash",
-                        offload=offload, fp32_grads=fp32_grads, block=block)
+        return Training(framework=framework, style=style, precision=precision,
+                        optimizer=optimizer, recompute=recompute,
+                        flash_attention=attention == "flash", offload=offload,
+                        fp32_grads=fp32_grads, block=block,
+                        fp8_ops=_csv(fp8_ops) if fp8_ops else DEFAULT_FP8_OPS,
+                        fp8_recipe=fp8_recipe, fp8_params=fp8_params,
+                        optimizer_states=optimizer_states, overlap=_overlaps(overlap),
+                        fsdp_prefetch=fsdp_prefetch,
+                        allocator_reserve=ALLOCATOR_RESERVE if allocator_reserve is None
+                        else allocator_reserve, capacity_factor=capacity_factor)
     except TrainingError as e:
         fail(str(e))
 
 
-def _job_setup(training, device, tflops, gpus_per_node, intra_gbps, inter_gbps,
-               intra_latency_us, inter_latency_us, base_comm, from_runs, notes):
-    """The device (GEMM curve, peak, memory bandwidth) and the topology of a GPU job."""
-    import dataclasses
+def _device(device, device_file, flags, notes):
+    """The catalogue device, a TOML file's, or one from flags alone — each flag a value
+    that says it came from there."""
+    from meshscope.layouts.plan.devices import (CATALOGUE, CUSTOM_BASE, DeviceError,
+                                                DeviceSpec, lookup)
 
-    from meshscope.layouts.plan.job_step import Device, GemmCurve
+    try:
+        if device_file:
+            dev = DeviceSpec.from_toml(pathlib.Path(device_file))
+        elif device:
+            dev = lookup(device)
+            if dev is None:
+                fail(f"--device {device!r}: not in the catalogue ({', '.join(CATALOGUE)}); "
+                     f"describe it with --device-file FILE.toml or --bf16-tflops, "
+                     f"--device-memory-gb and --memory-tbps")
+        elif flags.get("bf16_tflops"):
+            missing = [f for f in ("device_memory_gb", "memory_tbps") if not flags.get(f)]
+            if missing:
+                fail(f"a custom device from flags needs --{missing[0].replace('_', '-')} too "
+                     f"(or --device NAME / --device-file FILE.toml)")
+            dev = CUSTOM_BASE.with_values("flags", name="custom")
+        else:
+            return None
+    except DeviceError as e:
+        fail(str(e))
+    values = {}
+    for flag, key, scale in (("bf16_tflops", "peak_bf16", 1e12), ("fp8_tflops", "peak_fp8", 1e12),
+                             ("device_memory_gb", "memory_bytes", 2 ** 30),
+                             ("memory_tbps", "memory_bytes_s", 1e12),
+                             ("gemm_efficiency", "gemm_efficiency", 1)):
+        if flags.get(flag) is not None:
+            if flags[flag] <= 0:
+                fail(f"--{flag.replace('_', '-')} {flags[flag]:g}: expected a positive number")
+            values[key] = flags[flag] * scale
+    for key, value in values.items():
+        flag = {"peak_bf16": "--bf16-tflops", "peak_fp8": "--fp8-tflops",
+                "memory_bytes": "--device-memory-gb", "memory_bytes_s": "--memory-tbps",
+                "gemm_efficiency": "--gemm-efficiency"}[key]
+        dev = dev.with_values(flag, **{key: value})
+    return dev
+
+
+def _job_setup(training, device, device_file, device_flags, tflops, gpus_per_node,
+               intra_gbps, inter_gbps, intra_latency_us, inter_latency_us, base_comm,
+               from_runs, notes):
+    """The device (catalogue values, overridden by flags) and the topology of a GPU job."""
     from meshscope.layouts.plan.topology import Topology
 
-    dev = None
-    if device:
-        dev = Device.named(device)
+    flags = dict(device_flags)
+    dev = _device(device, device_file, flags, notes)
+    if tflops:
         if dev is None:
-            fail(f"--device {device!r}: not in the device table (collectors/devices.py)")
-        notes.append(f"compute: {dev.curve.source} (the curve's shape is assumed to carry "
-                     f"to {device}); memory-bound kernels at {dev.memory_bytes_s / 1e12:g} TB/s")
-        if tflops:
-            eta = tflops * 1e12 / dev.peak_flops
-            dev = dataclasses.replace(dev, curve=GemmCurve(eta, 0.0, f"--tflops {tflops:g}"))
-            notes[-1] = f"compute: GEMMs at the given {tflops:g} TFLOP/s (η = {eta:.2f})"
-    elif tflops:
-        fail("--tflops with a GPU framework needs --device (its peak and memory bandwidth)")
+            fail("--tflops with a GPU framework needs --device (its peak and memory bandwidth)")
+        dev = dev.with_values("--tflops", gemm_efficiency=tflops * 1e12 / dev.peak_bf16)
+        notes.append(f"compute: GEMMs at about the given {tflops:g} TFLOP/s (the device's "
+                     f"curves scaled through it)")
     measured_comm, overhead_us = None, 0.0
     if from_runs:
         dev, measured_comm, run_world, overhead_us = _calibrated_device(from_runs, dev,
                                                                         training, notes)
-    topo = Topology.for_device(device or (dev.name if dev else None), gpus_per_node or 8,
-                               intra_gbps=intra_gbps, inter_gbps=inter_gbps,
-                               intra_us=intra_latency_us, inter_us=inter_latency_us)
+    if dev is not None and training.precision == "fp8" and not dev.supports("fp8"):
+        fail(f"--precision fp8: {dev.name} has no fp8 tensor cores (give --fp8-tflops for a "
+             f"custom device)")
+    topo = Topology.for_device(dev, gpus_per_node, intra_gbps=intra_gbps,
+                               inter_gbps=inter_gbps, intra_us=intra_latency_us,
+                               inter_us=inter_latency_us)
     if measured_comm is not None and measured_comm.table:
         level = "intra" if run_world <= topo.gpus_per_node else "inter"
         fallback = getattr(topo, level)
@@ -375,13 +392,13 @@ def _job_setup(training, device, tflops, gpus_per_node, intra_gbps, inter_gbps,
 
 
 def _calibrated_device(from_runs, dev, training, notes):
-    """The GEMM curve through a measured GPU run's achieved rate (``plan --from GPU_RUN``)."""
-    import dataclasses
-
+    """The device's GEMM and attention rates scaled through a measured GPU run's achieved
+    rate (``plan --from GPU_RUN``)."""
     from meshscope.layouts.ranked import CompareError, measured
     from meshscope.collectors.run_info import read_run_info
     from meshscope.layouts.plan.cost import rank_flops
-    from meshscope.layouts.plan.job_step import Device, GemmCurve
+    from meshscope.layouts.plan.devices import intensity, lookup
+    from meshscope.layouts.plan.job_step import scale_device
 
     run = pathlib.Path(from_runs[0])
     if len(from_runs) > 1:
@@ -395,20 +412,21 @@ def _calibrated_device(from_runs, dev, training, notes):
         fail(f"{run} ran on {info.device.type}: its compute rate says nothing about a GPU "
              f"job; calibrate a --framework megatron/deepspeed/torch plan from a GPU run, or "
              f"plan it uncalibrated with --device")
-    base = dev or Device.named(info.device.name)
+    base = dev or lookup(info.device.name)
     if base is None:
-        fail(f"{run}: device {info.device.name!r} is not in the device table")
+        fail(f"{run}: device {info.device.name!r} is not in the device catalogue")
     cand = m.candidate
     r = max(m.compute_us, key=m.compute_us.get)
     busy_s = max(1e-9, (m.compute_us[r] - m.optimizer_us) / 1e6)
-    eta = rank_flops(m.spec, cand, cand.layout.coordinates(r)["pp"]) / busy_s / base.peak_flops
+    eta = rank_flops(m.spec, cand, cand.layout.coordinates(r)["pp"]) / busy_s / base.peak_bf16
+    tokens = cand.global_batch // cand.layout.size("dp") // cand.microbatches * m.spec.seq_len
     width = m.spec.dim / cand.layout.size("tp")
-    shape = base.curve
-    scale = eta / shape.efficiency(width)
-    curve = GemmCurve(shape.eta_max * scale, shape.half_width,
-                      f"{shape.source}, scaled through {run.name}'s measured η = {eta:.3f} at "
-                      f"h/tp = {width:g}")
-    notes.append(f"calibrated from {run} ({info.device.name}): GEMM curve {curve.source}")
+    expected = base.curve("bf16").efficiency(intensity(tokens, width, m.spec.dim))
+    dev = scale_device(base, eta / expected,
+                       f"scaled through {run.name}'s measured η = {eta:.3f} (the curve "
+                       f"expects {expected:.3f} at its GEMMs)")
+    notes.append(f"calibrated from {run} ({info.device.name}): GEMM and attention rates "
+                 f"× {eta / expected:.3f}")
     from meshscope.layouts.plan import CommModel
     comm = CommModel.from_rows(m.transfers, source=f"measured in {run.name}")
     # what the run's step spent outside compute, exposed communication and the bubble (data
@@ -416,7 +434,7 @@ def _calibrated_device(from_runs, dev, training, notes):
     overhead = max(0.0, m.step_time_us - m.compute_us[r] - sum(m.exposed_comm_us.values())
                    - (m.bubble_fraction or 0.0) * m.step_time_us)
     notes.append(f"a fixed {overhead / 1e3:.1f} ms a step of overhead measured in {run.name}")
-    return dataclasses.replace(base, curve=curve), comm, cand.layout.world_size, overhead
+    return dev, comm, cand.layout.world_size, overhead
 
 
 def _apply_pipeline_options(cands, virtual_stages, stage_layers, n_layers):
@@ -463,10 +481,14 @@ def _apply_pipeline_options(cands, virtual_stages, stage_layers, n_layers):
 @click.option("--world", type=int, default=None, help="Ranks (default: the --from run's).")
 @click.option("--model", default="tiny", show_default=True, help="Model preset.")
 @click.option("--model-json", default=None, type=click.Path(exists=True, dir_okay=False),
-              help="A Llama-style config.json (ours or Hugging Face's field names).")
-@click.option("--seq-len", type=int, default=None, help="Sequence length (overrides the "
-                                                        "model's).")
+              help="A Hugging Face config.json, or the sizes in meshscope's field names "
+                   "(docs/layouts.md); a field the planner cannot honour is refused.")
+@click.option("--seq-len", type=int, default=None, help="Sequence length trained (overrides "
+                                                        "the model's; needed without one).")
 @_choice_options
+@click.option("--micro-batch-size", type=int, default=None,
+              help="Sequences per microbatch: each layout's microbatches = global batch / "
+                   "(dp × this), instead of --microbatches.")
 @click.option("--dp-modes", default="ddp", show_default=True,
               help="ddp, zero1, zero2, fsdp (comma-separated; zero1 = the distributed "
                    "optimizer, planning only).")
@@ -476,41 +498,76 @@ def _apply_pipeline_options(cands, virtual_stages, stage_layers, n_layers):
               help="Layers of each pipeline stage, comma-separated (e.g. 19,20,20,21).")
 @click.option("--framework", type=click.Choice(["runner", "megatron", "deepspeed", "torch"]),
               default=None, help="Whose memory and traffic to plan (default: runner for a "
-                                 "preset, megatron for --model-json).")
+                                 "preset, megatron for --model-json, the --style's).")
+@click.option("--style", type=click.Choice(["megatron", "fsdp", "deepspeed"]), default=None,
+              help="How the job runs: each dimension's overlap (default: the framework's; "
+                   "fsdp implies --framework torch).")
 @click.option("--precision", type=click.Choice(["fp32", "mixed", "bf16", "fp8"]), default=None,
               help="fp32 (the runner's), mixed (bf16 + fp32 master; GPU default), bf16 "
-                   "(no master copy), fp8 (mixed with fp8 GEMMs).")
+                   "(no master copy), fp8 (mixed with the --fp8-ops GEMMs in fp8).")
+@click.option("--fp8-ops", default=None,
+              help="GEMMs run in fp8 with --precision fp8 (default qkv,proj,fc1,fc2,experts; "
+                   "also head, attention).")
+@click.option("--fp8-recipe", type=click.Choice(["delayed", "current", "mx"]),
+              default="delayed", show_default=True, help="fp8 scaling (current/mx: one more "
+                                                         "pass over each cast tensor).")
+@click.option("--fp8-params", is_flag=True, help="Weights held in fp8 (beside the fp32 "
+                                                 "master copy).")
 @click.option("--optimizer", type=click.Choice(["adam", "sgd", "adafactor"]), default="adam",
               show_default=True)
-@click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default="none",
-              show_default=True, help="Activation recomputation.")
+@click.option("--optimizer-states", type=click.Choice(["fp32", "bf16"]), default="fp32",
+              show_default=True, help="The optimizer's moments in fp32 or bf16.")
+@click.option("--recompute", type=click.Choice(["none", "selective", "op", "full"]),
+              default="none", show_default=True,
+              help="Activation recomputation (op: torchtitan's op-level selective).")
 @click.option("--attention", type=click.Choice(["flash", "eager"]), default="flash",
               show_default=True, help="eager keeps the s × s scores (Korthikanti's 5as²b).")
 @click.option("--block", type=click.Choice(["llama", "gpt"]), default="llama",
-              show_default=True, help="Layer structure (gpt: LayerNorm, GeLU MLP, dropout).")
+              show_default=True, help="Layer structure (gpt: LayerNorm, a plain GeLU MLP, "
+                                      "dropout).")
 @click.option("--offload", type=click.Choice(["none", "optimizer", "all"]), default="none",
               show_default=True, help="CPU offload (all = weights too, with fsdp).")
 @click.option("--fp32-grads/--no-fp32-grads", default=None,
               help="An fp32 gradient accumulation buffer (default: the framework's).")
+@click.option("--fsdp-prefetch", type=int, default=1, show_default=True,
+              help="Layers FSDP gathers ahead (its unsharded working set).")
+@click.option("--allocator-reserve", type=float, default=None,
+              help="Reserved memory above the allocated peak, a fraction (default 0.05).")
+@click.option("--capacity-factor", type=float, default=None,
+              help="MoE: tokens an expert takes over its balanced share (default: dropless).")
+@click.option("--overlap", default=None,
+              help="Fraction of each dimension's communication hidden, over the style's "
+                   "defaults: tp=0.5,dp=1,ep=0 …")
 @click.option("--gpus-per-node", type=int, default=None,
-              help="GPUs a node (default 8): groups inside a node use NVLink, others the "
-                   "network.")
+              help="GPUs a node (default: the device's, 8): groups inside a node use NVLink, "
+                   "others the network.")
 @click.option("--intra-gbps", type=float, default=None, help="Bus bandwidth in a node, GB/s.")
 @click.option("--inter-gbps", type=float, default=None,
               help="Bus bandwidth between nodes per GPU, GB/s.")
 @click.option("--intra-latency-us", type=float, default=None)
 @click.option("--inter-latency-us", type=float, default=None)
 @click.option("--dp-overlap/--no-dp-overlap", default=True,
-              help="Data-parallel reductions overlap the last backward (default on).")
+              help="Data-parallel reductions overlap the backward (--no-dp-overlap: dp=0).")
 @click.option("--tp-overlap", is_flag=True, help="Tensor-parallel communication hidden "
-                                                 "(Megatron's --tp-comm-overlap).")
+                                                 "(Megatron's --tp-comm-overlap: tp=1).")
 @click.option("--tflops", type=float, default=None, help="Sustained TFLOP/s per device.")
-@click.option("--peak-tflops", type=float, default=None, help="Peak TFLOP/s per device (MFU).")
-@click.option("--device", default=None, help="A GPU of the device table (H100, A100, …).")
+@click.option("--peak-tflops", type=float, default=None, help="Peak TFLOP/s per device (MFU; "
+                                                              "the runner's).")
+@click.option("--device", default=None, help="A device of the catalogue: H100-SXM, H100-PCIe, "
+                                             "H800, H200, B200, A100-80GB, A100-40GB, MI300X, "
+                                             "MI250.")
+@click.option("--device-file", default=None, type=click.Path(exists=True, dir_okay=False),
+              help="A custom device, TOML (docs/layouts.md).")
+@click.option("--bf16-tflops", type=float, default=None, help="The device's bf16 peak.")
+@click.option("--fp8-tflops", type=float, default=None, help="The device's fp8 peak.")
+@click.option("--memory-tbps", type=float, default=None, help="The device's memory bandwidth.")
+@click.option("--gemm-efficiency", type=float, default=None,
+              help="Scale the device's GEMM curves to this efficiency at 8192-sized products.")
 @click.option("--devices", type=int, default=None,
               help="Devices the ranks share (runner on CPU: cores).")
 @click.option("--device-memory-gb", type=float, default=None,
-              help="Memory of one device: layouts that do not fit are marked and ranked last.")
+              help="Memory of one device, GiB (default: the device's): layouts that do not "
+                   "fit are marked and ranked last.")
 @click.option("--bandwidth-gbps", type=float, default=None,
               help="Bus bandwidth, GB/s (runner; GPU jobs: --intra-gbps/--inter-gbps).")
 @click.option("--latency-us", type=float, default=None, help="Collective latency, µs (runner).")
@@ -520,25 +577,34 @@ def _apply_pipeline_options(cands, virtual_stages, stage_layers, n_layers):
 @click.option("--from", "from_runs", multiple=True, type=click.Path(file_okay=False),
               help="Calibrate from this measured run (repeatable); without --model or "
                    "--model-json predicts the run's own model.")
+@click.option("--top", type=int, default=None, help="Print the first N layouts.")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON, every term.")
-@click.option("--detail", is_flag=True, help="Every term and operation of every layout.")
+@click.option("--detail", is_flag=True, help="Every term and operation of every layout, and "
+                                             "every device value with its source.")
 @click.pass_context
 def plan_cmd(ctx, world, model, model_json, seq_len, dims, layouts, schedules, microbatches,
-             global_batch, no_sp, layers, moe_experts, moe_top_k, moe_every, dp_modes,
-             virtual_stages, stage_layers, framework, precision, optimizer, recompute,
-             attention, block, offload, fp32_grads, gpus_per_node, intra_gbps, inter_gbps,
-             intra_latency_us, inter_latency_us, dp_overlap, tp_overlap, tflops, peak_tflops,
-             device, devices, device_memory_gb, bandwidth_gbps, latency_us, baseline,
-             from_runs, as_json, detail):
+             global_batch, no_sp, layers, moe_experts, moe_top_k, moe_every, micro_batch_size,
+             dp_modes, virtual_stages, stage_layers, framework, style, precision, fp8_ops,
+             fp8_recipe, fp8_params, optimizer, optimizer_states, recompute, attention, block,
+             offload, fp32_grads, fsdp_prefetch, allocator_reserve, capacity_factor, overlap,
+             gpus_per_node, intra_gbps, inter_gbps, intra_latency_us, inter_latency_us,
+             dp_overlap, tp_overlap, tflops, peak_tflops, device, device_file, bf16_tflops,
+             fp8_tflops, memory_tbps, gemm_efficiency, devices, device_memory_gb,
+             bandwidth_gbps, latency_us, baseline, from_runs, top, as_json, detail):
     """Predict memory, communication and step time of layouts, before running them."""
     from meshscope.layouts.plan import plan
+    from meshscope.layouts.plan.render import render_plan
     from meshscope.layouts.sweep import SweepError, enumerate_candidates
 
     def given(name):
         return ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE
 
-    training = _training(framework, precision, optimizer, recompute, attention, block,
-                         offload, fp32_grads, model_json, from_runs)
+    if top is not None and top < 1:
+        fail(f"--top {top}: at least 1")
+    training = _training(framework, style, precision, optimizer, recompute, attention, block,
+                         offload, fp32_grads, model_json, from_runs, fp8_ops, fp8_recipe,
+                         fp8_params, optimizer_states, overlap, fsdp_prefetch,
+                         allocator_reserve, capacity_factor)
     job = training.framework != "runner"
     if job:
         for flag, value in (("--devices", devices), ("--bandwidth-gbps", bandwidth_gbps),
@@ -547,36 +613,43 @@ def plan_cmd(ctx, world, model, model_json, seq_len, dims, layouts, schedules, m
                 fail(f"{flag} is the runner's; a --framework {training.framework} plan takes "
                      f"--device, --gpus-per-node, --intra-gbps and --inter-gbps")
     else:
-        for flag, value in (("--gpus-per-node", gpus_per_node), ("--intra-gbps", intra_gbps),
-                            ("--inter-gbps", inter_gbps),
-                            ("--intra-latency-us", intra_latency_us),
-                            ("--inter-latency-us", inter_latency_us)):
-            if value is not None:
-                fail(f"{flag} describes a GPU cluster; give --framework megatron, deepspeed "
-                     f"or torch to plan one")
+        for flag in ("gpus_per_node", "intra_gbps", "inter_gbps", "intra_latency_us",
+                     "inter_latency_us", "style", "device_file", "bf16_tflops", "fp8_tflops",
+                     "memory_tbps", "gemm_efficiency", "fp8_ops", "fp8_params",
+                     "optimizer_states", "overlap", "fsdp_prefetch", "allocator_reserve",
+                     "capacity_factor", "fp8_recipe"):
+            if given(flag):
+                fail(f"--{flag.replace('_', '-')} describes a GPU job; give --framework "
+                     f"megatron, deepspeed or torch (or --style) to plan one")
         if tp_overlap or not dp_overlap:
             fail("--tp-overlap / --no-dp-overlap describe a GPU job; the runner's overlap is "
                  "its own (give --framework megatron, deepspeed or torch)")
+    if micro_batch_size is not None and given("microbatches"):
+        fail("--micro-batch-size and --microbatches both set the microbatches; give one")
     base_comm = _baseline_model(baseline)
     notes: list[str] = []
     explicit_model = model_json or given("model") or any(
         given(x) for x in ("layers", "moe_experts", "moe_top_k", "moe_every"))
     spec = _spec(model, model_json, seq_len, _overrides(layers, moe_experts, moe_top_k,
-                                                        moe_every)) if explicit_model or \
-        not from_runs else None
+                                                        moe_every), notes,
+                 block if job else None) if explicit_model or not from_runs else None
     rates = comm = None
     dev = topo = None
     overhead_us = 0.0
     if job:
-        dev, topo, overhead_us = _job_setup(training, device, tflops, gpus_per_node, intra_gbps,
-                               inter_gbps, intra_latency_us, inter_latency_us, base_comm,
-                               from_runs, notes)
+        dev, topo, overhead_us = _job_setup(
+            training, device, device_file,
+            {"bf16_tflops": bf16_tflops, "fp8_tflops": fp8_tflops,
+             "device_memory_gb": device_memory_gb, "memory_tbps": memory_tbps,
+             "gemm_efficiency": gemm_efficiency}, tflops, gpus_per_node, intra_gbps,
+            inter_gbps, intra_latency_us, inter_latency_us, base_comm, from_runs, notes)
         if from_runs and spec is None:
             fail("--from with a GPU framework calibrates the device; name the model to plan "
                  "with --model-json (or --model)")
     else:
-        rates, comm, notes = _assumed_rates(tflops, peak_tflops, devices, device,
-                                            bandwidth_gbps, latency_us)
+        rates, comm, runner_notes = _assumed_rates(tflops, peak_tflops, devices, device,
+                                                   bandwidth_gbps, latency_us)
+        notes += runner_notes
         if base_comm is not None:
             comm = base_comm
             notes = [n for n in notes if not n.startswith("communication")]
@@ -615,20 +688,28 @@ def plan_cmd(ctx, world, model, model_json, seq_len, dims, layouts, schedules, m
         tp = c.layout.size("tp")
         if spec.kv_heads % tp:
             return f"tp={tp} does not divide the model's {spec.kv_heads} key/value heads"
+        if micro_batch_size and c.microbatches * micro_batch_size * c.layout.size("dp") \
+                != c.global_batch:
+            return f"not {micro_batch_size} sequences a microbatch"
         return None
 
+    mb_choices = _csv(microbatches, int)
+    if micro_batch_size:
+        if micro_batch_size < 1 or global_batch % micro_batch_size:
+            fail(f"--micro-batch-size {micro_batch_size}: must divide the global batch "
+                 f"{global_batch}")
+        per = global_batch // micro_batch_size
+        mb_choices = tuple(per // d for d in range(1, per + 1) if per % d == 0)
     try:
         if job:
             from meshscope.layouts.plan.job_candidates import job_candidates
             cands = job_candidates(world, spec, dims=_csv(dims), schedules=_csv(schedules),
-                                   microbatches=_csv(microbatches, int),
-                                   dp_modes=_csv(dp_modes), global_batch=global_batch,
-                                   sp=not no_sp, layouts=_layouts(layouts),
-                                   extra_check=kv_check)
+                                   microbatches=mb_choices, dp_modes=_csv(dp_modes),
+                                   global_batch=global_batch, sp=not no_sp,
+                                   layouts=_layouts(layouts), extra_check=kv_check)
         else:
             cands = enumerate_candidates(world, spec.as_config(), dims=_csv(dims),
-                                         schedules=_csv(schedules),
-                                         microbatches=_csv(microbatches, int),
+                                         schedules=_csv(schedules), microbatches=mb_choices,
                                          dp_modes=_csv(dp_modes), global_batch=global_batch,
                                          sp=not no_sp, layouts=_layouts(layouts),
                                          runner_only=False, extra_check=kv_check)
@@ -639,21 +720,29 @@ def plan_cmd(ctx, world, model, model_json, seq_len, dims, layouts, schedules, m
         fail("--offload all moves the weights to the host, which needs --dp-modes fsdp")
     if training.offload == "all":
         cands = [c for c in cands if c.zero_stage == 3]
-    from meshscope.layouts.plan.job_step import JobOptions
+    from meshscope.layouts.plan.job_step import JobOptions, uncertainty_of
+    memory_bytes = dev.memory_bytes if dev is not None else (
+        device_memory_gb * 2 ** 30 if device_memory_gb else None)
+    band, band_source = uncertainty_of(spec, training) if dev is not None else (None, "")
     try:
         p = plan(spec, cands, precision=training.as_precision() if job else training.precision,
-                 rates=rates, comm=comm,
-                 device_memory_bytes=device_memory_gb * 1e9 if device_memory_gb else None,
-                 notes=notes, training=training, device=dev, topology=topo,
+                 rates=rates, comm=comm, device_memory_bytes=memory_bytes, notes=notes,
+                 training=training, device=dev, topology=topo,
                  job_options=JobOptions(dp_overlap=dp_overlap, tp_overlap=tp_overlap,
-                                        step_overhead_us=overhead_us))
+                                        step_overhead_us=overhead_us),
+                 uncertainty=band, uncertainty_source=band_source)
     except ValueError as e:
         fail(str(e))
     if as_json:
+        for w in p.warnings:
+            click.echo(f"meshscope: warning: {w}", err=True)
         from meshscope.layouts.plan.serial import plan_to_dict
-        click.echo(json.dumps(plan_to_dict(p), indent=2))
+        d = plan_to_dict(p)
+        if top:
+            d["rows"] = d["rows"][:top]
+        click.echo(json.dumps(d, indent=2))
     else:
-        click.echo(render_plan(p, detail))
+        click.echo(render_plan(p, detail, top))
 
 
 COMMANDS = (sweep, plan_cmd)

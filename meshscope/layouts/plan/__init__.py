@@ -6,7 +6,8 @@ formulas and their sources; the closed forms it shares with the runner and the a
 schedules and their bubble, bus factors, parameter counts, FLOPs per token — are
 ``meshscope.theory``'s):
 
-- ``spec``        — the model: a runner preset or any Llama-style config.json;
+- ``spec``        — the model: a runner preset, a Hugging Face config.json or meshscope's
+                    own field names (head_dim, GQA/MLA, gated or plain MLP, MoE, MTP);
 - ``candidate``   — one layout with its schedule, microbatches and dp mode;
 - ``memory``      — per-rank parameters, gradients, optimizer state (ZeRO 0–3), runtime
                     buffers and activations;
@@ -18,13 +19,18 @@ schedules and their bubble, bus factors, parameter counts, FLOPs per token — a
 
 A GPU job (Megatron-LM, DeepSpeed, FSDP2 on a cluster) has its own model beside the runner's:
 
-- ``training``       — framework, precision, optimizer, recomputation, offload;
+- ``training``       — framework and style, precision per operation, optimizer,
+                       recomputation, offload, overlap per dimension, memory knobs;
+- ``devices``        — the device catalogue: peaks per precision, GEMM curves, memory,
+                       links, each value with its source; custom devices from TOML;
 - ``states``         — model states term by term, per framework and ZeRO stage;
 - ``activations``    — Korthikanti et al.'s activation memory per layer;
 - ``job_memory``     — a GPU job's memory per rank, every term;
 - ``topology``       — link levels (in a node, between nodes) and which one each group uses;
-- ``job_step``       — its step time: GEMMs at a fitted size-dependent rate, memory-bound
-                       kernels, exposed communication per level, bubble, optimizer bytes;
+- ``job_step``       — its step time: each GEMM on its device curve and precision, flash
+                       attention, memory-bound kernels, exposed communication per level,
+                       bubble, optimizer bytes; the predicted uncertainty;
+- ``render``         — a plan as the text ``meshscope plan`` prints;
 - ``job_candidates`` — the layouts a GPU job can take (tp inside MoE layers too).
 """
 from meshscope.theory.schedules import bubble_fraction as theory_fraction

@@ -26,7 +26,12 @@ them) and the attention core 2as²b (softmax output; no dropout) or flash's log-
 take one byte. A MoE layer keeps each token's k routed copies through its expert MLP and the
 shared expert's MLP, plus the router's logits.
 
-Context parallelism divides s by cp. All functions return bytes for one microbatch.
+``op`` recomputation (torchtitan's op-level selective checkpointing) keeps about half of the
+layer's activations plus its input. Heads of width d ≠ h/a (Qwen3), multi-head latent
+attention (the per-head Q, K, V and the two latent inputs) and a plain two-matrix MLP (the
+activation's input and output, 4sbf) are counted as they are. Context parallelism divides s by
+cp. All functions return bytes for one microbatch; the loss's fp32 logits are their own term
+(``logits_loss_bytes``).
 """
 from __future__ import annotations
 
@@ -35,10 +40,12 @@ from .training import Training
 
 
 def layer_activation_bytes(spec: ModelSpec, i: int, *, tokens: float, tp: int, sp: bool,
-                           t: Training, s_local: int | None = None, b: float = 1.0) -> float:
+                           t: Training, s_local: int | None = None, b: float = 1.0,
+                           capacity_factor: float = 1.0) -> float:
     """Bytes layer ``i`` keeps for backward on one rank, for ``tokens`` = s·b of its
     microbatch (s already divided by cp). ``s_local``·``b`` = tokens: the sequence length the
-    attention core sees (for the s² term)."""
+    attention core sees (for the s² term). ``capacity_factor`` scales what the experts keep
+    (tokens an expert takes over its balanced share)."""
     h, a = spec.dim, spec.n_heads
     s = s_local if s_local is not None else tokens
     sbh = tokens * h
@@ -52,22 +59,41 @@ def layer_activation_bytes(spec: ModelSpec, i: int, *, tokens: float, tp: int, s
         inside = 4 * sbh + 2 * sbh + 2 * sbh * lin + 16 * sbh * (spec.ffn_hidden / (4 * h))
         core = 5 * a * s * tokens
     else:
-        kv = spec.kv_dim
-        f = spec.expert_hidden if moe else spec.ffn_hidden
         outside = 4 * sbh + 2 * sbh * lin * 2
-        mlp = 4 * tokens * f + 2 * tokens * f * lin
+        if spec.mla:
+            qk, v = spec.head_width, spec.v_head_dim
+            attn = 2 * tokens * a * (2 * qk + v) \
+                + 2 * tokens * (spec.q_lora_rank + spec.kv_lora_rank) * lin * tp
+            out_in = 2 * tokens * a * v * lin
+        else:
+            attn = 2 * tokens * spec.q_dim + 4 * tokens * spec.kv_dim
+            out_in = 2 * tokens * spec.q_dim * lin
+
+        def mlp_bytes(f):
+            # gated: the fused gate/up output (2f) and the down projection's input (f);
+            # plain: the activation's input and output (f each)
+            return (4 * tokens * f + 2 * tokens * f * lin) if spec.gated_mlp else \
+                (2 * tokens * f + 2 * tokens * f * lin)
+
         if moe:
             k = spec.moe_top_k
-            mlp = k * mlp + 2 * tokens * spec.moe_experts * 2   # routed copies, router logits
+            mlp = k * capacity_factor * mlp_bytes(spec.expert_hidden) \
+                + 2 * tokens * spec.moe_experts * 2            # routed copies, router logits
             if spec.moe_shared_hidden:
-                fs = spec.moe_shared_hidden
-                mlp += 4 * tokens * fs + 2 * tokens * fs * lin
-        inside = 2 * sbh + 4 * tokens * kv + 2 * sbh * lin + mlp
+                mlp += mlp_bytes(spec.moe_shared_hidden)
+        else:
+            mlp = mlp_bytes(spec.ffn_hidden)
+        inside = attn + out_in + mlp
         core = 2 * a * s * tokens
     if t.flash_attention or t.recompute == "selective":
         core = 0.0
     lse = 4 * a * tokens if t.flash_attention and t.recompute != "selective" else 0.0
-    return (outside * e / (tp if sp else 1) + (inside * e + core * e) / tp + lse / tp)
+    kept = outside * e / (tp if sp else 1) + (inside * e + core * e) / tp + lse / tp
+    if t.recompute == "op":
+        # torchtitan's op-level policy keeps every other matmul's output and the attention's,
+        # recomputing the rest: about half of what the layer keeps, plus its input
+        return 0.5 * kept + 2 * sbh * e / (tp if sp else 1)
+    return kept
 
 
 def first_stage_extra_bytes(spec: ModelSpec, *, tokens: float, tp: int, sp: bool,
@@ -79,7 +105,20 @@ def first_stage_extra_bytes(spec: ModelSpec, *, tokens: float, tp: int, sp: bool
 
 def last_stage_extra_bytes(spec: ModelSpec, *, tokens: float, tp: int, sp: bool,
                            t: Training) -> float:
-    """The final norm's input and the output layer's: its input (2 bytes × h) and fp32
-    logits for the cross-entropy (4 bytes × V/t), as Megatron keeps them."""
-    return (2 * tokens * spec.dim * t.act_bytes / 2) / (tp if sp else 1) * 2 \
-        + 4 * tokens * spec.vocab_size / tp
+    """The final norm's input and the output layer's input (2 bytes × h each, ÷ t with
+    sequence parallelism). The logits and the loss are their own term
+    (``logits_loss_bytes``)."""
+    return (2 * tokens * spec.dim * t.act_bytes / 2) / (tp if sp else 1) * 2
+
+
+# Bytes per logit element at the loss's peak: the fp32 softmax (or log-softmax) kept for the
+# backward (4), its fp32 gradient (4) and the 16-bit logits or their gradient (2) — as
+# Megatron's vocabulary-parallel cross-entropy and PyTorch's upcast-then-cross-entropy both
+# hold them for one microbatch on the last stage.
+LOGIT_BYTES = 10
+
+
+def logits_loss_bytes(spec: ModelSpec, *, tokens: float, tp: int) -> float:
+    """The loss's transient buffers on the last stage: ``LOGIT_BYTES`` per logit element,
+    tokens × V/t of them (the vocabulary split over tensor parallelism)."""
+    return LOGIT_BYTES * tokens * spec.vocab_size / tp

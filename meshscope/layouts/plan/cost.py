@@ -85,6 +85,7 @@ class StepEstimate:
     critical_pp_rank: int
     terms: dict = dataclasses.field(default_factory=dict)   # every term (job_step.py)
     hw_tflops_per_gpu: float | None = None                  # with recomputation's FLOPs
+    fp8_tflops_per_gpu: float | None = None                 # FLOP/s run in fp8 GEMMs
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)

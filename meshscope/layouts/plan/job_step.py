@@ -2,48 +2,56 @@
 
 For the slowest pipeline rank, with m microbatches, p pipeline ranks and v stages per rank:
 
-1. **compute** of one microbatch = its GEMM FLOPs / (peak × η(w)) + the bytes its
-   memory-bound kernels move / memory bandwidth (``elementwise_bytes_per_token``). The
-   FLOPs: per token and layer 2 × the weights a token passes through (attention with
-   grouped-query K/V, the MLP — SwiGLU's three matrices — or a MoE layer's router, top-k
-   routed and shared experts) plus attention's 4·h·s; × 3 for forward and backward, + 1 forward more under full recomputation (+ the
-   attention core's under selective); the head's 2·h·V on the last stage; ÷ tp. η(w) is the
-   achieved fraction of peak of GEMMs of per-GPU width w = h / tp — a saturating curve
-   η = η_max · w / (w + w_½) (``GemmCurve``: small GEMMs run further from peak), fitted on
-   published rows or a measured run, never one fixed fraction.
-2. **tensor / context / expert parallelism** per microbatch: each collective's time on its
-   link level (``topology.py``: α + S·f/busbw) — tp exposed (Megatron without
-   ``--tp-comm-overlap``; ``tp_overlap`` hides it), the cp ring overlapped with the attention
-   core it feeds (only the excess shows), ep's all-to-alls exposed; **pp** sends on the
-   critical path: one activation forward and one gradient back per microbatch.
+1. **compute** of one microbatch, operation by operation (``microbatch_work``):
+
+   - every **GEMM** of every layer — q/k/v (or MLA's down and up projections), the output
+     projection, the MLP's (SwiGLU: the fused gate/up and the down projection; plain: two),
+     each MoE layer's router and its local experts' grouped products on the tokens routed to
+     them (T · k · capacity factor · ep / E rows an expert), the shared expert, the output
+     head — with its own shape on this rank (tensor parallelism splits N or K), timed on the
+     device's GEMM curve for its precision (``devices.GemmCurve``: η(I) of the peak at the
+     product's intensity, plus t₀), forward once and backward twice (input and weight
+     gradients). A GEMM named in ``fp8_ops`` runs on the fp8 peak and curve; everything
+     else in bf16;
+   - the **attention core** (Q·Kᵀ and its product with V; half the s × s blocks under the
+     causal mask, a sliding window's span otherwise) at the device's flash-attention
+     efficiency of the bf16 peak, its backward 2.5 × its forward;
+   - **memory-bound kernels** (norms, residual adds, the MLP's activation, RoPE, MoE token
+     permutation, fp8 casts — ``CAST_BYTES`` a converted element —, the loss over the
+     vocabulary) as bytes over the device's achieved memory bandwidth;
+   - recomputation: full adds one forward, selective the attention core's, op-level half the
+     forward GEMMs.
+
+   The GEMM and attention rates are derated by ``TRAINING_DERATE`` (a training step runs
+   below a lone kernel's rate), fitted on two named published rows (docs/layouts.md).
+2. **communication** per microbatch, each collective on its link level (``topology.py``):
+   of each dimension the fraction ``Training.overlap_of(dim)`` is hidden behind compute
+   (per style: Megatron, FSDP, DeepSpeed; ``--overlap dim=f`` sets one) — cp's ring behind
+   the attention it feeds, dp's reduce-scatter / all-reduce behind the last microbatch's
+   backward, the distributed optimizer's and FSDP's weight gathers behind the forward they
+   precede (all but the first) — and the rest is exposed. Hidden communication still slows
+   the compute beside it by ``CONTENTION`` of its time (NCCL's kernels take SMs and memory
+   bandwidth).
 3. **pipeline**: T_mb · (m + (p − 1)/v) for 1F1B, interleaved and GPipe (the bubble is the
    second term), T_mb · m for the zero-bubble schedules.
-4. **data parallelism** after the last microbatch: DDP's all-reduce or ZeRO-1's reduce-scatter
-   and all-gather (the distributed optimizer), ZeRO-2/3's reduce-scatter; with ``dp_overlap``
-   (Megatron's ``--overlap-grad-reduce`` / ``--overlap-param-gather``, torch DDP's buckets)
-   hidden behind the last microbatch's backward (and the next forward for the weights'
-   all-gather) except one bucket; without it all exposed. FSDP's per-microbatch all-gathers
-   are prefetched behind compute except the first of each pass.
-5. **optimizer**: the bytes the update reads and writes per local parameter (Adam in mixed
+4. **optimizer**: the bytes the update reads and writes per local parameter (Adam in mixed
    precision: the fp32 gradient, master weight and two moments read and written, the 16-bit
-   weight written — 30 bytes) over the device's memory bandwidth; on the host's with
-   ``offload`` (plus the gradients down and weights up over PCIe).
+   weight written) over the achieved memory bandwidth; on the host's with ``offload``.
 
-MFU = model FLOPs (6 × active parameters + attention's 12·L·h·s a token; no recomputation) ×
-tokens/s ÷ (GPUs × peak); ``hw_tflops_per_gpu`` counts recomputation as Megatron-LM's
-throughput table does (Narayanan et al. 2021, eq. 3).
+MFU = model FLOPs (6 × active parameters + attention's products; no recomputation) ×
+tokens/s ÷ (GPUs × the **bf16** peak), whatever the GEMMs' precision; the FLOP/s run in fp8
+are stated beside it (``fp8_tflops_per_gpu``). ``hw_tflops_per_gpu`` counts recomputation as
+Megatron-LM's throughput table does (Narayanan et al. 2021, eq. 3).
 """
 from __future__ import annotations
 
 import dataclasses
 
-from meshscope.collectors.devices import lookup
-from meshscope.theory.flops import (gpt_layer_forward_flops_per_token,
-                                    head_training_flops_per_token,
-                                    layer_forward_flops_per_token)
+from meshscope.theory.flops import attention_core_forward_flops_per_token
 from meshscope.theory.schedules import bubble_fraction as theory_fraction
 
 from .candidate import Candidate
+from .devices import DeviceSpec, GemmCurve
 from .job_memory import local_weights
 from .spec import ModelSpec
 from .topology import Topology
@@ -52,75 +60,131 @@ from .training import Training
 
 HOST_MEMORY_BYTES_S = 100e9     # a two-socket host's DRAM (offloaded optimizer step), assumed
 PCIE_BYTES_S = 25e9             # PCIe 4 x16 per GPU, achieved, assumed
+# A training step's GEMM and attention rates over a lone kernel's (clocks under sustained
+# power, the kernels of other streams, launch gaps): fitted by
+# ``bench/plan_accuracy.py --fit`` on the rows FIT_ROWS names (docs/layouts.md).
+TRAINING_DERATE = 0.874
+# The slowdown of compute while communication it hides runs beside it, as a fraction of the
+# hidden communication's time (NCCL's kernels occupy SMs and memory bandwidth). Assumed.
+CONTENTION = 0.1
+# Bytes moved per element an fp8 GEMM converts: read 16-bit, write fp8 and its transpose
+# (delayed scaling); current and block scaling read it once more for the amax.
+CAST_BYTES = {"delayed": 4, "current": 6, "mx": 6}
+# The loss's memory traffic per logit element, forward and backward (the fp32 upcast,
+# softmax, its gradient and the cast back).
+LOSS_BYTES = 24
+CAUSAL = 0.5                    # the share of Q·Kᵀ blocks a causal flash kernel computes
+# PyTorch's eager norms, activations and residual adds move this many times the bytes of the
+# fused kernels (an eager RMSNorm is five to seven passes over h where a fused one reads and
+# writes once; SwiGLU three ops instead of one): assumed.
+EAGER_ELEMENTWISE = 2.5
 
 
 @dataclasses.dataclass(frozen=True)
-class GemmCurve:
-    """η(w) = η_max · w / (w + w_½): the achieved fraction of a device's peak for GEMMs of
-    per-GPU width w (h / tp)."""
-    eta_max: float
-    half_width: float
-    source: str
+class Gemm:
+    op: str          # qkv, proj, fc1, fc2, experts, router, head, shared
+    m: float
+    n: float
+    k: float
+    count: int = 1   # products of this shape (a grouped GEMM: one t0)
+    grouped: bool = False
 
-    def efficiency(self, width: float) -> float:
-        return self.eta_max * width / (width + self.half_width)
-
-    @classmethod
-    def through(cls, w1: float, e1: float, w2: float, e2: float, source: str) -> "GemmCurve":
-        """The curve through two (width, efficiency) points (closed form)."""
-        denom = e2 / w2 - e1 / w1
-        half = (e1 - e2) / denom if denom else 0.0
-        half = max(0.0, half)
-        return cls(eta_max=e1 * (w1 + half) / w1, half_width=half, source=source)
-
-
-# Fitted by ``bench/plan_accuracy.py --fit`` on two rows of Megatron-LM's README throughput
-# table (Narayanan et al. 2021, Table 1; A100 80GB, Selene): the 39.1B row (h/t = 1024) and the
-# 1008B row (h/t = 3200); the other eight rows are the check (docs/layouts.md).
-A100_CURVE = GemmCurve(eta_max=0.6802, half_width=78.30,
-                       source="fitted on Megatron-LM's README table rows 39.1B and 1008B")
-
-
-@dataclasses.dataclass(frozen=True)
-class Device:
-    name: str
-    peak_flops: float           # dense bf16 FLOP/s
-    memory_bytes_s: float
-    curve: GemmCurve
-
-    @classmethod
-    def named(cls, name: str, curve: GemmCurve | None = None) -> "Device | None":
-        """A device of ``collectors/devices.py``; its GEMM curve is the A100's fitted one
-        unless given (the shape of the curve, not the peak, carries across devices — an
-        assumption the plan's notes state)."""
-        known = lookup(name)
-        if not known:
-            return None
-        return cls(name, known[0], known[1], curve or A100_CURVE)
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.m * self.n * self.k * self.count
 
 
 @dataclasses.dataclass(frozen=True)
 class JobOptions:
+    """Options that change time, not memory. ``dp_overlap`` False / ``tp_overlap`` True are
+    the older switches for ``Training.overlap`` dp = 0 / tp = 1."""
     dp_overlap: bool = True
     tp_overlap: bool = False
     step_overhead_us: float = 0.0
+    derate: float | None = None          # None: TRAINING_DERATE
 
 
-def layer_fwd_flops_per_token(spec: ModelSpec, i: int) -> float:
-    """Forward FLOPs a token costs in layer ``i``
-    (``meshscope.theory.flops.layer_forward_flops_per_token``)."""
-    return layer_forward_flops_per_token(spec.shape, i)
+def _attention_gemms(spec: ModelSpec, T: float, tp: int) -> list[Gemm]:
+    h, a = spec.dim, spec.n_heads
+    if spec.mla:
+        qk, v = spec.head_width, spec.v_head_dim
+        out = []
+        if spec.q_lora_rank:
+            out += [Gemm("qkv", T, spec.q_lora_rank, h),
+                    Gemm("qkv", T, a * qk / tp, spec.q_lora_rank)]
+        else:
+            out.append(Gemm("qkv", T, a * qk / tp, h))
+        out += [Gemm("qkv", T, spec.kv_lora_rank + spec.qk_rope_head_dim, h),
+                Gemm("qkv", T, a * (spec.qk_nope_head_dim + v) / tp, spec.kv_lora_rank),
+                Gemm("proj", T, h, a * v / tp)]
+        return out
+    return [Gemm("qkv", T, (spec.q_dim + 2 * spec.kv_dim) / tp, h),
+            Gemm("proj", T, h, spec.q_dim / tp)]
 
 
-def gpt_fwd_flops_per_token(spec: ModelSpec) -> float:
-    """A GPT layer (4h MLP of two matrices, not SwiGLU): 24h² + 4hs
-    (``meshscope.theory.flops.gpt_layer_forward_flops_per_token``)."""
-    return gpt_layer_forward_flops_per_token(spec.shape)
+def _mlp_gemms(spec: ModelSpec, op_prefix: str, T: float, width: float, tp: int,
+               count: int = 1, grouped: bool = False) -> list[Gemm]:
+    up = (2 if spec.gated_mlp else 1) * width / tp
+    fc1 = "experts" if op_prefix == "experts" else "fc1"
+    fc2 = "experts" if op_prefix == "experts" else "fc2"
+    return [Gemm(fc1, T, up, spec.dim, count, grouped),
+            Gemm(fc2, T, spec.dim, width / tp, count, grouped)]
 
 
-def _fwd_per_token(spec: ModelSpec, t: Training, i: int) -> float:
-    return gpt_fwd_flops_per_token(spec) if t.block == "gpt" else \
-        layer_fwd_flops_per_token(spec, i)
+def layer_gemms(spec: ModelSpec, i: int, T: float, tp: int, ep: int,
+                capacity_factor: float = 1.0) -> list[Gemm]:
+    """Layer ``i``'s forward GEMMs on one rank for T tokens of its microbatch."""
+    out = _attention_gemms(spec, T, tp)
+    if spec.is_moe_layer(i):
+        E, k = spec.moe_experts, spec.moe_top_k
+        out.append(Gemm("router", T, E, spec.dim))
+        local = max(1, E // ep)
+        rows = T * k * capacity_factor * ep / E          # tokens an expert takes here
+        out += _mlp_gemms(spec, "experts", rows, spec.expert_hidden, tp, local, True)
+        if spec.moe_shared_hidden:
+            out += _mlp_gemms(spec, "shared", T, spec.moe_shared_hidden, tp)
+    else:
+        out += _mlp_gemms(spec, "dense", T, spec.ffn_hidden, tp)
+    return out
+
+
+def _fp8_op(op: str) -> str:
+    return "fc1" if op == "shared" else op
+
+
+def gemm_time_us(g: Gemm, t: Training, dev: DeviceSpec, derate: float) -> tuple[float, bool]:
+    """(µs, in fp8?) of one forward GEMM row (all its ``count`` products)."""
+    fp8 = t.uses_fp8(_fp8_op(g.op)) and dev.supports("fp8")
+    prec = "fp8" if fp8 else ("fp32" if t.precision == "fp32" and dev.supports("fp32")
+                              else "bf16")
+    curve = dev.curve(prec)
+    one = curve.time_us(g.m, g.n, g.k, dev.peak_flops[prec], derate) - curve.t0_us
+    launches = 1 if g.grouped else g.count
+    return one * g.count + curve.t0_us * launches, fp8
+
+
+def elementwise_bytes_per_token(spec: ModelSpec, t: Training, tp: int, sp: bool, i: int,
+                                capacity_factor: float = 1.0) -> float:
+    """Bytes the memory-bound (non-GEMM) kernels of one layer's forward read and write per
+    token on one GPU: norms, residual adds and dropouts on 10 h-vectors (replicated on every
+    tp rank unless sequence-parallel), RoPE on q and k, the MLP's activation function (GeLU:
+    2f elements, SwiGLU: 3f, ÷ tp; a MoE layer: k routed copies and the shared expert, plus
+    the tokens' permutation to the experts and back, 4 · k · h) and, without flash attention,
+    the softmax / mask / dropout over the a·s/tp scores (5 passes). Elements in the
+    activation precision."""
+    h, a = spec.dim, spec.n_heads
+    per_mlp = 3 if spec.gated_mlp else 2
+    if spec.is_moe_layer(i):
+        k = spec.moe_top_k * capacity_factor
+        mlp = per_mlp * (k * spec.expert_hidden + spec.moe_shared_hidden) / tp \
+            + 4 * k * h / (tp if sp else 1)
+    else:
+        mlp = per_mlp * spec.ffn_hidden / tp
+    rep = 10 * h / (tp if sp else 1)
+    rope = 2 * (spec.q_dim + spec.kv_dim) / tp
+    core = 0.0 if (t.flash_attention or t.recompute == "selective") else \
+        5 * a * spec.seq_len / tp
+    return (rep + rope + mlp + core) * t.act_bytes
 
 
 def passes(t: Training) -> float:
@@ -128,153 +192,212 @@ def passes(t: Training) -> float:
     return 4.0 if t.recompute == "full" else 3.0
 
 
-def elementwise_bytes_per_token(spec: ModelSpec, t: Training, tp: int, sp: bool, i: int
-                                ) -> float:
-    """Bytes the memory-bound (non-GEMM) kernels of one layer's forward read and write per
-    token on one GPU: norms, residual adds and dropouts on 10 h-vectors (replicated on every
-    tp rank unless sequence-parallel), the MLP's activation function (GeLU: 2f elements,
-    SwiGLU: 3f, ÷ tp) and, without flash attention, the softmax / mask / dropout over the
-    a·s/tp scores (5 passes). Elements in the activation precision."""
-    h, a = spec.dim, spec.n_heads
-    f = spec.expert_hidden * spec.moe_top_k if spec.is_moe_layer(i) else spec.ffn_hidden
-    rep = 10 * h / (tp if sp else 1)
-    mlp = (2 if t.block == "gpt" else 3) * f / tp
-    core = 0.0 if (t.flash_attention or t.recompute == "selective") else \
-        5 * a * spec.seq_len / tp
-    return (rep + mlp + core) * t.act_bytes
+@dataclasses.dataclass
+class MicrobatchWork:
+    gemm_us: float = 0.0
+    attention_us: float = 0.0
+    memory_bound_us: float = 0.0
+    gemm_flops: float = 0.0         # hardware FLOPs of the GEMMs (recomputation included)
+    fp8_flops: float = 0.0
+    attention_flops: float = 0.0
+    attention_forward_us: float = 0.0   # what cp's ring can hide behind
+
+    @property
+    def compute_us(self) -> float:
+        return self.gemm_us + self.attention_us + self.memory_bound_us
 
 
-def rank_work_per_microbatch(spec: ModelSpec, cand: Candidate, t: Training, r: int
-                             ) -> tuple[float, float, float]:
-    """(hardware GEMM FLOPs, of which the attention core's, memory-bound bytes) of one
-    microbatch on one GPU of pipeline rank ``r``."""
+def microbatch_work(spec: ModelSpec, cand: Candidate, t: Training, dev: DeviceSpec, r: int,
+                    derate: float) -> MicrobatchWork:
+    """The compute of one microbatch on a GPU of pipeline rank ``r`` (module docstring)."""
     sh = shape_of(spec, cand)
-    tp = cand.layout.size("tp")
+    tp, ep = cand.layout.size("tp"), cand.layout.size("ep")
     sp = cand.sp and tp > 1
+    T = float(sh.tokens)
+    cf = t.capacity_factor or 1.0
+    bw = dev.memory_achieved_bytes_s
     layers_of = cand.stage_layers(spec.n_layers)
-    total = core = elem = 0.0
+    w = MicrobatchWork()
+    cast = CAST_BYTES[t.fp8_recipe]
+    fwd_extra = {"full": 1.0, "op": 0.5}.get(t.recompute, 0.0)
+    layers = []
+    last = False
     for stage in cand.stages_of(r):
-        for i in layers_of[stage]:
-            fwd = _fwd_per_token(spec, t, i)
-            c = 4 * spec.dim * spec.seq_len / cand.layout.size("cp")
-            total += fwd * passes(t) + (c if t.recompute == "selective" else 0.0)
-            core += c * passes(t)
-            elem += elementwise_bytes_per_token(spec, t, tp, sp, i) * passes(t)
+        layers += layers_of[stage]
         if stage == cand.n_stages - 1:
-            total += head_training_flops_per_token(spec.shape)
-    return total * sh.tokens / tp, core * sh.tokens / tp, elem * sh.tokens
+            last = True
+    if last:
+        layers += [spec.n_layers - 1] * spec.mtp_layers    # MTP modules: one layer each
+    attn_rate = dev.peak_bf16 * dev.attention_efficiency * derate
+    for i in layers:
+        for g in layer_gemms(spec, i, T, tp, ep, cf):
+            us, fp8 = gemm_time_us(g, t, dev, derate)
+            w.gemm_us += us * (3.0 + fwd_extra)
+            w.gemm_flops += g.flops * (3.0 + fwd_extra)
+            if fp8:
+                w.fp8_flops += g.flops * (3.0 + fwd_extra)
+                # the input cast each forward, the output gradient each backward, the
+                # weight once a microbatch
+                elements = g.m * g.k * (1 + fwd_extra) + g.m * g.n + g.n * g.k
+                w.memory_bound_us += elements * g.count * cast / bw * 1e6
+        span_flops = attention_core_forward_flops_per_token(spec.shape, i) * T / tp
+        if spec.shape.attention_span(i) >= spec.seq_len:
+            span_flops *= CAUSAL
+        attn_passes = 1.0 + 2.5 + (1.0 if t.recompute in ("full", "selective") else 0.0)
+        w.attention_forward_us += span_flops / attn_rate * 1e6
+        w.attention_us += span_flops * attn_passes / attn_rate * 1e6
+        w.attention_flops += span_flops * attn_passes
+        elem = elementwise_bytes_per_token(spec, t, tp, sp, i, cf) * T
+        if not t.fused_kernels:
+            elem *= EAGER_ELEMENTWISE
+        w.memory_bound_us += elem * (passes(t) if t.recompute != "op" else 3.5) / bw * 1e6
+    if last:
+        head = Gemm("head", T, spec.vocab_size / tp, spec.dim)
+        us, fp8 = gemm_time_us(head, t, dev, derate)
+        heads = 1 + spec.mtp_layers
+        w.gemm_us += 3 * us * heads
+        w.gemm_flops += 3 * head.flops * heads
+        if fp8:
+            w.fp8_flops += 3 * head.flops * heads
+        w.memory_bound_us += LOSS_BYTES * T * spec.vocab_size / tp * heads / bw * 1e6
+    return w
 
 
 def model_flops_per_token(spec: ModelSpec, t: Training) -> float:
-    """6 × active parameters (no embedding) + 12·L·h·s: what MFU counts."""
-    if t.block == "gpt":
-        return 3 * (spec.n_layers * gpt_fwd_flops_per_token(spec)
-                    + 2 * spec.dim * spec.vocab_size)
+    """6 × active parameters (no lookups) + attention's products: what MFU counts."""
     return spec.flops_per_token()
 
 
 def hardware_flops_per_token(spec: ModelSpec, t: Training) -> float:
     """Model FLOPs plus recomputation's (Megatron-LM's throughput definition)."""
+    from meshscope.theory.flops import layer_forward_flops_per_token
     extra = 0.0
     for i in range(spec.n_layers):
-        fwd = _fwd_per_token(spec, t, i)
         if t.recompute == "full":
-            extra += fwd
+            extra += layer_forward_flops_per_token(spec.shape, i)
         elif t.recompute == "selective":
-            extra += 4 * spec.dim * spec.seq_len
+            extra += attention_core_forward_flops_per_token(spec.shape, i)
+        elif t.recompute == "op":
+            extra += 0.5 * (layer_forward_flops_per_token(spec.shape, i)
+                            - attention_core_forward_flops_per_token(spec.shape, i))
     return model_flops_per_token(spec, t) + extra
 
 
 def optimizer_bytes_per_param(t: Training) -> float:
     """Bytes the update reads and writes per parameter it owns."""
     grad = 4 if (t.precision == "fp32" or t.main_grads_fp32) else 2
-    moments = {"adam": 8, "sgd": 4, "adafactor": 0}[t.optimizer]
+    moments = {"adam": 2, "sgd": 1, "adafactor": 0}[t.optimizer] * t.state_bytes
     master = 4 if t.precision in ("mixed", "fp8") else 0
     weight = t.weight_bytes
     return grad + 2 * (moments + master) + (weight if master else 2 * weight)
 
 
-def _t(comm, tr: Transfer) -> float:
+def _t(topo: Topology, cand: Candidate, tr: Transfer) -> float:
+    comm = topo.comm_for(cand, tr.dim, tr.op)
     return tr.count * comm.time_us(tr.op, tr.group_size, tr.msg_bytes)
 
 
-def predict_job(spec: ModelSpec, cand: Candidate, t: Training, device: Device,
+def _overlap(t: Training, opts: JobOptions, dim: str) -> float:
+    if dim == "tp" and opts.tp_overlap:
+        return 1.0
+    if dim == "dp" and not opts.dp_overlap:
+        return 0.0
+    return t.overlap_of(dim)
+
+
+def predict_job(spec: ModelSpec, cand: Candidate, t: Training, device: DeviceSpec,
                 topo: Topology, opts: JobOptions = JobOptions()):
     from .cost import StepEstimate
 
+    derate = opts.derate if opts.derate is not None else TRAINING_DERATE
     trs = transfers(spec, cand, training=t)
     m, p, v = cand.microbatches, cand.pp, cand.v
-    tp = cand.layout.size("tp")
-    peak = device.peak_flops * (2 if t.precision == "fp8" else 1)
-    eta = device.curve.efficiency(spec.dim / tp)
-    rate = peak * eta
     per_rank = []
     for r in range(p):
-        flops, core, elem = rank_work_per_microbatch(spec, cand, t, r)
-        memory_bound_mb = elem / device.memory_bytes_s * 1e6
-        compute_mb = flops / rate * 1e6 + memory_bound_mb
+        w = microbatch_work(spec, cand, t, device, r, derate)
         mine = [x for x in trs if x.pp_rank == r]
-        exposed = {}
+        # FSDP's copies around its collectives: the gathered weights copied out to the
+        # unsharded parameters, the gradients copied in (and cast) to the reduce buffer
+        copies = sum(2 * x.count * x.msg_bytes for x in mine
+                     if x.dim in ("dp", "ep_replica") and x.phase == "microbatch")
+        w.memory_bound_us += copies / m / device.memory_achieved_bytes_s * 1e6
+        compute_mb = w.compute_us
+        exposed, hidden = {}, 0.0
         for dim in ("tp", "cp", "ep", "pp"):
             rows = [x for x in mine if x.dim == dim and x.phase == "microbatch"]
             if not rows:
                 continue
-            comm = topo.comm_for(cand, dim)
-            per_mb = sum(_t(comm, x) for x in rows) / m * (0.5 if dim == "pp" else 1.0)
-            if dim == "tp" and opts.tp_overlap:
-                per_mb = 0.0
-            if dim == "cp":
-                per_mb = max(0.0, per_mb - core / rate * 1e6)
-            exposed[dim] = per_mb
-        opt_comm = sum(_t(topo.comm_for(cand, x.dim), x) for x in mine
-                       if x.phase == "optimizer")
+            per_mb = sum(_t(topo, cand, x) for x in rows) / m * (0.5 if dim == "pp" else 1.0)
+            frac = _overlap(t, opts, dim)
+            if dim == "pp" and v > 1 and t.job_style == "megatron" and not dict(t.overlap):
+                frac = 1.0      # Megatron overlaps the interleaved schedule's sends
+            window = w.attention_forward_us * 3.5 if dim == "cp" else compute_mb
+            hide = min(per_mb * frac, window)
+            exposed[dim] = per_mb - hide
+            hidden += hide
+        opt_comm = sum(_t(topo, cand, x) for x in mine if x.phase == "optimizer")
         # data parallelism (and the experts' replicas)
         dp_rows = [x for x in mine if x.dim in ("dp", "ep_replica")]
-        dp_total = sum(_t(topo.comm_for(cand, x.dim), x) for x in dp_rows)
-        if not dp_rows:
-            dp_exposed = 0.0
-        elif not opts.dp_overlap:
-            dp_exposed = dp_total
-        else:
-            step_rows = [x for x in dp_rows if x.phase == "step"]
-            gathers = [x for x in dp_rows if x.phase == "microbatch"]
+        frac = _overlap(t, opts, "dp")
+        dp_exposed = dp_hidden = 0.0
+        if dp_rows:
             backward = compute_mb * 2 / 3
-            step_t = sum(_t(topo.comm_for(cand, x.dim), x) for x in step_rows)
-            bucket = min(step_t, 25e6 / max(1.0, topo.comm_for(cand, "dp").busbw_gbps * 1e3))
-            dp_exposed = max(bucket, step_t - backward) if step_t else 0.0
-            if gathers:
-                g = gathers[0]
-                comm = topo.comm_for(cand, g.dim)
-                first = comm.time_us(g.op, g.group_size, g.msg_bytes)
-                g_total = sum(_t(comm, x) for x in gathers)
-                dp_exposed += first * g.count + max(0.0, g_total - first * g.count
-                                                    - compute_mb * m)
+            forward = compute_mb / 3
+            reduce = [x for x in dp_rows if x.phase == "step" and x.op != "all_gather"]
+            gathers = [x for x in dp_rows if x.phase == "step" and x.op == "all_gather"]
+            fsdp = [x for x in dp_rows if x.phase == "microbatch"]
+            red_t = sum(_t(topo, cand, x) for x in reduce)
+            if red_t:
+                bw = max(1.0, topo.comm_for(cand, "dp").busbw_gbps * 1e3)
+                bucket = min(red_t, 25e6 / bw)      # the last bucket waits for the backward
+                hide = min(max(0.0, red_t - bucket) * frac, backward)
+                dp_exposed += red_t - hide
+                dp_hidden += hide
+            gat_t = sum(_t(topo, cand, x) for x in gathers)
+            if gat_t:       # the distributed optimizer's weight gather: behind the forward
+                hide = min(gat_t * frac, forward)
+                dp_exposed += gat_t - hide
+                dp_hidden += hide
+            if fsdp:
+                g = fsdp[0]
+                comm = topo.comm_for(cand, g.dim, g.op)
+                first = comm.time_us(g.op, g.group_size, g.msg_bytes) * 2   # forward, backward
+                g_total = sum(_t(topo, cand, x) for x in fsdp)
+                hide = min(max(0.0, g_total - first) * frac, compute_mb * m)
+                dp_exposed += g_total - hide
+                dp_hidden += hide
         # optimizer
         dense, experts, _ = local_weights(spec, cand, r)
         owned = dense / (cand.dp_shards if cand.zero_stage >= 1 else 1) \
             + experts / (max(1, cand.dp_shards // cand.layout.size("ep"))
                          if cand.zero_stage >= 1 else 1)
         if t.offload == "none":
-            optimizer = owned * optimizer_bytes_per_param(t) / device.memory_bytes_s * 1e6
+            optimizer = owned * optimizer_bytes_per_param(t) / \
+                device.memory_achieved_bytes_s * 1e6
         else:
             optimizer = (owned * optimizer_bytes_per_param(t) / HOST_MEMORY_BYTES_S
                          + owned * (4 + t.weight_bytes) / PCIE_BYTES_S) * 1e6
-        per_rank.append({"rank": r, "compute_mb": compute_mb, "exposed": exposed,
-                         "memory_bound_mb": memory_bound_mb,
-                         "dp": dp_exposed, "optimizer": optimizer, "opt_comm": opt_comm,
-                         "t_mb": compute_mb + sum(exposed.values())})
+        contention = CONTENTION * hidden
+        per_rank.append({"rank": r, "work": w, "compute_mb": compute_mb + contention,
+                         "exposed": exposed, "contention_mb": contention,
+                         "dp": dp_exposed, "dp_contention": CONTENTION * dp_hidden,
+                         "optimizer": optimizer, "opt_comm": opt_comm,
+                         "t_mb": compute_mb + contention + sum(exposed.values())})
     crit = max(per_rank, key=lambda x: x["t_mb"])
     t_mb = crit["t_mb"]
     fill = theory_fraction(cand.schedule, p, m, v) > 0 if p > 1 else False
     pipe = t_mb * (m + ((p - 1) / v if fill else 0.0))
     bubble = pipe - t_mb * m
-    tail = max(x["dp"] + x["optimizer"] + x["opt_comm"] for x in per_rank)
+    tail = max(x["dp"] + x["dp_contention"] + x["optimizer"] + x["opt_comm"]
+               for x in per_rank)
     step = pipe + tail + opts.step_overhead_us
     tokens = cand.global_batch * spec.seq_len
     tokens_per_s = tokens / (step / 1e6)
     world = cand.layout.world_size
-    mfu = model_flops_per_token(spec, t) * tokens_per_s / (world * device.peak_flops) * 100
+    mfu = model_flops_per_token(spec, t) * tokens_per_s / (world * device.peak_bf16) * 100
     hw = hardware_flops_per_token(spec, t) * tokens_per_s / world / 1e12
+    cw: MicrobatchWork = crit["work"]
+    fp8_tflops = cw.fp8_flops * m / (step / 1e6) / 1e12
     exposed = {d: v_ * m for d, v_ in crit["exposed"].items()}
     dp_worst = max(x["dp"] for x in per_rank)
     if dp_worst:
@@ -282,9 +405,12 @@ def predict_job(spec: ModelSpec, cand: Candidate, t: Training, device: Device,
     if crit["opt_comm"]:
         exposed["tp"] = exposed.get("tp", 0.0) + crit["opt_comm"]
     terms = {"compute_us": crit["compute_mb"] * m,
-             "gemm_us": (crit["compute_mb"] - crit["memory_bound_mb"]) * m,
-             "memory_bound_us": crit["memory_bound_mb"] * m,
-             "gemm_efficiency": eta,
+             "gemm_us": cw.gemm_us * m, "attention_us": cw.attention_us * m,
+             "memory_bound_us": cw.memory_bound_us * m,
+             "contention_us": crit["contention_mb"] * m
+             + max(x["dp_contention"] for x in per_rank),
+             "gemm_efficiency": (cw.gemm_flops / (cw.gemm_us * 1e-6) / device.peak_bf16
+                                 if cw.gemm_us else 0.0),
              **{f"exposed_{d}_us": x for d, x in exposed.items()},
              "bubble_us": bubble, "optimizer_us": max(x["optimizer"] for x in per_rank),
              "overhead_us": opts.step_overhead_us}
@@ -294,27 +420,53 @@ def predict_job(spec: ModelSpec, cand: Candidate, t: Training, device: Device,
                         bubble_us=bubble, bubble_fraction=bubble / pipe if pipe else 0.0,
                         overhead_us=opts.step_overhead_us, tokens_per_s=tokens_per_s,
                         mfu_pct=mfu, critical_pp_rank=crit["rank"], terms=terms,
-                        hw_tflops_per_gpu=hw)
+                        hw_tflops_per_gpu=hw, fp8_tflops_per_gpu=fp8_tflops)
 
 
-def required_efficiency(spec: ModelSpec, cand: Candidate, t: Training, device: Device,
-                        topo: Topology, opts: JobOptions, hw_tflops_per_gpu: float) -> float:
-    """The GEMM efficiency η at which this model predicts a measured throughput (TFLOP/s a
-    GPU, recomputation counted): what a measured row says about the device's curve."""
-    lo, hi = 1e-3, 1.0
+def required_derate(spec: ModelSpec, cand: Candidate, t: Training, device: DeviceSpec,
+                    topo: Topology, opts: JobOptions, tokens_per_s: float) -> float:
+    """The training derate at which this model predicts a measured throughput (tokens/s of
+    the job): what a measured row says about the device's sustained rate."""
+    lo, hi = 0.05, 2.0
     for _ in range(60):
         mid = (lo + hi) / 2
-        dev = dataclasses.replace(device, curve=GemmCurve(mid, 0.0, "probe"))
-        if predict_job(spec, cand, t, dev, topo, opts).hw_tflops_per_gpu < hw_tflops_per_gpu:
+        est = predict_job(spec, cand, t, device, topo, dataclasses.replace(opts, derate=mid))
+        if est.tokens_per_s < tokens_per_s:
             lo = mid
         else:
             hi = mid
     return (lo + hi) / 2
 
 
-def fit_curve(points: list[tuple[float, float]], source: str) -> GemmCurve:
-    """The curve through two measured (width, η) points, or a flat one through one."""
-    if len(points) == 1:
-        return GemmCurve(points[0][1], 0.0, source)
-    (w1, e1), (w2, e2) = points[:2]
-    return GemmCurve.through(w1, e1, w2, e2, source)
+def scale_device(device: DeviceSpec, factor: float, source: str) -> DeviceSpec:
+    """``device`` with every GEMM curve and the attention efficiency scaled by ``factor``
+    (a calibration through a measured rate)."""
+    curves = {p: GemmCurve(c.eta_max * factor, c.half_intensity, c.t0_us,
+                           f"{c.source}; {source}") for p, c in device.curves.items()}
+    sources = dict(device.sources, attention=f"{device.source('attention')}; {source}")
+    return dataclasses.replace(device, curves=curves, sources=sources,
+                               attention_efficiency=device.attention_efficiency * factor)
+
+
+# The relative uncertainty of a predicted step: the median |error| of the plan's family on
+# the published reference set's rows that no constant was fitted on
+# (``python bench/plan_accuracy.py --references``; docs/layouts.md has the table). Layouts
+# predicted within it of the fastest are ties.
+UNCERTAINTY = {"dense": 0.10, "fp8": 0.10, "moe": 0.25, "fsdp": 0.15}
+
+
+def family_of(spec: ModelSpec, t: Training) -> str:
+    if spec.moe_experts:
+        return "moe"
+    if t.precision == "fp8":
+        return "fp8"
+    if t.job_style == "fsdp":
+        return "fsdp"
+    return "dense"
+
+
+def uncertainty_of(spec: ModelSpec, t: Training) -> tuple[float, str]:
+    """(the relative uncertainty of this plan's steps, where it comes from)."""
+    fam = family_of(spec, t)
+    return UNCERTAINTY[fam], (f"the median error of {fam} jobs on the published reference "
+                              f"set (bench/plan_references)")

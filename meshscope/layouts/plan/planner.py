@@ -36,6 +36,7 @@ class PlanRow:
     fits: bool | None                      # peak memory ≤ the device's, when known
     wire_bytes: dict[str, float] = dataclasses.field(default_factory=dict)  # dim -> sent
     link_level: dict[str, str] = dataclasses.field(default_factory=dict)    # dim -> intra/inter
+    tie: bool = False             # predicted within the uncertainty band of the fastest
 
     @property
     def name(self) -> str:
@@ -59,7 +60,7 @@ class PlanRow:
                 "transfers": [t.as_dict() for t in self.transfers],
                 "theory_bubble_fraction": self.theory_bubble_fraction,
                 "estimate": self.estimate.as_dict() if self.estimate else None,
-                "fits": self.fits}
+                "fits": self.fits, "tie": self.tie}
 
 
 @dataclasses.dataclass
@@ -72,9 +73,17 @@ class Plan:
     notes: list[str] = dataclasses.field(default_factory=list)
     training: Training | None = None
     topology: object | None = None
+    device: object | None = None              # devices.DeviceSpec of a GPU job
+    uncertainty: float | None = None          # the predicted step's relative uncertainty
+    uncertainty_source: str = ""
+    warnings: list[str] = dataclasses.field(default_factory=list)
 
     def row(self, name: str) -> PlanRow | None:
         return next((r for r in self.rows if r.name == name), None)
+
+    @property
+    def ties(self) -> list[PlanRow]:
+        return [r for r in self.rows if r.tie]
 
     def as_dict(self) -> dict:
         return {"kind": "meshscope-plan", "model": self.model.as_dict(),
@@ -85,6 +94,11 @@ class Plan:
                 "comm": self.comm.describe() if self.comm else None,
                 "training": self.training.as_dict() if self.training else None,
                 "topology": self.topology.describe() if self.topology else None,
+                "device": ([{"value": f, "is": v, "source": src}
+                            for f, v, src in self.device.values()] if self.device else None),
+                "uncertainty": self.uncertainty,
+                "uncertainty_source": self.uncertainty_source,
+                "warnings": self.warnings,
                 "notes": self.notes, "rows": [r.as_dict() for r in self.rows]}
 
 
@@ -111,7 +125,7 @@ def plan_one(spec: ModelSpec, cand: Candidate, *, precision: Precision | str = "
              rates: Rates | None = None, comm: CommModel | None = None,
              device_memory_bytes: float | None = None, training: Training | None = None,
              device=None, topology=None, job_options=None) -> PlanRow:
-    """One layout. With a ``training`` of a GPU framework, a ``device`` (``job_step.Device``)
+    """One layout. With a ``training`` of a GPU framework, a ``device`` (``devices.DeviceSpec``)
     and a ``topology``: the job model (``job_memory``, ``job_step``); otherwise the runner's."""
     prec = precision_of(precision)
     job = training is not None and training.framework != "runner"
@@ -137,20 +151,42 @@ def plan_one(spec: ModelSpec, cand: Candidate, *, precision: Precision | str = "
                    fits=(peak <= device_memory_bytes) if device_memory_bytes else None)
 
 
+def rank(rows: list[PlanRow], uncertainty: float | None) -> tuple[list[PlanRow], list[str]]:
+    """Fitting layouts first (those whose fit is unknown with them), each group by predicted
+    step time; the layouts whose step is within ``uncertainty`` of the fastest fitting one
+    are ties (``PlanRow.tie``). A warning when no layout fits."""
+    warnings = []
+    if rows and all(r.fits is False for r in rows):
+        warnings.append(f"no layout fits the device's memory: the smallest needs "
+                        f"{min(r.peak_memory_bytes for r in rows) / 2**30:.1f} GiB a GPU; "
+                        f"the ranking below is of layouts that would run out of memory")
+    if not all(r.estimate for r in rows):
+        return rows, warnings
+    rows = sorted(rows, key=lambda r: (r.fits is False, r.estimate.step_time_us))
+    if uncertainty is not None and rows:
+        pool = [r for r in rows if r.fits is not False] or rows
+        best = pool[0].estimate.step_time_us
+        rows = [dataclasses.replace(r, tie=(r.fits is not False or r in pool)
+                                    and r.estimate.step_time_us <= best * (1 + uncertainty))
+                for r in rows]
+    return rows, warnings
+
+
 def plan(spec: ModelSpec, candidates: list[Candidate], *, precision: Precision | str = "fp32",
          rates: Rates | None = None, comm: CommModel | None = None,
          device_memory_bytes: float | None = None, notes: list[str] | None = None,
          training: Training | None = None, device=None, topology=None,
-         job_options=None) -> Plan:
-    """Every candidate's row; ranked by predicted step time when it is predicted (layouts
-    that do not fit the device's memory last)."""
+         job_options=None, uncertainty: float | None = None,
+         uncertainty_source: str = "") -> Plan:
+    """Every candidate's row, ranked (``rank``) when step times are predicted."""
     prec = training.as_precision() if training is not None and \
         training.framework != "runner" else precision_of(precision)
     rows = [plan_one(spec, c, precision=prec, rates=rates, comm=comm,
                      device_memory_bytes=device_memory_bytes, training=training,
                      device=device, topology=topology, job_options=job_options)
             for c in candidates]
-    if all(r.estimate for r in rows):
-        rows.sort(key=lambda r: (r.fits is False, r.estimate.step_time_us))
+    rows, warnings = rank(rows, uncertainty)
     return Plan(model=spec, precision=prec, rates=rates, comm=comm, rows=rows,
-                notes=list(notes or []), training=training, topology=topology)
+                notes=list(notes or []), training=training, topology=topology,
+                device=device, uncertainty=uncertainty,
+                uncertainty_source=uncertainty_source, warnings=warnings)

@@ -28,11 +28,11 @@ Adam moments (fp32)        8         8          8          ZeRO-1
   16-bit gradients computed there); with the optimizer offloaded 2Ψ (ZeRO-2) or 2Ψ/N + buffer
   (ZeRO-3); with weights offloaded too, the buffer alone.
 
-``fp32`` keeps 4-byte weights and gradients and no master copy; ``fp8`` one-byte weights
-beside the fp32 master copy (Transformer Engine's fp8 model parameters); ``bf16`` 2-byte
-weights and
-gradients, fp32 moments and no master copy; SGD's momentum is half Adam's moments and
-Adafactor's factored state is counted as none.
+``fp32`` keeps 4-byte weights and gradients and no master copy; ``fp8`` keeps the 16-bit
+weights (the GEMMs cast them), or with ``fp8_params`` one-byte weights beside the fp32 master
+copy (Transformer Engine's fp8 model parameters); ``bf16`` 2-byte weights and gradients, no
+master copy; the moments are fp32 (4 bytes each) or, with ``optimizer_states`` bf16, 2; SGD's
+momentum is half Adam's moments and Adafactor's factored state is counted as none.
 """
 from __future__ import annotations
 
@@ -52,19 +52,20 @@ class StateTerm:
     offloaded_by: tuple[str, ...] = ()   # offload settings that move it to CPU memory
 
 
-def _moment_bytes(optimizer: str) -> float:
-    return {"adam": 8.0, "sgd": 4.0, "adafactor": 0.0}[optimizer]
+def _moment_bytes(optimizer: str, state_bytes: int = 4) -> float:
+    """Bytes of optimizer state a parameter: Adam's two moments, SGD's momentum."""
+    return {"adam": 2.0, "sgd": 1.0, "adafactor": 0.0}[optimizer] * state_bytes
 
 
 def state_terms(t: Training, zero_stage: int) -> list[StateTerm]:
     """The per-parameter buffers of ``t`` (see the module docstring's table)."""
     opt = ("optimizer", "all")
-    moments = StateTerm(f"{t.optimizer}_state_fp32", "optimizer", _moment_bytes(t.optimizer),
-                        1, opt)
+    moments = StateTerm(f"{t.optimizer}_state_{t.optimizer_states}", "optimizer",
+                        _moment_bytes(t.optimizer, t.state_bytes), 1, opt)
     if t.precision == "fp32":
         return [StateTerm("weights_fp32", "params", 4, 3, ("all",)),
                 StateTerm("grads_fp32", "grads", 4, 2, opt), moments]
-    out = [StateTerm("weights_fp8", "params", 1, 3, ("all",)) if t.precision == "fp8" else
+    out = [StateTerm("weights_fp8", "params", 1, 3, ("all",)) if t.fp8_params else
            StateTerm("weights_16bit", "params", 2, 3, ("all",))]
     fp32_grads = t.main_grads_fp32
     if t.framework == "deepspeed":

@@ -12,7 +12,8 @@ network. Expert parallelism takes its groups from consecutive dp · cp ranks (th
 Each level has a latency α and a bus bandwidth: a collective of S bytes over n ranks takes
 α + S·f(op, n)/busbw (nccl-tests' bus factor f, ``comm_model.py``). The defaults are the
 vendors' per-GPU figures derated to what nccl-tests typically reaches; pass measured ones
-(``--intra-gbps``, ``--inter-gbps`` or ``--baseline``) for a real cluster.
+(``--intra-gbps``, ``--inter-gbps`` or ``--baseline``) for a real cluster. The defaults
+are the device catalogue's (``devices.py``), each with its source.
 """
 from __future__ import annotations
 
@@ -21,16 +22,6 @@ import dataclasses
 from .candidate import Candidate
 from .comm_model import CommModel
 
-# Achieved bus bandwidth per GPU (GB/s) and latency (µs), nccl-tests scale: NVLink 3 (A100,
-# 600 GB/s bidirectional → about 230 GB/s busbw), NVLink 4 (H100, 900 GB/s → about 360), one
-# 200 Gb/s HDR (A100 pods) or 400 Gb/s NDR (H100 pods) NIC per GPU → about 22 / 45 GB/s.
-LINKS = {
-    "A100": {"intra": (230.0, 8.0), "inter": (22.0, 15.0)},
-    "H100": {"intra": (360.0, 8.0), "inter": (45.0, 15.0)},
-    "H200": {"intra": (360.0, 8.0), "inter": (45.0, 15.0)},
-    "B200": {"intra": (720.0, 8.0), "inter": (45.0, 15.0)},
-    "MI300X": {"intra": (300.0, 10.0), "inter": (45.0, 15.0)},
-}
 DEFAULT_LINKS = {"intra": (100.0, 10.0), "inter": (20.0, 15.0)}
 
 
@@ -38,46 +29,92 @@ DEFAULT_LINKS = {"intra": (100.0, 10.0), "inter": (20.0, 15.0)}
 class Topology:
     gpus_per_node: int
     intra: CommModel            # inside a node
-    inter: CommModel            # between nodes
+    inter: CommModel            # between nodes, one GPU's NIC
+    _rails: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
-    def for_device(cls, device: str | None, gpus_per_node: int = 8, *,
+    def for_device(cls, device, gpus_per_node: int | None = None, *,
                    intra_gbps: float | None = None, inter_gbps: float | None = None,
                    intra_us: float | None = None, inter_us: float | None = None
                    ) -> "Topology":
-        links = next((v for k, v in LINKS.items() if device and k in device.upper()),
-                     DEFAULT_LINKS)
-        bw_i, lat_i = links["intra"]
-        bw_x, lat_x = links["inter"]
-        src = f"{device or 'default'} links"
+        """The two levels of ``device`` (a ``devices.DeviceSpec`` or a catalogue name; its
+        link values, or ``DEFAULT_LINKS`` for an unknown one), each overridable."""
+        from .devices import DeviceSpec, lookup
+        spec = device if isinstance(device, DeviceSpec) else lookup(device)
+        if spec is not None:
+            bw_i, lat_i = spec.intra_gbps, spec.intra_us
+            bw_x, lat_x = spec.inter_gbps, spec.inter_us
+            gpus_per_node = gpus_per_node or spec.gpus_per_node
+            name = spec.name
+        else:
+            (bw_i, lat_i), (bw_x, lat_x) = DEFAULT_LINKS["intra"], DEFAULT_LINKS["inter"]
+            name = device or "default"
+        gpus_per_node = gpus_per_node or 8
+        src = f"{name} links"
         return cls(gpus_per_node,
                    CommModel(alpha_us=intra_us if intra_us is not None else lat_i,
                              busbw_gbps=intra_gbps or bw_i, source=f"{src}, in a node"),
                    CommModel(alpha_us=inter_us if inter_us is not None else lat_x,
                              busbw_gbps=inter_gbps or bw_x, source=f"{src}, between nodes"))
 
-    def level_of(self, cand: Candidate, dim: str) -> str:
-        """``intra`` or ``inter``: where the groups of ``dim`` run."""
+    def _group(self, cand: Candidate, dim: str) -> tuple[int, int] | None:
+        """(stride, ranks) of a group of ``dim``: its ranks are ``stride`` apart."""
         layout = cand.layout
         sizes = {d: layout.size(d) for d in ("pp", "dp", "cp", "tp")}
-        if dim in ("ep", "ep_replica"):
+        if dim == "ep":
+            return sizes["tp"], layout.size("ep")
+        if dim == "ep_replica":
             ep = layout.size("ep")
-            inner = sizes["tp"] * sizes["cp"]
-            span = inner * ep if dim == "ep" else inner * sizes["dp"]
-        elif dim in sizes:
-            order = ("pp", "dp", "cp", "tp")
-            stride = 1
-            for d in order[order.index(dim) + 1:]:
-                stride *= sizes[d]
-            span = stride * sizes[dim]
-            if dim == "dp" and sizes["cp"] > 1:   # gradients reduce over dp × cp
-                span = sizes["tp"] * sizes["cp"] * sizes["dp"]
-        else:
-            return "intra"
-        return "intra" if span <= self.gpus_per_node else "inter"
+            return sizes["tp"] * ep, max(1, sizes["dp"] * sizes["cp"] // ep)
+        if dim == "dp" and sizes["cp"] > 1:        # gradients reduce over dp × cp
+            return sizes["tp"], sizes["dp"] * sizes["cp"]
+        if dim not in sizes:
+            return None
+        order = ("pp", "dp", "cp", "tp")
+        stride = 1
+        for d in order[order.index(dim) + 1:]:
+            stride *= sizes[d]
+        return stride, sizes[dim]
 
-    def comm_for(self, cand: Candidate, dim: str) -> CommModel:
-        return self.intra if self.level_of(cand, dim) == "intra" else self.inter
+    def level_of(self, cand: Candidate, dim: str) -> str:
+        """``intra`` or ``inter``: where the groups of ``dim`` run."""
+        g = self._group(cand, dim)
+        if g is None:
+            return "intra"
+        stride, n = g
+        return "intra" if stride * n <= self.gpus_per_node else "inter"
+
+    def ranks_per_node(self, cand: Candidate, dim: str) -> int:
+        """How many of a group's ranks share a node (1 when its ranks are a node apart)."""
+        g = self._group(cand, dim)
+        if g is None:
+            return 1
+        stride, n = g
+        return max(1, min(n, self.gpus_per_node // stride)) if stride < self.gpus_per_node \
+            else 1
+
+    def comm_for(self, cand: Candidate, dim: str, op: str | None = None) -> CommModel:
+        """The link model of ``dim``'s groups. Between nodes each GPU has its own NIC (one
+        rail a GPU): a ring collective (all-reduce, all-gather, reduce-scatter) of a group with
+        k ranks in every node spreads its rings over k NICs, so its bus bandwidth is k × the
+        per-GPU figure, up to the in-node one — nccl-tests' busbw of a full-node all-reduce
+        across nodes is about the node's NIC bandwidth. An all-to-all or a send sends each
+        GPU's own bytes through its own NIC: the per-GPU figure."""
+        if self.level_of(cand, dim) == "intra":
+            return self.intra
+        if op in ("all_to_all", "send", "recv", "send_recv"):
+            return self.inter
+        k = self.ranks_per_node(cand, dim)
+        if k == 1 or self.inter.table:
+            return self.inter
+        key = (k, self.inter.busbw_gbps, self.inter.alpha_us)
+        cached = self._rails.get(key)
+        if cached is None:
+            cached = dataclasses.replace(
+                self.inter, busbw_gbps=min(self.intra.busbw_gbps, self.inter.busbw_gbps * k),
+                source=f"{self.inter.source}, over {k} NICs a node")
+            self._rails[key] = cached
+        return cached
 
     def describe(self) -> str:
         return (f"{self.gpus_per_node} GPUs a node; in a node {self.intra.describe()}; "

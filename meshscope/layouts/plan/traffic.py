@@ -109,17 +109,42 @@ def shape_of(spec: ModelSpec, cand: Candidate) -> _Shape:
 
 
 def _padded_numel(p: Param, tp: int, shards: int) -> int:
-    """FSDP2's full (gathered) size of a weight: dim 0 padded to a multiple of ``shards``."""
+    """FSDP2's full (gathered) size of a weight (each of ``p.count``): dim 0 padded to a
+    multiple of ``shards``."""
     shape = p.local_shape(tp)
     rows = -(-shape[0] // shards) * shards
     rest = 1
     for d in shape[1:]:
         rest *= d
-    return rows * rest
+    return rows * rest * p.count
 
 
 def _is_expert(p: Param) -> bool:
     return p.name.startswith("expert")
+
+
+def _tensor_sizes(params: list[Param], tp: int) -> list[int]:
+    """Local elements of each tensor in registration order, a MoE layer's experts expanded
+    one expert at a time (expert 0's w1, w2, w3, then expert 1's …) as the runner registers
+    them."""
+    out: list[int] = []
+    pending: list[Param] = []
+
+    def flush():
+        for e in range(pending[0].count if pending else 0):
+            out.extend(q.local_numel(tp) // q.count for q in pending)
+        pending.clear()
+
+    for p in params:
+        if p.count > 1:
+            if pending and pending[0].count != p.count:
+                flush()
+            pending.append(p)
+            continue
+        flush()
+        out.append(p.local_numel(tp))
+    flush()
+    return out
 
 
 def ddp_buckets(sizes_bytes: list[int]) -> list[int]:
@@ -146,15 +171,23 @@ def _registration_order(groups: list[list[Param]], first: bool) -> list[Param]:
     return head + [p for g in layers for p in g] + tail
 
 
-def _dp_transfers(spec, cand, prec, r, stage, groups, sh) -> list[Transfer]:
+def _dp_transfers(spec, cand, prec, r, stage, groups, sh, training=None) -> list[Transfer]:
+    """Data parallelism's operations (module docstring). With a GPU job's ``training``
+    (``job``), an expert-parallel MoE's experts are sharded, reduced and gathered over
+    their own data-parallel group (``ep_replica``: dp·cp/ep ranks), as Megatron's
+    distributed optimizer and FSDP do; and FSDP follows torch's defaults: with a pipeline a
+    stage keeps its weights gathered from the first microbatch's forward to the step's end
+    and reduces its gradients once (``reshard_after_forward=False`` and no gradient sync
+    until the last microbatch), without one each microbatch gathers twice and reduces once."""
     out = []
-    tp, n = cand.layout.size("tp"), cand.dp_shards
+    tp, n, ep = cand.layout.size("tp"), cand.dp_shards, cand.layout.size("ep")
     first = stage == 0
+    job = training is not None
     if n > 1:
         if cand.dp_mode == "ddp":
             params = [p for p in _registration_order(groups, first)
-                      if not (cand.layout.size("ep") > 1 and _is_expert(p))]
-            sizes = [p.local_numel(tp) * prec.grad_bytes for p in reversed(params)]
+                      if not (ep > 1 and _is_expert(p))]
+            sizes = [n * prec.grad_bytes for n in reversed(_tensor_sizes(params, tp))]
             if tp > 1:   # FSDP2's replicate: one all-reduce of every local gradient
                 buckets = [sum(sizes)] if sizes else []
             else:
@@ -165,8 +198,7 @@ def _dp_transfers(spec, cand, prec, r, stage, groups, sh) -> list[Transfer]:
         elif cand.dp_mode == "zero1":
             # ZeRO-1 / Megatron's distributed optimizer: once per step, the gradients are
             # reduce-scattered to their optimizer shard and the updated weights all-gathered
-            params = [p for g in groups for p in g
-                      if not (cand.layout.size("ep") > 1 and _is_expert(p))]
+            params = [p for g in groups for p in g if not (ep > 1 and _is_expert(p))]
             full = sum(_padded_numel(p, tp, n) for p in params)
             if full:
                 out.append(Transfer(r, "dp", "reduce_scatter", f"stage {stage} gradients "
@@ -175,28 +207,55 @@ def _dp_transfers(spec, cand, prec, r, stage, groups, sh) -> list[Transfer]:
                 out.append(Transfer(r, "dp", "all_gather", f"stage {stage} updated weights "
                                     "(distributed optimizer)", "step", 1,
                                     full * prec.param_bytes, n))
+            if job and ep > 1 and n // ep > 1:
+                experts = sum(_padded_numel(p, tp, n // ep) for g in groups for p in g
+                              if _is_expert(p)) / ep
+                if experts:
+                    out += [Transfer(r, "ep_replica", "reduce_scatter", f"stage {stage} "
+                                     "expert gradients (distributed optimizer)", "step", 1,
+                                     experts * prec.grad_bytes, n // ep),
+                            Transfer(r, "ep_replica", "all_gather", f"stage {stage} updated "
+                                     "expert weights (distributed optimizer)", "step", 1,
+                                     experts * prec.param_bytes, n // ep)]
         else:
             gathers = 2 if cand.dp_mode == "fsdp" else 1
+            reduces, reduce_phase = 1, "step"
+            if job and cand.dp_mode == "fsdp":
+                if cand.pp > 1:
+                    gathers = 1.0 / sh.m          # once a step
+                else:
+                    reduces, reduce_phase = sh.m, "microbatch"
             for i, g in enumerate(groups):
-                full = sum(_padded_numel(p, tp, n) for p in g)
-                if not full:
-                    continue
                 unit = f"layer {i}" if i < len(groups) - 1 else "stage weights"
-                out.append(Transfer(r, "dp", "all_gather",
-                                    f"stage {stage} {unit} parameters", "microbatch",
-                                    gathers * sh.m, full * prec.param_bytes, n))
-                out.append(Transfer(r, "dp", "reduce_scatter",
-                                    f"stage {stage} {unit} gradients", "step", 1,
-                                    full * prec.grad_bytes, n))
-    replicas = n // cand.layout.size("ep")
-    if cand.layout.size("ep") > 1 and replicas > 1:
-        experts = [p for g in groups for p in g if _is_expert(p)]
-        mine = len(experts) // cand.layout.size("ep")
-        if mine:
-            size = experts[0].numel * prec.grad_bytes   # every expert matrix is h × eh
-            out.append(Transfer(r, "ep_replica", "all_reduce",
-                                f"stage {stage} expert gradients, one tensor at a time",
-                                "step", mine, size, replicas))
+                parts = [("dp", [p for p in g if not (job and ep > 1 and _is_expert(p))], n,
+                          1)]
+                if job and ep > 1:
+                    parts.append(("ep_replica", [p for p in g if _is_expert(p)], n // ep, ep))
+                for dim, params, ranks, split in parts:
+                    if ranks < 2:
+                        continue
+                    full = sum(_padded_numel(p, tp, ranks) for p in params) / split
+                    if not full:
+                        continue
+                    what = "" if dim == "dp" else "expert "
+                    out.append(Transfer(r, dim, "all_gather",
+                                        f"stage {stage} {unit} {what}parameters",
+                                        "microbatch", max(1, round(gathers * sh.m)),
+                                        full * prec.param_bytes, ranks))
+                    out.append(Transfer(r, dim, "reduce_scatter",
+                                        f"stage {stage} {unit} {what}gradients",
+                                        reduce_phase, reduces, full * prec.grad_bytes, ranks))
+    replicas = n // ep
+    if ep > 1 and replicas > 1 and (not job or cand.dp_mode == "ddp"):
+        per_size: dict[int, int] = {}
+        for p in (p for g in groups for p in g if _is_expert(p)):
+            per_size[p.tensor_numel] = per_size.get(p.tensor_numel, 0) + p.count
+        for numel, count in sorted(per_size.items(), reverse=True):
+            mine = count // ep
+            if mine:
+                out.append(Transfer(r, "ep_replica", "all_reduce",
+                                    f"stage {stage} expert gradients, one tensor at a time",
+                                    "step", mine, numel * prec.grad_bytes, replicas))
     return out
 
 
@@ -266,7 +325,7 @@ def _cp_transfers(spec, cand, prec, r, stage, groups, sh) -> list[Transfer]:
         return []
     tp = cand.layout.size("tp")
     n_layers = len(groups) - 1
-    kv = sh.b_mb * (spec.kv_heads // tp) * sh.s * spec.head_dim * prec.act_bytes
+    kv = sh.b_mb * (spec.kv_heads // tp) * sh.s * spec.head_width * prec.act_bytes
     pos = sh.s * prec.act_bytes
     per_layer = {kv: 2 * (cp - 1) + 4 * cp, pos: (cp - 1) + cp}
     if kv == pos:
@@ -280,14 +339,17 @@ def _cp_transfers(spec, cand, prec, r, stage, groups, sh) -> list[Transfer]:
     return out
 
 
-def _ep_transfers(spec, cand, prec, r, stage, layers, sh) -> list[Transfer]:
+def _ep_transfers(spec, cand, prec, r, stage, layers, sh, capacity_factor=1.0
+                  ) -> list[Transfer]:
     ep = cand.layout.size("ep")
     moe_layers = sum(1 for i in layers if spec.is_moe_layer(i))
     if ep == 1 or not moe_layers:
         return []
     tp = cand.layout.size("tp")
-    # with tensor and sequence parallelism each tp rank routes its 1/tp of the tokens
-    rows = sh.tokens * spec.moe_top_k * spec.dim * prec.act_bytes / (tp if cand.sp else 1)
+    # with tensor and sequence parallelism each tp rank routes its 1/tp of the tokens; a
+    # capacity factor pads each expert's share
+    rows = sh.tokens * spec.moe_top_k * capacity_factor * spec.dim * prec.act_bytes \
+        / (tp if cand.sp else 1)
     n = moe_layers * sh.m
     return [Transfer(r, "ep", "all_to_all", f"stage {stage} tokens per expert (counts)",
                      "microbatch", n, spec.moe_experts * COUNT_BYTES, ep),
@@ -310,7 +372,8 @@ def transfers(spec: ModelSpec, cand: Candidate, precision: Precision | str = "fp
         for stage in cand.stages_of(r):
             first, last = stage == 0, stage == cand.n_stages - 1
             groups = spec.stage_params(layers_of[stage], first=first, last=last)
-            out += _dp_transfers(spec, cand, prec, r, stage, groups, sh)
+            out += _dp_transfers(spec, cand, prec, r, stage, groups, sh,
+                                 training if job else None)
             tp_rows = _tp_transfers(spec, cand, prec, r, stage, groups, sh, loss_parallel=job)
             if job and training.recompute == "full":
                 extra = []
@@ -323,7 +386,8 @@ def transfers(spec: ModelSpec, cand: Candidate, precision: Precision | str = "fp
             out += _pp_transfers(spec, cand, prec, r, stage, sh,
                                  scatter=job and training.framework == "megatron")
             out += _cp_transfers(spec, cand, prec, r, stage, groups, sh)
-            out += _ep_transfers(spec, cand, prec, r, stage, layers_of[stage], sh)
+            out += _ep_transfers(spec, cand, prec, r, stage, layers_of[stage], sh,
+                                 (training.capacity_factor or 1.0) if job else 1.0)
     return out
 
 

@@ -1,49 +1,98 @@
-"""How the job trains: the framework whose bookkeeping is planned, precision, optimizer,
-recomputation, flash attention and CPU offload — everything besides the layout that changes
-memory and time.
+"""How the job trains: the framework whose bookkeeping is planned, how it runs (its style),
+precision per operation, optimizer, recomputation, flash attention, offload and the knobs
+that change memory — everything besides the layout that changes memory and time.
 
 ``framework`` names whose memory accounting and communication the plan follows:
 
 - ``runner``    — ``meshscope run`` itself: fp32 AdamW, DDP/FSDP2 buffers, autograd's saved
                   tensors counted one by one for its Llama block (``memory.py``), traffic as
                   the runner issues it. The default for the runner's presets.
-- ``megatron``  — Megatron-LM / Megatron-Core: bf16 weights with fp32 main gradients in the
-                  DDP buffer and fp32 master weights (18 bytes a parameter; 6 + 12/dp with the
-                  distributed optimizer, ZeRO-1), Korthikanti et al.'s activations, pipeline
-                  sends scattered over tensor-parallel ranks. The default for ``--model-json``.
+- ``megatron``  — Megatron-LM / Megatron-Core / NeMo: bf16 weights with fp32 main gradients in
+                  the DDP buffer and fp32 master weights (18 bytes a parameter; 6 + 12/dp with
+                  the distributed optimizer, ZeRO-1), Korthikanti et al.'s activations,
+                  pipeline sends scattered over tensor-parallel ranks. The default for
+                  ``--model-json``.
 - ``deepspeed`` — DeepSpeed ZeRO as its own estimator counts it
-                  (``estimate_zero2/zero3_model_states_mem_needs``): 16-bit weights and
-                  gradients, fp32 master weights, gradients and Adam moments in the optimizer
-                  partition, and a gather buffer of the largest layer under ZeRO-3.
-- ``torch``     — FSDP2 / DDP with the ZeRO paper's mixed-precision counts (16-bit weights and
-                  gradients, K = 12) and the Ultra-Scale Playbook's optional fp32 gradient
-                  accumulation buffer (``fp32_grads``).
+                  (``estimate_zero2/zero3_model_states_mem_needs``) plus its communication
+                  buckets: 16-bit weights and gradients, fp32 master weights, gradients and
+                  Adam moments in the optimizer partition, a gather buffer of the largest layer
+                  under ZeRO-3.
+- ``torch``     — FSDP2 / DDP (torchtitan, NeMo AutoModel, llm-foundry) with the ZeRO paper's
+                  mixed-precision counts (16-bit weights and gradients, K = 12), the
+                  unsharded working set FSDP gathers, and the Ultra-Scale Playbook's optional
+                  fp32 gradient accumulation buffer (``fp32_grads``).
+
+``style`` (``megatron``, ``fsdp``, ``deepspeed``; default: the framework's) sets how each
+dimension's communication overlaps compute (``overlap_defaults``).
 
 ``precision``: ``fp32``; ``mixed`` (16-bit compute, fp32 master weights); ``bf16`` (bf16
 weights and gradients, fp32 optimizer moments, no master copy); ``fp8`` (``mixed`` with the
-weights held in fp8 beside the fp32 master copy, and fp8 GEMM inputs: the activations saved
-for the linears' backward take one byte, as Transformer Engine's fp8 recipe keeps them, and
-the GEMMs run at twice the bf16 rate).
+GEMMs of ``fp8_ops`` in fp8 — the transformer blocks' linear layers by default, as Transformer
+Engine and torchao's Float8Linear do; attention, norms, the output head and the optimizer
+stay in bf16/fp32 unless named — and their saved inputs in one byte; ``fp8_params`` keeps the
+weights themselves in fp8 beside the fp32 master copy). ``fp8_recipe``: ``delayed`` (scales
+from past steps: one cast pass), ``current`` (per-tensor scales of this step: an amax pass
+more) or ``mx`` (block scales, MXFP8: as current).
 
 ``optimizer``: ``adam`` (two moments), ``sgd`` (momentum) or ``adafactor`` (a factored second
-moment: one row and one column vector per matrix, no momentum — its state is counted as 0
-bytes a parameter, which it is to within (rows + cols) / (rows · cols)).
+moment, counted as 0 bytes a parameter); ``optimizer_states``: the moments in ``fp32`` or
+``bf16``.
 
-``recompute``: ``none``, ``selective`` (Korthikanti et al. 2022, §4.2: the attention core is
-recomputed) or ``full`` (only each layer's input is kept; the whole forward runs again in
-backward). ``offload``: ``none``, ``optimizer`` (master weights, fp32 gradients and moments
+``recompute``: ``none``, ``selective`` (the attention core, Korthikanti et al. 2022 §4.2 —
+Megatron's), ``op`` (torchtitan's op-level selective checkpointing: every other matmul's
+output kept, everything else recomputed) or ``full`` (only each layer's input is kept; the
+whole forward runs again in backward). ``offload``: ``none``, ``optimizer`` (master weights, fp32 gradients and moments
 live in CPU memory, the optimizer step runs there) or ``all`` (weights too; ZeRO-3).
+
+``fused``: the elementwise kernels fused (Megatron / Transformer Engine, ``torch.compile``) or
+PyTorch's eager ops (the FSDP style's default), which read and write each tensor more often
+(``job_step.EAGER_ELEMENTWISE``).
+
+Memory knobs: ``fsdp_prefetch`` (layers FSDP gathers ahead: 1, torch's default), the caching
+allocator's ``allocator_reserve`` (reserved memory above what is allocated, a fraction),
+``capacity_factor`` (MoE: tokens an expert takes, over the balanced share; None = dropless),
+DeepSpeed's ``reduce_bucket`` / ``allgather_bucket`` / ``prefetch_bucket`` (elements, its
+defaults).
 """
 from __future__ import annotations
 
 import dataclasses
 
 FRAMEWORKS = ("runner", "megatron", "deepspeed", "torch")
+STYLES = ("megatron", "fsdp", "deepspeed")
 PRECISION_NAMES = ("fp32", "mixed", "bf16", "fp8")
 OPTIMIZERS = ("adam", "sgd", "adafactor")
-RECOMPUTE = ("none", "selective", "full")
+STATE_DTYPES = ("fp32", "bf16")
+RECOMPUTE = ("none", "selective", "op", "full")
 OFFLOAD = ("none", "optimizer", "all")
 BLOCKS = ("llama", "gpt")
+FP8_OPS = ("qkv", "proj", "fc1", "fc2", "experts", "head", "attention")
+DEFAULT_FP8_OPS = ("qkv", "proj", "fc1", "fc2", "experts")
+FP8_RECIPES = ("delayed", "current", "mx")
+OVERLAP_DIMS = ("tp", "cp", "ep", "pp", "dp")
+
+# The caching allocator's reserve above the allocated peak (PyTorch's allocator rounds blocks
+# and keeps freed ones; what a framework's "reserved" figure shows beyond "allocated"). An
+# assumption: small, as torchtitan's and NeMo's launch scripts turn on expandable segments
+# (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True), which keep fragmentation low.
+ALLOCATOR_RESERVE = 0.05
+
+# Fraction of each dimension's communication that the style hides behind compute (the rest is
+# exposed). tp: Megatron without --tp-comm-overlap and FSDP+TP without async TP expose it all;
+# cp: the ring overlaps the attention it feeds (up to the attention's time); ep: the
+# all-to-alls block the experts; pp: Megatron overlaps the sends of the interleaved schedule
+# (overlap_p2p_comm), others wait on them; dp: gradient reduction and weight gathers hidden
+# behind backward (Megatron's --overlap-grad-reduce/--overlap-param-gather, FSDP's prefetch,
+# DeepSpeed's overlap_comm) up to the compute they can hide behind.
+_OVERLAP = {
+    "megatron": {"tp": 0.0, "cp": 1.0, "ep": 0.0, "pp": 0.0, "dp": 1.0},
+    "fsdp": {"tp": 0.0, "cp": 1.0, "ep": 0.0, "pp": 0.0, "dp": 1.0},
+    "deepspeed": {"tp": 0.0, "cp": 1.0, "ep": 0.0, "pp": 0.0, "dp": 0.8},
+}
+
+
+def overlap_defaults(style: str) -> dict[str, float]:
+    return dict(_OVERLAP[style])
 
 
 class TrainingError(ValueError):
@@ -60,20 +109,81 @@ class Training:
     offload: str = "none"
     fp32_grads: bool | None = None      # None: the framework's default (megatron: yes)
     block: str = "llama"                # llama (RMSNorm, SwiGLU, no dropout) or gpt
+    style: str | None = None            # None: the framework's (torch -> fsdp)
+    fp8_ops: tuple[str, ...] = DEFAULT_FP8_OPS
+    fp8_recipe: str = "delayed"
+    fp8_params: bool = False
+    optimizer_states: str = "fp32"
+    overlap: tuple[tuple[str, float], ...] = ()     # (dim, fraction) over the style's
+    fsdp_prefetch: int = 1
+    allocator_reserve: float = ALLOCATOR_RESERVE
+    capacity_factor: float | None = None
+    reduce_bucket: float = 5e8          # DeepSpeed ZeRO-1/2 reduce_bucket_size (elements)
+    allgather_bucket: float = 5e8       # DeepSpeed ZeRO-1/2 allgather_bucket_size
+    prefetch_bucket: float = 5e7        # DeepSpeed ZeRO-3 stage3_prefetch_bucket_size
+    fused: bool | None = None           # elementwise kernels fused (TE, torch.compile);
+                                        # None: the style's (fsdp: eager)
 
     def __post_init__(self):
         for name, allowed in (("framework", FRAMEWORKS), ("precision", PRECISION_NAMES),
                               ("optimizer", OPTIMIZERS), ("recompute", RECOMPUTE),
-                              ("offload", OFFLOAD), ("block", BLOCKS)):
+                              ("offload", OFFLOAD), ("block", BLOCKS),
+                              ("fp8_recipe", FP8_RECIPES),
+                              ("optimizer_states", STATE_DTYPES)):
             if getattr(self, name) not in allowed:
                 raise TrainingError(f"{name} {getattr(self, name)!r}: expected one of "
                                     f"{', '.join(allowed)}")
+        if self.style is not None and self.style not in STYLES:
+            raise TrainingError(f"style {self.style!r}: expected one of {', '.join(STYLES)}")
+        bad = [op for op in self.fp8_ops if op not in FP8_OPS]
+        if bad:
+            raise TrainingError(f"--fp8-ops {bad[0]!r}: expected any of {', '.join(FP8_OPS)}")
+        for dim, frac in self.overlap:
+            if dim not in OVERLAP_DIMS:
+                raise TrainingError(f"--overlap {dim}: expected one of "
+                                    f"{', '.join(OVERLAP_DIMS)}")
+            if not 0.0 <= frac <= 1.0:
+                raise TrainingError(f"--overlap {dim}={frac:g}: a fraction between 0 and 1")
+        if not 0.0 <= self.allocator_reserve < 1.0:
+            raise TrainingError(f"--allocator-reserve {self.allocator_reserve:g}: a fraction "
+                                f"between 0 and 1")
+        if self.fsdp_prefetch < 0:
+            raise TrainingError(f"--fsdp-prefetch {self.fsdp_prefetch}: 0 or more layers")
+        if self.capacity_factor is not None and self.capacity_factor < 1.0:
+            raise TrainingError(f"--capacity-factor {self.capacity_factor:g}: at least 1 "
+                                f"(tokens over an expert's balanced share)")
         if self.framework == "runner" and (self.precision != "fp32" or self.recompute != "none"
                                            or self.offload != "none"
                                            or self.optimizer != "adam"):
             raise TrainingError("the runner trains in fp32 with AdamW, no recomputation and no "
                                 "offload; plan other settings with --framework megatron, "
                                 "deepspeed or torch")
+        if self.fp8_params and self.precision != "fp8":
+            raise TrainingError("--fp8-params keeps the weights in fp8: it needs --precision "
+                                "fp8")
+
+    @property
+    def job_style(self) -> str:
+        """How the job runs: the style given, or the framework's."""
+        if self.style:
+            return self.style
+        return {"torch": "fsdp", "deepspeed": "deepspeed"}.get(self.framework, "megatron")
+
+    @property
+    def fused_kernels(self) -> bool:
+        """Whether norms, activations and residual adds run as fused kernels (Megatron's and
+        Transformer Engine's, or torch.compile's) rather than PyTorch's eager ops."""
+        if self.fused is not None:
+            return self.fused
+        return self.job_style != "fsdp"
+
+    def overlap_of(self, dim: str) -> float:
+        """The fraction of ``dim``'s communication hidden behind compute."""
+        given = dict(self.overlap)
+        return given.get(dim, overlap_defaults(self.job_style)[dim])
+
+    def uses_fp8(self, op: str) -> bool:
+        return self.precision == "fp8" and op in self.fp8_ops
 
     @property
     def act_bytes(self) -> int:
@@ -88,9 +198,16 @@ class Training:
 
     @property
     def weight_bytes(self) -> int:
-        """Bytes of a weight as the model holds it: fp8 keeps its weights in fp8 (Transformer
-        Engine's fp8 model parameters; the fp32 master copy stays)."""
-        return {"fp32": 4, "fp8": 1}.get(self.precision, 2)
+        """Bytes of a weight as the model holds it: fp8 parameters (``fp8_params``: TE's fp8
+        model weights) one byte, the fp32 master copy beside them."""
+        if self.precision == "fp32":
+            return 4
+        return 1 if self.fp8_params else 2
+
+    @property
+    def state_bytes(self) -> int:
+        """Bytes of one optimizer moment."""
+        return 2 if self.optimizer_states == "bf16" else 4
 
     @property
     def main_grads_fp32(self) -> bool:
@@ -116,7 +233,11 @@ class Training:
                          self.act_bytes)
 
     def as_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        d = dataclasses.asdict(self)
+        d["style"] = self.job_style
+        d["overlap"] = {dim: self.overlap_of(dim) for dim in OVERLAP_DIMS}
+        d["fp8_ops"] = list(self.fp8_ops)
+        return d
 
 
 RUNNER = Training()
