@@ -11,9 +11,9 @@ I = M·N·K / (M·N + N·K + M·K) — the product's arithmetic intensity in ele
 
     t = 2·M·N·K / (peak · η(I)) + t₀,     η(I) = η_max · I / (I + I½)
 
-η_max, I½ and t₀ are fitted to published GEMM sweeps (square sizes 2048–16384 for η_max and
-I½, the 1024³ point for t₀; ``bench/plan_accuracy.py --gemm-curves`` refits them) where one
-exists; otherwise the values say which device's curve they borrow. A sweep measures a lone
+η_max, I½ and t₀ are fitted (least squares on the relative error of TFLOP/s) to published GEMM
+sweeps where one exists (their square products and the skinny ones that fix I½); otherwise the
+values say which device's curve they borrow. A sweep measures a lone
 kernel; a training step runs slower than that (clocks under sustained power, kernels of other
 streams beside it) — ``job_step.TRAINING_DERATE`` is that factor, fitted once on named
 published rows (docs/layouts.md). ``plan --from GPU_RUN`` and ``--gemm-efficiency`` rescale a
@@ -219,13 +219,16 @@ def _values_of(d: dict) -> dict:
 # -- the catalogue ---------------------------------------------------------------------------
 
 _AZURE = ("Azure AI-benchmarking-guide (github.com/Azure/AI-benchmarking-guide, "
-          "Azure_Results/{}), cuBLASLt/hipBLASLt {} sweep, fitted")
-_H100_BF16 = GemmCurve(0.872, 175, 8.4, "torch.matmul bf16 sweep 1024–8192 on an H100 80GB "
-                       "HBM3 (github.com/zzc0721/torch-performance-test-data issue 79), fitted")
-_H100_FP8 = GemmCurve(0.722, 270, 5.1, _AZURE.format("ND_H100_v5_results.md", "FP8"))
-_H200_FP8 = GemmCurve(0.714, 240, 4.8, _AZURE.format("ND_H200_v5_results.md", "FP8"))
-_A100_FP16 = GemmCurve(0.840, 140, 6.4, _AZURE.format("ND_A100_v4_results.md", "FP16"))
-_MI300X_FP8 = GemmCurve(0.500, 850, 34.7, _AZURE.format("ND_MI300X_v5_results.md", "FP8"))
+          "Azure_Results/{}): its {} cuBLASLt/hipBLASLt products, 1024³ to 32768³ and three "
+          "non-square, fitted jointly")
+_H100_BF16 = GemmCurve(0.856, 170, 8.0, "torch.matmul bf16 on an H100 80GB HBM3 "
+                       "(github.com/zzc0721/torch-performance-test-data issue 79): η_max on "
+                       "4096³–8192³, t₀ on 1024³; I½ from the H100's FP8 sweep (square sizes "
+                       "alone do not fix it)")
+_H100_FP8 = GemmCurve(0.722, 170, 5.5, _AZURE.format("ND_H100_v5_results.md", "FP8"))
+_H200_FP8 = GemmCurve(0.710, 140, 5.5, _AZURE.format("ND_H200_v5_results.md", "FP8"))
+_A100_FP16 = GemmCurve(0.830, 100, 8.5, _AZURE.format("ND_A100_v4_results.md", "FP16"))
+_MI300X_FP8 = GemmCurve(0.450, 110, 34.5, _AZURE.format("ND_MI300X_v5_results.md", "FP8"))
 
 _NV = "NVIDIA data sheet"
 _AMD = "AMD data sheet"

@@ -63,7 +63,7 @@ PCIE_BYTES_S = 25e9             # PCIe 4 x16 per GPU, achieved, assumed
 # A training step's GEMM and attention rates over a lone kernel's (clocks under sustained
 # power, the kernels of other streams, launch gaps): fitted by
 # ``bench/plan_accuracy.py --fit`` on the rows FIT_ROWS names (docs/layouts.md).
-TRAINING_DERATE = 0.874
+TRAINING_DERATE = 0.862
 # The slowdown of compute while communication it hides runs beside it, as a fraction of the
 # hidden communication's time (NCCL's kernels occupy SMs and memory bandwidth). Assumed.
 CONTENTION = 0.1
@@ -452,7 +452,7 @@ def scale_device(device: DeviceSpec, factor: float, source: str) -> DeviceSpec:
 # the published reference set's rows that no constant was fitted on
 # (``python bench/plan_accuracy.py --references``; docs/layouts.md has the table). Layouts
 # predicted within it of the fastest are ties.
-UNCERTAINTY = {"dense": 0.10, "fp8": 0.10, "moe": 0.25, "fsdp": 0.15}
+UNCERTAINTY = {"dense": 0.07, "fp8": 0.11, "moe": 0.29, "fsdp": 0.12}
 
 
 def family_of(spec: ModelSpec, t: Training) -> str:

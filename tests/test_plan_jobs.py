@@ -1,0 +1,264 @@
+"""A GPU job's plan piece by piece: the device catalogue against vendors' data sheets and
+published GEMM sweeps, custom devices, precision per operation, overlap per dimension, the
+named memory terms, and a ranking a reviewer can trust (fitting layouts first, a warning when
+none fits, ties within the stated uncertainty, full names, --top). Numbers here hold by
+construction or come from the publications named; the published jobs are in
+test_plan_references.py."""
+import dataclasses
+import json
+
+import pytest
+
+from conftest import ROOT, meshscope
+from meshscope.layouts.plan import Candidate, ModelSpec, memory
+from meshscope.layouts.plan.devices import CATALOGUE, DeviceError, DeviceSpec, lookup
+from meshscope.layouts.plan.job_step import JobOptions, predict_job
+from meshscope.layouts.plan.topology import Topology
+from meshscope.layouts.plan.training import Training
+from meshscope.parallel.layout import parse_layout
+
+MODELS = ROOT / "bench" / "plan_references" / "models"
+LLAMA70B = MODELS / "llama-3-70b.json"
+L8 = ModelSpec.from_json(MODELS / "llama-3-8b.json", seq_len=8192)
+H100 = lookup("H100")
+
+
+def plan_json(*args):
+    return json.loads(meshscope("plan", *args, "--json", check=True).stdout)
+
+
+# -- the device catalogue -------------------------------------------------------------------
+
+# Dense (no sparsity) peaks from the vendors' data sheets, TFLOP/s: (bf16, fp8), and memory GiB
+DATA_SHEETS = {"H100-SXM": (989.4, 1978.9, 80), "H100-PCIe": (756, 1513, 80),
+               "H800": (989.4, 1978.9, 80), "H200": (989.4, 1978.9, 131),
+               "B200": (2250, 4500, 167), "A100-80GB": (312, None, 80),
+               "A100-40GB": (312, None, 40), "MI300X": (1307.4, 2614.9, 192),
+               "MI250": (181, None, 64)}
+
+
+@pytest.mark.parametrize("name", sorted(DATA_SHEETS))
+def test_catalogue_device_values_and_their_sources(name):
+    dev = CATALOGUE[name]
+    bf16, fp8, gib = DATA_SHEETS[name]
+    assert dev.peak_bf16 / 1e12 == pytest.approx(bf16, rel=1e-3)
+    assert dev.supports("fp8") == (fp8 is not None)
+    if fp8:
+        assert dev.peak_flops["fp8"] / 1e12 == pytest.approx(fp8, rel=1e-3)
+    assert dev.memory_bytes / 2 ** 30 == pytest.approx(gib, abs=1)
+    assert dev.memory_achieved_bytes_s <= dev.memory_bytes_s
+    for field, value, source in dev.values():
+        assert value and source and source != "catalogue", (field, value)
+
+
+@pytest.mark.parametrize("device,precision,sweep", [
+    # Azure AI-benchmarking-guide, cuBLASLt: (M, N, K) products, TFLOP/s
+    ("A100-80GB", "bf16", {(4096,) * 3: 228.0, (8192,) * 3: 253.7, (16384,) * 3: 256.5,
+                           (6144, 12288, 12288): 250.8, (802816, 192, 768): 157.8}),
+    ("H100-SXM", "fp8", {(4096,) * 3: 1216.9, (8192,) * 3: 1290.1, (16384,) * 3: 1377.3,
+                         (6144, 12288, 12288): 1351.4, (802816, 192, 768): 663.8}),
+    ("H200", "fp8", {(4096,) * 3: 1249.1, (8192,) * 3: 1300.6, (16384,) * 3: 1366.3,
+                     (6144, 12288, 12288): 1318.0, (802816, 192, 768): 717.5}),
+])
+def test_gemm_curves_reproduce_the_published_sweeps(device, precision, sweep):
+    """Each curve, timed on the sweep's own products — square ones and the skinny one whose
+    low intensity costs it half the rate — gives the published TFLOP/s within 10%."""
+    dev = CATALOGUE[device]
+    curve, peak = dev.curve(precision), dev.peak_flops[precision]
+    for (m, n, k), published in sweep.items():
+        us = curve.time_us(m, n, k, peak)
+        assert 2 * m * n * k / us / 1e6 == pytest.approx(published, rel=0.10), (m, n, k)
+
+
+def test_device_lookup_by_driver_name():
+    assert lookup("NVIDIA H100 80GB HBM3").name == "H100-SXM"
+    assert lookup("NVIDIA H100 PCIe").name == "H100-PCIe"
+    assert lookup("NVIDIA A100-SXM4-40GB").name == "A100-40GB"
+    assert lookup("AMD Instinct MI300X").name == "MI300X"
+    assert lookup("TPU v5p") is None
+
+
+def test_custom_device_from_toml_and_flags(tmp_path):
+    """A TOML device (a base and what differs) or one from flags alone; each value it sets
+    says where it came from; a bad field is refused naming it."""
+    toml = tmp_path / "h100-500w.toml"
+    toml.write_text('name = "H100 at 500 W"\nbase = "H100"\nmemory_gb = 95\n'
+                    'memory_tbps = 2.4\nbf16_tflops = 800\n')
+    dev = DeviceSpec.from_toml(toml)
+    assert dev.name == "H100 at 500 W" and dev.memory_bytes == 95 * 2 ** 30
+    assert dev.peak_bf16 == 800e12 and dev.peak_flops["fp8"] == H100.peak_flops["fp8"]
+    assert dev.source("peak_bf16") == str(toml) and dev.source("peak_fp8") == \
+        H100.source("peak_fp8")
+    p = plan_json("--model-json", LLAMA70B, "--world", 64, "--device-file", toml,
+                  "--layouts", "dp=8,tp=8", "--global-batch", 64, "--seq-len", 4096)
+    values = {v["value"]: v for v in p["device"]}
+    assert values["memory"]["is"] == "95 GiB" and values["memory"]["source"] == str(toml)
+    flags = plan_json("--model-json", LLAMA70B, "--world", 64, "--bf16-tflops", 500,
+                      "--device-memory-gb", 48, "--memory-tbps", 1.5, "--layouts",
+                      "dp=8,tp=8", "--global-batch", 64, "--seq-len", 4096)
+    values = {v["value"]: v for v in flags["device"]}
+    assert values["peak bf16"] == {"value": "peak bf16", "is": "500 TFLOP/s",
+                                   "source": "--bf16-tflops"}
+    toml.write_text('base = "H100"\nclock_mhz = 1400\n')
+    with pytest.raises(DeviceError, match="field clock_mhz"):
+        DeviceSpec.from_toml(toml)
+    proc = meshscope("plan", "--model-json", LLAMA70B, "--world", 64, "--device-file", toml)
+    assert proc.returncode == 2 and "field clock_mhz" in proc.stderr
+    proc = meshscope("plan", "--model-json", LLAMA70B, "--world", 64, "--bf16-tflops", 500)
+    assert proc.returncode == 2 and "--device-memory-gb" in proc.stderr
+
+
+def test_detail_shows_every_device_value_with_its_source():
+    out = meshscope("plan", "--model-json", LLAMA70B, "--world", 64, "--device", "H200",
+                    "--layouts", "dp=8,tp=8", "--global-batch", 64, "--seq-len", 4096,
+                    "--detail", check=True).stdout
+    for field, _, source in CATALOGUE["H200"].values():
+        assert f"{field}:" in out and f"[{source}]" in out
+
+
+# -- time ------------------------------------------------------------------------------------
+
+def _predict(spec, layout, t, dev=H100, **kw):
+    cand = Candidate(parse_layout(layout), microbatches=kw.pop("m", 4),
+                     global_batch=kw.pop("gbs", 32), dp_mode=kw.pop("dp_mode", "zero1"),
+                     **kw)
+    return predict_job(spec, cand, t, dev, Topology.for_device(dev), JobOptions())
+
+
+def test_fp8_only_on_the_gemms_that_use_it():
+    """fp8 speeds up the GEMMs named in --fp8-ops and nothing else: attention keeps its time,
+    the output head its own unless named; MFU stays against the bf16 peak (the same FLOPs a
+    token, so MFU moves with tokens/s), and the fp8 FLOP/s are stated apart."""
+    bf16 = Training(framework="megatron", precision="mixed")
+    fp8 = dataclasses.replace(bf16, precision="fp8")
+    a, b = _predict(L8, "dp=8", bf16), _predict(L8, "dp=8", fp8)
+    assert b.terms["attention_us"] == pytest.approx(a.terms["attention_us"])
+    assert b.terms["gemm_us"] < a.terms["gemm_us"] * 0.8
+    assert b.mfu_pct / a.mfu_pct == pytest.approx(b.tokens_per_s / a.tokens_per_s)
+    assert not a.fp8_tflops_per_gpu and b.fp8_tflops_per_gpu > 0
+    head = _predict(L8, "dp=8", dataclasses.replace(fp8, fp8_ops=fp8.fp8_ops + ("head",)))
+    assert head.terms["gemm_us"] < b.terms["gemm_us"]
+    assert head.fp8_tflops_per_gpu > b.fp8_tflops_per_gpu
+    only_mlp = _predict(L8, "dp=8", dataclasses.replace(fp8, fp8_ops=("fc1", "fc2")))
+    assert b.terms["gemm_us"] < only_mlp.terms["gemm_us"] < a.terms["gemm_us"]
+
+
+def test_overlap_is_a_fraction_per_dimension():
+    """--overlap tp=f hides f of tp's communication (what the window allows): 1 hides it all,
+    0.5 about half; the styles' defaults differ where the frameworks do (DeepSpeed hides less
+    of its data-parallel reduction than Megatron)."""
+    spec = ModelSpec.from_json(LLAMA70B, seq_len=4096)
+    base = Training(framework="megatron", precision="mixed")
+    t0 = _predict(spec, "dp=8,tp=8", base, gbs=64, m=8)
+    t1 = _predict(spec, "dp=8,tp=8", dataclasses.replace(base, overlap=(("tp", 1.0),)),
+                  gbs=64, m=8)
+    half = _predict(spec, "dp=8,tp=8", dataclasses.replace(base, overlap=(("tp", 0.5),)),
+                    gbs=64, m=8)
+    # what stays exposed at tp=1 is the optimizer's all-reduce of the norms' gradients
+    assert t1.exposed_comm_us["tp"] < t0.exposed_comm_us["tp"] / 100
+    assert half.exposed_comm_us["tp"] - t1.exposed_comm_us["tp"] == pytest.approx(
+        (t0.exposed_comm_us["tp"] - t1.exposed_comm_us["tp"]) / 2, rel=0.01)
+    ds = dataclasses.replace(base, framework="deepspeed")
+    assert ds.job_style == "deepspeed" and ds.overlap_of("dp") < base.overlap_of("dp")
+    fsdp = Training(framework="torch", precision="mixed")
+    assert fsdp.job_style == "fsdp" and not fsdp.fused_kernels and base.fused_kernels
+
+
+def test_distributed_optimizer_gathers_are_hidden_behind_the_forward():
+    """Megatron's overlap-grad-reduce and overlap-param-gather hide ZeRO-1's gradient
+    reduce-scatter behind the backward and its weight all-gather behind the next forward: 8B
+    on one node (NVLink), where both take far less than the compute, leaves about one bucket
+    exposed; without overlap both show whole."""
+    t = Training(framework="megatron", precision="mixed")
+    hidden = _predict(L8, "dp=8", t, gbs=16, m=1)
+    shown = _predict(L8, "dp=8", dataclasses.replace(t, overlap=(("dp", 0.0),)), gbs=16, m=1)
+    assert hidden.exposed_comm_us["dp"] < shown.exposed_comm_us["dp"] / 10
+
+
+# -- memory ----------------------------------------------------------------------------------
+
+def _peak_terms(spec, layout, t, **kw):
+    cand = Candidate(parse_layout(layout), microbatches=kw.pop("m", 1),
+                     global_batch=kw.pop("gbs", 16), dp_mode=kw.pop("dp_mode", "fsdp"), **kw)
+    return max(memory(spec, cand, training=t), key=lambda e: e.total_bytes).terms
+
+
+def test_memory_terms_as_frameworks_allocate():
+    fsdp = Training(framework="torch", precision="mixed", recompute="op")
+    terms = _peak_terms(L8, "dp=8", fsdp)
+    for name in ("fsdp_unsharded_params", "fsdp_unsharded_grads", "logits_loss",
+                 "activations", "recompute_working_set", "allocator_reserve"):
+        assert terms[name] > 0, name
+    # one more layer gathered ahead: one more layer's 16-bit weights
+    ahead = _peak_terms(L8, "dp=8", dataclasses.replace(fsdp, fsdp_prefetch=2))
+    layer = sum(p.numel for p in L8.layer_params(0))
+    assert ahead["fsdp_unsharded_params"] - terms["fsdp_unsharded_params"] == \
+        pytest.approx(2 * layer)
+    # the allocator's reserve is the stated fraction of everything else
+    more = _peak_terms(L8, "dp=8", dataclasses.replace(fsdp, allocator_reserve=0.2))
+    rest = sum(v for k, v in more.items() if k != "allocator_reserve")
+    assert more["allocator_reserve"] == pytest.approx(0.2 * rest)
+    # bf16 optimizer states: half the fp32 moments
+    bf16 = _peak_terms(L8, "dp=8", dataclasses.replace(fsdp, optimizer_states="bf16"))
+    assert bf16["adam_state_bf16"] == pytest.approx(terms["adam_state_fp32"] / 2)
+    # with a pipeline FSDP keeps the stage gathered and accumulates fp32 gradients
+    pp = _peak_terms(L8, "dp=4,pp=2", fsdp, m=4)
+    assert pp["fsdp_unsharded_grads"] == pytest.approx(2 * pp["fsdp_unsharded_params"])
+    # DeepSpeed's communication buckets (reduce_bucket_size, allgather_bucket_size: 5e8 each)
+    ds = _peak_terms(L8, "dp=8", Training(framework="deepspeed", precision="mixed"),
+                     dp_mode="zero1")
+    assert ds["deepspeed_reduce_bucket"] == ds["deepspeed_allgather_bucket"] == 1e9
+
+
+def test_moe_capacity_factor_and_dispatch_buffers():
+    mix = ModelSpec.from_json(MODELS / "mixtral-8x7b.json", seq_len=4096)
+    t = Training(framework="megatron", precision="mixed")
+    dropless = _peak_terms(mix, "dp=8,ep=8", t, dp_mode="zero1")
+    padded = _peak_terms(mix, "dp=8,ep=8", dataclasses.replace(t, capacity_factor=1.25),
+                         dp_mode="zero1")
+    assert padded["moe_dispatch_buffers"] == pytest.approx(
+        1.25 * dropless["moe_dispatch_buffers"])
+    assert padded["activations"] > dropless["activations"]
+    proc = meshscope("plan", "--model-json", MODELS / "mixtral-8x7b.json", "--world", 8,
+                     "--capacity-factor", 0.5)
+    assert proc.returncode == 2 and "--capacity-factor 0.5" in proc.stderr
+
+
+# -- the ranking ----------------------------------------------------------------------------
+
+def test_ranking_fitting_first_with_ties_full_names_and_top():
+    common = ("--model-json", LLAMA70B, "--world", 64, "--seq-len", 8192, "--global-batch",
+              128, "--micro-batch-size", 1, "--dp-modes", "zero1", "--schedules",
+              "1f1b,interleaved-1f1b", "--precision", "fp8", "--device", "H100")
+    p = plan_json(*common)
+    rows = p["rows"]
+    fits = [r["fits"] for r in rows]
+    assert fits == sorted(fits, reverse=True)             # every fitting layout first
+    assert p["uncertainty"] and p["uncertainty_source"]
+    best = next(r for r in rows if r["fits"])["estimate"]["step_time_us"]
+    for r in rows:
+        within = r["fits"] and r["estimate"]["step_time_us"] <= best * (1 + p["uncertainty"])
+        assert r["tie"] == within
+    assert 1 <= sum(r["tie"] for r in rows) < len(rows)
+    for r in rows:                                          # the microbatch size honoured
+        c = r["candidate"]
+        assert c["microbatches"] * c["sizes"]["dp"] == 128
+    text = meshscope("plan", *common, check=True).stdout
+    for r in rows:
+        assert f" {r['name']} " in text                    # never cut
+    assert text.count("≈") >= sum(r["tie"] for r in rows)
+    top = meshscope("plan", *common, "--top", 3, check=True).stdout
+    assert f"({len(rows) - 3} more layouts not shown: --top)" in top
+    assert rows[3]["name"] not in top and rows[0]["name"] in top
+
+
+def test_a_warning_when_no_layout_fits():
+    """70B on 8 H100s: nothing fits; the plan says so before its table (and on stderr with
+    --json) and still ranks the layouts by their predicted step."""
+    args = ("--model-json", LLAMA70B, "--world", 8, "--seq-len", 4096, "--global-batch", 8,
+            "--device", "H100")
+    text = meshscope("plan", *args, check=True).stdout
+    assert "WARNING: no layout fits the device's memory" in text
+    proc = meshscope("plan", *args, "--json", check=True)
+    assert "no layout fits" in proc.stderr
+    assert all(r["fits"] is False for r in json.loads(proc.stdout)["rows"])
