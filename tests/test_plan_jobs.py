@@ -252,6 +252,21 @@ def test_ranking_fitting_first_with_ties_full_names_and_top():
     assert rows[3]["name"] not in top and rows[0]["name"] in top
 
 
+def test_explicit_layouts_take_their_microbatches_from_the_microbatch_size():
+    """--layouts with --micro-batch-size: each layout's microbatches follow from its own dp
+    (global batch / (dp × size)), not every divisor of the batch."""
+    p = plan_json("--model-json", LLAMA70B, "--world", 64, "--seq-len", 8192,
+                  "--global-batch", 128, "--micro-batch-size", 1, "--dp-modes", "zero1",
+                  "--schedules", "interleaved-1f1b", "--virtual-stages", 5, "--precision",
+                  "fp8", "--device", "H100", "--layouts", "dp=2,tp=4,pp=8;dp=4,tp=8,pp=2")
+    got = {r["name"]: r["candidate"]["microbatches"] for r in p["rows"]}
+    assert got == {"dp2-tp4-pp8-zero1-interleaved-1f1b-v5-mb64": 64,
+                   "dp4-tp8-pp2-zero1-interleaved-1f1b-v5-mb32": 32}
+    proc = meshscope("plan", "--model-json", LLAMA70B, "--world", 64, "--seq-len", 8192,
+                     "--global-batch", 128, "--micro-batch-size", 3, "--layouts", "dp=2,tp=32")
+    assert proc.returncode == 2 and "--micro-batch-size 3" in proc.stderr
+
+
 def test_a_warning_when_no_layout_fits():
     """70B on 8 H100s: nothing fits; the plan says so before its table (and on stderr with
     --json) and still ranks the layouts by their predicted step."""

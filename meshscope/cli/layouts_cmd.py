@@ -700,19 +700,35 @@ def plan_cmd(ctx, world, model, model_json, seq_len, dims, layouts, schedules, m
                  f"{global_batch}")
         per = global_batch // micro_batch_size
         mb_choices = tuple(per // d for d in range(1, per + 1) if per % d == 0)
-    try:
+    def enumerate_for(layout_texts, mbs):
         if job:
             from meshscope.layouts.plan.job_candidates import job_candidates
-            cands = job_candidates(world, spec, dims=_csv(dims), schedules=_csv(schedules),
-                                   microbatches=mb_choices, dp_modes=_csv(dp_modes),
-                                   global_batch=global_batch, sp=not no_sp,
-                                   layouts=_layouts(layouts), extra_check=kv_check)
+            return job_candidates(world, spec, dims=_csv(dims), schedules=_csv(schedules),
+                                  microbatches=mbs, dp_modes=_csv(dp_modes),
+                                  global_batch=global_batch, sp=not no_sp,
+                                  layouts=layout_texts, extra_check=kv_check)
+        return enumerate_candidates(world, spec.as_config(), dims=_csv(dims),
+                                    schedules=_csv(schedules), microbatches=mbs,
+                                    dp_modes=_csv(dp_modes), global_batch=global_batch,
+                                    sp=not no_sp, layouts=layout_texts,
+                                    runner_only=False, extra_check=kv_check)
+
+    try:
+        if micro_batch_size and _layouts(layouts):
+            # an explicit layout's microbatches follow from its own dp
+            from meshscope.parallel.layout import LayoutError, parse_layout
+            cands = []
+            for text in _layouts(layouts):
+                try:
+                    dp = parse_layout(text).size("dp")
+                except LayoutError as e:
+                    raise SweepError(f"--layouts {text!r}: {e}") from None
+                if global_batch % (dp * micro_batch_size):
+                    raise SweepError(f"--layouts {text}: global batch {global_batch} is not "
+                                     f"divisible by dp={dp} × {micro_batch_size} sequences")
+                cands += enumerate_for((text,), (global_batch // (dp * micro_batch_size),))
         else:
-            cands = enumerate_candidates(world, spec.as_config(), dims=_csv(dims),
-                                         schedules=_csv(schedules), microbatches=mb_choices,
-                                         dp_modes=_csv(dp_modes), global_batch=global_batch,
-                                         sp=not no_sp, layouts=_layouts(layouts),
-                                         runner_only=False, extra_check=kv_check)
+            cands = enumerate_for(_layouts(layouts), mb_choices)
     except SweepError as e:
         fail(str(e))
     cands = _apply_pipeline_options(cands, virtual_stages, stage_layers, spec.n_layers)
