@@ -163,6 +163,7 @@ def test_gpu_run_calibrates_the_gemm_curve(llama70b, tmp_path):
 @pytest.mark.parametrize("args,message", [
     (("--world", 4, "--recompute", "full"), "--framework megatron"),
     (("--world", 4, "--gpus-per-node", 8), "describes a GPU job"),
+    (("--world", 4, "--eager-kernels"), "--fused-kernels/--eager-kernels describes a GPU"),
     (("--world", 64, "--framework", "megatron", "--devices", 4), "--devices is the runner's"),
     (("--world", 64, "--framework", "megatron", "--tflops", 400), "needs --device"),
     (("--world", 64, "--framework", "megatron", "--layouts", "dp=32,pp=2", "--global-batch",

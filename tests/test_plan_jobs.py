@@ -210,6 +210,25 @@ def test_memory_terms_as_frameworks_allocate():
     assert ds["deepspeed_reduce_bucket"] == ds["deepspeed_allgather_bucket"] == 1e9
 
 
+def test_deepspeed_bf16_optimizer_keeps_whole_fp32_gradients():
+    """bf16 + ZeRO-1 under DeepSpeed is its BF16_Optimizer (engine._do_optimizer_sanity_check):
+    the fp32 gradient accumulation buffer is whole on every rank and all-reduced; ZeRO-2 keeps
+    the partitioned fp32 gradients and reduce-scatters."""
+    from meshscope.layouts.plan.traffic import transfers
+    ds = Training(framework="deepspeed", precision="mixed")
+    z1 = _peak_terms(L8, "dp=8", ds, dp_mode="zero1")
+    z2 = _peak_terms(L8, "dp=8", ds, dp_mode="zero2")
+    assert "grads_fp32_partition" not in z1 and "grads_fp32_accumulation" not in z2
+    assert z1["grads_fp32_accumulation"] == pytest.approx(8 * z2["grads_fp32_partition"])
+    assert z1["grads_fp32_accumulation"] == pytest.approx(2 * z1["weights_16bit"])
+    ops = {}
+    for mode in ("zero1", "zero2"):
+        cand = Candidate(parse_layout("dp=8"), microbatches=1, global_batch=8, dp_mode=mode)
+        ops[mode] = {x.op for x in transfers(L8, cand, training=ds) if x.dim == "dp"}
+    assert "all_reduce" in ops["zero1"] and "reduce_scatter" not in ops["zero1"]
+    assert "reduce_scatter" in ops["zero2"]
+
+
 def test_moe_capacity_factor_and_dispatch_buffers():
     mix = ModelSpec.from_json(MODELS / "mixtral-8x7b.json", seq_len=4096)
     t = Training(framework="megatron", precision="mixed")
@@ -265,6 +284,17 @@ def test_explicit_layouts_take_their_microbatches_from_the_microbatch_size():
     proc = meshscope("plan", "--model-json", LLAMA70B, "--world", 64, "--seq-len", 8192,
                      "--global-batch", 128, "--micro-batch-size", 3, "--layouts", "dp=2,tp=32")
     assert proc.returncode == 2 and "--micro-batch-size 3" in proc.stderr
+
+
+def test_eager_kernels_are_slower_than_fused_ones():
+    """--eager-kernels: PyTorch's eager norms and activations move EAGER_ELEMENTWISE × the
+    bytes of fused kernels; the fsdp style's default is eager, --fused-kernels (compile)."""
+    args = ("--model-json", MODELS / "llama-3-8b.json", "--world", 8, "--seq-len", 8192,
+            "--global-batch", 8, "--micro-batch-size", 1, "--style", "fsdp", "--dp-modes",
+            "fsdp", "--device", "H100", "--layouts", "dp=8")
+    step = {k: plan_json(*args, *k)["rows"][0]["estimate"]["terms"]["memory_bound_us"]
+            for k in ((), ("--fused-kernels",), ("--eager-kernels",))}
+    assert step[()] == step[("--eager-kernels",)] > step[("--fused-kernels",)]
 
 
 def test_a_warning_when_no_layout_fits():

@@ -119,6 +119,8 @@ def training_of(row: Reference) -> Training:
         kw["fused"] = x["compile"] == "1"
     if "fp8_ops" in x:
         kw["fp8_ops"] = tuple(x["fp8_ops"].split(","))
+    if "states" in x:
+        kw["optimizer_states"] = x["states"]
     return Training(framework=row.framework, style=row.style, precision=row.precision,
                     recompute=row.recompute, flash_attention=x.get("attention") != "eager",
                     block=x.get("block", "llama"), fp32_grads=fp32,

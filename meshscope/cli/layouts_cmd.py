@@ -281,7 +281,8 @@ def _overlaps(text: str | None) -> tuple:
 
 def _training(framework, style, precision, optimizer, recompute, attention, block, offload,
               fp32_grads, model_json, from_runs, fp8_ops, fp8_recipe, fp8_params,
-              optimizer_states, overlap, fsdp_prefetch, allocator_reserve, capacity_factor):
+              optimizer_states, overlap, fsdp_prefetch, allocator_reserve, capacity_factor,
+              fused=None):
     from meshscope.layouts.plan.training import (ALLOCATOR_RESERVE, DEFAULT_FP8_OPS, Training,
                                                  TrainingError)
 
@@ -302,7 +303,8 @@ def _training(framework, style, precision, optimizer, recompute, attention, bloc
                         optimizer_states=optimizer_states, overlap=_overlaps(overlap),
                         fsdp_prefetch=fsdp_prefetch,
                         allocator_reserve=ALLOCATOR_RESERVE if allocator_reserve is None
-                        else allocator_reserve, capacity_factor=capacity_factor)
+                        else allocator_reserve, capacity_factor=capacity_factor,
+                        fused=fused)
     except TrainingError as e:
         fail(str(e))
 
@@ -535,6 +537,10 @@ def _apply_pipeline_options(cands, virtual_stages, stage_layers, n_layers):
               help="Reserved memory above the allocated peak, a fraction (default 0.05).")
 @click.option("--capacity-factor", type=float, default=None,
               help="MoE: tokens an expert takes over its balanced share (default: dropless).")
+@click.option("--fused-kernels/--eager-kernels", "fused", default=None,
+              help="Norms, activations and residual adds as fused kernels (Transformer "
+                   "Engine, torch.compile) or PyTorch's eager ops (default: fused, eager for "
+                   "--style fsdp).")
 @click.option("--overlap", default=None,
               help="Fraction of each dimension's communication hidden, over the style's "
                    "defaults: tp=0.5,dp=1,ep=0 …")
@@ -586,8 +592,8 @@ def plan_cmd(ctx, world, model, model_json, seq_len, dims, layouts, schedules, m
              global_batch, no_sp, layers, moe_experts, moe_top_k, moe_every, micro_batch_size,
              dp_modes, virtual_stages, stage_layers, framework, style, precision, fp8_ops,
              fp8_recipe, fp8_params, optimizer, optimizer_states, recompute, attention, block,
-             offload, fp32_grads, fsdp_prefetch, allocator_reserve, capacity_factor, overlap,
-             gpus_per_node, intra_gbps, inter_gbps, intra_latency_us, inter_latency_us,
+             offload, fp32_grads, fsdp_prefetch, allocator_reserve, capacity_factor, fused,
+             overlap, gpus_per_node, intra_gbps, inter_gbps, intra_latency_us, inter_latency_us,
              dp_overlap, tp_overlap, tflops, peak_tflops, device, device_file, bf16_tflops,
              fp8_tflops, memory_tbps, gemm_efficiency, devices, device_memory_gb,
              bandwidth_gbps, latency_us, baseline, from_runs, top, as_json, detail):
@@ -604,7 +610,7 @@ def plan_cmd(ctx, world, model, model_json, seq_len, dims, layouts, schedules, m
     training = _training(framework, style, precision, optimizer, recompute, attention, block,
                          offload, fp32_grads, model_json, from_runs, fp8_ops, fp8_recipe,
                          fp8_params, optimizer_states, overlap, fsdp_prefetch,
-                         allocator_reserve, capacity_factor)
+                         allocator_reserve, capacity_factor, fused)
     job = training.framework != "runner"
     if job:
         for flag, value in (("--devices", devices), ("--bandwidth-gbps", bandwidth_gbps),
@@ -617,9 +623,11 @@ def plan_cmd(ctx, world, model, model_json, seq_len, dims, layouts, schedules, m
                      "inter_latency_us", "style", "device_file", "bf16_tflops", "fp8_tflops",
                      "memory_tbps", "gemm_efficiency", "fp8_ops", "fp8_params",
                      "optimizer_states", "overlap", "fsdp_prefetch", "allocator_reserve",
-                     "capacity_factor", "fp8_recipe"):
+                     "capacity_factor", "fp8_recipe", "fused"):
             if given(flag):
-                fail(f"--{flag.replace('_', '-')} describes a GPU job; give --framework "
+                shown = {"fused": "fused-kernels/--eager-kernels"}.get(
+                    flag, flag.replace("_", "-"))
+                fail(f"--{shown} describes a GPU job; give --framework "
                      f"megatron, deepspeed or torch (or --style) to plan one")
         if tp_overlap or not dp_overlap:
             fail("--tp-overlap / --no-dp-overlap describe a GPU job; the runner's overlap is "

@@ -26,7 +26,10 @@ Adam moments (fp32)        8         8          8          ZeRO-1
   gradients whole, the fp32 gradient partition with the optimizer's); ZeRO-3 18Ψ/N plus a
   buffer of 4 bytes per parameter of the largest layer (its 16-bit weights gathered and its
   16-bit gradients computed there); with the optimizer offloaded 2Ψ (ZeRO-2) or 2Ψ/N + buffer
-  (ZeRO-3); with weights offloaded too, the buffer alone.
+  (ZeRO-3); with weights offloaded too, the buffer alone. Under ZeRO-1 with bf16 weights
+  DeepSpeed runs its ``BF16_Optimizer`` instead, whose fp32 gradient accumulation buffer is
+  whole on every rank (``grads_fp32_accumulation``; ``bf16_optimizer.py``
+  ``fp32_groups_gradients_flat``) — only the master weights and moments are partitioned.
 
 ``fp32`` keeps 4-byte weights and gradients and no master copy; ``fp8`` keeps the 16-bit
 weights (the GEMMs cast them), or with ``fp8_params`` one-byte weights beside the fp32 master
@@ -71,7 +74,10 @@ def state_terms(t: Training, zero_stage: int) -> list[StateTerm]:
     if t.framework == "deepspeed":
         if zero_stage <= 2:
             out.append(StateTerm("grads_16bit", "grads", 2, NEVER, opt))
-        out.append(StateTerm("grads_fp32_partition", "grads", 4, 1, opt))
+        if t.deepspeed_bf16_optimizer(zero_stage):
+            out.append(StateTerm("grads_fp32_accumulation", "grads", 4, NEVER, opt))
+        else:
+            out.append(StateTerm("grads_fp32_partition", "grads", 4, 1, opt))
     else:
         if not (t.framework == "megatron" and fp32_grads):
             out.append(StateTerm("grads_16bit", "grads", 2, 2, opt))

@@ -200,7 +200,12 @@ def _dp_transfers(spec, cand, prec, r, stage, groups, sh, training=None) -> list
             # reduce-scattered to their optimizer shard and the updated weights all-gathered
             params = [p for g in groups for p in g if not (ep > 1 and _is_expert(p))]
             full = sum(_padded_numel(p, tp, n) for p in params)
-            if full:
+            if full and job and training.deepspeed_bf16_optimizer(1):
+                # DeepSpeed's BF16_Optimizer all-reduces its whole fp32 gradient buffer
+                out.append(Transfer(r, "dp", "all_reduce", f"stage {stage} fp32 gradients "
+                                    "(DeepSpeed BF16_Optimizer)", "step", 1,
+                                    full * prec.grad_bytes, n))
+            elif full:
                 out.append(Transfer(r, "dp", "reduce_scatter", f"stage {stage} gradients "
                                     "(distributed optimizer)", "step", 1,
                                     full * prec.grad_bytes, n))

@@ -209,6 +209,15 @@ class Training:
         """Bytes of one optimizer moment."""
         return 2 if self.optimizer_states == "bf16" else 4
 
+    def deepspeed_bf16_optimizer(self, zero_stage: int) -> bool:
+        """Whether DeepSpeed runs its ``BF16_Optimizer``: bf16 weights with fp32 gradient
+        accumulation under ZeRO-1 without offload (``engine._do_optimizer_sanity_check``). It
+        accumulates every local gradient in one whole fp32 buffer (``bf16_optimizer.py``:
+        ``fp32_groups_gradients_flat``, not partitioned), all-reduces it, and updates and
+        all-gathers only the master-weight partition."""
+        return (self.framework == "deepspeed" and zero_stage == 1 and self.offload == "none"
+                and self.precision == "mixed" and self.main_grads_fp32)
+
     @property
     def main_grads_fp32(self) -> bool:
         """Whether gradients accumulate in an fp32 buffer: always in fp32 training; by default
