@@ -14,14 +14,23 @@ times. ``dump`` writes this rank's buffer to ``comms/rank{R}.json``:
 The runner dumps at the end of a run, when a collective times out or a rank raises, and when
 torchrun stops a rank. Timing fields the backend leaves empty (gloo does not measure
 ``time_discovered_started_ns`` / ``time_discovered_completed_ns``; PyTorch writes 0) are
-stored as ``null``: empty stays empty, never invented.
+stored as ``null``: empty stays empty, never invented. Where ``TORCH_FR_DUMP_TEMP_FILE`` names
+a prefix (PyTorch's own variable: where NCCL's watchdog writes its dumps on a timeout),
+``dump`` also writes the buffer in PyTorch's own format, ``<prefix><rank>`` — the pickle of
+``_dump_fr_trace()``, byte for byte what PyTorch writes (``write_torch_dump``): a gloo job
+then leaves the files an NCCL job leaves, for ``torchfrtrace`` and for ``meshscope analyze``.
 
 PyTorch's own dumps are pickles. ``load_pickle_dump`` reads them without executing anything:
 before any unpickling its opcodes are walked (``pickletools.genops``, which only reads) and a
 pickle that names a class or a function, declares more bytes than the file holds, or a memo
 index beyond its size (what would make the unpickler allocate without bound) is refused; the
 unpickler then refuses every class too, and the result must consist of plain data (dict, list,
-tuple, str, bytes, int, float, bool, None), else ``UnsafePickleError``.
+tuple, str, bytes, int, float, bool, None) whose objects, counted once for every place they
+appear in, are at most ``PLACES_PER_BYTE`` times the file's bytes (a pickle's memo lets a few
+hundred bytes stand for 2⁶⁰ objects), else ``UnsafePickleError``. ``read_torch_dump`` reads
+such a file — or PyTorch's JSON form of it (``_dump_fr_trace_json``) — as the ``Dump`` of the
+rank its name gives (``_dump_3``, ``nccl_trace_rank_3``: PyTorch's dumps do not hold their
+rank; ``torch_dump_name``), checked like the runner's own.
 
 Reading, validated at the boundary: ``read_dump(path)`` decodes a dump with bounds
 (``schema.read_document``) and checks it against the typed records below (``Dump``,
@@ -39,11 +48,13 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import pathlib
 import pickle
 import pickletools
 import re
 import struct
+import sys
 import time
 from typing import Annotated, Any, Literal
 
@@ -87,6 +98,11 @@ def dump(run: pathlib.Path, rank: int, reason: str, error: str | None = None) ->
         record["dump_error"] = f"{type(e).__name__}: {e}"
     path = comms_path(run, rank)
     write_json_atomic(path, record)
+    try:        # PyTorch's own format too, where its variable asks for it (write_torch_dump)
+        write_torch_dump(rank)
+    except Exception as e:  # noqa: BLE001 - report, don't mask
+        print(f"meshscope: rank {rank}: PyTorch's Flight Recorder dump not written: "
+              f"{type(e).__name__}: {e}", file=sys.stderr)
     return path
 
 
@@ -127,18 +143,44 @@ def _check_opcodes(raw: bytes) -> None:
             raise ValueError(f"a frame of {arg} bytes at byte {pos}, in a file of {len(raw)}")
 
 
-def _check_plain(obj, depth=0):
-    if depth > 200:
-        raise ValueError("nesting deeper than 200 levels")
-    if not isinstance(obj, PLAIN):
-        raise ValueError(f"object of type {type(obj).__name__}")
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            _check_plain(k, depth + 1)
-            _check_plain(v, depth + 1)
-    elif isinstance(obj, (list, tuple)):
-        for v in obj:
-            _check_plain(v, depth + 1)
+# A pickle may place one object in many places (its memo): a few hundred bytes can stand for a
+# list of two references to a list of two references … 2**60 objects to whoever walks the
+# result. Plain data written without sharing holds at most one object per byte; PyTorch's dumps
+# hold fewer (23,727 in a 38,450-byte dump of 300 entries). Counted as a reader walks them,
+# a pickle's objects may be at most this many times its bytes, plus a small allowance.
+PLACES_PER_BYTE = 16
+PLACES_ALLOWANCE = 1 << 16
+
+
+def _check_plain(obj, limit: int) -> None:
+    """ValueError unless ``obj`` is plain data nested at most 200 levels deep whose objects,
+    each counted once for every place it appears in, number at most ``limit``. Each distinct
+    object is walked once (its count and height remembered), so the check itself costs what
+    the pickle holds, not what it stands for."""
+    seen: dict[int, tuple[int, int]] = {}       # id → (places under it, its height)
+
+    def walk(x, depth: int) -> tuple[int, int]:
+        if not isinstance(x, PLAIN):
+            raise ValueError(f"object of type {type(x).__name__}")
+        if not isinstance(x, (dict, list, tuple)):
+            return 1, 0
+        known = seen.get(id(x))
+        if known is None:
+            if depth > 200:
+                raise ValueError("nesting deeper than 200 levels")
+            count, height = 1, 0
+            for v in (y for kv in x.items() for y in kv) if isinstance(x, dict) else x:
+                n, h = walk(v, depth + 1)
+                count, height = count + n, max(height, h + 1)
+                if count > limit:
+                    raise ValueError(f"one object referred to from many places: more than "
+                                     f"{limit:,} objects in all, from a pickle of its size")
+            known = seen[id(x)] = (count, height)
+        if depth + known[1] > 200:
+            raise ValueError("nesting deeper than 200 levels")
+        return known
+
+    walk(obj, 0)
 
 
 # -- the typed records a dump is checked against ---------------------------------------------
@@ -230,7 +272,7 @@ def load_pickle_dump(path: pathlib.Path) -> dict:
         raw = path.read_bytes()
         _check_opcodes(raw)
         obj = _PlainUnpickler(io.BytesIO(raw)).load()
-        _check_plain(obj)
+        _check_plain(obj, PLACES_PER_BYTE * len(raw) + PLACES_ALLOWANCE)
     except (pickle.UnpicklingError, ValueError, EOFError, TypeError, AttributeError, KeyError,
             IndexError, struct.error, OverflowError, RecursionError) as e:
         raise UnsafePickleError(f"{path}: not a plain-data pickle ({e})") from None
@@ -243,6 +285,123 @@ def load_pickle_dump(path: pathlib.Path) -> dict:
     except RunDirError as e:
         raise UnsafePickleError(str(e)) from None
     return obj
+
+
+# -- PyTorch's own dump files ----------------------------------------------------------------
+
+# Where PyTorch writes a rank's dump (``<prefix><rank>``, a pickle): NCCL's watchdog on a
+# timeout (``TORCH_NCCL_DUMP_ON_TIMEOUT``) and ``torchfrtrace``'s reader take the prefix from
+# these variables (the second is the older name); NCCL's default is /tmp/nccl_trace_rank_.
+TORCH_DUMP_ENV = ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
+# A dump file's name: a prefix, the rank, and — for the JSON form (``_dump_fr_trace_json``,
+# the debug server's ``fr_trace_json``), which PyTorch hands over but never names — ``.json``;
+# a pickle saved with ``.pkl`` or ``.pickle`` is taken too.
+_TORCH_NAME = re.compile(r"^(?P<prefix>.*?)(?P<rank>\d+)(?P<ext>\.json|\.pkl|\.pickle)?$")
+# The keys of PyTorch's dump; its JSON form starts with one of them (nlohmann's sorted keys
+# put comm_lib_version first), a Kineto trace with none.
+TORCH_KEYS = frozenset({"comm_lib_version", "entries", "nccl_comm_state", "nccl_version",
+                        "pg_config", "pg_status", "version"})
+_FIRST_KEY = re.compile(rb'^\s*\{\s*"([A-Za-z_]{1,40})"')
+
+
+def torch_dump_prefix() -> str | None:
+    """The dump prefix PyTorch's variables name (``TORCH_DUMP_ENV``), None when unset."""
+    for var in TORCH_DUMP_ENV:
+        value = os.environ.get(var, "").strip()
+        if value:
+            return value
+    return None
+
+
+def write_torch_dump(rank: int) -> pathlib.Path | None:
+    """This rank's buffer in PyTorch's own format — the pickle of ``_dump_fr_trace()``, the
+    bytes NCCL's watchdog writes on a timeout — at ``<prefix><rank>`` when
+    ``TORCH_FR_DUMP_TEMP_FILE`` names a prefix (gloo writes none of its own); None otherwise.
+    Written through a temporary file and a rename."""
+    prefix = torch_dump_prefix()
+    if prefix is None:
+        return None
+    import torch._C._distributed_c10d as c10d
+
+    raw = c10d._dump_fr_trace()
+    path = pathlib.Path(f"{prefix}{rank}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")    # mode as the umask says
+    with open(tmp, "wb") as f:
+        f.write(raw)
+    os.replace(tmp, path)
+    return path
+
+
+def torch_dump_name(name: str) -> tuple[str, int, str] | None:
+    """(prefix, rank, form) that a file name gives as one of PyTorch's dumps —
+    ``nccl_trace_rank_3`` → (``nccl_trace_rank_``, 3, ``pickle``), ``_dump_12.json`` →
+    (``_dump_``, 12, ``json``); None for a name that cannot be one (no rank at its end)."""
+    m = _TORCH_NAME.match(name)
+    if not m:
+        return None
+    return m["prefix"], int(m["rank"]), "json" if m["ext"] == ".json" else "pickle"
+
+
+def torch_dump_form(path: pathlib.Path, form: str) -> str | None:
+    """Why ``path`` is not a PyTorch dump of ``form`` (``pickle``: a binary pickle, protocol 2
+    or later, as PyTorch writes; ``json``: an object whose first key is one of the dump's),
+    judged from its first bytes; None when it may be one."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64)
+    except OSError as e:
+        return f"cannot be read ({e.strerror})"
+    if not head:
+        return "an empty file"
+    if form == "pickle":
+        if len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= pickle.HIGHEST_PROTOCOL:
+            return None
+        return "not a pickle of protocol 2 or later (what PyTorch writes)"
+    m = _FIRST_KEY.match(head)
+    return None if m and m[1].decode() in TORCH_KEYS else \
+        "not PyTorch's JSON dump (an object starting with one of its keys)"
+
+
+def read_torch_dump(path: pathlib.Path, rank: int, form: str) -> Dump:
+    """One of PyTorch's own dumps (a pickle, or its JSON form: ``form``) as the ``Dump`` of
+    ``rank`` (the rank its file name gives: PyTorch's dumps do not hold it), checked like
+    ``read_dump``'s: at most ``schema.MAX_BYTES`` bytes, plain data only (a pickle is read by
+    ``load_pickle_dump``: nothing in it is executed), every field the analysis reads typed.
+    ``UnsafePickleError`` for a pickle that is not plain data, ``RunDirError`` naming the file,
+    the field and the problem otherwise (both ``ValueError``)."""
+    path = pathlib.Path(path)
+    what = "Flight Recorder dump"
+    if not 0 <= rank < MAX_WORLD_SIZE:
+        raise RunDirError(f"{path}: its name gives rank {rank}, beyond any job "
+                          f"({MAX_WORLD_SIZE:,} ranks at most)")
+    if form == "json":
+        raw = schema.read_bytes(path, what)
+        try:
+            fr = _TORCH_DECODER.decode(raw)
+        except (msgspec.DecodeError, RecursionError):
+            data = schema.read_document(path, what, raw)
+            if not isinstance(data, dict):
+                raise RunDirError(f"{path}: $: expected PyTorch's Flight Recorder dump (an "
+                                  f"object), got {schema.short(data)}") from None
+            fr = _typed(data, TorchDump, path, f"PyTorch {what}")
+    else:
+        try:
+            size = path.stat().st_size
+        except OSError as e:
+            raise RunDirError(f"{path}: cannot read ({e.strerror})") from None
+        if size > schema.MAX_BYTES[what]:
+            raise RunDirError(f"{path}: {size:,} bytes, larger than any {what} "
+                              f"({schema.MAX_BYTES[what] >> 20} MiB at most)")
+        fr = _typed(load_pickle_dump(path), TorchDump, path, f"PyTorch {what}")
+    for e in fr.entries:            # PyTorch writes 0 where the backend measured nothing
+        for key in EMPTY_WHEN_ZERO:
+            if getattr(e, key) == 0:
+                setattr(e, key, None)
+    return Dump(schema_version=FR_SCHEMA_VERSION, rank=rank, flight_recorder=fr)
+
+
+_TORCH_DECODER = msgspec.json.Decoder(TorchDump)
 
 
 _RANK_IN_NAME = re.compile(r"^rank(\d+)\.json$")

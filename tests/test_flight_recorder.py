@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 
 from meshscope.collectors.flight_recorder import (FR_SCHEMA_VERSION, UnsafePickleError,
-                                                  json_schema, load_pickle_dump, read_dump)
+                                                  json_schema, load_pickle_dump, read_dump,
+                                                  read_torch_dump)
 from meshscope.collectors.run_dir import RunDirError
 from meshscope.collectors.schema import FR_SCHEMA_PATH
 from conftest import ROOT, meshscope
@@ -25,6 +26,8 @@ for _ in range(3):
 dist.broadcast(t, 0)
 with open(f"{sys.argv[1]}/fr-rank{dist.get_rank()}.pkl", "wb") as f:
     f.write(c10d._dump_fr_trace())
+with open(f"{sys.argv[1]}/fr-rank{dist.get_rank()}.json", "wb") as f:
+    f.write(c10d._dump_fr_trace_json())
 dist.destroy_process_group()
 '''
 
@@ -66,6 +69,24 @@ def test_pickle_reader_never_allocates_what_a_damaged_pickle_declares(tmp_path, 
     with pytest.raises(UnsafePickleError, match=problem):
         load_pickle_dump(path)
 
+
+
+def test_pickle_reader_refuses_a_pickle_that_stands_for_more_than_it_holds(tmp_path):
+    """A list of two references to a list of two references … sixty levels down: 500 bytes
+    that stand for 2**60 objects to whoever walks them (the check itself walked them, and
+    never ended). Refused — each distinct object is walked once; PyTorch's own dumps, which
+    share their strings, are read (test_pickle_reader_reads_a_real_pytorch_dump)."""
+    x = [1]
+    for _ in range(60):
+        x = [x, x]
+    path = tmp_path / "fr.pkl"
+    path.write_bytes(pickle.dumps({"entries": [], "version": "2.10", "pg_status": {"0": x}}))
+    assert path.stat().st_size < 1000
+    with pytest.raises(UnsafePickleError, match="referred to from many places"):
+        load_pickle_dump(path)
+    shared = [[1, 2]] * 100                      # sharing within the budget is plain data
+    path.write_bytes(pickle.dumps({"entries": [], "pg_status": {"0": shared}}))
+    assert load_pickle_dump(path)["pg_status"]["0"] == [[1, 2]] * 100
 
 
 def _dump(tmp_path, name="rank0.json", **fields):
@@ -172,6 +193,14 @@ def test_pickle_reader_reads_a_real_pytorch_dump(tmp_path):
         ops = [e["profiling_name"] for e in dump["entries"]]
         assert ops == ["gloo:all_reduce"] * 3 + ["gloo:broadcast"]
         assert [e["collective_seq_id"] for e in dump["entries"]] == [1, 2, 3, 4]
+        # Both of PyTorch's forms read as one rank's typed dump, the same entries; the rank
+        # is the one the file's name gives (PyTorch's dumps do not hold it).
+        forms = [read_torch_dump(tmp_path / f"fr-rank{rank}.{ext}", rank, form)
+                 for ext, form in (("pkl", "pickle"), ("json", "json"))]
+        assert forms[0].rank == forms[1].rank == rank
+        assert forms[0].flight_recorder.entries == forms[1].flight_recorder.entries
+        assert [e.time_discovered_started_ns for e in forms[1].flight_recorder.entries] == \
+            [None] * 4                                  # gloo measures none: 0 in the JSON
 
 
 @pytest.mark.slow

@@ -30,7 +30,8 @@ from meshscope.analysis.ingest import events as ingest
 from meshscope.analysis.records import flight_recorder as hangs
 from meshscope.analysis.records.fr_table import FlightRecords
 from meshscope.analysis.report import inputs
-from meshscope.collectors.flight_recorder import UnsafePickleError, load_pickle_dump, read_dump
+from meshscope.collectors.flight_recorder import (UnsafePickleError, load_pickle_dump,
+                                                  read_dump, read_torch_dump)
 from meshscope.collectors.run_dir import RunDirError
 from meshscope.collectors.run_info import MAX_WORLD_SIZE, read_run_info
 from conftest import ROOT
@@ -245,6 +246,25 @@ def test_pickle_loader_on_damaged_pickles(tmp_path_factory, data):
     path.write_bytes(bytes(raw))
     dump = _accepted(load_pickle_dump, path)
     assert dump is None or isinstance(dump, dict)
+    # Read as the analysis reads PyTorch's own dumps: typed, then judged beside a sound rank.
+    typed = _accepted(lambda p: read_torch_dump(p, 1, "pickle"), path)
+    if typed is not None:
+        assert typed.rank == 1
+        hangs.diagnose(FlightRecords.of([typed, read_dump(SAMPLE / "comms" / "rank0.json")]),
+                       None, pd.DataFrame())
+
+
+@FUZZ
+@given(doc=mutated(DUMP_DOC["flight_recorder"]))
+def test_torch_json_dump_reader_on_mutated_dumps(tmp_path_factory, doc):
+    """PyTorch's JSON form of a dump (``_dump_fr_trace_json``), mutated, read as a folder of
+    them is: refused with one of our errors, or typed and judged."""
+    path = tmp_path_factory.mktemp("fr") / "_dump_1.json"
+    path.write_bytes(_render(doc))
+    dump = _accepted(lambda p: read_torch_dump(p, 1, "json"), path)
+    if dump is not None:
+        hangs.diagnose(FlightRecords.of([dump, read_dump(SAMPLE / "comms" / "rank0.json")]),
+                       None, pd.DataFrame())
 
 
 def test_the_undamaged_documents_are_accepted(tmp_path):
