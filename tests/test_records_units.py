@@ -96,6 +96,82 @@ def test_verdicts_among_twelve_ranks_name_the_right_ones():
     assert "gloo:all_reduce #2 in group 0 (default_pg), completed" in v["detail"].iloc[2]
 
 
+def _at(entry, created_ns):
+    return {**entry, "time_created_ns": created_ns}
+
+
+def test_a_group_no_record_describes_is_the_ranks_that_issued_its_collectives():
+    """gloo leaves a dump's pg_config empty and a folder of PyTorch's dumps has no run.json:
+    a group named by no record is made of the ranks whose buffers hold its collectives — rank
+    1 stopped short of rank 0 in it is missing; a group only rank 2 ever used has nobody else
+    to miss."""
+    dp = ("5", "mesh_dp")
+    entries = lambda seqs, pg=dp: [_entry("all_reduce", s, [[1]], [[1]], pg)  # noqa: E731
+                                   for s in seqs]
+    v = _verdicts({0: entries([1, 2, 3]), 1: entries([1, 2]),
+                   2: entries([1], ("7", "mesh_ep"))})
+    assert v["verdict"].tolist() == ["missing"] and v["process_group"].tolist() == ["5"]
+    assert v["ranks_missing"].iloc[0] == [1] and v["ranks_present"].iloc[0] == [0]
+
+
+def test_verdicts_come_earliest_issued_first_whatever_the_groups_are_called():
+    """Group "1" (tp) sorts before group "9" (ep), but the ep collective rank 1 never reached
+    was issued a millisecond earlier (by the ranks that issued it): it comes first, and the
+    hang names it."""
+    tp, ep = ("1", "mesh_tp"), ("9", "mesh_ep")
+    t0 = 10**18
+    ranks = {0: [_at(_entry("all_to_all", 1, [[4]], [[4]], ep), t0),
+                 _at(_entry("reduce_scatter", 1, [[4]], [[2]], tp), t0 + 10**6)],
+             1: [],
+             2: [_at(_entry("all_to_all", 1, [[4]], [[4]], ep), t0 + 5)],
+             3: [_at(_entry("reduce_scatter", 1, [[4]], [[2]], tp), t0 + 10**6)]}
+    run_groups = {"9": [0, 1, 2], "1": [0, 1, 3]}
+    records = _dumps(ranks)
+    records.pg_ranks.update(run_groups)
+    v = fr.diagnose(records, None, pd.DataFrame())
+    assert v["process_group"].tolist() == ["9", "1"]
+    h = fr.hang(v)
+    assert h.hung_ranks == [1] and h.first[0].op == "gloo:all_to_all"
+    # Without creation times the order is the groups' and the sequence numbers'.
+    for entries in ranks.values():
+        for e in entries:
+            e.pop("time_created_ns")
+    records = _dumps(ranks)
+    records.pg_ranks.update(run_groups)
+    assert fr.diagnose(records, None, pd.DataFrame())["process_group"].tolist() == ["1", "9"]
+
+
+def _row(group, seq, present, missing):
+    return {"process_group": group, "group_desc": f"mesh_{group}", "seq": seq,
+            "kind": "collective", "op": f"gloo:op_{group}", "verdict": "missing",
+            "ranks_present": present, "ranks_missing": missing, "last_seq_of_missing": {},
+            "detail": ""}
+
+
+def test_a_rank_waiting_in_an_earlier_collective_is_not_hung():
+    """The runner's hang (``--inject hang=2:3`` on dp=2,pp=2): ranks 0, 1, 3 issue an extra
+    world all_reduce that rank 2 never reaches; rank 2 goes on to its dp all_reduce, which
+    rank 0 — waiting in the world one — never reaches. Each misses a collective of the other,
+    but rank 0 issued the earlier one: rank 2 is hung, rank 0 waits."""
+    v = pd.DataFrame([_row("world", 1, [0, 1, 3], [2]), _row("dp", 9, [2], [0])])
+    h = fr.hang(v)
+    assert h.hung_ranks == [2] and h.waiting_ranks == [0] and h.count == 2
+    assert [(f.process_group, f.ranks_missing) for f in h.first] == [("world", [2])]
+
+
+def test_two_ranks_stuck_in_different_groups_are_both_hung():
+    """Ranks 5 and 13 each miss the all_to_all of their own ep group (issued together) and
+    then the reduce_scatter of their tp pair: both are hung, the first missed collective is
+    the all_to_all of each group; nobody waits in an earlier collective."""
+    v = pd.DataFrame([_row("ep1", 3, [1, 3, 7], [5]), _row("ep3", 3, [9, 11, 15], [13]),
+                      _row("tp2", 6, [4], [5]), _row("tp6", 6, [12], [13])])
+    h = fr.hang(v)
+    assert h.hung_ranks == [5, 13] and h.waiting_ranks == []
+    assert [f.process_group for f in h.first] == ["ep1", "ep3", "tp2", "tp6"]
+    assert fr.hang(pd.DataFrame([{**_row("ep1", 3, [1, 3, 5, 7], []),
+                                  "verdict": "mismatch"}])) is None
+
+
 def test_entries_every_rank_holds_alike_can_still_disagree_with_themselves():
     """The same entry on every rank is judged too: an all_reduce whose output is not its
     input, an all_to_all whose ranks receive more than they send in all."""

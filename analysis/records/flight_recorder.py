@@ -39,6 +39,7 @@ run of a thousand ranks with thousands of entries each is judged in whole-table 
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -68,10 +69,13 @@ def _numel(sizes) -> int | None:
     return math.prod(sizes[0])
 
 
-def _group_ranks(records: FlightRecords, run: RunInfo | None) -> dict[str, list[int]]:
+def _group_ranks(records: FlightRecords, run: RunInfo | None,
+                 holders: dict[str, list[int]]) -> dict[str, list[int]]:
     """Process group name → its global ranks: run.json's groups (the default group is every
     rank), else the dumps' ``pg_config`` (NCCL fills it; gloo leaves it empty); without either,
-    the default group "0" is every rank that left a dump."""
+    the default group "0" is every rank that left a dump, and any other group the ranks whose
+    buffers hold one of its collectives (``holders``: a rank that issued one of a group's
+    collectives is its member, and missing where its buffer stops short of the others')."""
     out: dict[str, list[int]] = {}
     if run is not None:
         out["0"] = list(range(run.world_size))
@@ -81,6 +85,8 @@ def _group_ranks(records: FlightRecords, run: RunInfo | None) -> dict[str, list[
     for name, ranks in records.pg_ranks.items():
         out.setdefault(name, ranks)
     out.setdefault("0", records.ranks)          # the default group spans every rank
+    for name, ranks in holders.items():
+        out.setdefault(name, ranks)
     return out
 
 
@@ -140,9 +146,9 @@ def _newest(pg: np.ndarray, seq: np.ndarray) -> np.ndarray:
 def _collectives(records: FlightRecords) -> tuple[dict[str, np.ndarray], dict]:
     """The collective entries, one per (group, sequence number, rank) — a rank's newest where
     its buffer holds two — ordered by group name and description, sequence number and rank:
-    the columns rank, pg, seq, sig and state; and (group name, rank) → the last sequence number
-    the rank's buffer holds in the group."""
-    keys = ("rank", "pg", "seq", "sig", "state")
+    the columns rank, pg, seq, sig, state and created_ns; and (group name, rank) → the last
+    sequence number the rank's buffer holds in the group."""
+    keys = ("rank", "pg", "seq", "sig", "state", "created_ns")
     parts: dict[str, list] = {k: [] for k in keys}
     held: dict[tuple[str, int], int] = {}
     for r in records.ranks:
@@ -172,11 +178,14 @@ def _collectives(records: FlightRecords) -> tuple[dict[str, np.ndarray], dict]:
 
 def diagnose(records: FlightRecords, run: RunInfo | None, steps: pd.DataFrame) -> pd.DataFrame:
     """The verdict table (module docstring)."""
-    members = _group_ranks(records, run)
     last_step = _last_steps(steps)
     c, held = _collectives(records)
     if not len(c["seq"]):
         return pd.DataFrame([], columns=COLUMNS)
+    holders: dict[str, list[int]] = {}
+    for name, r in held:
+        holders.setdefault(name, []).append(r)
+    members = _group_ranks(records, run, {n: sorted(set(rs)) for n, rs in holders.items()})
     names = [n for n, _ in records.groups]
     with_dump = set(records.ranks)
     pg, seq, rank, sig, state = (c[k] for k in ("pg", "seq", "rank", "sig", "state"))
@@ -199,6 +208,9 @@ def diagnose(records: FlightRecords, run: RunInfo | None, steps: pd.DataFrame) -
         in_group[rows] = mask[rank[rows]]
         size[key_pg == code] = len(group_of[code])
     count = ends - starts
+    # When each key was first issued: the earliest creation time among the ranks holding it.
+    never = np.iinfo(np.int64).max
+    created = np.minimum.reduceat(np.where(c["created_ns"] < 0, never, c["created_ns"]), starts)
     held_in = np.add.reduceat(in_group.astype(np.int64), starts)
     known = np.isin(key_pg, list(group_of))
     lacking = known & (held_in < size)
@@ -215,15 +227,17 @@ def diagnose(records: FlightRecords, run: RunInfo | None, steps: pd.DataFrame) -
         by_rank = {r: records.signatures[x] for r, x in zip(present, sig[a:b].tolist())}
         first = by_rank[present[0]]
         base = {"process_group": name, "group_desc": desc, "seq": s, "kind": "collective",
-                "op": first.profiling_name, "ranks_present": present}
+                "op": first.profiling_name, "ranks_present": present,
+                "_created": int(created[k])}
         group = group_of.get(key_pg[k], present)
         have = set(present)
         missing = [r for r in group if r not in have
                    and s > held.get((name, r), -1)] if lacking[k] else []
         if missing:
-            where = "; ".join(
-                f"rank {r} last finished step {last_step.get(r, 'none')}, its last operation "
-                f"{records.last_op[r]}" for r in missing)
+            where = "; ".join(          # the step only where there are step timers
+                (f"rank {r} last finished step {last_step.get(r, 'none')}, its last operation "
+                 if last_step else f"rank {r}'s last operation ") + records.last_op[r]
+                for r in missing)
             rows_out.append({**base, "verdict": "missing", "ranks_missing": missing,
                              "last_seq_of_missing": {r: held.get((name, r), -1)
                                                      for r in missing},
@@ -244,4 +258,68 @@ def diagnose(records: FlightRecords, run: RunInfo | None, steps: pd.DataFrame) -
                              "last_seq_of_missing": {},
                              "detail": "states " + ", ".join(f"rank {r}: {x}" for r, x in
                                                              zip(present, states))})
+    # Earliest issued first (stable: by group and sequence number where times are equal; those
+    # without a time last).
+    rows_out.sort(key=lambda row: row["_created"])
     return pd.DataFrame(rows_out, columns=COLUMNS)
+
+
+# -- the hang, from the verdicts ---------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class FirstMissed:
+    """A process group's first collective that some of its ranks never reached."""
+    process_group: str
+    group_desc: str
+    seq: int
+    op: str
+    ranks_missing: list[int]
+
+
+@dataclasses.dataclass(frozen=True)
+class Hang:
+    """What the ``missing`` verdicts say together (``hang``)."""
+    hung_ranks: list[int]       # ranks that never reached a collective while waiting in none
+    first: list[FirstMissed]    # per group, the first collective its hung ranks never reached,
+                                # earliest issued first: first[0] is the earliest of all
+    waiting_ranks: list[int]    # ranks missing from a collective only because they wait in
+                                # one issued earlier
+    count: int                  # missing verdicts in all
+
+
+def _ranks(v) -> list[int]:
+    return [int(r) for r in (v.tolist() if hasattr(v, "tolist") else v)]
+
+
+def hang(verdicts: pd.DataFrame | None) -> Hang | None:
+    """The hang the ``missing`` verdicts describe, None when there is none.
+
+    The verdicts come earliest issued first (``diagnose``). A rank missing from a collective
+    is **hung** unless it issued, earlier, a collective that others never reached: then it
+    waits there, and its absence from the later one follows (it is a **waiting** rank). So
+    the ranks missing from the earliest collective are hung, and so is every other rank that
+    never reached a collective without waiting in an earlier one — two ranks stuck before one
+    all_to_all are both named, whichever groups they are in, while the peers they hold up are
+    not. ``first``: for each group, its first collective (by sequence number) from which a
+    hung rank is missing, in the verdicts' order."""
+    if verdicts is None or verdicts.empty:
+        return None
+    rows = verdicts[verdicts["verdict"] == "missing"]
+    if rows.empty:
+        return None
+    present = [set(_ranks(v)) for v in rows["ranks_present"]]
+    missing = [_ranks(v) for v in rows["ranks_missing"]]
+    hung: set[int] = set()
+    waiting_before: set[int] = set()        # ranks that issued a collective judged earlier
+    for here, gone in zip(present, missing):
+        hung.update(r for r in gone if r not in waiting_before)
+        waiting_before |= here
+    first: dict[str, FirstMissed] = {}
+    for gone, row in zip(missing, rows.itertuples(index=False)):
+        ours = [r for r in gone if r in hung]
+        name = str(row.process_group)
+        if ours and (name not in first or int(row.seq) < first[name].seq):
+            first[name] = FirstMissed(name, str(row.group_desc), int(row.seq), str(row.op),
+                                      ours)
+    waiting = sorted({r for gone in missing for r in gone} - hung)
+    return Hang(sorted(hung), list(first.values()), waiting, len(rows))

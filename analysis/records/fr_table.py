@@ -22,8 +22,11 @@ an entry (``docs/benchmarks.md``, "Flight Recorder buffers of a long job").
 
 Beside it: ``ranks`` (every rank with a usable dump, also one whose buffer is empty),
 ``pg_ranks`` (process group name → ranks, from the dumps' ``pg_config``; the first dump that
-lists a group's ranks gives them) and ``last_op`` (rank → its newest entry as one line, what a
-hang's message names).
+lists a group's ranks gives them), ``last_op`` (rank → its newest entry as one line, what a
+hang's message names), ``backends`` (the communication libraries the entries name, the part of
+``profiling_name`` before its colon: ``nccl``, ``gloo``…) and ``world_size`` (the number of
+ranks of the default group, ``default_pg``, where a dump's ``pg_config`` lists them — NCCL's
+do, gloo's leave it empty — else None).
 """
 from __future__ import annotations
 
@@ -32,6 +35,7 @@ from typing import Iterable, NamedTuple
 import numpy as np
 
 from meshscope.collectors.flight_recorder import Dump, Entry
+from meshscope.collectors.run_info import MAX_WORLD_SIZE
 
 _DTYPES = {"pg": np.int32, "seq": np.int64, "p2p": bool,
            "created_ns": np.int64, "sig": np.int32, "state": np.int32}
@@ -79,9 +83,16 @@ def _describe(e: Entry) -> str:
 
 
 def _config_ranks(ranks) -> list[int] | None:
-    """A ``pg_config`` entry's ranks: a list, or its text (``"[0, 1]"``); None when empty."""
+    """A ``pg_config`` entry's ranks: a list, or its text (``"[0, 1]"``); None when empty or
+    when the text names a rank no job has (at least ``MAX_WORLD_SIZE``: the list's form
+    bounds it)."""
     if isinstance(ranks, str):
-        ranks = [int(x) for x in ranks.strip("[]").split(",") if x.strip().isdigit()]
+        parts = [x.strip() for x in ranks.strip("[]").split(",")]
+        if not all(x.isdigit() and len(x) <= 7 for x in parts if x):
+            return None
+        ranks = [int(x) for x in parts if x]
+        if any(r >= MAX_WORLD_SIZE for r in ranks):
+            return None
     return sorted(int(r) for r in ranks) if ranks else None
 
 
@@ -93,6 +104,7 @@ class FlightRecords:
         self._columns: dict[int, dict[str, np.ndarray]] = {}
         self.pg_ranks: dict[str, list[int]] = {}
         self.last_op: dict[int, str] = {}
+        self.world_size: int | None = None
 
     @classmethod
     def of(cls, dumps: Iterable[Dump]) -> "FlightRecords":
@@ -116,6 +128,12 @@ class FlightRecords:
     @property
     def ranks(self) -> list[int]:
         return sorted(self._columns)
+
+    @property
+    def backends(self) -> list[str]:
+        """The communication libraries the entries name (``nccl``, ``gloo``…), sorted."""
+        return sorted({s.profiling_name.split(":", 1)[0] for s in self.signatures
+                       if ":" in s.profiling_name})
 
     def __len__(self) -> int:
         """Entries held, over every rank."""
@@ -150,6 +168,8 @@ class FlightRecords:
             ranks = _config_ranks(cfg.ranks)
             if ranks and name not in self.pg_ranks:
                 self.pg_ranks[name] = ranks
+            if ranks and cfg.desc == "default_pg":
+                self.world_size = max(len(ranks), self.world_size or 0)
 
     def entries_of(self, rank: int) -> dict[str, np.ndarray] | None:
         """``rank``'s columns (module docstring), None when it left no usable dump."""

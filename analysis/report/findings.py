@@ -13,7 +13,10 @@ no finding at all: a healthy run has none of the timing findings.
 The findings, from ``FindingInputs``, in the order they are judged — each later one on the
 run *with the earlier causes fixed*, so that a symptom of one is not reported as another:
 
-- ``hang`` — ranks missing from a collective (Flight Recorder); first, always high.
+- ``hang`` — ranks missing from a collective (Flight Recorder); first, always high. Its title
+  names every hung rank and the earliest collective some ranks never reached, per process
+  group (``records.flight_recorder.hang``: a rank missing only because it waits in an earlier
+  collective is not hung, it is a symptom).
 - ``desync`` — ranks whose entries of one collective disagree in a way its op does not allow.
 - ``straggler`` — the rank whose work at its reference pace saves the most
   (``analysis/crossrank/whatif.py``); cost: that saving. Its peers' waits, the pipeline bubble
@@ -47,6 +50,7 @@ from typing import Literal
 import pandas as pd
 
 from meshscope.analysis.pipeline.bubble import theory_fraction
+from meshscope.analysis.records import flight_recorder as fr_records
 from meshscope.vocabulary import CommDim, FindingId, Severity, exposed_comm_id
 
 REMEDIES: dict[CommDim, str] = {
@@ -156,24 +160,72 @@ def _records(df: pd.DataFrame) -> list[dict]:
             for r in df.to_dict("records")]
 
 
+HANG_REMEDY = ("see why those ranks never issued the collective (a code path that skips it, an "
+               "exception, a desynchronised schedule, a rank stuck in its own work)")
+DESYNC_REMEDY = ("make every rank issue the same collective with compatible sizes: the "
+                 "program's ranks disagree (split sizes, shapes, dtypes or the op itself)")
+
+
+def _ranks_text(ranks: list[int]) -> str:
+    """``Rank 2`` / ``Ranks 5 and 13`` / ``Ranks 1, 4 and 9``."""
+    if len(ranks) == 1:
+        return f"Rank {ranks[0]}"
+    return "Ranks " + ", ".join(map(str, ranks[:-1])) + f" and {ranks[-1]}"
+
+
+def _hang(hangs: pd.DataFrame) -> Finding | None:
+    """The hang finding: every hung rank, the earliest collective some ranks never reached and,
+    per process group, the first one its hung ranks never reached
+    (``records.flight_recorder.hang``)."""
+    h = fr_records.hang(hangs)
+    if h is None:
+        return None
+    earliest = h.first[0]
+    op = earliest.op
+    same = [f for f in h.first if f.op == op]
+    where = "; ".join(f"group {f.process_group} ({f.group_desc}) #{f.seq} without "
+                      f"{'rank' if len(f.ranks_missing) == 1 else 'ranks'} "
+                      f"{', '.join(map(str, f.ranks_missing))}" for f in same[:4])
+    if len(same) > 4:
+        where += f"; and {len(same) - 4} more groups"
+    title = (f"{_ranks_text(h.hung_ranks)} never reached {op} ({where}) — the earliest "
+             f"collective some ranks never reached, by the creation times of the ranks that "
+             f"issued it")
+    later: dict[str, list[str]] = {}
+    for f in h.first:
+        if f.op != op:
+            later.setdefault(f.op, []).append(f"{f.process_group} ({f.group_desc})")
+    if later:
+        title += "; later also " + ", ".join(
+            f"{o} in group{'s' if len(g) > 1 else ''} {', '.join(g[:3])}"
+            + (f" and {len(g) - 3} more" if len(g) > 3 else "") for o, g in later.items())
+    first = hangs[hangs["verdict"] == "missing"].iloc[0]
+    evidence = {k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in first.items()}
+    evidence.update(hung_ranks=h.hung_ranks, waiting_ranks=h.waiting_ranks, count=h.count,
+                    first_missed=[dataclasses.asdict(f) for f in h.first])
+    symptoms = []
+    if h.waiting_ranks:
+        symptoms.append(f"{_ranks_text(h.waiting_ranks)} also never reached a later "
+                        f"collective: they wait in one issued earlier")
+    return Finding("hang", "high", "all", None, None, title, evidence, HANG_REMEDY,
+                   {"step_time_us": None, "assumption": "no hang"}, symptoms)
+
+
 def _flight_recorder(hangs: pd.DataFrame | None) -> list[Finding]:
     out = []
     if hangs is None or hangs.empty:
         return out
-    for verdict, fid, remedy in (
-            ("missing", "hang", "see why those ranks never issued the collective (a code path "
-                                "that skips it, an exception, a desynchronised schedule)"),
-            ("mismatch", "desync", "make every rank issue the same collective with compatible "
-                                   "sizes: the program's ranks disagree (split sizes, shapes, "
-                                   "dtypes or the op itself)")):
-        rows = hangs[hangs["verdict"] == verdict]
-        if rows.empty:
-            continue
+    found = _hang(hangs)
+    if found is not None:
+        out.append(found)
+    rows = hangs[hangs["verdict"] == "mismatch"]
+    if not rows.empty:          # the earliest issued (the verdicts' order)
         first = rows.iloc[0]
         evidence = {k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in first.items()}
         evidence["count"] = int(len(rows))
-        out.append(Finding(fid, "high", "all", None, None, str(first["detail"]), evidence,
-                           remedy, {"step_time_us": None, "assumption": f"no {fid}"}))
+        out.append(Finding("desync", "high", "all", None, None, str(first["detail"]),
+                           evidence, DESYNC_REMEDY, {"step_time_us": None,
+                                                     "assumption": "no desync"}))
     return out
 
 
