@@ -220,13 +220,32 @@ def _rank_folders(folder: pathlib.Path) -> list[pathlib.Path]:
     return [] if other else found
 
 
+def _holds_torch_dumps(folder: pathlib.Path) -> bool:
+    """PyTorch's own Flight Recorder dumps in ``folder`` itself (``_dump_<R>``,
+    ``nccl_trace_rank_<R>``…: told by name, then by their first bytes, as
+    ``collectors.flight_recorder.torch_dump_name`` / ``torch_dump_form`` say)."""
+    from .flight_recorder import torch_dump_form, torch_dump_name     # it imports this module
+
+    try:
+        with os.scandir(folder) as it:
+            for e in it:
+                named = torch_dump_name(e.name)
+                if named and not e.name.startswith(".") and e.is_file() and \
+                        torch_dump_form(pathlib.Path(e.path), named[2]) is None:
+                    return True
+    except OSError:
+        pass
+    return False
+
+
 def run_kind(folder: pathlib.Path) -> str | None:
     """What makes ``folder`` one run — the one definition the dashboard's run discovery and
     ``meshscope analyze`` share: ``"run directory"`` (run.json), ``"report"`` (an analysed
     folder, ``report/summary.json``), ``"folder of traces"`` (Kineto traces in it or in its
     ``traces/``), ``"rank folders"`` (one sub-folder per rank, each holding its traces: named
-    ``0``, ``rank3``, ``worker_1`` … — every trace-holding sub-folder such a name); None for a
-    folder that is no run (it may hold runs)."""
+    ``0``, ``rank3``, ``worker_1`` … — every trace-holding sub-folder such a name),
+    ``"flight recorder dumps"`` (PyTorch's own dumps, ``_dump_<R>``, in it: a hung job's);
+    None for a folder that is no run (it may hold runs)."""
     folder = pathlib.Path(folder)
     if (folder / RUN_JSON).is_file():
         return "run directory"
@@ -236,6 +255,8 @@ def run_kind(folder: pathlib.Path) -> str | None:
         return "folder of traces"
     if _rank_folders(folder):
         return "rank folders"
+    if _holds_torch_dumps(folder):
+        return "flight recorder dumps"
     return None
 
 

@@ -10,7 +10,8 @@ What counts as a run is ``collectors.run_dir.run_kind``, the definition ``meshsc
 shares: a folder with ``run.json`` (a run directory), or with a written report
 (``report/summary.json``), or holding Kineto traces itself or in its ``traces/`` (a foreign
 folder of traces, analysed on first open), or one sub-folder per rank each holding its traces
-(``result/0/``, ``result/1/``: one run, not two). A run id the index does not know makes it
+(``result/0/``, ``result/1/``: one run, not two), or PyTorch's own Flight Recorder dumps
+(``_dump_<R>``: a hung job's, analysed likewise). A run id the index does not know makes it
 scan again (at most every ``RESCAN_S``), so a run made since is found without the Runs page. A folder that is none of these but holds runs is a **sweep**: its runs are
 listed with its name, and the compare page takes them together. Hidden folders and the
 run-directory parts (``traces/``, ``steps/``, ``comms/``, ``report/``) are never runs. A

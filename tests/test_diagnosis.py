@@ -132,14 +132,20 @@ def test_pp4_bubble_matches_its_replay(tmp_path):
     assert_healthy(summary)
 
 
-def _torchfrtrace(run: pathlib.Path, world: int, tmp_path: pathlib.Path) -> str:
-    """PyTorch's own Flight Recorder analyser on the run's dumps, as the pickles it reads.
-    gloo leaves the process-group table of the dump empty (NCCL fills it): it is filled from
-    run.json's groups."""
+def _pg_config(run: pathlib.Path, world: int) -> dict:
+    """The process groups of run.json as a dump's ``pg_config``: gloo leaves that table of
+    the dump empty (NCCL fills it), and torchfrtrace cannot match a collective without it."""
     desc = json.loads((run / "run.json").read_text())
     pg_config = {"0": {"name": "0", "desc": "default_pg", "ranks": str(list(range(world)))}}
     for g in desc["process_groups"]:
         pg_config[g["name"]] = {"name": g["name"], "desc": g["desc"], "ranks": str(g["ranks"])}
+    return pg_config
+
+
+def _torchfrtrace(run: pathlib.Path, world: int, tmp_path: pathlib.Path) -> str:
+    """PyTorch's own Flight Recorder analyser on the run's dumps, as the pickles it reads,
+    with the process groups of run.json (``_pg_config``)."""
+    pg_config = _pg_config(run, world)
     dumps = tmp_path / "fr"
     dumps.mkdir()
     for r in range(world):
@@ -155,21 +161,72 @@ def _torchfrtrace(run: pathlib.Path, world: int, tmp_path: pathlib.Path) -> str:
     return out.stdout + out.stderr
 
 
-def test_hang_diagnosis_agrees_with_torchfrtrace(tmp_path):
-    run = tmp_path / "hang"
+@pytest.fixture(scope="module")
+def hang_run(tmp_path_factory):
+    """``--inject hang=2:3`` on dp=2,pp=2: at step 3 every rank but 2 joins an extra world
+    all_reduce. With ``TORCH_FR_DUMP_TEMP_FILE`` set, each rank also leaves its buffer in
+    PyTorch's own format (``fr/_dump_<R>``, the pickle of ``_dump_fr_trace()``)."""
+    root = tmp_path_factory.mktemp("hang")
+    run, fr = root / "run", root / "fr"
     proc = meshscope("run", "--layout", "dp=2,pp=2", "--inject", "hang=2:3", "--timeout", 20,
-                     "--steps", 5, "--out", run, timeout=180)
+                     "--steps", 5, "--out", run, timeout=180,
+                     env={"TORCH_FR_DUMP_TEMP_FILE": f"{fr}/_dump_"})
     assert proc.returncode != 0
+    return run, fr
+
+
+def test_hang_diagnosis_agrees_with_torchfrtrace(hang_run, tmp_path):
+    run, _ = hang_run
     summary = json.loads(meshscope("analyze", run, "--json", check=True).stdout)
     missing = [h for h in summary["hangs"] if h["verdict"] == "missing"]
     assert missing and missing[0]["ranks_missing"] == [2]
     assert missing[0]["group_desc"] == "default_pg" and summary["findings"][0]["id"] == "hang"
+    assert summary["findings"][0]["evidence"]["hung_ranks"] == [2]
     text = _torchfrtrace(run, 4, tmp_path)
     found = re.search(r"sequence number: (\d+).*?group info: \d+:(\S+).*?missing ranks: \{([\d, ]+)\}",
                       text, re.S)
     assert found, text[-2000:]
     assert int(found[1]) == missing[0]["seq"] and found[2] == "default_pg"
     assert {int(x) for x in found[3].split(",")} == {2}
+
+
+def test_the_runners_dumps_in_pytorchs_format_are_an_input(hang_run, tmp_path):
+    """The same hang read from PyTorch's own dumps alone — pickles torch wrote, no run.json, no
+    trace: meshscope names rank 2 and the world all_reduce it never reached, as from the run
+    directory; PyTorch's own analyser, on those very pickles (with run.json's groups in their
+    pg_config, which gloo leaves empty), finds the same collectives missing the same ranks. The
+    device is the dumps' (gloo: cpu)."""
+    run, fr = hang_run
+    assert sorted(p.name for p in fr.iterdir()) == [f"_dump_{r}" for r in range(4)]
+    ours = json.loads(meshscope("analyze", fr, "--json", check=True).stdout)
+    from_run = json.loads(meshscope("analyze", run, "--json", check=True).stdout)
+    key = lambda rows: {(h["process_group"], h["seq"], tuple(h["ranks_missing"]))  # noqa: E731
+                        for h in rows if h["verdict"] == "missing"}
+    assert key(ours["hangs"]) == key(from_run["hangs"]) and key(ours["hangs"])
+    hang = ours["findings"][0]
+    assert hang["id"] == "hang" and hang["evidence"]["hung_ranks"] == [2]
+    assert hang["title"].startswith("Rank 2 never reached gloo:all_reduce (group 0 "
+                                    "(default_pg)")
+    assert ours["device"] == "cpu" and ours["missing_ranks"] == [] and ours["problems"] == []
+
+    from torch.distributed.flight_recorder.components.builder import build_db
+    from torch.distributed.flight_recorder.components.config_manager import JobConfig
+    from torch.distributed.flight_recorder.components.loader import read_dir
+
+    theirs_dir = tmp_path / "theirs"
+    theirs_dir.mkdir()
+    pg_config = _pg_config(run, 4)
+    for f in fr.glob("_dump_*"):
+        dump = pickle.loads(f.read_bytes())        # torch's own output, written by this test
+        assert dump["pg_config"] in ({}, {"": {"name": "", "desc": "", "ranks": "[]"}})
+        dump["pg_config"] = pg_config
+        (theirs_dir / f.name).write_bytes(pickle.dumps(dump))
+    args = JobConfig().parse_args([str(theirs_dir), "--prefix", "_dump_"])
+    details, version = read_dir(args)
+    db = build_db(details, args, version)
+    theirs = {(c.group_id, c.collective_seq_id, tuple(sorted(c.missing_ranks)))
+              for c in db.collectives if c.missing_ranks}
+    assert theirs == key(ours["hangs"])
 
 
 def test_a_true_desync_is_caught_and_torchfrtrace_agrees(tmp_path):

@@ -90,6 +90,17 @@ def test_analyze_imports_neither_torch_nor_dash(tmp_path, sample):
     assert verdict["loaded"] == [] and seen == []
 
 
+def test_analyzing_pytorchs_own_dumps_imports_no_torch(tmp_path):
+    """PyTorch's Flight Recorder pickles are read by meshscope's plain-data reader, not by
+    torch's loader: a folder of them is analysed without importing torch."""
+    from fr_fixtures import moe_dumps, write_dumps
+
+    write_dumps(tmp_path / "fr", moe_dumps())
+    verdict, seen = _run(tmp_path, "analyze", tmp_path / "fr", "--no-cache", "--json")
+    assert (tmp_path / "fr" / "report" / "summary.json").is_file()
+    assert verdict["loaded"] == [] and seen == []
+
+
 @pytest.mark.parametrize("args", [["--help"], ["analyze", "--help"], ["dashboard", "--help"],
                                   ["run", "--help"], ["--version"]])
 def test_help_imports_nothing_heavy(tmp_path, args):

@@ -251,16 +251,24 @@ def analyze(path: pathlib.Path, options: AnalysisOptions | None = None, **fields
     with _budgets_in_force(options.budgets):
         inp = inputs.gather(path)
         if not inp.trace_files:
-            if inp.run is not None and inp.has_comms:
+            if inp.run is not None and inp.has_dumps:
                 return _records_only(_with_problem(
                     inp, "no traces: the run ended before its profiled steps"),
                     options.warmup_steps)
+            if inp.has_dumps:               # PyTorch's own Flight Recorder dumps, alone
+                if not inp.flight.ranks:
+                    raise InputError(inp.path, "no usable Flight Recorder dump: "
+                                     + "; ".join(inp.problems))
+                return _records_only(inp, options.warmup_steps)
             raise InputError(inp.path, "no trace files (*.json, *.json.gz) found"
-                             + (" in traces/" if inp.run is not None else ""))
+                             + (" in traces/" if inp.run is not None else "")
+                             + ("" if inp.run is not None else
+                                ", nor Flight Recorder dumps (<prefix><rank>, as PyTorch "
+                                "writes them)"))
         layout_map = _layout_map(inp, options)
         stage = _per_rank(inp, _rank_options(inp, options), options)
         if not stage.results:
-            if inp.run is not None and inp.has_comms:
+            if inp.has_dumps and inp.flight.ranks:
                 return _records_only(stage.inputs, options.warmup_steps)
             raise InputError(inp.path, "no usable trace: " + "; ".join(stage.inputs.problems))
         return _cross_rank(stage, layout_map, options)
@@ -524,7 +532,7 @@ def _records(inp: inputs.Inputs, warmup_steps: int) -> Records:
         records=step_records.analyse(inp.steps, warmup_steps,
                                      run.profile_steps if run is not None else None),
         throughput=step_records.throughput(inp.steps, run),
-        verdicts=flight_recorder.diagnose(inp.flight, run, inp.steps) if inp.has_comms
+        verdicts=flight_recorder.diagnose(inp.flight, run, inp.steps) if inp.has_dumps
         else _empty(flight_recorder.COLUMNS))
 
 
@@ -619,24 +627,39 @@ def _dim_timing(colls: pd.DataFrame, p2p: pd.DataFrame) -> dict[str, dict]:
 
 
 def _records_only(inp: inputs.Inputs, warmup_steps: int) -> Report:
-    """A run with no usable trace (it failed or hung before its profiled steps): what the
-    always-on records say — step timers and the Flight Recorder verdicts; every other table
-    empty with its registered columns (``report/tables.py``)."""
+    """A run with no usable trace (it failed or hung before its profiled steps, or all there
+    is are PyTorch's own Flight Recorder dumps): what the always-on records say — step timers
+    and the Flight Recorder verdicts; every other table empty with its registered columns
+    (``report/tables.py``). The device and the world come from run.json, else from the dumps
+    (``inputs.flight_facts``: an NCCL job's dumps make it a GPU job); the ranks missing are
+    those of the world that left no record at all (no dump, no step timer)."""
     run = inp.run
     recs = _records(inp, warmup_steps)
     records = recs.records
+    facts = inputs.flight_facts(inp.flight, run)
     found = findings_mod.findings(findings_mod.FindingInputs(
         step_us=records.median_step_us, noise_us=records.noise_us,
         breakdown=_empty(breakdown.COLUMNS), bubbles=_empty(bubble.COLUMNS),
-        schedule=run.schedule, stages=1, microbatches=run.microbatches,
-        virtual_stages=run.virtual_stages, straggler=None,
+        schedule=run.schedule if run else None, stages=1,
+        microbatches=run.microbatches if run else 1,
+        virtual_stages=run.virtual_stages if run else 1, straggler=None,
         savings=_empty(whatif.SAVINGS_COLUMNS), imbalance=None, dim_savings={},
         hangs=recs.verdicts, slow_steps=records.slow_steps,
         warmup_steps=records.warmup_steps, step_times=_worst_step_times(inp.steps),
         median_step_us=records.median_step_us))
+    world = facts["world_size"] or 0
+    recorded = set(inp.flight.ranks) | (set(int(r) for r in inp.steps["rank"].unique())
+                                        if len(inp.steps) else set())
+    notes = list(inp.notes)
+    if run is None and inp.flight.ranks:
+        notes.append(f"Flight Recorder dumps of {len(inp.flight.ranks)} ranks, backend "
+                     f"{', '.join(facts['backends']) or 'unknown'} (device "
+                     f"{'gpu' if facts['on_gpu'] else 'cpu'}), world size {world} from "
+                     f"{facts['world_size_from']}")
     return Report(
-        source=inp.path, run=run, ranks=[], missing_ranks=list(range(run.world_size)),
-        problems=inp.problems, notes=list(inp.notes), on_gpu=False,
+        source=inp.path, run=run, ranks=[],
+        missing_ranks=sorted(set(range(world)) - recorded), problems=inp.problems,
+        notes=notes, on_gpu=facts["on_gpu"],
         **{name: report_tables.empty(name) for name in Report.TABLES
            if name not in ("instances", "step_heatmap", "flight_recorder", "throughput")},
         instances=instances.empty(), step_heatmap=records.heatmap,

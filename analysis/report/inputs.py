@@ -51,6 +51,7 @@ from meshscope.analysis.ingest import validate
 from meshscope.analysis.ingest.events import NO_RANK, RANKLESS_KEY, name_rank
 from meshscope.analysis.records.fr_table import FlightRecords
 from meshscope.collectors import run_dir as rd, step_timer
+from meshscope.collectors import flight_recorder
 from meshscope.collectors.flight_recorder import read_dump
 from meshscope.collectors.run_dir import RunDirError
 from meshscope.collectors.run_info import RunInfo, read_run_info
@@ -68,7 +69,9 @@ class Inputs:
     run: RunInfo | None
     trace_files: list[pathlib.Path]
     flight: FlightRecords           # every usable Flight Recorder dump, as one table
-    has_comms: bool                 # the run directory has a comms/ folder
+    has_dumps: bool                 # Flight Recorder dumps were looked at: the run
+                                    # directory has a comms/ folder, or PyTorch's own dumps
+                                    # lie under the analysed folder
     steps: pd.DataFrame             # every rank's step timers (collectors/step_timer.py),
                                     # the STEP_COLUMNS the report reads
     problems: list[str]
@@ -177,27 +180,73 @@ def resolve_identities(ids: list[TraceIdentity], *, run: RunInfo | None = None,
 
 # -- finding the files -----------------------------------------------------------------------
 
+@dataclasses.dataclass(frozen=True)
+class TorchDumpFile:
+    """One of PyTorch's own Flight Recorder dumps found under the analysed path."""
+    path: pathlib.Path
+    prefix: str                # its name's prefix (``_dump_``, ``nccl_trace_rank_``)
+    rank: int                  # the rank its name gives
+    form: str                  # "pickle" or "json"
+
+
+@dataclasses.dataclass(frozen=True)
+class Found:
+    """What ``walk_inputs`` found: trace files, PyTorch's Flight Recorder dumps, a line per
+    file left out (and why), and files named like dumps that are none (``not_dumps``: named as
+    problems when they share a prefix with real ones)."""
+    traces: list[pathlib.Path]
+    dumps: list[TorchDumpFile]
+    skipped: list[str]
+    not_dumps: list[tuple[pathlib.Path, str, str]] = dataclasses.field(default_factory=list)
+
+
+def _torch_dump(f: pathlib.Path, *, alone: bool = False):
+    """(TorchDumpFile, None) when ``f`` is one of PyTorch's dumps; (None, (prefix, why)) when
+    its name says it could be one but its first bytes say otherwise; (None, None) when its
+    name does not. ``alone``: the path analysed is this very file — a pickle or a JSON dump is
+    taken whatever its name (rank 0 when the name gives none)."""
+    named = flight_recorder.torch_dump_name(f.name)
+    if f.name.endswith(".json.gz") or (named is None and not alone):
+        return None, None
+    prefix, rank, form = named or (f.name, 0, "json" if f.name.endswith(".json") else "pickle")
+    why = flight_recorder.torch_dump_form(f, form)
+    if why is None:
+        return TorchDumpFile(f, prefix, rank, form), None
+    return None, (prefix, why)
+
+
 def walk_traces(path: pathlib.Path) -> tuple[list[pathlib.Path], list[str]]:
     """(trace files under ``path``, a line per link skipped): ``find_traces`` with what it
     left out and why."""
+    found = walk_inputs(path)
+    return found.traces, found.skipped
+
+
+def walk_inputs(path: pathlib.Path) -> Found:
+    """The trace files under ``path`` (``find_traces``) and, outside a run directory, PyTorch's
+    own Flight Recorder dumps beside them (module docstring), with what was left out and why."""
     path = pathlib.Path(path)
     if path.is_file():
-        return [path], []
+        dump, _ = _torch_dump(path, alone=True)
+        return Found([], [dump], []) if dump else Found([path], [], [])
     if not path.is_dir():
         why = rd.unusable_file(path)
-        return [], [f"{path}: {why}"] if why else []
+        return Found([], [], [f"{path}: {why}"] if why else [])
     home = path                         # links may not lead outside the analysed folder
-    if (path / rd.RUN_JSON).exists() or (path / rd.RUN_JSON).is_symlink():
-        # a run directory: its traces are in traces/ only
+    is_run_dir = (path / rd.RUN_JSON).exists() or (path / rd.RUN_JSON).is_symlink()
+    if is_run_dir:
+        # a run directory: its traces are in traces/ only (its dumps in comms/, load_dumps)
         root = path / rd.TRACES
         if not root.is_dir():
-            return [], []
+            return Found([], [], [])
     else:
         root = path
     skip = rd.NOT_TRACES
     skipped: list[str] = []
     seen_dirs: set[tuple[int, int]] = set()
     by_file: dict[tuple[int, int], list[pathlib.Path]] = {}
+    dumps: dict[tuple[int, int], list[TorchDumpFile]] = {}
+    not_dumps: list[tuple[pathlib.Path, str, str]] = []
     for folder, dirs, names in os.walk(root, followlinks=True):
         here = pathlib.Path(folder)
         st = here.stat()
@@ -212,7 +261,9 @@ def walk_traces(path: pathlib.Path) -> tuple[list[pathlib.Path], list[str]]:
             continue
         dirs.sort()
         for name in sorted(names):
-            if not name.endswith(rd.TRACE_SUFFIXES) or name in skip:
+            maybe_dump = not is_run_dir and not name.startswith(".") and \
+                flight_recorder.torch_dump_name(name) is not None
+            if not (maybe_dump or name.endswith(rd.TRACE_SUFFIXES)) or name in skip:
                 continue
             f = here / name
             why = rd.unusable_file(f, home)
@@ -224,14 +275,28 @@ def walk_traces(path: pathlib.Path) -> tuple[list[pathlib.Path], list[str]]:
             except OSError:
                 skipped.append(f"{f}: skipped, cannot be read")
                 continue
-            by_file.setdefault((fst.st_dev, fst.st_ino), []).append(f)
-    files = []
-    for paths in by_file.values():
-        # The file itself rather than a link to it, then the shortest path.
-        keep, *others = sorted(paths, key=lambda p: (p.is_symlink(), len(p.parts), str(p)))
-        files.append(keep)
-        skipped += [f"{p}: skipped, the same file as {keep}" for p in others]
-    return sorted(files), skipped
+            dump, near = _torch_dump(f) if maybe_dump else (None, None)
+            if dump is not None:
+                dumps.setdefault((fst.st_dev, fst.st_ino), []).append(dump)
+            elif name.endswith(rd.TRACE_SUFFIXES):
+                by_file.setdefault((fst.st_dev, fst.st_ino), []).append(f)
+            elif near is not None:
+                not_dumps.append((f, *near))
+    files, kept = [], []
+    for group, out in ((by_file, files), (dumps, kept)):
+        for same in group.values():
+            # The file itself rather than a link to it, then the shortest path.
+            keep, *others = sorted(same, key=lambda x: (_path_of(x).is_symlink(),
+                                                        len(_path_of(x).parts),
+                                                        str(_path_of(x))))
+            out.append(keep)
+            skipped += [f"{_path_of(x)}: skipped, the same file as {_path_of(keep)}"
+                        for x in others]
+    return Found(sorted(files), sorted(kept, key=lambda d: str(d.path)), skipped, not_dumps)
+
+
+def _path_of(x) -> pathlib.Path:
+    return x.path if isinstance(x, TorchDumpFile) else x
 
 
 def find_traces(path: pathlib.Path) -> list[pathlib.Path]:
@@ -253,6 +318,62 @@ def load_dumps(run: pathlib.Path) -> tuple[FlightRecords, list[str]]:
         except ValueError as e:
             problems.append(str(e))
     return records, problems
+
+
+def load_torch_dumps(found: Found) -> tuple[FlightRecords, list[str], list[str]]:
+    """PyTorch's own dumps (``found.dumps``) as one table, a line naming each one that could
+    not be used (its rank left out of the comparison, the others compared) and each file named
+    like the dumps but holding something else, and the notes that say what was read. Two files
+    that give one rank stop the analysis (``InputError`` naming both): which one is that rank's
+    is not guessed."""
+    records, problems = FlightRecords(), []
+    claims: dict[int, list[TorchDumpFile]] = {}
+    for d in found.dumps:
+        claims.setdefault(d.rank, []).append(d)
+    for rank, same in sorted(claims.items()):
+        if len(same) > 1:
+            raise InputError(os.path.commonpath([str(d.path) for d in same]),
+                             f"{len(same)} Flight Recorder dumps give rank {rank}: "
+                             f"{', '.join(str(d.path) for d in same)}; keep one per rank")
+    for d in found.dumps:
+        try:
+            records.add(flight_recorder.read_torch_dump(d.path, d.rank, d.form))
+        except ValueError as e:
+            problems.append(str(e))
+    prefixes = {d.prefix for d in found.dumps}
+    problems += [f"{f}: named like a Flight Recorder dump ({prefix}<rank>), but {why}; not read"
+                 for f, prefix, why in found.not_dumps if prefix in prefixes]
+    notes = []
+    if found.dumps:
+        forms = sorted({d.form for d in found.dumps})
+        shown = ", ".join(f"{p}<rank>" for p in sorted(prefixes)[:3])
+        notes.append(f"Flight Recorder: {len(records.ranks)} of {len(found.dumps)} PyTorch "
+                     f"dumps read ({shown}; {' and '.join(forms)}), each rank taken from its "
+                     f"file name")
+    return records, problems, notes
+
+
+def flight_facts(flight: FlightRecords, run: RunInfo | None) -> dict:
+    """What the dumps say of the job: ``backends`` (``nccl``, ``gloo``…), ``on_gpu`` (a
+    backend that runs on a device: NCCL, RCCL, XCCL), ``world_size`` and where it comes from
+    (run.json; the default group's ranks in a dump's ``pg_config``; else at least one more
+    than the highest rank that left a dump)."""
+    backends = flight.backends
+    if run is not None:
+        world, source = run.world_size, "run.json"
+    elif flight.world_size is not None:
+        world, source = flight.world_size, "the default group's ranks in the dumps' pg_config"
+    elif flight.ranks:
+        world, source = max(flight.ranks) + 1, "the highest rank that left a dump"
+    else:
+        world, source = None, None
+    return {"backends": backends, "on_gpu": any(b in GPU_BACKENDS for b in backends),
+            "world_size": world, "world_size_from": source}
+
+
+# Communication libraries of a device (the part of a Flight Recorder entry's profiling_name
+# before its colon): a job whose dumps name one ran on GPUs (or XPUs).
+GPU_BACKENDS = frozenset({"nccl", "rccl", "xccl", "hccl", "ncclx"})
 
 
 def _rank_files(path: pathlib.Path, traces: list[pathlib.Path]) -> int:
@@ -277,8 +398,9 @@ def gather(path: pathlib.Path) -> Inputs:
     path = pathlib.Path(path)
     if not path.exists():
         raise InputError(path, "no such file or directory")
-    traces, skipped = walk_traces(path)
-    problems: list[str] = list(skipped)
+    found = walk_inputs(path)
+    traces = found.traces
+    problems: list[str] = list(found.skipped)
     notes: list[str] = []
     run = None
     if path.is_dir():
@@ -292,7 +414,7 @@ def gather(path: pathlib.Path) -> Inputs:
             if run is not None:
                 _check_world(run, path, traces)
         except RunDirError as e:
-            if not traces:
+            if not traces and not found.dumps:
                 raise
             problems.append(f"{e}; analysed as a plain folder of traces")
             notes.append("run.json is not usable (see problems): the traces are analysed "
@@ -307,5 +429,10 @@ def gather(path: pathlib.Path) -> Inputs:
     if has_comms:
         flight, unusable = load_dumps(path)
         problems += unusable
-    return Inputs(path=path, run=run, trace_files=traces, flight=flight, has_comms=has_comms,
-                  steps=steps, problems=problems, notes=notes)
+    elif found.dumps:
+        flight, unusable, read = load_torch_dumps(found)
+        problems += unusable
+        notes += read
+    return Inputs(path=path, run=run, trace_files=traces, flight=flight,
+                  has_dumps=has_comms or bool(found.dumps), steps=steps, problems=problems,
+                  notes=notes)

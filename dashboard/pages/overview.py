@@ -58,7 +58,8 @@ def header_facts(ctx: PageContext) -> Facts:
     if typed.mfu_pct is not None:
         facts.append(("MFU", f"{typed.mfu_pct:.1f}%"))
     if not typed.run:
-        facts.append(("source", "a plain folder of traces (no run.json)"))
+        facts.append(("source", "a plain folder of traces (no run.json)" if typed.ranks else
+                      "Flight Recorder dumps alone (no run.json, no trace)"))
     return Facts("run-facts", [(k, v) for k, v in facts if v not in (None, "")])
 
 
@@ -243,7 +244,10 @@ def sections(ctx: PageContext) -> list[Section]:
     line = straggler_text(rep)
     out.append(Section(None, [Note("straggler", line, warn=True) if line else
                               Note("straggler", "No straggler: no rank's work stands out "
-                                   "above the run's step-to-step noise.")]))
+                                   "above the run's step-to-step noise.") if rep.typed.ranks
+                              else Note("straggler", "No trace: stragglers and timings cannot "
+                                        "be judged; the findings come from the always-on "
+                                        "records (Flight Recorder, step timers).")]))
     mesh = mesh_figure(ctx)
     bars = breakdown_figure(ctx)
     out.append(Section("Where the ranks sit", [
