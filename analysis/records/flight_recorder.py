@@ -30,7 +30,18 @@ ranks_missing, last_seq_of_missing (rank → the last sequence number it reached
 detail (one line; for missing ranks the last step their timers finished and their last
 recorded operation). It is empty for a healthy run. A rank without a usable dump is left out of
 every comparison rather than called missing. Where ranks disagree, the lowest rank's entry is
-the one the others are compared with, and its op is the row's ``op``.
+the one the others are compared with, and its op is the row's ``op``. The rows come in the
+order the collectives were issued: by the earliest ``time_created_ns`` among the ranks that
+issued each (so the first row is the earliest collective some ranks never reached, whatever
+its group is called), by group and sequence number where the dumps hold no time.
+
+A group's members come from run.json, else the dumps' ``pg_config`` (NCCL fills it), else —
+gloo leaves it empty, and PyTorch's own dumps come without run.json — they are the ranks whose
+buffers hold one of its collectives (the default group: every rank that left a dump).
+
+``hang(verdicts)`` — what the ``missing`` rows say together (``Hang``): every hung rank (one
+missing from a collective while waiting in no collective issued earlier) and, per group, the
+first collective its hung ranks never reached; the ranks that only wait are named apart.
 
 Only the sequence numbers where something can be wrong are looked at one by one: those some
 rank of the group lacks, and those whose ranks hold different signatures or states, or one

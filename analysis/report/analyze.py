@@ -25,6 +25,11 @@ operations and own-clock timeline once their replacements exist, ``RankStage``):
 5. **Write**: ``Report.write(dir)`` stores every table of the registry (``report/tables.py``)
    as parquet and ``summary.json`` (docs/report-format.md lists them; docs/metrics.md defines
    every number).
+
+Without a usable trace — a run that failed or hung before its profiled steps, or a folder of
+PyTorch's own Flight Recorder dumps alone — the report is what the always-on records say
+(``_records_only``): the Flight Recorder verdicts and the step timers, the device and world
+from run.json or else from the dumps.
 """
 from __future__ import annotations
 

@@ -14,9 +14,20 @@ analysis opens a file by itself, except the trace files, which the ingest worker
   note says so); without traces ``RunDirError`` (exit code 2).
 - A Flight Recorder dump that is not usable (``collectors.flight_recorder.read_dump``: its
   schema, its rank against its file name) is a problem of that rank; the others are compared.
+- Outside a run directory, PyTorch's own Flight Recorder dumps are inputs too, alone or beside
+  traces (``walk_inputs``, ``load_torch_dumps``): a file named ``<prefix><rank>`` —
+  ``_dump_3``, ``nccl_trace_rank_3``, as ``TORCH_FR_DUMP_TEMP_FILE`` names them — whose first
+  bytes are a pickle's, or ``<prefix><rank>.json`` starting with a key of PyTorch's JSON dump
+  (a Kineto trace starts with none of them). Each is read by the plain-data reader
+  (``flight_recorder.read_torch_dump``: nothing in it is executed), its rank taken from its
+  name. One that cannot be used is a problem (its rank left out, the others compared); a file
+  that shares the dumps' prefix but is none (an empty ``_dump_7``) is named; two files giving
+  one rank stop the analysis (``InputError``). ``flight_facts`` says what the dumps tell of
+  the job: its backend, hence device, and its world size.
 
 ``find_traces(path)``: the trace files of a run directory (``traces/``) or, for any other
-folder, every ``*.json`` and ``*.json.gz`` below it but meshscope's own files. Symbolic links
+folder, every ``*.json`` and ``*.json.gz`` below it but meshscope's own files and PyTorch's
+JSON Flight Recorder dumps. Symbolic links
 are followed, to files and to folders, as long as they stay inside the analysed folder, each
 real folder and file read once: a link that leads out of the analysed folder, back into a
 folder already being read (a loop), a second path to a file already listed, or a broken link
