@@ -232,3 +232,32 @@ def test_dumps_beside_kineto_traces_give_the_collectives_their_groups(tmp_path):
     assert s["cross_rank"]["matched_on"] == "group_seq"
     assert s["hangs"] == [] and not {"hang", "desync"} & {f["id"] for f in s["findings"]}
     assert any("4 of 4 PyTorch dumps read" in n for n in s["notes"])
+
+
+def test_the_dashboard_serves_a_folder_of_dumps_as_a_run(tmp_path):
+    """The dashboard lists a folder of PyTorch's dumps as a run; analysed, every page builds,
+    the overview says where its findings come from and names both hung ranks, the health page
+    lists the four verdicts, and the static report carries the hang."""
+    from meshscope.dashboard import state as st
+    from meshscope.dashboard.app import BUILDERS
+    from meshscope.dashboard.data import open_report
+    from meshscope.dashboard.pages.common import PageContext
+    from meshscope.dashboard.runs import RunIndex
+    from meshscope.dashboard.static_report import render_html
+
+    write_dumps(tmp_path / "runs" / "moe", moe_dumps())
+    index = RunIndex(tmp_path / "runs")
+    assert list(index.runs) == ["moe"] and not index.get("moe").analysed
+    _analyze(tmp_path / "runs" / "moe")
+    items = {}
+    for page in BUILDERS:
+        ctx = PageContext(open_report(index.get("moe")), st.ViewState(page=page, runs=("moe",)))
+        items[page] = {i.id: i for s in BUILDERS[page](ctx) for i in s.items}
+    facts = dict(items["overview"]["run-facts"].items)
+    assert facts["device"] == "gpu" and "Flight Recorder dumps alone" in facts["source"]
+    assert "No trace" in items["overview"]["straggler"].text
+    title = items["overview"]["findings-table"].rows[0][2]
+    assert title.startswith("Ranks 5 and 13 never reached nccl:all_to_all")
+    assert len(items["health"]["fr-table"].rows) == 4
+    assert "Ranks 5 and 13 never reached nccl:all_to_all" in render_html(
+        open_report(index.get("moe")))
