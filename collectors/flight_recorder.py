@@ -343,21 +343,41 @@ def torch_dump_name(name: str) -> tuple[str, int, str] | None:
     return m["prefix"], int(m["rank"]), "json" if m["ext"] == ".json" else "pickle"
 
 
+_PICKLE_PREAMBLE = {"PROTO", "FRAME", "MARK", "BINPUT", "LONG_BINPUT", "MEMOIZE"}
+
+
+def _first_pickle_key(head: bytes) -> str | None:
+    """The first key of the dict a pickle starts with, read from its first bytes by
+    ``pickletools.genops`` (which only reads); None when it starts with anything else."""
+    seen_dict = False
+    try:
+        for op, arg, _ in pickletools.genops(head):
+            if op.name == "EMPTY_DICT" and not seen_dict:
+                seen_dict = True
+            elif op.name not in _PICKLE_PREAMBLE:
+                return arg if seen_dict and op.name.endswith("UNICODE") else None
+    except (ValueError, EOFError, struct.error, IndexError, OverflowError):
+        pass
+    return None
+
+
 def torch_dump_form(path: pathlib.Path, form: str) -> str | None:
     """Why ``path`` is not a PyTorch dump of ``form`` (``pickle``: a binary pickle, protocol 2
-    or later, as PyTorch writes; ``json``: an object whose first key is one of the dump's),
-    judged from its first bytes; None when it may be one."""
+    or later, of a dict whose first key is one of the dump's, as PyTorch writes it; ``json``:
+    an object whose first key is one of them), judged from its first bytes; None when it may
+    be one. Another pickle — a checkpoint beside the traces — is no dump."""
     try:
         with open(path, "rb") as f:
-            head = f.read(64)
+            head = f.read(256)
     except OSError as e:
         return f"cannot be read ({e.strerror})"
     if not head:
         return "an empty file"
     if form == "pickle":
-        if len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= pickle.HIGHEST_PROTOCOL:
+        if len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= pickle.HIGHEST_PROTOCOL and \
+                _first_pickle_key(head) in TORCH_KEYS:
             return None
-        return "not a pickle of protocol 2 or later (what PyTorch writes)"
+        return "not a pickle of PyTorch's dump (a dict starting with one of its keys)"
     m = _FIRST_KEY.match(head)
     return None if m and m[1].decode() in TORCH_KEYS else \
         "not PyTorch's JSON dump (an object starting with one of its keys)"

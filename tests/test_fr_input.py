@@ -130,19 +130,24 @@ def test_a_hostile_pickle_is_refused_and_nothing_runs(tmp_path):
     """A ``_dump_0`` whose unpickling would call ``os.system``: alone, the analysis stops with
     one line naming the file and what it names (exit code 2); given as the file itself, the
     same; among a job's good dumps, it is a problem of its rank and the others are judged.
-    The command never runs."""
+    The command never runs. A pickle that is no dict of PyTorch's keys (the exploit itself at
+    the top) is not even taken for a dump: named, never unpickled."""
     marker = tmp_path / "pwned"
+    for folder, payload, said in (
+            ("alone", {"version": "2.10", "entries": [_Exploit(marker)]},
+             "refused to load posix.system"),
+            ("bare", _Exploit(marker), "not a pickle of PyTorch's dump")):
+        alone = tmp_path / folder
+        alone.mkdir()
+        (alone / "_dump_0").write_bytes(pickle.dumps(payload))
+        for path in (alone, alone / "_dump_0"):
+            proc = meshscope("analyze", path, "--no-cache")
+            assert proc.returncode == 2, proc.stderr
+            lines = proc.stderr.strip().splitlines()
+            assert len(lines) == 1 and str(alone / "_dump_0") in lines[0], lines
+            assert said in lines[0], lines
+            assert not marker.exists()
     alone = tmp_path / "alone"
-    alone.mkdir()
-    (alone / "_dump_0").write_bytes(pickle.dumps({"version": "2.10",
-                                                  "entries": [_Exploit(marker)]}))
-    for path in (alone, alone / "_dump_0"):
-        proc = meshscope("analyze", path, "--no-cache")
-        assert proc.returncode == 2, proc.stderr
-        lines = proc.stderr.strip().splitlines()
-        assert len(lines) == 1 and str(alone / "_dump_0") in lines[0], lines
-        assert "posix.system" in lines[0] and "refused" in lines[0]
-        assert not marker.exists()
     job = tmp_path / "job"
     write_dumps(job, moe_dumps())
     shutil.copy(alone / "_dump_0", job / "_dump_3")
@@ -221,8 +226,10 @@ def test_dumps_beside_kineto_traces_give_the_collectives_their_groups(tmp_path):
     for r in range(4):
         with gzip.open(sample / "traces" / f"rank{r}.json.gz") as f:
             (folder / f"rank{r}.json").write_bytes(f.read())
+    # A pickle of someone's own beside the traces, its name ending in a number: no dump.
+    (folder / "checkpoint_100").write_bytes(pickle.dumps({"model": [1.0] * 8}))
     bare = _analyze(folder)
-    assert bare["cross_rank"]["matched_on"] == "world"
+    assert bare["cross_rank"]["matched_on"] == "world" and bare["problems"] == []
     shutil.rmtree(folder / "report")
     for r in range(4):
         fr = json.loads((sample / "comms" / f"rank{r}.json").read_text())["flight_recorder"]

@@ -269,7 +269,8 @@ def analyze(path: pathlib.Path, options: AnalysisOptions | None = None, **fields
                              + (" in traces/" if inp.run is not None else "")
                              + ("" if inp.run is not None else
                                 ", nor Flight Recorder dumps (<prefix><rank>, as PyTorch "
-                                "writes them)"))
+                                "writes them)")
+                             + "".join(f"; {p}" for p in inp.problems))
         layout_map = _layout_map(inp, options)
         stage = _per_rank(inp, _rank_options(inp, options), options)
         if not stage.results:

@@ -226,6 +226,14 @@ def _torch_dump(f: pathlib.Path, *, alone: bool = False):
     return None, (prefix, why)
 
 
+def _starts_like_a_pickle(path: pathlib.Path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(1) == b"\x80"
+    except OSError:
+        return False
+
+
 def walk_traces(path: pathlib.Path) -> tuple[list[pathlib.Path], list[str]]:
     """(trace files under ``path``, a line per link skipped): ``find_traces`` with what it
     left out and why."""
@@ -238,7 +246,9 @@ def walk_inputs(path: pathlib.Path) -> Found:
     own Flight Recorder dumps beside them (module docstring), with what was left out and why."""
     path = pathlib.Path(path)
     if path.is_file():
-        dump, _ = _torch_dump(path, alone=True)
+        dump, near = _torch_dump(path, alone=True)
+        if dump is None and near is not None and _starts_like_a_pickle(path):
+            return Found([], [], [], [(path, *near)])       # a pickle, but no dump: not read
         return Found([], [dump], []) if dump else Found([path], [], [])
     if not path.is_dir():
         why = rd.unusable_file(path)
@@ -444,6 +454,9 @@ def gather(path: pathlib.Path) -> Inputs:
         flight, unusable, read = load_torch_dumps(found)
         problems += unusable
         notes += read
+    elif not traces:        # nothing to analyse: name what looked like a dump but is none
+        problems += [f"{f}: named like a Flight Recorder dump ({prefix}<rank>), but {why}; "
+                     f"not read" for f, prefix, why in found.not_dumps]
     return Inputs(path=path, run=run, trace_files=traces, flight=flight,
                   has_dumps=has_comms or bool(found.dumps), steps=steps, problems=problems,
                   notes=notes)
