@@ -102,6 +102,7 @@ def make_profiler(run_dir: pathlib.Path, rank: int, steps: tuple[int, int],
                           active=last - first + 1, repeat=1),
         on_trace_ready=on_trace_ready,
         record_shapes=True,
+        profile_memory=True,
     )
     # Metadata only reaches the trace when it is added while the profiler records; the first
     # profiled step is the first such moment (see ``at_step_start``).
