@@ -16,12 +16,9 @@ torchrun stops a rank. Timing fields the backend leaves empty (gloo does not mea
 ``time_discovered_started_ns`` / ``time_discovered_completed_ns``; PyTorch writes 0) are
 stored as ``null``: empty stays empty, never invented.
 
-PyTorch's own dumps are pickles. ``load_pickle_dump`` reads them without executing anything:
-before any unpickling its opcodes are walked (``pickletools.genops``, which only reads) and a
-pickle that names a class or a function, declares more bytes than the file holds, or a memo
-index beyond its size (what would make the unpickler allocate without bound) is refused; the
-unpickler then refuses every class too, and the result must consist of plain data (dict, list,
-tuple, str, bytes, int, float, bool, None), else ``UnsafePickleError``.
+PyTorch's own dumps are pickles. ``load_pickle_dump`` reads them without executing anything,
+through the one plain-data unpickler (``collectors/plain_pickle.py``: opcodes walked before
+anything is unpickled, every class refused, plain data only), else ``UnsafePickleError``.
 
 Reading, validated at the boundary: ``read_dump(path)`` decodes a dump with bounds
 (``schema.read_document``) and checks it against the typed records below (``Dump``,
@@ -37,19 +34,16 @@ frames, for one) dropped.
 """
 from __future__ import annotations
 
-import io
 import json
 import pathlib
-import pickle
-import pickletools
 import re
-import struct
 import time
 from typing import Annotated, Any, Literal
 
 import msgspec
 
-from . import schema
+from . import plain_pickle, schema
+from .plain_pickle import UnsafePickleError
 from .run_dir import COMMS, RunDirError, write_json_atomic
 from .run_info import MAX_WORLD_SIZE
 
@@ -88,57 +82,6 @@ def dump(run: pathlib.Path, rank: int, reason: str, error: str | None = None) ->
     path = comms_path(run, rank)
     write_json_atomic(path, record)
     return path
-
-
-class UnsafePickleError(ValueError):
-    """A pickle that is not plain data; the message names the file and what was refused."""
-
-
-PLAIN = (dict, list, tuple, str, bytes, int, float, bool, type(None))
-
-
-class _PlainUnpickler(pickle.Unpickler):
-    def find_class(self, module, name):
-        raise pickle.UnpicklingError(f"refused to load {module}.{name}: only plain data "
-                                     f"(dict, list, tuple, str, int, float, bool, None)")
-
-
-# Opcodes that name, build or call objects: none occurs in a pickle of plain data.
-_CODE_OPS = {"GLOBAL", "STACK_GLOBAL", "REDUCE", "BUILD", "INST", "OBJ", "NEWOBJ", "NEWOBJ_EX",
-             "EXT1", "EXT2", "EXT4", "PERSID", "BINPERSID", "READONLY_BUFFER", "NEXT_BUFFER"}
-_MEMO_OPS = {"PUT", "BINPUT", "LONG_BINPUT", "GET", "BINGET", "LONG_BINGET"}
-
-
-def _check_opcodes(raw: bytes) -> None:
-    """ValueError naming the first opcode a plain-data pickle cannot hold (module docstring);
-    nothing is unpickled."""
-    strings: list[str] = []
-    for op, arg, pos in pickletools.genops(raw):
-        if isinstance(arg, str):
-            strings = (strings + [arg])[-2:]
-        if op.name in _CODE_OPS:
-            what = arg.replace(" ", ".") if isinstance(arg, str) else \
-                ".".join(strings) if op.name == "STACK_GLOBAL" and len(strings) == 2 else op.name
-            raise ValueError(f"refused to load {what} (byte {pos}): only plain data "
-                             f"(dict, list, tuple, str, int, float, bool, None)")
-        if op.name in _MEMO_OPS and isinstance(arg, int) and arg > len(raw):
-            raise ValueError(f"memo index {arg} at byte {pos} is beyond the pickle's size")
-        if op.name == "FRAME" and arg > len(raw):
-            raise ValueError(f"a frame of {arg} bytes at byte {pos}, in a file of {len(raw)}")
-
-
-def _check_plain(obj, depth=0):
-    if depth > 200:
-        raise ValueError("nesting deeper than 200 levels")
-    if not isinstance(obj, PLAIN):
-        raise ValueError(f"object of type {type(obj).__name__}")
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            _check_plain(k, depth + 1)
-            _check_plain(v, depth + 1)
-    elif isinstance(obj, (list, tuple)):
-        for v in obj:
-            _check_plain(v, depth + 1)
 
 
 # -- the typed records a dump is checked against ---------------------------------------------
@@ -227,13 +170,9 @@ def load_pickle_dump(path: pathlib.Path) -> dict:
     ``TorchDump``; ``UnsafePickleError`` naming the file otherwise."""
     path = pathlib.Path(path)
     try:
-        raw = path.read_bytes()
-        _check_opcodes(raw)
-        obj = _PlainUnpickler(io.BytesIO(raw)).load()
-        _check_plain(obj)
-    except (pickle.UnpicklingError, ValueError, EOFError, TypeError, AttributeError, KeyError,
-            IndexError, struct.error, OverflowError, RecursionError) as e:
-        raise UnsafePickleError(f"{path}: not a plain-data pickle ({e})") from None
+        obj = plain_pickle.loads(path.read_bytes())
+    except UnsafePickleError as e:
+        raise UnsafePickleError(f"{path}: {e}") from None
     except OSError as e:
         raise UnsafePickleError(f"{path}: cannot read ({e.strerror})") from None
     if not isinstance(obj, dict):

@@ -180,8 +180,8 @@ def walk_traces(path: pathlib.Path) -> tuple[list[pathlib.Path], list[str]]:
     """(trace files under ``path``, a line per link skipped): ``find_traces`` with what it
     left out and why."""
     path = pathlib.Path(path)
-    if path.is_file():
-        return [path], []
+    if path.is_file():     # a memory snapshot given alone is no trace (find_snapshots)
+        return ([] if path.name.endswith(SNAPSHOT_SUFFIXES) else [path]), []
     if not path.is_dir():
         why = rd.unusable_file(path)
         return [], [f"{path}: {why}"] if why else []
@@ -235,6 +235,29 @@ def walk_traces(path: pathlib.Path) -> tuple[list[pathlib.Path], list[str]]:
 
 def find_traces(path: pathlib.Path) -> list[pathlib.Path]:
     return walk_traces(path)[0]
+
+
+SNAPSHOT_SUFFIXES = (".pickle", ".pkl")
+
+
+def find_snapshots(path: pathlib.Path) -> list[pathlib.Path]:
+    """The memory snapshots under ``path`` (``torch.cuda.memory._dump_snapshot`` pickles:
+    ``*.pickle``, ``*.pkl``; ``analysis/memory/snapshot.py``), the report folders and hidden
+    ones left out; regular files only, no link followed. ``path`` itself when it is such a
+    file."""
+    path = pathlib.Path(path)
+    if path.is_file():
+        return [path] if path.name.endswith(SNAPSHOT_SUFFIXES) else []
+    if not path.is_dir():
+        return []
+    out = []
+    for folder, dirs, names in os.walk(path):
+        dirs[:] = sorted(d for d in dirs if d != rd.REPORT and not d.startswith("."))
+        for name in sorted(names):
+            f = pathlib.Path(folder) / name
+            if name.endswith(SNAPSHOT_SUFFIXES) and not f.is_symlink() and f.is_file():
+                out.append(f)
+    return out
 
 
 def load_dumps(run: pathlib.Path) -> tuple[FlightRecords, list[str]]:

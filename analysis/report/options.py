@@ -33,6 +33,12 @@ Fields, one by one:
 - ``engine`` / ``scheduler`` — where the per-rank work runs (``analysis/report/engines.py``):
   ``local`` processes, or ``dask`` on the cluster at ``scheduler`` (``tcp://host:8786``), a
   local one without; ``--engine`` / ``--scheduler``.
+- ``snapshots`` — PyTorch memory snapshots to read beside the traces (``--snapshot FILE``,
+  repeatable: ``torch.cuda.memory._dump_snapshot`` pickles or their JSON form,
+  ``analysis/memory/snapshot.py``); ``*.pickle`` / ``*.pkl`` files under the analysed folder
+  are read too.
+- ``device_memory`` — bytes of memory of one device, for the near-OOM finding where the
+  traces do not say (``--device-memory 80GiB``; ``analysis/memory/gather.py``).
 - ``budgets`` — the reading budgets of every trace (``analysis/ingest/budgets.py``: bytes,
   events, event size, rank memory, nesting). None: those this process' environment sets (the
   defaults where it sets none). Given, they are in force for the analysis alone — set in this
@@ -68,6 +74,8 @@ class AnalysisOptions:
     engine: str = "local"
     scheduler: str | None = None
     budgets: Budgets | None = None
+    snapshots: tuple[pathlib.Path, ...] = ()
+    device_memory: int | None = None
 
     @classmethod
     def of(cls, options: AnalysisOptions | None = None, **fields) -> AnalysisOptions:
