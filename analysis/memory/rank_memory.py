@@ -117,10 +117,15 @@ def live_rows(rank: int, s: series.Series, step: int, live, op_of: dict, mod_of:
 
 
 def _group(note: str | None) -> str | None:
-    """A runner microbatch range without its microbatch (``meshscope/forward stage=0``): the
-    blocks of every microbatch in flight are one group."""
+    """A user range without the number of its instance: a runner microbatch range without its
+    microbatch (``meshscope/forward stage=0``), a step without its number (``ProfilerStep``),
+    so that the blocks of every microbatch in flight, or kept by every step, are one group."""
     mb = annotations.parse_microbatch(note) if note else None
-    return f"{annotations.PREFIX}{mb['phase']} stage={mb['stage']}" if mb else note
+    if mb:
+        return f"{annotations.PREFIX}{mb['phase']} stage={mb['stage']}"
+    if note and annotations.STEP_RE.match(note):
+        return "ProfilerStep"
+    return note
 
 
 def _live(rank, s, step, op, mod, note, nbytes, blocks, peak) -> dict:

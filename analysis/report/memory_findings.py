@@ -174,11 +174,15 @@ def imbalance(main: pd.DataFrame, stage_of: dict[int, int]) -> Finding | None:
     title = (f"{unit.capitalize()} {int(top)} holds the most memory: its peak "
              f"{human_bytes(by.max())} is {ratio:.2f}× the mean of the {unit}s "
              f"({human_bytes(mean)})")
-    if unit == "stage":
+    if unit == "stage" and int(top) == min(by.index):
         remedy = (f"move layers off stage {int(top)} (--stage-layers), or recompute its "
                   f"activations: under 1F1B the first stage holds the most microbatches in "
                   f"flight (p against the last stage's one); an interleaved schedule "
                   f"spreads them")
+    elif unit == "stage":
+        remedy = (f"move layers off stage {int(top)} (--stage-layers), or recompute its "
+                  f"activations; see what it holds at its peak (memory_live): the last stage "
+                  f"also holds the logits and the loss")
     else:
         remedy = (f"see what rank {int(top)} holds that the others do not (memory_live): "
                   f"uneven data, a rank-0-only buffer, an unsharded state")
@@ -307,14 +311,33 @@ def largest(main: pd.DataFrame, live: pd.DataFrame) -> Finding | None:
 
 def memory_findings(devices: pd.DataFrame, live: pd.DataFrame, snapshots: list[dict],
                     stage_of: dict[int, int]) -> list[Finding]:
-    """Every memory finding (module docstring), ``near-oom`` first, then by peak saving."""
+    """Every memory finding (module docstring), ``near-oom`` first, then by peak saving. A
+    growing rank explains what its growth causes: an imbalance whose largest stage or rank
+    holds it, and a largest allocator on it, are symptoms of ``memory-growth``, not findings
+    of their own."""
     main = main_devices(devices)
     out = []
     if not main.empty or snapshots:
         f = near_oom(main, snapshots, live)
         if f:
             out.append(f)
-    rest = [f for f in (imbalance(main, stage_of), growth(main), fragmentation(main),
-                        largest(main, live)) if f is not None] if not main.empty else []
+    if main.empty:
+        return out
+    grow = growth(main)
+    rest = [f for f in (fragmentation(main),) if f is not None]
+    imb, big = imbalance(main, stage_of), largest(main, live)
+    if grow is not None:
+        rest.append(grow)
+        growing = set(grow.evidence["ranks"])
+        if imb is not None:
+            holders = {imb.evidence["largest"]} if imb.evidence["by"] == "rank" else \
+                {r for r, s in stage_of.items() if s == imb.evidence["largest"]}
+            if holders & growing:
+                grow.symptoms.append(imb.title)
+                imb = None
+        if big is not None and big.evidence["rank"] in growing:
+            grow.symptoms.append(big.title)
+            big = None
+    rest += [f for f in (imb, big) if f is not None]
     rest.sort(key=lambda f: -(f.peak_saving_bytes or 0.0))
     return out + rest

@@ -134,12 +134,21 @@ def run_analysis(path, out=None, options=None):
 @click.option("--max-nesting", default=None, type=click.IntRange(min=1), metavar="N",
               help="Budget: levels of nested arrays and objects anywhere in one trace "
                    "(default 64; a Kineto event is about 5 deep).")
+@click.option("--snapshot", "snapshots", multiple=True, type=click.Path(exists=True,
+                                                                       dir_okay=False),
+              help="A PyTorch memory snapshot (torch.cuda.memory._dump_snapshot's pickle, or "
+                   "its JSON) to read beside the traces; repeatable. *.pickle / *.pkl files "
+                   "under PATH are read too; PATH may be a snapshot alone.")
+@click.option("--device-memory", default=None, metavar="SIZE",
+              help="Memory of one device (e.g. 80GiB), for the near-OOM finding where the "
+                   "traces do not say (a CPU run's, a trace without deviceProperties).")
 @click.option("--workers", default=None, type=click.IntRange(min=1),
               help="Worker processes (default: one per core; with --engine dask and no "
                    "--scheduler, the local cluster's size, default 2).")
 def analyze(path, out, as_json, comm_kernel_regex, rank_regex, step_annotation, no_cache,
             baseline, layout, rank_order, warmup_steps, engine, scheduler, workers,
-            max_trace_bytes, max_events, max_event_bytes, max_rank_memory, max_nesting):
+            max_trace_bytes, max_events, max_event_bytes, max_rank_memory, max_nesting,
+            snapshots, device_memory):
     """Analyse a run directory or any folder of Kineto traces."""
     import dataclasses
 
@@ -156,6 +165,10 @@ def analyze(path, out, as_json, comm_kernel_regex, rank_regex, step_annotation, 
             flags[name] = budgets.parse_size(text) if text is not None else None
         except ValueError as e:
             fail(f"{flag}: {e}")
+    try:
+        device_bytes = budgets.parse_size(device_memory) if device_memory is not None else None
+    except ValueError as e:
+        fail(f"--device-memory: {e}")
     # The budgets in force: this process' environment, with the flags given over it.
     limits = dataclasses.replace(budgets.current(),
                                  **{k: v for k, v in flags.items() if v is not None})
@@ -165,7 +178,8 @@ def analyze(path, out, as_json, comm_kernel_regex, rank_regex, step_annotation, 
         step_annotation=step_annotation, cache_dir=None if no_cache else ReportDir(target).cache,
         workers=workers, progress=True, baseline=_load_baseline(baseline), layout=layout,
         rank_order=rank_order, warmup_steps=warmup_steps, engine=engine, scheduler=scheduler,
-        budgets=limits)
+        budgets=limits, snapshots=tuple(pathlib.Path(s) for s in snapshots),
+        device_memory=device_bytes)
     digest = reuse.key(pathlib.Path(path), target, _reuse_options(options, baseline)) \
         if pathlib.Path(path).exists() else None
     summary = reuse.cached_summary(target, digest) if digest and not no_cache else None
@@ -200,6 +214,10 @@ def _reuse_options(options, baseline_path: str | None) -> dict:
            "layout": options.layout, "rank_order": options.rank_order,
            "warmup_steps": options.warmup_steps, "baseline": baseline_path,
            "step_annotation": options.step_annotation}
+    if options.snapshots:
+        key["snapshots"] = [str(s) for s in options.snapshots]
+    if options.device_memory is not None:
+        key["device_memory"] = options.device_memory
     if (budgets := non_default(options.budgets)) is not None:
         key["budgets"] = budgets
     return key

@@ -207,6 +207,22 @@ def compare_cmd(paths, as_json, csv_out, from_runs, baseline, detail):
         click.echo(json.dumps(c.to_dict(), indent=2))
     elif csv_out != "-":
         click.echo(render(c, detail))
+        if detail:
+            _memory_vs_plan(c)
+
+
+def _memory_vs_plan(c) -> None:
+    """Under ``--detail``: each run's memory, the planner's terms beside what its ranks
+    measured (meshscope/layouts/memory_vs_plan.py)."""
+    from meshscope.layouts.memory_vs_plan import PlanMemoryError, memory_vs_plan, render
+
+    for row in c.rows:
+        try:
+            m = memory_vs_plan(pathlib.Path(row.path))
+        except PlanMemoryError as e:
+            click.echo(f"\n{row.name}: memory against the plan: {e}")
+            continue
+        click.echo(f"\n{row.name}:\n{render(m)}")
 
 
 # -- plan -----------------------------------------------------------------------------------
