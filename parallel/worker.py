@@ -149,7 +149,8 @@ def _main(config_path: str) -> None:
     node0 = conf.node_rank == 0 and int(os.environ.get("LOCAL_RANK", "0")) == 0
     meta = {"layout": str(layout), "rank": rank, "coordinates": rm.coords,
             "run_id": rendezvous.shared_value("run_id", conf.run_id, publisher=node0)}
-    prof = make_profiler(run_dir, rank, conf.profile_steps, device, meta)
+    prof = make_profiler(run_dir, rank, conf.profile_steps, device, meta,
+                         profile_memory=conf.profile_memory)
     local_tokens = conf.global_batch // layout.size("dp") * cfg.seq_len // layout.size("cp")
     try:
         with prof:
