@@ -53,7 +53,7 @@ import msgspec
 from meshscope.analysis.errors import InputError
 from meshscope.collectors.plain_pickle import UnsafePickleError, loads as plain_loads
 
-Count = Annotated[int, msgspec.Meta(ge=0, le=2**64 - 1)]
+Count = Annotated[int, msgspec.Meta(ge=0)]
 SEGMENT_COLUMNS = ["rank", "device", "source", "address", "segment_type", "stream",
                    "total_bytes", "allocated_bytes", "active_bytes", "free_bytes",
                    "largest_free_bytes", "blocks"]
@@ -262,7 +262,7 @@ def summarise(snap: Snapshot, device: int) -> DeviceSummary:
     log, after_alloc, after_res, end_live = _replay(snap, device)
     end_alloc = sum(v[0] for v in end_live.values())
     end_res = sum(s.total_size for s in segs)
-    best = max(range(len(log)), key=lambda i: (after_alloc[i], i), default=None)
+    best = max(range(len(log)), key=lambda i: (after_alloc[i], -i), default=None)
     if best is None or after_alloc[best] <= end_alloc:
         largest = Moment(len(log), end_alloc, end_res, None, end_live)
     else:

@@ -409,12 +409,14 @@ def _cross_rank(stage: RankStage, layout_map, options: AnalysisOptions) -> Repor
 def _memory(results: list[rank_work.RankResult], inp: inputs.Inputs,
             options: AnalysisOptions) -> memory_gather.Memory:
     """Every rank's memory tables joined, the stages and the device memory given, and the
-    memory snapshots read (``analysis/memory/gather.py``): those of ``--snapshot`` (a file
-    that is not a usable snapshot stops the analysis, naming it) and those found under the
-    analysed folder (one that is not is a problem line)."""
+    memory snapshots read (``analysis/memory/gather.py``): those of ``--snapshot`` and the
+    analysed path when it is a snapshot itself (a file that is not a usable snapshot stops the
+    analysis, naming it) and those found under the analysed folder (one that is not is a
+    problem line)."""
     files = [(pathlib.Path(p), True) for p in options.snapshots]
     given = {f.resolve() for f, _ in files}
-    files += [(f, False) for f in inputs.find_snapshots(inp.path) if f.resolve() not in given]
+    alone = inp.path.is_file()      # `meshscope analyze snapshot.pickle`: given by name
+    files += [(f, alone) for f in inputs.find_snapshots(inp.path) if f.resolve() not in given]
     return memory_gather.gather({r.rank: r.memory for r in results}, inp.run, files,
                                 options.device_memory, budgets.current().trace_bytes)
 

@@ -33,8 +33,8 @@ peak, else the CPU), and fires only where its stated threshold is passed:
   ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``, which lowers the peak reserved by up to
   that much.
 - ``largest-allocator`` — on the rank with the largest peak, one (operator, module, range)
-  group holds at least ``LARGEST_SHARE`` (25%) of the peak in blocks live at it
-  (``memory_live``); the remedy fits what made them (activations of the forward: recompute or
+  group holds at least ``LARGEST_SHARE`` (25%) of the peak, and ``MIN_LARGEST_BYTES`` (1 MiB),
+  in blocks live at it (``memory_live``); the remedy fits what made them (activations of the forward: recompute or
   smaller microbatches; the optimizer's state: shard it; the backward: shard gradients). Saving:
   at most its bytes.
 """
@@ -55,6 +55,7 @@ GROWTH_SHARE = 0.005
 FRAGMENTATION_SHARE = 0.25
 MIN_FRAGMENTATION_BYTES = 64 << 20
 LARGEST_SHARE = 0.25
+MIN_LARGEST_BYTES = 1 << 20
 
 
 def human_bytes(n: float | None) -> str:
@@ -295,7 +296,8 @@ def largest(main: pd.DataFrame, live: pd.DataFrame) -> Finding | None:
     row = main.sort_values("peak_allocated_bytes", ascending=False).iloc[0]
     top = _top_live(live, int(row["rank"]), str(row["device"]))
     peak = float(row["peak_allocated_bytes"])
-    if top is None or not peak or float(top["bytes"]) < LARGEST_SHARE * peak:
+    if top is None or not peak or float(top["bytes"]) < LARGEST_SHARE * peak or \
+            float(top["bytes"]) < MIN_LARGEST_BYTES:
         return None
     share = float(top["bytes"]) / peak
     title = (f"{_what(top)} holds {human_bytes(top['bytes'])} ({share:.0%}) of rank "
