@@ -36,7 +36,7 @@ MEMORY_IDS = ("near-oom", "memory-imbalance", "memory-growth", "memory-fragmenta
 MIB = float(1 << 20)
 MAX_SEGMENTS = 30
 COLOURS = {"allocated": "#4C78A8", "reserved": "#F58518", "device": "#E45756",
-           "band": "rgba(120, 120, 120, 0.08)"}
+           "band": "rgba(120, 120, 120, 0.12)", "band_alt": "rgba(120, 120, 120, 0.03)"}
 
 
 def has_memory(report: RunReport) -> bool:
@@ -151,10 +151,14 @@ def curve_figure(report: RunReport, rank: int) -> go.Figure | None:
         fig.add_scatter(name="reserved", x=x, y=[_mib(v) for v in cur["reserved_bytes"]],
                         mode="lines", line={"color": COLOURS["reserved"], "shape": "hv"},
                         hovertemplate="%{x:.2f} ms: %{y:.2f} MiB reserved<extra></extra>")
-    for _, s in steps.iterrows():
+    for i, (_, s) in enumerate(steps.iterrows()):
+        # Every other step shaded, each step's start a dotted line: adjacent steps stay apart.
         fig.add_vrect(x0=(s["start_us"] - t0) / 1e3, x1=(s["end_us"] - t0) / 1e3,
-                      fillcolor=COLOURS["band"], line_width=0, layer="below",
+                      fillcolor=COLOURS["band"] if i % 2 == 0 else COLOURS["band_alt"],
+                      line_width=0, layer="below",
                       annotation_text=f"step {int(s['step'])}", annotation_position="top left")
+        fig.add_vline(x=(s["start_us"] - t0) / 1e3, line_width=1, line_dash="dot",
+                      line_color="#888")
     peak = row.iloc[0]
     if peak["peak_us"] == peak["peak_us"]:
         fig.add_scatter(name="peak", x=[round((float(peak["peak_us"]) - t0) / 1e3, 3)],
