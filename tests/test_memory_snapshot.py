@@ -158,3 +158,65 @@ def test_files_that_are_not_snapshots_are_named(tmp_path):
     (tmp_path / "empty.pkl").write_bytes(b"")
     with pytest.raises(snapshot.SnapshotError, match="empty file"):
         snapshot.read(tmp_path / "empty.pkl")
+
+
+def test_any_bytes_are_a_snapshot_or_named_never_a_crash(tmp_path):
+    """Fuzzed: random bytes, and the hand-made snapshot's pickle cut or with bytes flipped,
+    read as a snapshot give a ``Snapshot`` or ``SnapshotError`` — never another exception."""
+    from hypothesis import HealthCheck, given, settings, strategies as hs
+
+    good = pickle.dumps(hand_made())
+    path = tmp_path / "fuzz.pickle"
+
+    @settings(max_examples=200, deadline=None,
+              suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(hs.one_of(hs.binary(min_size=1, max_size=400),
+                     hs.tuples(hs.integers(0, len(good) - 1), hs.integers(0, 255)).map(
+                         lambda p: good[:p[0]] + bytes([p[1]]) + good[p[0] + 1:]),
+                     hs.integers(1, len(good)).map(lambda n: good[:n])))
+    def read(raw):
+        path.write_bytes(raw)
+        try:
+            snapshot.read(path)
+        except snapshot.SnapshotError:
+            pass
+    read()
+
+
+def test_a_fuzzed_but_valid_snapshot_analyses_without_a_crash(tmp_path):
+    """Any document the reader accepts — fields of the right types with arbitrary values —
+    is analysed into rows, never an exception (a negative device is refused when read)."""
+    from hypothesis import HealthCheck, given, settings, strategies as hs
+
+    size = hs.integers(0, 1 << 40)
+    frame = hs.fixed_dictionaries({"filename": hs.text(max_size=20), "line": hs.integers(0, 9),
+                                   "name": hs.text(max_size=10)})
+    block = hs.fixed_dictionaries({"size": size, "state": hs.sampled_from(
+        ["active_allocated", "active_awaiting_free", "inactive", "odd"]),
+        "address": size, "frames": hs.lists(frame, max_size=3)})
+    segment = hs.fixed_dictionaries({"address": size, "total_size": size,
+                                     "device": hs.integers(0, 2),
+                                     "blocks": hs.lists(block, max_size=4)})
+    entry = hs.fixed_dictionaries({"action": hs.sampled_from(
+        ["alloc", "free_requested", "free_completed", "segment_alloc", "segment_free",
+         "oom", "snapshot"]), "addr": size, "size": size, "frames": hs.lists(frame, max_size=2)})
+    doc = hs.fixed_dictionaries({"segments": hs.lists(segment, max_size=4),
+                                 "device_traces": hs.lists(hs.lists(entry, max_size=8),
+                                                           max_size=3)})
+    path = tmp_path / "rank0.pickle"
+
+    @settings(max_examples=150, deadline=None,
+              suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(doc)
+    def analyse(d):
+        path.write_bytes(pickle.dumps(d))
+        segments, live, summaries = snapshot.analyse(0, snapshot.read(path), path.name)
+        assert len(segments) == len(d["segments"])
+        assert len(summaries) == len({s["device"] for s in d["segments"]}
+                                     | set(range(len(d["device_traces"]))))
+    analyse()
+    bad = hand_made()
+    bad["segments"][0]["device"] = -1
+    path.write_bytes(pickle.dumps(bad))
+    with pytest.raises(snapshot.SnapshotError, match=r"\$\.segments\[0\]\.device"):
+        snapshot.read(path)

@@ -81,10 +81,13 @@ class Block(msgspec.Struct, gc=False):
     frames: list[Frame] = []
 
 
+DeviceIndex = Annotated[int, msgspec.Meta(ge=0, le=1 << 16)]
+
+
 class Segment(msgspec.Struct, gc=False):
     address: Count
     total_size: Count
-    device: int = 0
+    device: DeviceIndex = 0
     stream: int = 0
     segment_type: str = "large"
     allocated_size: Count | None = None
