@@ -316,3 +316,22 @@ def test_memory_tables_are_registered():
                  "memory_terms", "memory_segments", "memory_snapshot_live"):
         assert name in tables.COLUMNS and name in tables.MEMORY
     assert pathlib.Path(memory_events.__file__).name == "memory_events.py"
+
+
+def test_runtime_buffers_only_from_the_allocators_own_totals():
+    """meshscope/layouts/memory_vs_plan.runtime_buffers: on a GPU trace (absolute totals) the
+    lowest start-of-step allocated after the first profiled step, less the model states; on a
+    CPU trace (its totals start with the profiler) nothing."""
+    from meshscope.layouts.memory_vs_plan import runtime_buffers
+
+    devices = pd.DataFrame([{"rank": 0, "device": "cuda:0", "totals": "absolute",
+                             "peak_allocated_bytes": 900 * MiB}])
+    steps_ = pd.DataFrame([{"rank": 0, "device": "cuda:0", "step": s,
+                            "start_allocated_bytes": b * MiB}
+                           for s, b in ((2, 100), (3, 430), (4, 420))])
+    got = {"weights": (100 * MiB, "census"), "grads": (100 * MiB, "events"),
+           "optimizer_state": (200 * MiB, "events")}
+    assert runtime_buffers(devices, steps_, got, 0) == 20 * MiB      # 420 − 400, step 2 left out
+    cpu = devices.assign(device="cpu", totals="since-start")
+    assert runtime_buffers(cpu, steps_.assign(device="cpu"), got, 0) is None
+    assert runtime_buffers(devices, steps_, {"weights": got["weights"]}, 0) is None
