@@ -112,6 +112,36 @@ class RunAnalysis:
         """Flight Recorder verdicts (analysis/records/flight_recorder.py)."""
         return self.report.flight_recorder
 
+    def memory_steps(self) -> pd.DataFrame:
+        """Per rank, device and profiled step: the peaks allocated and reserved, where they
+        fall, reserved − allocated at the peak (analysis/memory/steps.py; docs/memory.md)."""
+        return self.report.memory_steps
+
+    def memory_devices(self) -> pd.DataFrame:
+        """Per rank and device: the largest peaks, growth across steps, the device's memory
+        (analysis/memory/rank_memory.py)."""
+        return self.report.memory_devices
+
+    def memory_live(self) -> pd.DataFrame:
+        """The blocks live at each device's largest peak, by the operator, module and range
+        that allocated them (analysis/memory/live.py)."""
+        return self.report.memory_live
+
+    def memory_curve(self) -> pd.DataFrame:
+        """Allocated and reserved over time, a bounded envelope (analysis/memory/curve.py)."""
+        return self.report.memory_curve
+
+    def memory_terms(self) -> pd.DataFrame:
+        """Model states measured from the trace and the runner's census
+        (analysis/memory/terms.py)."""
+        return self.report.memory_terms
+
+    def memory_snapshots(self) -> tuple[pd.DataFrame, pd.DataFrame, list[dict]]:
+        """The memory snapshots read: their segments, the blocks live at their largest moment,
+        and a summary per device with the out-of-memory record (analysis/memory/snapshot.py)."""
+        return (self.report.memory_segments, self.report.memory_snapshot_live,
+                list(self.report.memory.get("snapshots", [])))
+
     def findings(self) -> list[dict]:
         """Ranked findings with evidence, cost, remedy and what-if (analysis/report/findings.py)."""
         return [f.to_dict() for f in self.report.findings]

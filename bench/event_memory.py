@@ -45,7 +45,7 @@ import json, pathlib, sys
 from bench.measure import status_mb
 from meshscope.analysis.ingest import events as ingest
 before = status_mb("VmRSS")
-table, meta = ingest._parse(pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[1]).read_bytes(),
+table, _, meta = ingest._parse(pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[1]).read_bytes(),
                             None)
 arrow, events = table.nbytes, table.num_rows
 owned = [table]                 # as load_trace does: to_frame holds the only reference

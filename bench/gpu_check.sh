@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The CUDA path of meshscope end to end, on one machine with NVIDIA GPUs, in under 8 minutes:
-# a profiled CUDA run of the runner (NCCL, CUDA-event step timers, CUDA-stream traces), its
-# analysis, the overlap and compute time checked against Holistic Trace Analysis on the same
-# traces, tokens/s and MFU against the device table's peak (collectors/devices.py), and the
-# step timers against the trace. Everything is printed; the exit code is the number of checks
+# a profiled CUDA run of the runner (NCCL, CUDA-event step timers, CUDA-stream traces, memory
+# events and a memory snapshot per rank), its analysis, the overlap and compute time checked
+# against Holistic Trace Analysis on the same traces, tokens/s and MFU against the device
+# table's peak (collectors/devices.py), the step timers against the trace, and the trace's
+# memory peaks against torch.cuda.max_memory_allocated. Everything is printed; the exit code is the number of checks
 # that failed (bench/gpu_report.py), or the failing step's own.
 #
 #   bench/gpu_check.sh [--cpu] [--out DIR] [--steps N]
@@ -53,7 +54,7 @@ eval "$choice"   # preset=… layout=… global_batch=…
 step "run: layout $layout, preset $preset, $STEPS steps (the last 3 profiled) -> $RUN"
 timeout 300 "$PY" -m meshscope run --layout "$layout" --model "$preset" --steps "$STEPS" \
     --profile-steps "$((STEPS - 3))-$((STEPS - 1))" --global-batch "$global_batch" \
-    --microbatches 4 --out "$RUN"
+    --microbatches 4 --memory-snapshot --out "$RUN"
 
 step "analyze"
 timeout 90 "$PY" -m meshscope analyze --no-cache "$RUN"

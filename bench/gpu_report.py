@@ -19,7 +19,13 @@ beside an independent reading of the same files.
    on CUDA an MFU must come out;
 3. **step timers against the trace** — per rank and profiled step, the step timer's wall time
    (CUDA events on a GPU) against the trace's ``ProfilerStep#N`` span; the median relative
-   difference must stay within 5%.
+   difference must stay within 5%;
+4. **memory against the allocator's own peak** (CUDA only) — per rank and profiled step, the
+   report's peak allocated (the largest ``Total Allocated`` of the trace's ``[memory]`` events
+   in the step, ``memory_steps.parquet``) against the step timer's ``peak_memory_bytes``
+   (``torch.cuda.max_memory_allocated``, reset at every step's end): within 1% — both are the
+   caching allocator's counter, the timer's window the step timer's (from the previous step's
+   end); and each rank's memory snapshot (``--memory-snapshot``) read into the report.
 
 Each check passes, fails, or does not apply (HTA on CPU traces); the exit code is the number
 of checks that failed.
@@ -180,11 +186,46 @@ def check_timers(run: pathlib.Path) -> bool:
     return ok
 
 
+MEMORY_TOLERANCE = 0.01
+
+
+def check_memory(run: pathlib.Path, summary: dict) -> bool | None:
+    import pandas as pd
+    import pyarrow.parquet as pq
+
+    print("\n== 4. memory against the allocator's own peak (torch.cuda.max_memory_allocated) ==")
+    if summary.get("device") != "gpu":
+        print("  a CPU run: the CPU allocator's totals count only what the profiler saw, and the "
+              "step timer holds the process's peak resident set: does not apply")
+        return None
+    steps = pd.read_parquet(run / "report" / "memory_steps.parquet")
+    steps = steps[steps["device"] != "cpu"]
+    diffs = []
+    print(f"  {'rank':>4} {'step':>4} {'trace MiB':>10} {'timer MiB':>10} {'diff':>7}")
+    for f in sorted((run / "steps").glob("rank*.parquet")):
+        rank = int(f.name[4:].split(".")[0])
+        timer = {r["step"]: r["peak_memory_bytes"] for r in pq.read_table(f).to_pylist()}
+        for row in steps[steps["rank"] == rank].itertuples():
+            if timer.get(row.step):
+                d = row.peak_allocated_bytes / timer[row.step] - 1
+                diffs.append(abs(d))
+                print(f"  {rank:>4} {row.step:>4} {row.peak_allocated_bytes / 2**20:>10.1f} "
+                      f"{timer[row.step] / 2**20:>10.1f} {d:>+7.2%}")
+    snaps = {s["rank"] for s in summary.get("memory", {}).get("snapshots", [])}
+    ranks = set(summary.get("ranks", []))
+    ok = bool(diffs) and max(diffs) <= MEMORY_TOLERANCE and ranks <= snaps
+    print(f"  largest |difference| {max(diffs) if diffs else math.nan:.2%} (within "
+          f"{MEMORY_TOLERANCE:.0%}); snapshots read for ranks {sorted(snaps)} of "
+          f"{sorted(ranks)}: {'agree' if ok else 'DISAGREE'}")
+    return ok
+
+
 def check(run: pathlib.Path) -> int:
     summary = json.loads((run / "report" / "summary.json").read_text())
     if summary["problems"]:
         print("analysis problems:", *summary["problems"], sep="\n  ")
-    results = [check_overlap(run, summary), check_throughput(run, summary), check_timers(run)]
+    results = [check_overlap(run, summary), check_throughput(run, summary), check_timers(run),
+               check_memory(run, summary)]
     failed = results.count(False)
     print(f"\nchecks: {results.count(True)} passed, {failed} failed, {results.count(None)} "
           f"did not apply")

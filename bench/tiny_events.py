@@ -32,7 +32,7 @@ from bench.measure import status_mb
 from meshscope.analysis.ingest import events as ingest
 before = status_mb("VmRSS")
 path = pathlib.Path(sys.argv[1])
-table, meta = ingest._parse(path, ingest._read_bytes(path), None)    # as load_trace does
+table, _, meta = ingest._parse(path, ingest._read_bytes(path), None)    # as load_trace does
 arrow = table.nbytes
 owned = [table]                 # to_frame holds the only reference, as in load_trace
 del table

@@ -20,17 +20,14 @@ a prefix (PyTorch's own variable: where NCCL's watchdog writes its dumps on a ti
 ``_dump_fr_trace()``, byte for byte what PyTorch writes (``write_torch_dump``): a gloo job
 then leaves the files an NCCL job leaves, for ``torchfrtrace`` and for ``meshscope analyze``.
 
-PyTorch's own dumps are pickles. ``load_pickle_dump`` reads them without executing anything:
-before any unpickling its opcodes are walked (``pickletools.genops``, which only reads) and a
-pickle that names a class or a function, declares more bytes than the file holds, or a memo
-index beyond its size (what would make the unpickler allocate without bound) is refused; the
-unpickler then refuses every class too, and the result must consist of plain data (dict, list,
-tuple, str, bytes, int, float, bool, None) whose objects, counted once for every place they
-appear in, are at most ``PLACES_PER_BYTE`` times the file's bytes (a pickle's memo lets a few
-hundred bytes stand for 2⁶⁰ objects), else ``UnsafePickleError``. ``read_torch_dump`` reads
-such a file — or PyTorch's JSON form of it (``_dump_fr_trace_json``) — as the ``Dump`` of the
-rank its name gives (``_dump_3``, ``nccl_trace_rank_3``: PyTorch's dumps do not hold their
-rank; ``torch_dump_name``), checked like the runner's own.
+PyTorch's own dumps are pickles. ``load_pickle_dump`` reads them without executing anything,
+through the one plain-data unpickler (``collectors/plain_pickle.py``: opcodes walked before
+anything is unpickled, every class refused, plain data only, and no more objects — counted
+once for every place they appear in — than ``PLACES_PER_BYTE`` times the file's bytes), else
+``UnsafePickleError``. ``read_torch_dump`` reads such a file — or PyTorch's JSON form of it
+(``_dump_fr_trace_json``) — as the ``Dump`` of the rank its name gives (``_dump_3``,
+``nccl_trace_rank_3``: PyTorch's dumps do not hold their rank; ``torch_dump_name``), checked
+like the runner's own.
 
 Reading, validated at the boundary: ``read_dump(path)`` decodes a dump with bounds
 (``schema.read_document``) and checks it against the typed records below (``Dump``,
@@ -46,7 +43,6 @@ frames, for one) dropped.
 """
 from __future__ import annotations
 
-import io
 import json
 import os
 import pathlib
@@ -60,7 +56,8 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from . import schema
+from . import plain_pickle, schema
+from .plain_pickle import UnsafePickleError
 from .run_dir import COMMS, RunDirError, write_json_atomic
 from .run_info import MAX_WORLD_SIZE
 
@@ -104,83 +101,6 @@ def dump(run: pathlib.Path, rank: int, reason: str, error: str | None = None) ->
         print(f"meshscope: rank {rank}: PyTorch's Flight Recorder dump not written: "
               f"{type(e).__name__}: {e}", file=sys.stderr)
     return path
-
-
-class UnsafePickleError(ValueError):
-    """A pickle that is not plain data; the message names the file and what was refused."""
-
-
-PLAIN = (dict, list, tuple, str, bytes, int, float, bool, type(None))
-
-
-class _PlainUnpickler(pickle.Unpickler):
-    def find_class(self, module, name):
-        raise pickle.UnpicklingError(f"refused to load {module}.{name}: only plain data "
-                                     f"(dict, list, tuple, str, int, float, bool, None)")
-
-
-# Opcodes that name, build or call objects: none occurs in a pickle of plain data.
-_CODE_OPS = {"GLOBAL", "STACK_GLOBAL", "REDUCE", "BUILD", "INST", "OBJ", "NEWOBJ", "NEWOBJ_EX",
-             "EXT1", "EXT2", "EXT4", "PERSID", "BINPERSID", "READONLY_BUFFER", "NEXT_BUFFER"}
-_MEMO_OPS = {"PUT", "BINPUT", "LONG_BINPUT", "GET", "BINGET", "LONG_BINGET"}
-
-
-def _check_opcodes(raw: bytes) -> None:
-    """ValueError naming the first opcode a plain-data pickle cannot hold (module docstring);
-    nothing is unpickled."""
-    strings: list[str] = []
-    for op, arg, pos in pickletools.genops(raw):
-        if isinstance(arg, str):
-            strings = (strings + [arg])[-2:]
-        if op.name in _CODE_OPS:
-            what = arg.replace(" ", ".") if isinstance(arg, str) else \
-                ".".join(strings) if op.name == "STACK_GLOBAL" and len(strings) == 2 else op.name
-            raise ValueError(f"refused to load {what} (byte {pos}): only plain data "
-                             f"(dict, list, tuple, str, int, float, bool, None)")
-        if op.name in _MEMO_OPS and isinstance(arg, int) and arg > len(raw):
-            raise ValueError(f"memo index {arg} at byte {pos} is beyond the pickle's size")
-        if op.name == "FRAME" and arg > len(raw):
-            raise ValueError(f"a frame of {arg} bytes at byte {pos}, in a file of {len(raw)}")
-
-
-# A pickle may place one object in many places (its memo): a few hundred bytes can stand for a
-# list of two references to a list of two references … 2**60 objects to whoever walks the
-# result. Plain data written without sharing holds at most one object per byte; PyTorch's dumps
-# hold fewer (23,727 in a 38,450-byte dump of 300 entries). Counted as a reader walks them,
-# a pickle's objects may be at most this many times its bytes, plus a small allowance.
-PLACES_PER_BYTE = 16
-PLACES_ALLOWANCE = 1 << 16
-
-
-def _check_plain(obj, limit: int) -> None:
-    """ValueError unless ``obj`` is plain data nested at most 200 levels deep whose objects,
-    each counted once for every place it appears in, number at most ``limit``. Each distinct
-    object is walked once (its count and height remembered), so the check itself costs what
-    the pickle holds, not what it stands for."""
-    seen: dict[int, tuple[int, int]] = {}       # id → (places under it, its height)
-
-    def walk(x, depth: int) -> tuple[int, int]:
-        if not isinstance(x, PLAIN):
-            raise ValueError(f"object of type {type(x).__name__}")
-        if not isinstance(x, (dict, list, tuple)):
-            return 1, 0
-        known = seen.get(id(x))
-        if known is None:
-            if depth > 200:
-                raise ValueError("nesting deeper than 200 levels")
-            count, height = 1, 0
-            for v in (y for kv in x.items() for y in kv) if isinstance(x, dict) else x:
-                n, h = walk(v, depth + 1)
-                count, height = count + n, max(height, h + 1)
-                if count > limit:
-                    raise ValueError(f"one object referred to from many places: more than "
-                                     f"{limit:,} objects in all, from a pickle of its size")
-            known = seen[id(x)] = (count, height)
-        if depth + known[1] > 200:
-            raise ValueError("nesting deeper than 200 levels")
-        return known
-
-    walk(obj, 0)
 
 
 # -- the typed records a dump is checked against ---------------------------------------------
@@ -269,13 +189,9 @@ def load_pickle_dump(path: pathlib.Path) -> dict:
     ``TorchDump``; ``UnsafePickleError`` naming the file otherwise."""
     path = pathlib.Path(path)
     try:
-        raw = path.read_bytes()
-        _check_opcodes(raw)
-        obj = _PlainUnpickler(io.BytesIO(raw)).load()
-        _check_plain(obj, PLACES_PER_BYTE * len(raw) + PLACES_ALLOWANCE)
-    except (pickle.UnpicklingError, ValueError, EOFError, TypeError, AttributeError, KeyError,
-            IndexError, struct.error, OverflowError, RecursionError) as e:
-        raise UnsafePickleError(f"{path}: not a plain-data pickle ({e})") from None
+        obj = plain_pickle.loads(path.read_bytes())
+    except UnsafePickleError as e:
+        raise UnsafePickleError(f"{path}: {e}") from None
     except OSError as e:
         raise UnsafePickleError(f"{path}: cannot read ({e.strerror})") from None
     if not isinstance(obj, dict):

@@ -7,6 +7,7 @@ RUN/
   steps/        rank{R}.parquet — per-rank step timings and losses
   comms/        rank{R}.json — Flight Recorder dumps
   logs/         rank{R}.stdout.log, rank{R}.stderr.log, launcher.log
+  memory/       rank{R}.pickle — memory snapshots (``--memory-snapshot``, CUDA only)
   report/       written by ``meshscope analyze``
 ```
 """
@@ -28,6 +29,7 @@ TRACES = "traces"
 STEPS = "steps"
 COMMS = "comms"
 LOGS = "logs"                     # each rank's stdout/stderr and the launcher's log
+MEMORY = "memory"                 # memory snapshots, rank{R}.pickle (--memory-snapshot, CUDA)
 REPORT = "report"
 SUMMARY = "summary.json"          # the report's summary, in REPORT
 SWEEP_JSON = "sweep.json"         # a sweep's index, in the sweep's folder
@@ -266,6 +268,11 @@ def trace_path(run: pathlib.Path, rank: int) -> pathlib.Path:
 
 def steps_path(run: pathlib.Path, rank: int) -> pathlib.Path:
     return pathlib.Path(run) / STEPS / f"rank{rank}.parquet"
+
+
+def snapshot_path(run: pathlib.Path, rank: int) -> pathlib.Path:
+    """Rank ``rank``'s memory snapshot (``meshscope run --memory-snapshot``, CUDA only)."""
+    return pathlib.Path(run) / MEMORY / f"rank{rank}.pickle"
 
 
 def write_json_atomic(path: pathlib.Path, data: dict) -> None:

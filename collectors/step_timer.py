@@ -130,6 +130,11 @@ class StepTimer:
             self.flush()
         return row["wall_time_us"]
 
+    @property
+    def last_peak_memory_bytes(self) -> int | None:
+        """The last closed step's ``peak_memory_bytes`` (None before any)."""
+        return self._rows[-1]["peak_memory_bytes"] if self._rows else None
+
     def flush(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         table = pa.Table.from_pylist(self._rows, schema=SCHEMA)

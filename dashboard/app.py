@@ -7,7 +7,8 @@ only rewrite the URL. The navigation bar's links keep the query string, so movin
 keeps the selected run.
 
 Pages (``dashboard.pages``): runs list (``/``), overview, GPU (``/gpu``: idle causes,
-step categories, kernels, GEMMs, synchronisations), pipeline, communication, stragglers,
+step categories, kernels, GEMMs, synchronisations), memory (``/memory``: peaks per rank,
+allocated and reserved over time, what is live at the peak, snapshots), pipeline, communication, stragglers,
 timeline, health, compare. Each is built on the server from the run's written
 report (``dashboard.data``) into sections (``dashboard.sections``): the browser receives
 figures of aggregated data only. A run that has not been analysed yet is analysed when it is
@@ -40,8 +41,8 @@ from . import state as st
 from .data import ReportUnreadable, open_report, read_summary
 from .jobs import Analyses, Limits
 from .page_builds import PageBuilds, Pending
-from .pages import communication, compare, device, health, overview, pipeline, runs_list, \
-    stragglers, timeline
+from .pages import communication, compare, device, health, memory, overview, pipeline, \
+    runs_list, stragglers, timeline
 from .pages.common import PageContext, pick_step, rank_label
 from .runs import RunIndex
 
@@ -52,23 +53,28 @@ PAGE = {"fontFamily": "system-ui, -apple-system, 'Segoe UI', sans-serif", "maxWi
 NAV = {"display": "flex", "gap": "18px", "alignItems": "baseline", "flexWrap": "wrap",
        "borderBottom": "1px solid #ddd", "padding": "8px 0", "marginBottom": "12px"}
 BUILDERS = {"overview": overview.sections, "gpu": device.sections,
-            "pipeline": pipeline.sections,
+            "memory": memory.sections, "pipeline": pipeline.sections,
             "communication": communication.sections, "stragglers": stragglers.sections,
             "timeline": timeline.sections, "health": health.sections}
 # Which pickers each page offers.
 PICKERS = {"pipeline": ("step",), "timeline": ("step",), "overview": ("color",),
-           "gpu": ("rank",)}
+           "gpu": ("rank",), "memory": ("rank",)}
 
 
 def nav_pages(index: RunIndex, state: st.ViewState) -> tuple[str, ...]:
     """The pages the navigation bar links to for ``state``: every page, but the GPU page only
     when the selected run's summary says its device is a GPU (``Summary.device``, read from
     summary.json alone: cheap, and never a page build) — a CPU run's GPU page would only say it
-    has nothing to show. ``/gpu`` itself still answers, with that explanation."""
+    has nothing to show — and the Memory page only when it has memory to show (a device
+    recorded with memory events, or a snapshot: ``Summary.memory``). ``/gpu`` and
+    ``/memory`` themselves still answer, with that explanation."""
     entry = index.get(state.run) if state.run else None
     doc = read_summary(entry) if entry is not None and entry.analysed else None
-    gpu = doc is not None and reader.read_summary(doc).device == "gpu"
-    return ("runs",) + tuple(p for p in st.PAGES if p != "gpu" or gpu)
+    typed = reader.read_summary(doc) if doc is not None else None
+    gpu = typed is not None and typed.device == "gpu"
+    mem = typed is not None and bool(typed.memory.devices or typed.memory.snapshots)
+    return ("runs",) + tuple(p for p in st.PAGES
+                             if (p != "gpu" or gpu) and (p != "memory" or mem))
 
 
 def _nav(state: st.ViewState, pages: tuple[str, ...]) -> list:
@@ -103,11 +109,13 @@ def _pickers(ctx: PageContext) -> list:
                 value=pick_step(rep, state.step), clearable=False,
                 style={"width": "120px", "display": "inline-block", "verticalAlign": "middle"})],
                 style={"marginRight": "24px"}))
-        if kind == "rank" and len(rep.ranks) > 1 and device.is_gpu(rep):
+        if kind == "rank" and len(rep.ranks) > 1 and (
+                device.is_gpu(rep) if state.page == "gpu" else memory.has_memory(rep)):
+            focus = device.focus_rank(ctx) if state.page == "gpu" else memory.focus_rank(ctx)
             out.append(html.Label(["rank ", dcc.Dropdown(
                 id="rank-select", options=[{"label": rank_label(r, rep), "value": r}
                                            for r in rep.ranks],
-                value=device.focus_rank(ctx), clearable=False,
+                value=focus, clearable=False,
                 style={"width": "200px", "display": "inline-block", "verticalAlign": "middle"})],
                 style={"marginRight": "24px"}))
         if kind == "color":

@@ -1,7 +1,7 @@
 """The state of a view, as its URL holds it — so that every view has an address to share.
 
 ``/PAGE?run=ID[&run=ID2…][&rank=R][&step=S][&color=METRIC]``: the page is the path
-(``/overview``, ``/gpu``, ``/pipeline``…; ``/`` is the runs list), ``run`` names the run by its id (the
+(``/overview``, ``/gpu``, ``/memory``, ``/pipeline``…; ``/`` is the runs list), ``run`` names the run by its id (the
 compare page takes it several times, or ``sweep=ID`` for a whole sweep folder), ``rank`` and
 ``step`` select what the page zooms on, ``color`` what the mesh is coloured by. ``parse`` reads
 any query string without failing: a value that is not what it should be is dropped (and the
@@ -13,10 +13,10 @@ from __future__ import annotations
 import dataclasses
 from urllib.parse import parse_qs, urlencode
 
-PAGES = ("overview", "gpu", "pipeline", "communication", "stragglers", "timeline", "health",
-         "compare")
-TITLES = {"runs": "Runs", "overview": "Overview", "gpu": "GPU", "pipeline": "Pipeline",
-          "communication": "Communication", "stragglers": "Stragglers",
+PAGES = ("overview", "gpu", "memory", "pipeline", "communication", "stragglers", "timeline",
+         "health", "compare")
+TITLES = {"runs": "Runs", "overview": "Overview", "gpu": "GPU", "memory": "Memory",
+          "pipeline": "Pipeline", "communication": "Communication", "stragglers": "Stragglers",
           "timeline": "Timeline", "health": "Health", "compare": "Compare"}
 MAX_RUNS = 16          # runs one compare view takes
 MAX_FIELDS = 64        # query fields read; the rest of a longer query string is ignored

@@ -1,5 +1,5 @@
 """The static HTML report: one self-contained file with a run's pages — overview, GPU (for a
-run with GPU activity), pipeline, communication, stragglers, timeline (where the report has its
+run with GPU activity), memory (for a run recorded with memory events or a snapshot), pipeline, communication, stragglers, timeline (where the report has its
 aligned timeline table), health —
 to attach to a review; the pipeline and timeline pages once per profiled step, and no
 instruction that needs the server (no "click", no links). Plotly's JavaScript is embedded once, so the figures stay interactive
@@ -18,7 +18,8 @@ import pathlib
 
 from . import sections as S
 from .data import RunReport, open_report
-from .pages import communication, device, health, overview, pipeline, stragglers, timeline
+from .pages import communication, device, health, memory, overview, pipeline, stragglers, \
+    timeline
 from .pages.common import PageContext
 from .runs import RunEntry
 from .state import TITLES, ViewState
@@ -27,7 +28,7 @@ from .state import TITLES, ViewState
 PER_STEP = ("pipeline", "timeline")
 
 PAGES = (("overview", overview.sections), ("gpu", device.sections),
-         ("pipeline", pipeline.sections),
+         ("memory", memory.sections), ("pipeline", pipeline.sections),
          ("communication", communication.sections), ("stragglers", stragglers.sections),
          ("timeline", timeline.sections), ("health", health.sections))
 
@@ -55,6 +56,8 @@ def render_html(report: RunReport) -> str:
             continue  # without the report's own table the timeline needs the traces
         if page == "gpu" and not device.is_gpu(report):
             continue  # a CPU run has no GPU figures
+        if page == "memory" and not memory.has_memory(report):
+            continue  # recorded without memory events and no snapshot
         ctx = PageContext(report, ViewState(page=page, runs=(report.run_id,), static=True))
         body = S.to_html(build(ctx))
         if page in PER_STEP:

@@ -63,7 +63,8 @@ STEP_TIME_SOURCES: dict[StepTimeSource, str] = {
 FixedFindingId = Literal[
     "hang", "desync", "straggler", "host-bound", "stage-imbalance", "pipeline-bubble",
     "slow-steps", "data-loading-stall", "sync-stall", "launch-bound", "memcpy-on-critical-path",
-    "arrival-jitter", "low-gemm-efficiency", "gpu-idle"]
+    "arrival-jitter", "low-gemm-efficiency", "gpu-idle", "near-oom", "memory-imbalance",
+    "memory-growth", "memory-fragmentation", "largest-allocator"]
 EXPOSED_COMM_PREFIX = "exposed-comm-"
 FINDING_IDS: tuple[str, ...] = get_args(FixedFindingId) + tuple(
     EXPOSED_COMM_PREFIX + d for d in COMM_DIMS)

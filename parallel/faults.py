@@ -11,7 +11,10 @@ world group except rank R, so the others wait until the collective timeout),
 every rank joins one extra ``all_to_all_single`` on the world group, sending 2 rows to every
 rank, but rank R expects 3 rows from rank 0 — a program whose ranks disagree on the split
 sizes; gloo completes it without an error, with rank R's extra row never written, which is
-exactly what only the Flight Recorder can show). Several may be given.
+exactly what only the Flight Recorder can show) and ``leak=R:MB`` (rank R keeps MB more
+mebibytes at every step: at the start of each step it allocates a tensor of MB MiB, zeroed,
+and keeps it to the end of the run — a leak of a known size, step after step, that the
+memory analysis must name and its healthy twin must not). Several may be given.
 """
 from __future__ import annotations
 
@@ -25,16 +28,17 @@ if TYPE_CHECKING:
 # torch is imported where a fault acts, in the rank: the command parses and checks ``--inject``
 # before anything imports torch (parallel/options.py).
 
-KINDS = ("slow-rank", "fixed-work", "hang", "crash", "desync")
+KINDS = ("slow-rank", "fixed-work", "hang", "crash", "desync", "leak")
 # How each is written on the command line (the help of ``--inject`` and its error).
-FORMS = "slow-rank=R:MS, fixed-work=R:MS, hang=R:STEP, crash=R:STEP or desync=R:STEP"
+FORMS = ("slow-rank=R:MS, fixed-work=R:MS, hang=R:STEP, crash=R:STEP, desync=R:STEP or "
+         "leak=R:MB")
 
 
 @dataclasses.dataclass(frozen=True)
 class Fault:
     kind: str
     rank: int
-    value: int  # milliseconds for slow-rank and fixed-work, a step for the others
+    value: int  # milliseconds for slow-rank and fixed-work, MiB for leak, a step for the others
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -46,9 +50,12 @@ def parse_fault(text: str) -> Fault:
     if kind not in KINDS or not sep or not sep2:
         raise ValueError(f"--inject {text!r}: expected {FORMS}")
     try:
-        return Fault(kind, int(rank), int(value))
+        fault = Fault(kind, int(rank), int(value))
     except ValueError:
         raise ValueError(f"--inject {text!r}: rank and value must be integers") from None
+    if fault.kind == "leak" and fault.value < 1:
+        raise ValueError(f"--inject {text!r}: a leak keeps at least 1 MiB a step")
+    return fault
 
 
 class InjectedCrash(RuntimeError):
@@ -89,12 +96,18 @@ def _install_fixed_work(module: torch.nn.Module, delay: float) -> None:
     module.register_forward_hook(after_forward)
 
 
+# What an injected leak keeps: never freed while the rank runs.
+_LEAKED: list = []
+
+
 def before_step(faults: list[Fault], rank: int, step: int, device: torch.device) -> None:
-    """Crash, hang or desynchronise as injected for this rank and step."""
+    """Crash, hang, desynchronise or leak as injected for this rank and step."""
     import torch
     import torch.distributed as dist
 
     for f in faults:
+        if f.kind == "leak" and f.rank == rank:
+            _LEAKED.append(torch.zeros(f.value << 20, dtype=torch.uint8, device=device))
         if f.kind == "crash" and f.rank == rank and f.value == step:
             raise InjectedCrash(f"injected crash on rank {rank} at step {step}")
         if f.kind == "hang" and f.value == step and f.rank != rank:

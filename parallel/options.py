@@ -43,6 +43,8 @@ class RunOptions:
     nproc_per_node: int | None = None
     always_on: bool = True   # step-timer flushes and Flight Recorder; off only to measure them
     nccl_debug: bool = False  # NCCL_DEBUG=INFO per rank into comms/nccl-rank{R}.log (CUDA)
+    memory_snapshot: bool = False  # CUDA: a memory snapshot per rank into memory/rank{R}.pickle
+    profile_memory: bool = True    # the profiler records the allocator's [memory] events
     peak_flops: float | None = None          # per device, overrides collectors.devices
     peak_bandwidth: float | None = None      # bytes/s per device, likewise
     command: list[str] = dataclasses.field(default_factory=lambda: list(sys.argv))
@@ -111,7 +113,10 @@ class WorkerConfig:
     parallelism run; ``faults``: what to inject; ``timeout_s``: the process groups' timeout;
     ``profile_steps``: the first and last profiled step (inclusive); ``always_on``: the step
     timers flush every 10 steps and the Flight Recorder dumps (off only to measure them);
-    ``nccl_debug``: ``NCCL_DEBUG=INFO`` per rank into ``comms/`` (CUDA only)."""
+    ``nccl_debug``: ``NCCL_DEBUG=INFO`` per rank into ``comms/`` (CUDA only);
+    ``memory_snapshot``: the allocator's history recorded over the profiled steps and dumped
+    per rank into ``memory/rank{R}.pickle`` (CUDA only; ``collectors/memory_snapshot.py``);
+    ``profile_memory``: the profiler records the allocator's ``[memory]`` events."""
     run_dir: pathlib.Path
     run_id: str
     node_rank: int
@@ -132,6 +137,8 @@ class WorkerConfig:
     profile_steps: tuple[int, int]
     always_on: bool
     nccl_debug: bool
+    memory_snapshot: bool = False
+    profile_memory: bool = True
 
     @classmethod
     def of(cls, opts: RunOptions, run_dir: pathlib.Path, run_id: str) -> WorkerConfig:
@@ -143,7 +150,8 @@ class WorkerConfig:
                    global_batch=opts.global_batch, lr=opts.lr, dp_mode=opts.dp_mode,
                    sp=opts.sp, faults=tuple(opts.faults), timeout_s=opts.timeout_s,
                    profile_steps=tuple(opts.profile_steps), always_on=opts.always_on,
-                   nccl_debug=opts.nccl_debug)
+                   nccl_debug=opts.nccl_debug, memory_snapshot=opts.memory_snapshot,
+                   profile_memory=opts.profile_memory)
 
     def to_dict(self) -> dict:
         """The JSON form (``read`` takes it back): plain values, the layout as its sizes."""

@@ -22,7 +22,8 @@ import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import ErrorHandler, record
 from torch.profiler import record_function
 
-from meshscope.collectors import annotations, flight_recorder, rendezvous
+from meshscope.collectors import annotations, flight_recorder, memory_census, rendezvous
+from meshscope.collectors import memory_snapshot
 from meshscope.collectors.profiling import at_step_start, make_profiler
 from meshscope.collectors.run_dir import steps_path, write_json_atomic
 from meshscope.collectors.step_timer import StepTimer
@@ -148,7 +149,8 @@ def _main(config_path: str) -> None:
     node0 = conf.node_rank == 0 and int(os.environ.get("LOCAL_RANK", "0")) == 0
     meta = {"layout": str(layout), "rank": rank, "coordinates": rm.coords,
             "run_id": rendezvous.shared_value("run_id", conf.run_id, publisher=node0)}
-    prof = make_profiler(run_dir, rank, conf.profile_steps, device, meta)
+    prof = make_profiler(run_dir, rank, conf.profile_steps, device, meta,
+                         profile_memory=conf.profile_memory)
     local_tokens = conf.global_batch // layout.size("dp") * cfg.seq_len // layout.size("cp")
     try:
         with prof:
@@ -157,6 +159,8 @@ def _main(config_path: str) -> None:
                                     cfg.vocab_size)
                 x, y = (local_batch(t, layout, rm.coords).to(device) for t in (x, y))
                 at_step_start(prof, step, conf.profile_steps)
+                if conf.memory_snapshot:
+                    memory_snapshot.at_step_start(step, conf.profile_steps, device)
                 timer.start()
                 before_step(faults, rank, step, device)
                 opt.zero_grad(set_to_none=True)
@@ -170,6 +174,12 @@ def _main(config_path: str) -> None:
                 with timer.phase("optimizer"), record_function(annotations.OPTIMIZER):
                     opt.step()
                 timer.stop(step, tokens=local_tokens, loss=loss)
+                if step == conf.profile_steps[0]:       # still recording: into the trace
+                    memory_census.record(prof, memory_census.census(
+                        list(rm.parameters()), opt, step, device,
+                        timer.last_peak_memory_bytes if device.type == "cuda" else None))
+                if conf.memory_snapshot:
+                    memory_snapshot.at_step_end(run_dir, rank, step, conf.profile_steps, device)
                 prof.step()
     except BaseException as e:
         if conf.always_on:

@@ -443,18 +443,24 @@ def _served_ids(app, path: str, search: str) -> tuple[set, set]:
 @pytest.mark.parametrize("run_id", sorted(p.name for p in SAMPLES.iterdir()
                                           if (p / "report" / "summary.json").is_file()))
 def test_the_nav_bar_offers_the_gpu_page_only_for_a_gpu_run(run_id):
-    """Every shipped sample ran on CPUs (its summary says so): no GPU link in the bar on any of
-    its pages, every other page linked; ``/gpu`` still answers, with its explanation."""
+    """Every shipped sample ran on CPUs (its summary says so) and was recorded before the
+    runner recorded memory (its summary's memory is empty): no GPU or Memory link in the bar
+    on any of its pages, every other page linked; ``/gpu`` and ``/memory`` still answer, with
+    their explanations."""
     from meshscope.dashboard.app import create_app
 
     assert _summary(run_id)["device"] == "cpu"
+    assert not _summary(run_id)["memory"]["devices"]
     app = create_app(SAMPLES)
     for page in ("overview", "timeline"):
         nav, _ = _served_ids(app, f"/{page}", f"?run={run_id}")
-        assert "nav-gpu" not in nav
-        assert {f"nav-{p}" for p in st.PAGES if p != "gpu"} | {"nav-runs"} <= nav
+        assert "nav-gpu" not in nav and "nav-memory" not in nav
+        assert {f"nav-{p}" for p in st.PAGES if p not in ("gpu", "memory")} | {"nav-runs"} \
+            <= nav
     _, body = _served_ids(app, "/gpu", f"?run={run_id}")
     assert "gpu-none" in body
+    _, body = _served_ids(app, "/memory", f"?run={run_id}")
+    assert "memory-none" in body
 
 
 def test_a_grid_is_a_plain_table_in_the_static_report():

@@ -33,9 +33,16 @@ def test_cpu_fallback_runs_every_step(tmp_path):
     assert proc.returncode == 0, out[-3000:] + proc.stderr[-3000:]
     for heading in ("=== machine", "=== run: layout dp=2, preset tiny", "=== analyze",
                     "== 1. overlap and compute time against HTA", "== 2. tokens/s and MFU",
-                    "== 3. step timers against the trace"):
+                    "== 3. step timers against the trace",
+                    "== 4. memory against the allocator's own peak"):
         assert heading in out
-    assert "checks: 2 passed, 0 failed, 1 did not apply" in out
+    # HTA finds no kernels in CPU traces; the memory check is CUDA's (and each rank says on its
+    # stderr that --memory-snapshot writes no snapshot on a CPU run).
+    assert "checks: 2 passed, 0 failed, 2 did not apply" in out
+    for rank in (0, 1):
+        log = (tmp_path / "run" / "logs" / f"rank{rank}.stderr.log").read_text()
+        assert "--memory-snapshot needs CUDA" in log
+    assert not (tmp_path / "run" / "memory").exists()
     summary = json.loads((tmp_path / "run" / "report" / "summary.json").read_text())
     assert summary["ranks"] == [0, 1] and summary["device"] == "cpu"
     # Every profiled step of every rank was set beside its trace span.

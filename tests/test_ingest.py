@@ -80,6 +80,12 @@ def test_cli_rank_regex(tmp_path):
 
 # --- cache ------------------------------------------------------------------------------
 
+def _entries(cache) -> list:
+    """The cache's event tables (each has its [memory] events' table beside it,
+    ``<key>.memory.parquet``)."""
+    return sorted(p for p in cache.glob("*.parquet") if not p.name.endswith(".memory.parquet"))
+
+
 def test_cache_hit_is_identical_and_skips_parsing(tmp_path):
     src = SAMPLE / "rank0.json.gz"
     cache = tmp_path / "cache"
@@ -87,21 +93,25 @@ def test_cache_hit_is_identical_and_skips_parsing(tmp_path):
     before = ingest.PARSE_COUNT
     first = ingest.load_trace(src, cache_dir=cache)
     assert ingest.PARSE_COUNT == before + 1
-    entries = list(cache.glob("*.parquet"))
+    entries = _entries(cache)
     assert len(entries) == 1
-    mtime = entries[0].stat().st_mtime_ns
+    pair = sorted(cache.glob("*"))
+    assert pair == sorted([entries[0], trace_cache.memory_entry(cache, entries[0].stem)])
+    mtimes = [p.stat().st_mtime_ns for p in pair]
     second = ingest.load_trace(src, cache_dir=cache)
     assert ingest.PARSE_COUNT == before + 1, "a cache hit must not parse the JSON"
-    assert entries[0].stat().st_mtime_ns == mtime and list(cache.glob("*")) == entries
+    assert [p.stat().st_mtime_ns for p in pair] == mtimes and sorted(cache.glob("*")) == pair
     for other in (first, second):
         pd.testing.assert_frame_equal(other.events, fresh.events, check_exact=True)
+        pd.testing.assert_frame_equal(other.memory, fresh.memory, check_exact=True)
         assert other.meta == fresh.meta and other.rank == fresh.rank == 0
 
 
 def test_a_cache_entry_is_on_disk_before_its_rename(tmp_path):
-    """Atomic is not durable: a rename changes the folder only. A load that stores its table,
-    watched by ``strace``: the temporary file is flushed (``fsync``) before the rename that
-    puts the entry in place, and the cache folder after it."""
+    """Atomic is not durable: a rename changes the folder only. A load that stores its tables,
+    watched by ``strace``: each temporary file is flushed (``fsync``) before the rename that
+    puts it in place — the [memory] events' table before the event table, so an event table
+    in place always has it — and the cache folder after both."""
     import sys
 
     from syscalls import fs_calls
@@ -112,14 +122,19 @@ def test_a_cache_entry_is_on_disk_before_its_rename(tmp_path):
               "events.load_trace(pathlib.Path(sys.argv[1]), cache_dir=pathlib.Path(sys.argv[2]))")
     calls = fs_calls([sys.executable, "-c", script, str(SAMPLE / "rank0.json.gz"), str(cache)],
                      tmp_path / "strace.log")
-    entries = list(cache.glob("*.parquet"))
-    assert len(entries) == 1 and list(cache.iterdir()) == entries
-    put = [i for i, c in enumerate(calls) if c[0] == "rename" and c[2] == str(entries[0])]
-    assert len(put) == 1, calls
-    tmp = calls[put[0]][1]
-    assert pathlib.Path(tmp).parent == cache and pathlib.Path(tmp).name.startswith(".tmp-")
-    assert ("fsync", tmp) in calls[:put[0]]
-    assert ("fsync", str(cache)) in calls[put[0] + 1:]
+    entries = _entries(cache)
+    memory = trace_cache.memory_entry(cache, entries[0].stem)
+    assert len(entries) == 1 and sorted(cache.iterdir()) == sorted([entries[0], memory])
+    renames = []
+    for dest in (memory, entries[0]):
+        put = [i for i, c in enumerate(calls) if c[0] == "rename" and c[2] == str(dest)]
+        assert len(put) == 1, calls
+        tmp = calls[put[0]][1]
+        assert pathlib.Path(tmp).parent == cache and pathlib.Path(tmp).name.startswith(".tmp-")
+        assert ("fsync", tmp) in calls[:put[0]]
+        renames.append(put[0])
+    assert renames[0] < renames[1]
+    assert ("fsync", str(cache)) in calls[renames[1] + 1:]
 
 
 def test_cache_key_follows_content_and_settings(tmp_path):
@@ -128,12 +143,12 @@ def test_cache_key_follows_content_and_settings(tmp_path):
     cache = tmp_path / "cache"
     a = ingest.load_trace(trace, cache_dir=cache)
     ingest.load_trace(trace, cache_dir=cache, comm_kernel_re=__import__("re").compile("x"))
-    assert len(list(cache.glob("*.parquet"))) == 2          # another pattern, another entry
+    assert len(_entries(cache)) == 2                        # another pattern, another entry
     doc = json.loads(trace.read_text())
     doc["traceEvents"] = doc["traceEvents"][:-100]
     trace.write_text(json.dumps(doc))
     b = ingest.load_trace(trace, cache_dir=cache)
-    assert len(list(cache.glob("*.parquet"))) == 3          # edited file, new entry
+    assert len(_entries(cache)) == 3                        # edited file, new entry
     assert len(b.events) < len(a.events)
 
 
@@ -141,10 +156,14 @@ def test_bad_cache_is_ignored(tmp_path):
     src = SAMPLE / "rank1.json.gz"
     cache = tmp_path / "cache"
     good = ingest.load_trace(src, cache_dir=cache)
-    (entry,) = cache.glob("*.parquet")
+    (entry,) = _entries(cache)
     entry.write_bytes(b"not parquet")
     before = ingest.PARSE_COUNT
     again = ingest.load_trace(src, cache_dir=cache)
+    assert ingest.PARSE_COUNT == before + 1
+    trace_cache.memory_entry(cache, entry.stem).unlink()    # an event table without its pair
+    before = ingest.PARSE_COUNT
+    assert len(ingest.load_trace(src, cache_dir=cache).events) == len(good.events)
     assert ingest.PARSE_COUNT == before + 1
     pd.testing.assert_frame_equal(again.events, good.events)
     blocker = tmp_path / "file"
@@ -162,7 +181,7 @@ def test_cli_cache_and_no_cache(tmp_path):
     (run / "report" / ".cache" / "report.key").unlink()     # the report itself is not reused
     meshscope("analyze", run, "--json", check=True)
     entries = sorted((run / "report" / ".cache").glob("*.parquet"))
-    assert len(entries) == 4
+    assert len(_entries(run / "report" / ".cache")) == 4 and len(entries) == 8
     mtimes = [e.stat().st_mtime_ns for e in entries]
     out3 = meshscope("analyze", run, "--json", check=True)
     assert [e.stat().st_mtime_ns for e in entries] == mtimes
@@ -184,7 +203,7 @@ def test_a_cached_trace_is_refused_under_a_lower_budget(tmp_path, monkeypatch):
     cache = tmp_path / "cache"
     first = ingest.load_trace(trace, cache_dir=cache)
     count = len(first.events)
-    assert count > 100 and len(list(cache.glob("*.parquet"))) == 1
+    assert count > 100 and len(_entries(cache)) == 1
     monkeypatch.setenv(budgets.ENV["events"], "100")
     for cache_dir in (None, cache):                  # a first reading, and one with a cache
         with pytest.raises(InputError, match=r"more than 100 events.*--max-events") as e:
@@ -513,7 +532,7 @@ def test_a_tiny_event_costs_the_frame_its_columns_and_no_more(tmp_path):
     strings as int32 codes, the numbers as 8 bytes; it was 138)."""
     n = 20_000
     path = _tiny_trace(tmp_path / "rank0.json.gz", n)
-    table, _ = ingest._parse(path, path.read_bytes(), None)
+    table, _, _ = ingest._parse(path, path.read_bytes(), None)
     assert table.num_rows == n
     assert table.nbytes / n <= 120, table.nbytes / n
     frame = ingest.load_trace(path).events

@@ -144,7 +144,7 @@ def test_bare_json_array(tmp_path, closed):
                               "Memset": 2, "Python": 2}, "be_pairs": 0}}
     assert any("bare JSON array" in n for n in trace.notes)
     # The whole-file reader (used when a file cannot be streamed) reads it alike.
-    table, meta = ingest._parse_whole(path, path.read_bytes(), batch_events=3)
+    table, _, meta = ingest._parse_whole(path, path.read_bytes(), batch_events=3)
     assert table.num_rows == 16 and meta == {}
     assert ingest.read_format(table)["layout"] == "array"
 
@@ -218,9 +218,9 @@ def test_be_pairs_across_batches(tmp_path):
     stream = json_stream.EventStream(raw, ingest._decode, batch_bytes=64)
     sizes = [len(b) for b in stream.batches()]
     assert len(sizes) > 20 and max(sizes) <= 2, "the batches are tiny"
-    small, _ = ingest._parse(path, raw, None, batch_bytes=64)
-    whole, _ = ingest._parse_whole(path, raw, batch_events=1)
-    usual, _ = ingest._parse(path, raw, None)
+    small, _, _ = ingest._parse(path, raw, None, batch_bytes=64)
+    whole, _, _ = ingest._parse_whole(path, raw, batch_events=1)
+    usual, _, _ = ingest._parse(path, raw, None)
     for table in (small, whole, usual):
         got = _by_name(table)
         assert {k: got[k] for k in BE_EXPECTED} == BE_EXPECTED

@@ -13,7 +13,8 @@ from conftest import ROOT, shared_trace
 
 def _whole(raw):
     """The event table and metadata as the whole-file reader makes them."""
-    return ingest._parse_whole(ingest.pathlib.Path("x"), raw, batch_events=100)
+    table, _, meta = ingest._parse_whole(ingest.pathlib.Path("x"), raw, batch_events=100)
+    return table, meta
 
 
 def _streamed(raw, batch_bytes):
@@ -312,5 +313,5 @@ def test_a_deeply_nested_trace_is_refused_streamed_or_whole(where, monkeypatch):
                                                     "--max-nesting"):
             read()
     monkeypatch.setenv(budgets.ENV["nesting"], "200")
-    table, _ = ingest._parse(path, gzip.compress(text, 1), None)
+    table, _, _ = ingest._parse(path, gzip.compress(text, 1), None)
     assert table.num_rows == 50

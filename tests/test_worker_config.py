@@ -28,14 +28,16 @@ def test_written_config_reads_back_as_the_same_record(tmp_path):
 
 
 def test_the_file_holds_plain_json_with_every_key_the_ranks_read(tmp_path):
-    """The file's keys are those the launcher wrote by hand before the record existed."""
+    """The file's keys are those the launcher wrote by hand before the record existed, and
+    the memory recording's two (issue 33)."""
     conf = WorkerConfig.of(_options(tmp_path), tmp_path, "abc123")
     conf.write(tmp_path / "c.json")
     data = json.loads((tmp_path / "c.json").read_text())
     assert set(data) == {"run_dir", "run_id", "node_rank", "layout", "model", "schedule",
                          "virtual_stages", "stage_layers", "microbatches", "steps", "seed",
                          "global_batch", "lr", "dp_mode", "sp", "faults", "timeout_s",
-                         "profile_steps", "always_on", "nccl_debug"}
+                         "profile_steps", "always_on", "nccl_debug", "memory_snapshot",
+                         "profile_memory"}
     assert data["layout"] == {"dp": 2, "pp": 2}
     assert data["faults"] == [{"kind": "slow", "rank": 1, "value": 30}]
     assert data["profile_steps"] == [1, 2] and data["run_dir"] == str(tmp_path)

@@ -1,7 +1,9 @@
 """Parquet cache of per-rank event tables, keyed by the trace file's content.
 
-An entry is one file, ``<cache_dir>/<key>.parquet``: the Arrow event table of
-``analysis/ingest/events.py`` with the trace's metadata (every top-level key but ``traceEvents``) stored
+An entry is two files: ``<cache_dir>/<key>.parquet``, the Arrow event table of
+``analysis/ingest/events.py``, and ``<key>.memory.parquet``, the trace's ``[memory]`` events
+(``analysis/ingest/memory_events.py``; written first, so an event table in place always has
+it). The event table carries the trace's metadata (every top-level key but ``traceEvents``) stored
 as JSON under the key ``meshscope.meta`` of the parquet file's key-value metadata, so table and
 metadata are written and replaced together; the table's own schema metadata (what ingest dropped
 or ignored as damaged, ``events.DAMAGE_KEY``) is kept beside it, so a cached load reports the
@@ -44,38 +46,56 @@ def entry(cache_dir: pathlib.Path, k: str) -> pathlib.Path:
     return pathlib.Path(cache_dir) / f"{k}.parquet"
 
 
-def read(cache_dir: pathlib.Path, k: str) -> tuple[pa.Table, dict] | None:
-    """(table, metadata) of entry ``k``, or None when there is none usable."""
+def memory_entry(cache_dir: pathlib.Path, k: str) -> pathlib.Path:
+    """The entry's ``[memory]`` events table (``memory_events.py``), beside it."""
+    return pathlib.Path(cache_dir) / f"{k}.memory.parquet"
+
+
+def read(cache_dir: pathlib.Path, k: str) -> tuple[pa.Table, pa.Table, dict] | None:
+    """(table, memory table, metadata) of entry ``k``, or None when there is none usable."""
     path = entry(cache_dir, k)
     if not path.is_file():
         return None
     try:
         table = pq.read_table(path)
         meta = json.loads((table.schema.metadata or {})[META_KEY])
+        memory = pq.read_table(memory_entry(cache_dir, k))
     except (OSError, KeyError, ValueError, RecursionError, pa.ArrowException):
         return None
     kept = {k: v for k, v in (table.schema.metadata or {}).items()
             if k.startswith(b"meshscope.") and k != META_KEY}
-    return table.replace_schema_metadata(kept or None), meta
+    return table.replace_schema_metadata(kept or None), memory, meta
 
 
-def write(cache_dir: pathlib.Path, k: str, table: pa.Table, meta: dict) -> pathlib.Path | None:
-    """Store an entry atomically and durably (write a temporary file, flush it to the disk,
-    rename it into place, flush the folder); None on failure."""
-    cache_dir = pathlib.Path(cache_dir)
+def _write_one(cache_dir: pathlib.Path, table: pa.Table, dest: pathlib.Path) -> None:
+    """``table`` as ``dest``, atomically and durably (a temporary file flushed to the disk,
+    renamed into place)."""
     tmp = cache_dir / f".tmp-{os.getpid()}-{uuid.uuid4().hex}.parquet"
     try:
-        cache_dir.mkdir(parents=True, exist_ok=True)
-        stored = table.replace_schema_metadata({**(table.schema.metadata or {}),
-                                                META_KEY: json.dumps(meta).encode()})
-        pq.write_table(stored, tmp)
+        pq.write_table(table, tmp)
         fsync_path(tmp)
-        os.replace(tmp, entry(cache_dir, k))
-        fsync_path(cache_dir)
-        return entry(cache_dir, k)
-    except (OSError, ValueError, TypeError, RecursionError, pa.ArrowException):
+        os.replace(tmp, dest)
+    finally:
         try:
             tmp.unlink(missing_ok=True)
         except OSError:
             pass
+
+
+def write(cache_dir: pathlib.Path, k: str, table: pa.Table, meta: dict, *,
+          memory: pa.Table) -> pathlib.Path | None:
+    """Store an entry atomically and durably: the memory table first, then the event table
+    (each a temporary file flushed to the disk and renamed into place), then the folder
+    flushed — an event table in place always has its memory table beside it; None on
+    failure."""
+    cache_dir = pathlib.Path(cache_dir)
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        _write_one(cache_dir, memory, memory_entry(cache_dir, k))
+        stored = table.replace_schema_metadata({**(table.schema.metadata or {}),
+                                                META_KEY: json.dumps(meta).encode()})
+        _write_one(cache_dir, stored, entry(cache_dir, k))
+        fsync_path(cache_dir)
+        return entry(cache_dir, k)
+    except (OSError, ValueError, TypeError, RecursionError, pa.ArrowException):
         return None

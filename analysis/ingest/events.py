@@ -125,6 +125,7 @@ import pyarrow.compute as pc
 from meshscope.analysis.ingest import classify
 from meshscope.analysis.ingest import comm_meta
 from meshscope.analysis.ingest import json_stream
+from meshscope.analysis.ingest import memory_events
 from meshscope.analysis.ingest import cache as trace_cache
 from meshscope.analysis.ingest import validate
 from meshscope.analysis.ingest.validate import Damage
@@ -138,8 +139,9 @@ RANK_FROM_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
 # (5: impossible events are dropped and counted, no longer clamped. 6: PyTorch 1.8 categories,
 # B/E pairs and bare arrays are read; the format read is in the metadata. 7: matrix
 # multiplications keep their shapes in call_args. 8: name, cat, lane and kind are
-# dictionary-encoded. 9: so are the collective metadata's strings and call_args.)
-INGEST_VERSION = 9
+# dictionary-encoded. 9: so are the collective metadata's strings and call_args. 10: the
+# allocator's [memory] events are read into their own table, cached beside the events.)
+INGEST_VERSION = 10
 BATCH_EVENTS = 8192             # events per batch when a trace is read whole
 BATCH_BYTES = 1 << 19           # text per batch when it is streamed (fastest on a 54 MB trace)
 CONSOLIDATE_BYTES = 8 << 20    # a rank's batches are joined into column chunks this large
@@ -191,6 +193,9 @@ class RankTrace:
     # One line per thing a reader of the report should know about how the file was read: an
     # older format, a bare array, B/E pairs, a rank assumed (``read_format``, ``load_trace``).
     notes: list[str] = dataclasses.field(default_factory=list)
+    # The allocator's [memory] events, one row each (``memory_events.py``): empty for a trace
+    # recorded without ``profile_memory``.
+    memory: pd.DataFrame = dataclasses.field(default_factory=memory_events.empty)
 
     @property
     def on_gpu(self) -> bool:
@@ -217,6 +222,13 @@ class _Args(msgspec.Struct, gc=False):
     input_dims_18: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input dims")
     input_type: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input type")
     concrete: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Concrete Inputs")
+    # The allocator's ``[memory]`` events (``memory_events.py``).
+    mem_bytes: Any = msgspec.field(default=None, name="Bytes")
+    mem_allocated: Any = msgspec.field(default=None, name="Total Allocated")
+    mem_reserved: Any = msgspec.field(default=None, name="Total Reserved")
+    mem_addr: Any = msgspec.field(default=None, name="Addr")
+    mem_device_type: Any = msgspec.field(default=None, name="Device Type")
+    mem_device_id: Any = msgspec.field(default=None, name="Device Id")
 
 
 class _Event(msgspec.Struct, gc=False):
@@ -552,6 +564,8 @@ class _Reading:
         self.open: dict[tuple, list[_Event]] = {}
         self.legacy: collections.Counter = collections.Counter()
         self.pairs = 0
+        self.memory = memory_events.Collector()
+        self.memory_bytes = 0           # the memory table's bytes so far (the rank's budget)
 
     def pair(self, evs: list[_Event], damage: Damage) -> list[_Event]:
         out = []
@@ -606,13 +620,20 @@ def _batch(evs: list[_Event], reading: "_Reading"
            ) -> tuple[dict[str, pa.Array] | None, list[tuple[int, dict]], Damage]:
     """Columns of one batch's usable complete events (None when there are none), (row,
     collective metadata) pairs, and what was dropped or ignored. ``reading``: what is carried
-    from batch to batch (the open ``B`` events of each thread) and what was met."""
+    from batch to batch (the open ``B`` events of each thread, the ``[memory]`` events'
+    columns: ``memory_events.Collector``) and what was met."""
     damage = Damage(getattr(evs, "damage", None) or {})
     xs = [e for e in evs if e.ph == "X"]
     if len(xs) < len(evs):
         pairs = [e for e in evs if e.ph == "B" or e.ph == "E"]
         if pairs:
             xs += reading.pair(pairs, damage)
+        ms = [e for e in evs if memory_events.is_memory(e)]
+        if ms:
+            cols = memory_events.columns(ms, _cpu_lanes([e.pid for e in ms],
+                                                        [e.tid for e in ms]), damage)
+            if cols is not None:
+                reading.memory_bytes += reading.memory.add(cols)
     if not xs:
         return None, [], damage
     ts, ts_code = _numbers([e.ts for e in xs])
@@ -894,7 +915,15 @@ def parse_events(batches: Iterable[list[_Event]], *,
                  comm_kernel_re: re.Pattern | None = None) -> pa.Table:
     """The event table (module docstring) of batches of decoded events, as an Arrow table;
     what was dropped or ignored is in its schema metadata under ``DAMAGE_KEY``
-    (``damage_of``).
+    (``damage_of``). ``parse_trace`` gives the ``[memory]`` events' table too."""
+    return parse_trace(batches, comm_kernel_re=comm_kernel_re)[0]
+
+
+def parse_trace(batches: Iterable[list[_Event]], *,
+                comm_kernel_re: re.Pattern | None = None) -> tuple[pa.Table, pa.Table]:
+    """(event table, memory table): the event table of ``parse_events`` and the allocator's
+    ``[memory]`` events (``memory_events.py``); what was dropped or ignored of either is in
+    the event table's damage.
 
     Arrow allocates through the C library's allocator meanwhile: the many short-lived
     per-batch arrays made pyarrow's default (mimalloc) pool hold ~40 MB more at the peak of a
@@ -928,12 +957,13 @@ def _read_info(table: pa.Table) -> dict:
     return json.loads(text) if text else {"legacy": {}, "pairs": 0}
 
 
-def _parse_events(batches: Iterable[list[_Event]], comm_kernel_re: re.Pattern | None) -> pa.Table:
+def _parse_events(batches: Iterable[list[_Event]], comm_kernel_re: re.Pattern | None
+                  ) -> tuple[pa.Table, pa.Table]:
     table = _parse_events_of(batches, comm_kernel_re, reading := _Reading())
     if reading.legacy or reading.pairs:
         table = table.replace_schema_metadata({**(table.schema.metadata or {}),
                                                READ_KEY: reading.to_json()})
-    return table
+    return table, reading.memory_table
 
 
 def _consolidate(chunks: dict[str, list[pa.Array]], small: dict[str, list[pa.Array]],
@@ -1017,9 +1047,22 @@ def _parse_events_of(batches: Iterable[list[_Event]], comm_kernel_re: re.Pattern
         if seen > budget.events:
             raise BudgetExceeded("events", f"more than {budget.events:,} events",
                                  budget.events)
+        before = reading.memory_bytes
         cols, meta, hurt = _batch(evs, reading)
         damage.update(hurt)
+        if reading.memory_bytes > before:
+            held += reading.memory_bytes - before
+            pending += reading.memory_bytes - before
+            if held > budget.rank_memory:
+                raise BudgetExceeded("rank_memory", f"its event and memory tables grow beyond "
+                                     f"{_budgets.human(budget.rank_memory)} ({n:,} events and "
+                                     f"{reading.memory.rows:,} [memory] events read)",
+                                     budget.rank_memory)
         if cols is None:
+            if pending > CONSOLIDATE_BYTES:
+                _consolidate(chunks, small, kinds)
+                reading.memory.consolidate()
+                pending = 0
             continue
         for k, arr in cols.items():
             small.setdefault(k, []).append(arr)
@@ -1029,6 +1072,7 @@ def _parse_events_of(batches: Iterable[list[_Event]], comm_kernel_re: re.Pattern
         n += len(cols["name"])
         if pending > CONSOLIDATE_BYTES:
             _consolidate(chunks, small, kinds)
+            reading.memory.consolidate()
             pending = 0
         if held > budget.rank_memory:
             raise BudgetExceeded("rank_memory", f"its event table grows beyond "
@@ -1037,6 +1081,8 @@ def _parse_events_of(batches: Iterable[list[_Event]], comm_kernel_re: re.Pattern
     _consolidate(chunks, small, kinds)
     reading.unclosed(damage)
     if n == 0:
+        reading.memory_table, _ = reading.memory.table(lambda ts: np.zeros(len(ts), bool))
+        damage.drop("[memory].ts", "a trace without complete events", reading.memory.rows)
         return _with_damage(SCHEMA.empty_table(), damage)
     # Each column's chunks are let go, and their memory given back, as soon as it is joined:
     # the table is not held twice.
@@ -1047,10 +1093,14 @@ def _parse_events_of(batches: Iterable[list[_Event]], comm_kernel_re: re.Pattern
             else pa.concat_arrays(parts)
         del parts
         _trim()
+    ts_all = arrays["ts_us"].to_numpy(zero_copy_only=False)
     keep, out_of_bounds = validate.event_bounds(
-        arrays["ts_us"].to_numpy(zero_copy_only=False),
-        arrays["dur_us"].to_numpy(zero_copy_only=False))
+        ts_all, arrays["dur_us"].to_numpy(zero_copy_only=False))
     damage.update(out_of_bounds)
+    reading.memory_table, outside = reading.memory.table(
+        functools.partial(validate.instants_within, event_ts=ts_all[keep]))
+    damage.drop("[memory].ts", "a time outside the trace's span", outside)
+    del ts_all
     arrays["end_us"] = pc.add(arrays["ts_us"], arrays["dur_us"])
     arrays.update(_meta_columns(n, found))
     table = pa.Table.from_arrays([arrays[f.name] for f in SCHEMA], schema=SCHEMA)
@@ -1103,27 +1153,28 @@ def format_notes(path: pathlib.Path, fmt: dict) -> list[str]:
 
 
 def _parse(path: pathlib.Path, raw: bytes, comm_kernel_re: re.Pattern | None,
-           batch_bytes: int | None = None) -> tuple[pa.Table, dict]:
-    """(event table, metadata): streamed (``json_stream``, ``batch_bytes`` of text per batch,
-    default ``BATCH_BYTES``), or, for a file that cannot be streamed, decompressed whole and
-    split with msgspec (which also names what is wrong with a damaged file). The metadata
-    holds what was read under ``FORMAT_KEY`` (``read_format``)."""
+           batch_bytes: int | None = None) -> tuple[pa.Table, pa.Table, dict]:
+    """(event table, memory table, metadata): streamed (``json_stream``, ``batch_bytes`` of
+    text per batch, default ``BATCH_BYTES``), or, for a file that cannot be streamed,
+    decompressed whole and split with msgspec (which also names what is wrong with a damaged
+    file). The metadata holds what was read under ``FORMAT_KEY`` (``read_format``)."""
     stream = json_stream.EventStream(raw, _decode, batch_bytes=batch_bytes or BATCH_BYTES)
     try:
         try:
-            table = _with_layout(parse_events(stream.batches(), comm_kernel_re=comm_kernel_re),
-                                 stream.layout)
+            table, memory = parse_trace(stream.batches(), comm_kernel_re=comm_kernel_re)
+            table = _with_layout(table, stream.layout)
             meta = stream.meta
         except json_stream.Fallback:
-            table, meta = _parse_whole(path, raw, comm_kernel_re)
+            table, memory, meta = _parse_whole(path, raw, comm_kernel_re)
     except BudgetExceeded as e:
         raise InputError(path, str(e)) from None
-    return table, {**meta, FORMAT_KEY: read_format(table)}
+    return table, memory, {**meta, FORMAT_KEY: read_format(table)}
 
 
 def _parse_whole(path: pathlib.Path, raw: bytes, comm_kernel_re: re.Pattern | None = None,
-                 batch_events: int = BATCH_EVENTS) -> tuple[pa.Table, dict]:
-    """The whole-file reader: decompress, split with msgspec, parse ``batch_events`` at a time."""
+                 batch_events: int = BATCH_EVENTS) -> tuple[pa.Table, pa.Table, dict]:
+    """The whole-file reader: decompress, split with msgspec, parse ``batch_events`` at a time
+    (the event table, the memory table and the metadata)."""
     data = _decompress(path, raw)
     meta, raws, meta_damage = _split(path, data)
     layout = "object" if meta is not None else "array"
@@ -1132,14 +1183,14 @@ def _parse_whole(path: pathlib.Path, raw: bytes, comm_kernel_re: re.Pattern | No
     batches = (_decode(b"[" + b",".join(raws[i:i + batch_events]) + b"]")
                for i in range(0, len(raws), batch_events))
     try:
-        table = parse_events(batches, comm_kernel_re=comm_kernel_re)
+        table, memory = parse_trace(batches, comm_kernel_re=comm_kernel_re)
     except msgspec.DecodeError as e:
         raise InputError(path, _json_problem(e)) from None
     if meta_damage:
         damage = damage_of(table)
         damage.update(meta_damage)
         table = _with_damage(table, damage)
-    return _with_layout(table, layout), meta
+    return _with_layout(table, layout), memory, meta
 
 
 def to_frame(table: pa.Table | list, *, release: bool = False) -> pd.DataFrame:
@@ -1213,7 +1264,7 @@ def _strings(column: pa.ChunkedArray) -> pa.ChunkedArray:
     return column.cast(pa.large_string()) if pa.types.is_dictionary(column.type) else column
 
 
-def _usable(path: pathlib.Path, table: pa.Table, damage: Damage) -> None:
+def _usable(path: pathlib.Path, table: pa.Table, damage: Damage, memory_rows: int = 0) -> None:
     """InputError when the trace has no complete event left, lost more than
     ``validate.MAX_DROPPED_SHARE`` of them to damage (its numbers would be bent), or holds
     nothing that is understood: no event that is compute, communication or memory
@@ -1222,8 +1273,10 @@ def _usable(path: pathlib.Path, table: pa.Table, damage: Damage) -> None:
     dropped, kept = damage.dropped, table.num_rows
     why = damage.summary()
     if kept == 0:
+        memory_rows = 0
         raise InputError(path, "the trace has no complete ('X', or 'B'/'E' pair) events" +
                          (f" left: {why}" if dropped else ""))
+    kept += memory_rows                 # the [memory] events kept count as kept events
     if dropped > validate.MAX_DROPPED_SHARE * (dropped + kept):
         raise InputError(path, f"too damaged to analyse: {dropped:,} of {dropped + kept:,} "
                                f"events unusable; {why}")
@@ -1254,15 +1307,15 @@ def load_trace(path: pathlib.Path, *, comm_kernel_re: re.Pattern | None = None,
     key = _cache_key(raw, comm_kernel_re) if cache_dir is not None else None
     hit = trace_cache.read(cache_dir, key) if key else None
     if hit is not None:
-        table, meta = hit
+        table, memory, meta = hit
     else:
         PARSE_COUNT += 1
-        table, meta = _parse(path, raw, comm_kernel_re)
+        table, memory, meta = _parse(path, raw, comm_kernel_re)
         del raw
         if key and table.num_rows:
-            trace_cache.write(cache_dir, key, table, meta)
+            trace_cache.write(cache_dir, key, table, meta, memory=memory)
     damage = damage_of(table)
-    _usable(path, table, damage)
+    _usable(path, table, damage, memory.num_rows)
     meta, meta_problems = validate.trace_meta(meta)
     problems = damage.lines(path) + [f"{path}: {p}" for p in meta_problems]
     notes = format_notes(path, meta.get(FORMAT_KEY))
@@ -1283,4 +1336,4 @@ def load_trace(path: pathlib.Path, *, comm_kernel_re: re.Pattern | None = None,
     owned, hit = [table], None
     del table
     return RankTrace(path=path, rank=rank, events=to_frame(owned, release=True), meta=meta,
-                     problems=problems, notes=notes)
+                     problems=problems, notes=notes, memory=memory_events.to_frame(memory))

@@ -121,6 +121,20 @@ def event_bounds(ts: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, Damage]:
     return inside & ~too_long, damage
 
 
+def instants_within(ts: np.ndarray, event_ts: np.ndarray) -> np.ndarray:
+    """Which instants (the ``[memory]`` events' times, µs) lie within the span of the trace's
+    complete events (their start times ``event_ts``, already kept by ``event_bounds``), by
+    ``event_bounds``' rule: no farther from the bulk of the starts than ``OUTLIER_FACTOR``
+    times its length (at least ``MIN_TRACE_US``)."""
+    if len(ts) == 0:
+        return np.ones(0, dtype=bool)
+    if len(event_ts) == 0:
+        return np.zeros(len(ts), dtype=bool)
+    lo, hi = np.quantile(event_ts, [0.01, 0.99])
+    reach = max(OUTLIER_FACTOR * (hi - lo), MIN_TRACE_US)
+    return (ts >= lo - reach) & (ts <= hi + reach)
+
+
 def step_windows_problem(steps: dict[int, tuple[float, float]],
                          span: tuple[float, float]) -> str | None:
     lo, hi = span

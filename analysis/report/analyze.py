@@ -49,9 +49,11 @@ from meshscope.analysis.comm import bandwidth_report, dims, instances, matching
 from meshscope.analysis.crossrank import clocks, graph, program, whatif
 from meshscope.analysis.errors import InputError
 from meshscope.analysis.ingest import budgets
+from meshscope.analysis.memory import gather as memory_gather
 from meshscope.analysis.pipeline import bubble, schedule
 from meshscope.analysis.records import flight_recorder, steps as step_records
 from meshscope.analysis.report import engines, findings as findings_mod, inputs, rank_work
+from meshscope.analysis.report.memory_findings import memory_findings
 from meshscope.analysis.report.options import AnalysisOptions
 from meshscope.analysis.report.summary import REPORT_SCHEMA_VERSION, summary_of
 from meshscope.analysis.report import reuse
@@ -104,12 +106,22 @@ class Report:
     kernel_totals: pd.DataFrame           # GPU: every kernel per (rank, step, name)
     kernel_categories: pd.DataFrame       # GPU: device time per kernel category
     gemms: pd.DataFrame                   # GPU: matrix multiplications against the peak
+    memory_steps: pd.DataFrame            # memory: per rank, device and step (analysis/memory)
+    memory_devices: pd.DataFrame          # memory: per rank and device, peaks and growth
+    memory_live: pd.DataFrame             # memory: blocks live at the peak, by what made them
+    memory_curve: pd.DataFrame            # memory: allocated/reserved over time, bounded
+    memory_terms: pd.DataFrame            # memory: model states measured from the trace
+    memory_segments: pd.DataFrame         # memory snapshots: their segments
+    memory_snapshot_live: pd.DataFrame    # memory snapshots: live at their largest moment
     straggler: dict | None
     imbalance: dict | None
     cross_rank: dict
     step_records: step_records.StepRecords
     step_time_us: float | None
     findings: list[findings_mod.Finding]
+    # summary.json's ``memory`` (the snapshots' summaries, the stages' peaks, the device
+    # memory given): ``summary.memory_summary``.
+    memory: dict = dataclasses.field(default_factory=dict)
 
     TABLES = report_tables.NAMES        # every table and its columns: report/tables.py
     GPU_TABLES = report_tables.GPU
@@ -256,6 +268,8 @@ def analyze(path: pathlib.Path, options: AnalysisOptions | None = None, **fields
     with _budgets_in_force(options.budgets):
         inp = inputs.gather(path)
         if not inp.trace_files:
+            if not inp.has_dumps and (options.snapshots or inputs.find_snapshots(inp.path)):
+                return _snapshots_only(inp, options)
             if inp.run is not None and inp.has_dumps:
                 return _records_only(_with_problem(
                     inp, "no traces: the run ended before its profiled steps"),
@@ -383,14 +397,16 @@ def _cross_rank(stage: RankStage, layout_map, options: AnalysisOptions) -> Repor
         recs.records.noise_us,
         tables.breakdown["step"].nunique() if len(tables.breakdown) else 1)
     on_gpu = any(r.on_gpu for r in results)
+    mem = _memory(results, inp, options)
     found = _findings(inp, tables, recs, aligned, wi, step_us=step_us,
-                      resolution_us=resolution, on_gpu=on_gpu)
+                      resolution_us=resolution, on_gpu=on_gpu, memory=mem)
     run = inp.run
     expected = set(range(run.world_size)) if run is not None else set()
     bw = bandwidth_report.bandwidth_table(aligned.instances, aligned.collectives, aligned.p2p)
     return Report(
         source=inp.path, run=run, ranks=ranks, missing_ranks=sorted(expected - set(ranks)),
-        problems=inp.problems, notes=[*inp.notes, *matched.notes, *aligned.notes],
+        problems=[*inp.problems, *mem.problems],
+        notes=[*inp.notes, *matched.notes, *aligned.notes],
         on_gpu=on_gpu, breakdown=tables.breakdown, exposed_comm=tables.exposed_comm,
         operator_totals=tables.operator_totals, trace_overlap=tables.trace_overlap,
         bubbles=tables.bubbles, microbatches=tables.microbatches,
@@ -405,14 +421,36 @@ def _cross_rank(stage: RankStage, layout_map, options: AnalysisOptions) -> Repor
         step_heatmap=recs.records.heatmap, flight_recorder=recs.verdicts,
         timeline=segments.segments(aligned.timelines, tables.windows,
                                    wi.charged if wi else []),
-        throughput=recs.throughput, idle=tables.idle, **tables.gpu,
+        throughput=recs.throughput, idle=tables.idle, **tables.gpu, **mem.tables,
         straggler=wi.straggler if wi else None, imbalance=wi.imbalance if wi else None,
         cross_rank={"matchable": matchable, "why_not": matched.why_not,
                     "matched_on": matched.matched_on if matchable else None,
                     "noise_us": recs.records.noise_us,
                     "floor_us": wi.floor_us if wi is not None else None,
                     "resolution_us": resolution},
-        step_records=recs.records, step_time_us=step_us, findings=found)
+        step_records=recs.records, step_time_us=step_us, findings=found,
+        memory=_memory_summary(mem))
+
+
+def _memory(results: list[rank_work.RankResult], inp: inputs.Inputs,
+            options: AnalysisOptions) -> memory_gather.Memory:
+    """Every rank's memory tables joined, the stages and the device memory given, and the
+    memory snapshots read (``analysis/memory/gather.py``): those of ``--snapshot`` and the
+    analysed path when it is a snapshot itself (a file that is not a usable snapshot stops the
+    analysis, naming it) and those found under the analysed folder (one that is not is a
+    problem line)."""
+    files = [(pathlib.Path(p), True) for p in options.snapshots]
+    given = {f.resolve() for f, _ in files}
+    alone = inp.path.is_file()      # `meshscope analyze snapshot.pickle`: given by name
+    files += [(f, alone) for f in inputs.find_snapshots(inp.path) if f.resolve() not in given]
+    return memory_gather.gather({r.rank: r.memory for r in results}, inp.run, files,
+                                options.device_memory, budgets.current().trace_bytes)
+
+
+def _memory_summary(mem: memory_gather.Memory) -> dict:
+    """summary.json's ``memory`` beside the tables (docs/report-format.md)."""
+    return {"stages": memory_gather.stages(mem.tables["memory_devices"], mem.stage_of),
+            "snapshots": mem.snapshots, "device_memory_bytes": mem.device_memory_bytes}
 
 
 def _matched_instances(inp: inputs.Inputs, results: list[rank_work.RankResult],
@@ -562,8 +600,9 @@ def _worst_step_times(steps: pd.DataFrame) -> pd.Series:
 
 def _findings(inp: inputs.Inputs, tables: StepTables, recs: Records, aligned: Aligned,
               wi: whatif.WhatIf | None, *, step_us: float, resolution_us: float,
-              on_gpu: bool) -> list[findings_mod.Finding]:
-    """The ranked findings (``report/findings``) from every stage's value."""
+              on_gpu: bool, memory: memory_gather.Memory) -> list[findings_mod.Finding]:
+    """The ranked findings (``report/findings``, ``report/memory_findings``) from every
+    stage's value."""
     run, records = inp.run, recs.records
     colls, p2p = aligned.collectives, aligned.p2p
     return findings_mod.findings(findings_mod.FindingInputs(
@@ -581,7 +620,9 @@ def _findings(inp: inputs.Inputs, tables: StepTables, recs: Records, aligned: Al
         median_step_us=records.median_step_us, on_gpu=on_gpu, idle=tables.idle,
         sync_calls=tables.gpu["sync_calls"], kernels=tables.gpu["kernels"],
         gemms=tables.gpu["gemms"], collectives=colls,
-        whatif_dims=_matched_dims(colls, p2p) if wi is not None else set()))
+        whatif_dims=_matched_dims(colls, p2p) if wi is not None else set(),
+        memory=memory_findings(memory.tables["memory_devices"], memory.tables["memory_live"],
+                               memory.snapshots, memory.stage_of)))
 
 
 def _concat(tables: list, columns: list[str]) -> pd.DataFrame:
@@ -630,6 +671,27 @@ def _dim_timing(colls: pd.DataFrame, p2p: pd.DataFrame) -> dict[str, dict]:
                          "after_last_us": float(g["after_last_us"].median()),
                          "ops_per_step": float(g.groupby("step").size().mean())}
     return out
+
+
+def _snapshots_only(inp: inputs.Inputs, options: AnalysisOptions) -> Report:
+    """A memory snapshot without traces (``meshscope analyze snapshot.pickle``): its tables
+    and summary, its out-of-memory record as a finding; every other table empty with its
+    registered columns."""
+    mem = _memory([], inp, options)
+    found = memory_findings(mem.tables["memory_devices"], mem.tables["memory_live"],
+                            mem.snapshots, mem.stage_of)
+    ranks = sorted({int(s["rank"]) for s in mem.snapshots})
+    records = step_records.analyse(inp.steps, options.warmup_steps, None)
+    return Report(
+        source=inp.path, run=inp.run, ranks=ranks, missing_ranks=[],
+        problems=[*inp.problems, *mem.problems], notes=list(inp.notes), on_gpu=True,
+        **{name: report_tables.empty(name) for name in Report.TABLES
+           if name not in ("instances", *report_tables.MEMORY)},
+        **mem.tables, instances=instances.empty(), straggler=None, imbalance=None,
+        cross_rank={"matchable": False, "why_not": ["no traces"], "matched_on": None,
+                    "noise_us": None},
+        step_records=records, step_time_us=None, findings=found,
+        memory=_memory_summary(mem))
 
 
 def _records_only(inp: inputs.Inputs, warmup_steps: int) -> Report:

@@ -36,6 +36,10 @@ run *with the earlier causes fixed*, so that a symptom of one is not reported as
   (``transfer_factor`` 0). Waiting for a straggler is not transfer: it is not counted here.
 - ``slow-steps`` — steps the step timers flag (warm-up excluded, ``analysis/records/steps.py``);
   cost: their excess over the median, per step.
+- the memory findings (``analysis/report/memory_findings.py``): ``near-oom`` ranked right after
+  a hang or desync, ``memory-imbalance``, ``memory-growth``, ``memory-fragmentation`` and
+  ``largest-allocator`` after the time findings, largest peak saving first; they cost bytes of
+  the peak (``peak_saving_bytes``), not time.
 - the findings of one rank's own time, for one rank as for many
   (``analysis/report/device_findings.py``): ``data-loading-stall``, ``sync-stall``,
   ``launch-bound``, ``memcpy-on-critical-path``, ``exposed-comm-<dim>`` without a cross-rank
@@ -82,6 +86,9 @@ class Finding:
     remedy: str
     what_if: dict
     symptoms: list[str] = dataclasses.field(default_factory=list)
+    # Memory findings (memory_findings.py): by how much the remedy lowers the peak, in bytes;
+    # None for the time findings and where it cannot be computed.
+    peak_saving_bytes: float | None = None
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -123,6 +130,9 @@ class FindingInputs:
     # ranks); None: all of them. Any other exposed dimension costs its exposed time
     # (device_findings._exposed_single).
     whatif_dims: set[str] | None = None
+    # The memory findings (analysis/report/memory_findings.py), ranked into the list: near-oom
+    # after a hang or desync, the others after the time findings.
+    memory: list[Finding] = dataclasses.field(default_factory=list)
 
 
 def _severity(pct: float, cost_us: float, noise_us: float) -> str:
@@ -417,4 +427,5 @@ def findings(inp: FindingInputs) -> list[Finding]:
             continue
         timed.append(f)
     timed.sort(key=lambda f: -(f.cost_us or 0.0))
-    return out + timed
+    urgent = [f for f in inp.memory if f.id == "near-oom"]
+    return out + urgent + timed + [f for f in inp.memory if f.id != "near-oom"]

@@ -247,9 +247,13 @@ def walk_inputs(path: pathlib.Path) -> Found:
     path = pathlib.Path(path)
     if path.is_file():
         dump, near = _torch_dump(path, alone=True)
-        if dump is None and near is not None and _starts_like_a_pickle(path):
+        if dump:
+            return Found([], [dump], [])
+        if path.name.endswith(SNAPSHOT_SUFFIXES):   # a memory snapshot given alone: no trace
+            return Found([], [], [])                # (find_snapshots reads it)
+        if near is not None and _starts_like_a_pickle(path):
             return Found([], [], [], [(path, *near)])       # a pickle, but no dump: not read
-        return Found([], [dump], []) if dump else Found([path], [], [])
+        return Found([path], [], [])
     if not path.is_dir():
         why = rd.unusable_file(path)
         return Found([], [], [f"{path}: {why}"] if why else [])
@@ -322,6 +326,29 @@ def _path_of(x) -> pathlib.Path:
 
 def find_traces(path: pathlib.Path) -> list[pathlib.Path]:
     return walk_traces(path)[0]
+
+
+SNAPSHOT_SUFFIXES = (".pickle", ".pkl")
+
+
+def find_snapshots(path: pathlib.Path) -> list[pathlib.Path]:
+    """The memory snapshots under ``path`` (``torch.cuda.memory._dump_snapshot`` pickles:
+    ``*.pickle``, ``*.pkl``; ``analysis/memory/snapshot.py``), the report folders and hidden
+    ones left out; regular files only, no link followed. ``path`` itself when it is such a
+    file."""
+    path = pathlib.Path(path)
+    if path.is_file():
+        return [path] if path.name.endswith(SNAPSHOT_SUFFIXES) else []
+    if not path.is_dir():
+        return []
+    out = []
+    for folder, dirs, names in os.walk(path):
+        dirs[:] = sorted(d for d in dirs if d != rd.REPORT and not d.startswith("."))
+        for name in sorted(names):
+            f = pathlib.Path(folder) / name
+            if name.endswith(SNAPSHOT_SUFFIXES) and not f.is_symlink() and f.is_file():
+                out.append(f)
+    return out
 
 
 def load_dumps(run: pathlib.Path) -> tuple[FlightRecords, list[str]]:

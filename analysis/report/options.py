@@ -33,6 +33,12 @@ Fields, one by one:
 - ``engine`` / ``scheduler`` — where the per-rank work runs (``analysis/report/engines.py``):
   ``local`` processes, or ``dask`` on the cluster at ``scheduler`` (``tcp://host:8786``), a
   local one without; ``--engine`` / ``--scheduler``.
+- ``snapshots`` — PyTorch memory snapshots to read beside the traces (``--snapshot FILE``,
+  repeatable: ``torch.cuda.memory._dump_snapshot`` pickles or their JSON form,
+  ``analysis/memory/snapshot.py``); ``*.pickle`` / ``*.pkl`` files under the analysed folder
+  are read too.
+- ``device_memory`` — bytes of memory of one device, for the near-OOM finding where the
+  traces do not say (``--device-memory 80GiB``; ``analysis/memory/gather.py``).
 - ``budgets`` — the reading budgets of every trace (``analysis/ingest/budgets.py``: bytes,
   events, event size, rank memory, nesting). None: those this process' environment sets (the
   defaults where it sets none). Given, they are in force for the analysis alone — set in this
@@ -68,6 +74,8 @@ class AnalysisOptions:
     engine: str = "local"
     scheduler: str | None = None
     budgets: Budgets | None = None
+    snapshots: tuple[pathlib.Path, ...] = ()
+    device_memory: int | None = None
 
     @classmethod
     def of(cls, options: AnalysisOptions | None = None, **fields) -> AnalysisOptions:
@@ -81,14 +89,19 @@ class AnalysisOptions:
         """The options that change the report, as the reuse key holds them
         (``analysis/report/reuse.py``): the patterns, the layout, the warm-up, the baseline's
         file (``baseline_path``: its content is stat-ed by the key) and the budgets where
-        they are not the defaults. Where and how fast the work runs (engine, workers, cache,
-        progress) changes no number."""
+        they are not the defaults, the snapshots named (path, size and time) and the device
+        memory given. Where and how fast the work runs (engine, workers, cache, progress)
+        changes no number."""
         from meshscope.analysis.ingest.budgets import non_default
 
         key = {"comm_kernel_regex": self.comm_kernel_re, "rank_regex": self.rank_regex,
                "layout": self.layout, "rank_order": self.rank_order,
                "warmup_steps": self.warmup_steps, "baseline": baseline_path,
                "step_annotation": self.step_annotation}
+        if self.snapshots:          # named files outside the analysed folder: their stat
+            key["snapshots"] = [_stat(f) for f in self.snapshots]
+        if self.device_memory is not None:
+            key["device_memory"] = self.device_memory
         if (limits := non_default(self.budgets)) is not None:
             key["budgets"] = limits
         return key
@@ -109,6 +122,16 @@ class AnalysisOptions:
                 raise ValueError(f"{flag} {pattern!r} is not a regular expression ({e})") \
                     from None
         return Patterns(rank_regex=compile_rank_regex(self.rank_regex), **compiled)
+
+
+def _stat(path: pathlib.Path) -> list:
+    """A file's path, size and modification time (what the reuse key holds of a file named by
+    a flag, outside the analysed folder)."""
+    try:
+        st = pathlib.Path(path).stat()
+        return [str(path), st.st_size, st.st_mtime_ns]
+    except OSError:
+        return [str(path), None, None]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -26,7 +26,10 @@ Where the report has its aligned timeline table (``timeline.parquet``, with the
 ``step_start_us`` anchor of each step), each rank also gets a "report breakdown" thread with
 the report's own segments — ``compute``, ``comm <dim>``, ``wait <dim>`` (with the rank the
 dependency graph charges it to), ``bubble`` — each at ``step_start_us + start_us``: what the
-report counted, beside the events it counted from. ``otherData.meshscope`` records the run,
+report counted, beside the events it counted from. Where a trace holds the allocator's
+``[memory]`` events (``profile_memory``), each rank gets a counter track per device,
+``memory cuda:0`` (``memory cpu``), with the ``allocated`` and ``reserved`` bytes after every
+event (``_memory_events``), on the aligned clock. ``otherData.meshscope`` records the run,
 the offsets applied per rank, the number of flows and anything left out.
 
 Traces are read with ``analysis.ingest.events.load_trace`` (through the report's parquet
@@ -46,6 +49,7 @@ import pandas as pd
 from meshscope.analysis.crossrank import clocks
 from meshscope.analysis.errors import InputError
 from meshscope.analysis.ingest.events import RankTrace, load_trace
+from meshscope.analysis.memory import series
 from meshscope.analysis.report.inputs import find_traces
 from meshscope.collectors import run_dir as rd
 from meshscope.collectors.run_dir import RunDirError
@@ -241,6 +245,30 @@ def _collective_events(run: AlignedRun) -> tuple[list[dict], int]:
     return out, flows
 
 
+def _memory_events(run: AlignedRun) -> tuple[list[dict], int]:
+    """Each rank's allocator totals as counter tracks (``ph: C``), one per device: a point per
+    ``[memory]`` event of its trace (``analysis/memory/series.py``: the allocator's totals, or
+    rebuilt from the signed bytes where the trace has none), on the aligned clock —
+    ``memory cuda:0`` with ``allocated`` and ``reserved`` (bytes)."""
+    out: list[dict] = []
+    n = 0
+    for rank, tr in run.traces.items():
+        off = run.applied_us.get(rank, 0.0)
+        for s in series.split(tr.memory):
+            ts = clocks.to_aligned_us(s.ts_us, off).round(3)
+            name = f"memory {s.device}"
+            alloc = s.allocated.tolist()
+            res = s.reserved.tolist() if s.reserved is not None else None
+            for i in range(len(s)):
+                args = {"allocated": alloc[i]}
+                if res is not None:
+                    args["reserved"] = res[i]
+                out.append({"ph": "C", "name": name, "cat": "meshscope.memory",
+                            "ts": float(ts[i]), "pid": rank, "args": args})
+            n += len(s)
+    return out, n
+
+
 def _segment_events(run: AlignedRun) -> list[dict]:
     """The report's aligned segments as slices of a "report breakdown" thread per rank, put
     on the aligned clock by their step's anchor (nothing recomputed)."""
@@ -275,13 +303,15 @@ def export(path: pathlib.Path, out: pathlib.Path, *,
     run = load_aligned(path, report_dir)
     events, n = _trace_events(run)
     coll, flows = _collective_events(run)
-    doc = {"traceEvents": events + coll + _segment_events(run), "displayTimeUnit": "ms",
+    memory, counters = _memory_events(run)
+    doc = {"traceEvents": events + coll + _segment_events(run) + memory,
+           "displayTimeUnit": "ms",
            "otherData": {"meshscope": {
                "source": run.run.run_id if run.run is not None and run.run.run_id else
                pathlib.Path(path).name,
                "ranks": list(run.traces), "clock_offsets_applied_us":
                    {str(r): a for r, a in run.applied_us.items()},
-               "flows": flows, "notes": run.notes}}}
+               "flows": flows, "memory_counters": counters, "notes": run.notes}}}
     data = orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
     out = pathlib.Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)

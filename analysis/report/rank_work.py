@@ -5,7 +5,7 @@ Dask worker — and returns a ``RankResult``: the rank's identity, its timeline 
 step windows, microbatch spans, wait regions), the operations the trace shows
 (``analysis.comm.instances.extract``: the instance table's rows before the cross-rank stage
 joins them to the Flight Recorder and gives them groups and dimensions), its whole-trace
-overlap and the problems met. The event table itself never leaves the worker, so the
+overlap, its memory tables (``analysis/memory/rank_memory.py``) and the problems met. The event table itself never leaves the worker, so the
 cross-rank stage holds small tables only, however many ranks there are.
 """
 from __future__ import annotations
@@ -22,6 +22,7 @@ from meshscope.analysis.gpu import host_activity, kernels, step_categories
 from meshscope.analysis.gpu import idle as gpu_idle
 from meshscope.analysis.ingest import events as ingest
 from meshscope.analysis.ingest import validate
+from meshscope.analysis.memory import rank_memory
 from meshscope.analysis.report.inputs import TraceIdentity, identity
 from meshscope.analysis.timeline import breakdown, operators
 from meshscope.analysis.timeline import rank_timeline as timeline
@@ -53,6 +54,9 @@ class RankResult:
     notes: list[str] = dataclasses.field(default_factory=list)
     # The host operators per profiled step (``timeline/operators.py``).
     operators: pd.DataFrame | None = None
+    # The rank's memory tables (``analysis/memory/rank_memory.py``); empty without [memory]
+    # events.
+    memory: dict[str, pd.DataFrame] = dataclasses.field(default_factory=dict)
 
     @property
     def rank(self) -> int:
@@ -81,6 +85,8 @@ def rank_work(path: pathlib.Path, opts: RankOptions) -> RankResult:
         problems=list(getattr(trace, "problems", []) or []),
         gpu=gpu_tables(trace, tl) if tl.on_gpu else {}, notes=notes,
         operators=_operators(trace, tl),
+        memory=rank_memory.rank_tables(trace.rank, trace.memory, trace.events, trace.meta,
+                                       tl.host_steps),
         implausible=validate.step_windows_problem(
             tl.host_steps if tl.window_source != "trace" else {}, tl.span))
 

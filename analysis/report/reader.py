@@ -19,8 +19,9 @@ report's age:
   rank: the step breakdown, exposed communication per dimension),
   ``Summary.pipeline_stages`` (``Stage``), ``Summary.hangs`` (``Hang``), ``Summary.bandwidth``
   (``BandwidthRow``), ``Summary.gpu_idle_per_rank_mean`` (``GpuIdle``) and
-  ``Summary.top_kernels`` (``TopKernel``): typed rows, so that no page reads the document with
-  chained ``.get``.
+  ``Summary.top_kernels`` (``TopKernel``) and ``Summary.memory`` (``MemorySummary``: per rank
+  and device ``MemoryDevice``, per stage ``MemoryStage``, per snapshot ``MemorySnapshot``):
+  typed rows, so that no page reads the document with chained ``.get``.
 
 And the report's tables, the other half of a report (``analysis/report/tables.py`` registers
 each with its columns):
@@ -140,6 +141,7 @@ class Finding:
     evidence: dict
     remedy: str
     symptoms: list
+    peak_saving_bytes: float | None = None   # memory findings: what the remedy saves of the peak
 
 
 def _dict(x) -> dict:
@@ -374,6 +376,105 @@ def _top_kernel(d: dict) -> TopKernel:
 
 
 @dataclasses.dataclass(frozen=True)
+class MemoryDevice:
+    """One row of ``memory.devices`` (``memory_devices.parquet``): a rank's device over its
+    profiled steps (analysis/memory/rank_memory.py)."""
+    rank: int
+    device: str
+    totals: str | None               # "absolute" | "since-start" | "rebuilt"
+    stage: int | None
+    peak_allocated_bytes: float | None
+    peak_step: int | None
+    peak_op: str | None
+    peak_module: str | None
+    peak_reserved_bytes: float | None
+    fragmentation_bytes: float | None
+    growth_per_step_bytes: float | None
+    growth_monotone: bool
+    device_total_bytes: float | None
+    device_total_source: str | None
+
+
+def _memory_device(d: dict) -> MemoryDevice:
+    return MemoryDevice(
+        rank=int(d["rank"]), device=str(d.get("device") or "?"), totals=_opt_str(d.get("totals")),
+        stage=_int_or_none(d.get("stage")),
+        peak_allocated_bytes=_num(d.get("peak_allocated_bytes")),
+        peak_step=_int_or_none(d.get("peak_step")), peak_op=_opt_str(d.get("peak_op")),
+        peak_module=_opt_str(d.get("peak_module")),
+        peak_reserved_bytes=_num(d.get("peak_reserved_bytes")),
+        fragmentation_bytes=_num(d.get("fragmentation_bytes")),
+        growth_per_step_bytes=_num(d.get("growth_per_step_bytes")),
+        growth_monotone=d.get("growth_monotone") is True,
+        device_total_bytes=_num(d.get("device_total_bytes")),
+        device_total_source=_opt_str(d.get("device_total_source")))
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryStage:
+    """One row of ``memory.stages``: a pipeline stage's largest peak and the rank holding it."""
+    stage: int
+    ranks: list[int]
+    peak_allocated_bytes: float | None
+    peak_rank: int | None
+    device: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class MemorySnapshot:
+    """One row of ``memory.snapshots``: a memory snapshot's device (analysis/memory/
+    snapshot.py); ``oom`` the out-of-memory record it holds, or None."""
+    rank: int
+    device: str
+    source: str
+    reserved_bytes: float | None
+    allocated_bytes: float | None
+    free_in_segments_bytes: float | None
+    largest_allocated_bytes: float | None
+    trace_entries: int | None
+    oom: dict | None
+
+
+@dataclasses.dataclass(frozen=True)
+class MemorySummary:
+    """summary.json's ``memory``; empty lists for a report made before it existed."""
+    devices: list[MemoryDevice]
+    stages: list[MemoryStage]
+    snapshots: list[MemorySnapshot]
+    device_memory_bytes: float | None
+
+    def main(self) -> list[MemoryDevice]:
+        """Each rank's main device: its accelerator with the largest peak, else its CPU
+        (analysis/memory/gather.main_devices)."""
+        best: dict[int, MemoryDevice] = {}
+        for d in self.devices:
+            key = (d.device != "cpu", d.peak_allocated_bytes or 0.0)
+            old = best.get(d.rank)
+            if old is None or key > (old.device != "cpu", old.peak_allocated_bytes or 0.0):
+                best[d.rank] = d
+        return [best[r] for r in sorted(best)]
+
+
+def _memory(doc: dict) -> MemorySummary:
+    m = _dict(doc.get("memory"))
+    stages = [MemoryStage(int(s["stage"]), _ints(s.get("ranks")),
+                          _num(s.get("peak_allocated_bytes")), _int_or_none(s.get("peak_rank")),
+                          _opt_str(s.get("device")))
+              for s in _dicts(m.get("stages")) if _num(s.get("stage")) is not None]
+    snaps = [MemorySnapshot(int(s["rank"]), str(s.get("device") or "?"),
+                            str(s.get("source") or ""), _num(s.get("reserved_bytes")),
+                            _num(s.get("allocated_bytes")), _num(s.get("free_in_segments_bytes")),
+                            _num(s.get("largest_allocated_bytes")),
+                            _int_or_none(s.get("trace_entries")),
+                            s.get("oom") if isinstance(s.get("oom"), dict) else None)
+             for s in _dicts(m.get("snapshots")) if _num(s.get("rank")) is not None]
+    return MemorySummary(devices=[_memory_device(d) for d in _dicts(m.get("devices"))
+                                  if _num(d.get("rank")) is not None],
+                         stages=stages, snapshots=snaps,
+                         device_memory_bytes=_num(m.get("device_memory_bytes")))
+
+
+@dataclasses.dataclass(frozen=True)
 class Summary:
     """summary.json as typed fields, whatever its schema version (the fields a reader
     needs to show a run; ``raw`` keeps the document for the rest)."""
@@ -406,6 +507,7 @@ class Summary:
     top_kernels: list[TopKernel]
     findings: list[Finding]
     raw: dict
+    memory: MemorySummary = MemorySummary([], [], [], None)
 
     @property
     def straggler(self) -> Straggler | None:
@@ -450,7 +552,8 @@ def read_summary(doc: dict) -> Summary:
                 cost_us=_num(f.get("cost_us")), cost_pct=_num(f.get("cost_pct")),
                 evidence=f.get("evidence") if isinstance(f.get("evidence"), dict) else {},
                 remedy=str(f.get("remedy") or ""),
-                symptoms=f.get("symptoms") if isinstance(f.get("symptoms"), list) else []))
+                symptoms=f.get("symptoms") if isinstance(f.get("symptoms"), list) else [],
+                peak_saving_bytes=_num(f.get("peak_saving_bytes"))))
     version = doc.get("schema_version")
     return Summary(
         schema_version=version if isinstance(version, int) else 0,
@@ -475,7 +578,8 @@ def read_summary(doc: dict) -> Summary:
         gpu_idle_per_rank_mean=[_gpu_idle(r) for r in _dicts(doc.get("gpu_idle_per_rank_mean"))
                                 if _num(r.get("rank")) is not None],
         top_kernels=[_top_kernel(k) for k in _dicts(doc.get("top_kernels"))
-                     if _num(k.get("rank")) is not None], findings=found, raw=doc)
+                     if _num(k.get("rank")) is not None], findings=found, raw=doc,
+        memory=_memory(doc))
 
 
 # ---- the report's tables -----------------------------------------------------------------

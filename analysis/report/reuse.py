@@ -11,8 +11,8 @@ computed from:
   keeps size and mtime (``cp -p``, ``rsync -t``, ``tar``) has another inode or ctime, so it is
   hashed again. Only regular files are read; any other kind of file is keyed by its kind;
 - the options that change the report (``--comm-kernel-regex``, ``--rank-regex``, ``--layout``,
-  ``--rank-order``, ``--warmup-steps``, reading budgets other than the defaults, the
-  ``--baseline`` file's size and time);
+  ``--rank-order``, ``--warmup-steps``, ``--device-memory``, reading budgets other than the
+  defaults, the ``--baseline`` file's size and time, the content of each ``--snapshot``);
 - the analysis itself: the size and modification time of meshscope's source files, so a
   changed meshscope never serves an old report (installing another version writes them anew;
   the version string is not read, since ``importlib.metadata`` alone costs a third of a
@@ -127,6 +127,8 @@ def key(path: pathlib.Path, out: pathlib.Path, options: dict) -> str:
     baseline = options.get("baseline")
     if baseline:
         _stat_line(h, pathlib.Path(baseline), "baseline")
+    for snap in options.get("snapshots") or ():
+        _content_line(h, pathlib.Path(snap), f"--snapshot {snap}", old, new)
     analysis = pathlib.Path(__file__).resolve().parents[1]
     for folder in (analysis, analysis.parent / "collectors", analysis.parent / "parallel"):
         for src in sorted(folder.glob("**/*.py")):

@@ -25,6 +25,9 @@ TABLE_CLOCKS = {
     "timeline": "step",
     "microbatches": "pipeline window",  # µs from that rank's pipeline window of the step
     "sync_calls": "own",               # the rank's own trace clock (per-rank GPU tables)
+    "memory_steps": "own",             # start_us, end_us, the peaks' times
+    "memory_devices": "own",           # peak_us
+    "memory_curve": "own",
 }
 
 
@@ -151,4 +154,18 @@ def summary_of(report) -> dict:
             r.idle.drop(columns=["step"]).groupby("rank").mean().reset_index())
         if len(r.idle) else [],
         "top_kernels": records(_top_kernels(r.kernels)),
+        "memory": memory_summary(r),
     })
+
+
+def memory_summary(report) -> dict:
+    """summary.json's ``memory`` (docs/report-format.md): ``devices`` (the rows of
+    ``memory_devices.parquet``: per rank and device, the peaks, where they fall, reserved −
+    allocated there, the growth across steps, the device's memory where known), ``stages``
+    (per pipeline stage, its largest peak and which rank holds it), ``snapshots`` (per memory
+    snapshot and device: reserved, allocated, free in segments, the largest moment, the
+    out-of-memory record) and ``device_memory_bytes`` (``--device-memory``, or null)."""
+    extra = report.memory or {}
+    return {"devices": records(report.memory_devices),
+            "stages": extra.get("stages", []), "snapshots": extra.get("snapshots", []),
+            "device_memory_bytes": extra.get("device_memory_bytes")}

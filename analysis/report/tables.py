@@ -6,7 +6,8 @@ constant, named here once, so that a table is written with its columns even when
 (a run with step timers but no traces writes every table, each empty with its columns) and a
 test can hold every written table to its contract (``tests/test_report_tables.py``).
 
-``GPU`` names the tables that only device traces fill; ``ordered(name, df)`` is ``df`` with the
+``GPU`` names the tables that only device traces fill, ``MEMORY`` those of memory
+(``analysis/memory/gather.py``: traces recorded with ``profile_memory``, memory snapshots); ``ordered(name, df)`` is ``df`` with the
 registered columns first, in order, and a column the table lacks added empty — what
 ``Report.write`` stores for an empty table.
 """
@@ -18,6 +19,7 @@ from meshscope.analysis.comm import bandwidth_report, instances, matching
 from meshscope.analysis.crossrank import clocks, graph, whatif
 from meshscope.analysis.gpu import host_activity, kernels, step_categories
 from meshscope.analysis.gpu import idle as gpu_idle
+from meshscope.analysis.memory.gather import TABLES as MEMORY_COLUMNS
 from meshscope.analysis.pipeline import bubble, schedule
 from meshscope.analysis.records import flight_recorder, steps
 from meshscope.analysis.timeline import breakdown, operators, segments
@@ -55,10 +57,12 @@ COLUMNS: dict[str, list[str]] = {
     "throughput": steps.THROUGHPUT_COLUMNS,
     "idle": breakdown.IDLE_COLUMNS,
     **GPU_COLUMNS,
+    **MEMORY_COLUMNS,
 }
 
 NAMES: tuple[str, ...] = tuple(COLUMNS)
 GPU: tuple[str, ...] = tuple(GPU_COLUMNS)
+MEMORY: tuple[str, ...] = tuple(MEMORY_COLUMNS)
 
 
 def empty(name: str) -> pd.DataFrame:

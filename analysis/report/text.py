@@ -18,6 +18,58 @@ def _num(x, width: int, digits: int) -> str:
     return f"{'-':>{width}}" if x is None else f"{x:>{width}.{digits}f}"
 
 
+def _bytes(n) -> str:
+    """Bytes in binary units, right-aligned in 10; "-" where unknown."""
+    if n is None:
+        return f"{'-':>10}"
+    for unit, size in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(n) >= size:
+            return f"{n / size:>6.2f} {unit}"
+    return f"{int(n):>8} B"
+
+
+def memory_lines(mem: reader.MemorySummary) -> list[str]:
+    """The memory section: per rank and device, the peaks over the profiled steps and where
+    they fall; the stages; the snapshots."""
+    lines = []
+    if mem.devices:
+        lines += ["", "Memory per rank and device (largest over the profiled steps):",
+                  "  rank device   peak alloc  step  peak reserved  reserved-alloc  "
+                  "growth/step  device mem  at (operator)"]
+        for d in mem.devices:
+            growth = _bytes(d.growth_per_step_bytes) if d.growth_per_step_bytes else \
+                f"{'0':>10}" if d.growth_per_step_bytes == 0 else f"{'-':>10}"
+            where = d.peak_op or "-"
+            if d.peak_module:
+                where += f" in {d.peak_module}"
+            lines.append(f"  {d.rank:>4} {d.device:<7} {_bytes(d.peak_allocated_bytes)} "
+                         f"{d.peak_step if d.peak_step is not None else '-':>5}     "
+                         f"{_bytes(d.peak_reserved_bytes)}      {_bytes(d.fragmentation_bytes)}"
+                         f"   {growth}  {_bytes(d.device_total_bytes)}  {where}")
+        kinds = {d.totals for d in mem.devices}
+        if "since-start" in kinds:
+            lines.append("  note: CPU totals count only what was allocated while the profiler "
+                         "recorded (PyTorch's CPU allocator reports nothing older)")
+        if "rebuilt" in kinds:
+            lines.append("  note: the trace has no allocator totals (PyTorch 1.8): allocated "
+                         "is rebuilt from the signed Bytes, from 0 at the trace's start")
+    for s in mem.stages:
+        peak = _bytes(s.peak_allocated_bytes).strip()
+        lines.append(f"  stage {s.stage} (ranks {s.ranks}): peak {peak} on rank {s.peak_rank}")
+    for s in mem.snapshots:
+        b = {k: _bytes(v).strip() for k, v in (
+            ("reserved", s.reserved_bytes), ("allocated", s.allocated_bytes),
+            ("free", s.free_in_segments_bytes), ("largest", s.largest_allocated_bytes))}
+        lines.append(f"  snapshot {s.source} (rank {s.rank}, {s.device}): reserved "
+                     f"{b['reserved']}, allocated {b['allocated']}, free in segments "
+                     f"{b['free']}; largest moment {b['largest']} allocated")
+        if s.oom:
+            asked = _bytes(s.oom.get("requested_bytes")).strip()
+            free = _bytes(s.oom.get("device_free_bytes")).strip()
+            lines.append(f"    OUT OF MEMORY: asked for {asked} with {free} free on the device")
+    return lines
+
+
 def render(summary: dict) -> str:
     summary = printable_tree(summary)       # names from input files may hold escapes
     typed = reader.read_summary(summary)
@@ -142,6 +194,7 @@ def render(summary: dict) -> str:
                          f"{'-' if eff is None else f'{eff:.0%}'}")
         if len(bw) > 20:
             lines.append(f"  … {len(bw) - 20} more rows in report/bandwidth_summary.parquet")
+    lines += memory_lines(typed.memory)
     if typed.findings:
         lines.append("")
         lines.append("Findings (largest cost first):")
@@ -149,6 +202,8 @@ def render(summary: dict) -> str:
             cost = "" if f.cost_us is None else \
                 f" — costs {f.cost_us / 1000:.1f} ms/step" + \
                 ("" if f.cost_pct is None else f" ({f.cost_pct:.1f}%)")
+            if f.peak_saving_bytes:
+                cost += f" — lowers the peak by {_bytes(f.peak_saving_bytes).strip()}"
             lines.append(f"  {i}. [{f.severity}] {f.title}{cost}")
             lines.append(f"     remedy: {f.remedy}")
     return "\n".join(lines)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
+from meshscope.analysis.report.memory_findings import human_bytes
 from meshscope.analysis.report import reader
 
 from ..sections import Facts, Figure, Note, Section, Table, clip, evidence_text, fmt, \
@@ -229,13 +230,18 @@ def findings_table(ctx: PageContext) -> Table | Note:
     for i, f in enumerate(found, 1):
         rows.append([i, f.severity, f.title, f.dimension or "",
                      "—" if f.cost_us is None else f"{f.cost_us / 1e3:.2f}",
-                     fmt(f.cost_pct, 1), evidence_text(f.evidence), f.remedy,
+                     fmt(f.cost_pct, 1),
+                     "—" if f.peak_saving_bytes is None else human_bytes(f.peak_saving_bytes),
+                     evidence_text(f.evidence), f.remedy,
                      clip("; ".join(map(str, f.symptoms)), 300)])
     return Table("findings-table", ["#", "severity", "finding", "dim", "cost ms/step",
-                                    "cost %", "evidence", "remedy", "explains"], rows,
+                                    "cost %", "peak saving", "evidence", "remedy", "explains"],
+                 rows,
                  caption="Cost: the step time fixing it would save (the analysis' what-if), "
-                         "mean per profiled step; cost % is of the replayed step. The raw "
-                         "numbers of each evidence are in summary.json.", left=9)
+                         "mean per profiled step; cost % is of the replayed step. Peak "
+                         "saving: by how much a memory finding's remedy lowers the memory "
+                         "peak. The raw numbers of each evidence are in summary.json.",
+                 left=10)
 
 
 def sections(ctx: PageContext) -> list[Section]:

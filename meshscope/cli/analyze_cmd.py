@@ -137,6 +137,14 @@ _FLAGS = (
     click.option("--max-nesting", default=None, type=click.IntRange(min=1), metavar="N",
                  help="Budget: levels of nested arrays and objects anywhere in one trace "
                       "(default 64; a Kineto event is about 5 deep)."),
+    click.option("--snapshot", "snapshots", multiple=True,
+                 type=click.Path(exists=True, dir_okay=False),
+                 help="A PyTorch memory snapshot (torch.cuda.memory._dump_snapshot's pickle, "
+                      "or its JSON) to read beside the traces; repeatable. *.pickle / *.pkl "
+                      "files under PATH are read too; PATH may be a snapshot alone."),
+    click.option("--device-memory", default=None, metavar="SIZE",
+                 help="Memory of one device (e.g. 80GiB), for the near-OOM finding where the "
+                      "traces do not say (a CPU run's, a trace without deviceProperties)."),
     click.option("--workers", default=None, type=click.IntRange(min=1),
                  help="Worker processes (default: one per core; with --engine dask and no "
                       "--scheduler, the local cluster's size, default 2)."),
@@ -144,7 +152,8 @@ _FLAGS = (
 #: The keyword arguments ``_FLAGS`` give a command, in order.
 FLAG_NAMES = ("comm_kernel_regex", "rank_regex", "step_annotation", "no_cache", "baseline",
               "layout", "rank_order", "warmup_steps", "engine", "scheduler", "max_trace_bytes",
-              "max_events", "max_event_bytes", "max_rank_memory", "max_nesting", "workers")
+              "max_events", "max_event_bytes", "max_rank_memory", "max_nesting", "snapshots",
+              "device_memory", "workers")
 
 
 def analysis_flags(f):
@@ -186,6 +195,11 @@ def analysis_options(flags: dict) -> AnalysisFlags:
             sizes[name] = budgets.parse_size(text) if text is not None else None
         except ValueError as e:
             fail(f"{flag}: {e}")
+    try:
+        device_bytes = budgets.parse_size(flags["device_memory"]) \
+            if flags["device_memory"] is not None else None
+    except ValueError as e:
+        fail(f"--device-memory: {e}")
     # The budgets in force: this process' environment, with the flags given over it.
     limits = dataclasses.replace(budgets.current(),
                                  **{k: v for k, v in sizes.items() if v is not None})
@@ -194,7 +208,9 @@ def analysis_options(flags: dict) -> AnalysisFlags:
         step_annotation=flags["step_annotation"], workers=flags["workers"], progress=True,
         baseline=_load_baseline(flags["baseline"]), layout=flags["layout"],
         rank_order=flags["rank_order"], warmup_steps=flags["warmup_steps"],
-        engine=flags["engine"], scheduler=flags["scheduler"], budgets=limits)
+        engine=flags["engine"], scheduler=flags["scheduler"], budgets=limits,
+        snapshots=tuple(pathlib.Path(f) for f in flags["snapshots"]),
+        device_memory=device_bytes)
     return AnalysisFlags(options, flags["baseline"], bool(flags["no_cache"]))
 
 

@@ -110,11 +110,29 @@ def compare_cmd(paths, conditions, junit_out, markdown_out, as_json, csv_out, re
         blocks = [outputs.text(d) for d in diffs]
         if sweep or len(paths) > 2 or detail:
             blocks.append(render(table, detail))
+        if detail:
+            blocks += _memory_vs_plan(table)
         if verdicts:
             blocks.append(outputs.gate_text(verdicts))
         click.echo("\n\n".join(blocks))
     if any(v.failed for _, v in verdicts):
         raise SystemExit(EXIT_GATE_FAILED)
+
+
+def _memory_vs_plan(table) -> list[str]:
+    """Under ``--detail``: each run's memory, the planner's terms beside what its ranks
+    measured (meshscope/layouts/memory_vs_plan.py)."""
+    from meshscope.layouts.memory_vs_plan import PlanMemoryError, memory_vs_plan, render
+
+    out = []
+    for row in table.rows:
+        try:
+            m = memory_vs_plan(pathlib.Path(row.path))
+        except PlanMemoryError as e:
+            out.append(f"{row.name}: memory against the plan: {e}")
+            continue
+        out.append(f"{row.name}:\n{render(m)}")
+    return out
 
 
 def _calibrated(from_runs, baseline: str | None):

@@ -54,6 +54,8 @@ def _run_options(o: dict):
         node_rank=o.get("node_rank", 0), rdzv_endpoint=o.get("rdzv_endpoint"),
         nproc_per_node=o.get("nproc_per_node"),
         always_on=o.get("always_on", True), nccl_debug=o.get("nccl_debug", False),
+        memory_snapshot=o.get("memory_snapshot", False),
+        profile_memory=o.get("profile_memory", True),
         peak_flops=o["peak_tflops"] * 1e12 if o.get("peak_tflops") else None,
         peak_bandwidth=o["peak_bandwidth_gbps"] * 1e9 if o.get("peak_bandwidth_gbps") else None)
 
@@ -104,6 +106,13 @@ def run_options_decorator(f):
         click.option("--nccl-debug", is_flag=True,
                      help="CUDA: NCCL_DEBUG=INFO per rank into comms/nccl-rank{R}.log, parsed "
                           "by collectors.nccl_debug."),
+        click.option("--profile-memory/--no-profile-memory", default=True, show_default=True,
+                     help="Record the allocator's [memory] events in the traces (the "
+                          "report's memory tables; docs/memory.md)."),
+        click.option("--memory-snapshot", is_flag=True,
+                     help="CUDA: record the allocator's history over the profiled steps and "
+                          "dump a memory snapshot per rank into memory/rank{R}.pickle "
+                          "(torch.cuda.memory._dump_snapshot; read by meshscope analyze)."),
         click.option("--peak-tflops", type=float, default=None,
                      help="Peak dense TFLOP/s of one device, for MFU (default: from the device "
                           "table when the device is known)."),

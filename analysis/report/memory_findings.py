@@ -1,0 +1,345 @@
+"""Findings of memory: why a rank runs out, or would, and what to change.
+
+They join the time findings in one ranked list (``findings.findings``): ``near-oom`` right
+after a hang or desync (a job about to fail outranks one that is slow), the others after the
+time findings, largest peak saving first. A memory finding has no time cost (``cost_us``
+null); ``peak_saving_bytes`` is by how much its remedy would lower the peak where that can be
+computed, and ``what_if.peak_bytes`` the peak it would leave. Severity: ``near-oom`` is high;
+the others by the share of the peak they would save — high ≥ 10%, medium ≥ 3%, low below.
+
+Each is judged on ``memory_devices`` (one row per rank and device, ``analysis/memory/
+rank_memory.py``), one device per rank (its ``main`` device: the accelerator with the largest
+peak, else the CPU), and fires only where its stated threshold is passed:
+
+- ``near-oom`` — the peak reserved (allocated where the allocator reserves nothing) within
+  ``NEAR_OOM_MARGIN`` (10%) of the device's memory, when it is known — from the trace's
+  ``deviceProperties`` or ``--device-memory`` — or a memory snapshot recorded an out-of-memory
+  error. It must shed what lies above the margin; the remedy names what would: the memory
+  held free in the allocator's segments (``expandable_segments``), the growth, the largest
+  allocator.
+- ``memory-imbalance`` — the peaks of the pipeline stages (each stage's largest rank), or of
+  the ranks without a pipeline, differ: max/mean above ``IMBALANCE_RATIO`` (1.1) and by at
+  least ``MIN_BYTES``. Under 1F1B the first stage holds the most activations (p microbatches
+  in flight against the last stage's one). Saving: the largest peak down to the mean.
+- ``memory-growth`` — a device ends every profiled step higher than the step before (at least
+  two steps after the first) by a mean of at least ``MIN_GROWTH_BYTES`` and 0.5% of its peak:
+  something keeps memory from every step (a leak: tensors appended to a list, a graph kept
+  alive by a loss accumulated without ``.item()``/``.detach()``). Saving: what it added over
+  the profiled steps; the evidence says how many more steps the device lasts at that rate,
+  where its memory is known.
+- ``memory-fragmentation`` — at the allocated peak, reserved − allocated (memory the caching
+  allocator holds in segments but no tensor uses) is at least ``FRAGMENTATION_SHARE`` (25%)
+  of the reserved and at least ``MIN_FRAGMENTATION_BYTES``; remedy
+  ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``, which lowers the peak reserved by up to
+  that much.
+- ``largest-allocator`` — on the rank with the largest peak, one (operator, module, range)
+  group holds at least ``LARGEST_SHARE`` (25%) of the peak, and ``MIN_LARGEST_BYTES`` (1 MiB),
+  in blocks live at it (``memory_live``); the remedy fits what made them (activations of the forward: recompute or
+  smaller microbatches; the optimizer's state: shard it; the backward: shard gradients). Saving:
+  at most its bytes.
+"""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from meshscope.analysis.memory.gather import main_devices
+from meshscope.analysis.report.findings import Finding
+
+NEAR_OOM_MARGIN = 0.10
+IMBALANCE_RATIO = 1.10
+MIN_BYTES = 1 << 20
+MIN_GROWTH_BYTES = 1 << 20
+GROWTH_SHARE = 0.005
+FRAGMENTATION_SHARE = 0.25
+MIN_FRAGMENTATION_BYTES = 64 << 20
+LARGEST_SHARE = 0.25
+MIN_LARGEST_BYTES = 1 << 20
+
+
+def human_bytes(n: float | None) -> str:
+    if n is None or n != n:
+        return "-"
+    for unit, size in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(n) >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{int(n)} B"
+
+
+def _num(x) -> float | None:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(v) else v
+
+
+def _severity(saving: float, peak: float) -> str:
+    share = saving / peak if peak else 0.0
+    return "high" if share >= 0.10 else "medium" if share >= 0.03 else "low"
+
+
+def _finding(fid, dim, title, evidence, remedy, saving, peak, assumption, severity=None):
+    return Finding(fid, severity or _severity(saving or 0.0, peak), dim, None, None, title,
+                   evidence, remedy, {"peak_bytes": peak - saving if saving is not None
+                                      else None, "assumption": assumption},
+                   peak_saving_bytes=float(saving) if saving is not None else None)
+
+
+def _peak_of(row) -> float:
+    """The peak that counts against the device: reserved where the allocator reserves, else
+    allocated."""
+    res = _num(row.get("peak_reserved_bytes"))
+    return res if res is not None else float(row["peak_allocated_bytes"])
+
+
+def near_oom(main: pd.DataFrame, snapshots: list[dict], live: pd.DataFrame) -> Finding | None:
+    worst, worst_share = None, 0.0
+    for _, row in main.iterrows():
+        total = _num(row.get("device_total_bytes"))
+        if not total:
+            continue
+        share = _peak_of(row) / total
+        if share >= 1 - NEAR_OOM_MARGIN and share > worst_share:
+            worst, worst_share = row, share
+    oom = next((s for s in snapshots if s.get("oom")), None)
+    if worst is None and oom is None:
+        return None
+    if worst is not None:
+        total = float(worst["device_total_bytes"])
+        peak = _peak_of(worst)
+        shed = peak - (1 - NEAR_OOM_MARGIN) * total
+        frag = _num(worst.get("fragmentation_bytes")) or 0.0
+        growth = _num(worst.get("growth_per_step_bytes"))
+        options = []
+        if frag > 0:
+            options.append(f"expandable_segments would return up to {human_bytes(frag)} held "
+                           f"free in the allocator's segments")
+        if worst.get("growth_monotone") and growth:
+            options.append(f"the memory growing {human_bytes(growth)} a step (a leak)")
+        top = _top_live(live, int(worst["rank"]), str(worst["device"]))
+        if top is not None:
+            options.append(f"the largest allocator, {_what(top)}, holds "
+                           f"{human_bytes(top['bytes'])}: {_remedy_of(top)}")
+        title = (f"Rank {int(worst['rank'])} peaks at {human_bytes(peak)} of its "
+                 f"{human_bytes(total)} {worst['device']} ({worst_share:.0%}): within "
+                 f"{NEAR_OOM_MARGIN:.0%} of running out")
+        evidence = {"rank": int(worst["rank"]), "device": worst["device"], "peak_bytes": peak,
+                    "device_total_bytes": total, "share": worst_share,
+                    "margin": NEAR_OOM_MARGIN, "to_shed_bytes": shed,
+                    "device_total_source": worst.get("device_total_source"),
+                    "peak_step": int(worst["peak_step"]), "peak_op": worst.get("peak_op")}
+        remedy = ("lower the peak by at least " + human_bytes(shed) + ": "
+                  + ("; ".join(options) if options else
+                     "activation recomputation, a ZeRO/FSDP stage that shards more, or a "
+                     "smaller microbatch"))
+        saving = max(shed, 0.0)
+    else:
+        o = oom["oom"]
+        peak = float(o.get("reserved_bytes") or 0)
+        title = (f"Rank {oom['rank']} ran out of memory on {oom['device']}: it asked for "
+                 f"{human_bytes(o.get('requested_bytes'))} with "
+                 f"{human_bytes(o.get('device_free_bytes'))} free "
+                 f"({human_bytes(o.get('allocated_bytes'))} allocated, "
+                 f"{human_bytes(o.get('reserved_bytes'))} reserved; snapshot {oom['source']})")
+        evidence = {"rank": oom["rank"], "device": oom["device"], "snapshot": oom["source"],
+                    **o}
+        remedy = ("free what the snapshot's live blocks show at the largest moment "
+                  "(memory_snapshot_live), or activation recomputation, a ZeRO/FSDP stage that "
+                  "shards more, a smaller microbatch; expandable_segments when reserved is "
+                  "well above allocated")
+        saving = None
+    return _finding("near-oom", "all", title, evidence, remedy, saving, peak,
+                    f"the peak {NEAR_OOM_MARGIN:.0%} below the device's memory",
+                    severity="high")
+
+
+def imbalance(main: pd.DataFrame, stage_of: dict[int, int]) -> Finding | None:
+    if len(main) < 2:
+        return None
+    peaks = main.set_index("rank")["peak_allocated_bytes"].astype(float)
+    staged = {r: stage_of[r] for r in peaks.index if r in stage_of}
+    if len(set(staged.values())) > 1:
+        by = peaks[list(staged)].groupby(pd.Series(staged)).max()
+        unit, dim = "stage", "pp"
+    else:
+        by, unit, dim = peaks, "rank", "all"
+    mean = float(by.mean())
+    top = by.idxmax()
+    ratio = float(by.max()) / mean if mean else 1.0
+    if ratio <= IMBALANCE_RATIO or float(by.max()) - mean < MIN_BYTES:
+        return None
+    saving = float(by.max()) - mean
+    per = {str(int(k)): float(v) for k, v in by.items()}
+    title = (f"{unit.capitalize()} {int(top)} holds the most memory: its peak "
+             f"{human_bytes(by.max())} is {ratio:.2f}× the mean of the {unit}s "
+             f"({human_bytes(mean)})")
+    if unit == "stage" and int(top) == min(by.index):
+        remedy = (f"move layers off stage {int(top)} (--stage-layers), or recompute its "
+                  f"activations: under 1F1B the first stage holds the most microbatches in "
+                  f"flight (p against the last stage's one); an interleaved schedule "
+                  f"spreads them")
+    elif unit == "stage":
+        remedy = (f"move layers off stage {int(top)} (--stage-layers), or recompute its "
+                  f"activations; see what it holds at its peak (memory_live): the last stage "
+                  f"also holds the logits and the loss")
+    else:
+        remedy = (f"see what rank {int(top)} holds that the others do not (memory_live): "
+                  f"uneven data, a rank-0-only buffer, an unsharded state")
+    return _finding("memory-imbalance", dim, title,
+                    {"by": unit, f"peak_bytes_per_{unit}": per, "largest": int(top),
+                     "max_over_mean": ratio, "mean_bytes": mean}, remedy, saving,
+                    float(by.max()), f"the largest {unit}'s peak at the mean")
+
+
+def growth(main: pd.DataFrame) -> Finding | None:
+    found = []
+    for _, row in main.iterrows():
+        g = _num(row.get("growth_per_step_bytes"))
+        steps = int(row.get("growth_steps") or 0)
+        peak = float(row["peak_allocated_bytes"])
+        if not (row.get("growth_monotone") and g and steps >= 2):
+            continue
+        if g < MIN_GROWTH_BYTES or g < GROWTH_SHARE * peak:
+            continue
+        found.append((g, row))
+    if not found:
+        return None
+    g, row = max(found, key=lambda x: x[0])
+    steps = int(row["growth_steps"])
+    saving = g * steps
+    peak = float(row["peak_allocated_bytes"])
+    ranks = sorted(int(r["rank"]) for _, r in found)
+    evidence = {"ranks": ranks, "rank": int(row["rank"]), "device": row["device"],
+                "growth_per_step_bytes": g, "steps": steps + 1, "peak_bytes": peak}
+    total = _num(row.get("device_total_bytes"))
+    tail = ""
+    if total:
+        left = (total - _peak_of(row)) / g
+        evidence["steps_until_full"] = left
+        tail = f"; at this rate its {human_bytes(total)} are full in {left:,.0f} more steps"
+    title = (f"Memory grows on rank{'s' * (len(ranks) > 1)} {', '.join(map(str, ranks))}: "
+             f"rank {int(row['rank'])}'s {row['device']} ends each step "
+             f"{human_bytes(g)} higher than the one before, over {steps + 1} profiled "
+             f"steps{tail}")
+    return _finding("memory-growth", "all", title, evidence,
+                    "find what each step keeps (tensors appended to a list, a loss accumulated "
+                    "without .item() or .detach() keeping its graph, a cache that never "
+                    "evicts); the growing operator is in memory_live at the last peak",
+                    saving, peak, "no growth across the profiled steps")
+
+
+def fragmentation(main: pd.DataFrame) -> Finding | None:
+    best = None
+    for _, row in main.iterrows():
+        frag = _num(row.get("fragmentation_bytes"))
+        res = _num(row.get("reserved_at_peak_bytes"))
+        if not frag or not res:
+            continue
+        share = frag / res
+        if share >= FRAGMENTATION_SHARE and frag >= MIN_FRAGMENTATION_BYTES and \
+                (best is None or frag > best[0]):
+            best = (frag, share, row)
+    if best is None:
+        return None
+    frag, share, row = best
+    title = (f"Rank {int(row['rank'])}'s allocator holds {human_bytes(frag)} free in its "
+             f"segments at the peak ({share:.0%} of the {human_bytes(row['reserved_at_peak_bytes'])} "
+             f"reserved): fragmentation")
+    return _finding("memory-fragmentation", "all", title,
+                    {"rank": int(row["rank"]), "device": row["device"],
+                     "fragmentation_bytes": frag, "share": share,
+                     "reserved_at_peak_bytes": float(row["reserved_at_peak_bytes"]),
+                     "peak_allocated_bytes": float(row["peak_allocated_bytes"]),
+                     "threshold_share": FRAGMENTATION_SHARE},
+                    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (segments grow in place "
+                    "instead of new ones being cut); or allocate the largest buffers first and "
+                    "keep their sizes fixed", frag, float(row["reserved_at_peak_bytes"]),
+                    "the allocator holds no free memory at the peak")
+
+
+def _what(row) -> str:
+    parts = [str(row["operator"])]
+    if row.get("module"):
+        parts.append(f"in {row['module']}")
+    if row.get("annotation"):
+        parts.append(f"under {row['annotation']}")
+    return " ".join(parts)
+
+
+def _remedy_of(row) -> str:
+    note = str(row.get("annotation") or "")
+    if "forward" in note:
+        return ("activations kept for the backward: activation recomputation "
+                "(torch.utils.checkpoint), or smaller microbatches")
+    if note.startswith("Optimizer.step") or "optimizer" in note:
+        return "optimizer state: shard it over the data-parallel ranks (ZeRO-1/2, FSDP)"
+    if "backward" in note:
+        return "gradients: shard them (ZeRO-2, FSDP) or accumulate fewer at once"
+    return "free it earlier, or keep no reference to it past its last use"
+
+
+def _top_live(live: pd.DataFrame, rank: int, device: str):
+    if live is None or live.empty:
+        return None
+    mine = live[(live["rank"] == rank) & (live["device"] == device)
+                & ~live["operator"].isin(["(other)", "(before the trace)"])]
+    if mine.empty:
+        return None
+    return mine.sort_values("bytes", ascending=False).iloc[0]
+
+
+def largest(main: pd.DataFrame, live: pd.DataFrame) -> Finding | None:
+    if main.empty:
+        return None
+    row = main.sort_values("peak_allocated_bytes", ascending=False).iloc[0]
+    top = _top_live(live, int(row["rank"]), str(row["device"]))
+    peak = float(row["peak_allocated_bytes"])
+    if top is None or not peak or float(top["bytes"]) < LARGEST_SHARE * peak or \
+            float(top["bytes"]) < MIN_LARGEST_BYTES:
+        return None
+    share = float(top["bytes"]) / peak
+    title = (f"{_what(top)} holds {human_bytes(top['bytes'])} ({share:.0%}) of rank "
+             f"{int(row['rank'])}'s {human_bytes(peak)} peak on {row['device']}")
+    return _finding("largest-allocator", "all", title,
+                    {"rank": int(row["rank"]), "device": row["device"], "step": int(top["step"]),
+                     "operator": top["operator"], "module": top.get("module"),
+                     "annotation": top.get("annotation"), "bytes": float(top["bytes"]),
+                     "blocks": _num(top.get("blocks")), "share": share, "peak_bytes": peak},
+                    _remedy_of(top), float(top["bytes"]), peak,
+                    "none of these blocks live at the peak")
+
+
+def memory_findings(devices: pd.DataFrame, live: pd.DataFrame, snapshots: list[dict],
+                    stage_of: dict[int, int]) -> list[Finding]:
+    """Every memory finding (module docstring), ``near-oom`` first, then by peak saving. A
+    growing rank explains what its growth causes: an imbalance whose largest stage or rank
+    holds it, and a largest allocator on it, are symptoms of ``memory-growth``, not findings
+    of their own."""
+    main = main_devices(devices)
+    out = []
+    if not main.empty or snapshots:
+        f = near_oom(main, snapshots, live)
+        if f:
+            out.append(f)
+    if main.empty:
+        return out
+    grow = growth(main)
+    rest = [f for f in (fragmentation(main),) if f is not None]
+    imb, big = imbalance(main, stage_of), largest(main, live)
+    if grow is not None:
+        rest.append(grow)
+        growing = set(grow.evidence["ranks"])
+        if imb is not None:
+            holders = {imb.evidence["largest"]} if imb.evidence["by"] == "rank" else \
+                {r for r, s in stage_of.items() if s == imb.evidence["largest"]}
+            if holders & growing:
+                grow.symptoms.append(imb.title)
+                imb = None
+        if big is not None and big.evidence["rank"] in growing:
+            grow.symptoms.append(big.title)
+            big = None
+    rest += [f for f in (imb, big) if f is not None]
+    rest.sort(key=lambda f: -(f.peak_saving_bytes or 0.0))
+    return out + rest

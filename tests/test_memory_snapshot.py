@@ -1,0 +1,222 @@
+"""Memory snapshots (analysis/memory/snapshot.py). A snapshot made by
+``torch.cuda.memory._record_memory_history`` needs CUDA, which this machine has not: the
+snapshot here is written by hand in the structure ``torch.cuda.memory._snapshot()`` documents
+(its docstring: segments of blocks with their frames, and per device the allocator's log), with
+a history whose answers are known by construction; and a pickle that tries to run code is
+refused, nothing executed."""
+from __future__ import annotations
+
+import json
+import os
+import pickle
+
+import pandas as pd
+import pytest
+
+from conftest import meshscope
+from meshscope.analysis.memory import snapshot
+
+MiB = 1 << 20
+A, B = 0x7F0000000000, 0x7F0010000000
+LINEAR = {"filename": "/opt/venv/lib/python3.11/site-packages/torch/nn/modules/linear.py",
+          "line": 125, "name": "forward"}
+F1 = [LINEAR, {"filename": "/home/u/train.py", "line": 40, "name": "step"}]
+F2 = [{"filename": "/home/u/model.py", "line": 12, "name": "attention"}]
+F3 = [{"filename": "/home/u/train.py", "line": 55, "name": "log_metrics"}]
+F4 = [{"filename": "/home/u/model.py", "line": 30, "name": "big_temp"}]
+
+
+def hand_made() -> dict:
+    """Two segments on device 0 — A (20 MiB, large): 8 MiB in use, 4 free, 6 in use, 2 free;
+    B (2 MiB, small): 1 in use, 1 free — and the log that led there: A cut, 8 MiB allocated
+    (t=1), a 4 MiB temporary (t=2), 6 MiB (t=3), the temporary freed (t=4 requested, t=5
+    completed), B cut (t=6), 1 MiB in it (t=7), then an out-of-memory error asking for
+    64 MiB with 3 MiB free on the device (t=8). So: 15 MiB allocated and 22 reserved at the
+    end, 7 free in the segments (the largest free block 4 MiB), and the largest moment 18 MiB
+    allocated, after t=3, with 20 reserved: the blocks of F1, F4 and F2."""
+    def block(addr, size, state, frames=()):
+        return {"address": addr, "size": size, "requested_size": size, "state": state,
+                "frames": list(frames)}
+    segments = [
+        {"device": 0, "address": A, "total_size": 20 * MiB, "stream": 0,
+         "segment_type": "large", "segment_pool_id": (0, 0), "allocated_size": 14 * MiB,
+         "active_size": 14 * MiB,
+         "blocks": [block(A, 8 * MiB, "active_allocated", F1),
+                    block(A + 8 * MiB, 4 * MiB, "inactive"),
+                    block(A + 12 * MiB, 6 * MiB, "active_allocated", F2),
+                    block(A + 18 * MiB, 2 * MiB, "inactive")]},
+        {"device": 0, "address": B, "total_size": 2 * MiB, "stream": 0,
+         "segment_type": "small", "segment_pool_id": (0, 0), "allocated_size": MiB,
+         "active_size": MiB,
+         "blocks": [block(B, MiB, "active_allocated", F3), block(B + MiB, MiB, "inactive")]}]
+
+    def act(action, addr, size, t, frames=(), **kw):
+        return {"action": action, "addr": addr, "size": size, "stream": 0, "time_us": t,
+                "frames": list(frames), **kw}
+    log = [act("segment_alloc", A, 20 * MiB, 0), act("alloc", A, 8 * MiB, 1, F1),
+           act("alloc", A + 8 * MiB, 4 * MiB, 2, F4), act("alloc", A + 12 * MiB, 6 * MiB, 3, F2),
+           act("free_requested", A + 8 * MiB, 4 * MiB, 4),
+           act("free_completed", A + 8 * MiB, 4 * MiB, 5),
+           act("segment_alloc", B, 2 * MiB, 6), act("alloc", B, MiB, 7, F3),
+           {"action": "oom", "size": 64 * MiB, "stream": 0, "time_us": 8,
+            "device_free": 3 * MiB, "frames": F1}]
+    return {"segments": segments, "device_traces": [log],
+            "allocator_settings": {"PYTORCH_CUDA_ALLOC_CONF": ""}}
+
+
+def _check(segments, live, summaries):
+    seg = {r["address"]: r for r in segments}
+    assert seg[A]["free_bytes"] == 6 * MiB and seg[A]["largest_free_bytes"] == 4 * MiB
+    assert seg[A]["allocated_bytes"] == 14 * MiB and seg[A]["blocks"] == 4
+    assert seg[B]["free_bytes"] == MiB and seg[B]["segment_type"] == "small"
+    (s,) = summaries
+    assert (s["reserved_bytes"], s["allocated_bytes"], s["free_in_segments_bytes"]) == \
+        (22 * MiB, 15 * MiB, 7 * MiB)
+    assert (s["largest_allocated_bytes"], s["largest_reserved_bytes"], s["largest_at_us"]) == \
+        (18 * MiB, 20 * MiB, 3)
+    assert s["oom"]["requested_bytes"] == 64 * MiB and s["oom"]["device_free_bytes"] == 3 * MiB
+    assert (s["oom"]["allocated_bytes"], s["oom"]["reserved_bytes"]) == (15 * MiB, 22 * MiB)
+    assert s["oom"]["site"] == "step (train.py:40)"
+    by_site = {r["site"]: r["bytes"] for r in live}
+    assert by_site == {"step (train.py:40)": 8 * MiB, "attention (model.py:12)": 6 * MiB,
+                       "big_temp (model.py:30)": 4 * MiB}
+    assert sum(r["share"] for r in live) == pytest.approx(1.0)
+
+
+def test_a_hand_made_snapshot_read_from_its_pickle_and_its_json(tmp_path):
+    doc = hand_made()
+    pkl = tmp_path / "rank0.pickle"
+    pkl.write_bytes(pickle.dumps(doc))
+    as_json = tmp_path / "rank0.json"
+    as_json.write_text(json.dumps(doc))
+    for path in (pkl, as_json):
+        _check(*snapshot.analyse(0, snapshot.read(path), path.name))
+
+
+def test_analyze_a_snapshot_alone(tmp_path):
+    """``meshscope analyze rank3.pickle``: the snapshot's tables and summary, its
+    out-of-memory record as the near-oom finding, every other table empty."""
+    path = tmp_path / "rank3.pickle"
+    path.write_bytes(pickle.dumps(hand_made()))
+    out = tmp_path / "report"
+    proc = meshscope("analyze", path, "--out", out, "--json", check=True)
+    summary = json.loads(proc.stdout)
+    (snap,) = summary["memory"]["snapshots"]
+    assert snap["rank"] == 3 and snap["source"] == "rank3.pickle"
+    assert snap["largest_allocated_bytes"] == 18 * MiB
+    assert summary["findings"][0]["id"] == "near-oom"
+    assert "rank3.pickle" in summary["findings"][0]["title"]
+    segments = pd.read_parquet(out / "memory_segments.parquet")
+    assert sorted(segments["free_bytes"]) == [MiB, 6 * MiB]
+    assert len(pd.read_parquet(out / "breakdown.parquet")) == 0
+    text = meshscope("analyze", path, "--out", out, check=True).stdout
+    assert "OUT OF MEMORY: asked for 64.00 MiB with 3.00 MiB free" in text
+
+
+class _Exploit:
+    """Unpickling this would run a shell command."""
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_a_snapshot_that_runs_code_is_refused_and_nothing_runs(tmp_path):
+    marker = tmp_path / "pwned"
+    evil = tmp_path / "evil.pickle"
+    doc = hand_made()
+    doc["segments"][0]["blocks"][0]["frames"] = [_Exploit(marker)]
+    evil.write_bytes(pickle.dumps(doc))
+    with pytest.raises(snapshot.SnapshotError) as err:
+        snapshot.read(evil)
+    assert str(evil) in str(err.value) and "posix.system" in str(err.value)
+    assert not marker.exists()
+    proc = meshscope("analyze", evil, "--out", tmp_path / "report")
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert lines[0].startswith("meshscope: error: ") and str(evil) in lines[0]
+    assert "refused" in lines[0] and "Traceback" not in proc.stderr
+    assert not marker.exists()
+
+
+def test_files_that_are_not_snapshots_are_named(tmp_path):
+    other = tmp_path / "fr.pkl"
+    other.write_bytes(pickle.dumps({"entries": [], "version": "2.10"}))
+    with pytest.raises(snapshot.SnapshotError, match="not a memory snapshot"):
+        snapshot.read(other)
+    bad = hand_made()
+    bad["segments"][1]["total_size"] = -1
+    damaged = tmp_path / "bad.pickle"
+    damaged.write_bytes(pickle.dumps(bad))
+    with pytest.raises(snapshot.SnapshotError, match=r"\$\.segments\[1\]\.total_size"):
+        snapshot.read(damaged)
+    cut = tmp_path / "cut.pickle"
+    cut.write_bytes(pickle.dumps(hand_made())[:200])
+    with pytest.raises(snapshot.SnapshotError, match="not a plain-data pickle"):
+        snapshot.read(cut)
+    (tmp_path / "empty.pkl").write_bytes(b"")
+    with pytest.raises(snapshot.SnapshotError, match="empty file"):
+        snapshot.read(tmp_path / "empty.pkl")
+
+
+def test_any_bytes_are_a_snapshot_or_named_never_a_crash(tmp_path):
+    """Fuzzed: random bytes, and the hand-made snapshot's pickle cut or with bytes flipped,
+    read as a snapshot give a ``Snapshot`` or ``SnapshotError`` — never another exception."""
+    from hypothesis import HealthCheck, given, settings, strategies as hs
+
+    good = pickle.dumps(hand_made())
+    path = tmp_path / "fuzz.pickle"
+
+    @settings(max_examples=200, deadline=None,
+              suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(hs.one_of(hs.binary(min_size=1, max_size=400),
+                     hs.tuples(hs.integers(0, len(good) - 1), hs.integers(0, 255)).map(
+                         lambda p: good[:p[0]] + bytes([p[1]]) + good[p[0] + 1:]),
+                     hs.integers(1, len(good)).map(lambda n: good[:n])))
+    def read(raw):
+        path.write_bytes(raw)
+        try:
+            snapshot.read(path)
+        except snapshot.SnapshotError:
+            pass
+    read()
+
+
+def test_a_fuzzed_but_valid_snapshot_analyses_without_a_crash(tmp_path):
+    """Any document the reader accepts — fields of the right types with arbitrary values —
+    is analysed into rows, never an exception (a negative device is refused when read)."""
+    from hypothesis import HealthCheck, given, settings, strategies as hs
+
+    size = hs.integers(0, 1 << 40)
+    frame = hs.fixed_dictionaries({"filename": hs.text(max_size=20), "line": hs.integers(0, 9),
+                                   "name": hs.text(max_size=10)})
+    block = hs.fixed_dictionaries({"size": size, "state": hs.sampled_from(
+        ["active_allocated", "active_awaiting_free", "inactive", "odd"]),
+        "address": size, "frames": hs.lists(frame, max_size=3)})
+    segment = hs.fixed_dictionaries({"address": size, "total_size": size,
+                                     "device": hs.integers(0, 2),
+                                     "blocks": hs.lists(block, max_size=4)})
+    entry = hs.fixed_dictionaries({"action": hs.sampled_from(
+        ["alloc", "free_requested", "free_completed", "segment_alloc", "segment_free",
+         "oom", "snapshot"]), "addr": size, "size": size, "frames": hs.lists(frame, max_size=2)})
+    doc = hs.fixed_dictionaries({"segments": hs.lists(segment, max_size=4),
+                                 "device_traces": hs.lists(hs.lists(entry, max_size=8),
+                                                           max_size=3)})
+    path = tmp_path / "rank0.pickle"
+
+    @settings(max_examples=150, deadline=None,
+              suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(doc)
+    def analyse(d):
+        path.write_bytes(pickle.dumps(d))
+        segments, live, summaries = snapshot.analyse(0, snapshot.read(path), path.name)
+        assert len(segments) == len(d["segments"])
+        assert len(summaries) == len({s["device"] for s in d["segments"]}
+                                     | set(range(len(d["device_traces"]))))
+    analyse()
+    bad = hand_made()
+    bad["segments"][0]["device"] = -1
+    path.write_bytes(pickle.dumps(bad))
+    with pytest.raises(snapshot.SnapshotError, match=r"\$\.segments\[0\]\.device"):
+        snapshot.read(path)
