@@ -46,7 +46,8 @@ from meshscope.analysis.errors import InputError
 from meshscope.analysis.ingest import budgets
 from meshscope.analysis.pipeline import bubble, schedule
 from meshscope.analysis.records import flight_recorder, steps as step_records
-from meshscope.analysis.report import engines, findings as findings_mod, inputs, rank_work
+from meshscope.analysis.report import device_findings, engines, findings as findings_mod
+from meshscope.analysis.report import inputs, rank_work
 from meshscope.analysis.report.options import AnalysisOptions
 from meshscope.analysis.report.summary import REPORT_SCHEMA_VERSION, summary_of
 from meshscope.analysis.report import reuse
@@ -105,6 +106,9 @@ class Report:
     step_records: step_records.StepRecords
     step_time_us: float | None
     findings: list[findings_mod.Finding]
+    # "gpu" when a rank's trace holds device activity or names a GPU in its deviceProperties
+    # (a CUPTI range-profiler trace has counters, no kernels), else "cpu".
+    device: str = "cpu"
 
     TABLES = report_tables.NAMES        # every table and its columns: report/tables.py
     GPU_TABLES = report_tables.GPU
@@ -376,7 +380,8 @@ def _cross_rank(stage: RankStage, layout_map, options: AnalysisOptions) -> Repor
     bw = bandwidth_report.bandwidth_table(aligned.instances, aligned.collectives, aligned.p2p)
     return Report(
         source=inp.path, run=run, ranks=ranks, missing_ranks=sorted(expected - set(ranks)),
-        problems=inp.problems, notes=[*inp.notes, *matched.notes, *aligned.notes],
+        problems=inp.problems, notes=[*inp.notes, *matched.notes, *aligned.notes,
+                                      *device_findings.gemm_coverage_notes(tables.gpu)],
         on_gpu=on_gpu, breakdown=tables.breakdown, exposed_comm=tables.exposed_comm,
         operator_totals=tables.operator_totals, trace_overlap=tables.trace_overlap,
         bubbles=tables.bubbles, microbatches=tables.microbatches,
@@ -398,7 +403,8 @@ def _cross_rank(stage: RankStage, layout_map, options: AnalysisOptions) -> Repor
                     "noise_us": recs.records.noise_us,
                     "floor_us": wi.floor_us if wi is not None else None,
                     "resolution_us": resolution},
-        step_records=recs.records, step_time_us=step_us, findings=found)
+        step_records=recs.records, step_time_us=step_us, findings=found,
+        device="gpu" if on_gpu or any(r.device_name for r in results) else "cpu")
 
 
 def _matched_instances(inp: inputs.Inputs, results: list[rank_work.RankResult],
@@ -567,7 +573,10 @@ def _findings(inp: inputs.Inputs, tables: StepTables, recs: Records, aligned: Al
         median_step_us=records.median_step_us, on_gpu=on_gpu, idle=tables.idle,
         sync_calls=tables.gpu["sync_calls"], kernels=tables.gpu["kernels"],
         gemms=tables.gpu["gemms"], collectives=colls,
-        whatif_dims=_matched_dims(colls, p2p) if wi is not None else set()))
+        whatif_dims=_matched_dims(colls, p2p) if wi is not None else set(),
+        kernel_categories=tables.gpu["kernel_categories"],
+        graph_captures=sum(tl.graph_captures for tl in aligned.timelines.values()),
+        graph_replays=sum(tl.graph_replays for tl in aligned.timelines.values())))
 
 
 def _concat(tables: list, columns: list[str]) -> pd.DataFrame:

@@ -119,6 +119,11 @@ class FindingInputs:
     # ranks); None: all of them. Any other exposed dimension costs its exposed time
     # (device_findings._exposed_single).
     whatif_dims: set[str] | None = None
+    # GPU traces: device time per kernel category (the GEMM verdict's coverage), and the CUDA
+    # graphs the ranks capture and replay (``RankTimeline.graph_captures`` / ``_replays``).
+    kernel_categories: pd.DataFrame | None = None
+    graph_captures: int = 0
+    graph_replays: int = 0
 
 
 def _severity(pct: float, cost_us: float, noise_us: float) -> str:

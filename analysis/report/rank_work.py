@@ -53,6 +53,8 @@ class RankResult:
     notes: list[str] = dataclasses.field(default_factory=list)
     # The host operators per profiled step (``timeline/operators.py``).
     operators: pd.DataFrame | None = None
+    # The device the trace's deviceProperties name (``device_name``), None without one.
+    device_name: str | None = None
 
     @property
     def rank(self) -> int:
@@ -73,6 +75,8 @@ def rank_work(path: pathlib.Path, opts: RankOptions) -> RankResult:
     elif tl.window_source == "annotation":
         notes.append(f"rank {trace.rank}: steps are the {len(tl.steps)} ranges matching "
                      f"--step-annotation {opts.step_annotation.pattern!r}")
+    notes += [f"rank {trace.rank}: {n}" for n in tl.notes]
+    notes += _device_notes(trace, tl)
     return RankResult(
         identity=identity(trace.path, trace.rank, trace.meta), on_gpu=tl.on_gpu, timeline=tl,
         trace_overlap=breakdown.trace_overlap(tl),
@@ -80,9 +84,51 @@ def rank_work(path: pathlib.Path, opts: RankOptions) -> RankResult:
         meta=instances.small_meta(trace.meta),
         problems=list(getattr(trace, "problems", []) or []),
         gpu=gpu_tables(trace, tl) if tl.on_gpu else {}, notes=notes,
-        operators=_operators(trace, tl),
+        operators=_operators(trace, tl), device_name=device_name(trace.meta),
         implausible=validate.step_windows_problem(
             tl.host_steps if tl.window_source != "trace" else {}, tl.span))
+
+
+def device_name(meta) -> str | None:
+    """The first device the trace's ``deviceProperties`` names (None without one)."""
+    props = meta.get("deviceProperties") if isinstance(meta, dict) else None
+    if isinstance(props, list) and props and isinstance(props[0], dict) \
+            and isinstance(props[0].get("name"), str) and props[0]["name"].strip():
+        return props[0]["name"].strip()
+    return None
+
+
+def _device_notes(trace: ingest.RankTrace, tl: timeline.RankTimeline) -> list[str]:
+    """What the report says about the rank's device beyond its figures: a GPU the trace names
+    without any device activity (a CUPTI range-profiler trace holds counters, no kernels),
+    and the CUDA/HIP graphs it captures or replays."""
+    out = []
+    name = device_name(trace.meta)
+    ev = trace.events
+    if not tl.on_gpu and name is not None:
+        ranges = int((ev["cat"] == "cuda_profiler_range").sum())
+        out.append(f"rank {trace.rank}: the trace names its device ({name}, deviceProperties) "
+                   f"but records no kernel, memcpy or memset"
+                   + (f" — its {ranges:,} cuda_profiler_range events are CUPTI range-profiler "
+                      f"counters, which carry no device timeline" if ranges else "")
+                   + ": no device figures; the host's operators are its timeline")
+    if tl.graph_captures:
+        out.append(f"rank {trace.rank}: the trace captures CUDA graphs "
+                   f"({_n(tl.graph_captures, 'capture')}): capture is set-up — the launches "
+                   f"inside a capture run nothing until the graph is replayed — and a step "
+                   f"that captures is start-up, not steady state"
+                   + (f"; it also replays graphs ({_n(tl.graph_replays, 'graph launch')})"
+                      if tl.graph_replays else ""))
+    elif tl.graph_replays:
+        out.append(f"rank {trace.rank}: the trace replays CUDA graphs "
+                   f"({_n(tl.graph_replays, 'graph launch')}): their kernels belong to the "
+                   f"replay that launched them")
+    return out
+
+
+def _n(count: int, what: str) -> str:
+    """``count`` ``what``, plural when it is not one (``3 graph launches``)."""
+    return f"{count:,} {what}" + ("" if count == 1 else "es" if what.endswith("ch") else "s")
 
 
 def _operators(trace: ingest.RankTrace, tl: timeline.RankTimeline) -> pd.DataFrame:
@@ -115,7 +161,8 @@ def gpu_tables(trace: ingest.RankTrace, tl: timeline.RankTimeline) -> dict[str, 
     # synchronisations and GEMM operators; the operators around them are read per call.
     name, cat = ev["name"], ev["cat"]
     wanted = ~device & (((ev["correlation"] >= 0) & cat.isin(host_activity.RUNTIME_CATS))
-                        | name.isin(host_activity.SYNC_NAMES) | name.isin(kernels.GEMM_OPS))
+                        | name.isin(host_activity.SYNC_NAMES) | name.isin(host_activity.COPY_NAMES)
+                        | name.isin(host_activity.EVENT_WAIT_NAMES) | name.isin(kernels.GEMM_OPS))
     host = ev.loc[wanted, _HOST_COLUMNS]
     windows = timeline._windows(tl.steps, tl.span)
     ts, end = dev["ts_us"].to_numpy(), dev["end_us"].to_numpy()
@@ -124,25 +171,21 @@ def gpu_tables(trace: ingest.RankTrace, tl: timeline.RankTimeline) -> dict[str, 
         inside |= (ts < b) & (end > a)
     in_dev = dev[inside]
     launch_ts, _ = timeline.launches(host, dev)
-    sel = timeline._complete_steps(dev, host, tl.host_steps)
-    calls = host_activity.sync_calls(host)
-    calls = host_activity.in_steps(
-        gpu_idle.charged_sync(calls, tl.idle_causes.get("sync", np.zeros((0, 2)))),
-        tl.host_steps)
+    sel = timeline._complete_steps(dev, host, {**tl.host_steps, **tl.startup})
+    sync_idle = tl.idle_causes.get("sync", np.zeros((0, 2)))
+    calls = host_activity.blocking_copy_calls(host_activity.sync_calls(host), host, sync_idle)
+    calls = host_activity.in_steps(gpu_idle.charged_sync(calls, sync_idle), tl.host_steps)
     if len(calls):
         order = np.argsort(-(calls["idle_after_us"].to_numpy()
                              + calls["end_us"].to_numpy() - calls["ts_us"].to_numpy()))
         mask = np.zeros(len(calls), dtype=bool)
         mask[order[:SITES]] = True
         calls = host_activity.with_sites(calls, ev, mask)
-    graph = set(host.loc[host["name"].isin(["cudaGraphLaunch", "cudaGraphLaunch_v10000",
-                                             "hipGraphLaunch"]), "correlation"].tolist())
+    graph = set(host.loc[host["name"].isin(host_activity.GRAPH_LAUNCH_NAMES),
+                         "correlation"].tolist())
     launch_calls = host[(host["correlation"] >= 0)
                         & host["cat"].isin(host_activity.RUNTIME_CATS)][
         ["lane", "ts_us", "end_us", "correlation"]]
-    props = trace.meta.get("deviceProperties") if isinstance(trace.meta, dict) else None
-    device_name = props[0].get("name") if isinstance(props, list) and props and \
-        isinstance(props[0], dict) and isinstance(props[0].get("name"), str) else None
     return {
         "step_categories": pd.DataFrame(step_categories.step_rows(
             r, tl.steps, timeline.sets_in_blocks(step_categories.role_sets, ev)),
@@ -154,7 +197,7 @@ def gpu_tables(trace: ingest.RankTrace, tl: timeline.RankTimeline) -> dict[str, 
         "kernel_totals": kernels.kernel_totals(
             r, dev, timeline.device_step_of(tl.host_steps, host, dev)),
         "kernel_categories": kernels.category_totals(r, in_dev),
-        "gemms": kernels.gemm_table(r, host, in_dev, launch_calls, device_name),
+        "gemms": kernels.gemm_table(r, host, in_dev, launch_calls, device_name(trace.meta)),
     }
 
 
