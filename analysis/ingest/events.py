@@ -138,8 +138,9 @@ RANK_FROM_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
 # (5: impossible events are dropped and counted, no longer clamped. 6: PyTorch 1.8 categories,
 # B/E pairs and bare arrays are read; the format read is in the metadata. 7: matrix
 # multiplications keep their shapes in call_args. 8: name, cat, lane and kind are
-# dictionary-encoded. 9: so are the collective metadata's strings and call_args.)
-INGEST_VERSION = 9
+# dictionary-encoded. 9: so are the collective metadata's strings and call_args. 10: the
+# damage names each ProfilerStep range dropped.)
+INGEST_VERSION = 10
 BATCH_EVENTS = 8192             # events per batch when a trace is read whole
 BATCH_BYTES = 1 << 19           # text per batch when it is streamed (fastest on a 54 MB trace)
 CONSOLIDATE_BYTES = 8 << 20    # a rank's batches are joined into column chunks this large
@@ -471,8 +472,11 @@ def _typed_keep(names: list, cats: list, ts: np.ndarray, ts_code, dur: np.ndarra
     with np.errstate(invalid="ignore"):
         checks += [("dur", "a negative duration", dur < 0), ("cat", "not a string", cat_bad)]
     keep = np.ones(n, dtype=bool)
+    steps = any(type(v) is str and v.startswith(validate.STEP_PREFIX) for v in names)
     for field, why, bad in checks:
         damage.drop(field, why, int((bad & keep).sum()))
+        if steps:
+            damage.lose_steps(names, cats, bad & keep, f"{field}: {why}")
         keep &= ~bad
     return keep
 
@@ -1051,6 +1055,12 @@ def _parse_events_of(batches: Iterable[list[_Event]], comm_kernel_re: re.Pattern
         arrays["ts_us"].to_numpy(zero_copy_only=False),
         arrays["dur_us"].to_numpy(zero_copy_only=False))
     damage.update(out_of_bounds)
+    if not keep.all():
+        lost = np.flatnonzero(~keep)
+        names = pc.take(arrays["name"], pa.array(lost)).to_pylist()
+        cats = pc.take(arrays["cat"], pa.array(lost)).to_pylist()
+        damage.lose_steps(names, cats, np.ones(len(lost), dtype=bool),
+                          "outside the trace's span, or longer than the trace")
     arrays["end_us"] = pc.add(arrays["ts_us"], arrays["dur_us"])
     arrays.update(_meta_columns(n, found))
     table = pa.Table.from_arrays([arrays[f.name] for f in SCHEMA], schema=SCHEMA)
