@@ -11,10 +11,15 @@ profiled steps (``_worst_per_step``); for one rank, its own mean.
   (``idle_dataloader_us``); remedy: more loader workers, pinned memory, prefetching.
 - ``sync-stall`` — device idle while the host is in a blocking synchronisation or because one
   emptied its queue (``idle_sync_us``); evidence: the synchronisation that left the device idle
-  longest, the operator it was called from (``aten::item`` …) and its Python frame.
+  longest, the operator it was called from (``aten::item`` …) and its Python frame; a wait for
+  another stream's event and a copy from pageable memory are named as such, with their own
+  remedies (``SYNC_REMEDY``).
 - ``launch-bound`` — device idle while the host launches (``idle_launch_us``) and work queued
-  behind launch latency (``idle_queued_us``), when the kernels are short (a mean under
-  ``SHORT_KERNEL_US``): CUDA graphs, ``torch.compile``, fused kernels.
+  behind launch latency (``idle_queued_us``), less the slow first launches
+  (``slow_launch_us``), when the kernels are short (a mean under ``SHORT_KERNEL_US``): CUDA
+  graphs, ``torch.compile``, fused kernels — never "capture the step in a CUDA graph" to a job
+  that replays graphs already (``_graph_remedy``), and no finding at all on a trace that
+  captures graphs and replays none.
 - ``memcpy-on-critical-path`` — memcpy/memset with neither compute nor communication beside it
   (the breakdown's ``other_us``): pinned memory, ``non_blocking=True``, copies on a side stream.
 - ``exposed-comm-<dim>`` without a cross-rank what-if (one rank, or ranks whose collectives do
@@ -25,10 +30,14 @@ profiled steps (``_worst_per_step``); for one rank, its own mean.
   straggler (its what-if saving does not stand above the noise, or the last to arrive
   changes): the waits are noise in arrival times; cost: the mean wait per rank and step.
 - ``gpu-idle`` — a GPU idle for more than a third of the step always gets this finding, which
-  says where the idle time went; its cost is the part no other finding explains.
+  says where the idle time went and which finding claims each cause (``CLAIMS``); its cost is
+  the part no other finding explains, its remedy that of the largest cause no other claims.
 - ``low-gemm-efficiency`` — large matrix multiplications (at least ``LARGE_GEMM_FLOPS`` a call)
   below ``LOW_EFFICIENCY`` of the device's peak for their type; cost: their time beyond what
-  they would take at ``TARGET_EFFICIENCY``.
+  they would take at ``TARGET_EFFICIENCY``. It sees only GEMMs with recorded shapes: below
+  ``GEMM_COVERAGE_FULL`` of the GEMM kernel time its title says how much it covers
+  (``gemm_coverage``; ``gemm_coverage_notes`` says it in the report's notes whatever the
+  verdict).
 """
 from __future__ import annotations
 
@@ -390,25 +399,28 @@ def gemm_coverage_notes(gpu: dict[str, pd.DataFrame]) -> list[str]:
     efficiency verdict covers only the rest (CUDA graph replays carry no operator with
     shapes; ``record_shapes=True`` records them for eager launches)."""
     out = []
-    kernels = gpu.get("kernels")
-    for rank, (covered, total) in sorted(gemm_coverage(gpu.get("gemms"),
+    kernels, gemms = gpu.get("kernels"), gpu.get("gemms")
+    for rank, (covered, total) in sorted(gemm_coverage(gemms,
                                                       gpu.get("kernel_categories")).items()):
         if covered >= 0.5 * total:
             continue
+        mine = gemms[gemms["rank"] == rank] if gemms is not None and len(gemms) else None
+        if mine is not None and len(mine) and mine["peak_tflops"].isna().all():
+            continue            # no device peak: no verdict whatever the shapes
         graphs = kernels is not None and len(kernels) and bool(
             kernels.loc[(kernels["rank"] == rank) & (kernels["category"] == "gemm"),
                         "graph"].astype(bool).any())
-        why = " (CUDA graph replays carry none)" if graphs else \
-            " (record_shapes=True records them)"
+        why = ("CUDA graph replays carry none" if graphs else
+               "a convolution's GEMM kernels, or a trace without record_shapes=True, have none")
         if covered <= 0:
             out.append(f"rank {rank}: no GEMM efficiency verdict: none of its "
-                       f"{total / 1e3:,.1f} ms of GEMM kernel time ran under an operator "
-                       f"that recorded its shapes{why}")
+                       f"{total / 1e3:,.1f} ms of GEMM kernel time was launched by a matrix "
+                       f"multiplication with recorded shapes ({why})")
             continue
         out.append(f"rank {rank}: the GEMM efficiency verdict covers "
                    f"{_pct(covered, total)} of its GEMM kernel time ({covered / 1e3:,.1f} of "
-                   f"{total / 1e3:,.1f} ms): the rest ran without an operator recording its "
-                   f"shapes{why}")
+                   f"{total / 1e3:,.1f} ms): the rest was launched by no matrix "
+                   f"multiplication with recorded shapes ({why})")
     return out
 
 

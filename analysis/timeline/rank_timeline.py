@@ -15,6 +15,13 @@ waits for its last all-reduce inside the last backward with no operator running,
 time is communication, not compute. M is the union of all communication ranges (in flight,
 whether or not the thread waits on them) and the waits.
 
+Which host ranges are steps (``step_ranges``, docs/metrics.md "Which ranges are steps"): every
+``ProfilerStep#N`` range — repeated numbers (several profiler windows in one file) kept apart
+window by window —, clipped to the profiler's own span (``profiler_span``); steps that are
+start-up (``startup_steps``) are left out when a steady step with device work remains; a GPU
+trace without steps is one window over its device span. Each such decision is a note
+(``RankTimeline.notes``).
+
 ``comm_by_dim`` (dimension → the part of M that belongs to it) is filled from the rank's
 collective-instance table (``analysis/comm/instances.py``, ``dims.interval_sets``), which is
 where every communication operation's dimension is decided once. ``shifted(dt)`` is the same
