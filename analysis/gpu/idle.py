@@ -45,6 +45,8 @@ previous kernel ended), kernel wait (a gap shorter than its threshold) and other
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
@@ -59,6 +61,7 @@ CAUSES = IDLE_CAUSES
 # the launch-bound finding does not claim (a CUDA graph would not remove it).
 SLOW_LAUNCH = "slow_launch"
 SYNC_TOL_US = 50.0
+_HOST_COPY = re.compile(r"HtoD|DtoH|Pageable")
 # The host kinds (``host_activity.HOST_KINDS``) that charge the host part of a stretch, in
 # order, after the data loader and the synchronisations.
 _HOST_ORDER = (("wait_rank", ("comm",)), ("startup", ("startup",)),
@@ -143,11 +146,10 @@ def blocking_copies(device: pd.DataFrame, launch_ts: np.ndarray, launch_end: np.
     events (``cat``, ``name``), aligned with the launch arrays."""
     if device.empty:
         return {}
-    name = device["name"].astype(str)
-    host_copy = (device["cat"] == "gpu_memcpy").to_numpy() & \
-        name.str.contains("HtoD|DtoH|Pageable", regex=True).to_numpy()
-    blocking = host_copy & (name.str.contains("Pageable", regex=False)
-                            | ~name.str.contains("Pinned", regex=False)).to_numpy()
+    codes, names = pd.factorize(device["name"])
+    blocks = np.array([bool(_HOST_COPY.search(n)) and ("Pageable" in n or "Pinned" not in n)
+                       for n in names] + [False])[codes]
+    blocking = (device["cat"] == "gpu_memcpy").to_numpy() & blocks
     ok = blocking & np.isfinite(launch_ts) & np.isfinite(launch_end)
     out = {}
     if not ok.any():

@@ -106,6 +106,7 @@ class RankTimeline:
             other=at(self.other),
             steps={k: (at(a), at(b)) for k, (a, b) in self.steps.items()},
             host_steps={k: (at(a), at(b)) for k, (a, b) in self.host_steps.items()},
+            startup={k: (at(a), at(b)) for k, (a, b) in self.startup.items()},
             idle_causes={c: at(x) for c, x in self.idle_causes.items()},
             pipeline=at(self.pipeline), microbatches=mb,
             span=(at(self.span[0]), at(self.span[1])),
@@ -237,11 +238,13 @@ def profiler_span(events: pd.DataFrame) -> tuple[float, float]:
     ``Trace``) and every event other than the step ranges themselves (``ProfilerStep#N`` on the
     host or the device, whose end a profiler stopped mid-step may put anywhere). A trace
     without the profiler's range: its events' extent, widened by ``SPAN_SLACK`` of its length
-    on each side."""
-    step = events["name"].str.startswith("ProfilerStep#").to_numpy()
-    rest = events[~step] if (~step).any() else events
-    lo, hi = float(rest["ts_us"].min()), float(rest["end_us"].max())
-    if not (rest["cat"] == "Trace").any():
+    on each side. (Read as arrays: the event table is not copied.)"""
+    codes, names = pd.factorize(events["name"])
+    step = np.array([n.startswith("ProfilerStep#") for n in names] + [False])[codes]
+    rest = ~step if (~step).any() else np.ones(len(step), dtype=bool)
+    lo = float(events["ts_us"].to_numpy()[rest].min())
+    hi = float(events["end_us"].to_numpy()[rest].max())
+    if not (events["cat"] == "Trace").any():
         pad = SPAN_SLACK * (hi - lo)
         lo, hi = lo - pad, hi + pad
     return lo, hi
@@ -275,37 +278,42 @@ LONG_LAUNCH_US = host_activity.LONG_LAUNCH_US
 STARTUP_SHARE = 0.5
 
 
+def _names_matching(frame: pd.DataFrame, test) -> np.ndarray:
+    """Which rows of ``frame`` have a name for which ``test(name)`` holds (each distinct name
+    tested once)."""
+    codes, names = pd.factorize(frame["name"])
+    return np.array([bool(test(n)) for n in names] + [False])[codes]
+
+
 def startup_work(host: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:
     """(The host's start-up work as an interval set, its calls: name, ts_us, end_us).
     Start-up work: the runtime and driver calls that set up rather than launch
     (``host_activity.STARTUP_RE``), launch calls longer than ``LONG_LAUNCH_US``, and graph
     capture — each thread's ``…BeginCapture`` to its next ``…EndCapture``, and ranges named
     as a capture (``host_activity.CAPTURE_ANNOTATION_RE``)."""
-    rt = host[host["cat"].isin(host_activity.RUNTIME_CATS)]
-    codes, names = pd.factorize(rt["name"])
-    setup = np.array([bool(host_activity.STARTUP_RE.match(n)) for n in names]
-                     + [False])[codes]
-    sync = np.array([n in host_activity.SYNC_NAMES or n in host_activity.COPY_NAMES
-                     for n in names] + [False])[codes]
-    long_ = ~setup & ~sync & ((rt["end_us"] - rt["ts_us"]) >= LONG_LAUNCH_US).to_numpy()
-    picked = [rt.loc[setup | long_, ["name", "ts_us", "end_us"]]]
-    parts = [picked[0][["ts_us", "end_us"]].to_numpy()]
-    begin = rt[rt["name"].str.contains("BeginCapture", regex=False)]
-    end = rt[rt["name"].str.contains("EndCapture", regex=False)]
-    for lane, g in begin.groupby("lane", sort=False):
-        e = np.sort(end.loc[end["lane"] == lane, "end_us"].to_numpy())
-        starts = g["ts_us"].to_numpy()
-        j = np.searchsorted(e, starts, side="left")
-        ok = j < len(e)
-        parts.append(np.column_stack([starts[ok], e[j[ok]]]))
-    ann = host[host["cat"].isin(("user_annotation", "cpu_op", "python_function"))]
-    codes, names = pd.factorize(ann["name"])
-    cap = np.array([bool(host_activity.CAPTURE_ANNOTATION_RE.search(n)) for n in names]
-                   + [False])[codes]
-    picked.append(ann.loc[cap, ["name", "ts_us", "end_us"]])
-    parts.append(picked[-1][["ts_us", "end_us"]].to_numpy())
-    allp = np.concatenate([x.reshape(-1, 2).astype(np.float64) for x in parts])
-    calls = pd.concat(picked, ignore_index=True)
+    ts, end = host["ts_us"].to_numpy(), host["end_us"].to_numpy()
+    runtime = host["cat"].isin(host_activity.RUNTIME_CATS).to_numpy()
+    setup = runtime & _names_matching(host, host_activity.STARTUP_RE.match)
+    blocking = _names_matching(host, lambda n: n in host_activity.SYNC_NAMES
+                               or n in host_activity.COPY_NAMES)
+    slow = runtime & ~setup & ~blocking & (end - ts >= LONG_LAUNCH_US)
+    named = host["cat"].isin(("user_annotation", "cpu_op", "python_function")).to_numpy() & \
+        _names_matching(host, host_activity.CAPTURE_ANNOTATION_RE.search)
+    picked = np.flatnonzero(setup | slow | named)
+    parts = [np.column_stack([ts[picked], end[picked]])]
+    begin = np.flatnonzero(runtime & _names_matching(host, lambda n: "BeginCapture" in n))
+    if len(begin):
+        ends = np.flatnonzero(runtime & _names_matching(host, lambda n: "EndCapture" in n))
+        lane = host["lane"].to_numpy()
+        for ln in pd.unique(lane[begin]):
+            e = np.sort(end[ends[lane[ends] == ln]])
+            starts = ts[begin[lane[begin] == ln]]
+            j = np.searchsorted(e, starts, side="left")
+            ok = j < len(e)
+            parts.append(np.column_stack([starts[ok], e[j[ok]]]))
+    allp = np.concatenate(parts)
+    calls = pd.DataFrame({"name": host["name"].to_numpy()[picked].astype(object),
+                          "ts_us": ts[picked], "end_us": end[picked]})
     return iv.union(allp[:, 0], allp[:, 1]), calls
 
 
@@ -341,14 +349,11 @@ def graph_use(host: pd.DataFrame) -> tuple[int, int]:
     """(graph captures, graph replays) in the trace: captures are ``…BeginCapture`` calls (or,
     without them, graph instantiations) and ranges named as a capture; replays are graph
     launches (``cudaGraphLaunch``, ``hipGraphLaunch``)."""
-    name = host["name"]
-    begins = int(name.str.contains("BeginCapture", regex=False).sum())
-    inst = int(name.str.contains("GraphInstantiate", regex=False).sum())
-    ann = host[host["cat"].isin(("user_annotation", "cpu_op", "python_function"))]
-    codes, names = pd.factorize(ann["name"])
-    named = int(np.array([bool(host_activity.CAPTURE_ANNOTATION_RE.search(n)) for n in names]
-                         + [False])[codes].sum())
-    replays = int(name.isin(host_activity.GRAPH_LAUNCH_NAMES).sum())
+    begins = int(_names_matching(host, lambda n: "BeginCapture" in n).sum())
+    inst = int(_names_matching(host, lambda n: "GraphInstantiate" in n).sum())
+    named = int((host["cat"].isin(("user_annotation", "cpu_op", "python_function")).to_numpy()
+                 & _names_matching(host, host_activity.CAPTURE_ANNOTATION_RE.search)).sum())
+    replays = int(host["name"].isin(host_activity.GRAPH_LAUNCH_NAMES).sum())
     return (begins or inst) + named, replays
 
 
