@@ -234,3 +234,37 @@ def test_a_trace_naming_no_device_and_running_no_kernel_is_cpu(tmp_path):
     rep = run(tmp_path / "run")
     assert rep.summary()["device"] == "cpu"
     assert not any("deviceProperties" in n for n in rep.notes)
+
+
+def test_a_start_up_step_on_one_rank_is_left_out_on_every_rank(tmp_path):
+    """Two ranks, one all-reduce a step (matched by its sequence number): rank 0's first step
+    is start-up (a 1 s first launch), rank 1's is not. Both leave step 0 out, so their steps
+    and collectives still match across ranks; rank 1's note says why."""
+    for rank in (0, 1):
+        t = Trace(rank=rank, world=2)
+        first_launch = 1_000_000.0 if rank == 0 else 10.0
+        T = 0.0
+        for s in range(4):
+            step = (first_launch + 30_000) if s == 0 else 30_000
+            t.step(s, T, step)
+            L = T + 10
+            if s == 0:
+                t.launch(L, first_launch, L + first_launch + 5, 100, name="void cudnn::conv")
+                L += first_launch + 110
+            end = kernels_back_to_back(t, L, L + 10, 10, 2_000)
+            t.launch(L + 150, 10, end, 2_000,
+                     name="ncclDevKernel_AllReduce_Sum_f32_RING_LL(x)", stream=20)
+            t.host("record_param_comms", L + 140, 30, **{
+                "Collective name": "allreduce", "In msg nelems": 1 << 20,
+                "Out msg nelems": 1 << 20, "dtype": "Float", "Process Group Name": "0",
+                "Process Group Description": "default_pg", "Process Group Ranks": "[0, 1]",
+                "Group size": 2, "Seq": s + 1})
+            T += step
+        t.write(tmp_path / "run", f"rank{rank}.json.gz")
+    rep = run(tmp_path / "run")
+    assert sorted(set(rep.breakdown["step"])) == [1, 2, 3]
+    assert rep.breakdown.groupby("rank")["step"].apply(sorted).tolist() == [[1, 2, 3]] * 2
+    assert rep.cross_rank["matchable"], rep.cross_rank["why_not"]
+    assert any(n.startswith("rank 1: step 0 left out as on the ranks where it is start-up")
+               for n in rep.notes)
+    assert set(rep.kernel_totals["step"]) == {1, 2, 3}

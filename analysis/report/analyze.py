@@ -349,6 +349,7 @@ def _per_rank(inp: inputs.Inputs, opts: rank_work.RankOptions,
                             f"of the report")
             continue
         kept.append(r)
+    notes.extend(rank_work.same_startup_steps(kept))
     return RankStage(dataclasses.replace(inp, problems=problems, notes=notes), kept)
 
 

@@ -89,6 +89,42 @@ def rank_work(path: pathlib.Path, opts: RankOptions) -> RankResult:
             tl.host_steps if tl.window_source != "trace" else {}, tl.span))
 
 
+def same_startup_steps(results: list[RankResult]) -> list[str]:
+    """Leave out the same start-up steps on every rank: a step that is start-up on one rank
+    (``RankTimeline.startup``) is left out of the others too, so that their steps — and the
+    collectives matched across ranks by step — stay the same. Each rank's timeline, its
+    per-step GPU tables and its operators lose that step; a rank that would keep no step keeps
+    its own. Returns one note per rank changed."""
+    start = {k: tl.startup[k] for r in results if (tl := r.timeline) is not None
+             for k in tl.startup}
+    notes = []
+    for r in results:
+        tl = r.timeline
+        if tl is None or not start:
+            continue
+        drop = sorted(k for k in start if k in tl.steps and k not in tl.startup)
+        if not drop or len(drop) == len(tl.steps):
+            continue
+        keep = {k: w for k, w in tl.steps.items() if k not in drop}
+        r.timeline = dataclasses.replace(
+            tl, steps=keep, host_steps={k: w for k, w in tl.host_steps.items() if k not in drop},
+            startup={**tl.startup, **{k: tl.host_steps[k] for k in drop if k in tl.host_steps}})
+        for name, table in list(r.gpu.items()):
+            if table is not None and "step" in table:
+                if name == "sync_calls":
+                    r.gpu[name] = table.assign(step=table["step"].where(
+                        ~table["step"].isin(drop), -1))
+                else:
+                    r.gpu[name] = table[~table["step"].isin(drop)]
+        if r.operators is not None and "step" in r.operators:
+            r.operators = r.operators[~r.operators["step"].isin(drop)]
+        notes.append(f"rank {r.rank}: step{'s' if len(drop) > 1 else ''} "
+                     f"{', '.join(map(str, drop))} left out as on the ranks where "
+                     f"{'they are' if len(drop) > 1 else 'it is'} start-up, so that every "
+                     f"rank's steps are the same")
+    return notes
+
+
 def device_name(meta) -> str | None:
     """The first device the trace's ``deviceProperties`` names (None without one)."""
     props = meta.get("deviceProperties") if isinstance(meta, dict) else None
