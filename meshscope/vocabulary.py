@@ -43,7 +43,8 @@ Op = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadc
              "send", "recv", "send_recv", "gather", "scatter"]
 OPS: tuple[Op, ...] = get_args(Op)
 
-IdleCause = Literal["dataloader", "sync", "wait_rank", "launch", "cpu", "queued", "other"]
+IdleCause = Literal["dataloader", "sync", "wait_rank", "startup", "launch", "cpu", "queued",
+                    "other"]
 IDLE_CAUSES: tuple[IdleCause, ...] = get_args(IdleCause)
 
 Severity = Literal["high", "medium", "low"]

@@ -101,21 +101,21 @@ def test_synchronisation_stall_names_its_call_site(tmp_path):
 
 def test_launch_bound(tmp_path):
     """1,000 kernels of 5 µs, launched 20 µs apart: 15 µs of every 20 the GPU waits for the
-    host's launches (10 µs in the launch call, 5 µs of launch latency)."""
+    host's launches (10 µs in the launch call, 5 µs of launch latency after it returned)."""
     t = Trace()
     for s in range(2):
         T = s * 30_000
         t.step(s, T, 20_100)
         for i in range(1000):
             L = T + 50 + i * 20
-            t.launch(L, 20, L + 5, 5, name="void at::native::vectorized_elementwise_kernel")
+            t.launch(L, 10, L + 15, 5, name="void at::native::vectorized_elementwise_kernel")
     t.write(tmp_path / "run")
     rep = run(tmp_path / "run")
     idle_adds_up(rep)
     f = first(rep)
     assert f.id == "launch-bound"
     row = rep.idle.set_index("step").loc[0]
-    assert row["idle_launch_us"] == pytest.approx(999 * 10, rel=0.01)
+    assert row["idle_launch_us"] == pytest.approx(1000 * 10, rel=0.01)
     assert row["idle_queued_us"] == pytest.approx(1000 * 5, rel=0.01)
     assert f.cost_us == pytest.approx(15_000, rel=0.02)
     assert "CUDA graph" in f.remedy

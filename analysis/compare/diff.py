@@ -304,6 +304,7 @@ _LABELS = {"compute": "compute", "bubble": "pipeline bubble",
            "other": "other device work (copies, fills)", "idle": "idle"}
 _IDLE_LABELS = {"dataloader": "GPU idle: data loader", "sync": "GPU idle: synchronisation",
                 "wait_rank": "GPU idle: waiting for another rank",
+                "startup": "GPU idle: start-up and set-up calls",
                 "launch": "GPU idle: kernel launches", "cpu": "GPU idle: other host work",
                 "queued": "GPU idle: work queued behind a dependency",
                 "other": "GPU idle: other"}

@@ -14,20 +14,27 @@ sync         a blocking synchronisation: ``cudaStreamSynchronize``, ``cudaDevice
              ``cudaEventSynchronize``, blocking ``cudaMemcpy`` / ``cuMemcpyDtoH``…,
              ``cudaFree`` (which synchronises the device), their HIP names, and
              ``aten::item`` / ``aten::_local_scalar_dense`` (a ``.item()`` copies a value to
-             the host and waits for it)
+             the host and waits for it); and ``cudaStreamWaitEvent`` (``EVENT_WAIT_NAMES``),
+             which makes a stream wait for another's event: the host returns at once unless
+             the driver blocks it, and the time it spends inside is a wait
 copy         an asynchronous copy call (``cudaMemcpyAsync`` …): it blocks the host too when
              the host memory is pageable
 comm         a host call of a collective (``c10d::…``, ``gloo:…``, ``nccl:…``,
              ``record_param_comms``): where the host blocks there, it waits for another rank
+startup      a runtime or driver call that sets up rather than enqueues work
+             (``STARTUP_RE``): initialising CUDA/HIP, creating contexts, streams and events,
+             loading modules, allocating device or pinned memory, capturing and
+             instantiating graphs — work that a steady-state step does not repeat
 runtime      any other runtime or driver call (``cuda_runtime``, ``cuda_driver``):
              launching work
 cpu          other host work: operators and Python (``cpu_op``, ``python_function``), not the
              step ranges themselves
 ============ ===========================================================================
 
-``SYNC_NAMES`` and ``DATALOADER_RE`` are the lists; ``thread_sets`` builds the sets of one
-thread; ``sync_calls`` lists the synchronisations and ``with_sites`` names where they were
-called from: the outermost operator around each (``aten::item`` for the
+``SYNC_NAMES``, ``EVENT_WAIT_NAMES``, ``STARTUP_RE`` and ``DATALOADER_RE`` are the lists;
+``thread_sets`` builds the sets of one thread; ``sync_calls`` lists the synchronisations
+(``blocking_copy_calls`` adds the copies that blocked) and ``with_sites`` names where they
+were called from: the outermost operator around each (``aten::item`` for the
 ``cudaStreamSynchronize`` of a ``.item()``; the call itself when no operator encloses it) and
 the innermost Python frame outside torch and site-packages, when the trace records Python
 stacks (``with_stack=True``).
@@ -42,7 +49,7 @@ import pandas as pd
 from meshscope.analysis.ingest import classify
 from meshscope.analysis.timeline import intervals as iv
 
-HOST_KINDS = ("dataloader", "sync", "copy", "comm", "runtime", "cpu")
+HOST_KINDS = ("dataloader", "sync", "copy", "comm", "startup", "runtime", "cpu")
 DATALOADER_RE = re.compile(r"^enumerate\(Data(?:Loader|Pipe)\)#|dataloader\.py.*__next__|"
                            r"_(?:MultiProcessing|SingleProcess)DataLoaderIter.*__next__")
 SYNC_NAMES = frozenset({
@@ -53,6 +60,41 @@ SYNC_NAMES = frozenset({
     "cudaFree", "cuMemFree", "cuMemFree_v2", "hipFree",
     "aten::item", "aten::_local_scalar_dense",
 })
+# A stream made to wait for an event recorded on another stream: no host wait for the device
+# to drain (unlike SYNC_NAMES, nothing follows from it after it returns), but the host time
+# inside it is a wait all the same, and it is listed with the synchronisations.
+EVENT_WAIT_NAMES = frozenset({"cudaStreamWaitEvent", "cuStreamWaitEvent", "hipStreamWaitEvent"})
+# Such a call is listed with the synchronisations when the host stayed in it this long (µs):
+# the thousands of a few µs each that a step makes are launches, not waits.
+EVENT_WAIT_MIN_US = 100.0
+# Synchronisations that wait for an event — recorded on another stream, or another device.
+EVENT_SYNC_NAMES = frozenset({"cudaEventSynchronize", "cuEventSynchronize",
+                              "hipEventSynchronize"}) | EVENT_WAIT_NAMES
+# Runtime and driver calls that set things up rather than enqueue work on a stream (CUDA, the
+# driver API, HIP): initialisation, contexts, streams, events, modules and libraries, device
+# and pinned allocations, peer access, graph capture and instantiation.
+STARTUP_RE = re.compile(
+    r"^(?:cuda|cu|hip)(?:Init|DriverGetVersion|RuntimeGetVersion|GetDeviceCount|"
+    r"DeviceGetCount|GetDeviceProperties\w*|SetDevice|DeviceReset|DevicePrimaryCtx\w*|"
+    r"Ctx(?:Create|Destroy|SetCurrent|SetLimit)\w*|Stream(?:Create|Destroy)\w*|"
+    r"Event(?:Create|Destroy)\w*|Module(?:Load|Unload|GetFunction|GetGlobal)\w*|"
+    r"Library(?:Load|Unload|GetKernel|GetModule)\w*|Malloc\w*|HostAlloc|HostRegister|"
+    r"HostMalloc|MemAlloc\w*|MemHostAlloc\w*|MemCreate|MemMap|MemAddressReserve|"
+    r"MemPool\w*|DeviceEnablePeerAccess|DeviceCanAccessPeer|CtxEnablePeerAccess|"
+    r"Ipc\w*|GetProcAddress\w*|GetExportTable|StreamBeginCapture\w*|StreamEndCapture|"
+    r"GraphInstantiate\w*|GraphCreate|GraphDestroy|GraphExecDestroy|GraphUpload|"
+    r"GraphAdd\w*|ThreadExchangeStreamCaptureMode|FuncGetAttributes|GetFuncBySymbol)"
+    r"(?:_v\d+)?$")
+# A launch call that holds the host this long is no ordinary launch (a few µs): a first launch
+# that loads its kernel's module (lazy loading) or initialises a library — start-up work.
+LONG_LAUNCH_US = 1_000.0
+# Calls that mark a CUDA/HIP graph being captured, and the one that replays a graph.
+CAPTURE_RE = re.compile(r"^(?:cuda|cu|hip)(?:StreamBeginCapture|StreamEndCapture|"
+                        r"GraphInstantiate)\w*$")
+CAPTURE_ANNOTATION_RE = re.compile(r"graph[ _]?capture|capture[ _]?(?:cuda[ _]?)?graph|"
+                                   r"CUDAGraph::capture", re.I)
+GRAPH_LAUNCH_NAMES = frozenset({"cudaGraphLaunch", "cudaGraphLaunch_v10000", "cuGraphLaunch",
+                                "hipGraphLaunch"})
 # Asynchronous copies, which block the host all the same when host memory is pageable (the
 # driver stages the data through a pinned buffer while the call waits).
 COPY_NAMES = frozenset({
@@ -65,28 +107,44 @@ CPU_CATS = ("cpu_op", "python_function")
 STEP_RANGE_RE = re.compile(r"^ProfilerStep#\d+$")
 
 
-def host_kind(name: pd.Series, cat: pd.Series, kind: pd.Series) -> np.ndarray:
-    """The ``HOST_KINDS`` label of each host event ("" for annotations and other ranges)."""
+def host_kind(name: pd.Series, cat: pd.Series, kind: pd.Series,
+              dur: pd.Series | None = None) -> np.ndarray:
+    """The ``HOST_KINDS`` label of each host event ("" for annotations and other ranges).
+    An event wait (``EVENT_WAIT_NAMES``) is ``sync`` when it held the host at least
+    ``EVENT_WAIT_MIN_US`` (``dur``), else a launch like any other runtime call."""
     codes, names = pd.factorize(name)
     dl = np.array([bool(DATALOADER_RE.search(n)) for n in names] + [False])[codes]
-    sync = np.array([n in SYNC_NAMES for n in names] + [False])[codes]
+    waits = np.array([n in EVENT_WAIT_NAMES for n in names] + [False])[codes]
+    if dur is not None:
+        waits &= (dur >= EVENT_WAIT_MIN_US).to_numpy()
+    sync = np.array([n in SYNC_NAMES for n in names] + [False])[codes] | waits
     copy = np.array([n in COPY_NAMES for n in names] + [False])[codes]
     step = np.array([bool(STEP_RANGE_RE.match(n)) for n in names] + [False])[codes]
+    setup = np.array([bool(STARTUP_RE.match(n)) for n in names] + [False])[codes]
     comm = (kind == classify.COMMUNICATION).to_numpy()
     runtime = cat.isin(RUNTIME_CATS).to_numpy()
     cpu = cat.isin(CPU_CATS).to_numpy() & ~step
-    return np.select([dl, sync, copy, comm, runtime, cpu], list(HOST_KINDS), default="")
+    return np.select([dl, sync, copy, comm, runtime & setup, runtime, cpu], list(HOST_KINDS),
+                     default="")
 
 
 def thread_sets(host: pd.DataFrame) -> dict[str, dict[str, np.ndarray]]:
-    """lane → kind → the union of that thread's ranges of that kind (module docstring)."""
-    labels = host_kind(host["name"], host["cat"], host["kind"])
+    """lane → kind → the union of that thread's ranges of that kind (module docstring); and,
+    under ``slow_launch``, its launch calls (``runtime``) that held it at least
+    ``LONG_LAUNCH_US``."""
+    dur = host["end_us"] - host["ts_us"]
+    labels = host_kind(host["name"], host["cat"], host["kind"], dur)
+    labels = np.where((labels == "runtime") & (dur >= LONG_LAUNCH_US).to_numpy(),
+                      "slow_launch", labels)
     keep = labels != ""
     work = host[keep].assign(label=labels[keep])
     out: dict[str, dict[str, np.ndarray]] = {}
     for (lane, label), g in work.groupby(["lane", "label"], sort=False):
         out.setdefault(str(lane), {})[str(label)] = iv.union(g["ts_us"].to_numpy(),
                                                              g["end_us"].to_numpy())
+    for kinds in out.values():          # a slow launch is a launch too
+        if "slow_launch" in kinds:
+            kinds["runtime"] = iv.merge(kinds.get("runtime", iv.EMPTY), kinds["slow_launch"])
     return out
 
 
@@ -97,9 +155,12 @@ def sync_calls(host: pd.DataFrame) -> pd.DataFrame:
     """Every synchronisation of the trace, in time order (columns ``SITE_COLUMNS``). The
     ``aten::`` ops that merely enclose a runtime synchronisation are left out — the runtime
     call is the synchronisation —, and an ``aten::item`` is one call with the
-    ``aten::_local_scalar_dense`` inside it. ``parent_op`` and ``call_site`` are null here:
-    ``with_sites`` finds them for the calls that matter."""
-    is_sync = host["name"].isin(SYNC_NAMES).to_numpy()
+    ``aten::_local_scalar_dense`` inside it. A ``cudaStreamWaitEvent`` (``EVENT_WAIT_NAMES``)
+    is listed when the host stayed in it at least ``EVENT_WAIT_MIN_US``. ``parent_op`` and
+    ``call_site`` are null here: ``with_sites`` finds them for the calls that matter."""
+    is_sync = (host["name"].isin(SYNC_NAMES)
+               | (host["name"].isin(EVENT_WAIT_NAMES)
+                  & (host["end_us"] - host["ts_us"] >= EVENT_WAIT_MIN_US))).to_numpy()
     if not is_sync.any():
         return pd.DataFrame(columns=SITE_COLUMNS)
     rows = []
@@ -114,6 +175,30 @@ def sync_calls(host: pd.DataFrame) -> pd.DataFrame:
                   "ts_us": float(ts), "end_us": float(end)}
                  for name, ts, end in zip(chosen["name"], chosen["ts_us"], chosen["end_us"])]
     return pd.DataFrame(rows, columns=SITE_COLUMNS).sort_values("ts_us", ignore_index=True)
+
+
+def blocking_copy_calls(calls: pd.DataFrame, host: pd.DataFrame,
+                        sync_idle: np.ndarray) -> pd.DataFrame:
+    """``calls`` (``sync_calls``) with the copy calls (``COPY_NAMES``) inside which device idle
+    was charged to ``sync`` (``analysis/gpu/idle.py``: a copy from pageable memory holds the
+    host until the driver has staged the data), in time order: they are where the host
+    blocked."""
+    copies = host[host["name"].isin(COPY_NAMES)]
+    if copies.empty or not len(sync_idle):
+        return calls
+    s = iv.of(np.asarray(sync_idle, dtype=np.float64).reshape(-1, 2))
+    ts, end = copies["ts_us"].to_numpy(), copies["end_us"].to_numpy()
+    i = np.searchsorted(s[:, 0], end, side="left") - 1   # last idle piece starting before end
+    hit = (i >= 0) & (s[np.maximum(i, 0), 1] > ts)
+    if not hit.any():
+        return calls
+    picked = copies[hit]
+    rows = pd.DataFrame({"name": picked["name"].astype(object).to_numpy(), "parent_op": None,
+                         "call_site": None, "lane": picked["lane"].astype(object).to_numpy(),
+                         "ts_us": ts[hit].astype(float), "end_us": end[hit].astype(float)},
+                        columns=SITE_COLUMNS)
+    both = pd.concat([calls, rows], ignore_index=True) if len(calls) else rows
+    return both.sort_values("ts_us", ignore_index=True, kind="stable")
 
 
 def in_steps(calls: pd.DataFrame, steps: dict[int, tuple[float, float]]) -> pd.DataFrame:

@@ -140,8 +140,9 @@ RANK_FROM_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
 # B/E pairs and bare arrays are read; the format read is in the metadata. 7: matrix
 # multiplications keep their shapes in call_args. 8: name, cat, lane and kind are
 # dictionary-encoded. 9: so are the collective metadata's strings and call_args. 10: the
-# allocator's [memory] events are read into their own table, cached beside the events.)
-INGEST_VERSION = 10
+# allocator's [memory] events are read into their own table, cached beside the events.
+# 11: and damage names each ProfilerStep range dropped.)
+INGEST_VERSION = 11
 BATCH_EVENTS = 8192             # events per batch when a trace is read whole
 BATCH_BYTES = 1 << 19           # text per batch when it is streamed (fastest on a 54 MB trace)
 CONSOLIDATE_BYTES = 8 << 20    # a rank's batches are joined into column chunks this large
@@ -483,8 +484,11 @@ def _typed_keep(names: list, cats: list, ts: np.ndarray, ts_code, dur: np.ndarra
     with np.errstate(invalid="ignore"):
         checks += [("dur", "a negative duration", dur < 0), ("cat", "not a string", cat_bad)]
     keep = np.ones(n, dtype=bool)
+    steps = any(type(v) is str and v.startswith(validate.STEP_PREFIX) for v in names)
     for field, why, bad in checks:
         damage.drop(field, why, int((bad & keep).sum()))
+        if steps:
+            damage.lose_steps(names, cats, bad & keep, f"{field}: {why}")
         keep &= ~bad
     return keep
 
@@ -1097,6 +1101,12 @@ def _parse_events_of(batches: Iterable[list[_Event]], comm_kernel_re: re.Pattern
     keep, out_of_bounds = validate.event_bounds(
         ts_all, arrays["dur_us"].to_numpy(zero_copy_only=False))
     damage.update(out_of_bounds)
+    if not keep.all():
+        lost = np.flatnonzero(~keep)
+        names = pc.take(arrays["name"], pa.array(lost)).to_pylist()
+        cats = pc.take(arrays["cat"], pa.array(lost)).to_pylist()
+        damage.lose_steps(names, cats, np.ones(len(lost), dtype=bool),
+                          "outside the trace's span, or longer than the trace")
     reading.memory_table, outside = reading.memory.table(
         functools.partial(validate.instants_within, event_ts=ts_all[keep]))
     damage.drop("[memory].ts", "a time outside the trace's span", outside)

@@ -46,7 +46,8 @@ MAX_DROPPED_SHARE = 0.05           # a rank losing more of its events than this 
 STEP_OVERLAP_TOLERANCE = 0.01      # of the shorter window: rounding, not overlap
 INT64_MAX = 2**63 - 1
 
-DROPPED, IGNORED = "dropped", "ignored"
+DROPPED, IGNORED, LOST = "dropped", "ignored", "lost"
+STEP_PREFIX = "ProfilerStep#"
 
 
 class Damage(collections.Counter):
@@ -61,6 +62,16 @@ class Damage(collections.Counter):
     def ignore(self, field: str, why: str, n: int = 1) -> None:
         if n:
             self[(field, IGNORED, why)] += n
+
+    def lose_steps(self, names, cats, dropped, why: str) -> None:
+        """Name each step whose ``ProfilerStep#N`` host range is among the ``dropped`` events
+        (a mask over ``names`` / ``cats``), so that the step's absence has a line of its own:
+        the event is counted once, under its field; this says which step went with it."""
+        for i in np.flatnonzero(dropped):
+            name, cat = names[i], cats[i]
+            if type(name) is str and name.startswith(STEP_PREFIX) \
+                    and cat != "gpu_user_annotation":
+                self[(name, LOST, why)] += 1
 
     def note(self, field: str, why: str) -> None:
         """Damage of the file's metadata (no event count)."""
@@ -92,6 +103,9 @@ class Damage(collections.Counter):
         for (field, action, why), n in sorted(self.items(), key=lambda kv: (-kv[1], kv[0])):
             if action == DROPPED:
                 out.append(f"{path}: {field}: {n:,} event{'s' * (n != 1)} dropped ({why})")
+            elif action == LOST:
+                out.append(f"{path}: {field} dropped ({why}): that step is missing from "
+                           f"this rank's figures")
             elif n:
                 out.append(f"{path}: {field}: ignored in {n:,} event{'s' * (n != 1)} ({why})")
             else:

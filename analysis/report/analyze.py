@@ -52,7 +52,8 @@ from meshscope.analysis.ingest import budgets
 from meshscope.analysis.memory import gather as memory_gather
 from meshscope.analysis.pipeline import bubble, schedule
 from meshscope.analysis.records import flight_recorder, steps as step_records
-from meshscope.analysis.report import engines, findings as findings_mod, inputs, rank_work
+from meshscope.analysis.report import device_findings, engines, findings as findings_mod
+from meshscope.analysis.report import inputs, rank_work
 from meshscope.analysis.report.memory_findings import memory_findings
 from meshscope.analysis.report.options import AnalysisOptions
 from meshscope.analysis.report.summary import REPORT_SCHEMA_VERSION, summary_of
@@ -122,6 +123,9 @@ class Report:
     # summary.json's ``memory`` (the snapshots' summaries, the stages' peaks, the device
     # memory given): ``summary.memory_summary``.
     memory: dict = dataclasses.field(default_factory=dict)
+    # "gpu" when a rank's trace holds device activity or names a GPU in its deviceProperties
+    # (a CUPTI range-profiler trace has counters, no kernels), else "cpu".
+    device: str = "cpu"
 
     TABLES = report_tables.NAMES        # every table and its columns: report/tables.py
     GPU_TABLES = report_tables.GPU
@@ -373,6 +377,7 @@ def _per_rank(inp: inputs.Inputs, opts: rank_work.RankOptions,
                             f"of the report")
             continue
         kept.append(r)
+    notes.extend(rank_work.same_startup_steps(kept))
     return RankStage(dataclasses.replace(inp, problems=problems, notes=notes), kept)
 
 
@@ -406,7 +411,8 @@ def _cross_rank(stage: RankStage, layout_map, options: AnalysisOptions) -> Repor
     return Report(
         source=inp.path, run=run, ranks=ranks, missing_ranks=sorted(expected - set(ranks)),
         problems=[*inp.problems, *mem.problems],
-        notes=[*inp.notes, *matched.notes, *aligned.notes],
+        notes=[*inp.notes, *matched.notes, *aligned.notes,
+               *device_findings.gemm_coverage_notes(tables.gpu)],
         on_gpu=on_gpu, breakdown=tables.breakdown, exposed_comm=tables.exposed_comm,
         operator_totals=tables.operator_totals, trace_overlap=tables.trace_overlap,
         bubbles=tables.bubbles, microbatches=tables.microbatches,
@@ -429,7 +435,8 @@ def _cross_rank(stage: RankStage, layout_map, options: AnalysisOptions) -> Repor
                     "floor_us": wi.floor_us if wi is not None else None,
                     "resolution_us": resolution},
         step_records=recs.records, step_time_us=step_us, findings=found,
-        memory=_memory_summary(mem))
+        memory=_memory_summary(mem),
+        device="gpu" if on_gpu or any(r.device_name for r in results) else "cpu")
 
 
 def _memory(results: list[rank_work.RankResult], inp: inputs.Inputs,
@@ -622,7 +629,10 @@ def _findings(inp: inputs.Inputs, tables: StepTables, recs: Records, aligned: Al
         gemms=tables.gpu["gemms"], collectives=colls,
         whatif_dims=_matched_dims(colls, p2p) if wi is not None else set(),
         memory=memory_findings(memory.tables["memory_devices"], memory.tables["memory_live"],
-                               memory.snapshots, memory.stage_of)))
+                               memory.snapshots, memory.stage_of),
+        kernel_categories=tables.gpu["kernel_categories"],
+        graph_captures=sum(tl.graph_captures for tl in aligned.timelines.values()),
+        graph_replays=sum(tl.graph_replays for tl in aligned.timelines.values())))
 
 
 def _concat(tables: list, columns: list[str]) -> pd.DataFrame:
@@ -685,6 +695,7 @@ def _snapshots_only(inp: inputs.Inputs, options: AnalysisOptions) -> Report:
     return Report(
         source=inp.path, run=inp.run, ranks=ranks, missing_ranks=[],
         problems=[*inp.problems, *mem.problems], notes=list(inp.notes), on_gpu=True,
+        device="gpu",
         **{name: report_tables.empty(name) for name in Report.TABLES
            if name not in ("instances", *report_tables.MEMORY)},
         **mem.tables, instances=instances.empty(), straggler=None, imbalance=None,
@@ -727,7 +738,7 @@ def _records_only(inp: inputs.Inputs, warmup_steps: int) -> Report:
     return Report(
         source=inp.path, run=run, ranks=[],
         missing_ranks=sorted(set(range(world)) - recorded), problems=inp.problems,
-        notes=notes, on_gpu=facts["on_gpu"],
+        notes=notes, on_gpu=facts["on_gpu"], device="gpu" if facts["on_gpu"] else "cpu",
         **{name: report_tables.empty(name) for name in Report.TABLES
            if name not in ("instances", "step_heatmap", "flight_recorder", "throughput")},
         instances=instances.empty(), step_heatmap=records.heatmap,

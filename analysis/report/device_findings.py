@@ -11,10 +11,15 @@ profiled steps (``_worst_per_step``); for one rank, its own mean.
   (``idle_dataloader_us``); remedy: more loader workers, pinned memory, prefetching.
 - ``sync-stall`` — device idle while the host is in a blocking synchronisation or because one
   emptied its queue (``idle_sync_us``); evidence: the synchronisation that left the device idle
-  longest, the operator it was called from (``aten::item`` …) and its Python frame.
+  longest, the operator it was called from (``aten::item`` …) and its Python frame; a wait for
+  another stream's event and a copy from pageable memory are named as such, with their own
+  remedies (``SYNC_REMEDY``).
 - ``launch-bound`` — device idle while the host launches (``idle_launch_us``) and work queued
-  behind launch latency (``idle_queued_us``), when the kernels are short (a mean under
-  ``SHORT_KERNEL_US``): CUDA graphs, ``torch.compile``, fused kernels.
+  behind launch latency (``idle_queued_us``), less the slow first launches
+  (``slow_launch_us``), when the kernels are short (a mean under ``SHORT_KERNEL_US``): CUDA
+  graphs, ``torch.compile``, fused kernels — never "capture the step in a CUDA graph" to a job
+  that replays graphs already (``_graph_remedy``), and no finding at all on a trace that
+  captures graphs and replays none.
 - ``memcpy-on-critical-path`` — memcpy/memset with neither compute nor communication beside it
   (the breakdown's ``other_us``): pinned memory, ``non_blocking=True``, copies on a side stream.
 - ``exposed-comm-<dim>`` without a cross-rank what-if (one rank, or ranks whose collectives do
@@ -25,10 +30,14 @@ profiled steps (``_worst_per_step``); for one rank, its own mean.
   straggler (its what-if saving does not stand above the noise, or the last to arrive
   changes): the waits are noise in arrival times; cost: the mean wait per rank and step.
 - ``gpu-idle`` — a GPU idle for more than a third of the step always gets this finding, which
-  says where the idle time went; its cost is the part no other finding explains.
+  says where the idle time went and which finding claims each cause (``CLAIMS``); its cost is
+  the part no other finding explains, its remedy that of the largest cause no other claims.
 - ``low-gemm-efficiency`` — large matrix multiplications (at least ``LARGE_GEMM_FLOPS`` a call)
   below ``LOW_EFFICIENCY`` of the device's peak for their type; cost: their time beyond what
-  they would take at ``TARGET_EFFICIENCY``.
+  they would take at ``TARGET_EFFICIENCY``. It sees only GEMMs with recorded shapes: below
+  ``GEMM_COVERAGE_FULL`` of the GEMM kernel time its title says how much it covers
+  (``gemm_coverage``; ``gemm_coverage_notes`` says it in the report's notes whatever the
+  verdict).
 """
 from __future__ import annotations
 
@@ -36,6 +45,7 @@ import math
 
 import pandas as pd
 
+from meshscope.analysis.gpu import host_activity
 from meshscope.analysis.report import findings as F
 from meshscope.vocabulary import exposed_comm_id
 
@@ -46,10 +56,32 @@ LOW_EFFICIENCY = 0.3
 TARGET_EFFICIENCY = 0.6
 CAUSE_TEXT = {
     "dataloader": "the data loader", "sync": "blocking synchronisation",
-    "wait_rank": "waiting for another rank (host)", "launch": "launching kernels",
-    "cpu": "other host work (operators, Python)", "queued": "work queued but not running",
-    "other": "nothing traced on the host",
+    "wait_rank": "waiting for another rank (host)",
+    "startup": "start-up and set-up calls (CUDA initialisation, streams, modules, allocation)",
+    "launch": "launching kernels", "cpu": "other host work (operators, Python)",
+    "queued": "work queued but not running", "other": "nothing traced on the host",
 }
+# The remedy of the ``gpu-idle`` finding by the cause it names.
+CAUSE_REMEDY = {
+    "dataloader": "more DataLoader workers (num_workers), pin_memory=True, prefetching",
+    "sync": "remove the synchronisation from the loop (.item(), .cpu(), printing a "
+            "tensor) or defer it, so the host runs ahead of the GPU",
+    "startup": "start-up is not steady state: CUDA initialisation, stream and event creation, "
+               "module loading and first allocations happen once — profile later steps "
+               "(torch.profiler.schedule(wait=…, warmup=…)) or run a warm-up step first",
+    "launch": "fewer, larger kernels: CUDA graphs or torch.compile",
+    "queued": "look at cross-stream dependencies (events) and launch latency",
+    "cpu": "move host work off the critical path (optimizer on the GPU, fused optimizers, "
+           "less Python per step) or overlap it with the GPU",
+    "wait_rank": "see why the host waits for other ranks (CPU-side collectives, barriers)",
+    "other": "profile the host with Python stacks (with_stack=True) to see what it does",
+}
+SLOW_LAUNCH_REMEDY = ("launch calls of over 1 ms are first launches: loading the kernel's "
+                      "module (CUDA lazy loading) or initialising a library (cuDNN, cuBLAS) — "
+                      "start-up, which CUDA graphs do not remove: profile after a warm-up "
+                      "step, or load modules eagerly (CUDA_MODULE_LOADING=EAGER)")
+# The GEMM verdict states its coverage when shapes cover less of the GEMM time than this.
+GEMM_COVERAGE_FULL = 0.9
 
 
 def _worst_per_step(df: pd.DataFrame, col: str) -> tuple[float, int | None]:
@@ -67,11 +99,15 @@ def _ranks_over(df: pd.DataFrame, col: str, floor_us: float) -> list[int]:
 
 
 def _idle_finding(inp: F.FindingInputs, fid: str, cols: list[str], title_fmt: str, remedy: str,
-                  extra: dict | None = None) -> F.Finding | None:
+                  extra: dict | None = None, minus: str | None = None) -> F.Finding | None:
+    """A finding costing the idle time of ``cols`` (less the column ``minus``)."""
     idle = inp.idle
     if idle is None or idle.empty:
         return None
-    df = idle.assign(_x=idle[cols].sum(axis=1))
+    x = idle[cols].sum(axis=1)
+    if minus is not None and minus in idle:
+        x = (x - idle[minus].fillna(0.0)).clip(lower=0.0)
+    df = idle.assign(_x=x)
     cost, worst = _worst_per_step(df, "_x")
     if not F._beats_noise(cost, inp.step_us, inp.noise_us):
         return None
@@ -90,6 +126,31 @@ def _ranks_text(ranks: list[int]) -> str:
     if len(ranks) == 1:
         return f"rank {ranks[0]}"
     return f"{len(ranks)} ranks"
+
+
+def _sync_kind(op: str) -> str:
+    """What kind of blocking call ``op`` is: ``event`` (a wait for another stream's event),
+    ``copy`` (a copy that blocks: pageable memory), else ``sync``."""
+    if op in host_activity.EVENT_SYNC_NAMES:
+        return "event"
+    if op in host_activity.COPY_NAMES:
+        return "copy"
+    return "sync"
+
+
+SYNC_REMEDY = {
+    "sync": "remove the synchronisation from the training loop or defer it (a .item() or "
+            ".cpu() each step, printing a tensor, a blocking copy): read values every N "
+            "steps, or copy them asynchronously to pinned memory",
+    "event": "the host (or a stream) waits for an event recorded on another stream — or "
+             "another device or process: find which work that event waits for and start it "
+             "earlier, or make the dependency finer so the waiting stream can run meanwhile",
+    "copy": "copy from pinned host memory (pin_memory=True, tensor.pin_memory()) with "
+            "non_blocking=True: a copy from pageable memory holds the host until the driver "
+            "has staged the data",
+}
+SYNC_WHAT = {"sync": "", "event": " (a wait for an event recorded on another stream)",
+             "copy": " (a copy from pageable host memory, which blocks the host)"}
 
 
 def _sync_site(inp: F.FindingInputs) -> dict:
@@ -228,13 +289,20 @@ def _gemm(inp: F.FindingInputs) -> F.Finding | None:
     if not F._beats_noise(cost, inp.step_us, inp.noise_us):
         return None
     top = big.sort_values("kernel_us", ascending=False).iloc[0]
+    cover = gemm_coverage(g, inp.kernel_categories)
+    covered = sum(c for c, _ in cover.values())
+    total = sum(t for _, t in cover.values())
     evidence = {"gemms": int(big["calls"].sum()), "op": str(top["op"]),
                 "shapes": str(top["shapes"]), "dtype": str(top["dtype"]),
                 "tflops": float(top["tflops"]), "peak_tflops": float(top["peak_tflops"]),
-                "efficiency": float(top["efficiency"])}
+                "efficiency": float(top["efficiency"]),
+                "gemm_time_covered_pct": 100 * covered / total if total > 0 else None}
     title = (f"Large matrix multiplications run at {top['efficiency']:.0%} of the device's "
              f"peak ({top['tflops']:.1f} of {top['peak_tflops']:.0f} TFLOP/s for "
              f"{top['op']} {top['shapes']} in {top['dtype']})")
+    if total > 0 and covered < GEMM_COVERAGE_FULL * total:
+        title += (f" — judged on {_pct(covered, total)} of the GEMM kernel time: the rest "
+                  f"has no recorded shapes")
     return F._timed("low-gemm-efficiency", "all", cost, inp, title, evidence,
                     "run them in bf16/fp16 on the tensor cores (autocast), with dimensions "
                     "that are multiples of 8 (16 for fp8), larger batches, or fused kernels "
@@ -242,7 +310,17 @@ def _gemm(inp: F.FindingInputs) -> F.Finding | None:
                     f"those multiplications at {TARGET_EFFICIENCY:.0%} of peak")
 
 
-def _gpu_idle(inp: F.FindingInputs, explained_us: float) -> F.Finding | None:
+# Which finding claims which idle cause (the ``gpu-idle`` finding names them, and neither its
+# cost nor its remedy counts that time again).
+CLAIMS = {"data-loading-stall": ("dataloader",), "sync-stall": ("sync",),
+          "launch-bound": ("launch", "queued")}
+
+
+def _gpu_idle(inp: F.FindingInputs, explained_us: float,
+              claimed_by: dict[str, str] | None = None) -> F.Finding | None:
+    """``claimed_by``: cause → the id of the finding that claims its time (``CLAIMS``); the
+    launch-bound finding does not claim the time inside slow launch calls
+    (``slow_launch_us``)."""
     idle = inp.idle
     bd = inp.breakdown
     if idle is None or idle.empty or bd.empty:
@@ -251,39 +329,114 @@ def _gpu_idle(inp: F.FindingInputs, explained_us: float) -> F.Finding | None:
     share = per_rank["idle_us"] / per_rank["window_us"]
     if not (share > IDLE_SHARE).any():
         return None
+    claimed_by = claimed_by or {}
     rank = int(share.idxmax())
     mine = idle[idle["rank"] == rank].mean(numeric_only=True)
-    parts = {c: float(mine[f"idle_{c}_us"]) for c in CAUSE_TEXT}
+    parts = {c: float(mine.get(f"idle_{c}_us", 0.0)) for c in CAUSE_TEXT}
+    slow = float(mine.get("slow_launch_us", 0.0) or 0.0)
     total = float(mine["idle_us"])
     ordered = sorted(parts.items(), key=lambda kv: -kv[1])
-    where = "; ".join(f"{CAUSE_TEXT[c]} {F._ms(v)} ({100 * v / total:.0f}%)"
-                      for c, v in ordered if v > 0.01 * total)
+
+    def text(c: str, v: float) -> str:
+        bits = [f"{100 * v / total:.0f}%"]
+        slow_here = c == "launch" and slow > 0.01 * total
+        if slow_here:
+            bits.append(f"{F._ms(slow)} of it in launch calls of over 1 ms: first launches, "
+                        f"start-up")
+        if c in claimed_by and not (slow_here and v - slow <= 0.01 * total):
+            bits.append(("the rest: " if slow_here else "") + f"the {claimed_by[c]} finding")
+        return f"{CAUSE_TEXT[c]} {F._ms(v)} ({'; '.join(bits)})"
+    where = "; ".join(text(c, v) for c, v in ordered if v > 0.01 * total)
+    # What no other finding claims, by cause: the remedy is the largest one's.
+    free = {c: (0.0 if c in claimed_by else v) for c, v in parts.items()}
+    if "launch" in claimed_by:
+        free["launch"] = slow          # launch-bound leaves the slow launches to this one
     cost = max(total - explained_us, 0.0)
     evidence = {"rank": rank, "idle_us": total, "share_of_step_pct": 100 * float(share[rank]),
-                "by_cause_us": parts, "explained_by_other_findings_us": explained_us}
+                "by_cause_us": parts, "slow_launch_us": slow,
+                "claimed_by": dict(claimed_by), "explained_by_other_findings_us": explained_us}
     title = (f"Rank {rank}'s GPU idles {100 * float(share[rank]):.0f}% of the step "
              f"({F._ms(total)}): {where}")
-    top = ordered[0][0]
-    remedy = {
-        "dataloader": "more DataLoader workers (num_workers), pin_memory=True, prefetching",
-        "sync": "remove the synchronisation from the loop (.item(), .cpu(), printing a "
-                "tensor) or defer it, so the host runs ahead of the GPU",
-        "launch": "fewer, larger kernels: CUDA graphs or torch.compile",
-        "queued": "look at cross-stream dependencies (events) and launch latency",
-        "cpu": "move host work off the critical path (optimizer on the GPU, fused optimizers, "
-               "less Python per step) or overlap it with the GPU",
-        "wait_rank": "see why the host waits for other ranks (CPU-side collectives, barriers)",
-        "other": "profile the host with Python stacks (with_stack=True) to see what it does",
-    }[top]
-    f = F._timed("gpu-idle", "all", cost, inp, title, evidence, remedy,
-                 "the idle time no other finding explains removed")
-    return f
+    top = max(free, key=lambda c: free[c]) if any(v > 0 for v in free.values()) \
+        else ordered[0][0]
+    remedy = CAUSE_REMEDY[top]
+    if top == "launch" and slow >= 0.5 * parts["launch"]:
+        remedy = SLOW_LAUNCH_REMEDY
+    elif top == "launch" and (inp.graph_captures or inp.graph_replays):
+        remedy = _graph_remedy(inp)
+    return F._timed("gpu-idle", "all", cost, inp, title, evidence, remedy,
+                    "the idle time no other finding explains removed")
+
+
+def _graph_remedy(inp: F.FindingInputs) -> str:
+    """The launch remedy of a job that already uses CUDA graphs: never "capture the step in a
+    CUDA graph"."""
+    if inp.graph_captures and not inp.graph_replays:
+        return ("the trace captures CUDA graphs: the launches of a capture run nothing until "
+                "the graph is replayed, so its launch time is set-up — profile the replays "
+                "(steady state), not the capture")
+    return (f"the job already replays CUDA graphs ({inp.graph_replays:,} graph launches): the "
+            f"launches left are outside them — capture more of the step in one graph (a "
+            f"full graph rather than pieces), fuse the operators between them "
+            f"(torch.compile), or give each kernel more work (larger batches)")
+
+
+def gemm_coverage(gemms: pd.DataFrame | None, categories: pd.DataFrame | None
+                  ) -> dict[int, tuple[float, float]]:
+    """rank → (GEMM kernel time the GEMM table covers with recorded shapes, all GEMM kernel
+    time), over the step windows (``kernel_categories``' ``gemm`` row)."""
+    if categories is None or categories.empty:
+        return {}
+    g = categories[categories["category"] == "gemm"].groupby("rank")["total_us"].sum()
+    covered = gemms.groupby("rank")["kernel_us"].sum() if gemms is not None and len(gemms) \
+        else pd.Series(dtype=float)
+    return {int(r): (min(float(covered.get(r, 0.0)), float(t)), float(t))
+            for r, t in g.items() if t > 0}
+
+
+def gemm_coverage_notes(gpu: dict[str, pd.DataFrame]) -> list[str]:
+    """One note per rank whose GEMM kernels mostly ran without recorded shapes: the GEMM
+    efficiency verdict covers only the rest (CUDA graph replays carry no operator with
+    shapes; ``record_shapes=True`` records them for eager launches)."""
+    out = []
+    kernels, gemms = gpu.get("kernels"), gpu.get("gemms")
+    for rank, (covered, total) in sorted(gemm_coverage(gemms,
+                                                      gpu.get("kernel_categories")).items()):
+        if covered >= 0.5 * total:
+            continue
+        mine = gemms[gemms["rank"] == rank] if gemms is not None and len(gemms) else None
+        if mine is not None and len(mine) and mine["peak_tflops"].isna().all():
+            continue            # no device peak: no verdict whatever the shapes
+        graphs = kernels is not None and len(kernels) and bool(
+            kernels.loc[(kernels["rank"] == rank) & (kernels["category"] == "gemm"),
+                        "graph"].astype(bool).any())
+        why = ("CUDA graph replays carry none" if graphs else
+               "a convolution's GEMM kernels, or a trace without record_shapes=True, have none")
+        if covered <= 0:
+            out.append(f"rank {rank}: no GEMM efficiency verdict: none of its "
+                       f"{total / 1e3:,.1f} ms of GEMM kernel time was launched by a matrix "
+                       f"multiplication with recorded shapes ({why})")
+            continue
+        out.append(f"rank {rank}: the GEMM efficiency verdict covers "
+                   f"{_pct(covered, total)} of its GEMM kernel time ({covered / 1e3:,.1f} of "
+                   f"{total / 1e3:,.1f} ms): the rest was launched by no matrix "
+                   f"multiplication with recorded shapes ({why})")
+    return out
+
+
+def _pct(part: float, whole: float) -> str:
+    """A share as the report prints it: ``~1%`` below 1.5%, else to the percent."""
+    p = 100 * part / whole if whole > 0 else 0.0
+    if p <= 0:
+        return "none"
+    return f"~{max(p, 0.1):.1g}%" if p < 1.5 else f"{p:.0f}%"
 
 
 def device_findings(inp: F.FindingInputs, have: set[str]) -> list[F.Finding]:
     """The findings of this module (module docstring) in no particular order; ``have``: the
     dimensions whose exposed communication already has a (what-if) finding."""
     out: list[F.Finding] = []
+    site = _sync_site(inp)
     idle_found = [
         _idle_finding(inp, "data-loading-stall", ["idle_dataloader_us"],
                       "Data-loading stall: the GPU waits {ms} per step ({pct:.0f}%) while the "
@@ -294,38 +447,40 @@ def device_findings(inp: F.FindingInputs, have: set[str]) -> list[F.Finding]:
         _idle_finding(inp, "sync-stall", ["idle_sync_us"],
                       "Synchronisation stall: the GPU idles {ms} per step ({pct:.0f}%) after "
                       "the host blocks on it ({ranks})",
-                      "remove the synchronisation from the training loop or defer it (a "
-                      ".item() or .cpu() each step, printing a tensor, a blocking copy): read "
-                      "values every N steps, or copy them asynchronously to pinned memory",
-                      _sync_site(inp)),
+                      SYNC_REMEDY[_sync_kind(site.get("sync_op", ""))], site),
     ]
     mean_us, per_step = _mean_kernel_us(inp)
-    if mean_us == mean_us and mean_us <= SHORT_KERNEL_US:
+    # A trace that captures graphs and replays none is set-up: its launches run nothing.
+    capture_only = inp.graph_captures > 0 and inp.graph_replays == 0
+    if mean_us == mean_us and mean_us <= SHORT_KERNEL_US and not capture_only:
         idle_found.append(_idle_finding(
             inp, "launch-bound", ["idle_launch_us", "idle_queued_us"],
             "Launch-bound: the GPU idles {ms} per step ({pct:.0f}%) between short kernels "
             f"({mean_us:.1f} µs on average, {per_step:,.0f} per step) while the host launches "
             "them",
+            _graph_remedy(inp) if inp.graph_replays else
             "fewer, larger kernels: capture the step in a CUDA graph (torch.cuda.graphs, "
             "torch.compile(mode='reduce-overhead')), fuse operators (torch.compile), or "
             "larger batches per kernel",
-            {"mean_kernel_us": mean_us, "kernels_per_step": per_step}))
+            {"mean_kernel_us": mean_us, "kernels_per_step": per_step,
+             "graph_replays": inp.graph_replays}, minus="slow_launch_us"))
     for f in idle_found:
         if f is not None:
             if f.id == "sync-stall" and f.evidence.get("called_from"):
                 site, op = f.evidence.get("call_site"), f.evidence["sync_op"]
                 parent = f.evidence["called_from"]
-                f.title += (f"; mostly {op}" + (f" called from {parent}" if parent != op
-                                                else " outside any operator")
+                f.title += (f"; mostly {op}{SYNC_WHAT[_sync_kind(op)]}"
+                            + (f" called from {parent}" if parent != op
+                               else " outside any operator")
                             + (f" at {site}" if site else ""))
             out.append(f)
     for f in (_memcpy(inp), _jitter(inp), _gemm(inp)):
         if f is not None:
             out.append(f)
     out += _exposed_single(inp, have)
-    explained = sum(f.cost_us or 0.0 for f in out
-                    if f.id in ("data-loading-stall", "sync-stall", "launch-bound"))
-    idle_f = _gpu_idle(inp, explained)
+    explained = sum(f.cost_us or 0.0 for f in out if f.id in CLAIMS)
+    claimed_by = {c: f.id for f in out if f.id in CLAIMS for c in CLAIMS[f.id]}
+    idle_f = _gpu_idle(inp, explained, claimed_by)
     if idle_f is not None:
         out.append(idle_f)
     return out

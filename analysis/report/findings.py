@@ -133,6 +133,11 @@ class FindingInputs:
     # The memory findings (analysis/report/memory_findings.py), ranked into the list: near-oom
     # after a hang or desync, the others after the time findings.
     memory: list[Finding] = dataclasses.field(default_factory=list)
+    # GPU traces: device time per kernel category (the GEMM verdict's coverage), and the CUDA
+    # graphs the ranks capture and replay (``RankTimeline.graph_captures`` / ``_replays``).
+    kernel_categories: pd.DataFrame | None = None
+    graph_captures: int = 0
+    graph_replays: int = 0
 
 
 def _severity(pct: float, cost_us: float, noise_us: float) -> str:

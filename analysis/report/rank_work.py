@@ -57,6 +57,8 @@ class RankResult:
     # The rank's memory tables (``analysis/memory/rank_memory.py``); empty without [memory]
     # events.
     memory: dict[str, pd.DataFrame] = dataclasses.field(default_factory=dict)
+    # The device the trace's deviceProperties name (``device_name``), None without one.
+    device_name: str | None = None
 
     @property
     def rank(self) -> int:
@@ -77,6 +79,8 @@ def rank_work(path: pathlib.Path, opts: RankOptions) -> RankResult:
     elif tl.window_source == "annotation":
         notes.append(f"rank {trace.rank}: steps are the {len(tl.steps)} ranges matching "
                      f"--step-annotation {opts.step_annotation.pattern!r}")
+    notes += [f"rank {trace.rank}: {n}" for n in tl.notes]
+    notes += _device_notes(trace, tl)
     return RankResult(
         identity=identity(trace.path, trace.rank, trace.meta), on_gpu=tl.on_gpu, timeline=tl,
         trace_overlap=breakdown.trace_overlap(tl),
@@ -84,11 +88,89 @@ def rank_work(path: pathlib.Path, opts: RankOptions) -> RankResult:
         meta=instances.small_meta(trace.meta),
         problems=list(getattr(trace, "problems", []) or []),
         gpu=gpu_tables(trace, tl) if tl.on_gpu else {}, notes=notes,
-        operators=_operators(trace, tl),
+        operators=_operators(trace, tl), device_name=device_name(trace.meta),
         memory=rank_memory.rank_tables(trace.rank, trace.memory, trace.events, trace.meta,
                                        tl.host_steps),
         implausible=validate.step_windows_problem(
             tl.host_steps if tl.window_source != "trace" else {}, tl.span))
+
+
+def same_startup_steps(results: list[RankResult]) -> list[str]:
+    """Leave out the same start-up steps on every rank: a step that is start-up on one rank
+    (``RankTimeline.startup``) is left out of the others too, so that their steps — and the
+    collectives matched across ranks by step — stay the same. Each rank's timeline, its
+    per-step GPU tables and its operators lose that step; a rank that would keep no step keeps
+    its own. Returns one note per rank changed."""
+    start = {k: tl.startup[k] for r in results if (tl := r.timeline) is not None
+             for k in tl.startup}
+    notes = []
+    for r in results:
+        tl = r.timeline
+        if tl is None or not start:
+            continue
+        drop = sorted(k for k in start if k in tl.steps and k not in tl.startup)
+        if not drop or len(drop) == len(tl.steps):
+            continue
+        keep = {k: w for k, w in tl.steps.items() if k not in drop}
+        r.timeline = dataclasses.replace(
+            tl, steps=keep, host_steps={k: w for k, w in tl.host_steps.items() if k not in drop},
+            startup={**tl.startup, **{k: tl.host_steps[k] for k in drop if k in tl.host_steps}})
+        for name, table in list(r.gpu.items()):
+            if table is not None and "step" in table:
+                if name == "sync_calls":
+                    r.gpu[name] = table.assign(step=table["step"].where(
+                        ~table["step"].isin(drop), -1))
+                else:
+                    r.gpu[name] = table[~table["step"].isin(drop)]
+        if r.operators is not None and "step" in r.operators:
+            r.operators = r.operators[~r.operators["step"].isin(drop)]
+        notes.append(f"rank {r.rank}: step{'s' if len(drop) > 1 else ''} "
+                     f"{', '.join(map(str, drop))} left out as on the ranks where "
+                     f"{'they are' if len(drop) > 1 else 'it is'} start-up, so that every "
+                     f"rank's steps are the same")
+    return notes
+
+
+def device_name(meta) -> str | None:
+    """The first device the trace's ``deviceProperties`` names (None without one)."""
+    props = meta.get("deviceProperties") if isinstance(meta, dict) else None
+    if isinstance(props, list) and props and isinstance(props[0], dict) \
+            and isinstance(props[0].get("name"), str) and props[0]["name"].strip():
+        return props[0]["name"].strip()
+    return None
+
+
+def _device_notes(trace: ingest.RankTrace, tl: timeline.RankTimeline) -> list[str]:
+    """What the report says about the rank's device beyond its figures: a GPU the trace names
+    without any device activity (a CUPTI range-profiler trace holds counters, no kernels),
+    and the CUDA/HIP graphs it captures or replays."""
+    out = []
+    name = device_name(trace.meta)
+    ev = trace.events
+    if not tl.on_gpu and name is not None:
+        ranges = int((ev["cat"] == "cuda_profiler_range").sum())
+        out.append(f"rank {trace.rank}: the trace names its device ({name}, deviceProperties) "
+                   f"but records no kernel, memcpy or memset"
+                   + (f" — its {ranges:,} cuda_profiler_range events are CUPTI range-profiler "
+                      f"counters, which carry no device timeline" if ranges else "")
+                   + ": no device figures; the host's operators are its timeline")
+    if tl.graph_captures:
+        out.append(f"rank {trace.rank}: the trace captures CUDA graphs "
+                   f"({_n(tl.graph_captures, 'capture')}): capture is set-up — the launches "
+                   f"inside a capture run nothing until the graph is replayed — and a step "
+                   f"that captures is start-up, not steady state"
+                   + (f"; it also replays graphs ({_n(tl.graph_replays, 'graph launch')})"
+                      if tl.graph_replays else ""))
+    elif tl.graph_replays:
+        out.append(f"rank {trace.rank}: the trace replays CUDA graphs "
+                   f"({_n(tl.graph_replays, 'graph launch')}): their kernels belong to the "
+                   f"replay that launched them")
+    return out
+
+
+def _n(count: int, what: str) -> str:
+    """``count`` ``what``, plural when it is not one (``3 graph launches``)."""
+    return f"{count:,} {what}" + ("" if count == 1 else "es" if what.endswith("ch") else "s")
 
 
 def _operators(trace: ingest.RankTrace, tl: timeline.RankTimeline) -> pd.DataFrame:
@@ -121,7 +203,8 @@ def gpu_tables(trace: ingest.RankTrace, tl: timeline.RankTimeline) -> dict[str, 
     # synchronisations and GEMM operators; the operators around them are read per call.
     name, cat = ev["name"], ev["cat"]
     wanted = ~device & (((ev["correlation"] >= 0) & cat.isin(host_activity.RUNTIME_CATS))
-                        | name.isin(host_activity.SYNC_NAMES) | name.isin(kernels.GEMM_OPS))
+                        | name.isin(host_activity.SYNC_NAMES) | name.isin(host_activity.COPY_NAMES)
+                        | name.isin(host_activity.EVENT_WAIT_NAMES) | name.isin(kernels.GEMM_OPS))
     host = ev.loc[wanted, _HOST_COLUMNS]
     windows = timeline._windows(tl.steps, tl.span)
     ts, end = dev["ts_us"].to_numpy(), dev["end_us"].to_numpy()
@@ -130,25 +213,21 @@ def gpu_tables(trace: ingest.RankTrace, tl: timeline.RankTimeline) -> dict[str, 
         inside |= (ts < b) & (end > a)
     in_dev = dev[inside]
     launch_ts, _ = timeline.launches(host, dev)
-    sel = timeline._complete_steps(dev, host, tl.host_steps)
-    calls = host_activity.sync_calls(host)
-    calls = host_activity.in_steps(
-        gpu_idle.charged_sync(calls, tl.idle_causes.get("sync", np.zeros((0, 2)))),
-        tl.host_steps)
+    sel = timeline._complete_steps(dev, host, {**tl.host_steps, **tl.startup})
+    sync_idle = tl.idle_causes.get("sync", np.zeros((0, 2)))
+    calls = host_activity.blocking_copy_calls(host_activity.sync_calls(host), host, sync_idle)
+    calls = host_activity.in_steps(gpu_idle.charged_sync(calls, sync_idle), tl.host_steps)
     if len(calls):
         order = np.argsort(-(calls["idle_after_us"].to_numpy()
                              + calls["end_us"].to_numpy() - calls["ts_us"].to_numpy()))
         mask = np.zeros(len(calls), dtype=bool)
         mask[order[:SITES]] = True
         calls = host_activity.with_sites(calls, ev, mask)
-    graph = set(host.loc[host["name"].isin(["cudaGraphLaunch", "cudaGraphLaunch_v10000",
-                                             "hipGraphLaunch"]), "correlation"].tolist())
+    graph = set(host.loc[host["name"].isin(host_activity.GRAPH_LAUNCH_NAMES),
+                         "correlation"].tolist())
     launch_calls = host[(host["correlation"] >= 0)
                         & host["cat"].isin(host_activity.RUNTIME_CATS)][
         ["lane", "ts_us", "end_us", "correlation"]]
-    props = trace.meta.get("deviceProperties") if isinstance(trace.meta, dict) else None
-    device_name = props[0].get("name") if isinstance(props, list) and props and \
-        isinstance(props[0], dict) and isinstance(props[0].get("name"), str) else None
     return {
         "step_categories": pd.DataFrame(step_categories.step_rows(
             r, tl.steps, timeline.sets_in_blocks(step_categories.role_sets, ev)),
@@ -160,7 +239,7 @@ def gpu_tables(trace: ingest.RankTrace, tl: timeline.RankTimeline) -> dict[str, 
         "kernel_totals": kernels.kernel_totals(
             r, dev, timeline.device_step_of(tl.host_steps, host, dev)),
         "kernel_categories": kernels.category_totals(r, in_dev),
-        "gemms": kernels.gemm_table(r, host, in_dev, launch_calls, device_name),
+        "gemms": kernels.gemm_table(r, host, in_dev, launch_calls, device_name(trace.meta)),
     }
 
 

@@ -127,7 +127,7 @@ def summary_of(report) -> dict:
         "generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "source": str(r.source),
         "run": _run(r),
-        "device": "gpu" if r.on_gpu else "cpu",
+        "device": r.device,
         "ranks": r.ranks,
         "missing_ranks": r.missing_ranks,
         "problems": r.problems,

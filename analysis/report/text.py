@@ -114,12 +114,12 @@ def render(summary: dict) -> str:
     if typed.gpu_idle_per_rank_mean:
         lines.append("")
         lines.append("Where the GPU's idle time goes, per rank, mean over profiled steps (ms):")
-        lines.append("  rank      idle  dataloader      sync  wait-rank    launch       cpu"
-                     "    queued     other")
+        lines.append("  rank      idle  dataloader      sync  wait-rank   start-up    launch"
+                     "       cpu    queued     other")
         for r in typed.gpu_idle_per_rank_mean:
             c = r.by_cause_us
             lines.append(f"  {r.rank:>4} {_ms(r.idle_us)}   {_ms(c['dataloader'])}"
-                         f" {_ms(c['sync'])}  {_ms(c['wait_rank'])} "
+                         f" {_ms(c['sync'])}  {_ms(c['wait_rank'])}  {_ms(c['startup'])} "
                          f"{_ms(c['launch'])} {_ms(c['cpu'])} "
                          f"{_ms(c['queued'])} {_ms(c['other'])}")
     if typed.top_kernels:

@@ -152,7 +152,8 @@ def trace_overlap(tl: RankTimeline) -> dict:
 
 IDLE_CAUSES = gpu_idle.CAUSES
 TRACE_OVERLAP_COLUMNS = ["rank", "compute_us", "comm_us", "overlapped_comm_us", "overlap_pct"]
-IDLE_COLUMNS = ["rank", "step", "idle_us"] + [f"idle_{c}_us" for c in IDLE_CAUSES]
+IDLE_COLUMNS = ["rank", "step", "idle_us"] + [f"idle_{c}_us" for c in IDLE_CAUSES] + \
+    ["slow_launch_us"]
 
 
 def idle_rows(tl: RankTimeline, pipeline_windows: dict[int, np.ndarray] | None = None
@@ -160,7 +161,9 @@ def idle_rows(tl: RankTimeline, pipeline_windows: dict[int, np.ndarray] | None =
     """Where the device's idle time of each step went (GPU ranks; none on CPU-only traces): one
     row per step, ``IDLE_COLUMNS``. ``idle_<cause>_us`` is the time of the step window W that
     ``analysis/gpu/idle.py`` charges to that cause, less the pipeline window P (bubble, as in
-    ``step_rows``), so the parts add up to ``step_rows``' ``idle_us`` exactly."""
+    ``step_rows``), so the parts add up to ``step_rows``' ``idle_us`` exactly;
+    ``slow_launch_us`` is the part of ``idle_launch_us`` inside launch calls of at least 1 ms
+    (``idle.SLOW_LAUNCH``: start-up work, not a cause of its own)."""
     if not tl.on_gpu or not tl.idle_causes:
         return []
     rows = []
@@ -173,5 +176,7 @@ def idle_rows(tl: RankTimeline, pipeline_windows: dict[int, np.ndarray] | None =
             row[f"idle_{cause}_us"] = iv.length(part)
             total += row[f"idle_{cause}_us"]
         row["idle_us"] = total
+        row["slow_launch_us"] = iv.length(iv.subtract(iv.clip(
+            tl.idle_causes.get(gpu_idle.SLOW_LAUNCH, iv.EMPTY), start, end), P))
         rows.append(row)
     return rows

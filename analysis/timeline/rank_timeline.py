@@ -15,6 +15,13 @@ waits for its last all-reduce inside the last backward with no operator running,
 time is communication, not compute. M is the union of all communication ranges (in flight,
 whether or not the thread waits on them) and the waits.
 
+Which host ranges are steps (``step_ranges``, docs/metrics.md "Which ranges are steps"): every
+``ProfilerStep#N`` range — repeated numbers (several profiler windows in one file) kept apart
+window by window —, clipped to the profiler's own span (``profiler_span``); steps that are
+start-up (``startup_steps``) are left out when a steady step with device work remains; a GPU
+trace without steps is one window over its device span. Each such decision is a note
+(``RankTimeline.notes``).
+
 ``comm_by_dim`` (dimension → the part of M that belongs to it) is filled from the rank's
 collective-instance table (``analysis/comm/instances.py``, ``dims.interval_sets``), which is
 where every communication operation's dimension is decided once. ``shifted(dt)`` is the same
@@ -68,6 +75,15 @@ class RankTimeline:
     idle_causes: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
     # ``comm_by_dim`` split further by op: (dimension, op) → its part of M (``dims``).
     comm_by_dim_op: dict[tuple[str, str], np.ndarray] = dataclasses.field(default_factory=dict)
+    # What building the windows changed or left out, in words (clipped steps, repeated step
+    # numbers, start-up steps, the device span of a one-window trace), for the report's notes.
+    notes: list[str] = dataclasses.field(default_factory=list)
+    # Steps left out as start-up (``startup_steps``): step → its host range.
+    startup: dict[int, tuple[float, float]] = dataclasses.field(default_factory=dict)
+    # CUDA/HIP graphs in the trace: captures (``cudaStreamBeginCapture``, graph
+    # instantiation, capture annotations) and replays (``cudaGraphLaunch``).
+    graph_captures: int = 0
+    graph_replays: int = 0
 
     def shifted(self, dt_us: float) -> "RankTimeline":
         """This timeline on the reference rank's clock: ``dt_us`` (the offset the analysis
@@ -90,6 +106,7 @@ class RankTimeline:
             other=at(self.other),
             steps={k: (at(a), at(b)) for k, (a, b) in self.steps.items()},
             host_steps={k: (at(a), at(b)) for k, (a, b) in self.host_steps.items()},
+            startup={k: (at(a), at(b)) for k, (a, b) in self.startup.items()},
             idle_causes={c: at(x) for c, x in self.idle_causes.items()},
             pipeline=at(self.pipeline), microbatches=mb,
             span=(at(self.span[0]), at(self.span[1])),
@@ -120,29 +137,224 @@ _STEP_CATS = ("user_annotation", "cpu_op")
 WINDOW_SOURCES = ("ProfilerStep", "annotation", "trace")
 
 
+@dataclasses.dataclass
+class HostSteps:
+    """The steps' host ranges as the trace gives them (``step_ranges``)."""
+    steps: dict[int, tuple[float, float]]
+    source: str                           # WINDOW_SOURCES
+    # step → the number its range carries (``ProfilerStep#N``: N), where the two differ
+    # because the numbers repeat (several profiler windows in one file).
+    numbers: dict[int, int] = dataclasses.field(default_factory=dict)
+    notes: list[str] = dataclasses.field(default_factory=list)
+
+
 def host_step_ranges(host: pd.DataFrame, step_annotation: re.Pattern | None = None
                      ) -> tuple[dict[int, tuple[float, float]], str]:
-    """(step → host range, where the steps came from): the ``ProfilerStep#N`` ranges; with
-    ``step_annotation`` (``--step-annotation REGEX``), every host range whose name matches it,
-    numbered by its first group when it has a number, else 0, 1, 2… in time order
-    (``annotation``); with neither, no steps (the caller makes the whole trace one window:
-    ``trace``)."""
-    out: dict[int, tuple[float, float]] = {}
+    """(step → host range, where the steps came from): ``step_ranges``' steps and source."""
+    got = step_ranges(host, step_annotation)
+    return got.steps, got.source
+
+
+def step_ranges(host: pd.DataFrame, step_annotation: re.Pattern | None = None) -> HostSteps:
+    """The steps' host ranges: the ``ProfilerStep#N`` ranges; with ``step_annotation``
+    (``--step-annotation REGEX``), every host range whose name matches it, numbered by its
+    first group when each has a number, else 0, 1, 2… in time order (``annotation``); with
+    neither, no steps (the caller makes the whole trace one window: ``trace``).
+
+    Every range is a step: where numbers repeat (one file holding several profiler windows,
+    each counting from its first step), the ranges are kept apart window by window
+    (``_numbered``); ranges of one number that overlap in time are one step."""
     if step_annotation is not None:
         ann = host[host["cat"].isin(_STEP_CATS) & host["name"].map(
             lambda n: step_annotation.search(n) is not None)].sort_values("ts_us")
-        for i, (name, ts, end) in enumerate(zip(ann["name"], ann["ts_us"], ann["end_us"])):
+        rows = []
+        for name, ts, end in zip(ann["name"], ann["ts_us"], ann["end_us"]):
             m = step_annotation.search(name)
             num = m.group(1) if m is not None and m.groups() else None
-            key = int(num) if num is not None and num.isdigit() and int(num) not in out else i
-            out[key] = (float(ts), float(end))
-        return out, "annotation"
+            rows.append((float(ts), float(end),
+                         int(num) if num is not None and num.isdigit() else None))
+        if any(n is None for _, _, n in rows):
+            rows = [(a, b, i) for i, (a, b, _) in enumerate(rows)]
+        return _numbered(rows, "annotation", "the ranges matching --step-annotation")
     steps = host[host["cat"].isin(_STEP_CATS) & host["name"].str.startswith("ProfilerStep#")]
+    rows = []
     for name, ts, end in zip(steps["name"], steps["ts_us"], steps["end_us"]):
         m = annotations.STEP_RE.match(name)
         if m:
-            out[int(m["step"])] = (float(ts), float(end))
-    return out, "ProfilerStep"
+            rows.append((float(ts), float(end), int(m["step"])))
+    return _numbered(sorted(rows), "ProfilerStep", "ProfilerStep")
+
+
+def _numbered(rows: list[tuple[float, float, int]], source: str, what: str) -> HostSteps:
+    """Steps from (start, end, number) ranges in time order. A profiler window runs while
+    the numbers grow; a number no larger than the one before starts the next window. One
+    window: each step is its number. Several: the first window keeps its numbers, and each
+    later one is moved to follow the previous window's last step (its numbers + an offset),
+    so every range is a step of its own and the steps stay in time order."""
+    merged: list[list] = []
+    for ts, end, num in sorted(rows):
+        if merged and merged[-1][2] == num and ts < merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)      # the same step, twice
+            continue
+        merged.append([ts, end, num])
+    windows: list[list[list]] = []
+    for r in merged:
+        if not windows or r[2] <= windows[-1][-1][2]:
+            windows.append([r])
+        else:
+            windows[-1].append(r)
+    steps: dict[int, tuple[float, float]] = {}
+    numbers: dict[int, int] = {}
+    notes = []
+    last = None
+    for w in windows:
+        offset = 0 if last is None else max(0, last + 1 - w[0][2])
+        for ts, end, num in w:
+            steps[num + offset] = (ts, end)
+            if offset:
+                numbers[num + offset] = num
+        last = w[-1][2] + offset
+    if len(windows) > 1:
+        label = "ProfilerStep#" if source == "ProfilerStep" else "#"
+        parts = ", ".join(f"{label}{w[0][2]}–{w[-1][2]}" if len(w) > 1 else f"{label}{w[0][2]}"
+                          for w in windows[:6]) + (", …" if len(windows) > 6 else "")
+        later = next((k for k, n in numbers.items()), None)
+        notes.append(
+            f"the {what} numbers repeat: the file holds {len(windows)} profiler windows "
+            f"({parts}), kept apart — each window's steps are numbered after the previous "
+            f"window's" + (f" ({label}{numbers[later]} of window 2 is step {later})"
+                           if later is not None else "")
+            + f"; all {len(steps)} steps are analysed")
+    return HostSteps(steps=steps, source=source, numbers=numbers, notes=notes)
+
+
+# Without the profiler's own range, a step may end after the last event it holds (Python the
+# profiler does not record) or start before the first — by at most this share of the trace.
+SPAN_SLACK = 0.1
+
+
+def profiler_span(events: pd.DataFrame) -> tuple[float, float]:
+    """The time the profiler recorded: its own range (``PyTorch Profiler (N)``, category
+    ``Trace``) and every event other than the step ranges themselves (``ProfilerStep#N`` on the
+    host or the device, whose end a profiler stopped mid-step may put anywhere). A trace
+    without the profiler's range: its events' extent, widened by ``SPAN_SLACK`` of its length
+    on each side. (Read as arrays: the event table is not copied.)"""
+    codes, names = pd.factorize(events["name"])
+    step = np.array([n.startswith("ProfilerStep#") for n in names] + [False])[codes]
+    rest = ~step if (~step).any() else np.ones(len(step), dtype=bool)
+    lo = float(events["ts_us"].to_numpy()[rest].min())
+    hi = float(events["end_us"].to_numpy()[rest].max())
+    if not (events["cat"] == "Trace").any():
+        pad = SPAN_SLACK * (hi - lo)
+        lo, hi = lo - pad, hi + pad
+    return lo, hi
+
+
+def clipped_to(steps: dict[int, tuple[float, float]], span: tuple[float, float],
+               numbers: dict[int, int] | None = None, source: str = "ProfilerStep"
+               ) -> tuple[dict, list[str]]:
+    """``steps`` clipped to the profiler's own ``span`` (``profiler_span``), and one note per
+    step that ran past it (a step range longer than the trace is not a step)."""
+    lo, hi = span
+    out, notes = {}, []
+    for k, (a, b) in steps.items():
+        ca, cb = max(a, lo), min(b, hi)
+        label = _label(source, (numbers or {}).get(k, k))
+        if cb <= ca:
+            notes.append(f"{label} lies outside the profiler's own span "
+                         f"({(hi - lo) / 1e3:,.1f} ms): left out")
+            continue
+        past = max(lo - a, 0.0) + max(b - hi, 0.0)
+        if past > 1.0:
+            notes.append(f"{label} runs {past / 1e3:,.1f} ms past the profiler's own span (its "
+                         f"range lasts {(b - a) / 1e3:,.1f} ms, the profiler recorded "
+                         f"{(hi - lo) / 1e3:,.1f} ms): clipped to it")
+        out[k] = (ca, cb)
+    return out, notes
+
+
+LONG_LAUNCH_US = host_activity.LONG_LAUNCH_US
+# A step is start-up when start-up work covers at least this share of its host range.
+STARTUP_SHARE = 0.5
+
+
+def _names_matching(frame: pd.DataFrame, test) -> np.ndarray:
+    """Which rows of ``frame`` have a name for which ``test(name)`` holds (each distinct name
+    tested once)."""
+    codes, names = pd.factorize(frame["name"])
+    return np.array([bool(test(n)) for n in names] + [False])[codes]
+
+
+def startup_work(host: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:
+    """(The host's start-up work as an interval set, its calls: name, ts_us, end_us).
+    Start-up work: the runtime and driver calls that set up rather than launch
+    (``host_activity.STARTUP_RE``), launch calls longer than ``LONG_LAUNCH_US``, and graph
+    capture — each thread's ``…BeginCapture`` to its next ``…EndCapture``, and ranges named
+    as a capture (``host_activity.CAPTURE_ANNOTATION_RE``)."""
+    ts, end = host["ts_us"].to_numpy(), host["end_us"].to_numpy()
+    runtime = host["cat"].isin(host_activity.RUNTIME_CATS).to_numpy()
+    setup = runtime & _names_matching(host, host_activity.STARTUP_RE.match)
+    blocking = _names_matching(host, lambda n: n in host_activity.SYNC_NAMES
+                               or n in host_activity.COPY_NAMES)
+    slow = runtime & ~setup & ~blocking & (end - ts >= LONG_LAUNCH_US)
+    named = host["cat"].isin(("user_annotation", "cpu_op", "python_function")).to_numpy() & \
+        _names_matching(host, host_activity.CAPTURE_ANNOTATION_RE.search)
+    picked = np.flatnonzero(setup | slow | named)
+    parts = [np.column_stack([ts[picked], end[picked]])]
+    begin = np.flatnonzero(runtime & _names_matching(host, lambda n: "BeginCapture" in n))
+    if len(begin):
+        ends = np.flatnonzero(runtime & _names_matching(host, lambda n: "EndCapture" in n))
+        lane = host["lane"].to_numpy()
+        for ln in pd.unique(lane[begin]):
+            e = np.sort(end[ends[lane[ends] == ln]])
+            starts = ts[begin[lane[begin] == ln]]
+            j = np.searchsorted(e, starts, side="left")
+            ok = j < len(e)
+            parts.append(np.column_stack([starts[ok], e[j[ok]]]))
+    allp = np.concatenate(parts)
+    calls = pd.DataFrame({"name": host["name"].to_numpy()[picked].astype(object),
+                          "ts_us": ts[picked], "end_us": end[picked]})
+    return iv.union(allp[:, 0], allp[:, 1]), calls
+
+
+def _label(source: str, number: int) -> str:
+    """How the report names a step: ``ProfilerStep#N``, or ``step N`` of annotated ranges."""
+    return f"ProfilerStep#{number}" if source == "ProfilerStep" else f"step {number}"
+
+
+def _startup_note(label: str, window: tuple[float, float], work: np.ndarray,
+                  calls: pd.DataFrame) -> str:
+    """What a start-up step held: its share of start-up work and the calls that took most."""
+    a, b = window
+    inside = calls[(calls["ts_us"] < b) & (calls["end_us"] > a)]
+    g = inside.assign(d=inside["end_us"] - inside["ts_us"]).groupby("name")["d"].agg(
+        ["size", "sum"]).sort_values("sum", ascending=False).head(3)
+    what = ", ".join(f"{n} ×{int(c)} ({sm / 1e3:,.1f} ms)" for n, (c, sm) in
+                     zip(g.index, g.to_numpy()))
+    return (f"{label} is start-up, not steady state: "
+            f"{iv.length(iv.clip(work, a, b)) / 1e3:,.1f} ms of its {(b - a) / 1e3:,.1f} ms in "
+            f"set-up, graph capture and first launches ({what}); left out of the step figures")
+
+
+def startup_steps(steps: dict[int, tuple[float, float]], work: np.ndarray) -> list[int]:
+    """The steps whose host range start-up work covers at least ``STARTUP_SHARE`` of."""
+    out = []
+    for k, (a, b) in sorted(steps.items()):
+        if b > a and iv.length(iv.clip(work, a, b)) >= STARTUP_SHARE * (b - a):
+            out.append(k)
+    return out
+
+
+def graph_use(host: pd.DataFrame) -> tuple[int, int]:
+    """(graph captures, graph replays) in the trace: captures are ``…BeginCapture`` calls (or,
+    without them, graph instantiations) and ranges named as a capture; replays are graph
+    launches (``cudaGraphLaunch``, ``hipGraphLaunch``)."""
+    begins = int(_names_matching(host, lambda n: "BeginCapture" in n).sum())
+    inst = int(_names_matching(host, lambda n: "GraphInstantiate" in n).sum())
+    named = int((host["cat"].isin(("user_annotation", "cpu_op", "python_function")).to_numpy()
+                 & _names_matching(host, host_activity.CAPTURE_ANNOTATION_RE.search)).sum())
+    replays = int(host["name"].isin(host_activity.GRAPH_LAUNCH_NAMES).sum())
+    return (begins or inst) + named, replays
 
 
 def launch_times(host: pd.DataFrame, device: pd.DataFrame) -> np.ndarray:
@@ -155,17 +367,28 @@ def launch_times(host: pd.DataFrame, device: pd.DataFrame) -> np.ndarray:
 
 def launches(host: pd.DataFrame, device: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """(``launch_times``, the lane of each launching call — None where unknown)."""
+    t, _, lane = launch_calls(host, device)
+    return t, lane
+
+
+def launch_calls(host: pd.DataFrame, device: pd.DataFrame
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(``launch_times``, the end of each launching call, its lane — None where unknown)."""
     calls = host[(host["correlation"] >= 0) & host["cat"].isin(host_activity.RUNTIME_CATS)]
     if calls.empty or device.empty:
-        return np.full(len(device), np.nan), np.full(len(device), None, dtype=object)
+        nan = np.full(len(device), np.nan)
+        return nan, nan.copy(), np.full(len(device), None, dtype=object)
     calls = calls.drop_duplicates("correlation").set_index("correlation")
     corr = device["correlation"]
     t = corr.map(calls["ts_us"]).to_numpy(dtype=np.float64, na_value=np.nan)
+    end = corr.map(calls["end_us"]).to_numpy(dtype=np.float64, na_value=np.nan)
     lane = corr.map(calls["lane"]).to_numpy(dtype=object, na_value=None)
     # A correlation id with no launch in the trace: launched before the profiler recorded the
     # host (the device still runs the previous, unprofiled step's work).
-    t = np.where(np.isnan(t) & (corr.to_numpy() >= 0), -np.inf, t)
-    return t, lane
+    before = np.isnan(t) & (corr.to_numpy() >= 0)
+    t = np.where(before, -np.inf, t)
+    end = np.where(before, -np.inf, end)
+    return t, end, lane
 
 
 def _covers(ts: float, end: float, first: float | None, last: float | None) -> bool:
@@ -178,7 +401,8 @@ def _covers(ts: float, end: float, first: float | None, last: float | None) -> b
 
 
 def device_step_windows(host_steps: dict[int, tuple[float, float]], host: pd.DataFrame,
-                        device: pd.DataFrame) -> dict[int, tuple[float, float]]:
+                        device: pd.DataFrame, numbers: dict[int, int] | None = None
+                        ) -> dict[int, tuple[float, float]]:
     """The steps on the device's timeline (docs/metrics.md, "Step window").
 
     A device event belongs to the step whose host range holds the runtime call that launched
@@ -190,6 +414,10 @@ def device_step_windows(host_steps: dict[int, tuple[float, float]], host: pd.Dat
     activity and its host range's end: when the GPU runs behind the host, each step is timed
     where its kernels ran; when the host is behind, the device waiting for it is that step's
     idle time. The windows tile the profiled time without overlap.
+
+    ``numbers`` (``HostSteps.numbers``): where step numbers repeat, the number each step's
+    range carries; a GPU-side ``ProfilerStep#N`` then belongs to the step of number N whose
+    host range began last before it.
     """
     keys = sorted(host_steps)
     if not keys:
@@ -209,9 +437,12 @@ def device_step_windows(host_steps: dict[int, tuple[float, float]], host: pd.Dat
             before = float(end[early].max())
     gpu_steps = host[(host["cat"] == "gpu_user_annotation")
                      & host["name"].str.startswith("ProfilerStep#")]
+    by_number: dict[int, list[int]] = {}
+    for k in keys:
+        by_number.setdefault((numbers or {}).get(k, k), []).append(k)
     for name, ts_, end_ in zip(gpu_steps["name"], gpu_steps["ts_us"], gpu_steps["end_us"]):
         m = annotations.STEP_RE.match(name)
-        k = int(m["step"]) if m else None
+        k = _step_of_number(by_number, host_steps, int(m["step"]), float(ts_)) if m else None
         if k is None or k not in host_steps or not _covers(float(ts_), float(end_),
                                                           dev_first.get(k), dev_end.get(k)):
             continue
@@ -229,6 +460,17 @@ def device_step_windows(host_steps: dict[int, tuple[float, float]], host: pd.Dat
         out[k] = (start, end_k)
         prev_end = end_k
     return out
+
+
+def _step_of_number(by_number: dict[int, list[int]], host_steps: dict, num: int,
+                    ts: float) -> int | None:
+    """The step whose range carries number ``num`` and began last before ``ts`` (else the
+    first of them); None when no step carries it."""
+    keys = by_number.get(num)
+    if not keys:
+        return None
+    before = [k for k in keys if host_steps[k][0] <= ts]
+    return max(before, key=lambda k: host_steps[k][0]) if before else keys[0]
 
 
 NO_STEP = -1
@@ -360,17 +602,66 @@ def build(trace: RankTrace, run=None, step_annotation: re.Pattern | None = None
           ) -> RankTimeline:
     """The timeline of one rank (module docstring). ``run`` is unused: since the collective-
     instance table, nothing here depends on the layout. ``step_annotation``: a pattern naming
-    the host ranges that are steps, for traces without ``ProfilerStep`` (``host_step_ranges``);
-    a trace with neither is one window from its first event to its last."""
+    the host ranges that are steps, for traces without ``ProfilerStep`` (``step_ranges``);
+    a trace with neither is one window: on a GPU trace from its first device activity to its
+    last, else from its first event to its last.
+
+    The steps' host ranges are clipped to the profiler's own span (``profiler_span``), and
+    steps that are start-up (``startup_steps``: CUDA initialisation, stream creation, graph
+    capture, first launches loading their modules) are left out, unless every step is."""
     ev = trace.events[_COLUMNS]             # no copy (copy-on-write): the rows below are
     device = ev["device"].to_numpy()
     dev = ev[device]
     host = ev[~device]
     span = (float(ev["ts_us"].min()), float(ev["end_us"].max()))
-    host_steps, source = host_step_ranges(host, step_annotation)
+    got = step_ranges(host, step_annotation)
+    notes = list(got.notes)
+    host_steps, source = got.steps, got.source
+    if host_steps:
+        host_steps, clip_notes = clipped_to(host_steps, profiler_span(ev), got.numbers,
+                                            source)
+        notes += clip_notes
+    first: list[int] = []
+    if host_steps:
+        work, calls = startup_work(host)
+        first = startup_steps(host_steps, work) if len(work) else []
     if not host_steps:
         host_steps, source = {0: span}, "trace"
-    steps = device_step_windows(host_steps, host, dev) if not dev.empty else dict(host_steps)
+    if dev.empty:
+        steps = dict(host_steps)
+    elif source == "trace":
+        first_dev, last_dev = float(dev["ts_us"].min()), float(dev["end_us"].max())
+        steps = {0: (first_dev, last_dev)}
+        if (first_dev - span[0]) + (span[1] - last_dev) > 0.01 * (span[1] - span[0]):
+            notes.append(
+                f"its one window runs from the first device activity to the last "
+                f"({(last_dev - first_dev) / 1e3:,.1f} ms): the {(first_dev - span[0]) / 1e3:,.1f}"
+                f" ms of the trace before it and {(span[1] - last_dev) / 1e3:,.1f} ms after it "
+                f"are not counted (start-up, or device work begun before the profiler)")
+    else:
+        steps = device_step_windows(host_steps, host, dev, got.numbers)
+    profiled = host_steps                 # HTA's whole-trace selection reads every step
+    startup: dict[int, tuple[float, float]] = {}
+    if first:
+        busy = iv.union(dev["ts_us"].to_numpy(), dev["end_us"].to_numpy()) if not dev.empty \
+            else None
+        steady = [k for k in steps if k not in first and (busy is None or iv.length(
+            iv.clip(busy, *steps[k])) > 0)]
+        if steady:
+            startup = {k: host_steps[k] for k in first}
+            notes += [_startup_note(_label(source, got.numbers.get(k, k)), host_steps[k],
+                                    work, calls) for k in first]
+        else:
+            notes.append(
+                f"{', '.join(_label(source, got.numbers.get(k, k)) for k in first)} "
+                f"{'is' if len(first) == 1 else 'are'} start-up (set-up, graph capture and "
+                f"first launches cover at least {STARTUP_SHARE:.0%} of "
+                f"{'it' if len(first) == 1 else 'each'}) and no other step holds device work: "
+                f"analysed all the same, but not steady state — profile later steps")
+    if startup:
+        steps = {k: w for k, w in steps.items() if k not in startup}
+        host_steps = {k: w for k, w in host_steps.items() if k not in startup}
+    captures, replays = graph_use(host)
     windows = _windows(steps, span)
     main = _main_lane(host)
     if not dev.empty:
@@ -382,12 +673,15 @@ def build(trace: RankTrace, run=None, step_annotation: re.Pattern | None = None
         waits, until = wt.wait_regions(iv.intersect(wt.gpu_blocked(compute, comm), windows),
                                        receiving["end_us"].to_numpy(),
                                        begun=receiving["ts_us"].to_numpy())
-        launch_ts, launch_lane = launches(host, dev)
-        calls = host_activity.sync_calls(host)
+        launch_ts, launch_end, launch_lane = launch_calls(host, dev)
+        sets = sets_in_blocks(host_activity.thread_sets, host)
+        for lane, spans in gpu_idle.blocking_copies(dev, launch_ts, launch_end,
+                                                    launch_lane).items():
+            sets.setdefault(lane, {})["blocking_copy"] = spans
         idle_causes = gpu_idle.causes(
             iv.subtract(windows, iv.merge(compute, comm, other)), dev["ts_us"].to_numpy(),
-            launch_ts, launch_lane, sets_in_blocks(host_activity.thread_sets, host), main,
-            gpu_idle.sync_ends_by_lane(calls))
+            launch_ts, launch_lane, sets, main,
+            gpu_idle.sync_spans_by_lane(host_activity.sync_calls(host)), launch_end)
     else:
         idle_causes = {}
         comm_ev = host[host["kind"] == classify.COMMUNICATION]
@@ -434,7 +728,7 @@ def build(trace: RankTrace, run=None, step_annotation: re.Pattern | None = None
     scopes = _scopes(host)
     pipe = host[host["name"] == annotations.PIPELINE]
     if not dev.empty:
-        sel = _complete_steps(dev, host, host_steps)
+        sel = _complete_steps(dev, host, profiled)
         trace_compute = _iv(sel[sel["kind"] == classify.COMPUTE])
         trace_comm = _iv(sel[sel["kind"] == classify.COMMUNICATION])
     else:
@@ -444,4 +738,5 @@ def build(trace: RankTrace, run=None, step_annotation: re.Pattern | None = None
         other=other, steps=steps, pipeline=_iv(pipe), microbatches=_microbatches(host),
         span=span, scopes=scopes, trace_compute=trace_compute, trace_comm=trace_comm,
         waits=waits, wait_until=until, main_lane=main, host_steps=host_steps,
-        window_source=source, idle_causes=idle_causes)
+        window_source=source, idle_causes=idle_causes, notes=notes, startup=startup,
+        graph_captures=captures, graph_replays=replays)

@@ -39,13 +39,14 @@ IDLE_CAUSES = {
     "dataloader": "data loader",
     "sync": "synchronisation (.item(), cudaStreamSynchronize…)",
     "wait_rank": "waiting for another rank",
+    "startup": "start-up (CUDA initialisation, streams, modules, allocation)",
     "launch": "launching (CUDA runtime calls)",
     "cpu": "other host work (operators, Python)",
     "queued": "queued: launched, not yet running",
     "other": "nothing traced on the host",
 }
 IDLE_COLOURS = {"dataloader": "#F58518", "sync": "#B279A2", "wait_rank": "#E45756",
-                "launch": "#72B7B2", "cpu": "#54A24B", "queued": "#EECA3B",
+                "startup": "#9D755D", "launch": "#72B7B2", "cpu": "#54A24B", "queued": "#EECA3B",
                 "other": "#BAB0AC"}
 # step_categories.parquet's categories (the plugin's names), in its priority order.
 STEP_CATEGORIES = {"kernel": "Kernel", "memcpy": "Memcpy", "memset": "Memset",
