@@ -324,6 +324,28 @@ def test_group_limited_routing_reaches_fewer_nodes():
     assert Dispatch.of(ds, 64, 8, "alltoall", "model").network_copies == pytest.approx(7.0)
 
 
+def test_moe_step_terms_are_named_parts_of_the_step():
+    """A MoE step names its experts' GEMMs, the router's and the tokens' permutation — parts of
+    gemm_us and memory_bound_us; the permutation moves k copies of each token, so twice the
+    experts a token goes to move twice its bytes, and a dense model has none of the three."""
+    t = Training(framework="megatron", precision="mixed")
+    cand = Candidate(parse_layout("dp=8,ep=8"), microbatches=4, dp_mode="zero1",
+                     global_batch=32)
+    dev = CATALOGUE["H100-SXM"]
+
+    def terms(spec):
+        return predict_job(spec, cand, t, dev, Topology.for_device(dev)).terms
+
+    q = ModelSpec.from_json(MODELS / "qwen3-30b-a3b.json", seq_len=4096)
+    a = terms(q)
+    assert 0 < a["expert_gemm_us"] + a["router_gemm_us"] < a["gemm_us"]
+    assert 0 < a["moe_permute_us"] < a["memory_bound_us"]
+    b = terms(dataclasses.replace(q, moe_top_k=16))
+    assert b["moe_permute_us"] == pytest.approx(2 * a["moe_permute_us"])
+    assert b["expert_gemm_us"] > a["expert_gemm_us"]
+    assert "moe_permute_us" not in terms(L8) and "expert_gemm_us" not in terms(L8)
+
+
 def test_deepep_dispatch_is_faster_only_across_nodes():
     """plan --ep-dispatcher deepep: with the experts on 64 GPUs (8 nodes) the all-to-alls
     move fewer bytes over the network than NCCL's; inside one node the two are the same.

@@ -191,6 +191,13 @@ def elementwise_bytes_per_token(spec: ModelSpec, t: Training, tp: int, sp: bool,
     return (rep + rope + mlp + core) * t.act_bytes
 
 
+def permute_bytes_per_token(spec: ModelSpec, t: Training, tp: int, sp: bool,
+                            capacity_factor: float = 1.0) -> float:
+    """Of ``elementwise_bytes_per_token`` in a MoE layer: the tokens' permutation to their
+    experts and back (k · capacity factor copies of h, read and written each way)."""
+    return 4 * spec.moe_top_k * capacity_factor * spec.dim / (tp if sp else 1) * t.act_bytes
+
+
 def passes(t: Training) -> float:
     """Forward-equivalents per step: 3 (forward + backward), 4 with full recomputation."""
     return 4.0 if t.recompute == "full" else 3.0
@@ -205,6 +212,11 @@ class MicrobatchWork:
     fp8_flops: float = 0.0
     attention_flops: float = 0.0
     attention_forward_us: float = 0.0   # what cp's ring can hide behind
+    # of which, in MoE layers: the experts' grouped GEMMs, the router's GEMM (in gemm_us) and
+    # the tokens' permutation to the experts and back (in memory_bound_us)
+    expert_gemm_us: float = 0.0
+    router_gemm_us: float = 0.0
+    moe_permute_us: float = 0.0
 
     @property
     def compute_us(self) -> float:
@@ -237,6 +249,10 @@ def microbatch_work(spec: ModelSpec, cand: Candidate, t: Training, dev: DeviceSp
         for g in layer_gemms(spec, i, T, tp, ep, cf):
             us, fp8 = gemm_time_us(g, t, dev, derate)
             w.gemm_us += us * (3.0 + fwd_extra)
+            if g.op == "experts":
+                w.expert_gemm_us += us * (3.0 + fwd_extra)
+            elif g.op == "router":
+                w.router_gemm_us += us * (3.0 + fwd_extra)
             w.gemm_flops += g.flops * (3.0 + fwd_extra)
             if fp8:
                 w.fp8_flops += g.flops * (3.0 + fwd_extra)
@@ -254,7 +270,11 @@ def microbatch_work(spec: ModelSpec, cand: Candidate, t: Training, dev: DeviceSp
         elem = elementwise_bytes_per_token(spec, t, tp, sp, i, cf) * T
         if not t.fused_kernels:
             elem *= EAGER_ELEMENTWISE
-        w.memory_bound_us += elem * (passes(t) if t.recompute != "op" else 3.5) / bw * 1e6
+        elem_passes = passes(t) if t.recompute != "op" else 3.5
+        w.memory_bound_us += elem * elem_passes / bw * 1e6
+        if spec.is_moe_layer(i):
+            w.moe_permute_us += permute_bytes_per_token(spec, t, tp, sp, cf) * T \
+                * (1.0 if t.fused_kernels else EAGER_ELEMENTWISE) * elem_passes / bw * 1e6
     if last:
         head = Gemm("head", T, spec.vocab_size / tp, spec.dim)
         us, fp8 = gemm_time_us(head, t, dev, derate)
@@ -435,6 +455,9 @@ def predict_job(spec: ModelSpec, cand: Candidate, t: Training, device: DeviceSpe
              **{f"exposed_{d}_us": x for d, x in exposed.items()},
              "bubble_us": bubble, "optimizer_us": max(x["optimizer"] for x in per_rank),
              "overhead_us": opts.step_overhead_us}
+    if spec.moe_experts:
+        terms.update(expert_gemm_us=cw.expert_gemm_us * m, router_gemm_us=cw.router_gemm_us * m,
+                     moe_permute_us=cw.moe_permute_us * m)
     if dispatch is not None:
         terms["ep_network_copies"] = dispatch.network_copies
         terms["ep_nvlink_copies"] = dispatch.nvlink_copies
