@@ -358,11 +358,12 @@ def ranking_checks(rows) -> dict:
 def fit():
     """The constants fitted on the rows ``jobs.csv`` marks ``fit``: the training derate
     (``job_step.TRAINING_DERATE``) on the catalogue-device rows, and each custom device's
-    GEMM efficiency (its TOML's ``gemm_efficiency``) on its own fit row."""
+    sustained clock (its TOML's ``clock_fraction``: every tensor-core rate, GEMMs and flash
+    attention) on its own fit row."""
     import math
 
     from bench.plan_references import jobs as J
-    from meshscope.layouts.plan.job_step import required_derate
+    from meshscope.layouts.plan.job_step import TRAINING_DERATE, required_derate
     rows = [r for r in J.load() if r.fit]
     catalogue, custom = [], {}
     for r in rows:
@@ -375,11 +376,14 @@ def fit():
     derate = math.exp(sum(math.log(d) for d in catalogue) / len(catalogue))
     print(f"TRAINING_DERATE = {derate:.3f}  (geometric mean over {len(catalogue)} rows)")
     for device, ds in custom.items():
+        import tomllib
         d = math.exp(sum(math.log(x) for x in ds) / len(ds))
-        base = J.device_of(device)
-        eta = base.curve("bf16").efficiency(8192 / 3) * d / derate
-        print(f"{device}: gemm_efficiency = {eta:.3f} (its curve × {d / derate:.3f} at "
-              f"8192³, the training derate {derate:.3f} applied on top)")
+        path = J.HERE / "devices" / f"{device[5:]}.toml"
+        now = tomllib.loads(path.read_text()).get("clock_fraction", 1.0)
+        # the derate search scales GEMMs and attention alike, as the clock does; the
+        # training derate (refitted above) applies on top of the device's clock
+        print(f"{device}: clock_fraction = {now * d / derate:.3f} (now {now:g}; its rows "
+              f"need × {d / TRAINING_DERATE:.3f} at the current derate)")
     return derate
 
 

@@ -5,6 +5,7 @@ none fits, ties within the stated uncertainty, full names, --top). Numbers here 
 construction or come from the publications named; the published jobs are in
 test_plan_references.py."""
 import dataclasses
+import itertools
 import json
 
 import pytest
@@ -68,6 +69,44 @@ def test_gemm_curves_reproduce_the_published_sweeps(device, precision, sweep):
     for (m, n, k), published in sweep.items():
         us = curve.time_us(m, n, k, peak)
         assert 2 * m * n * k / us / 1e6 == pytest.approx(published, rel=0.10), (m, n, k)
+
+
+def test_b200_fp8_curve_reproduces_the_gb200_sweep():
+    """No B200 sweep is public; the B200's FP8 curve is the GB200's (the same die at a higher
+    power limit) as a share of each part's data-sheet peak: at the GB200's 5 PFLOP/s it gives
+    Azure's ND GB200 v6 cuBLASLt FP8 TFLOP/s within 10% from 4096³ up and on the skinny
+    product."""
+    curve = CATALOGUE["B200"].curve("fp8")
+    sweep = {(4096,) * 3: 2834.6, (8192,) * 3: 2876.6, (16384,) * 3: 2906.9,
+             (32768,) * 3: 2825.6, (6144, 12288, 12288): 2895.6, (802816, 192, 768): 1459.5}
+    for (m, n, k), published in sweep.items():
+        us = curve.time_us(m, n, k, 5000e12)
+        assert 2 * m * n * k / us / 1e6 == pytest.approx(published, rel=0.10), (m, n, k)
+    assert "GB200" in curve.source and "no public" in CATALOGUE["B200"].curve("bf16").source
+
+
+def test_clock_fraction_slows_gemms_and_attention_alike(tmp_path):
+    """A power-limited part (clock_fraction) runs its GEMMs and flash attention at that
+    fraction and its memory-bound kernels at the memory bandwidth given; gemm_efficiency
+    rescales the GEMM curves alone."""
+    toml = tmp_path / "capped.toml"
+    toml.write_text('base = "H100"\nclock_fraction = 0.75\n')
+    capped = DeviceSpec.from_toml(toml)
+    assert capped.attention_efficiency == pytest.approx(0.75 * H100.attention_efficiency)
+    for p, c in H100.curves.items():
+        assert capped.curves[p].eta_max == pytest.approx(0.75 * c.eta_max)
+    assert capped.memory_achieved_bytes_s == H100.memory_achieved_bytes_s
+    assert str(toml) in capped.source("attention")
+    t = Training(framework="megatron", precision="mixed")
+    spec, cand = L8, Candidate(parse_layout("dp=8"), microbatches=4, dp_mode="zero1",
+                               global_batch=32)
+    full = predict_job(spec, cand, t, H100, Topology.for_device(H100))
+    slow = predict_job(spec, cand, t, capped, Topology.for_device(capped))
+    assert slow.terms["attention_us"] == pytest.approx(full.terms["attention_us"] / 0.75)
+    assert slow.terms["memory_bound_us"] == pytest.approx(full.terms["memory_bound_us"])
+    toml.write_text('base = "H100"\ngemm_efficiency = 0.6\n')
+    gemm_only = DeviceSpec.from_toml(toml)
+    assert gemm_only.attention_efficiency == H100.attention_efficiency
 
 
 def test_device_lookup_by_driver_name():
@@ -241,6 +280,93 @@ def test_moe_capacity_factor_and_dispatch_buffers():
     proc = meshscope("plan", "--model-json", MODELS / "mixtral-8x7b.json", "--world", 8,
                      "--capacity-factor", 0.5)
     assert proc.returncode == 2 and "--capacity-factor 0.5" in proc.stderr
+
+
+def _moe(experts, top_k, **kw):
+    return ModelSpec(dim=64, n_layers=2, n_heads=4, ffn_hidden=128, vocab_size=256, seq_len=64,
+                     moe_experts=experts, moe_top_k=top_k, **kw)
+
+
+def test_moe_dispatch_copies_against_an_enumeration_of_routes():
+    """The copies of a token a dispatch sends over the network and over NVLink, against every
+    route enumerated: 16 experts on 16 ranks in two nodes of 8, top-2. An NCCL all-to-all
+    sends each routed copy to another node when its expert is there (k · 8/16 = 1); DeepEP
+    sends one copy to the other node when any of the token's experts is there."""
+    from meshscope.layouts.plan.moe_dispatch import Dispatch
+    spec = _moe(16, 2)
+    routes = list(itertools.combinations(range(16), 2))          # the token's two experts
+    other = [e for e in range(16) if e >= 8]                     # the other node's experts
+    reach = sum(any(e in other for e in r) for r in routes) / len(routes)
+    copies = sum(sum(e in other for e in r) for r in routes) / len(routes)
+    a2a = Dispatch.of(spec, 16, 8, "alltoall", "uniform")
+    deep = Dispatch.of(spec, 16, 8, "deepep", "uniform")
+    assert a2a.network_copies == pytest.approx(copies) == pytest.approx(1.0)
+    assert deep.network_copies == pytest.approx(reach)           # 92/120
+    assert deep.network_copies < a2a.network_copies
+    # in one node nothing crosses the network, whichever the dispatcher
+    for d in ("alltoall", "deepep"):
+        one = Dispatch.of(spec, 8, 8, d, "uniform")
+        assert one.network_copies == 0 and one.nvlink_copies == pytest.approx(2 * 7 / 8)
+
+
+def test_group_limited_routing_reaches_fewer_nodes():
+    """DeepSeek-V3's router picks its 8 experts inside 4 of 8 expert groups; with EP64 over 8
+    nodes each node holds one group, so a token reaches 4 nodes: of them 4 · 7/8 are another
+    node (every choice of 4 groups enumerated), where uniform routing reaches more."""
+    from meshscope.layouts.plan.moe_dispatch import Dispatch
+    ds = ModelSpec.from_json(MODELS / "deepseek-v3.json", seq_len=4096)
+    choices = list(itertools.combinations(range(8), 4))          # the token's groups
+    remote = sum(sum(g != 0 for g in c) for c in choices) / len(choices)   # own node: 0
+    limited = Dispatch.of(ds, 64, 8, "deepep", "model")
+    assert limited.network_copies == pytest.approx(remote) == pytest.approx(3.5)
+    uniform = Dispatch.of(ds, 64, 8, "deepep", "uniform")
+    assert uniform.network_copies > limited.network_copies
+    assert Dispatch.of(ds, 64, 8, "alltoall", "model").network_copies == pytest.approx(7.0)
+
+
+def test_moe_step_terms_are_named_parts_of_the_step():
+    """A MoE step names its experts' GEMMs, the router's and the tokens' permutation — parts of
+    gemm_us and memory_bound_us; the permutation moves k copies of each token, so twice the
+    experts a token goes to move twice its bytes, and a dense model has none of the three."""
+    t = Training(framework="megatron", precision="mixed")
+    cand = Candidate(parse_layout("dp=8,ep=8"), microbatches=4, dp_mode="zero1",
+                     global_batch=32)
+    dev = CATALOGUE["H100-SXM"]
+
+    def terms(spec):
+        return predict_job(spec, cand, t, dev, Topology.for_device(dev)).terms
+
+    q = ModelSpec.from_json(MODELS / "qwen3-30b-a3b.json", seq_len=4096)
+    a = terms(q)
+    assert 0 < a["expert_gemm_us"] + a["router_gemm_us"] < a["gemm_us"]
+    assert 0 < a["moe_permute_us"] < a["memory_bound_us"]
+    b = terms(dataclasses.replace(q, moe_top_k=16))
+    assert b["moe_permute_us"] == pytest.approx(2 * a["moe_permute_us"])
+    assert b["expert_gemm_us"] > a["expert_gemm_us"]
+    assert "moe_permute_us" not in terms(L8) and "expert_gemm_us" not in terms(L8)
+
+
+def test_deepep_dispatch_is_faster_only_across_nodes():
+    """plan --ep-dispatcher deepep: with the experts on 64 GPUs (8 nodes) the all-to-alls
+    move fewer bytes over the network than NCCL's; inside one node the two are the same.
+    The copies are shown as terms."""
+    common = ("--model-json", MODELS / "deepseek-v3.json", "--seq-len", 4096,
+              "--framework", "torch", "--device", "H100", "--recompute", "full",
+              "--moe-routing", "uniform")
+
+    def run(world, layout, gbs, dispatcher):
+        p = plan_json(*common, "--world", world, "--layouts", layout, "--global-batch", gbs,
+                      "--ep-dispatcher", dispatcher)
+        return p["rows"][0]["estimate"]
+
+    a2a = run(1024, "dp=256,pp=4,ep=64", 2048, "alltoall")
+    deep = run(1024, "dp=256,pp=4,ep=64", 2048, "deepep")
+    assert deep["exposed_comm_us"]["ep"] < a2a["exposed_comm_us"]["ep"]
+    assert deep["terms"]["ep_network_copies"] < a2a["terms"]["ep_network_copies"] == 7.0
+    one_a = run(128, "dp=32,pp=4,ep=8", 256, "alltoall")
+    one_d = run(128, "dp=32,pp=4,ep=8", 256, "deepep")
+    assert one_a["step_time_us"] == pytest.approx(one_d["step_time_us"])
+    assert one_a["terms"]["ep_network_copies"] == 0
 
 
 # -- the ranking ----------------------------------------------------------------------------

@@ -61,26 +61,28 @@ def test_accuracy_on_the_rows_no_constant_was_fitted_on(evaluated):
         return statistics.median(abs(e) for r, e in held if family is None
                                  or family in r.families)
 
-    assert median() <= 0.11
-    assert median("dense_bf16") <= 0.09
-    assert median("fp8") <= 0.13
-    assert median("fsdp") <= 0.14
-    assert median("small_model_dp") <= 0.10
-    assert median("scaling") <= 0.14
-    assert median("moe") <= 0.32
+    assert median() <= 0.09
+    assert median("dense_bf16") <= 0.08
+    assert median("fp8") <= 0.10
+    assert median("fsdp") <= 0.10
+    assert median("small_model_dp") <= 0.09
+    assert median("scaling") <= 0.13
+    assert median("moe") <= 0.26
     dense = [abs(e) for r, e in held if "dense_bf16" in r.families]
     assert max(dense) <= 0.25             # every dense BF16 row within 25%
-    assert sum(abs(e) <= 0.25 for _, e in held) >= 78
+    assert sum(abs(e) <= 0.25 for _, e in held) >= 88
     mem = [abs(m / r.memory_gib - 1) for r, _, _, _, m, _ in evaluated if r.memory_gib]
-    assert statistics.median(mem) <= 0.10
+    assert statistics.median(mem) <= 0.09
+    assert sum(e <= 0.15 for e in mem) >= 15
 
 
 def test_the_published_layout_is_within_the_tie_band(capsys):
     """For the jobs whose publisher chose the layout (recipes, papers), every layout of the same
     job is planned: the published one is within the predicted tie band (the family's median
-    error) of the fastest that fits. Measured: 33 of 45 — short of the issue's three quarters;
-    docs/layouts.md names the twelve (published layouts the memory model says run out of
-    memory, and 2021 Megatron choices without sequence parallelism)."""
+    error) of the fastest that fits. Measured: 34 of 45, the issue's three quarters;
+    docs/layouts.md names the eleven others (published layouts the memory model says run out
+    of memory, 2021 Megatron choices without sequence parallelism, recipes predicted 11-29%
+    slower than the top)."""
     result = plan_accuracy.ranking_checks([r for r in ROWS if r.choice])
     assert result["rows"] >= 40
-    assert result["within"] >= 0.70 * result["rows"]
+    assert result["within"] >= 0.75 * result["rows"]

@@ -64,6 +64,8 @@ def test_config_json_reads_each_shape():
     assert (ds.moe_experts, ds.moe_top_k, ds.moe_first_dense, ds.moe_shared_hidden,
             ds.mtp_layers) == (256, 8, 3, 2048, 1)
     assert not ds.is_moe_layer(2) and ds.is_moe_layer(3)
+    # its group-limited router: experts from 4 of 8 groups (n_group, topk_group)
+    assert (ds.moe_groups, ds.moe_group_limit) == (8, 4)
     # the checkpoint's 685B = the main model + the MTP module (its layer, norms and projection)
     # + its own copies of the embedding and head (DeepSeek-V3's README: "685B ... 14B of MTP")
     assert (ds.n_params() + ds.mtp_params() + 2 * ds.vocab_size * ds.dim) / 1e9 == \

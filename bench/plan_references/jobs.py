@@ -7,7 +7,7 @@ meshscope's field names), the sequence, the device (a catalogue name, or ``file:
 ``devices/NAME.toml``), GPUs, the framework and its style, precision, tp/pp/cp/ep, virtual
 stages, the data-parallel mode, global and micro batch, recomputation, further settings in
 ``extra`` (``key=value;…``: block, attention, overlap, schedule, fp8 recipe, link
-bandwidths, model overrides), the published figure (``metric``, ``value``), ``memory_gib``,
+bandwidths, MoE dispatcher and routing, model overrides), the published figure (``metric``, ``value``), ``memory_gib``,
 whether the model's constants were fitted on the row (``fit``) and whether the layout is the
 publisher's chosen recipe (``choice``, for the ranking check).
 
@@ -121,6 +121,12 @@ def training_of(row: Reference) -> Training:
         kw["fp8_ops"] = tuple(x["fp8_ops"].split(","))
     if "states" in x:
         kw["optimizer_states"] = x["states"]
+    if x.get("fp8_params") == "1":
+        kw["fp8_params"] = True
+    if "dispatcher" in x:
+        kw["ep_dispatcher"] = x["dispatcher"]
+    if "routing" in x:
+        kw["moe_routing"] = x["routing"]
     return Training(framework=row.framework, style=row.style, precision=row.precision,
                     recompute=row.recompute, flash_attention=x.get("attention") != "eager",
                     block=x.get("block", "llama"), fp32_grads=fp32,

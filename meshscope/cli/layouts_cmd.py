@@ -282,7 +282,7 @@ def _overlaps(text: str | None) -> tuple:
 def _training(framework, style, precision, optimizer, recompute, attention, block, offload,
               fp32_grads, model_json, from_runs, fp8_ops, fp8_recipe, fp8_params,
               optimizer_states, overlap, fsdp_prefetch, allocator_reserve, capacity_factor,
-              fused=None):
+              fused=None, ep_dispatcher="alltoall", moe_routing="model"):
     from meshscope.layouts.plan.training import (ALLOCATOR_RESERVE, DEFAULT_FP8_OPS, Training,
                                                  TrainingError)
 
@@ -304,7 +304,7 @@ def _training(framework, style, precision, optimizer, recompute, attention, bloc
                         fsdp_prefetch=fsdp_prefetch,
                         allocator_reserve=ALLOCATOR_RESERVE if allocator_reserve is None
                         else allocator_reserve, capacity_factor=capacity_factor,
-                        fused=fused)
+                        fused=fused, ep_dispatcher=ep_dispatcher, moe_routing=moe_routing)
     except TrainingError as e:
         fail(str(e))
 
@@ -537,6 +537,15 @@ def _apply_pipeline_options(cands, virtual_stages, stage_layers, n_layers):
               help="Reserved memory above the allocated peak, a fraction (default 0.05).")
 @click.option("--capacity-factor", type=float, default=None,
               help="MoE: tokens an expert takes over its balanced share (default: dropless).")
+@click.option("--ep-dispatcher", type=click.Choice(["alltoall", "deepep"]),
+              default="alltoall", show_default=True,
+              help="MoE token dispatch: an NCCL all-to-all (every routed copy its own "
+                   "message) or DeepEP/HybridEP (one network copy a remote node, forwarded "
+                   "over NVLink).")
+@click.option("--moe-routing", type=click.Choice(["model", "uniform"]), default="model",
+              show_default=True,
+              help="Which experts a token reaches: the config's router (group-limited where "
+                   "it has n_group/topk_group) or uniform (force-balanced benchmark gates).")
 @click.option("--fused-kernels/--eager-kernels", "fused", default=None,
               help="Norms, activations and residual adds as fused kernels (Transformer "
                    "Engine, torch.compile) or PyTorch's eager ops (default: fused, eager for "
@@ -592,8 +601,8 @@ def plan_cmd(ctx, world, model, model_json, seq_len, dims, layouts, schedules, m
              global_batch, no_sp, layers, moe_experts, moe_top_k, moe_every, micro_batch_size,
              dp_modes, virtual_stages, stage_layers, framework, style, precision, fp8_ops,
              fp8_recipe, fp8_params, optimizer, optimizer_states, recompute, attention, block,
-             offload, fp32_grads, fsdp_prefetch, allocator_reserve, capacity_factor, fused,
-             overlap, gpus_per_node, intra_gbps, inter_gbps, intra_latency_us, inter_latency_us,
+             offload, fp32_grads, fsdp_prefetch, allocator_reserve, capacity_factor,
+             ep_dispatcher, moe_routing, fused, overlap, gpus_per_node, intra_gbps, inter_gbps, intra_latency_us, inter_latency_us,
              dp_overlap, tp_overlap, tflops, peak_tflops, device, device_file, bf16_tflops,
              fp8_tflops, memory_tbps, gemm_efficiency, devices, device_memory_gb,
              bandwidth_gbps, latency_us, baseline, from_runs, top, as_json, detail):
@@ -610,7 +619,8 @@ def plan_cmd(ctx, world, model, model_json, seq_len, dims, layouts, schedules, m
     training = _training(framework, style, precision, optimizer, recompute, attention, block,
                          offload, fp32_grads, model_json, from_runs, fp8_ops, fp8_recipe,
                          fp8_params, optimizer_states, overlap, fsdp_prefetch,
-                         allocator_reserve, capacity_factor, fused)
+                         allocator_reserve, capacity_factor, fused, ep_dispatcher,
+                         moe_routing)
     job = training.framework != "runner"
     if job:
         for flag, value in (("--devices", devices), ("--bandwidth-gbps", bandwidth_gbps),
@@ -623,7 +633,8 @@ def plan_cmd(ctx, world, model, model_json, seq_len, dims, layouts, schedules, m
                      "inter_latency_us", "style", "device_file", "bf16_tflops", "fp8_tflops",
                      "memory_tbps", "gemm_efficiency", "fp8_ops", "fp8_params",
                      "optimizer_states", "overlap", "fsdp_prefetch", "allocator_reserve",
-                     "capacity_factor", "fp8_recipe", "fused"):
+                     "capacity_factor", "fp8_recipe", "fused", "ep_dispatcher",
+                     "moe_routing"):
             if given(flag):
                 shown = {"fused": "fused-kernels/--eager-kernels"}.get(
                     flag, flag.replace("_", "-"))

@@ -26,6 +26,10 @@ them) and the attention core 2as²b (softmax output; no dropout) or flash's log-
 take one byte. A MoE layer keeps each token's k routed copies through its expert MLP and the
 shared expert's MLP, plus the router's logits.
 
+With PyTorch's DTensor tensor parallelism (``framework`` torch: torchtitan, FSDP2 + TP) the
+QKV and MLP inputs are kept whole: autograd saves what the column-parallel linear received,
+the all-gathered sequence, where Megatron keeps the shard and gathers it again in backward.
+
 ``op`` recomputation (torchtitan's op-level selective checkpointing) keeps about half of the
 layer's activations plus its input. Heads of width d ≠ h/a (Qwen3), multi-head latent
 attention (the per-head Q, K, V and the two latent inputs) and a plain two-matrix MLP (the
@@ -54,12 +58,18 @@ def layer_activation_bytes(spec: ModelSpec, i: int, *, tokens: float, tp: int, s
     if t.recompute == "full":
         return 2 * sbh * e / (tp if sp else 1)
     moe = spec.is_moe_layer(i)
+    # the QKV and first MLP linears' inputs: with sequence parallelism Megatron saves them
+    # sharded and all-gathers them again in backward (Korthikanti §4.2.2); PyTorch's DTensor
+    # tensor parallelism (torchtitan, FSDP2 + TP) saves what the linear received — the
+    # all-gathered, whole-sequence input
+    gathered = 2 * sbh * lin * 2
+    gathered_whole = sp and tp > 1 and t.framework == "torch"
     if t.block == "gpt":
-        outside = 4 * sbh + 2 * sbh * lin * 2 + 2 * sbh     # norms, 2 linear inputs, masks
+        outside = 4 * sbh + 2 * sbh                       # norms' inputs, dropout masks
         inside = 4 * sbh + 2 * sbh + 2 * sbh * lin + 16 * sbh * (spec.ffn_hidden / (4 * h))
         core = 5 * a * s * tokens
     else:
-        outside = 4 * sbh + 2 * sbh * lin * 2
+        outside = 4 * sbh
         if spec.mla:
             qk, v = spec.head_width, spec.v_head_dim
             attn = 2 * tokens * a * (2 * qk + v) \
@@ -88,7 +98,8 @@ def layer_activation_bytes(spec: ModelSpec, i: int, *, tokens: float, tp: int, s
     if t.flash_attention or t.recompute == "selective":
         core = 0.0
     lse = 4 * a * tokens if t.flash_attention and t.recompute != "selective" else 0.0
-    kept = outside * e / (tp if sp else 1) + (inside * e + core * e) / tp + lse / tp
+    kept = (outside + (0 if gathered_whole else gathered)) * e / (tp if sp else 1) \
+        + (gathered * e if gathered_whole else 0.0) + (inside * e + core * e) / tp + lse / tp
     if t.recompute == "op":
         # torchtitan's op-level policy keeps every other matmul's output and the attention's,
         # recomputing the rest: about half of what the layer keeps, plus its input

@@ -130,6 +130,14 @@ class DeviceSpec:
                 curves = {p: c.scaled(value / c.efficiency(8192 / 3),
                                       f"{source}: η = {value:g} at 8192-sized products")
                           for p, c in curves.items()}
+            elif key == "clock_fraction":
+                # a power or clock limit slows every tensor-core kernel alike — the GEMMs and
+                # flash attention — but not the memory-bound ones (HBM keeps its clock)
+                note = f"{source}: × {value:g} (the clock it sustains)"
+                curves = {p: c.scaled(value, f"{c.source}; {note}") for p, c in curves.items()}
+                fields["attention_efficiency"] = fields.get(
+                    "attention_efficiency", self.attention_efficiency) * value
+                sources["attention"] = f"{sources.get('attention', 'catalogue')}; {note}"
             else:
                 fields[key] = value
                 sources[{"memory_bytes": "memory", "memory_bytes_s": "memory_bw",
@@ -155,6 +163,11 @@ class DeviceSpec:
             memory_tbps = 2.4
             intra_gbps = 360
             inter_gbps = 45
+            clock_fraction = 0.8     # a power limit: every tensor-core rate × 0.8
+
+        ``gemm_efficiency`` rescales the GEMM curves alone (η at 8192-sized products);
+        ``clock_fraction`` the GEMM curves and flash attention together, as a power or clock
+        limit does (memory-bound kernels keep the memory bandwidth given).
         """
         import tomllib
         path = pathlib.Path(path)
@@ -166,7 +179,7 @@ class DeviceSpec:
         known = {"name", "base", "bf16_tflops", "fp8_tflops", "fp32_tflops", "memory_gb",
                  "memory_tbps", "intra_gbps", "inter_gbps", "intra_latency_us",
                  "inter_latency_us", "gpus_per_node", "gemm_efficiency",
-                 "attention_efficiency"}
+                 "attention_efficiency", "clock_fraction"}
         for key, value in data.items():
             if key not in known:
                 raise DeviceError(f"{path}: field {key}: not a device field (known: "
@@ -208,7 +221,8 @@ def _values_of(d: dict) -> dict:
                               ("inter_latency_us", 1, "inter_us"),
                               ("gpus_per_node", 1, "gpus_per_node"),
                               ("gemm_efficiency", 1, "gemm_efficiency"),
-                              ("attention_efficiency", 1, "attention_efficiency")):
+                              ("attention_efficiency", 1, "attention_efficiency"),
+                              ("clock_fraction", 1, "clock_fraction")):
         if d.get(key) is not None:
             out[field] = d[key] * scale if scale != 1 else d[key]
     if "gpus_per_node" in out:
@@ -229,6 +243,12 @@ _H100_FP8 = GemmCurve(0.722, 170, 5.5, _AZURE.format("ND_H100_v5_results.md", "F
 _H200_FP8 = GemmCurve(0.710, 140, 5.5, _AZURE.format("ND_H200_v5_results.md", "FP8"))
 _A100_FP16 = GemmCurve(0.830, 100, 8.5, _AZURE.format("ND_A100_v4_results.md", "FP16"))
 _MI300X_FP8 = GemmCurve(0.450, 110, 34.5, _AZURE.format("ND_MI300X_v5_results.md", "FP8"))
+# No B200 sweep is public; the GB200's GPU is the same Blackwell die at a higher power limit
+# (its FP8 peak 5 PFLOP/s against the B200's 4.5). Its sweep fitted as a fraction of the
+# GB200's own peak, applied to the B200's: the same share of each part's data-sheet rate.
+_B200_FP8 = GemmCurve(0.624, 145, 3.0, _AZURE.format("ND_GB200_v6_results.md", "FP8")
+                      + ", as a fraction of the GB200's 5 PFLOP/s FP8 peak (the B200's own: "
+                      "no public sweep)")
 
 _NV = "NVIDIA data sheet"
 _AMD = "AMD data sheet"
@@ -279,10 +299,9 @@ CATALOGUE: dict[str, DeviceSpec] = {
                  achieved_src=_STREAM, attn_src="FlashAttention-2 on H200: 329.3 TFLOP/s "
                  "(Azure guide)", fp32=494.7),
     "B200": _dev("B200", 2250.0, 4500.0, 180 * 1e9 / GIB, 8.0, 8.0 * 0.85,
-                 {"bf16": dataclasses.replace(_H100_BF16, source="no public B200 GEMM sweep "
-                                              "found: the H100's curve (assumed)"),
-                  "fp8": dataclasses.replace(_H100_FP8, source="no public B200 GEMM sweep "
-                                             "found: the H100's curve (assumed)")},
+                 {"bf16": dataclasses.replace(_H100_BF16, source="no public B200 or GB200 bf16 "
+                                              "GEMM sweep found: the H100's curve (assumed)"),
+                  "fp8": _B200_FP8},
                  0.33, 720, 45, _NV, achieved_src="85% of the data sheet (assumed)",
                  attn_src="the H100's FlashAttention-2 fraction (assumed)", fp32=1100.0),
     "A100-80GB": _dev("A100-80GB", 312.0, None, 80, 2.039, 1.61, {"bf16": _A100_FP16},

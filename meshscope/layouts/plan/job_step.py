@@ -29,7 +29,10 @@ For the slowest pipeline rank, with m microbatches, p pipeline ranks and v stage
    (per style: Megatron, FSDP, DeepSpeed; ``--overlap dim=f`` sets one) — cp's ring behind
    the attention it feeds, dp's reduce-scatter / all-reduce behind the last microbatch's
    backward, the distributed optimizer's and FSDP's weight gathers behind the forward they
-   precede (all but the first) — and the rest is exposed. Hidden communication still slows
+   precede (all but the first) — and the rest is exposed. An MoE layer's token dispatch and
+   combine split between the network and NVLink as its dispatcher sends them
+   (``moe_dispatch.py``: an NCCL all-to-all sends every routed copy, DeepEP one copy a remote
+   node), the two links at once. Hidden communication still slows
    the compute beside it by ``CONTENTION`` of its time (NCCL's kernels take SMs and memory
    bandwidth).
 3. **pipeline**: T_mb · (m + (p − 1)/v) for 1F1B, interleaved and GPipe (the bubble is the
@@ -53,6 +56,7 @@ from meshscope.theory.schedules import bubble_fraction as theory_fraction
 from .candidate import Candidate
 from .devices import DeviceSpec, GemmCurve
 from .job_memory import local_weights
+from .moe_dispatch import Dispatch
 from .spec import ModelSpec
 from .topology import Topology
 from .traffic import Transfer, shape_of, transfers
@@ -187,6 +191,13 @@ def elementwise_bytes_per_token(spec: ModelSpec, t: Training, tp: int, sp: bool,
     return (rep + rope + mlp + core) * t.act_bytes
 
 
+def permute_bytes_per_token(spec: ModelSpec, t: Training, tp: int, sp: bool,
+                            capacity_factor: float = 1.0) -> float:
+    """Of ``elementwise_bytes_per_token`` in a MoE layer: the tokens' permutation to their
+    experts and back (k · capacity factor copies of h, read and written each way)."""
+    return 4 * spec.moe_top_k * capacity_factor * spec.dim / (tp if sp else 1) * t.act_bytes
+
+
 def passes(t: Training) -> float:
     """Forward-equivalents per step: 3 (forward + backward), 4 with full recomputation."""
     return 4.0 if t.recompute == "full" else 3.0
@@ -201,6 +212,11 @@ class MicrobatchWork:
     fp8_flops: float = 0.0
     attention_flops: float = 0.0
     attention_forward_us: float = 0.0   # what cp's ring can hide behind
+    # of which, in MoE layers: the experts' grouped GEMMs, the router's GEMM (in gemm_us) and
+    # the tokens' permutation to the experts and back (in memory_bound_us)
+    expert_gemm_us: float = 0.0
+    router_gemm_us: float = 0.0
+    moe_permute_us: float = 0.0
 
     @property
     def compute_us(self) -> float:
@@ -233,6 +249,10 @@ def microbatch_work(spec: ModelSpec, cand: Candidate, t: Training, dev: DeviceSp
         for g in layer_gemms(spec, i, T, tp, ep, cf):
             us, fp8 = gemm_time_us(g, t, dev, derate)
             w.gemm_us += us * (3.0 + fwd_extra)
+            if g.op == "experts":
+                w.expert_gemm_us += us * (3.0 + fwd_extra)
+            elif g.op == "router":
+                w.router_gemm_us += us * (3.0 + fwd_extra)
             w.gemm_flops += g.flops * (3.0 + fwd_extra)
             if fp8:
                 w.fp8_flops += g.flops * (3.0 + fwd_extra)
@@ -250,7 +270,11 @@ def microbatch_work(spec: ModelSpec, cand: Candidate, t: Training, dev: DeviceSp
         elem = elementwise_bytes_per_token(spec, t, tp, sp, i, cf) * T
         if not t.fused_kernels:
             elem *= EAGER_ELEMENTWISE
-        w.memory_bound_us += elem * (passes(t) if t.recompute != "op" else 3.5) / bw * 1e6
+        elem_passes = passes(t) if t.recompute != "op" else 3.5
+        w.memory_bound_us += elem * elem_passes / bw * 1e6
+        if spec.is_moe_layer(i):
+            w.moe_permute_us += permute_bytes_per_token(spec, t, tp, sp, cf) * T \
+                * (1.0 if t.fused_kernels else EAGER_ELEMENTWISE) * elem_passes / bw * 1e6
     if last:
         head = Gemm("head", T, spec.vocab_size / tp, spec.dim)
         us, fp8 = gemm_time_us(head, t, dev, derate)
@@ -292,9 +316,24 @@ def optimizer_bytes_per_param(t: Training) -> float:
     return grad + 2 * (moments + master) + (weight if master else 2 * weight)
 
 
-def _t(topo: Topology, cand: Candidate, tr: Transfer) -> float:
+def _t(topo: Topology, cand: Candidate, tr: Transfer, dispatch: Dispatch | None = None
+       ) -> float:
+    if dispatch is not None and tr.dim == "ep" and tr.op == "all_to_all" \
+            and "dispatch" in tr.what:
+        return tr.count * dispatch.time_us(tr.msg_bytes, topo.intra, topo.inter)
     comm = topo.comm_for(cand, tr.dim, tr.op)
     return tr.count * comm.time_us(tr.op, tr.group_size, tr.msg_bytes)
+
+
+def dispatch_of(spec: ModelSpec, cand: Candidate, t: Training, topo: Topology
+                ) -> Dispatch | None:
+    """How this job's MoE dispatch splits between the network and NVLink
+    (``moe_dispatch.py``); None without expert parallelism."""
+    ep = cand.layout.size("ep")
+    if ep == 1 or not spec.moe_experts:
+        return None
+    return Dispatch.of(spec, ep, topo.ranks_per_node(cand, "ep"), t.ep_dispatcher,
+                       t.moe_routing, t.capacity_factor or 1.0)
 
 
 def _overlap(t: Training, opts: JobOptions, dim: str) -> float:
@@ -311,6 +350,7 @@ def predict_job(spec: ModelSpec, cand: Candidate, t: Training, device: DeviceSpe
 
     derate = opts.derate if opts.derate is not None else TRAINING_DERATE
     trs = transfers(spec, cand, training=t)
+    dispatch = dispatch_of(spec, cand, t, topo)
     m, p, v = cand.microbatches, cand.pp, cand.v
     per_rank = []
     for r in range(p):
@@ -327,7 +367,8 @@ def predict_job(spec: ModelSpec, cand: Candidate, t: Training, device: DeviceSpe
             rows = [x for x in mine if x.dim == dim and x.phase == "microbatch"]
             if not rows:
                 continue
-            per_mb = sum(_t(topo, cand, x) for x in rows) / m * (0.5 if dim == "pp" else 1.0)
+            per_mb = sum(_t(topo, cand, x, dispatch) for x in rows) / m \
+                * (0.5 if dim == "pp" else 1.0)
             frac = _overlap(t, opts, dim)
             if dim == "pp" and v > 1 and t.job_style == "megatron" and not dict(t.overlap):
                 frac = 1.0      # Megatron overlaps the interleaved schedule's sends
@@ -414,6 +455,12 @@ def predict_job(spec: ModelSpec, cand: Candidate, t: Training, device: DeviceSpe
              **{f"exposed_{d}_us": x for d, x in exposed.items()},
              "bubble_us": bubble, "optimizer_us": max(x["optimizer"] for x in per_rank),
              "overhead_us": opts.step_overhead_us}
+    if spec.moe_experts:
+        terms.update(expert_gemm_us=cw.expert_gemm_us * m, router_gemm_us=cw.router_gemm_us * m,
+                     moe_permute_us=cw.moe_permute_us * m)
+    if dispatch is not None:
+        terms["ep_network_copies"] = dispatch.network_copies
+        terms["ep_nvlink_copies"] = dispatch.nvlink_copies
     return StepEstimate(step_time_us=step,
                         compute_us=crit["compute_mb"] * m + crit["optimizer"],
                         optimizer_us=crit["optimizer"], exposed_comm_us=exposed,
@@ -452,7 +499,7 @@ def scale_device(device: DeviceSpec, factor: float, source: str) -> DeviceSpec:
 # the published reference set's rows that no constant was fitted on
 # (``python bench/plan_accuracy.py --references``; docs/layouts.md has the table). Layouts
 # predicted within it of the fastest are ties.
-UNCERTAINTY = {"dense": 0.07, "fp8": 0.11, "moe": 0.29, "fsdp": 0.12}
+UNCERTAINTY = {"dense": 0.07, "fp8": 0.09, "moe": 0.24, "fsdp": 0.09}
 
 
 def family_of(spec: ModelSpec, t: Training) -> str:

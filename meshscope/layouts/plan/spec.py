@@ -104,6 +104,8 @@ _ALIASES = {
     "moe_shared_hidden": ("moe_shared_hidden", "shared_expert_intermediate_size",
                           "moe_shared_expert_intermediate_size"),
     "moe_first_dense": ("moe_first_dense", "first_k_dense_replace"),
+    "moe_groups": ("moe_groups", "n_group"),
+    "moe_group_limit": ("moe_group_limit", "topk_group"),
     "q_lora_rank": ("q_lora_rank",),
     "kv_lora_rank": ("kv_lora_rank",),
     "qk_nope_head_dim": ("qk_nope_head_dim",),
@@ -153,8 +155,8 @@ _NO_COST = frozenset((
     "summary_proj_to_labels", "summary_first_dropout", "task_specific_params",
     "scale_attn_weights", "reorder_and_upcast_attn", "scale_attn_by_inverse_layer_idx",
     "n_ctx", "output_router_logits", "router_aux_loss_coef", "router_jitter_noise",
-    "router_z_loss_coef", "norm_topk_prob", "scoring_func", "topk_method", "n_group",
-    "topk_group", "routed_scaling_factor", "aux_loss_alpha", "seq_aux", "ep_size",
+    "router_z_loss_coef", "norm_topk_prob", "scoring_func", "topk_method",
+    "routed_scaling_factor", "aux_loss_alpha", "seq_aux", "ep_size",
     "use_bfloat16", "auto_map", "swiglu_limit", "attention_sink", "initial_context_length",
     "max_window_layers", "use_sliding_window", "layer_types", "tie_word_embeddings",
     "n_shared_experts", "mlp_only_layers", "attention_bias", "mlp", "norm", "sliding_layers",
@@ -248,6 +250,8 @@ class ModelSpec:
     tied_embeddings: bool = False
     moe_shared_hidden: int = 0      # a shared expert's MLP width (0: none)
     moe_first_dense: int = 0        # the first layers keep a dense MLP (DeepSeek's first_k_dense)
+    moe_groups: int = 0             # expert groups of a group-limited router (n_group; 0: none)
+    moe_group_limit: int = 0        # groups a token's experts come from (topk_group)
     name: str = "model"
     head_dim: int | None = None     # None: dim / n_heads
     gated_mlp: bool = True          # SwiGLU (3 matrices); False: a plain GeLU MLP (2)
@@ -275,7 +279,8 @@ class ModelSpec:
                                 f"got {value!r}")
         for field in ("head_dim", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
                       "qk_rope_head_dim", "v_head_dim", "sliding_window", "mtp_layers",
-                      "position_embeddings", "moe_shared_hidden", "moe_first_dense"):
+                      "position_embeddings", "moe_shared_hidden", "moe_first_dense",
+                      "moe_groups", "moe_group_limit"):
             value = getattr(self, field)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool)
                                       or value < 0):
@@ -295,6 +300,10 @@ class ModelSpec:
                                     1 <= self.moe_top_k <= self.moe_experts):
             raise SpecError(f"model field moe_top_k: {self.moe_top_k} must be between 1 and "
                             f"the {self.moe_experts} experts")
+        if self.moe_group_limit and not (self.moe_groups and
+                                         self.moe_group_limit <= self.moe_groups):
+            raise SpecError(f"model field moe_group_limit: {self.moe_group_limit} groups "
+                            f"of {self.moe_groups} (moe_groups)")
         if self.moe_every < 1:
             raise SpecError(f"model field moe_every: expected a positive integer, got "
                             f"{self.moe_every!r}")

@@ -48,6 +48,11 @@ live in CPU memory, the optimizer step runs there) or ``all`` (weights too; ZeRO
 PyTorch's eager ops (the FSDP style's default), which read and write each tensor more often
 (``job_step.EAGER_ELEMENTWISE``).
 
+MoE: ``ep_dispatcher`` — ``alltoall`` (an NCCL all-to-all: every routed copy its own
+message; Megatron's default) or ``deepep`` (DeepEP / HybridEP: one network copy a remote node,
+forwarded over NVLink; ``moe_dispatch.py``); ``moe_routing`` — ``model`` (the config's router,
+group-limited where it says so) or ``uniform`` (benchmarks' force-balanced gates).
+
 Memory knobs: ``fsdp_prefetch`` (layers FSDP gathers ahead: 1, torch's default), the caching
 allocator's ``allocator_reserve`` (reserved memory above what is allocated, a fraction),
 ``capacity_factor`` (MoE: tokens an expert takes, over the balanced share; None = dropless),
@@ -70,6 +75,8 @@ FP8_OPS = ("qkv", "proj", "fc1", "fc2", "experts", "head", "attention")
 DEFAULT_FP8_OPS = ("qkv", "proj", "fc1", "fc2", "experts")
 FP8_RECIPES = ("delayed", "current", "mx")
 OVERLAP_DIMS = ("tp", "cp", "ep", "pp", "dp")
+EP_DISPATCHERS = ("alltoall", "deepep")
+MOE_ROUTINGS = ("model", "uniform")
 
 # The caching allocator's reserve above the allocated peak (PyTorch's allocator rounds blocks
 # and keeps freed ones; what a framework's "reserved" figure shows beyond "allocated"). An
@@ -123,13 +130,17 @@ class Training:
     prefetch_bucket: float = 5e7        # DeepSpeed ZeRO-3 stage3_prefetch_bucket_size
     fused: bool | None = None           # elementwise kernels fused (TE, torch.compile);
                                         # None: the style's (fsdp: eager)
+    ep_dispatcher: str = "alltoall"     # alltoall (NCCL) or deepep (one copy a node)
+    moe_routing: str = "model"          # the config's router, or uniform (force-balanced)
 
     def __post_init__(self):
         for name, allowed in (("framework", FRAMEWORKS), ("precision", PRECISION_NAMES),
                               ("optimizer", OPTIMIZERS), ("recompute", RECOMPUTE),
                               ("offload", OFFLOAD), ("block", BLOCKS),
                               ("fp8_recipe", FP8_RECIPES),
-                              ("optimizer_states", STATE_DTYPES)):
+                              ("optimizer_states", STATE_DTYPES),
+                              ("ep_dispatcher", EP_DISPATCHERS),
+                              ("moe_routing", MOE_ROUTINGS)):
             if getattr(self, name) not in allowed:
                 raise TrainingError(f"{name} {getattr(self, name)!r}: expected one of "
                                     f"{', '.join(allowed)}")
