@@ -434,3 +434,13 @@ def test_ddp_against_fsdp_names_the_communication_that_changed(own_runs):
     assert {s["label"] for s in exposed["sub"]} == {"all_gather", "all_reduce",
                                                      "reduce_scatter"}
     assert sum(s["delta"] for s in exposed["sub"]) == pytest.approx(exposed["delta"])
+    # memory, with the memory issue: each rank's allocator peak (the runner records [memory]
+    # events), and the headline peak the largest of the report's own per-step peaks
+    assert [m["rank_after"] for m in d["memory"]] == [0, 1, 2, 3]
+    for side, run in (("before", "ddp-a"), ("after", "fsdp")):
+        ms = pd.read_parquet(own_runs[run] / "report" / "memory_steps.parquet")
+        assert d["quantities"]["peak_allocated"][side] == pytest.approx(
+            float(ms["peak_allocated_bytes"].max()))
+        per_rank = ms.groupby("rank")["peak_allocated_bytes"].max()
+        assert [m[f"allocated_{side}_bytes"] for m in d["memory"]] == \
+            pytest.approx(per_rank.tolist())

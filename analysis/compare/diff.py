@@ -14,8 +14,9 @@ the kernels (GPU; by ``names.kernel_key``, so NCCL generations pair up) or host 
 
 Beside the parts: every kernel before and after (count, total and mean per step, appeared or
 disappeared), operators whose launch count changed, collectives per (dimension, op), bus
-bandwidth per size bucket, peak memory, findings that appeared, vanished or changed cost, and
-each matched rank's deltas (ranks matched by id; by position when the runs share no rank id,
+bandwidth per size bucket, peak memory (and each matched rank's allocator peaks, from the
+traces' ``[memory]`` events), findings that appeared, vanished or changed cost, and each
+matched rank's deltas (ranks matched by id; by position when the runs share no rank id,
 e.g. two single-rank traces). Every change carries its noise (``quantities.Measure.noise`` of
 both sides, added in quadrature): a change within it is called so (``within_noise``).
 """
@@ -237,6 +238,25 @@ class RankDelta:
 
 
 @dataclasses.dataclass(frozen=True)
+class MemoryDiff:
+    """One matched rank's allocator peaks on its main device (``quantities.main_device_steps``),
+    the largest over its profiled steps, before and after (None where a run's traces recorded
+    no memory)."""
+    rank_before: int | None
+    rank_after: int | None
+    device: str
+    allocated_before_bytes: float | None
+    allocated_after_bytes: float | None
+    reserved_before_bytes: float | None
+    reserved_after_bytes: float | None
+
+    @property
+    def allocated_delta_bytes(self) -> float | None:
+        a, b = self.allocated_before_bytes, self.allocated_after_bytes
+        return None if a is None or b is None else b - a
+
+
+@dataclasses.dataclass(frozen=True)
 class SideInfo:
     """What the comparison says of each run."""
     name: str
@@ -264,6 +284,7 @@ class RunDiff:
     findings: list[FindingChange]
     ranks: list[RankDelta]
     rank_match: str                          # "id" | "position" | "none"
+    memory: list[MemoryDiff]
     quantities: dict[str, Change]
     notes: list[str]
     sentences: list[str] = dataclasses.field(default_factory=list)
@@ -294,6 +315,8 @@ class RunDiff:
             "bandwidth": [dataclasses.asdict(b) for b in self.bandwidth],
             "findings": [dataclasses.asdict(f) for f in self.findings],
             "ranks": [dataclasses.asdict(r) for r in self.ranks], "rank_match": self.rank_match,
+            "memory": [dataclasses.asdict(m) | {"allocated_delta_bytes": m.allocated_delta_bytes}
+                       for m in self.memory],
             "quantities": {k: c.to_dict() for k, c in self.quantities.items()},
             "notes": self.notes})
 
@@ -531,6 +554,35 @@ def _ranks(before: Side, after: Side) -> tuple[list[RankDelta], str]:
     return [RankDelta(a, b, ma[a], mb[b]) for a, b in pairs], how
 
 
+def _rank_peaks(side: Side) -> dict[int, tuple[str, float, float]]:
+    ms = Q.main_device_steps(side)
+    if ms.empty:
+        return {}
+    g = ms.groupby("rank").agg(device=("device", "first"),
+                               allocated=("peak_allocated_bytes", "max"),
+                               reserved=("peak_reserved_bytes", "max"))
+    return {int(r): (str(row.device), _f(row.allocated), _f(row.reserved))
+            for r, row in g.iterrows()}
+
+
+def _memory(before: Side, after: Side) -> list[MemoryDiff]:
+    """Each matched rank's allocator peaks (ranks matched as the breakdown's: by id, else by
+    position); empty where neither run's traces recorded memory."""
+    a, b = _rank_peaks(before), _rank_peaks(after)
+    if not a and not b:
+        return []
+    pairs, _ = match_ranks(sorted(set(a) | set(before.ranks)), sorted(set(b) | set(after.ranks)))
+    out = []
+    for ra, rb in pairs:
+        da, db = a.get(ra), b.get(rb)
+        if da is None and db is None:
+            continue
+        out.append(MemoryDiff(ra, rb, (db or da)[0], da[1] if da else None,
+                              db[1] if db else None, da[2] if da else None,
+                              db[2] if db else None))
+    return out
+
+
 # -- the whole ------------------------------------------------------------------------------
 
 def _info(s: Side) -> SideInfo:
@@ -541,7 +593,8 @@ def _info(s: Side) -> SideInfo:
 
 #: The quantities every diff states (the gate may ask for any other, ``quantities``).
 HEADLINE = ("step_time", "window", "compute", "exposed_comm", "bubble", "other", "idle",
-            "overlap_pct", "tokens_per_s", "mfu_pct", "peak_memory")
+            "overlap_pct", "tokens_per_s", "mfu_pct", "peak_memory", "peak_allocated",
+            "peak_reserved")
 
 
 def diff(before: Side, after: Side) -> RunDiff:
@@ -581,6 +634,7 @@ def diff(before: Side, after: Side) -> RunDiff:
                 operators=[o for o in operators_all if o.count_before != o.count_after],
                 collectives=colls, bandwidth=_bandwidth(before, after),
                 findings=_findings(before, after), ranks=ranks, rank_match=how,
+                memory=_memory(before, after),
                 quantities=quantities, notes=notes)
     d.sentences = sentences(d)
     return d

@@ -33,6 +33,10 @@ def _mb(b) -> str:
     return "-" if b is None else f"{b / 1e6:.2f}"
 
 
+def _mib(b) -> str:
+    return "-" if b is None else f"{b / (1 << 20):,.1f}"
+
+
 def _num(x) -> str:
     return "-" if x is None else f"{x:.2f}"
 
@@ -125,6 +129,17 @@ def text(d: RunDiff) -> str:
         for f in changed:
             out.append(f"  {f.status:<5} {_clip(f.title, 80)}  cost "
                        f"{_ms(f.cost_before_us)} → {_ms(f.cost_after_us)} ms")
+    if d.memory:
+        out += ["", "Memory: each rank's allocator peak on its main device (MiB, largest over "
+                    "the profiled steps):",
+                "  rank     device      allocated before → after      reserved before → after"]
+        for m in d.memory:
+            label = str(m.rank_after) if m.rank_before == m.rank_after else \
+                f"{m.rank_before}→{m.rank_after}"
+            out.append(f"  {label:<8} {m.device:<10} {_mib(m.allocated_before_bytes):>10} → "
+                       f"{_mib(m.allocated_after_bytes):<10}   "
+                       f"{_mib(m.reserved_before_bytes):>10} → "
+                       f"{_mib(m.reserved_after_bytes):<10}")
     if d.ranks:
         out += ["", f"Per rank, Δ per step (ms; ranks matched by {d.rank_match}):",
                 "  rank     window   compute   exposed    bubble     other      idle"]

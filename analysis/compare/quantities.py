@@ -33,7 +33,11 @@ tokens_per_s                 1/s    the step timers' tokens per second (median)
 mfu_pct                      %      model FLOPs utilisation (median; needs the device peak)
 peak_memory                  bytes  the step timers' peak memory: the largest over ranks and
                                     steps (CUDA: allocated; CPU: resident set); its noise from
-                                    the non-warm-up steps' peaks
+                                    the non-warm-up steps' peaks. Without step timers, the
+                                    traces' peak allocated (below)
+peak_allocated,              bytes  the traces' allocator peaks (``[memory]`` events,
+peak_reserved                       ``memory_steps``): the largest over ranks and profiled
+                                    steps on each rank's main device (its GPU, else the CPU)
 ============================ ====== ==========================================================
 
 Every time is per step (µs), means over profiled steps of the mean over the analysed ranks.
@@ -63,6 +67,7 @@ PLAIN: dict[str, str] = {
     "step_time": US, "window": US, "compute": US, "comm": US, "overlapped_comm": US,
     "exposed_comm": US, "bubble": US, "other": US, "idle": US, "overlap_pct": PCT,
     "tokens_per_s": RATE, "mfu_pct": PCT, "peak_memory": BYTES,
+    "peak_allocated": BYTES, "peak_reserved": BYTES,
 }
 #: The breakdown column of each plain time.
 _BREAKDOWN = {"window": "window_us", "compute": "compute_us", "comm": "comm_us",
@@ -155,7 +160,11 @@ def measure(side: Side, name: str) -> Measure | None:
         return _step_time(side)
     if name in _BREAKDOWN:
         return _from_steps(name, unit, _per_step_mean(side.table("breakdown"), _BREAKDOWN[name]))
-    if name in ("tokens_per_s", "mfu_pct", "peak_memory"):
+    if name in ("peak_allocated", "peak_reserved"):
+        return _allocator_peak(side, name)
+    if name == "peak_memory":
+        return _timers(side, name, unit) or _allocator_peak(side, "peak_allocated", name)
+    if name in ("tokens_per_s", "mfu_pct"):
         return _timers(side, name, unit)
     head, _, rest = name.partition(".")
     if head == "exposed_comm":
@@ -236,3 +245,26 @@ def _timers(side: Side, name: str, unit: str) -> Measure | None:
     if value is None:
         return None
     return _from_steps(name, unit, rest.set_index("step")[name], value=value)
+
+
+def main_device_steps(side: Side) -> pd.DataFrame:
+    """``memory_steps`` rows of each rank's main device: its GPU (``cuda:N``, ``hip:N``) where
+    the rank's trace records one, else its CPU — the device a reader asks "will it fit" of."""
+    ms = side.table("memory_steps")
+    if ms.empty:
+        return ms
+    gpu = ~ms["device"].astype(str).str.startswith("cpu")
+    has_gpu = ms.assign(gpu=gpu).groupby("rank")["gpu"].transform("any")
+    return ms[gpu == has_gpu]
+
+
+def _allocator_peak(side: Side, column: str, name: str | None = None) -> Measure | None:
+    """The largest allocator peak (``peak_allocated_bytes`` / ``peak_reserved_bytes``) over
+    ranks per profiled step, on each rank's main device; the value is the largest step."""
+    ms = main_device_steps(side)
+    col = f"{column}_bytes"
+    if ms.empty or ms[col].isna().all():
+        return None
+    per = ms.groupby("step")[col].max().dropna().astype(float)
+    return _from_steps(name or column, BYTES, per, value=float(per.max()))
+

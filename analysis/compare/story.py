@@ -150,6 +150,29 @@ def _kernels_sentence(d: RunDiff) -> str | None:
     return "Per step, " + " and ".join(bits) + "."
 
 
+def _mib(b: float) -> str:
+    return f"{b / (1 << 20):,.1f} MiB"
+
+
+def _memory_sentence(d: RunDiff) -> str | None:
+    """The allocator's peak, when it moved by at least ``MIN_SHARE`` and 1 MiB and beyond its
+    noise: which rank holds the largest after, and the largest per-rank change."""
+    c = d.quantities.get("peak_allocated")
+    if c is None or c.delta is None or not c.before:
+        return None
+    if abs(c.delta) < max(MIN_SHARE * abs(c.before), 1 << 20) or c.within_noise:
+        return None
+    text = (f"Peak allocated memory {_verb(c.delta)} from {_mib(c.before)} to {_mib(c.after)} "
+            f"({c.rel:+.0%})")
+    moved = [m for m in d.memory if m.allocated_delta_bytes is not None]
+    if moved:
+        top = max(moved, key=lambda m: abs(m.allocated_delta_bytes))
+        text += (f"; rank {top.rank_after} ({top.device}) "
+                 f"{'+' if top.allocated_delta_bytes >= 0 else '−'}"
+                 f"{_mib(abs(top.allocated_delta_bytes))}")
+    return text + "."
+
+
 def _findings_sentences(d: RunDiff) -> list[str]:
     out = []
     for f in d.findings:
@@ -167,7 +190,8 @@ def sentences(d: RunDiff) -> list[str]:
     out = [_headline(d)]
     total = d.window.delta or 0.0
     out += [_part_sentence(p, total) for p in _moving_parts(d)]
-    for s in (_rank_sentence(d), _collectives_sentence(d), _kernels_sentence(d)):
+    for s in (_rank_sentence(d), _memory_sentence(d), _collectives_sentence(d),
+              _kernels_sentence(d)):
         if s:
             out.append(s)
     out += _findings_sentences(d)

@@ -19,6 +19,7 @@ Two runs (``?run=A&run=B``):
 - ``compare-kernels``: every kernel (GPU runs; host operators whose launch count changed on CPU
   runs: ``compare-operators``) before and after, per step — sortable and filterable;
 - ``compare-collectives``: operations per (dimension, op), count and bytes per step;
+- ``compare-memory``: each matched rank's allocator peaks, before and after;
 - ``compare-findings``: findings gained, lost and changed in cost;
 - ``compare-ranks``: each matched rank's change per part as a heatmap.
 
@@ -260,6 +261,18 @@ def pair_sections(d: RunDiff) -> list[S.Section]:
               S.fmt(None if c.bytes_before is None else c.bytes_before / 1e6),
               S.fmt(None if c.bytes_after is None else c.bytes_after / 1e6), c.status]
              for c in d.collectives], left=2)]))
+    if d.memory:
+        def mib(b):
+            return "—" if b is None else f"{b / (1 << 20):,.1f}"
+        sections.append(S.Section("Memory, each rank's peak", [S.Table(
+            "compare-memory", ["rank", "device", "allocated before MiB", "allocated after MiB",
+                               "reserved before MiB", "reserved after MiB"],
+            [[str(m.rank_after) if m.rank_before == m.rank_after else
+              f"{m.rank_before}→{m.rank_after}", m.device, mib(m.allocated_before_bytes),
+              mib(m.allocated_after_bytes), mib(m.reserved_before_bytes),
+              mib(m.reserved_after_bytes)] for m in d.memory], left=2,
+            caption="The allocator's largest peak over the profiled steps on each rank's main "
+                    "device (its GPU, else the CPU), from the traces' [memory] events.")]))
     changed = [f for f in d.findings if f.status != "both" or f.cost_before_us != f.cost_after_us]
     if changed:
         sections.append(S.Section("Findings gained and lost", [S.Table(
