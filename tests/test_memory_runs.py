@@ -129,32 +129,10 @@ def _close(a: float, b: float) -> bool:
     return abs(a - b) <= 1e-3 * max(a, b)
 
 
+# zero2 was planned at Ψ·p (classic ZeRO-2) while the runner's zero2 (FSDP2 without
+# re-sharding after forward) stores Ψ·p/N_d: 0.44 MiB measured against 0.88 planned, until the
+# planner's runner model counted them sharded (the gathered copy stays a runtime buffer).
 @pytest.mark.parametrize("mode", ["ddp", "fsdp", "zero2"])
-def test_the_planners_gradients_and_optimizer_state_are_what_the_trace_measures(dp_modes,
-                                                                                 mode):
-    run = dp_modes[mode]
-    rows = _terms(run)
-    census = pd.read_parquet(run / "report" / "memory_terms.parquet")
-    census = census[census["source"] == "census"].set_index(["rank", "term"])["bytes"]
-    for rank in (0, 1):
-        for term in ("grads", "optimizer_state"):
-            r = rows[(rank, term)]
-            assert r.source == "events", (mode, rank, term)
-            assert _close(r.measured_bytes, r.planned_bytes), (mode, rank, term, r)
-            assert _close(r.measured_bytes, census[(rank, term)])    # two measures agree
-            assert not r.named
-
-
-@pytest.mark.parametrize("mode", ["ddp", "fsdp",
-                                  pytest.param("zero2", marks=pytest.mark.xfail(
-                                      strict=True, reason=(
-                                          "the planner counts ZeRO-2 parameters unsharded "
-                                          "(Ψ·p), but the runner's zero2 (FSDP2 with "
-                                          "reshard_after_forward=False) keeps sharded "
-                                          "parameters (Ψ·p/N_d) and holds the gathered copy "
-                                          "as a runtime buffer, which the planner counts "
-                                          "again: measured 0.44 MiB against 0.88 planned; "
-                                          "layouts/plan/memory.py is the planner's owner's")))])
 def test_the_planners_parameters_are_what_the_run_holds(dp_modes, mode):
     rows = _terms(dp_modes[mode])
     for rank in (0, 1):
@@ -167,7 +145,6 @@ def test_compare_detail_sets_the_plan_beside_the_run(dp_modes):
                     check=True).stdout
     assert out.count("memory, planned against measured (MiB):") == 2
     assert "gradients" in out and "optimizer state" in out
-    assert "<- more than 10% away" in out              # zero2's parameters (above)
     assert "a CPU trace cannot show them" in out       # runtime buffers, said so
 
 

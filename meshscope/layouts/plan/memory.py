@@ -13,6 +13,10 @@ ZeRO stage    parameters          gradients           optimizer state
 3 (``fsdp``)  Ψ·p / N_d           Ψ·g / N_d           Ψ·K / N_d
 ============  ==================  ==================  ====================
 
+The runner's ``zero2`` is FSDP2 with ``reshard_after_forward=False``: it stores its parameters
+sharded (Ψ·p / N_d, as stage 3) and holds the gathered Ψ·p from forward to backward as a runtime
+buffer (below) — classic ZeRO-2 keeps them whole instead.
+
 with p, g the bytes of a weight and a gradient (``precision.py``: 4, 4, K = 8 for the runner's
 fp32 AdamW; 2, 2, K = 12 for mixed precision, the paper's setting: Ψ = 7.5B, N_d = 64 gives
 120 GB, 31.4 GB, 16.6 GB and 1.9 GB, its Fig. 1). N_d is dp × cp (context-parallel ranks
@@ -170,7 +174,10 @@ def memory(spec: ModelSpec, cand: Candidate, precision: Precision | str = "fp32"
                 per_token += head_activation_elements(spec, tp, cand.sp)
             acts += per_token * sh.tokens * prec.act_bytes \
                 + (sh.tokens * TOKEN_ID_BYTES if first else 0)
-        states = model_states(dense, zero, n_d, prec)
+        # The runner's zero2 is FSDP2 without re-sharding after forward: its parameters are
+        # stored sharded as under fsdp (the gathered copy is a runtime buffer, below), not
+        # whole as classic ZeRO-2 keeps them.
+        states = model_states(dense, 3 if cand.dp_mode == "zero2" else zero, n_d, prec)
         expert_states = model_states(experts, 0, 1, prec)
         buffers = 0.0
         if n_d > 1:
