@@ -300,6 +300,17 @@ CASES = [
     Case("cat-a-list",
          trace(lambda d: first(d, named("aten::")).update(cat=["cpu_op"])),
          needles=(TRACE, "cat", "1 event dropped", "not a string")),
+    # issue 35: an event with no phase vanished unmentioned (a gloo:all_reduce's, here: the
+    # communication time changed), one without pid/tid went to a made-up thread unsaid
+    Case("event-without-ph",
+         trace(lambda d: first(d, named("gloo:all_reduce")).pop("ph")),
+         needles=(TRACE, "ph", "1 event dropped", "missing, or not one of")),
+    Case("event-with-an-unknown-ph",
+         trace(lambda d: first(d, named("aten::")).update(ph="Q")),
+         needles=(TRACE, "ph", "1 event dropped", "event phases")),
+    Case("event-without-pid-tid",
+         trace(lambda d: [first(d, named("aten::")).pop(k) for k in ("pid", "tid")]),
+         needles=(TRACE, "pid/tid", "1 event", "thread is unknown")),
     Case("event-not-an-object",
          trace(lambda d: d["traceEvents"].insert(5, "garbage")),
          needles=(TRACE, "traceEvents", "not an object"), good_ranks=ALL),

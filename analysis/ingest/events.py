@@ -141,8 +141,9 @@ RANK_FROM_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
 # multiplications keep their shapes in call_args. 8: name, cat, lane and kind are
 # dictionary-encoded. 9: so are the collective metadata's strings and call_args. 10: the
 # allocator's [memory] events are read into their own table, cached beside the events.
-# 11: and damage names each ProfilerStep range dropped.)
-INGEST_VERSION = 11
+# 11: and damage names each ProfilerStep range dropped. 12: events with no known phase are
+# dropped and counted, events without pid/tid counted.)
+INGEST_VERSION = 12
 BATCH_EVENTS = 8192             # events per batch when a trace is read whole
 BATCH_BYTES = 1 << 19           # text per batch when it is streamed (fastest on a 54 MB trace)
 CONSOLIDATE_BYTES = 8 << 20    # a rank's batches are joined into column chunks this large
@@ -618,6 +619,12 @@ def _complete(b: _Event, e: _Event) -> _Event:
 
 # The GPU-side copies of host ranges: a ``gloo:``/``nccl:`` name there carries no metadata.
 _HOST_META_CATS = pa.array(["gpu_user_annotation"], pa.large_string())
+# The event phases of Chrome's trace event format: complete (X) and begin/end (B, E) events are
+# read; the others (instants, counters, flows, async, objects, metadata, marks…) are other
+# kinds of event, left out on purpose. An event with no phase, or another, is dropped and
+# counted (``_batch``).
+KNOWN_PHASES = frozenset({"X", "B", "E", "i", "I", "C", "b", "n", "e", "s", "t", "f", "P",
+                          "N", "O", "D", "M", "V", "v", "R", "c", "(", ")"})
 
 
 def _batch(evs: list[_Event], reading: "_Reading"
@@ -629,6 +636,9 @@ def _batch(evs: list[_Event], reading: "_Reading"
     damage = Damage(getattr(evs, "damage", None) or {})
     xs = [e for e in evs if e.ph == "X"]
     if len(xs) < len(evs):
+        unknown = sum(1 for e in evs if not isinstance(e.ph, str) or e.ph not in KNOWN_PHASES)
+        if unknown:     # no kind at all, or none of the trace format's: not guessed
+            damage.drop("ph", "missing, or not one of the trace format's event phases", unknown)
         pairs = [e for e in evs if e.ph == "B" or e.ph == "E"]
         if pairs:
             xs += reading.pair(pairs, damage)
@@ -662,6 +672,9 @@ def _batch(evs: list[_Event], reading: "_Reading"
     args = [e.args for e in xs]
     device = pc.is_in(cat, value_set=_DEVICE_CATS)
     lane = _cpu_lanes([e.pid for e in xs], [e.tid for e in xs])
+    threadless = sum(1 for e in xs if e.pid is None or e.tid is None)
+    if threadless:      # read, on a lane of their own ("cpu:None:None"), and said so
+        damage.ignore("pid/tid", "missing: the event's thread is unknown", threadless)
     if pc.any(device).as_py():
         gpu = []
         for i in np.flatnonzero(device.to_numpy(zero_copy_only=False)).tolist():
