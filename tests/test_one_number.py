@@ -282,3 +282,48 @@ def test_stage_imbalance_reads_the_same_in_the_static_report(slow):
     html = slow["static"]
     assert f"{measured['max_over_mean']:.3f} (stage {measured['slowest_stage']})" in html
     assert f"{corrected['max_over_mean']:.3f} (stage {corrected['slowest_stage']})" in html
+
+
+def one_base_everywhere(summary: dict, report, cli_text: str) -> None:
+    """Issue 35, item 3: every cost % is of the one headline step time, and reads the same in
+    summary.json, the CLI text, the overview's findings table and the straggler's line; the
+    Communication page's overlap is per_rank_mean's (a report's ``RunReport`` built on the
+    server: ``report``)."""
+    head = summary["step_time_us"]
+    assert summary["step_time_source"] in ("timer", "window", "replayed")
+    if summary["step_time_source"] != "timer":        # measured before modelled
+        assert summary["step_time_source"] == "window" or summary["window_us"] is None
+    ctx = PageContext(report, st.ViewState(page="overview", runs=(report.run_id,)))
+    items = {i.id: i for s in BUILDERS["overview"](ctx) for i in s.items}
+    table = items.get("findings-table")
+    rows = [dict(zip(table.columns, r)) for r in table.rows] if table is not None else []
+    timed = [f for f in summary["findings"] if f.get("cost_us") is not None]
+    for f, row in zip(summary["findings"], rows):
+        if f.get("cost_us") is None:
+            continue
+        assert f["cost_pct"] == pytest.approx(100 * f["cost_us"] / head, rel=1e-9), f["id"]
+        assert row["cost %"] == f"{f['cost_pct']:.1f}"
+        assert f"({f['cost_pct']:.1f}%)" in cli_text
+    assert len(rows) >= min(len(summary["findings"]), len(timed))
+    st_ = summary["cross_rank"].get("straggler")
+    if st_ and st_.get("saving_us") is not None:
+        pct = 100 * st_["saving_us"] / head
+        assert f"({pct:.0f}% of the {head / 1e3:.2f} ms step)" in cli_text
+        from meshscope.dashboard.pages.common import straggler_text
+        assert f"({pct:.1f}% of the {head / 1e3:.2f} ms step)" in straggler_text(report)
+        gate = st_.get("gate_us")
+        if gate is not None:
+            assert f"gate of {gate / 1e3:.2f} ms" in cli_text
+    comm = {i.id: i for s in BUILDERS["communication"](PageContext(
+        report, st.ViewState(page="communication", runs=(report.run_id,)))) for i in s.items}
+    if "overlap-table" in comm:
+        for row, m in zip(comm["overlap-table"].rows, summary["per_rank_mean"]):
+            want = "—" if m.get("overlap_pct") is None else f"{m['overlap_pct']:.1f}%"
+            assert row[3] == want
+
+
+@pytest.mark.parametrize("run_id", sorted(p.name for p in SAMPLES.iterdir()
+                                          if (p / "report" / "summary.json").is_file()))
+def test_one_base_for_every_number_of_every_sample(index, run_id):
+    s = _summary(run_id)
+    one_base_everywhere(s, open_report(index.get(run_id)), text.render(s))

@@ -3,7 +3,8 @@
 one rank, two ranks of a 128-rank job, ROCm, vLLM), each analysed as a user would, then every
 dashboard page built, the static HTML report written, and — in Chromium — every page opened:
 no page falls back to an error panel, and the overview's headline step time is the one
-``meshscope analyze --json`` gives. (Before, three sets' Communication page and HTML export
+``meshscope analyze --json`` gives; every cost % is of that one step time, in the JSON, the CLI
+text, the overview and the straggler's line (``test_one_number.one_base_everywhere``). (Before, three sets' Communication page and HTML export
 ended in "boolean value of NA is ambiguous".)"""
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ from meshscope.dashboard.data import open_report
 from meshscope.dashboard.pages.common import PageContext
 from meshscope.dashboard.runs import RunIndex
 from meshscope.dashboard.static_report import render_html
+from meshscope.analysis.report import text
+from test_one_number import one_base_everywhere
 
 GPU = SHARED_TRACES / "gpu"
 # Folders holding traces, by a flat name; a set analyse refuses as a whole (two files that no
@@ -60,6 +63,7 @@ def test_every_page_and_the_html_report_of_every_real_set(real_runs):
             assert sections, (name, page)
         html = render_html(report)
         assert html.startswith("<!DOCTYPE html>") and "Traceback" not in html, name
+        one_base_everywhere(summaries[name], report, text.render(summaries[name]))
         shown = f"{summaries[name]['step_time_us'] / 1e3:.2f} ms"
         assert shown in html, (name, shown)
 

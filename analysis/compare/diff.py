@@ -4,7 +4,7 @@ The step-time difference is split into parts that add up to it: with W the step 
 over ranks and profiled steps, ``W = compute + exposed_comm (per dimension) + bubble + other
 + idle`` on each side (``analysis/timeline/breakdown.py``; idle split by cause where both runs
 are GPU runs, ``idle.parquet``), so ``ΔW = Σ Δparts`` exactly. The headline step time
-(``step_time``: the step timer, else the replayed makespan, else the window —
+(``step_time``: the step timer, else the profiled window, else the replayed makespan —
 ``quantities``) need not be W: ``residual_us = Δstep_time − Σ Δparts`` says how far the
 parts' total is from the headline's change. Under each part, what is behind it: for compute,
 the kernels (GPU; by ``names.kernel_key``, so NCCL generations pair up) or host operators

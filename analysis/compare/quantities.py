@@ -10,8 +10,8 @@ fewer than three steps). The names, their unit and where each comes from:
 name                         unit   value (per-step values)
 ============================ ====== ==========================================================
 step_time                    µs     the report's headline step time (summary ``step_time_us``:
-                                    the step timer, else the replayed makespan, else the
-                                    profiled window); per step: the timer's slowest rank of
+                                    the step timer, else the profiled window, else the
+                                    replayed makespan); per step: the timer's slowest rank of
                                     each non-warm-up step, the replayed makespan or the
                                     longest window of each profiled step. Its noise is the
                                     report's ``noise_us`` where the headline is the timer

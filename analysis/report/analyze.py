@@ -403,7 +403,8 @@ def _cross_rank(stage: RankStage, layout_map, options: AnalysisOptions) -> Repor
         tables.breakdown["step"].nunique() if len(tables.breakdown) else 1)
     on_gpu = any(r.on_gpu for r in results)
     mem = _memory(results, inp, options)
-    found = _findings(inp, tables, recs, aligned, wi, step_us=step_us,
+    found = _findings(inp, tables, recs, aligned, wi,
+                      step_us=_headline_us(recs, tables.breakdown, step_us),
                       resolution_us=resolution, on_gpu=on_gpu, memory=mem)
     run = inp.run
     expected = set(range(run.world_size)) if run is not None else set()
@@ -597,6 +598,21 @@ def _whatif(aligned: Aligned, run: RunInfo | None,
     out_bytes = {(int(r), m): float(b) for r, m, b in
                  zip(inst["rank"], inst["match_id"], inst["out_bytes"]) if not pd.isna(b)}
     return whatif.analyse(graphs, run, ops, out_bytes, records.noise_us)
+
+
+def _headline_us(recs: Records, breakdown: pd.DataFrame, replayed_or_window: float) -> float:
+    """The step time every finding's cost % is of: the report's headline (``reader.
+    choose_headline``: the step timers, else the profiled window, else the replayed makespan),
+    so the percentages read against the step time every view shows."""
+    from meshscope.analysis.records.steps import throughput_summary
+    from meshscope.analysis.report.reader import choose_headline
+
+    timer = throughput_summary(recs.throughput, recs.records.warmup_steps)["step_time_us"]
+    window = float(breakdown.groupby("step")["window_us"].max().mean()) if len(breakdown) \
+        else None
+    head, _ = choose_headline(timer, replayed_or_window if np.isfinite(replayed_or_window)
+                              else None, window)
+    return head if head is not None else replayed_or_window
 
 
 def _worst_step_times(steps: pd.DataFrame) -> pd.Series:

@@ -96,7 +96,7 @@ class Finding:
 
 @dataclasses.dataclass
 class FindingInputs:
-    step_us: float                        # the step's time (replayed makespan or mean window)
+    step_us: float                        # the report's headline step time (cost % of it)
     noise_us: float                       # what a measured cost must beat: the larger of the
                                           # step noise over √(profiled steps) and the what-if
                                           # floor (analysis/crossrank/whatif.py); NaN unknown
@@ -276,7 +276,8 @@ def _straggler(inp: FindingInputs) -> Finding | None:
     fid, remedy = "straggler", STRAGGLER_REMEDY
     title = (f"Rank {r} is the straggler: at its "
              f"{'peers' if peers else 'reference'}' pace the step would be "
-             f"{_ms(st['saving_us'])} ({st['saving_pct']:.0f}%) shorter")
+             f"{_ms(st['saving_us'])} ({100 * st['saving_us'] / inp.step_us:.0f}% of its "
+             f"{_ms(inp.step_us)} step) shorter")
     if "peer_compute_us" in evidence:
         title += (f"; it computes {_ms(evidence['compute_us'])} per step against "
                   f"{_ms(evidence['peer_compute_us'])} for its stage peers")

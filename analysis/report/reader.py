@@ -68,7 +68,7 @@ def _num(x) -> float | None:
 
 @dataclasses.dataclass(frozen=True)
 class StepTime:
-    us: float | None                 # the headline: timer, else replayed, else window
+    us: float | None                 # the headline: timer, else window, else replayed
     source: str | None               # "timer" | "replayed" | "window" | None
     timer_us: float | None
     replayed_us: float | None
@@ -99,6 +99,20 @@ def _window(summary: dict) -> float | None:
     return max(windows) if windows else None
 
 
+#: The headline step time is the first known of these, measured before modelled: the step
+#: timers (every non-warm-up step), else the profiled window, else the replayed makespan.
+HEADLINE_ORDER = ("timer", "window", "replayed")
+
+
+def choose_headline(timer: float | None, replayed: float | None, window: float | None
+                    ) -> tuple[float | None, str | None]:
+    """(the headline step time, its source) — the one place it is chosen (``HEADLINE_ORDER``):
+    ``analysis/report/summary.py`` writes it, this reader reads every report with it, and the
+    findings' cost % is taken against it (``analyze``)."""
+    known = {"timer": timer, "window": window, "replayed": replayed}
+    return next(((known[k], k) for k in HEADLINE_ORDER if known[k] is not None), (None, None))
+
+
 def step_time(summary: dict) -> StepTime:
     """The report's step times under schema 3's names (older schemas mapped)."""
     version = summary.get("schema_version")
@@ -113,9 +127,7 @@ def step_time(summary: dict) -> StepTime:
         src = str(summary.get("step_time_source") or "")
         replayed = old if old is not None and src.startswith("replayed") else None
         window = old if old is not None and not src.startswith("replayed") else _window(summary)
-    head, source = next(((v, k) for v, k in ((timer, "timer"), (replayed, "replayed"),
-                                              (window, "window")) if v is not None),
-                        (None, None))
+    head, source = choose_headline(timer, replayed, window)
     return StepTime(head, source, timer, replayed, window)
 
 

@@ -11,6 +11,8 @@ import math
 
 import pandas as pd
 
+from meshscope.analysis.report.reader import choose_headline
+
 REPORT_SCHEMA_VERSION = 3
 
 
@@ -41,15 +43,14 @@ def step_times(report, throughput: dict) -> dict:
     - ``window_us``: the longest rank's step window per profiled step, mean over profiled steps
       (what the breakdown bars add up to for that rank).
 
-    ``step_time_us`` is the first known of timer, replayed, window, and ``step_time_source``
-    says which (``timer``, ``replayed``, ``window``; labels in ``vocabulary.STEP_TIME_SOURCES``)."""
+    ``step_time_us`` is the first known of timer, window, replayed — measured before modelled
+    (``reader.choose_headline``) — and ``step_time_source`` says which (``timer``, ``window``,
+    ``replayed``; labels in ``vocabulary.STEP_TIME_SOURCES``)."""
     timer = clean(throughput.get("step_time_us")) if throughput else None
     replayed = clean(report.step_time_us) if len(report.whatif) else None
     window = clean(float(report.breakdown.groupby("step")["window_us"].max().mean())) \
         if not report.breakdown.empty else None
-    head, source = next(((v, k) for v, k in ((timer, "timer"), (replayed, "replayed"),
-                                              (window, "window")) if v is not None),
-                        (None, None))
+    head, source = choose_headline(timer, replayed, window)
     return {"step_time_us": head, "step_time_source": source, "step_time_timer_us": timer,
             "step_time_replayed_us": replayed, "window_us": window}
 

@@ -164,7 +164,9 @@ def render(summary: dict) -> str:
             lines.append("  " + "  ".join(f"rank {s.rank}: {_ms(s.saving_us).strip()}"
                                           for s in savings))
         if st and st.saving_us is not None:
-            pct = "" if st.saving_pct is None else f" ({st.saving_pct:.0f}% of the replayed step)"
+            head = typed.step_time.us
+            pct = "" if not head else \
+                f" ({100 * st.saving_us / head:.0f}% of the {head / 1e3:.2f} ms step)"
             gate = "" if st.gate_us is None else (
                 f"; it stands above the gate of {_ms(st.gate_us).strip()} ms (twice the "
                 f"what-if's resolution)")

@@ -66,8 +66,9 @@ def straggler_text(report: RunReport) -> str | None:
     if s.saving_us is not None:
         text += f" — running it at its reference pace saves {s.saving_us / 1e3:.2f} ms " \
                 f"per step"
-        if s.saving_pct is not None:
-            text += f" ({s.saving_pct:.1f}% of the replayed step)"
+        head = report.typed.step_time.us
+        if head:
+            text += f" ({100 * s.saving_us / head:.1f}% of the {head / 1e3:.2f} ms step)"
         if s.reference:
             text += f", against {s.reference}"
     elif s.wait_caused_us is not None:

@@ -238,7 +238,8 @@ def findings_table(ctx: PageContext) -> Table | Note:
                                     "cost %", "peak saving", "evidence", "remedy", "explains"],
                  rows,
                  caption="Cost: the step time fixing it would save (the analysis' what-if), "
-                         "mean per profiled step; cost % is of the replayed step. Peak "
+                         "mean per profiled step; cost % is of the headline step time (the "
+                         "step timer's, else the profiled window). Peak "
                          "saving: by how much a memory finding's remedy lowers the memory "
                          "peak. The raw numbers of each evidence are in summary.json.",
                  left=10)
