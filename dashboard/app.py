@@ -347,6 +347,11 @@ def _register_exports(app: Dash, index: RunIndex, analyses: Analyses) -> None:
                 [f for f in find_traces(entry.path) if not _regular_inside(f, entry.path)]
         except (InputError, ValueError, OSError) as e:
             outside = [e]
+        if not outside and not find_traces(entry.path):
+            # A run with records only (Flight Recorder dumps, step timers): nothing to export.
+            return Response("this run has no traces to export (its report is from its "
+                            "Flight Recorder records or step timers only)\n", 404,
+                            mimetype="text/plain")
         if outside:
             log.warning("perfetto export of %s refused: %s is not a regular file inside the run",
                         entry.run_id, outside[0])

@@ -44,6 +44,7 @@ class RunEntry:
     path: pathlib.Path
     sweep: str | None          # the id of the sweep folder holding it, None at the top
     has_run_json: bool
+    found_as: str = ""         # collectors.run_dir.run_kind: what made it a run
 
     @property
     def report_dir(self) -> pathlib.Path:
@@ -57,7 +58,11 @@ class RunEntry:
 
     @property
     def kind(self) -> str:
-        return "run directory" if self.has_run_json else "folder of traces"
+        """What the run is, in words: a run directory, a folder of traces, rank folders, a
+        folder of Flight Recorder dumps (``run_dir.run_kind``)."""
+        if self.has_run_json:
+            return "run directory"
+        return self.found_as if self.found_as not in ("", "report") else "folder of traces"
 
 
 class RunIndex:
@@ -108,7 +113,8 @@ class RunIndex:
                 run_id = p.relative_to(self.root).as_posix()
                 kind = rd.run_kind(real)
                 if kind is not None:
-                    runs[run_id] = RunEntry(run_id, real, sweep, kind == "run directory")
+                    runs[run_id] = RunEntry(run_id, real, sweep, kind == "run directory",
+                                            kind)
                     if sweep is not None:
                         sweeps.setdefault(sweep, []).append(run_id)
                 elif depth < MAX_DEPTH:

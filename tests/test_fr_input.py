@@ -255,6 +255,7 @@ def test_the_dashboard_serves_a_folder_of_dumps_as_a_run(tmp_path):
     write_dumps(tmp_path / "runs" / "moe", moe_dumps())
     index = RunIndex(tmp_path / "runs")
     assert list(index.runs) == ["moe"] and not index.get("moe").analysed
+    assert index.get("moe").kind == "flight recorder dumps"
     _analyze(tmp_path / "runs" / "moe")
     items = {}
     for page in BUILDERS:
@@ -266,5 +267,8 @@ def test_the_dashboard_serves_a_folder_of_dumps_as_a_run(tmp_path):
     title = items["overview"]["findings-table"].rows[0][2]
     assert title.startswith("Ranks 5 and 13 never reached nccl:all_to_all")
     assert len(items["health"]["fr-table"].rows) == 4
+    # no traces: the timeline says so and offers no Perfetto download (it answered 500)
+    assert "perfetto-download" not in items["timeline"]
+    assert "no trace to show or export" in items["timeline"]["timeline-none"].text
     assert "Ranks 5 and 13 never reached nccl:all_to_all" in render_html(
         open_report(index.get("moe")))

@@ -137,9 +137,9 @@ def sections(ctx: PageContext) -> list[Section]:
                   "trace", "/export/perfetto" + ctx.state.query(rank=None, step=None,
                                                                   color=None),
                   before="Download ")
-    if step is None:
+    if step is None:       # no traces (a records-only report): nothing to download either
         return [Section("Timeline", [Note("timeline-none", "This report has no profiled "
-                                                           "steps."), export])]
+                                                           "steps: no trace to show or export.")])]
     seg, arrows, applied = _segments(ctx, step) or (None, [], {})
     if seg is None:
         return [Section("Timeline", [missing("timeline-none", "aligned timeline table "
