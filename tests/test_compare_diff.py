@@ -383,9 +383,13 @@ def test_a_run_against_itself_changes_nothing(tmp_path):
 
 # -- own runs ------------------------------------------------------------------------------
 
-# Every rank waits 40 ms in each microbatch's forward and backward (--inject fixed-work):
-# 320 ms a step that does not depend on what else the machine runs, beside ~50 ms of compute.
-FIXED = [a for r in range(4) for a in ("--inject", f"fixed-work={r}:40")]
+# Every rank waits 150 ms in its one microbatch's forward and in its backward (--inject
+# fixed-work), one sequence a rank (--global-batch 4): 300 ms of a step does not depend on what
+# else the machine runs, beside some 50 ms of compute. With 40 ms a phase and four sequences a
+# rank (320 ms of 400), two healthy repeats differed by 9.7% in a full suite beside a benchmark
+# that started and stopped HTA runs — a load the two runs did not share.
+FIXED = [a for r in range(4) for a in ("--inject", f"fixed-work={r}:150")] + \
+    ["--global-batch", 4, "--microbatches", 1]
 
 
 @pytest.fixture(scope="module")
