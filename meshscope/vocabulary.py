@@ -15,9 +15,10 @@ standard library only, importable by everything.
   first (``analysis/comm/dims.py`` explains each).
 - ``Op`` / ``OPS``: the canonical names of communication operations, as ``meshscope.theory``'s
   bus factors and the report's ``op`` columns spell them.
-- ``FindingId`` / ``FINDING_IDS``: every finding a report can hold (``analysis/report/
-  findings.py`` and ``device_findings.py`` define when each fires); the exposed-communication
-  finding is one id per dimension, ``exposed_comm_id(dim)``.
+- ``FindingId`` (an Enum whose members are their id strings) / ``FINDING_IDS``: every finding
+  a report can hold (``analysis/report/findings.py``, ``device_findings.py`` and
+  ``memory_findings.py`` define when each fires); the exposed-communication finding is one id
+  per dimension, ``exposed_comm_id(dim)``.
 - ``StepTimeSource`` / ``STEP_TIME_SOURCES``: what a report's headline step time is, with the
   label every reader shows beside it.
 - ``IdleCause`` / ``IDLE_CAUSES``: what a GPU's idle time is charged to, in the order the
@@ -26,6 +27,7 @@ standard library only, importable by everything.
 """
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Literal, get_args
 
 Dim = Literal["dp", "tp", "pp", "cp", "ep"]
@@ -60,20 +62,45 @@ STEP_TIME_SOURCES: dict[StepTimeSource, str] = {
     "window": "the longest rank's profiled step window (mean over profiled steps)",
 }
 
-# The findings whose id is fixed; ``exposed_comm_id`` names the one per dimension.
-FixedFindingId = Literal[
-    "hang", "desync", "straggler", "host-bound", "stage-imbalance", "pipeline-bubble",
-    "slow-steps", "data-loading-stall", "sync-stall", "launch-bound", "memcpy-on-critical-path",
-    "arrival-jitter", "low-gemm-efficiency", "gpu-idle", "near-oom", "memory-imbalance",
-    "memory-growth", "memory-fragmentation", "largest-allocator"]
+class FindingId(StrEnum):
+    """Every finding a report can hold, by its id (``analysis/report/findings.py``,
+    ``device_findings.py`` and ``memory_findings.py`` define when each fires). A member is its
+    id string (``FindingId.HANG == "hang"``), as summary.json writes it; the exposed-
+    communication finding is one id per dimension of ``COMM_DIMS`` (``exposed_comm_id``)."""
+    HANG = "hang"
+    DESYNC = "desync"
+    STRAGGLER = "straggler"
+    HOST_BOUND = "host-bound"
+    STAGE_IMBALANCE = "stage-imbalance"
+    PIPELINE_BUBBLE = "pipeline-bubble"
+    SLOW_STEPS = "slow-steps"
+    DATA_LOADING_STALL = "data-loading-stall"
+    SYNC_STALL = "sync-stall"
+    LAUNCH_BOUND = "launch-bound"
+    MEMCPY_ON_CRITICAL_PATH = "memcpy-on-critical-path"
+    ARRIVAL_JITTER = "arrival-jitter"
+    LOW_GEMM_EFFICIENCY = "low-gemm-efficiency"
+    GPU_IDLE = "gpu-idle"
+    NEAR_OOM = "near-oom"
+    MEMORY_IMBALANCE = "memory-imbalance"
+    MEMORY_GROWTH = "memory-growth"
+    MEMORY_FRAGMENTATION = "memory-fragmentation"
+    LARGEST_ALLOCATOR = "largest-allocator"
+    EXPOSED_COMM_DP = "exposed-comm-dp"
+    EXPOSED_COMM_TP = "exposed-comm-tp"
+    EXPOSED_COMM_PP = "exposed-comm-pp"
+    EXPOSED_COMM_CP = "exposed-comm-cp"
+    EXPOSED_COMM_EP = "exposed-comm-ep"
+    EXPOSED_COMM_EP_REPLICA = "exposed-comm-ep_replica"
+    EXPOSED_COMM_UNKNOWN = "exposed-comm-unknown"
+
+
 EXPOSED_COMM_PREFIX = "exposed-comm-"
-FINDING_IDS: tuple[str, ...] = get_args(FixedFindingId) + tuple(
-    EXPOSED_COMM_PREFIX + d for d in COMM_DIMS)
-FindingId = str      # one of FINDING_IDS (the per-dimension ids cannot be a Literal)
+FINDING_IDS: tuple[str, ...] = tuple(f.value for f in FindingId)
 
 
-def exposed_comm_id(dim: CommDim) -> str:
+def exposed_comm_id(dim: str) -> FindingId:
     """The id of the exposed-communication finding of ``dim`` (``exposed-comm-pp``)."""
     if dim not in COMM_DIMS:
         raise ValueError(f"unknown communication dimension {dim!r}; one of {COMM_DIMS}")
-    return EXPOSED_COMM_PREFIX + dim
+    return FindingId(EXPOSED_COMM_PREFIX + dim)

@@ -101,3 +101,25 @@ def test_a_stall_on_the_stragglers_own_host_is_its_evidence_not_a_second_finding
     assert found[0].id == "data-loading-stall"
     assert found[0].cost_us == pytest.approx(30_000.0)
     assert found[0].evidence["ranks"] == [0, 1]
+
+
+def test_one_finding_record_from_analyser_to_reader():
+    """analysis/report/model.Finding is made by the analysers, written into summary.json and
+    read back by every reader: the same fields round trip; an id the vocabulary lacks cannot be
+    made, but a newer report's is still read."""
+    import json
+
+    from meshscope.analysis.report.model import Finding
+    from meshscope.vocabulary import FindingId
+
+    f = Finding("straggler", "high", "all", 63.1e3, 31.1, "Rank 1 is the straggler",
+                {"rank": 1}, "find what slows it", {"step_time_us": 1.0}, ["waits"])
+    assert f.id is FindingId.STRAGGLER
+    doc = json.loads(json.dumps(f.to_dict()))
+    assert doc["id"] == "straggler" and list(doc)[0] == "id"
+    assert Finding.read(doc) == f
+    with pytest.raises(ValueError, match="not-a-finding"):
+        Finding("not-a-finding", "low", None, None, None, "", {}, "")
+    newer = Finding.read({**doc, "id": "some-future-finding"})
+    assert newer.id == "some-future-finding" and newer.title == f.title
+    assert Finding.read({"id": 3}) is None and Finding.read("x") is None

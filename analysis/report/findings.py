@@ -49,13 +49,13 @@ run *with the earlier causes fixed*, so that a symptom of one is not reported as
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal
 
 import pandas as pd
 
 from meshscope.analysis.pipeline.bubble import theory_fraction
 from meshscope.analysis.records import flight_recorder as fr_records
-from meshscope.vocabulary import CommDim, FindingId, Severity, exposed_comm_id
+from meshscope.analysis.report.model import Finding
+from meshscope.vocabulary import CommDim, exposed_comm_id
 
 REMEDIES: dict[CommDim, str] = {
     "pp": "more microbatches, or an interleaved / zero-bubble schedule",
@@ -72,26 +72,6 @@ STRAGGLER_REMEDY = ("find what slows that rank: its host (other processes, CPU f
                     "thermal limits), its data loading, or its placement")
 NOISE_FACTOR = 3.0
 MIN_COST_PCT = 1.0
-
-
-@dataclasses.dataclass
-class Finding:
-    id: FindingId                         # one of meshscope.vocabulary.FINDING_IDS
-    severity: Severity
-    dimension: CommDim | Literal["all"]
-    cost_us: float | None
-    cost_pct: float | None
-    title: str
-    evidence: dict
-    remedy: str
-    what_if: dict
-    symptoms: list[str] = dataclasses.field(default_factory=list)
-    # Memory findings (memory_findings.py): by how much the remedy lowers the peak, in bytes;
-    # None for the time findings and where it cannot be computed.
-    peak_saving_bytes: float | None = None
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
 
 
 @dataclasses.dataclass

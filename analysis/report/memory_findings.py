@@ -45,7 +45,7 @@ import math
 import pandas as pd
 
 from meshscope.analysis.memory.gather import main_devices
-from meshscope.analysis.report.findings import Finding
+from meshscope.analysis.report.model import Finding
 
 NEAR_OOM_MARGIN = 0.10
 IMBALANCE_RATIO = 1.10

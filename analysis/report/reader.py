@@ -48,6 +48,7 @@ import pathlib
 
 from typing import TYPE_CHECKING
 
+from meshscope.analysis.report.model import Finding
 from meshscope.collectors.run_dir import ReportDir
 from meshscope.vocabulary import IDLE_CAUSES, STEP_TIME_SOURCES
 
@@ -140,20 +141,6 @@ def stage_imbalance(summary: dict) -> tuple[dict | None, dict | None]:
         return d(summary.get("stage_imbalance_measured")), \
             d(summary.get("stage_imbalance_without_straggler"))
     return None, d(summary.get("stage_imbalance"))
-
-
-@dataclasses.dataclass(frozen=True)
-class Finding:
-    id: str
-    title: str
-    severity: str
-    dimension: str | None
-    cost_us: float | None
-    cost_pct: float | None
-    evidence: dict
-    remedy: str
-    symptoms: list
-    peak_saving_bytes: float | None = None   # memory findings: what the remedy saves of the peak
 
 
 def _dict(x) -> dict:
@@ -555,17 +542,7 @@ def read_summary(doc: dict) -> Summary:
     tp = _dict(doc.get("throughput"))
     timer = st.source == "timer"
     measured, corrected = stage_imbalance(doc)
-    found = []
-    for f in doc.get("findings") or []:
-        if isinstance(f, dict) and isinstance(f.get("id"), str):
-            found.append(Finding(
-                id=f["id"], title=str(f.get("title") or f["id"]),
-                severity=str(f.get("severity") or ""), dimension=f.get("dimension"),
-                cost_us=_num(f.get("cost_us")), cost_pct=_num(f.get("cost_pct")),
-                evidence=f.get("evidence") if isinstance(f.get("evidence"), dict) else {},
-                remedy=str(f.get("remedy") or ""),
-                symptoms=f.get("symptoms") if isinstance(f.get("symptoms"), list) else [],
-                peak_saving_bytes=_num(f.get("peak_saving_bytes"))))
+    found = [f for f in map(Finding.read, doc.get("findings") or []) if f is not None]
     version = doc.get("schema_version")
     return Summary(
         schema_version=version if isinstance(version, int) else 0,
