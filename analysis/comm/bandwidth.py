@@ -24,8 +24,6 @@ from meshscope.theory.bus_factors import (ALL_GATHER, ALL_REDUCE, ALL_TO_ALL,  #
                                           BROADCAST, GATHER, OPS, RECV, REDUCE,
                                           REDUCE_SCATTER, SCATTER, SEND, SEND_RECV,
                                           algbw_gbps)
-from meshscope.theory.bus_factors import FACTOR_ONE as _ONE
-from meshscope.theory.bus_factors import N_MINUS_1_OVER_N as _N_MINUS_1_OVER_N
 
 # Squashed spellings (lower case, letters only) -> op, longest match first. Covers torch's
 # collective names (allreduce, _allgather_base, reduce_scatter_tensor_coalesced,
@@ -75,12 +73,15 @@ def add_bandwidth(df: pd.DataFrame, *, op: str = "op", size: str = "msg_bytes",
     n = pd.to_numeric(df[group], errors="coerce").astype("float64").to_numpy()
     s = pd.to_numeric(df[size], errors="coerce").astype("float64").to_numpy()
     t = pd.to_numeric(df[time], errors="coerce").astype("float64").to_numpy()
+    # nccl-tests' factor of each (op, group size) pair that occurs, from the one table
+    # (``theory.bus_factors.bus_factor``): a collective table holds few distinct pairs.
+    pairs = pd.DataFrame({"op": ops.to_numpy(dtype=object), "n": n})
+    known = pairs["op"].notna().to_numpy() & np.isfinite(n) & (n >= 1) & (n == np.floor(n))
+    factor = {(o, k): bus_factors.bus_factor(o, int(k))
+              for o, k in pairs[known].drop_duplicates().itertuples(index=False)}
+    f = np.array([factor.get((o, k), np.nan) if ok else np.nan
+                  for o, k, ok in zip(pairs["op"], n, known)], dtype=np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
-        f = np.full(len(df), np.nan)
-        f = np.where(ops == ALL_REDUCE, 2.0 * (n - 1) / n, f)
-        f = np.where(ops.isin(_N_MINUS_1_OVER_N), (n - 1) / n, f)
-        f = np.where(ops.isin(_ONE), 1.0, f)
-        f = np.where(n >= 1, f, np.nan)
         alg = np.where((t > 0) & (s >= 0), s / t / 1e3, np.nan)
     return df.assign(bus_factor=f, algbw_gbps=alg, busbw_gbps=alg * f)
 

@@ -43,6 +43,8 @@ import heapq
 import numpy as np
 import pandas as pd
 
+from meshscope.analysis.records.steps import MAD_TO_SIGMA
+
 COLUMNS = ["rank", "offset_us", "uncertainty_us", "n", "source", "applied_us"]
 SAME_HOST_US = 50_000.0
 
@@ -109,7 +111,7 @@ def _collective_pairs(inst: pd.DataFrame) -> _Collectives:
                 continue
             d, n = d[:, shared], n[shared]
             med = _column_medians(d, n)
-            mad = _column_medians(np.abs(d - med), n) * 1.4826
+            mad = _column_medians(np.abs(d - med), n) * MAD_TO_SIGMA
             parts.append((np.full(len(shared), ranks[i]), ranks[i + 1 + shared], med, mad, n))
     a, b, est, unc, n = (np.concatenate(x) for x in zip(*parts)) if parts else \
         (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0),

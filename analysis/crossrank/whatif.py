@@ -53,6 +53,8 @@ from collections import defaultdict
 import numpy as np
 import pandas as pd
 
+from meshscope.analysis.records.steps import noise as robust_noise
+
 from meshscope.collectors.run_info import ModelInfo, RunInfo
 from meshscope.theory.flops import head_training_flops_per_token, layer_training_flops_per_token
 from meshscope.theory.params import DecoderShape
@@ -312,8 +314,7 @@ def analyse(graphs: dict[int, StepGraph], run: RunInfo | None, ops: dict[str, st
         float("nan")
     if noise_us is None or not np.isfinite(noise_us):
         spans = table.groupby("step")["makespan_us"].first() if len(table) else pd.Series([])
-        noise_us = float((spans - spans.median()).abs().median() * 1.4826) if len(spans) > 2 \
-            else float("nan")
+        noise_us = robust_noise(spans)
     sav_rows = []
     for r, grp in table.groupby("rank") if len(table) else []:
         saving = float(grp["saving_us"].median())

@@ -77,13 +77,19 @@ def warmup_steps(step_time: pd.Series, named: int = 0) -> list[int]:
     return sorted(set(steps[:k]) | set(steps[:max(named, 0)]))
 
 
+#: The median absolute deviation times this is the standard deviation of normally spread
+#: values (1/Φ⁻¹(3/4)): the robust noise of every figure meshscope gives one (step times, the
+#: what-if's makespans, clock offsets, compare's quantities).
+MAD_TO_SIGMA = 1.4826
+
+
 def noise(times) -> float:
-    """1.4826 × MAD; NaN with fewer than three values."""
+    """``MAD_TO_SIGMA`` × the median absolute deviation; NaN with fewer than three values."""
     t = np.asarray(list(times), dtype=float)
     t = t[np.isfinite(t)]
     if len(t) < 3:
         return math.nan
-    return float(1.4826 * np.median(np.abs(t - np.median(t))))
+    return float(MAD_TO_SIGMA * np.median(np.abs(t - np.median(t))))
 
 
 def _slow(times: pd.Series, sigma: float) -> list[int]:
