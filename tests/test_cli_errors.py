@@ -1,5 +1,6 @@
 """Bad input: one line naming the problem, exit code 2, and nothing started or written."""
 import gzip
+import pathlib
 import json
 import shutil
 
@@ -171,3 +172,31 @@ def test_a_bad_pattern_is_one_line_in_the_command_and_an_input_error_in_the_api(
     with pytest.raises(InputError) as raised:
         api.open(run, **{field: pattern}, cache_dir=None)
     assert str(raised.value).startswith(f"{run}: ") and said in str(raised.value)
+
+
+def test_each_analysis_option_is_declared_once_with_its_flag_and_key():
+    """Issue 37: an option's flag, help and place in the reuse key are declared with it
+    (``AnalysisOptions`` field metadata); ``analyze`` and ``compare`` offer exactly those flags
+    (and the budgets', and --no-cache), and the reuse key holds exactly the options that change
+    numbers."""
+    import dataclasses
+
+    from click.testing import CliRunner
+
+    from meshscope.analysis.ingest import budgets
+    from meshscope.analysis.report.options import AnalysisOptions
+    from meshscope.cli import main
+
+    declared = {flag.flag for _, flag, _ in AnalysisOptions.flags()}
+    expected = declared | set(budgets.FLAGS.values()) | {"--no-cache"}
+    for command in ("analyze", "compare"):
+        text = CliRunner().invoke(main, [command, "--help"], terminal_width=200).output
+        shown = {w for w in text.split() if w.startswith("--")}
+        assert expected <= shown, (command, expected - shown)
+    keyed = {flag.key for _, flag, _ in AnalysisOptions.flags() if flag.key}
+    opts = AnalysisOptions(snapshots=(pathlib.Path(__file__),), device_memory=1 << 30)
+    assert set(opts.key_fields("b")) == keyed
+    # where and how fast the work runs changes no number: not in the key
+    assert {"workers", "engine", "scheduler"} & set(opts.key_fields()) == set()
+    assert dataclasses.replace(opts, workers=7, engine="dask").key_fields("b") == \
+        opts.key_fields("b")

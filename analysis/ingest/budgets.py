@@ -28,6 +28,17 @@ DEFAULTS = {"trace_bytes": 8 << 30, "events": 20_000_000, "event_bytes": 64 << 2
 FLAGS = {"trace_bytes": "--max-trace-bytes", "events": "--max-events",
          "event_bytes": "--max-event-bytes", "rank_memory": "--max-rank-memory",
          "nesting": "--max-nesting"}
+#: Each budget's flag help (``meshscope analyze`` and ``compare`` list them).
+HELP = {
+    "trace_bytes": "Budget: JSON text one trace may inflate to (default 8GiB); a trace past "
+                   "any budget is refused while it is read, the other ranks analysed.",
+    "events": "Budget: events in one trace (default 20,000,000).",
+    "event_bytes": "Budget: text of one event, so of any string in it (default 64MiB).",
+    "rank_memory": "Budget: memory of one rank's event table, or of a trace that cannot be "
+                   "streamed (default 8GiB).",
+    "nesting": "Budget: levels of nested arrays and objects anywhere in one trace (default "
+               "64; a Kineto event is about 5 deep).",
+}
 COUNTS = ("events", "nesting")      # budgets that are counts, not sizes
 ENV = {k: "MESHSCOPE_MAX_" + k.upper() for k in DEFAULTS}
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 10 ** 3, "kib": 1 << 10, "m": 1 << 20,

@@ -1,4 +1,7 @@
-"""What an analysis is asked to do: ``AnalysisOptions``, one frozen record.
+"""What an analysis is asked to do: ``AnalysisOptions``, one frozen record, each option declared
+once — its type and default, and (``Flag``, the field's metadata) its flag, help and place in
+the reuse key; ``meshscope analyze`` and ``meshscope compare`` build their flags from it
+(``cli/analyze_cmd._flag_options``) and the reuse key its fields (``key_fields``).
 
 ``analyze(path, options)`` (``analysis/report/analyze.py``) reads everything it may vary from
 here; ``meshscope analyze`` builds one from its flags (``cli/analyze_cmd.py``), and the notebook
@@ -59,23 +62,84 @@ if TYPE_CHECKING:
 
 
 @dataclasses.dataclass(frozen=True)
+class Flag:
+    """How an option is given on the command line, declared with the option
+    (``AnalysisOptions``' field metadata): its flag, its help, what it takes (``kind``: text,
+    regex, path, int, count, size, choice, paths — a repeatable path), and ``key``: the name
+    the reuse key (``analysis/report/reuse.py``) holds it under, None for an option that
+    changes no number (where and how fast the work runs). ``meshscope analyze`` and
+    ``meshscope compare`` build their flags from these (``cli/analyze_cmd.analysis_flags``)."""
+    flag: str
+    help: str
+    kind: str = "text"
+    key: str | None = None
+    metavar: str | None = None
+    choices: tuple[str, ...] = ()
+
+
+def _option(default, flag: Flag, **field):
+    return dataclasses.field(default=default, metadata={"flag": flag}, **field)
+
+
+@dataclasses.dataclass(frozen=True)
 class AnalysisOptions:
-    """Every option of one analysis (module docstring, field by field)."""
-    comm_kernel_re: str | None = None
-    rank_regex: str | None = None
-    step_annotation: str | None = None
+    """Every option of one analysis (module docstring, field by field), each declared once:
+    its type and default here, its flag, help and place in the reuse key in ``Flag``."""
+    comm_kernel_re: str | None = _option(None, Flag(
+        "--comm-kernel-regex", "Extra regular expression for communication kernels (e.g. "
+        "custom symmetric-memory or DeepEP kernels).", "regex", key="comm_kernel_regex"))
+    rank_regex: str | None = _option(None, Flag(
+        "--rank-regex", "For traces without distributedInfo whose file names are not rank<N> "
+        "/ worker<N>: a regular expression with one group that captures the rank from the file "
+        "name, e.g. 'gpu(\\d+)'.", "regex", key="rank_regex"))
+    step_annotation: str | None = _option(None, Flag(
+        "--step-annotation", "For traces without ProfilerStep ranges (inference, custom "
+        "loops): a regular expression naming the host ranges that are steps (its first group, "
+        "if a number, numbers them); without it such a trace is one window.", "regex",
+        key="step_annotation", metavar="REGEX"))
     cache_dir: pathlib.Path | None = None
-    workers: int | None = None
+    workers: int | None = _option(None, Flag(
+        "--workers", "Worker processes (default: one per core; with --engine dask and no "
+        "--scheduler, the local cluster's size, default 2).", "count"))
     progress: bool = False
-    baseline: pd.DataFrame | None = dataclasses.field(default=None, compare=False)
-    layout: str | None = None
-    rank_order: str | None = None
-    warmup_steps: int = 0
-    engine: str = "local"
-    scheduler: str | None = None
-    budgets: Budgets | None = None
-    snapshots: tuple[pathlib.Path, ...] = ()
-    device_memory: int | None = None
+    baseline: pd.DataFrame | None = _option(None, Flag(
+        "--baseline", "Bandwidth baseline: `meshscope bench-comm`'s baseline.parquet, or "
+        "nccl-tests output (a log, or a folder of *.log).", "path", key="baseline"),
+        compare=False)
+    layout: str | None = _option(None, Flag(
+        "--layout", "For traces of another framework whose groups carry no mesh names: the "
+        "job's layout, e.g. dp=4,tp=2,pp=2, so that each process group maps to its dimension "
+        "by its ranks.", key="layout"))
+    rank_order: str | None = _option(None, Flag(
+        "--rank-order", "With --layout: how ranks were laid out, dimensions from the "
+        "fastest-varying to the slowest, e.g. tp-cp-ep-dp-pp (Megatron's default, also "
+        "'megatron'), tp-cp-dp-pp ('torchtitan', meshscope's own; the default).",
+        key="rank_order"))
+    warmup_steps: int = _option(0, Flag(
+        "--warmup-steps", "Treat the first N steps as warm-up (besides those the step time "
+        "shows).", "int", key="warmup_steps"))
+    engine: str = _option("local", Flag(
+        "--engine", "Where the per-rank work runs: this machine's processes, or a Dask "
+        "cluster (docs/scaling.md).", "choice", choices=("local", "dask")))
+    scheduler: str | None = _option(None, Flag(
+        "--scheduler", "With --engine dask: the scheduler's address (tcp://host:8786); without "
+        "it a local cluster of --workers processes."))
+    budgets: Budgets | None = None      # the --max-* flags (budgets.FLAGS, budgets.HELP)
+    snapshots: tuple[pathlib.Path, ...] = _option((), Flag(
+        "--snapshot", "A PyTorch memory snapshot (torch.cuda.memory._dump_snapshot's pickle, "
+        "or its JSON) to read beside the traces; repeatable. *.pickle / *.pkl files under PATH "
+        "are read too; PATH may be a snapshot alone.", "paths", key="snapshots"))
+    device_memory: int | None = _option(None, Flag(
+        "--device-memory", "Memory of one device (e.g. 80GiB), for the near-OOM finding where "
+        "the traces do not say (a CPU run's, a trace without deviceProperties).", "size",
+        key="device_memory", metavar="SIZE"))
+
+    @classmethod
+    def flags(cls) -> list[tuple[str, Flag, object]]:
+        """(field name, its ``Flag``, its default) of every option given by a flag, in the
+        order ``--help`` lists them."""
+        return [(f.name, f.metadata["flag"], f.default) for f in dataclasses.fields(cls)
+                if "flag" in f.metadata]
 
     @classmethod
     def of(cls, options: AnalysisOptions | None = None, **fields) -> AnalysisOptions:
@@ -94,14 +158,21 @@ class AnalysisOptions:
         changes no number."""
         from meshscope.analysis.ingest.budgets import non_default
 
-        key = {"comm_kernel_regex": self.comm_kernel_re, "rank_regex": self.rank_regex,
-               "layout": self.layout, "rank_order": self.rank_order,
-               "warmup_steps": self.warmup_steps, "baseline": baseline_path,
-               "step_annotation": self.step_annotation}
-        if self.snapshots:          # named files outside the analysed folder: their stat
-            key["snapshots"] = [_stat(f) for f in self.snapshots]
-        if self.device_memory is not None:
-            key["device_memory"] = self.device_memory
+        key: dict = {}
+        for name, flag, _ in self.flags():
+            if flag.key is None:
+                continue
+            value = getattr(self, name)
+            if name == "baseline":          # the table's file: the key stats its content
+                key[flag.key] = baseline_path
+            elif name == "snapshots":       # named files outside the analysed folder: stat
+                if value:
+                    key[flag.key] = [_stat(f) for f in value]
+            elif name == "device_memory":
+                if value is not None:
+                    key[flag.key] = value
+            else:
+                key[flag.key] = value
         if (limits := non_default(self.budgets)) is not None:
             key["budgets"] = limits
         return key

@@ -84,81 +84,46 @@ def run_analysis(path, out=None, options=None):
     return report, target
 
 
-#: The options of an analysis, in the order ``--help`` lists them: ``analyze`` takes them,
-#: and ``compare`` takes the same for every path it analyses (``analysis_flags``).
-_FLAGS = (
-    click.option("--comm-kernel-regex", default=None,
-                 help="Extra regular expression for communication kernels (e.g. custom "
-                      "symmetric-memory or DeepEP kernels)."),
-    click.option("--rank-regex", default=None,
-                 help="For traces without distributedInfo whose file names are not rank<N> / "
-                      "worker<N>: a regular expression with one group that captures the rank "
-                      "from the file name, e.g. 'gpu(\\d+)'."),
-    click.option("--step-annotation", default=None, metavar="REGEX",
-                 help="For traces without ProfilerStep ranges (inference, custom loops): a "
-                      "regular expression naming the host ranges that are steps (its first "
-                      "group, if a number, numbers them); without it such a trace is one "
-                      "window."),
-    click.option("--no-cache", is_flag=True,
-                 help="Parse every trace afresh instead of reusing the parquet copies kept in "
-                      "the report directory's .cache/ (keyed by each file's content hash)."),
-    click.option("--baseline", default=None, type=click.Path(exists=True),
-                 help="Bandwidth baseline: `meshscope bench-comm`'s baseline.parquet, or "
-                      "nccl-tests output (a log, or a folder of *.log)."),
-    click.option("--layout", default=None,
-                 help="For traces of another framework whose groups carry no mesh names: the "
-                      "job's layout, e.g. dp=4,tp=2,pp=2, so that each process group maps to "
-                      "its dimension by its ranks."),
-    click.option("--rank-order", default=None,
-                 help="With --layout: how ranks were laid out, dimensions from the "
-                      "fastest-varying to the slowest, e.g. tp-cp-ep-dp-pp (Megatron's "
-                      "default, also 'megatron'), tp-cp-dp-pp ('torchtitan', meshscope's own; "
-                      "the default)."),
-    click.option("--warmup-steps", default=0, show_default=True, type=click.IntRange(min=0),
-                 help="Treat the first N steps as warm-up (besides those the step time "
-                      "shows)."),
-    click.option("--engine", default="local", show_default=True,
-                 type=click.Choice(["local", "dask"]),
-                 help="Where the per-rank work runs: this machine's processes, or a Dask "
-                      "cluster (docs/scaling.md)."),
-    click.option("--scheduler", default=None,
-                 help="With --engine dask: the scheduler's address (tcp://host:8786); without "
-                      "it a local cluster of --workers processes."),
-    click.option("--max-trace-bytes", default=None, metavar="SIZE",
-                 help="Budget: JSON text one trace may inflate to (default 8GiB); a trace past "
-                      "any budget is refused while it is read, the other ranks analysed."),
-    click.option("--max-events", default=None, type=click.IntRange(min=1), metavar="N",
-                 help="Budget: events in one trace (default 20,000,000)."),
-    click.option("--max-event-bytes", default=None, metavar="SIZE",
-                 help="Budget: text of one event, so of any string in it (default 64MiB)."),
-    click.option("--max-rank-memory", default=None, metavar="SIZE",
-                 help="Budget: memory of one rank's event table, or of a trace that cannot be "
-                      "streamed (default 8GiB)."),
-    click.option("--max-nesting", default=None, type=click.IntRange(min=1), metavar="N",
-                 help="Budget: levels of nested arrays and objects anywhere in one trace "
-                      "(default 64; a Kineto event is about 5 deep)."),
-    click.option("--snapshot", "snapshots", multiple=True,
-                 type=click.Path(exists=True, dir_okay=False),
-                 help="A PyTorch memory snapshot (torch.cuda.memory._dump_snapshot's pickle, "
-                      "or its JSON) to read beside the traces; repeatable. *.pickle / *.pkl "
-                      "files under PATH are read too; PATH may be a snapshot alone."),
-    click.option("--device-memory", default=None, metavar="SIZE",
-                 help="Memory of one device (e.g. 80GiB), for the near-OOM finding where the "
-                      "traces do not say (a CPU run's, a trace without deviceProperties)."),
-    click.option("--workers", default=None, type=click.IntRange(min=1),
-                 help="Worker processes (default: one per core; with --engine dask and no "
-                      "--scheduler, the local cluster's size, default 2)."),
-)
-#: The keyword arguments ``_FLAGS`` give a command, in order.
-FLAG_NAMES = ("comm_kernel_regex", "rank_regex", "step_annotation", "no_cache", "baseline",
-              "layout", "rank_order", "warmup_steps", "engine", "scheduler", "max_trace_bytes",
-              "max_events", "max_event_bytes", "max_rank_memory", "max_nesting", "snapshots",
-              "device_memory", "workers")
+def _flag_options() -> list:
+    """The analysis' flags, built from the one declaration of each option
+    (``AnalysisOptions.flags()``: flag, help, kind; ``budgets.FLAGS`` / ``HELP``), and
+    ``--no-cache``: what ``analyze`` takes, and ``compare`` for every path it analyses."""
+    from meshscope.analysis.ingest import budgets
+    from meshscope.analysis.report.options import AnalysisOptions
+
+    types = {"path": click.Path(exists=True), "int": click.IntRange(min=0),
+             "count": click.IntRange(min=1)}
+    out = []
+    for name, flag, default in AnalysisOptions.flags():
+        kw: dict = {"help": flag.help, "metavar": flag.metavar}
+        if flag.kind == "paths":
+            kw.update(multiple=True, type=click.Path(exists=True, dir_okay=False))
+        elif flag.kind == "choice":
+            kw.update(default=default, show_default=True, type=click.Choice(flag.choices))
+        elif flag.kind == "int":
+            kw.update(default=default, show_default=True, type=types["int"])
+        elif flag.kind in types:
+            kw.update(default=None, type=types[flag.kind])
+        else:                                   # text, regex, a size read by parse_size
+            kw.update(default=None)
+        out.append(click.option(flag.flag, name, **{k: v for k, v in kw.items()
+                                                      if v is not None}))
+    out.append(click.option(
+        "--no-cache", "no_cache", is_flag=True,
+        help="Parse every trace afresh instead of reusing the parquet copies kept in the "
+             "report directory's .cache/ (keyed by each file's content hash)."))
+    for name, flag in budgets.FLAGS.items():
+        out.append(click.option(flag, f"max_{name}", default=None, help=budgets.HELP[name],
+                                metavar="N" if name in budgets.COUNTS else "SIZE",
+                                type=click.IntRange(min=1) if name in budgets.COUNTS
+                                else None))
+    return out
 
 
 def analysis_flags(f):
-    """The analysis' options as a command's flags (``_FLAGS``): ``analyze`` and ``compare``."""
-    for o in reversed(_FLAGS):
+    """The analysis' options as a command's flags (``_flag_options``): ``analyze`` and
+    ``compare``."""
+    for o in reversed(_flag_options()):
         f = o(f)
     return f
 
@@ -182,35 +147,37 @@ class AnalysisFlags:
 
 
 def analysis_options(flags: dict) -> AnalysisFlags:
-    """The ``AnalysisFlags`` of a command's keyword arguments (``FLAG_NAMES``); one line and
-    exit code 2 for a budget that is not a size or a pattern that does not compile."""
+    """The ``AnalysisFlags`` of a command's keyword arguments (``_flag_options``: one per
+    option, named as its field; ``max_<budget>``; ``no_cache``): each value read as its
+    ``Flag.kind`` says; one line and exit code 2 for a size or budget that is not one."""
     from meshscope.analysis.ingest import budgets
     from meshscope.analysis.report.options import AnalysisOptions
 
-    sizes = {"events": flags["max_events"], "nesting": flags["max_nesting"]}
-    for name, flag, text in (("trace_bytes", "--max-trace-bytes", flags["max_trace_bytes"]),
-                             ("event_bytes", "--max-event-bytes", flags["max_event_bytes"]),
-                             ("rank_memory", "--max-rank-memory", flags["max_rank_memory"])):
+    sizes = {}
+    for name, flag in budgets.FLAGS.items():
+        value = flags[f"max_{name}"]
         try:
-            sizes[name] = budgets.parse_size(text) if text is not None else None
+            sizes[name] = value if value is None or name in budgets.COUNTS \
+                else budgets.parse_size(value)
         except ValueError as e:
             fail(f"{flag}: {e}")
-    try:
-        device_bytes = budgets.parse_size(flags["device_memory"]) \
-            if flags["device_memory"] is not None else None
-    except ValueError as e:
-        fail(f"--device-memory: {e}")
+    fields: dict = {}
+    for name, flag, _ in AnalysisOptions.flags():
+        value = flags[name]
+        if flag.kind == "size" and value is not None:
+            try:
+                value = budgets.parse_size(value)
+            except ValueError as e:
+                fail(f"{flag.flag}: {e}")
+        elif flag.kind == "paths":
+            value = tuple(pathlib.Path(f) for f in value)
+        elif name == "baseline":
+            value = _load_baseline(value)
+        fields[name] = value
     # The budgets in force: this process' environment, with the flags given over it.
     limits = dataclasses.replace(budgets.current(),
                                  **{k: v for k, v in sizes.items() if v is not None})
-    options = AnalysisOptions(
-        comm_kernel_re=flags["comm_kernel_regex"], rank_regex=flags["rank_regex"],
-        step_annotation=flags["step_annotation"], workers=flags["workers"], progress=True,
-        baseline=_load_baseline(flags["baseline"]), layout=flags["layout"],
-        rank_order=flags["rank_order"], warmup_steps=flags["warmup_steps"],
-        engine=flags["engine"], scheduler=flags["scheduler"], budgets=limits,
-        snapshots=tuple(pathlib.Path(f) for f in flags["snapshots"]),
-        device_memory=device_bytes)
+    options = AnalysisOptions(**fields, progress=True, budgets=limits)
     return AnalysisFlags(options, flags["baseline"], bool(flags["no_cache"]))
 
 

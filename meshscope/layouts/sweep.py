@@ -407,10 +407,14 @@ def _run_one(sweep_dir: pathlib.Path, name: str) -> int:
         return 1
     report(status="running", stage="analyze")
     from meshscope.analysis.errors import InputError
-    from meshscope.analysis.report.analyze import analyze
+    from meshscope.analysis.report.ensure import analysed
+    from meshscope.analysis.report.options import AnalysisOptions
     run = sweep.run_dir(name)
+    report_dir = ReportDir.of_run(run)
     try:
-        analyze(run).write(ReportDir.of_run(run).path)
+        # As `meshscope analyze RUN` does: the report keyed by its inputs and options, so a
+        # later analyze, compare or dashboard of the run reuses it instead of analysing again.
+        analysed(run, report_dir.path, AnalysisOptions(cache_dir=report_dir.cache))
     except (InputError, RunDirError, OSError) as e:
         report(status="failed", stage="analyze", error=str(e))
         return 1
