@@ -225,8 +225,8 @@ def _rank_folders(folder: pathlib.Path) -> list[pathlib.Path]:
 def _holds_torch_dumps(folder: pathlib.Path) -> bool:
     """PyTorch's own Flight Recorder dumps in ``folder`` itself (``_dump_<R>``,
     ``nccl_trace_rank_<R>``…: told by name, then by their first bytes, as
-    ``collectors.flight_recorder.torch_dump_name`` / ``torch_dump_form`` say)."""
-    from .flight_recorder import torch_dump_form, torch_dump_name     # it imports this module
+    ``collectors.torch_dumps.torch_dump_name`` / ``torch_dump_form`` say)."""
+    from .torch_dumps import torch_dump_form, torch_dump_name
 
     try:
         with os.scandir(folder) as it:

@@ -265,7 +265,7 @@ def create_app(runs_dir: pathlib.Path, limits: Limits | None = None,
     runs_list.register(app)
     compare.register(app)
     _register_exports(app, index, analyses)
-    from .server import install_error_page
+    from .errors import install_error_page
     install_error_page(app.server)
     return app
 

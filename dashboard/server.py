@@ -22,7 +22,8 @@ Before the path, two checks a shared dashboard needs:
   else ``401`` with a basic-auth challenge. Compared in constant time.
 
 Errors never reach the browser as text: the Flask app answers any unhandled exception with
-"internal error (details in the server log)" and logs the traceback (``install_error_page``).
+"internal error (details in the server log)" and logs the traceback
+(``errors.install_error_page``, which the app installs itself).
 """
 from __future__ import annotations
 
@@ -139,19 +140,6 @@ def guard(app, allowed_hosts=LOOPBACK_NAMES, token: str | None = None):
             return start_response(status, headers, exc_info)
         return app(environ, start)
     return guarded
-
-
-def install_error_page(flask_app) -> None:
-    """Unhandled exceptions: a short text for the browser, the traceback for the log."""
-    from werkzeug.exceptions import HTTPException
-
-    @flask_app.errorhandler(Exception)
-    def _error(e):
-        if isinstance(e, HTTPException):
-            return f"{e.code} {e.name.lower()}\n", e.code, {"Content-Type": "text/plain"}
-        log.exception("error while answering a request")
-        return "internal error (details in the server log)\n", 500, \
-            {"Content-Type": "text/plain"}
 
 
 def serve(runs_dir, host: str = "127.0.0.1", port: int = 8050, threads: int = 4,

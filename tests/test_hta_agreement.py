@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 from meshscope.analysis.timeline import breakdown as overlap
-from meshscope.analysis.timeline import intervals as iv
+from meshscope.analysis import intervals as iv
 from meshscope.analysis.timeline import rank_timeline as timeline
 from meshscope.analysis.ingest.events import load_trace
 from conftest import shared_trace

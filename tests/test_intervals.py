@@ -4,7 +4,7 @@ import random
 import numpy as np
 import pytest
 
-from meshscope.analysis.timeline import intervals as iv
+from meshscope.analysis import intervals as iv
 
 
 def _points(pairs, res=0.5):

@@ -1,6 +1,7 @@
 """The layers hold (docs/architecture.md): import-linter's contracts in pyproject.toml, run by
 ``.ci/lint-imports`` over the whole checkout — theory at the bottom with no third-party
-imports, analysis and parallel independent, layouts above both, dashboard, cli on top."""
+imports, analysis and parallel independent, layouts above both, dashboard, cli on top — and no
+cycle between siblings anywhere (acyclic_siblings)."""
 import pathlib
 import shutil
 import subprocess
@@ -21,5 +22,6 @@ def test_every_layer_contract_is_kept():
                                "PATH": "/usr/bin:/bin"}, timeout=300)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
-    assert "Contracts: 2 kept, 0 broken." in out
+    assert "Contracts: 3 kept, 0 broken." in out
     assert "Layers of docs/architecture.md: cli on top, vocabulary at the bottom KEPT" in out
+    assert "No cycles between sibling packages or modules KEPT" in out

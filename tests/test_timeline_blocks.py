@@ -91,7 +91,7 @@ def test_innermost_in_pieces_gives_the_latest_started_open_range_at_every_point(
     touch, nest and tie across the cuts included."""
     import random
 
-    from meshscope.analysis.timeline import intervals as iv
+    from meshscope.analysis import intervals as iv
 
     rng = random.Random(5)
     for _ in range(400):
@@ -113,7 +113,7 @@ def test_innermost_in_pieces_gives_the_latest_started_open_range_at_every_point(
 def test_innermost_in_pieces_is_the_whole_to_the_bit():
     """200,000 ranges in 50 steps, each step a range over its operators (so cuts fall between
     steps only): the sets taken 65,536 ranges at a time are the ones taken all at once."""
-    from meshscope.analysis.timeline import intervals as iv
+    from meshscope.analysis import intervals as iv
 
     rng = np.random.default_rng(7)
     steps = np.repeat(np.arange(50) * 1e5, 4000)
@@ -136,7 +136,7 @@ def test_union_of_sorted_or_shuffled_ranges_is_one_set():
     operations make): the same set either way, and the caller's arrays are left as they
     were. By construction: [0, 1) and [1, 2) touch, [3, 5) and [4, 6) overlap, [4, 4) is
     empty: {[0, 2), [3, 6)}."""
-    from meshscope.analysis.timeline import intervals as iv
+    from meshscope.analysis import intervals as iv
 
     starts = np.array([0.0, 1.0, 3.0, 4.0, 4.0])
     ends = np.array([1.0, 2.0, 5.0, 4.0, 6.0])

@@ -169,7 +169,7 @@ def interval_sets(inst, waits, wait_until) -> dict[tuple[str, str], "np.ndarray"
     (``analysis/timeline/breakdown.py``)."""
     import numpy as np
 
-    from meshscope.analysis.timeline import intervals as iv
+    from meshscope.analysis import intervals as iv
 
     out: dict[tuple[str, str], np.ndarray] = {}
     if inst is None or len(inst) == 0:
@@ -199,7 +199,7 @@ def interval_sets(inst, waits, wait_until) -> dict[tuple[str, str], "np.ndarray"
 def by_dimension(sets: dict[tuple[str, str], "np.ndarray"]) -> dict[str, "np.ndarray"]:
     """dimension → the union of its ops' sets (``interval_sets``), in the order of the
     dimensions' first appearance there (sorted)."""
-    from meshscope.analysis.timeline import intervals as iv
+    from meshscope.analysis import intervals as iv
 
     out: dict[str, list] = {}
     for (dim, _), x in sets.items():

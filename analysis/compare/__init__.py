@@ -9,8 +9,8 @@ folders of anyone's traces, analysed reports) and says what changed and why:
 - ``quantities``: the report's named quantities (``step_time``, ``exposed_comm.dp`` …), each
   with its per-step values and the run's noise of it;
 - ``names``: kernel names folded so the same kernel pairs up across library versions;
-- ``diff``: ``diff(before, after) -> RunDiff`` — the step-time difference in parts that add
-  up to it, with the kernels, operators and collectives behind each, bandwidth, findings
+- ``diff``: ``diff(before, after) -> RunDiff`` (``records``) — the step-time difference in
+  parts that add up to it, with the kernels, operators and collectives behind each, bandwidth, findings
   gained and lost, per-rank deltas; ``story``: the same in a few sentences;
 - ``gate``: the ``--fail-if`` conditions and the noise rule; ``outputs``: text, Markdown
   and JUnit;
@@ -22,7 +22,8 @@ folders of anyone's traces, analysed reports) and says what changed and why:
 """
 from __future__ import annotations
 
-from .diff import RunDiff, diff
+from .diff import diff
+from .records import RunDiff
 from .ranking import Comparison, rank
 from .sides import CompareError, Side, open_side, open_sides
 

@@ -34,7 +34,8 @@ import operator
 import re
 
 from . import quantities as Q
-from .diff import NOISE_FACTOR, Change, RunDiff, change
+from .diff import change
+from .records import NOISE_FACTOR, Change, RunDiff
 from .sides import Side
 
 

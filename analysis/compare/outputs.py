@@ -12,7 +12,7 @@ import xml.etree.ElementTree as ET
 
 from meshscope.analysis.comm.bandwidth import bucket_label
 
-from .diff import Part, RunDiff
+from .records import Part, RunDiff
 from .gate import Verdict
 
 KERNEL_ROWS = 12

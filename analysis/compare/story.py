@@ -10,7 +10,7 @@ vanished; findings gained and lost.
 """
 from __future__ import annotations
 
-from .diff import Part, RunDiff
+from .records import Part, RunDiff
 
 TOP_PARTS = 3
 MIN_SHARE = 0.05

@@ -21,7 +21,7 @@ import pandas as pd
 
 from meshscope.analysis.crossrank.graph import CALL, END, WAIT, Operation, Point, RankStep, \
     StepGraph
-from meshscope.analysis.timeline import intervals as iv
+from meshscope.analysis import intervals as iv
 
 
 def _own(a: float, b: float, waits: np.ndarray) -> float:

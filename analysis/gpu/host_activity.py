@@ -47,7 +47,7 @@ import numpy as np
 import pandas as pd
 
 from meshscope.analysis.ingest import classify
-from meshscope.analysis.timeline import intervals as iv
+from meshscope.analysis import intervals as iv
 
 HOST_KINDS = ("dataloader", "sync", "copy", "comm", "startup", "runtime", "cpu")
 DATALOADER_RE = re.compile(r"^enumerate\(Data(?:Loader|Pipe)\)#|dataloader\.py.*__next__|"

@@ -51,7 +51,7 @@ import numpy as np
 import pandas as pd
 
 from meshscope.analysis.gpu.host_activity import COPY_NAMES, EVENT_WAIT_NAMES
-from meshscope.analysis.timeline import intervals as iv
+from meshscope.analysis import intervals as iv
 from meshscope.vocabulary import IDLE_CAUSES
 
 # The causes, in the order they are charged.

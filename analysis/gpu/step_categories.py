@@ -28,7 +28,7 @@ import pandas as pd
 
 from meshscope.analysis.gpu import host_activity as ha
 from meshscope.analysis.ingest import classify
-from meshscope.analysis.timeline import intervals as iv
+from meshscope.analysis import intervals as iv
 
 CATEGORIES = ("kernel", "memcpy", "memset", "communication", "runtime", "dataloader",
               "cpu_exec", "other")

@@ -128,6 +128,8 @@ from meshscope.analysis.ingest import json_stream
 from meshscope.analysis.ingest import memory_events
 from meshscope.analysis.ingest import cache as trace_cache
 from meshscope.analysis.ingest import validate
+from meshscope.analysis.ingest.dictionaries import joined_codes as _joined_codes
+from meshscope.analysis.ingest.dictionaries import one_dictionary as _one_dictionary
 from meshscope.analysis.ingest.validate import Damage
 from meshscope.analysis.ingest import budgets as _budgets
 from meshscope.analysis.ingest.budgets import BudgetExceeded
@@ -1025,30 +1027,6 @@ def _trim() -> None:
     among the kept chunks, which the next, larger allocations cannot reuse."""
     if _MALLOC_TRIM is not None:
         _MALLOC_TRIM(0)
-
-
-def _joined_codes(parts: list) -> tuple[np.ndarray, list[str]]:
-    """(codes, values) of dictionary arrays with dictionaries of their own joined into one
-    dictionary: each part's codes mapped to the joined dictionary's, int32, -1 for a null."""
-    codes: dict[str, int] = {}
-    out = []
-    for part in parts:
-        remap = np.array([codes.setdefault(v, len(codes)) for v in part.dictionary.to_pylist()]
-                         + [-1], dtype=np.int32)
-        idx = part.indices
-        out.append(remap[(idx.fill_null(-1) if idx.null_count else idx)
-                         .to_numpy(zero_copy_only=False)])
-    return (np.concatenate(out) if out else np.zeros(0, dtype=np.int32)), list(codes)
-
-
-def _one_dictionary(parts: list) -> pa.DictionaryArray:
-    """Dictionary arrays with dictionaries of their own joined into one array of one
-    dictionary (``_joined_codes``; a null stays null)."""
-    codes, values = _joined_codes(parts)
-    missing = codes < 0
-    indices = pa.array(codes, pa.int32(), mask=missing) if missing.any() else \
-        pa.array(codes, pa.int32())
-    return pa.DictionaryArray.from_arrays(indices, pa.array(values, pa.large_string()))
 
 
 def _parse_events_of(batches: Iterable[list[_Event]], comm_kernel_re: re.Pattern | None,

@@ -43,6 +43,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from meshscope.analysis.ingest.dictionaries import one_dictionary
 from meshscope.analysis.ingest.validate import INT64_MAX, Damage
 
 NAME = "[memory]"
@@ -169,8 +170,7 @@ class Collector:
         for k in COLUMNS:
             parts = self.chunks.pop(k)
             if k == "lane":
-                from meshscope.analysis.ingest.events import _one_dictionary
-                arrays[k] = _one_dictionary(parts)
+                arrays[k] = one_dictionary(parts)
             else:
                 arrays[k] = pa.concat_arrays(parts)
         table = pa.Table.from_arrays([arrays[k] for k in COLUMNS], schema=SCHEMA)

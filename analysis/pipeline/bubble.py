@@ -29,7 +29,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from meshscope.analysis.timeline import intervals as iv
+from meshscope.analysis import intervals as iv
 from meshscope.analysis.timeline.rank_timeline import RankTimeline
 from meshscope.collectors.run_info import RunInfo
 from meshscope.theory.schedules import SCHEDULES, bubble_fraction

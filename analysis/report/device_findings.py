@@ -23,7 +23,7 @@ profiled steps (``_worst_per_step``); for one rank, its own mean.
 - ``memcpy-on-critical-path`` — memcpy/memset with neither compute nor communication beside it
   (the breakdown's ``other_us``): pinned memory, ``non_blocking=True``, copies on a side stream.
 - ``exposed-comm-<dim>`` without a cross-rank what-if (one rank, or ranks whose collectives do
-  not match: not in ``FindingInputs.whatif_dims``): what full overlap would save, which is the
+  not match: not in ``F.FindingInputs.whatif_dims``): what full overlap would save, which is the
   exposed time itself; with the what-if, never more than the exposed time
   (``findings._exposed``).
 - ``arrival-jitter`` — the ranks wait for each other at their collectives, but no rank is the
@@ -46,7 +46,8 @@ import math
 import pandas as pd
 
 from meshscope.analysis.gpu import host_activity
-from meshscope.analysis.report import findings as F
+from meshscope.analysis.report import finding_rules as F
+from meshscope.analysis.report.model import Finding
 from meshscope.vocabulary import exposed_comm_id
 
 SHORT_KERNEL_US = 20.0
@@ -99,7 +100,7 @@ def _ranks_over(df: pd.DataFrame, col: str, floor_us: float) -> list[int]:
 
 
 def _idle_finding(inp: F.FindingInputs, fid: str, cols: list[str], title_fmt: str, remedy: str,
-                  extra: dict | None = None, minus: str | None = None) -> F.Finding | None:
+                  extra: dict | None = None, minus: str | None = None) -> Finding | None:
     """A finding costing the idle time of ``cols`` (less the column ``minus``)."""
     idle = inp.idle
     if idle is None or idle.empty:
@@ -109,16 +110,16 @@ def _idle_finding(inp: F.FindingInputs, fid: str, cols: list[str], title_fmt: st
         x = (x - idle[minus].fillna(0.0)).clip(lower=0.0)
     df = idle.assign(_x=x)
     cost, worst = _worst_per_step(df, "_x")
-    if not F._beats_noise(cost, inp.step_us, inp.noise_us):
+    if not F.beats_noise(cost, inp.step_us, inp.noise_us):
         return None
     ranks = _ranks_over(df, "_x", 0.01 * inp.step_us)
     evidence = {"idle_us": cost, "share_of_step_pct": 100 * cost / inp.step_us,
                 "worst_rank": worst, "ranks": ranks,
                 "steps": sorted(int(s) for s in df["step"].unique())}
     evidence.update(extra or {})
-    title = title_fmt.format(ms=F._ms(cost), pct=100 * cost / inp.step_us, rank=worst,
+    title = title_fmt.format(ms=F.ms(cost), pct=100 * cost / inp.step_us, rank=worst,
                              ranks=_ranks_text(ranks))
-    return F._timed(fid, "all", cost, inp, title, evidence, remedy,
+    return F.timed(fid, "all", cost, inp, title, evidence, remedy,
                     f"no device idle from {', '.join(CAUSE_TEXT[c[5:-3]] for c in cols)}")
 
 
@@ -182,12 +183,12 @@ def _mean_kernel_us(inp: F.FindingInputs) -> tuple[float, float]:
     return (float(comp["total_us"].sum()) / n if n else math.nan), n / steps / ranks
 
 
-def _memcpy(inp: F.FindingInputs) -> F.Finding | None:
+def _memcpy(inp: F.FindingInputs) -> Finding | None:
     bd = inp.breakdown
     if not inp.on_gpu or bd.empty or "other_us" not in bd:
         return None
     cost, worst = _worst_per_step(bd, "other_us")
-    if not F._beats_noise(cost, inp.step_us, inp.noise_us):
+    if not F.beats_noise(cost, inp.step_us, inp.noise_us):
         return None
     evidence = {"exposed_copy_us": cost, "worst_rank": worst}
     k = inp.kernels
@@ -197,17 +198,17 @@ def _memcpy(inp: F.FindingInputs) -> F.Finding | None:
                               for n, c, t in zip(copies["name"], copies["count"],
                                                  copies["total_us"])][:3]
     pageable = any("Pageable" in c["name"] for c in evidence.get("copies", []))
-    title = (f"Memory copies on the critical path: {F._ms(cost)} per step of memcpy/memset "
+    title = (f"Memory copies on the critical path: {F.ms(cost)} per step of memcpy/memset "
              f"with no compute or communication beside it"
              + (" (from pageable host memory)" if pageable else ""))
-    return F._timed("memcpy-on-critical-path", "all", cost, inp, title, evidence,
+    return F.timed("memcpy-on-critical-path", "all", cost, inp, title, evidence,
                     "copy from pinned host memory (DataLoader(pin_memory=True)) with "
                     "non_blocking=True, and overlap the copies with compute on a side stream "
                     "or prefetch the next batch to the GPU",
                     "the copies overlapped with compute")
 
 
-def _exposed_single(inp: F.FindingInputs, have: set[str]) -> list[F.Finding]:
+def _exposed_single(inp: F.FindingInputs, have: set[str]) -> list[Finding]:
     """Exposed communication of dimensions without a what-if saving: its exposed time."""
     bd = inp.breakdown
     out = []
@@ -219,17 +220,17 @@ def _exposed_single(inp: F.FindingInputs, have: set[str]) -> list[F.Finding]:
         if dim in have or dim in inp.dim_savings or dim in inp.whatif_dims:
             continue
         cost, worst = _worst_per_step(bd, col)
-        if not F._beats_noise(cost, inp.step_us, inp.noise_us):
+        if not F.beats_noise(cost, inp.step_us, inp.noise_us):
             continue
         per_rank = bd.groupby("rank").mean(numeric_only=True)
         mine = per_rank.loc[worst] if worst in per_rank.index else pd.Series(dtype=float)
         evidence = {"exposed_us": cost, "worst_rank": worst,
                     "overlap_pct": float(mine.get("overlap_pct", math.nan)),
                     "comm_us": float(mine.get("comm_us", math.nan))}
-        title = (f"Exposed {dim} communication: {F._ms(cost)} per step "
+        title = (f"Exposed {dim} communication: {F.ms(cost)} per step "
                  f"({100 * cost / inp.step_us:.0f}% of the step) runs with no compute beside it"
                  f"{' on rank ' + str(worst) if worst is not None else ''}")
-        out.append(F._timed(exposed_comm_id(dim), dim, cost, inp, title, evidence,
+        out.append(F.timed(exposed_comm_id(dim), dim, cost, inp, title, evidence,
                             F.REMEDIES.get(dim, F.REMEDIES["unknown"]) if dim != "unknown"
                             else "overlap it with compute (bucketed, asynchronous "
                                  "collectives issued earlier) or find its process group "
@@ -239,7 +240,7 @@ def _exposed_single(inp: F.FindingInputs, have: set[str]) -> list[F.Finding]:
     return out
 
 
-def _jitter(inp: F.FindingInputs) -> F.Finding | None:
+def _jitter(inp: F.FindingInputs) -> Finding | None:
     """Waits at collectives with no straggler behind them (module docstring)."""
     if inp.straggler is not None or inp.savings is None or inp.savings.empty or inp.stages > 1:
         return None     # a pipeline's waits at its receives are bubble, not jitter
@@ -250,7 +251,7 @@ def _jitter(inp: F.FindingInputs) -> F.Finding | None:
     bd = inp.breakdown
     if len(bd):
         cost = min(cost, float(bd.groupby("rank")["exposed_comm_us"].mean().max()))
-    if not F._beats_noise(cost, inp.step_us, inp.noise_us):
+    if not F.beats_noise(cost, inp.step_us, inp.noise_us):
         return None
     last = colls["last_rank"].dropna().astype(int)
     counts = last.value_counts()
@@ -266,16 +267,16 @@ def _jitter(inp: F.FindingInputs) -> F.Finding | None:
            if top_share < 0.75 else
            f"rank {int(counts.index[0])} arrives last most often, but making it as fast as "
            f"its peers saves no more than the step-to-step noise")
-    title = (f"Arrival jitter: ranks wait {F._ms(cost)} per step for each other at their "
+    title = (f"Arrival jitter: ranks wait {F.ms(cost)} per step for each other at their "
              f"collectives with no straggler behind it ({why})")
-    return F._timed("arrival-jitter", dims[0] if len(dims) == 1 else "all", cost, inp, title,
+    return F.timed("arrival-jitter", dims[0] if len(dims) == 1 else "all", cost, inp, title,
                     evidence, "make the ranks' step times steadier: pin each rank to its own "
                     "cores, keep other work off the hosts, prefetch data so loading time does "
                     "not vary; and issue the collectives earlier so the waits overlap compute",
                     "every rank arrives at each collective together")
 
 
-def _gemm(inp: F.FindingInputs) -> F.Finding | None:
+def _gemm(inp: F.FindingInputs) -> Finding | None:
     g = inp.gemms
     if g is None or g.empty:
         return None
@@ -286,7 +287,7 @@ def _gemm(inp: F.FindingInputs) -> F.Finding | None:
     steps = max(inp.breakdown["step"].nunique() if len(inp.breakdown) else 1, 1)
     ranks = max(big["rank"].nunique(), 1)
     cost = float((big["kernel_us"] - target_us).clip(lower=0).sum()) / steps / ranks
-    if not F._beats_noise(cost, inp.step_us, inp.noise_us):
+    if not F.beats_noise(cost, inp.step_us, inp.noise_us):
         return None
     top = big.sort_values("kernel_us", ascending=False).iloc[0]
     cover = gemm_coverage(g, inp.kernel_categories)
@@ -303,7 +304,7 @@ def _gemm(inp: F.FindingInputs) -> F.Finding | None:
     if total > 0 and covered < GEMM_COVERAGE_FULL * total:
         title += (f" — judged on {_pct(covered, total)} of the GEMM kernel time: the rest "
                   f"has no recorded shapes")
-    return F._timed("low-gemm-efficiency", "all", cost, inp, title, evidence,
+    return F.timed("low-gemm-efficiency", "all", cost, inp, title, evidence,
                     "run them in bf16/fp16 on the tensor cores (autocast), with dimensions "
                     "that are multiples of 8 (16 for fp8), larger batches, or fused kernels "
                     "(torch.compile)",
@@ -317,7 +318,7 @@ CLAIMS = {"data-loading-stall": ("dataloader",), "sync-stall": ("sync",),
 
 
 def _gpu_idle(inp: F.FindingInputs, explained_us: float,
-              claimed_by: dict[str, str] | None = None) -> F.Finding | None:
+              claimed_by: dict[str, str] | None = None) -> Finding | None:
     """``claimed_by``: cause → the id of the finding that claims its time (``CLAIMS``); the
     launch-bound finding does not claim the time inside slow launch calls
     (``slow_launch_us``)."""
@@ -341,11 +342,11 @@ def _gpu_idle(inp: F.FindingInputs, explained_us: float,
         bits = [f"{100 * v / total:.0f}%"]
         slow_here = c == "launch" and slow > 0.01 * total
         if slow_here:
-            bits.append(f"{F._ms(slow)} of it in launch calls of over 1 ms: first launches, "
+            bits.append(f"{F.ms(slow)} of it in launch calls of over 1 ms: first launches, "
                         f"start-up")
         if c in claimed_by and not (slow_here and v - slow <= 0.01 * total):
             bits.append(("the rest: " if slow_here else "") + f"the {claimed_by[c]} finding")
-        return f"{CAUSE_TEXT[c]} {F._ms(v)} ({'; '.join(bits)})"
+        return f"{CAUSE_TEXT[c]} {F.ms(v)} ({'; '.join(bits)})"
     where = "; ".join(text(c, v) for c, v in ordered if v > 0.01 * total)
     # What no other finding claims, by cause: the remedy is the largest one's.
     free = {c: (0.0 if c in claimed_by else v) for c, v in parts.items()}
@@ -356,7 +357,7 @@ def _gpu_idle(inp: F.FindingInputs, explained_us: float,
                 "by_cause_us": parts, "slow_launch_us": slow,
                 "claimed_by": dict(claimed_by), "explained_by_other_findings_us": explained_us}
     title = (f"Rank {rank}'s GPU idles {100 * float(share[rank]):.0f}% of the step "
-             f"({F._ms(total)}): {where}")
+             f"({F.ms(total)}): {where}")
     top = max(free, key=lambda c: free[c]) if any(v > 0 for v in free.values()) \
         else ordered[0][0]
     remedy = CAUSE_REMEDY[top]
@@ -364,7 +365,7 @@ def _gpu_idle(inp: F.FindingInputs, explained_us: float,
         remedy = SLOW_LAUNCH_REMEDY
     elif top == "launch" and (inp.graph_captures or inp.graph_replays):
         remedy = _graph_remedy(inp)
-    return F._timed("gpu-idle", "all", cost, inp, title, evidence, remedy,
+    return F.timed("gpu-idle", "all", cost, inp, title, evidence, remedy,
                     "the idle time no other finding explains removed")
 
 
@@ -432,10 +433,10 @@ def _pct(part: float, whole: float) -> str:
     return f"~{max(p, 0.1):.1g}%" if p < 1.5 else f"{p:.0f}%"
 
 
-def device_findings(inp: F.FindingInputs, have: set[str]) -> list[F.Finding]:
+def device_findings(inp: F.FindingInputs, have: set[str]) -> list[Finding]:
     """The findings of this module (module docstring) in no particular order; ``have``: the
     dimensions whose exposed communication already has a (what-if) finding."""
-    out: list[F.Finding] = []
+    out: list[Finding] = []
     site = _sync_site(inp)
     idle_found = [
         _idle_finding(inp, "data-loading-stall", ["idle_dataloader_us"],

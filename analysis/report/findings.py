@@ -54,101 +54,18 @@ import pandas as pd
 
 from meshscope.analysis.pipeline.bubble import theory_fraction
 from meshscope.analysis.records import flight_recorder as fr_records
+from meshscope.analysis.report.finding_rules import (MIN_COST_PCT, NOISE_FACTOR, REMEDIES,  # noqa: F401
+                                                     FindingInputs)
+from meshscope.analysis.report.finding_rules import beats_noise as _beats_noise
+from meshscope.analysis.report.finding_rules import ms as _ms
+from meshscope.analysis.report.finding_rules import timed as _timed
 from meshscope.analysis.report.model import Finding
-from meshscope.vocabulary import CommDim, exposed_comm_id
+from meshscope.vocabulary import exposed_comm_id
 
-REMEDIES: dict[CommDim, str] = {
-    "pp": "more microbatches, or an interleaved / zero-bubble schedule",
-    "tp": "sequence parallelism or asynchronous tensor parallelism, or a smaller tp degree",
-    "dp": "a larger DDP bucket or a different ZeRO stage, and more compute to overlap with",
-    "cp": "larger chunks per rank, or overlap the K/V exchange with more attention work",
-    "ep": "capacity/load balancing of the router, or fewer expert-parallel ranks",
-    "unknown": "find which process group it belongs to (record_param_comms, run.json, or "
-               "`meshscope analyze --layout`)",
-}
 HOST_BOUND_REMEDY = ("the host does not launch work fast enough: look at data loading, "
                      "Python overhead and CPU contention on that rank's host")
 STRAGGLER_REMEDY = ("find what slows that rank: its host (other processes, CPU frequency, "
                     "thermal limits), its data loading, or its placement")
-NOISE_FACTOR = 3.0
-MIN_COST_PCT = 1.0
-
-
-@dataclasses.dataclass
-class FindingInputs:
-    step_us: float                        # the report's headline step time (cost % of it)
-    noise_us: float                       # what a measured cost must beat: the larger of the
-                                          # step noise over √(profiled steps) and the what-if
-                                          # floor (analysis/crossrank/whatif.py); NaN unknown
-    breakdown: pd.DataFrame
-    bubbles: pd.DataFrame
-    schedule: str | None
-    stages: int
-    microbatches: int
-    virtual_stages: int
-    straggler: dict | None                # whatif.WhatIf.straggler
-    savings: pd.DataFrame                 # whatif.WhatIf.savings
-    imbalance: dict | None                # whatif stage balance: saving_us, stage_work_us
-    dim_savings: dict[str, float]         # dimension → what-if saving of its transfers
-    hangs: pd.DataFrame | None
-    slow_steps: list[int]
-    warmup_steps: list[int]
-    step_times: pd.Series                 # step → T(s) from the step timers
-    median_step_us: float
-    on_gpu: bool = False
-    # dimension → {"transfer_us", "after_last_us", "ops_per_step"}: medians over its matched
-    # operations (analysis/comm/matching.py)
-    dim_timing: dict[str, dict] = dataclasses.field(default_factory=dict)
-    # The per-rank tables the findings of one rank's own time read (device_findings.py):
-    # the idle breakdown, synchronisations, kernels, GEMMs, matched collectives.
-    idle: pd.DataFrame | None = None
-    sync_calls: pd.DataFrame | None = None
-    kernels: pd.DataFrame | None = None
-    gemms: pd.DataFrame | None = None
-    collectives: pd.DataFrame | None = None
-    # The dimensions the cross-rank what-if replay covered (their operations matched across
-    # ranks); None: all of them. Any other exposed dimension costs its exposed time
-    # (device_findings._exposed_single).
-    whatif_dims: set[str] | None = None
-    # The memory findings (analysis/report/memory_findings.py), ranked into the list: near-oom
-    # after a hang or desync, the others after the time findings.
-    memory: list[Finding] = dataclasses.field(default_factory=list)
-    # GPU traces: device time per kernel category (the GEMM verdict's coverage), and the CUDA
-    # graphs the ranks capture and replay (``RankTimeline.graph_captures`` / ``_replays``).
-    kernel_categories: pd.DataFrame | None = None
-    graph_captures: int = 0
-    graph_replays: int = 0
-
-
-def _severity(pct: float, cost_us: float, noise_us: float) -> str:
-    sev = "high" if pct >= 10 else "medium" if pct >= 3 else "low"
-    if noise_us == noise_us and cost_us < NOISE_FACTOR * noise_us:
-        sev = "low"
-    return sev
-
-
-def _beats_noise(cost_us: float, step_us: float, noise_us: float) -> bool:
-    if not (cost_us == cost_us) or step_us <= 0:
-        return False
-    return cost_us >= MIN_COST_PCT / 100 * step_us and \
-        (noise_us != noise_us or cost_us >= noise_us)
-
-
-def _timed(fid, dimension, cost_us, inp: FindingInputs, title, evidence, remedy, assumption,
-           symptoms=(), measured: bool = True) -> Finding:
-    """A timed finding; ``measured`` False for a cost that is not measured but follows from the
-    schedule's closed form (no noise to beat)."""
-    pct = 100 * cost_us / inp.step_us if inp.step_us else 0.0
-    noise = inp.noise_us if measured else float("nan")
-    return Finding(fid, _severity(pct, cost_us, noise), dimension, float(cost_us),
-                   float(pct), title, evidence, remedy,
-                   {"step_time_us": float(inp.step_us - cost_us), "assumption": assumption},
-                   list(symptoms))
-
-
-def _ms(us: float) -> str:
-    return f"{us / 1000:.1f} ms"
-
 
 def _records(df: pd.DataFrame) -> list[dict]:
     return [{k: (v.item() if hasattr(v, "item") else v) for k, v in r.items()}

@@ -62,7 +62,7 @@ from meshscope.analysis.ingest import validate
 from meshscope.analysis.ingest.events import NO_RANK, RANKLESS_KEY, name_rank
 from meshscope.analysis.records.fr_table import FlightRecords
 from meshscope.collectors import run_dir as rd, step_timer
-from meshscope.collectors import flight_recorder
+from meshscope.collectors import flight_recorder, torch_dumps
 from meshscope.collectors.flight_recorder import read_dump
 from meshscope.collectors.run_dir import RunDirError
 from meshscope.collectors.run_info import RunInfo, read_run_info
@@ -216,11 +216,11 @@ def _torch_dump(f: pathlib.Path, *, alone: bool = False):
     its name says it could be one but its first bytes say otherwise; (None, None) when its
     name does not. ``alone``: the path analysed is this very file — a pickle or a JSON dump is
     taken whatever its name (rank 0 when the name gives none)."""
-    named = flight_recorder.torch_dump_name(f.name)
+    named = torch_dumps.torch_dump_name(f.name)
     if f.name.endswith(".json.gz") or (named is None and not alone):
         return None, None
     prefix, rank, form = named or (f.name, 0, "json" if f.name.endswith(".json") else "pickle")
-    why = flight_recorder.torch_dump_form(f, form)
+    why = torch_dumps.torch_dump_form(f, form)
     if why is None:
         return TorchDumpFile(f, prefix, rank, form), None
     return None, (prefix, why)
@@ -287,7 +287,7 @@ def walk_inputs(path: pathlib.Path) -> Found:
         dirs.sort()
         for name in sorted(names):
             maybe_dump = not is_run_dir and not name.startswith(".") and \
-                flight_recorder.torch_dump_name(name) is not None
+                torch_dumps.torch_dump_name(name) is not None
             if not (maybe_dump or name.endswith(rd.TRACE_SUFFIXES)) or name in skip:
                 continue
             f = here / name

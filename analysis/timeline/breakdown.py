@@ -54,7 +54,7 @@ import math
 import numpy as np
 
 from meshscope.analysis.gpu import idle as gpu_idle
-from meshscope.analysis.timeline import intervals as iv
+from meshscope.analysis import intervals as iv
 from meshscope.analysis.timeline.rank_timeline import RankTimeline
 
 DIM_ORDER = ("pp", "tp", "cp", "ep", "dp", "unknown")

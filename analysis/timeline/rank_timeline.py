@@ -41,7 +41,7 @@ from meshscope.analysis.crossrank.clocks import to_aligned_us
 from meshscope.analysis.gpu import host_activity
 from meshscope.analysis.gpu import idle as gpu_idle
 from meshscope.analysis.ingest import classify
-from meshscope.analysis.timeline import intervals as iv
+from meshscope.analysis import intervals as iv
 from meshscope.analysis.timeline import waits as wt
 from meshscope.analysis.ingest.events import RankTrace
 

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from meshscope.analysis.timeline import intervals as iv
+from meshscope.analysis import intervals as iv
 
 MIN_WAIT_US = 20.0
 RESUME_US = 2000.0

@@ -609,7 +609,7 @@ def plan_cmd(ctx, world, model, model_json, seq_len, dims, layouts, schedules, m
     """Predict memory, communication and step time of layouts, before running them."""
     from meshscope.layouts.plan import plan
     from meshscope.layouts.plan.render import render_plan
-    from meshscope.layouts.sweep import SweepError, enumerate_candidates
+    from meshscope.layouts.plan.enumerate import ChoiceError, enumerate_candidates
 
     def given(name):
         return ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE
@@ -741,14 +741,14 @@ def plan_cmd(ctx, world, model, model_json, seq_len, dims, layouts, schedules, m
                 try:
                     dp = parse_layout(text).size("dp")
                 except LayoutError as e:
-                    raise SweepError(f"--layouts {text!r}: {e}") from None
+                    raise ChoiceError(f"--layouts {text!r}: {e}") from None
                 if global_batch % (dp * micro_batch_size):
-                    raise SweepError(f"--layouts {text}: global batch {global_batch} is not "
+                    raise ChoiceError(f"--layouts {text}: global batch {global_batch} is not "
                                      f"divisible by dp={dp} × {micro_batch_size} sequences")
                 cands += enumerate_for((text,), (global_batch // (dp * micro_batch_size),))
         else:
             cands = enumerate_for(_layouts(layouts), mb_choices)
-    except SweepError as e:
+    except ChoiceError as e:
         fail(str(e))
     cands = _apply_pipeline_options(cands, virtual_stages, stage_layers, spec.n_layers)
     if training.offload == "all" and not any(c.zero_stage == 3 for c in cands):

@@ -1,6 +1,6 @@
 """The layouts of a GPU job: the runner's rules where they are the model's, not the runner's.
 
-``layouts.sweep.enumerate_candidates`` keeps what ``meshscope run`` can launch; a Megatron or
+``layouts.plan.enumerate.enumerate_candidates`` keeps what ``meshscope run`` can launch; a Megatron or
 DeepSpeed job can do more — above all tensor parallelism inside MoE layers (Megatron's expert
 tensor parallelism). So a job's layouts are enumerated on the model's dense stand-in (the
 same divisibility rules for heads, FFN width, layers, sequence and batch) and expert
@@ -12,13 +12,9 @@ from __future__ import annotations
 import dataclasses
 
 from meshscope.parallel.layout import Layout, LayoutError, parse_layout
-from ..sweep import SweepError, enumerate_candidates
+from .enumerate import ChoiceError, divisors, enumerate_candidates
 from .candidate import Candidate
 from .spec import ModelSpec
-
-
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
 
 
 def _with_ep(c: Candidate, ep: int) -> Candidate:
@@ -42,7 +38,7 @@ def _ep_problem(c: Candidate, ep: int, spec: ModelSpec) -> str | None:
 def job_candidates(world: int, spec: ModelSpec, *, dims, schedules, microbatches, dp_modes,
                    global_batch: int, sp: bool, layouts=None, extra_check=None
                    ) -> list[Candidate]:
-    """Every valid layout of ``world`` GPUs for ``spec`` (SweepError for one that is not)."""
+    """Every valid layout of ``world`` GPUs for ``spec`` (ChoiceError for one that is not)."""
     dense = dataclasses.replace(spec.as_config(), moe_experts=0)
     common = dict(schedules=schedules, microbatches=microbatches, dp_modes=dp_modes,
                   global_batch=global_batch, sp=sp, runner_only=False, extra_check=extra_check)
@@ -52,19 +48,19 @@ def job_candidates(world: int, spec: ModelSpec, *, dims, schedules, microbatches
             try:
                 layout = parse_layout(text)
             except LayoutError as e:
-                raise SweepError(f"--layouts {text!r}: {e}") from None
+                raise ChoiceError(f"--layouts {text!r}: {e}") from None
             ep = layout.size("ep")
             base = ",".join(f"{d}={layout.size(d)}" for d in ("dp", "tp", "pp", "cp")
                             if layout.size(d) > 1) or "dp=1"
             for c in enumerate_candidates(world, dense, layouts=[base], **common):
                 why = _ep_problem(c, ep, spec)
                 if why:
-                    raise SweepError(f"--layouts {text}: {why}")
+                    raise ChoiceError(f"--layouts {text}: {why}")
                 out.append(_with_ep(c, ep))
     else:
         plain = tuple(d for d in dims if d != "ep")
         for c in enumerate_candidates(world, dense, dims=plain, **common):
-            eps = _divisors(c.dp_shards) if "ep" in dims and spec.moe_experts else [1]
+            eps = divisors(c.dp_shards) if "ep" in dims and spec.moe_experts else [1]
             out += [_with_ep(c, ep) for ep in eps if not _ep_problem(c, ep, spec)]
     seen, unique = set(), []
     for c in out:

@@ -51,6 +51,7 @@ from meshscope.theory.schedules import in_flight
 from .activations import (first_stage_extra_bytes, last_stage_extra_bytes,
                           layer_activation_bytes, logits_loss_bytes)
 from .candidate import Candidate
+from .estimate import MemoryEstimate
 from .spec import ModelSpec, is_expert
 from .states import gather_buffer_bytes, model_states_by_term
 from .traffic import shape_of
@@ -165,7 +166,6 @@ def _buffers(spec, cand, t, r, dense, units, terms, experts_local=0.0) -> float:
 
 
 def job_memory(spec: ModelSpec, cand: Candidate, t: Training) -> list:
-    from .memory import MemoryEstimate
 
     tp, ep = cand.layout.size("tp"), cand.layout.size("ep")
     sp = cand.sp and tp > 1

@@ -63,6 +63,7 @@ import dataclasses
 from meshscope.theory.schedules import in_flight
 
 from .candidate import Candidate
+from .estimate import MemoryEstimate
 from .precision import Precision, precision_of
 from .spec import ModelSpec
 from .traffic import shape_of
@@ -92,33 +93,6 @@ def model_states(n_params: float, zero_stage: int, n_d: int, precision: Precisio
         params_bytes=n_params * prec.param_bytes / (n_d if zero_stage >= 3 else 1),
         grads_bytes=n_params * prec.grad_bytes / (n_d if zero_stage >= 2 else 1),
         optimizer_bytes=n_params * prec.optimizer_bytes / (n_d if zero_stage >= 1 else 1))
-
-
-@dataclasses.dataclass(frozen=True)
-class MemoryEstimate:
-    """Peak memory of one rank (the pipeline rank ``pp_rank``; every rank of that pipeline
-    coordinate holds the same)."""
-    pp_rank: int
-    params_bytes: float
-    grads_bytes: float
-    optimizer_bytes: float
-    buffers_bytes: float
-    activations_bytes: float
-    microbatches_in_flight: float
-    terms: dict = dataclasses.field(default_factory=dict)   # every term, bytes on the device
-    cpu_bytes: float = 0.0                                  # offloaded to host memory
-
-    @property
-    def model_states_bytes(self) -> float:
-        return self.params_bytes + self.grads_bytes + self.optimizer_bytes
-
-    @property
-    def total_bytes(self) -> float:
-        return self.model_states_bytes + self.buffers_bytes + self.activations_bytes
-
-    def as_dict(self) -> dict:
-        return {**dataclasses.asdict(self), "model_states_bytes": self.model_states_bytes,
-                "total_bytes": self.total_bytes}
 
 
 def layer_activation_elements(spec: ModelSpec, i: int, tp: int, sp: bool, ep: int) -> float:
