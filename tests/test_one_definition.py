@@ -51,8 +51,8 @@ def _where(pattern: str) -> set[str]:
 
 
 def test_the_headline_step_time_is_chosen_in_one_place():
-    assert _where(r"def choose_headline\b") == {"analysis/report/reader.py"}
-    assert _where(r'"timer",\s*"window",\s*"replayed"') == {"analysis/report/reader.py"}
+    assert _where(r"def choose_headline\b") == {"analysis/report/model.py"}
+    assert _where(r'"timer",\s*"window",\s*"replayed"') == {"analysis/report/model.py"}
     # no reader picks its own: the old spelling of the choice is nowhere
     assert _where(r"\(timer, \"timer\"\), \(replayed") == set()
 
