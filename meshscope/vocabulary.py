@@ -36,6 +36,10 @@ PARALLEL_DIMS: tuple[Dim, ...] = get_args(Dim)
 CommDim = Literal["dp", "tp", "pp", "cp", "ep", "ep_replica", "unknown"]
 COMM_DIMS: tuple[CommDim, ...] = get_args(CommDim)
 UNKNOWN_DIM: CommDim = "unknown"
+# The order in which overlapping communication of several dimensions is credited as exposed
+# (the report's ``exposed_comm_<dim>_us`` columns, in this order; what no listed dimension
+# claims, ``ep_replica`` included, is ``unknown``).
+EXPOSED_COMM_ORDER: tuple[CommDim, ...] = ("pp", "tp", "cp", "ep", "dp", "unknown")
 
 DimSource = Literal["trace", "run.json", "flight_recorder", "--layout", "scope", "layout",
                     "world", "unknown"]

@@ -8,10 +8,15 @@ definition of each, and the test fails when one appears.
 - the robust noise's constant (MAD → σ) in ``analysis/records/steps.py`` alone;
 - FLOPs per token (its formula; the wrappers only ask it), overlap %, the bus factor and the
   noise each have one ``def``;
-- a report's finding is one class (``analysis/report/model.Finding``).
+- a report's finding is one class (``analysis/report/model.Finding``);
+- the per-rank mean of GPU idle is taken once, for summary.json (the GPU page reads it), and
+  the order exposed communication is credited in is spelled once (the vocabulary);
+- the dashboard's pages read a report through ``report/reader.py`` and ``report/model.py``
+  alone: no page imports an analyser.
 """
 from __future__ import annotations
 
+import ast
 import re
 
 from conftest import ROOT
@@ -79,3 +84,41 @@ def test_flops_overlap_and_findings_have_one_definition():
         assert "return training_flops_per_token(" in body, path
     assert _where(r"def overlap_pct\b") == {"analysis/timeline/breakdown.py"}
     assert _where(r"^class Finding\b") == {"analysis/report/model.py"}
+
+
+def test_idle_means_and_the_dimension_order_are_written_once():
+    assert _where(r"idle.*groupby\(\"rank\"\).*mean\(") == {"analysis/report/summary.py"}
+    assert _where(r'\("pp", "tp", "cp", "ep", "dp", "unknown"\)') == {"meshscope/vocabulary.py"}
+
+
+# What a page may import of meshscope besides the reader and the model: the vocabulary; the
+# compare page the comparison (its own model, analysis/compare) and the planner's ranking of
+# layouts; the runs list the run directory contract (it lists run directories, not reports).
+PAGE_IMPORTS = {"*": {"meshscope.analysis.report.reader", "meshscope.analysis.report.model",
+                      "meshscope.analysis.report", "meshscope.vocabulary"},
+                "compare.py": {"meshscope.analysis.compare", "meshscope.analysis.compare.diff",
+                               "meshscope.analysis.compare.ranking", "meshscope.layouts"},
+                "runs_list.py": {"meshscope.collectors.run_dir", "meshscope.collectors.run_info"}}
+
+
+def _meshscope_imports(path):
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module \
+                and node.module.startswith("meshscope"):
+            yield node.module, [a.name for a in node.names]
+        elif isinstance(node, ast.Import):
+            yield from ((a.name, []) for a in node.names if a.name.startswith("meshscope"))
+
+
+def test_pages_read_a_report_through_the_reader_and_the_model_only():
+    pages = sorted((ROOT / "dashboard" / "pages").glob("*.py"))
+    assert len(pages) >= 10
+    seen = set()
+    for path in pages:
+        allowed = PAGE_IMPORTS["*"] | PAGE_IMPORTS.get(path.name, set())
+        for module, names in _meshscope_imports(path):
+            seen.add(module)
+            assert module in allowed, (path.name, module)
+            if module == "meshscope.analysis.report":      # the package: its reader only
+                assert names == ["reader"], (path.name, names)
+    assert "meshscope.analysis.report" in seen     # the scan does see the pages' imports

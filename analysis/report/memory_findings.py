@@ -45,7 +45,7 @@ import math
 import pandas as pd
 
 from meshscope.analysis.memory.gather import main_devices
-from meshscope.analysis.report.model import Finding
+from meshscope.analysis.report.model import Finding, human_bytes
 
 NEAR_OOM_MARGIN = 0.10
 IMBALANCE_RATIO = 1.10
@@ -56,15 +56,6 @@ FRAGMENTATION_SHARE = 0.25
 MIN_FRAGMENTATION_BYTES = 64 << 20
 LARGEST_SHARE = 0.25
 MIN_LARGEST_BYTES = 1 << 20
-
-
-def human_bytes(n: float | None) -> str:
-    if n is None or n != n:
-        return "-"
-    for unit, size in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if abs(n) >= size:
-            return f"{n / size:.2f} {unit}"
-    return f"{int(n)} B"
 
 
 def _num(x) -> float | None:

@@ -246,7 +246,8 @@ class BandwidthRow:
 @dataclasses.dataclass(frozen=True)
 class GpuIdle:
     """One row of ``gpu_idle_per_rank_mean``: a rank's GPU idle per step and the part of it
-    charged to each cause (``vocabulary.IDLE_CAUSES``), mean over the profiled steps."""
+    charged to each cause (``vocabulary.IDLE_CAUSES``' order, then causes a newer report
+    adds; a cause an older report did not write is absent), mean over the profiled steps."""
     rank: int
     idle_us: float | None
     by_cause_us: dict[str, float | None]
@@ -442,3 +443,13 @@ class StageCompute:
     stage: int
     compute_per_mb_us: float | None
     ratio_to_mean: float | None
+
+
+def human_bytes(n: float | None) -> str:
+    """A byte count in binary units, as every view writes one (``1.50 GiB``; ``-`` unknown)."""
+    if n is None or n != n:
+        return "-"
+    for unit, size in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(n) >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{int(n)} B"

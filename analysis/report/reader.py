@@ -38,6 +38,11 @@ each with its columns):
 - ``clock_offsets(df) -> [ClockOffset]``, ``kernels(df) -> [Kernel]``, ``gemms(df) ->
   [Gemm]``, ``stream_idle(df) -> [StreamIdle]`` and ``stage_computes(df) -> [StageCompute]``:
   the rows a page iterates, as typed records (None where the table does not know a value).
+- ``flight_recorder_verdicts(table, summary)`` (the verdicts table, or schema 1's hangs in
+  its columns) and ``heatmap_runs(df)`` (the step heatmap in at most a screen of columns).
+
+The dashboard's pages read a report through this module and ``report/model.py`` only
+(``tests/test_one_definition.py`` checks their imports).
 """
 from __future__ import annotations
 
@@ -191,8 +196,13 @@ def _bandwidth(d: dict) -> BandwidthRow:
 
 
 def _gpu_idle(d: dict) -> GpuIdle:
+    """A row of ``gpu_idle_per_rank_mean``: the causes the report wrote, in the vocabulary's
+    order, then any a newer report adds (an older report's row lacks the later causes)."""
+    known = [c for c in IDLE_CAUSES if f"idle_{c}_us" in d]
+    newer = [k[5:-3] for k in d if k.startswith("idle_") and k.endswith("_us")
+             and k != "idle_us" and k[5:-3] not in IDLE_CAUSES]
     return GpuIdle(rank=int(d["rank"]), idle_us=_num(d.get("idle_us")),
-                   by_cause_us={c: _num(d.get(f"idle_{c}_us")) for c in IDLE_CAUSES})
+                   by_cause_us={c: _num(d[f"idle_{c}_us"]) for c in known + newer})
 
 
 def _top_kernel(d: dict) -> TopKernel:
@@ -425,3 +435,33 @@ def stream_idle(df: pd.DataFrame) -> list[StreamIdle]:
 def stage_computes(df: pd.DataFrame) -> list[StageCompute]:
     return [StageCompute(int(s), _cell_num(c), _cell_num(r))
             for s, c, r in zip(df["stage"], df["compute_per_mb_us"], df["ratio_to_mean"])]
+
+
+def flight_recorder_verdicts(written: pd.DataFrame | None, summary: Summary
+                             ) -> pd.DataFrame | None:
+    """The Flight Recorder verdicts: ``written``, the report's ``flight_recorder`` table as
+    ``read_table`` gives it (None when the report has no such file), else — schema 1 wrote no
+    such table — summary.json's ``hangs`` in the table's columns; None when the report has
+    neither (a run without dumps)."""
+    import dataclasses
+
+    import pandas as pd
+
+    from meshscope.analysis.report import tables
+
+    if written is not None:
+        return written
+    if not summary.hangs_in_summary:
+        return None
+    return tables.ordered("flight_recorder", pd.DataFrame(
+        [dataclasses.asdict(h) for h in summary.hangs],
+        columns=[f.name for f in dataclasses.fields(Hang)]))
+
+
+def heatmap_runs(heatmap: pd.DataFrame) -> pd.DataFrame:
+    """``step_heatmap.parquet``'s rows (with their warmup/profiled/slow flags known) in at most
+    ``records.steps.MAX_HEATMAP_COLUMNS`` columns of steps, one row per rank and column: the
+    shape a long run's heatmap is shown in (``records.steps.heatmap_columns`` documents it)."""
+    from meshscope.analysis.records import steps
+
+    return steps.heatmap_columns(heatmap)

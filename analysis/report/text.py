@@ -118,10 +118,10 @@ def render(summary: dict) -> str:
                      "       cpu    queued     other")
         for r in typed.gpu_idle_per_rank_mean:
             c = r.by_cause_us
-            lines.append(f"  {r.rank:>4} {_ms(r.idle_us)}   {_ms(c['dataloader'])}"
-                         f" {_ms(c['sync'])}  {_ms(c['wait_rank'])}  {_ms(c['startup'])} "
-                         f"{_ms(c['launch'])} {_ms(c['cpu'])} "
-                         f"{_ms(c['queued'])} {_ms(c['other'])}")
+            lines.append(f"  {r.rank:>4} {_ms(r.idle_us)}   {_ms(c.get('dataloader'))}"
+                         f" {_ms(c.get('sync'))}  {_ms(c.get('wait_rank'))}  "
+                         f"{_ms(c.get('startup'))} {_ms(c.get('launch'))} {_ms(c.get('cpu'))} "
+                         f"{_ms(c.get('queued'))} {_ms(c.get('other'))}")
     if typed.top_kernels:
         lines.append("")
         lines.append("Top kernels per rank (time over the profiled steps):")

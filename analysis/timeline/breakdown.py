@@ -56,8 +56,9 @@ import numpy as np
 from meshscope.analysis.gpu import idle as gpu_idle
 from meshscope.analysis import intervals as iv
 from meshscope.analysis.timeline.rank_timeline import RankTimeline
+from meshscope.vocabulary import EXPOSED_COMM_ORDER
 
-DIM_ORDER = ("pp", "tp", "cp", "ep", "dp", "unknown")
+DIM_ORDER = EXPOSED_COMM_ORDER
 BASE_COLUMNS = ["rank", "step", "window_us", "compute_us", "comm_us", "overlapped_comm_us",
                 "exposed_comm_us", "bubble_us", "other_us", "idle_us", "overlap_pct"]
 DIM_COLUMNS = [f"exposed_comm_{d}_us" for d in DIM_ORDER]

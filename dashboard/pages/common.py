@@ -5,12 +5,12 @@ from __future__ import annotations
 import dataclasses
 
 
-from meshscope.analysis.timeline.breakdown import DIM_ORDER
+from meshscope.vocabulary import EXPOSED_COMM_ORDER
 
 from ..data import RunReport
 from ..state import ViewState
 
-DIMS = DIM_ORDER          # the breakdown's exposed-communication columns, in its order
+DIMS = EXPOSED_COMM_ORDER  # the breakdown's exposed-communication columns, in its order
 COLOURS = {"compute": "#4C78A8", "compute without overlapped comm": "#4C78A8",
            "overlapped comm": "#72B7B2", "bubble": "#F2CF5B",
            "other": "#B279A2", "idle": "#BAB0AC", "wait": "#5E3C99",

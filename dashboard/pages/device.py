@@ -125,20 +125,19 @@ def focus_rank(ctx: PageContext) -> int | None:
 # ---- where the idle time goes ------------------------------------------------------------
 
 def idle_means(report: RunReport) -> pd.DataFrame:
-    """``idle.parquet`` averaged over the profiled steps, one row per rank (indexed by rank):
-    ``idle_us`` and each ``idle_<cause>_us``; empty when the report has none."""
-    idle = report.table("idle")
-    if idle.empty:
+    """The summary's ``gpu_idle_per_rank_mean`` (idle per step, mean over the profiled steps)
+    as a frame indexed by rank: ``idle_us`` and each ``idle_<cause>_us`` the report wrote, in
+    the reader's order; empty when the report has none."""
+    rows = report.typed.gpu_idle_per_rank_mean
+    if not rows:
         return pd.DataFrame()
-    cols = ["idle_us"] + [c for c in idle.columns if c.startswith("idle_") and c != "idle_us"]
-    return idle.groupby("rank")[cols].mean().sort_index()
+    return pd.DataFrame([{"rank": r.rank, "idle_us": r.idle_us,
+                          **{f"idle_{c}_us": v for c, v in r.by_cause_us.items()}}
+                         for r in rows]).set_index("rank").astype(float).sort_index()
 
 
 def _causes(means: pd.DataFrame) -> list[str]:
-    known = [c for c in IDLE_CAUSES if f"idle_{c}_us" in means]
-    extra = [c[5:-3] for c in means.columns if c.startswith("idle_") and c.endswith("_us")
-             and c != "idle_us" and c[5:-3] not in IDLE_CAUSES]   # a newer report's causes
-    return known + extra
+    return [c[5:-3] for c in means.columns if c.startswith("idle_") and c != "idle_us"]
 
 
 def idle_figure(report: RunReport, height_per_rank: int = 34, title: bool = True

@@ -12,11 +12,7 @@ inputs the analysis could not use.
 """
 from __future__ import annotations
 
-import dataclasses
-
-import pandas as pd
-
-from meshscope.analysis.report import reader, tables
+from meshscope.analysis.report import reader
 
 from ..sections import Note, Section, Table, clip
 from .common import PageContext
@@ -38,14 +34,9 @@ def verdicts(ctx: PageContext) -> list:
     """The Flight Recorder verdicts: ``flight_recorder.parquet``, else (schema 1, which wrote
     no such table) summary.json's ``hangs`` — the reader decides which (``hangs_in_summary``)."""
     rep = ctx.report
-    typed = rep.typed
-    if rep.has_table("flight_recorder"):
-        fr = rep.table("flight_recorder")
-    elif typed.hangs_in_summary:
-        fr = tables.ordered("flight_recorder", pd.DataFrame(
-            [dataclasses.asdict(h) for h in typed.hangs],
-            columns=[f.name for f in dataclasses.fields(reader.Hang)]))
-    else:
+    fr = reader.flight_recorder_verdicts(
+        rep.table("flight_recorder") if rep.has_table("flight_recorder") else None, rep.typed)
+    if fr is None:
         return [Note("fr-none", "No Flight Recorder dumps in this run (comms/): nothing "
                                 "to say about hangs or desyncs.")]
     if fr.empty:

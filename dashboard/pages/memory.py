@@ -25,7 +25,7 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from meshscope.analysis.report.memory_findings import human_bytes
+from meshscope.analysis.report.model import human_bytes
 
 from ..data import RunReport
 from ..sections import Cell, Figure, Note, Section, Table, clip, evidence_text, fmt

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
-from meshscope.analysis.report.memory_findings import human_bytes
+from meshscope.analysis.report.model import human_bytes
 from meshscope.analysis.report import reader
 
 from ..sections import Facts, Figure, Note, Section, Table, clip, evidence_text, fmt, \

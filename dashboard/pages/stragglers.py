@@ -17,7 +17,6 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from meshscope.analysis.records import steps as step_records
 from meshscope.analysis.report import reader
 
 from ..sections import Facts, Figure, Note, Section, Table, clip, evidence_text, missing, ms
@@ -57,7 +56,7 @@ def heatmap_figure(ctx: PageContext) -> go.Figure | None:
     # An older report's table may lack the flags (read as null): not flagged, not marked.
     hm = hm.assign(warmup=_flag(hm["warmup"]) | hm["step"].isin(warm),
                    profiled=_flag(hm["profiled"]), slow=_flag(hm["slow"]))
-    runs = step_records.heatmap_columns(hm)
+    runs = reader.heatmap_runs(hm)
     grid = runs.pivot(index="rank", columns="column", values="wall_time_us")
     cols = runs.drop_duplicates("column").set_index("column").loc[grid.columns]
     profiled = set(ctx.report.steps)

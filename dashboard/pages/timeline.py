@@ -26,6 +26,8 @@ import threading
 import pandas as pd
 import plotly.graph_objects as go
 
+from meshscope.analysis.report import reader
+
 from ..sections import Facts, Figure, Link, Note, Section, missing
 from .common import COLOURS, PageContext, lanes_layout, pick_step, rank_label
 
@@ -57,8 +59,6 @@ def _from_report(ctx: PageContext, step: int):
 def _segments(ctx: PageContext, step: int):
     """(segments, arrows, offsets applied) of ``step`` from the report's tables, or None when
     the report has no timeline table."""
-    from meshscope.analysis.crossrank.clocks import applied_by_rank
-
     key = (str(ctx.report.entry.path), ctx.run_id, ctx.report.mtime_ns, step)
     with _LOCK:
         if key in _CACHE:
@@ -66,7 +66,8 @@ def _segments(ctx: PageContext, step: int):
     own = _from_report(ctx, step)
     if own is None:
         return None
-    out = (own[0], own[1], applied_by_rank(ctx.report.table("clock_offsets")))
+    out = (own[0], own[1], {c.rank: c.applied_us
+                               for c in reader.clock_offsets(ctx.report.table("clock_offsets"))})
     with _LOCK:
         if len(_CACHE) > 32:
             _CACHE.clear()
