@@ -1000,7 +1000,7 @@ def _write_rank(rank: int) -> int:
     text = trace_text(plan, rank, rec).encode()
     rd.trace_path(out, rank).write_bytes(igzip.compress(text, compresslevel=1, mtime=0))
     pq.write_table(_steps_table(plan, rank, rec, timer_steps), rd.steps_path(out, rank))
-    rd.write_json_atomic(flight_recorder.comms_path(out, rank),
+    rd.write_json_atomic(rd.comms_path(out, rank),
                          _dump(plan, rank, rec, fr_entries))
     return text.count(b'"ph": ') - text.count(b'"ph": "M"')
 

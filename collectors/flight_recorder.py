@@ -55,16 +55,12 @@ import msgspec
 
 from . import plain_pickle, schema
 from .plain_pickle import UnsafePickleError
-from .run_dir import COMMS, RunDirError, write_json_atomic
+from .run_dir import RunDirError, comms_path, write_json_atomic
 from .run_info import MAX_WORLD_SIZE
 
 FR_SCHEMA_VERSION = 1
 DEFAULT_BUFFER_SIZE = 20000
 EMPTY_WHEN_ZERO = ("time_discovered_started_ns", "time_discovered_completed_ns")
-
-
-def comms_path(run: pathlib.Path, rank: int) -> pathlib.Path:
-    return pathlib.Path(run) / COMMS / f"rank{rank}.json"
 
 
 def _torch_dump() -> dict:

@@ -86,42 +86,6 @@ class ReportDir:
         return self.cache / INPUTS_MEMO
 
 
-@dataclasses.dataclass(frozen=True)
-class RunDir:
-    """A run folder (the module docstring's layout) and the name of every file in it."""
-    path: pathlib.Path
-
-    @property
-    def run_json(self) -> pathlib.Path:
-        return self.path / RUN_JSON
-
-    @property
-    def traces(self) -> pathlib.Path:
-        return self.path / TRACES
-
-    @property
-    def steps(self) -> pathlib.Path:
-        return self.path / STEPS
-
-    @property
-    def comms(self) -> pathlib.Path:
-        return self.path / COMMS
-
-    @property
-    def logs(self) -> pathlib.Path:
-        return self.path / LOGS
-
-    @property
-    def report(self) -> ReportDir:
-        return ReportDir.of_run(self.path)
-
-    def trace(self, rank: int) -> pathlib.Path:
-        return trace_path(self.path, rank)
-
-    def step_timer(self, rank: int) -> pathlib.Path:
-        return steps_path(self.path, rank)
-
-
 def now() -> str:
     """UTC now as run.json writes it (ISO 8601, seconds)."""
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
@@ -268,6 +232,18 @@ def trace_path(run: pathlib.Path, rank: int) -> pathlib.Path:
 
 def steps_path(run: pathlib.Path, rank: int) -> pathlib.Path:
     return pathlib.Path(run) / STEPS / f"rank{rank}.parquet"
+
+
+def comms_path(run: pathlib.Path, rank: int) -> pathlib.Path:
+    """Rank ``rank``'s Flight Recorder dump, in meshscope's form (``collectors/flight_recorder.py``)."""
+    return pathlib.Path(run) / COMMS / f"rank{rank}.json"
+
+
+def log_paths(run: pathlib.Path, rank: int) -> tuple[pathlib.Path, pathlib.Path]:
+    """Rank ``rank``'s stdout and stderr as the launcher leaves them (``parallel/launch.py``
+    has torchrun write them under these names)."""
+    logs = pathlib.Path(run) / LOGS
+    return logs / f"rank{rank}.stdout.log", logs / f"rank{rank}.stderr.log"
 
 
 def snapshot_path(run: pathlib.Path, rank: int) -> pathlib.Path:

@@ -1,4 +1,4 @@
-"""``collectors.run_dir.RunDir`` and ``ReportDir`` know the name of every file a run folder and
+"""``collectors.run_dir`` (its path functions and ``ReportDir``) knows the name of every file a run folder and
 its report hold: checked against the committed samples, which a real ``meshscope run`` and
 ``meshscope analyze`` wrote (samples/regenerate.sh), and against the table registry."""
 from __future__ import annotations
@@ -18,16 +18,15 @@ SAMPLES = sorted(p for p in (ROOT / "samples").iterdir() if (p / rd.RUN_JSON).is
 
 @pytest.mark.parametrize("sample", SAMPLES, ids=lambda p: p.name)
 def test_every_file_of_a_sample_is_one_the_run_dir_names(sample):
-    run = rd.RunDir(sample)
-    world = json.loads(run.run_json.read_text())["world_size"]
-    named = {run.run_json, run.report.path}
-    named |= {run.trace(r) for r in range(world)} | {run.step_timer(r) for r in range(world)}
-    named |= {run.comms / f"rank{r}.json" for r in range(world)}
-    named |= {run.logs / f"rank{r}.{s}.log" for r in range(world) for s in ("stdout", "stderr")}
-    named |= {run.logs / "launcher.log"}
-    found = {p for p in sample.rglob("*") if p.is_file() and run.report.path not in p.parents}
+    world = json.loads((sample / rd.RUN_JSON).read_text())["world_size"]
+    report = rd.ReportDir.of_run(sample).path
+    named = {sample / rd.RUN_JSON, report, sample / rd.LOGS / "launcher.log"}
+    for r in range(world):
+        named |= {rd.trace_path(sample, r), rd.steps_path(sample, r), rd.comms_path(sample, r),
+                  *rd.log_paths(sample, r)}
+    found = {p for p in sample.rglob("*") if p.is_file() and report not in p.parents}
     assert found - named == set(), sorted(found - named)
-    assert {run.trace(r) for r in range(world)} <= found      # every rank's trace is there
+    assert {rd.trace_path(sample, r) for r in range(world)} <= found   # every rank's trace
 
 
 @pytest.mark.parametrize("sample", SAMPLES, ids=lambda p: p.name)

@@ -1,4 +1,4 @@
-"""Per rank and step: where the step's time went (DESIGN.md, "analysis/ — definitions").
+"""Per rank and step: where the step's time went (docs/metrics.md, "Step breakdown").
 
 With W the step window (the ``ProfilerStep#N`` range; on GPUs extended to the next step's start),
 C compute, M communication, P the pipeline window (pipelined runs only; see ``bubble``) and O
