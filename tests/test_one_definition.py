@@ -10,7 +10,8 @@ definition of each, and the test fails when one appears.
   noise each have one ``def``;
 - a report's finding is one class (``analysis/report/model.Finding``);
 - the per-rank mean of GPU idle is taken once, for summary.json (the GPU page reads it), and
-  the order exposed communication is credited in is spelled once (the vocabulary);
+  the order exposed communication is credited in is spelled once (the vocabulary), and the
+  crediting itself done by one function;
 - the dashboard's pages read a report through ``report/reader.py`` and ``report/model.py``
   alone: no page imports an analyser.
 """
@@ -89,6 +90,10 @@ def test_flops_overlap_and_findings_have_one_definition():
 def test_idle_means_and_the_dimension_order_are_written_once():
     assert _where(r"idle.*groupby\(\"rank\"\).*mean\(") == {"analysis/report/summary.py"}
     assert _where(r'\("pp", "tp", "cp", "ep", "dp", "unknown"\)') == {"meshscope/vocabulary.py"}
+    # exposed communication is credited to dimensions once (the breakdown's columns and the
+    # timeline's segments both ask credit_by_dim)
+    assert _where(r"for dim in DIM_ORDER") == {"analysis/timeline/breakdown.py"}
+    assert _where(r"def credit_by_dim\b") == {"analysis/timeline/breakdown.py"}
 
 
 # What a page may import of meshscope besides the reader and the model: the vocabulary; the

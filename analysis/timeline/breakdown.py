@@ -66,6 +66,22 @@ COLUMNS = BASE_COLUMNS + DIM_COLUMNS
 EXPOSED_COLUMNS = ["rank", "step", "dim", "op", "exposed_us"]
 
 
+def credit_by_dim(exposed: np.ndarray, comm_by_dim: dict[str, np.ndarray]
+                  ) -> list[tuple[str, np.ndarray]]:
+    """``exposed`` (disjoint intervals) split by dimension, in ``DIM_ORDER``: each dimension
+    takes the part its communication covers that no earlier dimension took; ``unknown`` the
+    rest. The one crediting of exposed communication — the breakdown's columns and the
+    timeline's drawn segments both use it."""
+    parts = []
+    remaining = exposed
+    for dim in DIM_ORDER[:-1]:
+        part = iv.intersect(remaining, comm_by_dim.get(dim, iv.EMPTY))
+        parts.append((dim, part))
+        remaining = iv.subtract(remaining, part)
+    parts.append((DIM_ORDER[-1], remaining))
+    return parts
+
+
 def overlap_pct(compute: np.ndarray, comm: np.ndarray) -> float:
     """|M ∩ C| / |M| × 100, NaN when there is no communication."""
     m = iv.length(comm)
@@ -108,14 +124,9 @@ def step_tables(tl: RankTimeline, pipeline_windows: dict[int, np.ndarray] | None
             "idle_us": (end - start) - iv.length(iv.merge(C, M, P, O)),
             "overlap_pct": overlap_pct(C, M),
         }
-        remaining = exposed
-        for dim in DIM_ORDER[:-1]:
-            part = iv.intersect(remaining, tl.comm_by_dim.get(dim, iv.EMPTY))
+        for dim, part in credit_by_dim(exposed, tl.comm_by_dim):
             row[f"exposed_comm_{dim}_us"] = iv.length(part)
             long_rows += _by_op(tl, step, dim, part)
-            remaining = iv.subtract(remaining, part)
-        row["exposed_comm_unknown_us"] = iv.length(remaining)
-        long_rows += _by_op(tl, step, "unknown", remaining)
         rows.append(row)
     return rows, long_rows
 

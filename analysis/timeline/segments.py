@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from meshscope.analysis import intervals as iv
-from meshscope.analysis.timeline.breakdown import DIM_ORDER
+from meshscope.analysis.timeline.breakdown import credit_by_dim
 
 RESOLUTION = 2000
 COLUMNS = ["rank", "step", "kind", "dim", "cause", "start_us", "end_us", "step_start_us"]
@@ -68,12 +68,8 @@ def segments(timelines: dict, windows: dict, charged: list[tuple]) -> pd.DataFra
             W = iv.clip(tl.waits, a, b)
             P = iv.clip(windows.get(r, {}).get(step, iv.EMPTY), a, b)
             parts = [("compute", "", C), ("bubble", "", iv.subtract(iv.subtract(P, C), exposed))]
-            remaining = iv.subtract(exposed, W)
-            for dim in DIM_ORDER[:-1]:
-                part = iv.intersect(remaining, tl.comm_by_dim.get(dim, iv.EMPTY))
-                parts.append(("comm", dim, part))
-                remaining = iv.subtract(remaining, part)
-            parts.append(("comm", "unknown", remaining))
+            parts += [("comm", dim, part)
+                      for dim, part in credit_by_dim(iv.subtract(exposed, W), tl.comm_by_dim)]
             for kind, dim, x in parts:
                 for s, e in _coarse(x, gap):
                     rows.append((r, step, kind, dim, -1, s - t0, e - t0, t0))
