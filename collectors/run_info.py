@@ -32,6 +32,7 @@ import pathlib
 from typing import Any, Mapping
 
 from meshscope.theory.schedules import SCHEDULES
+from meshscope.vocabulary import COORDINATE_ORDER
 
 from . import schema
 from .run_dir import RUN_JSON, RUN_SCHEMA_VERSION, RunDirError
@@ -229,6 +230,14 @@ class RunInfo:
     @property
     def pipeline_stages(self) -> int:
         return self.size("pp")
+
+    def rank_label(self, rank: int) -> str:
+        """``rank 3 (pp1·dp1)``: the rank and its mesh coordinates in the dimensions of size
+        > 1 (``vocabulary.COORDINATE_ORDER``); ``rank 3`` when the mesh does not place it."""
+        coords = self.coordinates.get(int(rank))
+        parts = [f"{d}{coords[d]}" for d in COORDINATE_ORDER
+                 if coords and d in coords and self.size(d) > 1]
+        return f"rank {rank}" + (f" ({'·'.join(parts)})" if parts else "")
 
     def stage_of(self, rank: int) -> int | None:
         """The pipeline coordinate of ``rank`` (0 without pipeline parallelism); None when the

@@ -33,6 +33,12 @@ from typing import Literal, get_args
 Dim = Literal["dp", "tp", "pp", "cp", "ep"]
 PARALLEL_DIMS: tuple[Dim, ...] = get_args(Dim)
 
+# The runner's device mesh, outermost dimension first (pipeline outermost, as torchtitan lays it
+# out; tp innermost, on the closest devices); a rank's coordinates are written in this order, ep
+# (which lives inside dp × cp) last.
+MESH_ORDER: tuple[Dim, ...] = ("pp", "dp", "cp", "tp")
+COORDINATE_ORDER: tuple[Dim, ...] = (*MESH_ORDER, "ep")
+
 CommDim = Literal["dp", "tp", "pp", "cp", "ep", "ep_replica", "unknown"]
 COMM_DIMS: tuple[CommDim, ...] = get_args(CommDim)
 UNKNOWN_DIM: CommDim = "unknown"

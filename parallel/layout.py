@@ -12,9 +12,8 @@ import itertools
 import math
 
 from .config import ModelConfig
-from meshscope.vocabulary import PARALLEL_DIMS
+from meshscope.vocabulary import MESH_ORDER, PARALLEL_DIMS
 
-MESH_ORDER = ("pp", "dp", "cp", "tp")
 
 
 class LayoutError(ValueError):

@@ -11,7 +11,7 @@ definition of each, and the test fails when one appears.
 - a report's finding is one class (``analysis/report/model.Finding``);
 - the per-rank mean of GPU idle is taken once, for summary.json (the GPU page reads it), and
   the order exposed communication is credited in is spelled once (the vocabulary), and the
-  crediting itself done by one function;
+  crediting itself done by one function; the mesh's order and a rank's label once;
 - the dashboard's pages read a report through ``report/reader.py`` and ``report/model.py``
   alone: no page imports an analyser.
 """
@@ -94,6 +94,9 @@ def test_idle_means_and_the_dimension_order_are_written_once():
     # timeline's segments both ask credit_by_dim)
     assert _where(r"for dim in DIM_ORDER") == {"analysis/timeline/breakdown.py"}
     assert _where(r"def credit_by_dim\b") == {"analysis/timeline/breakdown.py"}
+    # the mesh's order (and a rank's coordinates in it, as every view labels a rank) once
+    assert _where(r'"pp", "dp", "cp", "tp"') == {"meshscope/vocabulary.py"}
+    assert _where(r"for d in COORDINATE_ORDER") == {"collectors/run_info.py"}
 
 
 # What a page may import of meshscope besides the reader and the model: the vocabulary; the

@@ -155,10 +155,7 @@ def load_aligned(path: pathlib.Path, report_dir: pathlib.Path | None = None) -> 
 
 def rank_name(rank: int, run: RunInfo | None) -> str:
     """``rank 3 (pp1·dp1)``: the rank and its mesh coordinates in dimensions of size > 1."""
-    coords = run.coordinates.get(int(rank)) if run is not None else None
-    parts = [f"{d}{coords[d]}" for d in ("pp", "dp", "cp", "tp", "ep")
-             if coords and d in coords and run.size(d) > 1]
-    return f"rank {rank}" + (f" ({'·'.join(parts)})" if parts else "")
+    return run.rank_label(rank) if run is not None else f"rank {rank}"
 
 
 def aligned_instances(run: AlignedRun) -> pd.DataFrame:

@@ -49,12 +49,7 @@ def pick_step(report: RunReport, step: int | None) -> int | None:
 def rank_label(rank, report: RunReport) -> str:
     """``rank 3 (pp1·dp1)`` from run.json's mesh coordinates; ``rank 3`` without them."""
     info = report.run_info
-    coords = info.coordinates.get(int(rank)) if info is not None else None
-    if not coords:
-        return f"rank {rank}"
-    parts = [f"{d}{coords[d]}" for d in ("pp", "dp", "cp", "tp", "ep") if d in coords
-             and info.size(d) > 1]
-    return f"rank {rank}" + (f" ({'·'.join(parts)})" if parts else "")
+    return info.rank_label(rank) if info is not None else f"rank {rank}"
 
 
 def straggler_text(report: RunReport) -> str | None:

@@ -2,7 +2,7 @@
 
 A cluster has two link levels: inside a node (NVLink / NVSwitch, or AMD's xGMI) and between
 nodes (InfiniBand or RoCE, one NIC per GPU). Ranks are numbered as the runner's mesh lays them
-out (``parallel.layout.MESH_ORDER``: pp outermost, then dp, cp, tp innermost) and placed
+out (``vocabulary.MESH_ORDER``: pp outermost, then dp, cp, tp innermost) and placed
 ``gpus_per_node`` to a node in rank order. A group of dimension d is a run of ranks spaced by
 the product of the sizes inside d; it stays in one node when its span (stride × size) fits in
 a node — so tp groups of up to a node's GPUs use NVLink, and everything spanning nodes uses the
@@ -21,6 +21,7 @@ import dataclasses
 
 from .candidate import Candidate
 from .comm_model import CommModel
+from meshscope.vocabulary import MESH_ORDER
 
 DEFAULT_LINKS = {"intra": (100.0, 10.0), "inter": (20.0, 15.0)}
 
@@ -60,7 +61,7 @@ class Topology:
     def _group(self, cand: Candidate, dim: str) -> tuple[int, int] | None:
         """(stride, ranks) of a group of ``dim``: its ranks are ``stride`` apart."""
         layout = cand.layout
-        sizes = {d: layout.size(d) for d in ("pp", "dp", "cp", "tp")}
+        sizes = {d: layout.size(d) for d in MESH_ORDER}
         if dim == "ep":
             return sizes["tp"], layout.size("ep")
         if dim == "ep_replica":
@@ -70,9 +71,8 @@ class Topology:
             return sizes["tp"], sizes["dp"] * sizes["cp"]
         if dim not in sizes:
             return None
-        order = ("pp", "dp", "cp", "tp")
         stride = 1
-        for d in order[order.index(dim) + 1:]:
+        for d in MESH_ORDER[MESH_ORDER.index(dim) + 1:]:
             stride *= sizes[d]
         return stride, sizes[dim]
 
