@@ -4,21 +4,13 @@ The sub-packages are ``meshscope.parallel`` (the instrumented runner), ``meshsco
 (the run directory and what writes it), ``meshscope.analysis`` (traces → report) and
 ``meshscope.dashboard`` (the web app); ``meshscope.cli`` is the ``meshscope`` command.
 
-In an installed wheel they sit inside this package. In a source checkout they are the folders
-beside this one (``analysis/``, ``collectors/``…, as the repository lays them out), and the
-package's search path is extended to that folder so that ``meshscope.analysis`` means
-``analysis/`` there too — only the checkout's own folder, never the working directory, so a
-user's own ``analysis/`` package never shadows ours.
+The repository keeps ``analysis/``, ``collectors/``, ``dashboard/`` and ``parallel/`` as
+top-level folders (as the product lays them out) and ``meshscope/`` links to each (a relative
+symbolic link), so the tree under ``meshscope/`` is one plain package: an interpreter, a type
+checker or an import linter resolves ``meshscope.analysis`` to ``analysis/`` with no search path
+of our own, and a wheel holds the linked folders' files in place.
 """
 from __future__ import annotations
-
-import os as _os
-
-_here = _os.path.dirname(_os.path.abspath(__file__))
-_checkout = _os.path.dirname(_here)
-if not _os.path.isdir(_os.path.join(_here, "analysis")) and \
-        _os.path.isfile(_os.path.join(_checkout, "analysis", "__init__.py")):
-    __path__.append(_checkout)  # noqa: F821 - the package's own search path
 
 
 def __getattr__(name: str):

@@ -48,7 +48,7 @@ def test_schemas_ship_inside_the_package():
     import tomllib
 
     data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    assert data["package-dir"]["meshscope.collectors"] == "collectors"
+    assert (ROOT / "meshscope" / "collectors").resolve() == ROOT / "collectors"
     patterns = data["package-data"]["meshscope.collectors"]
     shipped = {p for pattern in patterns for p in (ROOT / "collectors").glob(pattern)}
     assert SCHEMA_DIR == ROOT / "collectors" / "schemas"
