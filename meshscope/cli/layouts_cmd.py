@@ -259,7 +259,7 @@ def _spec(model, model_json, seq_len, overrides, notes, block=None):
 
 def _declares_gated(model_json) -> bool:
     """Whether the JSON says its MLP is gated (a gated model_type or "mlp": "gated")."""
-    from meshscope.layouts.plan.spec import _MODEL_TYPES
+    from meshscope.layouts.plan.model_file import MODEL_TYPES as _MODEL_TYPES
     data = json.loads(pathlib.Path(model_json).read_text())
     return data.get("mlp") == "gated" or \
         _MODEL_TYPES.get(data.get("model_type"), {}).get("gated", False)
