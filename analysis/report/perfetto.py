@@ -162,8 +162,8 @@ def aligned_instances(run: AlignedRun) -> pd.DataFrame:
     """The matched rows of the report's instance table. ``analyze`` writes that table on the
     aligned clock already (``crossrank.clocks.align_instances`` subtracts each rank's
     ``applied_us`` from every time column), so nothing is subtracted here: the offsets are
-    applied once. (Before issue 23 they were subtracted again, and a rank whose clock ran 10 s
-    ahead had its collective slices 10 s before its own events.)"""
+    applied once (subtracting them again would put a rank whose clock runs 10 s ahead 10 s
+    away from its own events)."""
     inst = run.instances
     if inst is None:
         return pd.DataFrame(columns=["rank", "match_id", "arrival_us", "end_us"])
