@@ -114,6 +114,7 @@ import json
 import os
 import pathlib
 import re
+import sys
 from typing import Any, Iterable
 
 import msgspec
@@ -568,10 +569,12 @@ class _Reading:
         self.open: dict[tuple, list[_Event]] = {}
         self.legacy: collections.Counter = collections.Counter()
         self.pairs = 0
+        self.be_events = 0              # B and E events met, paired or not
         self.memory = memory_events.Collector()
         self.memory_bytes = 0           # the memory table's bytes so far (the rank's budget)
 
     def pair(self, evs: list[_Event], damage: Damage) -> list[_Event]:
+        self.be_events += len(evs)
         out = []
         for e in evs:
             key = (e.pid, e.tid)
@@ -1040,83 +1043,166 @@ def _one_dictionary(parts: list) -> pa.DictionaryArray:
 
 def _parse_events_of(batches: Iterable[list[_Event]], comm_kernel_re: re.Pattern | None,
                      reading: _Reading) -> pa.Table:
-    chunks: dict[str, list[pa.Array]] = {}
-    found: list[tuple[int, dict]] = []
-    damage = Damage()
-    small: dict[str, list[pa.Array]] = {}
-    kinds = _Kinds(comm_kernel_re)
-    n, seen, held, pending, budget = 0, 0, 0, 0, _budgets.current()
+    acc = _Accumulator(comm_kernel_re, reading)
     for evs in batches:
-        seen += len(evs)
-        if seen > budget.events:
+        acc.add(evs)
+    return acc.finish()
+
+
+@dataclasses.dataclass
+class _Part:
+    """What reading one part of a trace's ``traceEvents`` gave (``_Accumulator.part``): its
+    events' columns in chunks, their collective metadata by row, counts for the budgets, the
+    damage met, PyTorch 1.8 categories met and the ``[memory]`` events' columns; ``odd``
+    says why the part cannot be joined to the others (read the trace as one stream then:
+    ``analysis/ingest/parts.py``), None when it can."""
+    chunks: dict[str, list[pa.Array]]
+    found: list[tuple[int, dict]]
+    n: int
+    seen: int
+    held: int
+    damage: Damage
+    legacy: collections.Counter
+    memory_chunks: dict[str, list[pa.Array]]
+    memory_rows: int
+    memory_bytes: int
+    odd: str | None = None
+    tail: bytes | None = None           # the last part's text after the events
+
+
+class _Accumulator:
+    """The event table of a trace's batches, batch by batch (``add``), then as a table
+    (``finish``): each batch's columns (``_batch``) kept, joined into chunks every
+    ``CONSOLIDATE_BYTES`` (``_consolidate``), the reading budgets checked as it grows.
+
+    Parts of one trace read in other processes (``analysis/ingest/parts.py``) each fill an
+    accumulator of their own, handed over as a ``_Part`` (``part``) and joined here in file
+    order (``merge``): the table is then the one of the whole trace read as one stream."""
+
+    def __init__(self, comm_kernel_re: re.Pattern | None, reading: _Reading):
+        self.chunks: dict[str, list[pa.Array]] = {}
+        self.found: list[tuple[int, dict]] = []
+        self.damage = Damage()
+        self.small: dict[str, list[pa.Array]] = {}
+        self.kinds = _Kinds(comm_kernel_re)
+        self.reading = reading
+        self.n = self.seen = self.held = self.pending = 0
+        self.budget = _budgets.current()
+
+    def add(self, evs: list[_Event]) -> None:
+        reading, budget = self.reading, self.budget
+        self.seen += len(evs)
+        if self.seen > budget.events:
             raise BudgetExceeded("events", f"more than {budget.events:,} events",
                                  budget.events)
         before = reading.memory_bytes
         cols, meta, hurt = _batch(evs, reading)
-        damage.update(hurt)
+        self.damage.update(hurt)
         if reading.memory_bytes > before:
-            held += reading.memory_bytes - before
-            pending += reading.memory_bytes - before
-            if held > budget.rank_memory:
+            self.held += reading.memory_bytes - before
+            self.pending += reading.memory_bytes - before
+            if self.held > budget.rank_memory:
                 raise BudgetExceeded("rank_memory", f"its event and memory tables grow beyond "
-                                     f"{_budgets.human(budget.rank_memory)} ({n:,} events and "
-                                     f"{reading.memory.rows:,} [memory] events read)",
+                                     f"{_budgets.human(budget.rank_memory)} ({self.n:,} events "
+                                     f"and {reading.memory.rows:,} [memory] events read)",
                                      budget.rank_memory)
         if cols is None:
-            if pending > CONSOLIDATE_BYTES:
-                _consolidate(chunks, small, kinds)
-                reading.memory.consolidate()
-                pending = 0
-            continue
+            if self.pending > CONSOLIDATE_BYTES:
+                self._consolidate()
+            return
         for k, arr in cols.items():
-            small.setdefault(k, []).append(arr)
-            held += arr.nbytes
-            pending += arr.nbytes
-        found += [(n + i, m) for i, m in meta]
-        n += len(cols["name"])
-        if pending > CONSOLIDATE_BYTES:
-            _consolidate(chunks, small, kinds)
-            reading.memory.consolidate()
-            pending = 0
-        if held > budget.rank_memory:
+            self.small.setdefault(k, []).append(arr)
+            self.held += arr.nbytes
+            self.pending += arr.nbytes
+        n = self.n
+        self.found += [(n + i, m) for i, m in meta]
+        self.n += len(cols["name"])
+        if self.pending > CONSOLIDATE_BYTES:
+            self._consolidate()
+        if self.held > budget.rank_memory:
             raise BudgetExceeded("rank_memory", f"its event table grows beyond "
-                                 f"{_budgets.human(budget.rank_memory)} ({n:,} events read)",
-                                 budget.rank_memory)
-    _consolidate(chunks, small, kinds)
-    reading.unclosed(damage)
-    if n == 0:
-        reading.memory_table, _ = reading.memory.table(lambda ts: np.zeros(len(ts), bool))
-        damage.drop("[memory].ts", "a trace without complete events", reading.memory.rows)
-        return _with_damage(SCHEMA.empty_table(), damage)
-    # Each column's chunks are let go, and their memory given back, as soon as it is joined:
-    # the table is not held twice.
-    arrays = {}
-    for k in list(chunks):
-        parts = chunks.pop(k)
-        arrays[k] = _one_dictionary(parts) if pa.types.is_dictionary(SCHEMA.field(k).type) \
-            else pa.concat_arrays(parts)
-        del parts
-        _trim()
-    ts_all = arrays["ts_us"].to_numpy(zero_copy_only=False)
-    keep, out_of_bounds = validate.event_bounds(
-        ts_all, arrays["dur_us"].to_numpy(zero_copy_only=False))
-    damage.update(out_of_bounds)
-    if not keep.all():
-        lost = np.flatnonzero(~keep)
-        names = pc.take(arrays["name"], pa.array(lost)).to_pylist()
-        cats = pc.take(arrays["cat"], pa.array(lost)).to_pylist()
-        damage.lose_steps(names, cats, np.ones(len(lost), dtype=bool),
-                          "outside the trace's span, or longer than the trace")
-    reading.memory_table, outside = reading.memory.table(
-        functools.partial(validate.instants_within, event_ts=ts_all[keep]))
-    damage.drop("[memory].ts", "a time outside the trace's span", outside)
-    del ts_all
-    arrays["end_us"] = pc.add(arrays["ts_us"], arrays["dur_us"])
-    arrays.update(_meta_columns(n, found))
-    table = pa.Table.from_arrays([arrays[f.name] for f in SCHEMA], schema=SCHEMA)
-    if not keep.all():
-        table = table.filter(pa.array(keep))
-    return _with_damage(table, damage)
+                                 f"{_budgets.human(budget.rank_memory)} ({self.n:,} events "
+                                 f"read)", budget.rank_memory)
+
+    def _consolidate(self) -> None:
+        _consolidate(self.chunks, self.small, self.kinds)
+        self.reading.memory.consolidate()
+        self.pending = 0
+
+    def part(self, odd: str | None = None) -> _Part:
+        """This accumulator's state, to be joined to the parts before it (``merge``)."""
+        self._consolidate()
+        memory = self.reading.memory
+        return _Part(chunks=self.chunks, found=self.found, n=self.n, seen=self.seen,
+                     held=self.held, damage=self.damage, legacy=self.reading.legacy,
+                     memory_chunks=memory.chunks, memory_rows=memory.rows,
+                     memory_bytes=self.reading.memory_bytes, odd=odd)
+
+    def merge(self, part: _Part) -> None:
+        """Join the next part of the trace (``part``) after what this holds: the same
+        budgets, counted over the whole trace; the part's rows numbered after these."""
+        budget = self.budget
+        self.seen += part.seen
+        if self.seen > budget.events:
+            raise BudgetExceeded("events", f"more than {budget.events:,} events",
+                                 budget.events)
+        self.held += part.held
+        if self.held > budget.rank_memory:
+            raise BudgetExceeded("rank_memory", f"its event table grows beyond "
+                                 f"{_budgets.human(budget.rank_memory)}", budget.rank_memory)
+        for k, arrays in part.chunks.items():
+            self.chunks.setdefault(k, []).extend(arrays)
+        n = self.n
+        self.found += [(n + i, m) for i, m in part.found]
+        self.n += part.n
+        self.damage.update(part.damage)
+        self.reading.legacy.update(part.legacy)
+        memory = self.reading.memory
+        for k, arrays in part.memory_chunks.items():
+            memory.chunks.setdefault(k, []).extend(arrays)
+        memory.rows += part.memory_rows
+        self.reading.memory_bytes += part.memory_bytes
+
+    def finish(self) -> pa.Table:
+        """The event table of every batch added and part merged (``parse_events``)."""
+        self._consolidate()
+        chunks, damage, reading, n = self.chunks, self.damage, self.reading, self.n
+        found = self.found
+        self.chunks, self.found = {}, []
+        reading.unclosed(damage)
+        if n == 0:
+            reading.memory_table, _ = reading.memory.table(lambda ts: np.zeros(len(ts), bool))
+            damage.drop("[memory].ts", "a trace without complete events", reading.memory.rows)
+            return _with_damage(SCHEMA.empty_table(), damage)
+        # Each column's chunks are let go, and their memory given back, as soon as it is
+        # joined: the table is not held twice.
+        arrays = {}
+        for k in list(chunks):
+            parts = chunks.pop(k)
+            arrays[k] = _one_dictionary(parts) if pa.types.is_dictionary(
+                SCHEMA.field(k).type) else pa.concat_arrays(parts)
+            del parts
+            _trim()
+        ts_all = arrays["ts_us"].to_numpy(zero_copy_only=False)
+        keep, out_of_bounds = validate.event_bounds(
+            ts_all, arrays["dur_us"].to_numpy(zero_copy_only=False))
+        damage.update(out_of_bounds)
+        if not keep.all():
+            lost = np.flatnonzero(~keep)
+            names = pc.take(arrays["name"], pa.array(lost)).to_pylist()
+            cats = pc.take(arrays["cat"], pa.array(lost)).to_pylist()
+            damage.lose_steps(names, cats, np.ones(len(lost), dtype=bool),
+                              "outside the trace's span, or longer than the trace")
+        reading.memory_table, outside = reading.memory.table(
+            functools.partial(validate.instants_within, event_ts=ts_all[keep]))
+        damage.drop("[memory].ts", "a time outside the trace's span", outside)
+        del ts_all
+        arrays["end_us"] = pc.add(arrays["ts_us"], arrays["dur_us"])
+        arrays.update(_meta_columns(n, found))
+        table = pa.Table.from_arrays([arrays[f.name] for f in SCHEMA], schema=SCHEMA)
+        if not keep.all():
+            table = table.filter(pa.array(keep))
+        return _with_damage(table, damage)
 
 
 def _with_layout(table: pa.Table, layout: str | None) -> pa.Table:
@@ -1162,12 +1248,28 @@ def format_notes(path: pathlib.Path, fmt: dict) -> list[str]:
     return out
 
 
+def _parts_worth_it(raw: bytes) -> bool:
+    """Whether this process reads ``raw`` in parts on worker processes
+    (``analysis/ingest/parts.py``: given workers for it, and a large file)."""
+    parts = sys.modules.get("meshscope.analysis.ingest.parts")
+    return parts is not None and parts.worth_it(raw)
+
+
 def _parse(path: pathlib.Path, raw: bytes, comm_kernel_re: re.Pattern | None,
            batch_bytes: int | None = None) -> tuple[pa.Table, pa.Table, dict]:
     """(event table, memory table, metadata): streamed (``json_stream``, ``batch_bytes`` of
     text per batch, default ``BATCH_BYTES``), or, for a file that cannot be streamed,
     decompressed whole and split with msgspec (which also names what is wrong with a damaged
     file). The metadata holds what was read under ``FORMAT_KEY`` (``read_format``)."""
+    if batch_bytes is None and _parts_worth_it(raw):
+        from meshscope.analysis.ingest import parts
+        try:
+            table, memory, meta, layout = parts.read(path, raw, comm_kernel_re)
+        except parts.Odd:
+            pass                        # read as one stream, below: its table or its refusal
+        else:
+            table = _with_layout(table, layout)
+            return table, memory, {**meta, FORMAT_KEY: read_format(table)}
     stream = json_stream.EventStream(raw, _decode, batch_bytes=batch_bytes or BATCH_BYTES)
     try:
         try:

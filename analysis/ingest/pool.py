@@ -33,6 +33,7 @@ from typing import Iterator
 
 from meshscope.analysis.ingest import budgets
 from meshscope.analysis.ingest import events as ingest
+from meshscope.analysis.ingest import parts
 from meshscope.analysis.errors import InputError
 from meshscope.analysis.ingest.progress import Progress
 
@@ -97,7 +98,11 @@ def map_files(files: list[pathlib.Path], fn, job: tuple, *, workers: int | None 
     files = [pathlib.Path(f) for f in files]
     n_workers = worker_count(len(files), workers)
     if n_workers < 2:
-        with Progress(len(files), label, enabled=progress) as bar:
+        # One trace (or one worker): read here; a large trace's events on every core the
+        # user gave (``parts.py``), the rest of its work in this process.
+        cores = (os.cpu_count() or 1) if workers is None else workers
+        with parts.on_cores(cores if len(files) == 1 else 1), \
+                Progress(len(files), label, enabled=progress) as bar:
             yield from _serial(files, fn, job, bar)
         return
     pool = ProcessPoolExecutor(max_workers=n_workers, mp_context=_context())
