@@ -104,6 +104,8 @@ def same_startup_steps(results: list[RankResult]) -> list[str]:
     start = {k: tl.startup[k] for r in results if (tl := r.timeline) is not None
              for k in tl.startup}
     notes = []
+    if not start:
+        return notes
     for r in results:
         tl = r.timeline
         if tl is None or not start:
@@ -115,13 +117,15 @@ def same_startup_steps(results: list[RankResult]) -> list[str]:
         r.timeline = dataclasses.replace(
             tl, steps=keep, host_steps={k: w for k, w in tl.host_steps.items() if k not in drop},
             startup={**tl.startup, **{k: tl.host_steps[k] for k in drop if k in tl.host_steps}})
-        for name, table in list(r.gpu.items()):
+        gpu = dict(r.gpu)
+        for name, table in gpu.items():
             if table is not None and "step" in table:
                 if name == "sync_calls":
-                    r.gpu[name] = table.assign(step=table["step"].where(
+                    gpu[name] = table.assign(step=table["step"].where(
                         ~table["step"].isin(drop), -1))
                 else:
-                    r.gpu[name] = table[~table["step"].isin(drop)]
+                    gpu[name] = table[~table["step"].isin(drop)]
+        r.gpu = gpu                 # assigned whole: a spilled result stores it again
         if r.operators is not None and "step" in r.operators:
             r.operators = r.operators[~r.operators["step"].isin(drop)]
         notes.append(f"rank {r.rank}: step{'s' if len(drop) > 1 else ''} "
