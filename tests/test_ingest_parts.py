@@ -217,6 +217,7 @@ def test_worker_processes_read_the_reference_trace_as_one_stream(monkeypatch):
     path = shared_trace(REFERENCE)
     with parts.on_cores(2):
         got = ingest._parse(path, path.read_bytes(), None)
-        assert parts._CORES.executor is not None, "read on worker processes"
+        assert parts._CORES.started == 1, "read on worker processes"
+        assert parts._CORES.executor is None, "ended once the trace is read"
     assert parts.LAST_ODD is None
     _same(got, _one_stream(path))

@@ -77,6 +77,8 @@ class _Cores:
     # what a worker does. Otherwise they come from a fork server (``pool._context``).
     fork: bool
     executor: Executor | None = None
+    owned: bool = True              # started here (else given: ``on_cores(executor=…)``)
+    started: int = 0                # worker pools started so far
 
 
 _CORES: _Cores | None = None
@@ -97,14 +99,21 @@ def on_cores(workers: int | None = None, executor: Executor | None = None):
         yield
         return
     _CORES = _Cores(max(n, 1), fork=threading.active_count() == 1 and
-                    "fork" in mp.get_all_start_methods(), executor=executor)
-    owned = executor is None
+                    "fork" in mp.get_all_start_methods(), executor=executor,
+                    owned=executor is None)
     try:
         yield
     finally:
         cores, _CORES = _CORES, None
-        if owned and cores.executor is not None:
+        if cores.owned and cores.executor is not None:
             cores.executor.shutdown(wait=True, cancel_futures=True)
+
+
+def has_cores() -> bool:
+    """Whether this process was given more cores than its own (``on_cores`` in force): the
+    analysis of a single trace may then run its parts beside each other
+    (``analysis/report/rank_work.py``)."""
+    return _CORES is not None and _CORES.workers > 1
 
 
 def worth_it(raw: bytes) -> bool:
@@ -123,6 +132,7 @@ def _executor() -> Executor:
             from meshscope.analysis.ingest.pool import _context
             context = _context()
         _CORES.executor = ProcessPoolExecutor(max_workers=_CORES.workers, mp_context=context)
+        _CORES.started += 1
     return _CORES.executor
 
 
@@ -169,10 +179,20 @@ def _read(raw: bytes, comm_kernel_re: re.Pattern | None
         for f in pending:
             f.cancel()
         pa.set_memory_pool(previous)
+        _release()
     if reading.legacy:
         table = table.replace_schema_metadata({**(table.schema.metadata or {}),
                                                events.READ_KEY: reading.to_json()})
     return table, reading.memory_table, stream.meta, stream.layout
+
+
+def _release() -> None:
+    """End the workers once a trace is read: the rest of its analysis may fork this process
+    (``pool.Beside``), which is safe only while it runs one thread; the next large trace
+    starts them again."""
+    if _CORES is not None and _CORES.executor is not None and _CORES.owned:
+        _CORES.executor.shutdown(wait=True, cancel_futures=True)
+        _CORES.executor = None
 
 
 def _join(acc: "events._Accumulator", part: "events._Part") -> bytes | None:

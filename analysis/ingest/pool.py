@@ -185,3 +185,54 @@ def _abandon(pool: ProcessPoolExecutor) -> None:
         p.kill()
     for p in procs:
         p.join(timeout=10)
+
+
+# What a ``Beside``'s forked process runs: set just before the fork, so the process has it in
+# its copy of memory (the trace's table is never sent).
+_BESIDE: tuple | None = None
+
+
+def _run_beside():
+    fn, args = _BESIDE
+    return fn(*args)
+
+
+class Beside:
+    """``fn(*args)`` run in a forked copy of this process, beside what this process does next;
+    ``result()`` waits for it. The copy shares this process' memory until either writes to it
+    (a rank's event table is read, never copied), and only the result comes back, pickled.
+
+    Used for one large trace, whose own work would otherwise leave the other cores idle
+    (``analysis/report/rank_work.py``), and only where a fork is safe: this process runs one
+    thread (a progress bar's timer aside, which the copy never runs) and the system forks.
+    Where it cannot start, or its process is lost (killed for memory, say), ``result()`` runs
+    ``fn(*args)`` here instead."""
+
+    def __init__(self, fn, *args):
+        global _BESIDE
+        self._call = (fn, args)
+        self._pool = self._future = None
+        if "fork" not in mp.get_all_start_methods() or threading.active_count() > 2:
+            return
+        _BESIDE = self._call
+        try:
+            self._pool = ProcessPoolExecutor(max_workers=1, mp_context=mp.get_context("fork"))
+            self._future = self._pool.submit(_run_beside)
+        except (OSError, RuntimeError):
+            self._future = None
+        finally:
+            _BESIDE = None
+
+    def result(self):
+        try:
+            if self._future is not None:
+                try:
+                    return self._future.result()
+                except BrokenExecutor:
+                    pass
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
+        fn, args = self._call
+        return fn(*args)
+
