@@ -214,6 +214,7 @@ def test_the_cache_holds_the_one_stream_table(tmp_path, small_parts):
 def test_worker_processes_read_the_reference_trace_as_one_stream(monkeypatch):
     """The 54 MB reference trace in parts of 4 MB on two worker processes."""
     monkeypatch.setattr(parts, "PART_BYTES", 4 << 20)
+    monkeypatch.setattr(parts, "MIN_GZIP_BYTES", 0)
     path = shared_trace(REFERENCE)
     with parts.on_cores(2):
         got = ingest._parse(path, path.read_bytes(), None)
@@ -221,3 +222,39 @@ def test_worker_processes_read_the_reference_trace_as_one_stream(monkeypatch):
         assert parts._CORES.executor is None, "ended once the trace is read"
     assert parts.LAST_ODD is None
     _same(got, _one_stream(path))
+
+
+@pytest.mark.slow
+def test_a_rank_s_tables_made_beside_its_timeline_are_the_same(monkeypatch):
+    """``rank_work`` of one trace on every core — its events in parts, its operations,
+    memory, operator and kernel tables in a forked process beside the timeline
+    (``pool.Beside``) — gives the result of ``rank_work`` in one process."""
+    import pandas as pd
+
+    from meshscope.analysis.report import rank_work
+
+    path = shared_trace(REFERENCE)
+    plain = rank_work.rank_work(path, rank_work.RankOptions())
+    monkeypatch.setattr(parts, "MIN_GZIP_BYTES", 0)
+    monkeypatch.setattr(rank_work, "BESIDE_EVENTS", 0)
+    forks = []
+    real = rank_work.pool.Beside
+
+    class Counted(real):
+        def __init__(self, *args):
+            super().__init__(*args)
+            forks.append(self._future is not None)
+
+    monkeypatch.setattr(rank_work.pool, "Beside", Counted)
+    with parts.on_cores(2):
+        beside = rank_work.rank_work(path, rank_work.RankOptions())
+    assert forks == [True], "made in a forked process"
+    pd.testing.assert_frame_equal(beside.operations, plain.operations, check_exact=True)
+    pd.testing.assert_frame_equal(beside.operators, plain.operators, check_exact=True)
+    assert list(beside.gpu) == list(plain.gpu) and list(beside.memory) == list(plain.memory)
+    for name in plain.gpu:
+        pd.testing.assert_frame_equal(beside.gpu[name], plain.gpu[name], check_exact=True)
+    for name in plain.memory:
+        pd.testing.assert_frame_equal(beside.memory[name], plain.memory[name], check_exact=True)
+    assert beside.timeline.steps == plain.timeline.steps
+    assert beside.notes == plain.notes and beside.problems == plain.problems

@@ -439,6 +439,46 @@ class EventStream:
         return None
 
 
+def batches_in(buf: bytearray, decode: Callable[[bytes], list], batch_bytes: int
+               ) -> Iterator[list]:
+    """The events of ``buf[1:-1]`` — whole events separated by commas, as ``EventStream.parts``
+    cuts them; ``buf``'s first and last bytes spare — decoded in batches of about
+    ``batch_bytes``, in place (``_decode_in_place``: no batch is copied). A batch ends after
+    the last ``}`` before its size that a comma follows and whose text decodes (the cut of
+    ``EventStream._cut``); ``Fallback`` when a batch cannot be cut so (an event longer than a
+    batch, or text that is not a run of events), so that the caller reads the file another
+    way."""
+    end = len(buf) - 1
+    pos = _skip(buf, 1, True)
+    while pos < end:
+        if end - pos <= batch_bytes:
+            try:
+                events = _decode_in_place(decode, buf, pos - 1, end)
+            except msgspec.DecodeError:
+                raise Fallback("a part that is not a run of events") from None
+            yield events
+            return
+        got = None
+        at = pos + batch_bytes
+        for _ in range(16):
+            at = buf.rfind(b"}", pos, at)
+            if at < 0:
+                break
+            after = _skip(buf, at + 1, True)
+            if after >= end or buf[after] != 0x2C:                 # ","
+                continue
+            try:
+                got = _decode_in_place(decode, buf, pos - 1, at + 1), at + 1
+                break
+            except msgspec.DecodeError:
+                continue
+        if got is None:
+            raise Fallback("an event longer than a batch")
+        events, cut = got
+        yield events
+        pos = _skip(buf, cut, False)
+
+
 def _decode_in_place(decode, buf: bytearray, before: int, after: int):
     """``decode`` of ``[`` + ``buf[before + 1:after]`` + ``]`` without copying: the bytes at
     ``before`` and ``after`` (white space, a comma or the spare byte) are set to the brackets for

@@ -59,10 +59,15 @@ from meshscope.analysis.ingest import json_stream
 # a task is small beside its work, small enough that two workers share a 54 MB trace.
 PART_BYTES = 8 << 20
 IN_FLIGHT_PER_WORKER = 2
-# Files smaller than this are read as one stream (the workers would cost more than they
-# save): a gzip of 1 MB holds about 20 MB of JSON.
-MIN_GZIP_BYTES = 1 << 20
-MIN_TEXT_BYTES = 16 << 20
+# Text a worker checks for nesting at once (the check's arrays are a few times this).
+NESTING_SLICE = 1 << 20
+# Files smaller than this are read as one stream: the workers cost about a quarter more CPU
+# than one stream (the text sent to them, the columns sent back, the forks), which the 54 MB
+# reference trace (2.9 MB gzipped) did not earn back with another process on the second core
+# (`meshscope analyze` 1.7 s in one stream, 2.0-2.2 s in parts; docs/benchmarks.md). A gzip of
+# 4 MB holds about 75 MB of JSON.
+MIN_GZIP_BYTES = 4 << 20
+MIN_TEXT_BYTES = 64 << 20
 
 
 class Odd(Exception):
@@ -220,19 +225,35 @@ def _read_part(text: bytes, depth: int, last: bool, comm_kernel_re: re.Pattern |
     reading = events._Reading()
     acc = events._Accumulator(comm_kernel_re, reading)
     try:
-        stream = json_stream.EventStream(b"[" + text + (b"" if last else b"]"), events._decode,
-                                         batch_bytes=events.BATCH_BYTES, budgets=inner)
-        del text
-        for evs in stream.batches(keep_tail=last):
+        if last:
+            # The last part runs on to the end of the file: read as a stream, which finds
+            # where the events end and keeps the text after them.
+            stream = json_stream.EventStream(b"[" + text, events._decode,
+                                             batch_bytes=events.BATCH_BYTES, budgets=inner)
+            del text
+            batches = stream.batches(keep_tail=True)
+        else:
+            # A run of whole events: its nesting checked, then decoded in place, batch by
+            # batch, in one buffer with a spare byte at either end.
+            nesting = json_stream.Nesting(inner.nesting)
+            nesting.feed(b"[")
+            for i in range(0, len(text), NESTING_SLICE):
+                nesting.feed(text[i:i + NESTING_SLICE])
+            buf = bytearray(len(text) + 2)
+            buf[1:-1] = text
+            del text
+            stream = None
+            batches = json_stream.batches_in(buf, events._decode, events.BATCH_BYTES)
+        for evs in batches:
             if isinstance(evs, events._Decoded):
                 return _odd("a batch the typed decoder refused")
             acc.add(evs)
             if reading.be_events:
                 return _odd("B/E events")
-        if stream.layout != "array" or (not last and stream.tail and stream.tail.strip()):
+        if stream is not None and stream.layout != "array":
             return _odd("a part that is not a run of events")
         part = acc.part()
-        part.tail = stream.tail
+        part.tail = stream.tail if stream is not None else None
         return part
     except Exception as e:          # noqa: BLE001 - the one stream says what it is
         return _odd(f"{type(e).__name__}: {e}")
