@@ -715,7 +715,7 @@ def _batch(evs: list[_Event], reading: "_Reading"
     call_args = pa.nulls(len(xs), pa.large_string())
     if pc.any(calls).as_py():
         idx = np.flatnonzero(calls.to_numpy(zero_copy_only=False)).tolist()
-        texts = [_call_args_json(args[i], damage) for i in idx]
+        texts = [_call_args_text(args[i], damage) for i in idx]
         call_args = pc.replace_with_mask(call_args, calls, pa.array(texts, pa.large_string()))
     cols = {
         "name": name, "cat": cat, "ts_us": pa.array(ts), "dur_us": pa.array(dur),
@@ -788,6 +788,32 @@ def _call_args_json(a: _Args | None, damage: Damage) -> str | None:
         parts.append(bytes(raw))
     return (b'{"dims":' + parts[0] + b',"types":' + parts[1] + b',"scalars":' + parts[2]
             + b"}").decode("utf-8", "replace")
+
+
+# ``_call_args_json`` of argument texts already met without damage: the same shapes repeat
+# every step (a GEMM's, a bucket's), and checking each one's values costs more than decoding
+# it. Emptied when it reaches ``_CALL_ARGS_CACHE`` entries.
+_CALL_ARGS: dict[tuple, str | None] = {}
+_CALL_ARGS_CACHE = 1 << 16
+
+
+def _call_args_text(a: _Args | None, damage: Damage) -> str | None:
+    """``_call_args_json(a, damage)``, remembered by the three texts it reads."""
+    if a is None:
+        return None
+    key = (bytes(_dims(a)), bytes(a.input_type), bytes(a.concrete))
+    hit = _CALL_ARGS.get(key, _CALL_ARGS)
+    if hit is not _CALL_ARGS:
+        return hit
+    own = Damage()
+    text = _call_args_json(a, own)
+    if own:
+        damage.update(own)
+    else:
+        if len(_CALL_ARGS) >= _CALL_ARGS_CACHE:
+            _CALL_ARGS.clear()
+        _CALL_ARGS[key] = text
+    return text
 
 
 class _Kinds:
