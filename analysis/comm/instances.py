@@ -568,7 +568,10 @@ def finalize_rows(raw: pd.DataFrame, *, rank: int, meta: dict, timeline,
                   run: RunInfo | None, flight: FlightRecords | None = None,
                   layout_map: dict[str, str] | None = None) -> list[dict]:
     """``finalize``'s rows, before they are made a table (``table_of``)."""
-    rows = raw.to_dict("records")
+    # ``raw.to_dict("records")``, made from each column's list of Python values at once.
+    columns = list(raw.columns)
+    rows = [dict(zip(columns, values))
+            for values in zip(*(raw[c].tolist() for c in columns))] if len(raw) else []
     # A missing value (NaN, NA) is None, but in the four times, where it is NaN: found per
     # column, so that only the rows holding one are looked at.
     for k in raw.columns:

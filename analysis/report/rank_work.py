@@ -225,10 +225,10 @@ def gpu_tables(trace: ingest.RankTrace, tl: timeline.RankTimeline) -> dict[str, 
     ``step_categories`` (the former TensorBoard plugin's categories), ``stream_idle`` (HTA's
     idle time breakdown per stream), ``sync_calls`` (each synchronisation, the device idle
     charged to it, the profiled step it was called in — -1 outside them — and where it
-    was called from) — these two read the timeline (``_timeline_gpu_tables``) —, ``kernels``
-    and ``kernel_categories`` (the top kernels and the device time per category), ``gemms``
-    (matrix multiplications against the device's peak) — which, with ``step_categories``,
-    read only its steps (``_kernel_tables``).
+    was called from) — made with the timeline (``_timeline_gpu_tables``) —, ``kernels`` and
+    ``kernel_categories`` (the top kernels and the device time per category), ``gemms``
+    (matrix multiplications against the device's peak) — which read only its steps
+    (``_kernel_tables``).
 
     The event table is not copied whole: each table takes the few rows and columns it reads
     (a copy of the host events cost 30 MB at the peak on the 216k-event reference trace)."""
@@ -256,7 +256,7 @@ def _gpu_rows(trace: ingest.RankTrace) -> tuple:
 
 def _timeline_gpu_tables(trace: ingest.RankTrace, tl: timeline.RankTimeline
                          ) -> dict[str, pd.DataFrame]:
-    """``stream_idle``, ``sync_calls`` (``gpu_tables``)."""
+    """``step_categories``, ``stream_idle``, ``sync_calls`` (``gpu_tables``)."""
     ev, _, dev, host = _gpu_rows(trace)
     r = trace.rank
     launch_ts, _ = timeline.launches(host, dev)
@@ -271,6 +271,9 @@ def _timeline_gpu_tables(trace: ingest.RankTrace, tl: timeline.RankTimeline
         mask[order[:SITES]] = True
         calls = host_activity.with_sites(calls, ev, mask)
     return {
+        "step_categories": pd.DataFrame(step_categories.step_rows(
+            r, tl.steps, timeline.sets_in_blocks(step_categories.role_sets, ev)),
+            columns=step_categories.COLUMNS),
         "stream_idle": gpu_idle.stream_idle(r, sel, launch_ts[dev.index.get_indexer(sel.index)]
                                             if len(sel) else np.zeros(0)),
         "sync_calls": calls.assign(rank=r),
@@ -279,9 +282,8 @@ def _timeline_gpu_tables(trace: ingest.RankTrace, tl: timeline.RankTimeline
 
 def _kernel_tables(trace: ingest.RankTrace, steps: timeline.StepWindows
                    ) -> dict[str, pd.DataFrame]:
-    """``step_categories``, ``kernels``, ``kernel_totals``, ``kernel_categories``, ``gemms``
-    (``gpu_tables``)."""
-    ev, _, dev, host = _gpu_rows(trace)
+    """``kernels``, ``kernel_totals``, ``kernel_categories``, ``gemms`` (``gpu_tables``)."""
+    _, _, dev, host = _gpu_rows(trace)
     r = trace.rank
     windows = timeline._windows(steps.steps, steps.span)
     ts, end = dev["ts_us"].to_numpy(), dev["end_us"].to_numpy()
@@ -295,9 +297,6 @@ def _kernel_tables(trace: ingest.RankTrace, steps: timeline.StepWindows
                         & host["cat"].isin(host_activity.RUNTIME_CATS)][
         ["lane", "ts_us", "end_us", "correlation"]]
     return {
-        "step_categories": pd.DataFrame(step_categories.step_rows(
-            r, steps.steps, timeline.sets_in_blocks(step_categories.role_sets, ev)),
-            columns=step_categories.COLUMNS),
         "kernels": kernels.kernel_table(r, in_dev, graph),
         "kernel_totals": kernels.kernel_totals(
             r, dev, timeline.device_step_of(steps.host_steps, host, dev)),
