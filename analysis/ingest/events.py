@@ -83,7 +83,10 @@ one chunk each, the string columns dictionary-encoded and the chunk's ``kind`` c
 (``_consolidate``), and the memory the C library's allocator then holds free is given back
 (``_trim``): the memory of the batches is reused by the next ones, and a rank's peak is its
 table plus bounded buffers (``tests/test_memory_relation.py``). The frame is made column by
-column, each Arrow column freed as it is converted (``to_frame``). Only a batch that holds
+column, each Arrow column freed as it is converted (``to_frame``). A large trace analysed alone
+is read on every core instead (``analysis/ingest/parts.py``): cut into parts that worker
+processes read with this same code (``_Accumulator``, one per part), joined here in file
+order (``_Accumulator.merge``) into the same table. Only a batch that holds
 PyTorch 1.8 categories is renamed, and only the events that are not ``X`` are looked at for
 ``B``/``E`` pairs. A file that cannot be streamed (an unusual layout, or damage) is read whole
 instead, which also names what is wrong with it. With ``cache_dir``, the table is stored as

@@ -12,7 +12,11 @@ runs in a ``ProcessPoolExecutor`` of ``min(files, os.cpu_count())`` processes (p
 CPU-bound Python: threads would share one core) through ``map_on``, the seam every executor
 of the per-rank work goes through (this pool, or a Dask client's executor:
 ``analysis/report/engines.py``): at most two files per worker are in flight, so memory is
-bounded by per-rank work, not by the rank count. One file is read in this process. A worker
+bounded by per-rank work, not by the rank count. One file is read in this process, with
+every core given to it: its events read in parts by worker processes (``parts.on_cores``,
+``analysis/ingest/parts.py``) and, once its steps are known, the rank's tables that need
+nothing else of its timeline made in a forked copy of this process beside the rest
+(``Beside``, ``analysis/report/rank_work.py``). A worker
 that dies (killed for memory, say) does not end the run: the files it left are read here, one
 by one; so are all the files when the pool cannot start its manager thread (an address-space
 cap with no room for the thread's stack).
