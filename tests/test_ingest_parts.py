@@ -243,7 +243,7 @@ def test_a_rank_s_tables_made_beside_its_timeline_are_the_same(monkeypatch):
     class Counted(real):
         def __init__(self, *args):
             super().__init__(*args)
-            forks.append(self._future is not None)
+            forks.append(self._pid is not None)
 
     monkeypatch.setattr(rank_work.pool, "Beside", Counted)
     with parts.on_cores(2):
@@ -258,3 +258,34 @@ def test_a_rank_s_tables_made_beside_its_timeline_are_the_same(monkeypatch):
         pd.testing.assert_frame_equal(beside.memory[name], plain.memory[name], check_exact=True)
     assert beside.timeline.steps == plain.timeline.steps
     assert beside.notes == plain.notes and beside.problems == plain.problems
+
+
+def _fails(x):
+    raise ValueError(f"no {x}")
+
+
+def _exits(x):
+    import os
+    if os.getpid() != _PARENT[0]:
+        os._exit(9)                     # the forked copy vanishes, as one killed for memory
+    return x * 2
+
+
+_PARENT = [0]
+
+
+@pytest.mark.slow
+def test_beside_gives_the_value_or_the_exception_of_the_call_here():
+    """``pool.Beside``: the value of ``fn(*args)`` made in a forked copy; a call that raises
+    raises the same here; a copy that is lost has its call run here."""
+    import os
+
+    from meshscope.analysis.ingest import pool
+
+    assert pool.Beside(sum, [1, 2, 3]).result() == 6
+    with pytest.raises(ValueError, match="no table"):
+        pool.Beside(_fails, "table").result()
+    _PARENT[0] = os.getpid()
+    lost = pool.Beside(_exits, 21)
+    assert lost._pid is not None, "forked"
+    assert lost.result() == 42, "run here after the copy was lost"

@@ -30,7 +30,9 @@ import collections
 import multiprocessing as mp
 import os
 import pathlib
+import pickle
 import re
+import sys
 import threading
 from concurrent.futures import BrokenExecutor, CancelledError, Executor, ProcessPoolExecutor
 from typing import Iterator
@@ -191,52 +193,61 @@ def _abandon(pool: ProcessPoolExecutor) -> None:
         p.join(timeout=10)
 
 
-# What a ``Beside``'s forked process runs: set just before the fork, so the process has it in
-# its copy of memory (the trace's table is never sent).
-_BESIDE: tuple | None = None
-
-
-def _run_beside():
-    fn, args = _BESIDE
-    return fn(*args)
-
-
 class Beside:
     """``fn(*args)`` run in a forked copy of this process, beside what this process does next;
     ``result()`` waits for it. The copy shares this process' memory until either writes to it
-    (a rank's event table is read, never copied), and only the result comes back, pickled.
+    (a rank's event table is read, never copied), and only the result comes back, pickled
+    through a pipe.
 
     Used for one large trace, whose own work would otherwise leave the other cores idle
-    (``analysis/report/rank_work.py``), and only where a fork is safe: this process runs one
-    thread (a progress bar's timer aside, which the copy never runs) and the system forks.
-    Where it cannot start, or its process is lost (killed for memory, say), ``result()`` runs
-    ``fn(*args)`` here instead."""
+    (``analysis/report/rank_work.py``), where a fork is safe: the system forks, and this
+    process runs at most one thread besides its own (a progress bar's, ``progress.py``). The
+    copy runs nothing of that thread's: its stdout and stderr are new files on the null device
+    (a lock the thread held at the fork, on the terminal's stream, is never taken), and it
+    leaves by ``os._exit`` once the result is written, with no flush and no exit handlers.
+    Where it cannot start, or its process is lost (killed for memory, say) or fails,
+    ``result()`` runs ``fn(*args)`` here instead — the same value, or the same exception."""
 
     def __init__(self, fn, *args):
-        global _BESIDE
         self._call = (fn, args)
-        self._pool = self._future = None
-        if "fork" not in mp.get_all_start_methods() or threading.active_count() > 2:
+        self._pid = self._read = None
+        if not hasattr(os, "fork") or threading.active_count() > 2:
             return
-        _BESIDE = self._call
         try:
-            self._pool = ProcessPoolExecutor(max_workers=1, mp_context=mp.get_context("fork"))
-            self._future = self._pool.submit(_run_beside)
-        except (OSError, RuntimeError):
-            self._future = None
-        finally:
-            _BESIDE = None
+            read, write = os.pipe()
+        except OSError:
+            return
+        try:
+            pid = os.fork()
+        except OSError:
+            os.close(read)
+            os.close(write)
+            return
+        if pid == 0:                                        # the copy
+            code = 1
+            try:
+                os.close(read)
+                sys.stdout = sys.stderr = open(os.devnull, "w")
+                data = pickle.dumps(fn(*args), protocol=pickle.HIGHEST_PROTOCOL)
+                with os.fdopen(write, "wb") as out:
+                    out.write(data)
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(write)
+        self._pid, self._read = pid, read
 
     def result(self):
-        try:
-            if self._future is not None:
-                try:
-                    return self._future.result()
-                except BrokenExecutor:
-                    pass
-        finally:
-            if self._pool is not None:
-                self._pool.shutdown(wait=True)
+        if self._pid is not None:
+            chunks = []
+            try:
+                with os.fdopen(self._read, "rb") as f:
+                    while chunk := f.read(1 << 20):
+                        chunks.append(chunk)
+            finally:
+                _, status = os.waitpid(self._pid, 0)
+                self._pid = None
+            if os.waitstatus_to_exitcode(status) == 0:
+                return pickle.loads(b"".join(chunks))       # written by the copy, above
         fn, args = self._call
         return fn(*args)
-
