@@ -59,6 +59,13 @@ def intersect(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """a ∩ b for two disjoint sorted sets (two-pointer sweep, O(len(a) + len(b)))."""
     if not len(a) or not len(b):
         return EMPTY.copy()
+    if len(a) > 4 * len(b):
+        # Only the rows of a that end after b begins and begin before b ends can meet it:
+        # found by bisection, so a large set met with a few windows is not swept whole.
+        a = a[np.searchsorted(a[:, 1], b[0, 0], side="right"):
+              np.searchsorted(a[:, 0], b[-1, 1], side="left")]
+        if not len(a):
+            return EMPTY.copy()
     # Candidate pairs: for each row of a, the rows of b that can overlap it.
     lo = np.searchsorted(b[:, 1], a[:, 0], side="right")
     hi = np.searchsorted(b[:, 0], a[:, 1], side="left")

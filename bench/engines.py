@@ -36,7 +36,8 @@ ENGINES = ("local", "dask")
 
 
 def analyse(run: pathlib.Path, engine: str, workers: int) -> tuple[dict, pathlib.Path]:
-    out = run / f"report-{engine}"
+    # Beside the run, not in it: a report may not be written inside the analysed folder.
+    out = run.parent / f"{run.name}-report-{engine}"
     shutil.rmtree(out, ignore_errors=True)
     m = measure([*MESHSCOPE, "analyze", "--no-cache", str(run), "--out", str(out),
                  "--engine", engine, "--workers", str(workers)], timeout_s=4 * 3600)
@@ -109,6 +110,8 @@ def main() -> None:
         f"`LocalCluster` of {a.workers} worker processes itself (its start-up is in its time).",
         "", "\n".join(lines), "", f"Result: {agree}."])
     publish(HEADING, section, a.write)
+    for out in outs:
+        shutil.rmtree(out, ignore_errors=True)
     if not a.keep:
         shutil.rmtree(run, ignore_errors=True)
     if diffs:

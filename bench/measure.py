@@ -36,6 +36,10 @@ class Measured:
     returncode: int
     stdout: str
     stderr: str
+    # With ``measure(pss=True)``: all processes at once, each page shared among them (a
+    # forked worker's pages still shared with its parent) counted once — their proportional
+    # set sizes summed (sampled; NaN without it).
+    peak_tree_pss_mb: float = float("nan")
 
 
 def _hwm_mb(pid: int) -> float:
@@ -50,39 +54,45 @@ def _hwm_mb(pid: int) -> float:
     return 0.0
 
 
-def _tree_mb(pid: int) -> tuple[float, float]:
-    """(summed RSS, the largest ``VmHWM``) of ``pid`` and its descendants (via /proc), MB."""
+def _tree_mb(pid: int, pss: bool = False) -> tuple[float, float, float]:
+    """(summed RSS, the largest ``VmHWM``, summed PSS — NaN unless ``pss``) of ``pid`` and its
+    descendants (via /proc), MB."""
     import psutil
 
     try:
         root = psutil.Process(pid)
         procs = [root] + root.children(recursive=True)
     except psutil.NoSuchProcess:
-        return 0.0, 0.0
-    total, hwm = 0, 0.0
+        return 0.0, 0.0, 0.0
+    total, hwm, shared = 0, 0.0, 0
     for p in procs:
         try:
             total += p.memory_info().rss
-        except psutil.NoSuchProcess:
+            if pss:
+                shared += p.memory_full_info().pss
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
         hwm = max(hwm, _hwm_mb(p.pid))
-    return total / 2**20, hwm
+    return total / 2**20, hwm, (shared / 2**20 if pss else float("nan"))
 
 
 def measure(cmd: list[str], *, env: dict | None = None, cwd: pathlib.Path = ROOT,
-            timeout_s: float = 3600, check: bool = True) -> Measured:
-    """Run ``cmd`` to its end; its wall time and peak memory (module docstring)."""
+            timeout_s: float = 3600, check: bool = True, pss: bool = False) -> Measured:
+    """Run ``cmd`` to its end; its wall time and peak memory (module docstring); ``pss``:
+    also the peak of the process tree's summed proportional set sizes (``Measured``)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    peak = [0.0, 0.0]                 # summed RSS of the tree, the largest process's VmHWM
+    peak = [0.0, 0.0, float("nan")]   # summed RSS of the tree, the largest VmHWM, summed PSS
     done = threading.Event()
 
     def sample():
         while not done.is_set():
-            tree, hwm = _tree_mb(proc.pid)
+            tree, hwm, shared = _tree_mb(proc.pid, pss)
             peak[0], peak[1] = max(peak[0], tree), max(peak[1], hwm)
+            if pss:
+                peak[2] = shared if peak[2] != peak[2] else max(peak[2], shared)
             done.wait(SAMPLE_S)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -109,7 +119,8 @@ def measure(cmd: list[str], *, env: dict | None = None, cwd: pathlib.Path = ROOT
         r.join()
     proc.returncode = os.waitstatus_to_exitcode(status)
     result = Measured(wall, peak[1], max(peak[0], peak[1]),
-                      proc.returncode, "".join(out_chunks), "".join(err_chunks))
+                      proc.returncode, "".join(out_chunks), "".join(err_chunks),
+                      peak_tree_pss_mb=max(peak[2], peak[1]) if pss else float("nan"))
     if check and result.returncode != 0:
         raise SystemExit(f"{' '.join(map(str, cmd))} exited {result.returncode}:\n"
                          f"{result.stderr[-3000:]}")

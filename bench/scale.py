@@ -60,11 +60,13 @@ def generate(root: pathlib.Path, ranks: int, events: int, pp: int) -> tuple[path
 
 
 def analyse(run: pathlib.Path) -> dict:
-    out = run / "report-bench"
+    # Beside the run, not in it: a report may not be written inside the analysed folder.
+    out = run.parent / f"{run.name}-report"
     shutil.rmtree(out, ignore_errors=True)
     m = measure([*MESHSCOPE, "analyze", "--no-cache", str(run), "--out", str(out)],
                 timeout_s=4 * 3600)
     summary = json.loads((out / "summary.json").read_text())
+    shutil.rmtree(out, ignore_errors=True)
     return {"wall_s": m.wall_s, "rss_mb": m.peak_rss_mb, "tree_mb": m.peak_tree_rss_mb,
             "ranks_analysed": len(summary["ranks"]), "problems": len(summary["problems"])}
 

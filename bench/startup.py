@@ -38,7 +38,7 @@ def commands() -> list[tuple[str, list[str]]]:
     out = [("python -c pass", [PYTHON, "-c", "pass"]),
            ("meshscope --version", [SCRIPT, "--version"]),
            ("meshscope --help", [SCRIPT, "--help"])]
-    for name in sorted(main.commands):
+    for name in sorted(main.every_command):
         out.append((f"meshscope {name} --help", [SCRIPT, name, "--help"]))
     return out
 

@@ -13,6 +13,7 @@ import pytest
 
 from meshscope.analysis.ingest import events as ingest
 from meshscope.analysis.ingest import pool as ingest_pool
+from meshscope.analysis.ingest import start_method
 from meshscope.analysis.ingest import cache as trace_cache
 from meshscope.analysis.errors import InputError
 from meshscope.analysis.ingest.progress import Progress
@@ -256,7 +257,7 @@ def test_parallel_ingest_beside_other_threads_and_dying_workers(monkeypatch):
     thread = threading.Thread(target=stop.wait)
     thread.start()
     try:
-        assert ingest_pool._context().get_start_method() != "fork"
+        assert start_method.context().get_start_method() != "fork"
         got = list(ingest_pool.load_traces(files, workers=2))
     finally:
         stop.set()

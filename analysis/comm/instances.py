@@ -376,21 +376,26 @@ def _gpu_rows(events: pd.DataFrame, rank: int) -> list[dict]:
     meta_host = events[host & events["coll_name"].notna().to_numpy()
                        & (events["cat"] != "gpu_user_annotation").to_numpy()]
     index = _HostIndex(meta_host)
+    metas = _metas(meta_host)
     launches = events.loc[host & events["correlation"].isin(kernels["correlation"]).to_numpy()
                           & events["cat"].isin(["cuda_runtime", "cuda_driver"]).to_numpy(),
                           ["correlation", "ts_us", "lane"]]
     launch = dict(zip(launches["correlation"].tolist(),
                       zip(launches["ts_us"].tolist(), launches["lane"].tolist())))
     rows, unlinked = [], []
+    names: dict = {}                # kernel name → what _kernel_row reads of it, made once
     for kern in kernels.itertuples():
         own = _meta_of(kern) if isinstance(kern.coll_name, str) else {}
         hosts = []
         if kern.correlation in launch:
             t, lane = launch[kern.correlation]
             hosts = index.enclosing(lane, t)
-        meta = _merge_meta([own] + [_meta_of(h) for h in hosts])
+        meta = _merge_meta([own] + [metas[h.Index] for h in hosts])
         call = hosts[-1] if hosts else None                 # the outermost metadata event
-        row = _kernel_row(rank, kern, meta, call)
+        of_name = names.get(kern.name)
+        if of_name is None:
+            of_name = names[kern.name] = _of_kernel_name(kern.name)
+        row = _kernel_row(rank, kern, meta, call, of_name)
         rows.append(row)
         if not hosts and not own:
             unlinked.append(row)
@@ -399,8 +404,31 @@ def _gpu_rows(events: pd.DataFrame, rank: int) -> list[dict]:
     return rows
 
 
-def _kernel_row(rank: int, kern, meta: dict, call) -> dict:
-    kop = canonical_op(kern.name) or classify.comm_kernel_op(kern.name)
+def _of_kernel_name(name: str) -> tuple:
+    """(op, source, likely dimension) of a communication kernel's name (``_kernel_row``)."""
+    return (canonical_op(name) or classify.comm_kernel_op(name),
+            "nccl" if classify.COMM_KERNEL_RE.search(name) else "custom-kernel",
+            classify.comm_kernel_dim(name))
+
+
+def _metas(frame: pd.DataFrame) -> dict:
+    """Row label → ``_meta_of`` of that row of ``frame``, made column by column."""
+    cols = []
+    for c in _META:
+        values = frame[c].tolist()
+        missing = frame[c].isna().to_numpy()
+        cols.append([None if m else v for v, m in zip(values, missing)])
+    out = {}
+    for label, *values in zip(frame.index.tolist(), *cols):
+        meta = dict(zip(_META, values))
+        if meta["seq"] is not None and meta["seq"] < 0:
+            meta["seq"] = None
+        out[label] = meta
+    return out
+
+
+def _kernel_row(rank: int, kern, meta: dict, call, of_name: tuple | None = None) -> dict:
+    kop, source, likely = of_name if of_name is not None else _of_kernel_name(kern.name)
     hop = canonical_op(meta.get("coll_name")) if meta.get("coll_name") else None
     op = hop or kop or "unknown"
     backend = kop if kop and kop != op else None
@@ -417,11 +445,11 @@ def _kernel_row(rank: int, kern, meta: dict, call) -> dict:
         "in_bytes": in_n * size if in_n is not None and size else None,
         "out_bytes": out_n * size if out_n is not None and size else None,
         "dtype": meta.get("dtype"),
-        "source": "nccl" if classify.COMM_KERNEL_RE.search(kern.name) else "custom-kernel",
+        "source": source,
         "pg_name": meta.get("pg_name"), "pg_desc": meta.get("pg_desc"),
         "pg_ranks": meta.get("pg_ranks") or "", "group_size": meta.get("group_size"),
         "seq": meta.get("seq"), "msg_bytes_hint": meta.get("msg_bytes"),
-        "likely_dim": classify.comm_kernel_dim(kern.name)}
+        "likely_dim": likely}
 
 
 def _link_by_order(rows: list[dict], meta_host: pd.DataFrame) -> None:
@@ -540,12 +568,22 @@ def finalize_rows(raw: pd.DataFrame, *, rank: int, meta: dict, timeline,
                   run: RunInfo | None, flight: FlightRecords | None = None,
                   layout_map: dict[str, str] | None = None) -> list[dict]:
     """``finalize``'s rows, before they are made a table (``table_of``)."""
-    rows = raw.to_dict("records")
+    # ``raw.to_dict("records")``, made from each column's list of Python values at once.
+    columns = list(raw.columns)
+    rows = [dict(zip(columns, values))
+            for values in zip(*(raw[c].tolist() for c in columns))] if len(raw) else []
+    # A missing value (NaN, NA) is None, but in the four times, where it is NaN: found per
+    # column, so that only the rows holding one are looked at.
+    for k in raw.columns:
+        missing = raw[k].isna().to_numpy()
+        if not missing.any():
+            continue
+        blank = np.nan if k in ("call_ts_us", "call_end_us", "exec_ts_us", "exec_end_us") \
+            else None
+        for i in np.flatnonzero(missing).tolist():
+            if rows[i][k] is not None:
+                rows[i][k] = blank
     for row in rows:
-        for k, v in row.items():
-            if v is not None and not isinstance(v, (str, bool)) and pd.isna(v):
-                row[k] = None if k not in ("call_ts_us", "call_end_us", "exec_ts_us",
-                                           "exec_end_us") else np.nan
         if row["pg_ranks"] is None:
             row["pg_ranks"] = ""
     if not timeline.on_gpu:

@@ -112,6 +112,17 @@ def host_kind(name: pd.Series, cat: pd.Series, kind: pd.Series,
     """The ``HOST_KINDS`` label of each host event ("" for annotations and other ranges).
     An event wait (``EVENT_WAIT_NAMES``) is ``sync`` when it held the host at least
     ``EVENT_WAIT_MIN_US`` (``dur``), else a launch like any other runtime call."""
+    return _LABELS[_kind_codes(name, cat, kind, dur)]
+
+
+# ``host_kind``'s labels by code: 0 none, then ``HOST_KINDS`` in order, then ``slow_launch``.
+_LABELS = np.array(["", *HOST_KINDS, "slow_launch"], dtype=object)
+_RUNTIME, _SLOW = 1 + HOST_KINDS.index("runtime"), len(HOST_KINDS) + 1
+
+
+def _kind_codes(name: pd.Series, cat: pd.Series, kind: pd.Series,
+                dur: pd.Series | None = None) -> np.ndarray:
+    """``host_kind`` as small integer codes into ``_LABELS``."""
     codes, names = pd.factorize(name)
     dl = np.array([bool(DATALOADER_RE.search(n)) for n in names] + [False])[codes]
     waits = np.array([n in EVENT_WAIT_NAMES for n in names] + [False])[codes]
@@ -124,24 +135,34 @@ def host_kind(name: pd.Series, cat: pd.Series, kind: pd.Series,
     comm = (kind == classify.COMMUNICATION).to_numpy()
     runtime = cat.isin(RUNTIME_CATS).to_numpy()
     cpu = cat.isin(CPU_CATS).to_numpy() & ~step
-    return np.select([dl, sync, copy, comm, runtime & setup, runtime, cpu], list(HOST_KINDS),
-                     default="")
+    return np.select([dl, sync, copy, comm, runtime & setup, runtime, cpu],
+                     list(range(1, len(HOST_KINDS) + 1)), default=0).astype(np.int8)
 
 
 def thread_sets(host: pd.DataFrame) -> dict[str, dict[str, np.ndarray]]:
     """lane → kind → the union of that thread's ranges of that kind (module docstring); and,
     under ``slow_launch``, its launch calls (``runtime``) that held it at least
-    ``LONG_LAUNCH_US``."""
+    ``LONG_LAUNCH_US``. (Grouped by codes — the rows of each (lane, kind) in order, the pairs
+    in the order they first appear — not by a label string per row.)"""
     dur = host["end_us"] - host["ts_us"]
-    labels = host_kind(host["name"], host["cat"], host["kind"], dur)
-    labels = np.where((labels == "runtime") & (dur >= LONG_LAUNCH_US).to_numpy(),
-                      "slow_launch", labels)
-    keep = labels != ""
-    work = host[keep].assign(label=labels[keep])
+    codes = _kind_codes(host["name"], host["cat"], host["kind"], dur)
+    codes[(codes == _RUNTIME) & (dur >= LONG_LAUNCH_US).to_numpy()] = _SLOW
+    rows = np.flatnonzero(codes)
     out: dict[str, dict[str, np.ndarray]] = {}
-    for (lane, label), g in work.groupby(["lane", "label"], sort=False):
-        out.setdefault(str(lane), {})[str(label)] = iv.union(g["ts_us"].to_numpy(),
-                                                             g["end_us"].to_numpy())
+    if len(rows) and host["lane"].notna().any():
+        lane_codes, lanes = pd.factorize(host["lane"])
+        rows = rows[lane_codes[rows] >= 0]      # a row without a lane is in no thread's set
+        key = lane_codes[rows].astype(np.int64) * len(_LABELS) + codes[rows]
+        order = np.argsort(key, kind="stable")
+        bounds = np.flatnonzero(np.diff(key[order])) + 1
+        groups = np.split(order, bounds)
+        groups.sort(key=lambda g: g[0])          # the order each pair first appears in
+        ts, end = host["ts_us"].to_numpy(), host["end_us"].to_numpy()
+        for g in groups:
+            at = rows[g]
+            pair = key[g[0]]
+            out.setdefault(str(lanes[pair // len(_LABELS)]), {})[
+                str(_LABELS[pair % len(_LABELS)])] = iv.union(ts[at], end[at])
     for kinds in out.values():          # a slow launch is a launch too
         if "slow_launch" in kinds:
             kinds["runtime"] = iv.merge(kinds.get("runtime", iv.EMPTY), kinds["slow_launch"])

@@ -83,7 +83,10 @@ one chunk each, the string columns dictionary-encoded and the chunk's ``kind`` c
 (``_consolidate``), and the memory the C library's allocator then holds free is given back
 (``_trim``): the memory of the batches is reused by the next ones, and a rank's peak is its
 table plus bounded buffers (``tests/test_memory_relation.py``). The frame is made column by
-column, each Arrow column freed as it is converted (``to_frame``). Only a batch that holds
+column, each Arrow column freed as it is converted (``to_frame``). A large trace analysed alone
+is read on every core instead (``analysis/ingest/parts.py``): cut into parts that worker
+processes read with this same code (``_Accumulator``, one per part), joined here in file
+order (``_Accumulator.merge``) into the same table. Only a batch that holds
 PyTorch 1.8 categories is renamed, and only the events that are not ``X`` are looked at for
 ``B``/``E`` pairs. A file that cannot be streamed (an unusual layout, or damage) is read whole
 instead, which also names what is wrong with it. With ``cache_dir``, the table is stored as
@@ -114,7 +117,7 @@ import json
 import os
 import pathlib
 import re
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import msgspec
 import numpy as np
@@ -534,6 +537,24 @@ def _cpu_lanes(pids: list, tids: list) -> pa.Array:
     return pa.array([f"cpu:{p}:{t}" for p, t in zip(pids, tids)], pa.large_string())
 
 
+_GPU = pa.scalar("gpu", pa.large_string())
+
+
+def _gpu_lanes(devices: list, streams: list) -> pa.Array:
+    """``gpu:<device>:<stream>`` for each device event: at C speed when both are integers
+    (or both strings) throughout, as Python would write them; else one by one."""
+    for kinds in ({int}, {str}):
+        if set(map(type, devices)) <= kinds and set(map(type, streams)) <= kinds:
+            try:
+                d = pc.cast(pa.array(devices), pa.large_string())
+                s = pc.cast(pa.array(streams), pa.large_string())
+            except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError,
+                    OverflowError):
+                break
+            return pc.binary_join_element_wise(_GPU, d, s, _COLON)
+    return pa.array([f"gpu:{d}:{s}" for d, s in zip(devices, streams)], pa.large_string())
+
+
 _DEVICE_CATS = pa.array(sorted(classify.DEVICE_CATS), pa.large_string())
 # Operators whose shapes are kept (``call_args``): the GEMMs whose FLOPs the kernel table needs.
 _GEMM_OPS = pa.array(sorted(classify.GEMM_OPS), pa.large_string())
@@ -571,10 +592,12 @@ class _Reading:
         self.open: dict[tuple, list[_Event]] = {}
         self.legacy: collections.Counter = collections.Counter()
         self.pairs = 0
+        self.be_events = 0              # B and E events met, paired or not
         self.memory = memory_events.Collector()
         self.memory_bytes = 0           # the memory table's bytes so far (the rank's budget)
 
     def pair(self, evs: list[_Event], damage: Damage) -> list[_Event]:
+        self.be_events += len(evs)
         out = []
         for e in evs:
             key = (e.pid, e.tid)
@@ -619,6 +642,8 @@ def _complete(b: _Event, e: _Event) -> _Event:
                   tid=b.tid, args=args)
 
 
+# ``memory_events.is_memory``, inlined in ``_batch`` (a call per event cost 0.13 s a million).
+_INSTANT, _MEMORY = memory_events.INSTANT_PHASES, memory_events.NAME
 # The GPU-side copies of host ranges: a ``gloo:``/``nccl:`` name there carries no metadata.
 _HOST_META_CATS = pa.array(["gpu_user_annotation"], pa.large_string())
 # The event phases of Chrome's trace event format: complete (X) and begin/end (B, E) events are
@@ -638,13 +663,15 @@ def _batch(evs: list[_Event], reading: "_Reading"
     damage = Damage(getattr(evs, "damage", None) or {})
     xs = [e for e in evs if e.ph == "X"]
     if len(xs) < len(evs):
-        unknown = sum(1 for e in evs if not isinstance(e.ph, str) or e.ph not in KNOWN_PHASES)
+        rest = [e for e in evs if e.ph != "X"]
+        unknown = sum(1 for e in rest if not isinstance(e.ph, str) or e.ph not in KNOWN_PHASES)
         if unknown:     # no kind at all, or none of the trace format's: not guessed
             damage.drop("ph", "missing, or not one of the trace format's event phases", unknown)
-        pairs = [e for e in evs if e.ph == "B" or e.ph == "E"]
+        pairs = [e for e in rest if e.ph == "B" or e.ph == "E"]
         if pairs:
             xs += reading.pair(pairs, damage)
-        ms = [e for e in evs if memory_events.is_memory(e)]
+        ms = [e for e in rest if e.ph in _INSTANT and e.name == _MEMORY]
+        del rest
         if ms:
             cols = memory_events.columns(ms, _cpu_lanes([e.pid for e in ms],
                                                         [e.tid for e in ms]), damage)
@@ -678,19 +705,17 @@ def _batch(evs: list[_Event], reading: "_Reading"
     if threadless:      # read, on a lane of their own ("cpu:None:None"), and said so
         damage.ignore("pid/tid", "missing: the event's thread is unknown", threadless)
     if pc.any(device).as_py():
-        gpu = []
-        for i in np.flatnonzero(device.to_numpy(zero_copy_only=False)).tolist():
-            a, e = args[i], xs[i]
-            d = e.pid if a is None or a.device is None else a.device
-            s = e.tid if a is None or a.stream is None else a.stream
-            gpu.append(f"gpu:{d}:{s}")
-        lane = pc.replace_with_mask(lane, device, pa.array(gpu, pa.large_string()))
+        on_device = np.flatnonzero(device.to_numpy(zero_copy_only=False)).tolist()
+        lane = pc.replace_with_mask(lane, device, _gpu_lanes(
+            [xs[i].pid if (a := args[i]) is None or a.device is None else a.device
+             for i in on_device],
+            [xs[i].tid if (a := args[i]) is None or a.stream is None else a.stream
+             for i in on_device]))
     found = []
-    for i, a in enumerate(args):
-        if a is not None and a.coll_name is not None:
-            meta = comm_meta.from_record(a, damage)
-            if meta is not None:
-                found.append((i, meta))
+    for i in [i for i, a in enumerate(args) if a is not None and a.coll_name is not None]:
+        meta = comm_meta.from_record(args[i], damage)
+        if meta is not None:
+            found.append((i, meta))
     prefixed = functools.reduce(pc.or_, (pc.starts_with(name, p)
                                          for p in comm_meta.HOST_PREFIXES))
     host = pc.and_(prefixed, pc.invert(pc.is_in(cat, value_set=_HOST_META_CATS)))
@@ -707,7 +732,7 @@ def _batch(evs: list[_Event], reading: "_Reading"
     call_args = pa.nulls(len(xs), pa.large_string())
     if pc.any(calls).as_py():
         idx = np.flatnonzero(calls.to_numpy(zero_copy_only=False)).tolist()
-        texts = [_call_args_json(args[i], damage) for i in idx]
+        texts = [_call_args_text(args[i], damage) for i in idx]
         call_args = pc.replace_with_mask(call_args, calls, pa.array(texts, pa.large_string()))
     cols = {
         "name": name, "cat": cat, "ts_us": pa.array(ts), "dur_us": pa.array(dur),
@@ -780,6 +805,32 @@ def _call_args_json(a: _Args | None, damage: Damage) -> str | None:
         parts.append(bytes(raw))
     return (b'{"dims":' + parts[0] + b',"types":' + parts[1] + b',"scalars":' + parts[2]
             + b"}").decode("utf-8", "replace")
+
+
+# ``_call_args_json`` of argument texts already met without damage: the same shapes repeat
+# every step (a GEMM's, a bucket's), and checking each one's values costs more than decoding
+# it. Emptied when it reaches ``_CALL_ARGS_CACHE`` entries.
+_CALL_ARGS: dict[tuple, str | None] = {}
+_CALL_ARGS_CACHE = 1 << 16
+
+
+def _call_args_text(a: _Args | None, damage: Damage) -> str | None:
+    """``_call_args_json(a, damage)``, remembered by the three texts it reads."""
+    if a is None:
+        return None
+    key = (bytes(_dims(a)), bytes(a.input_type), bytes(a.concrete))
+    hit = _CALL_ARGS.get(key, _CALL_ARGS)
+    if hit is not _CALL_ARGS:
+        return hit
+    own = Damage()
+    text = _call_args_json(a, own)
+    if own:
+        damage.update(own)
+    else:
+        if len(_CALL_ARGS) >= _CALL_ARGS_CACHE:
+            _CALL_ARGS.clear()
+        _CALL_ARGS[key] = text
+    return text
 
 
 class _Kinds:
@@ -1031,83 +1082,166 @@ def _trim() -> None:
 
 def _parse_events_of(batches: Iterable[list[_Event]], comm_kernel_re: re.Pattern | None,
                      reading: _Reading) -> pa.Table:
-    chunks: dict[str, list[pa.Array]] = {}
-    found: list[tuple[int, dict]] = []
-    damage = Damage()
-    small: dict[str, list[pa.Array]] = {}
-    kinds = _Kinds(comm_kernel_re)
-    n, seen, held, pending, budget = 0, 0, 0, 0, _budgets.current()
+    acc = _Accumulator(comm_kernel_re, reading)
     for evs in batches:
-        seen += len(evs)
-        if seen > budget.events:
+        acc.add(evs)
+    return acc.finish()
+
+
+@dataclasses.dataclass
+class _Part:
+    """What reading one part of a trace's ``traceEvents`` gave (``_Accumulator.part``): its
+    events' columns in chunks, their collective metadata by row, counts for the budgets, the
+    damage met, PyTorch 1.8 categories met and the ``[memory]`` events' columns; ``odd``
+    says why the part cannot be joined to the others (read the trace as one stream then:
+    ``analysis/ingest/parts.py``), None when it can."""
+    chunks: dict[str, list[pa.Array]]
+    found: list[tuple[int, dict]]
+    n: int
+    seen: int
+    held: int
+    damage: Damage
+    legacy: collections.Counter
+    memory_chunks: dict[str, list[pa.Array]]
+    memory_rows: int
+    memory_bytes: int
+    odd: str | None = None
+    tail: bytes | None = None           # the last part's text after the events
+
+
+class _Accumulator:
+    """The event table of a trace's batches, batch by batch (``add``), then as a table
+    (``finish``): each batch's columns (``_batch``) kept, joined into chunks every
+    ``CONSOLIDATE_BYTES`` (``_consolidate``), the reading budgets checked as it grows.
+
+    Parts of one trace read in other processes (``analysis/ingest/parts.py``) each fill an
+    accumulator of their own, handed over as a ``_Part`` (``part``) and joined here in file
+    order (``merge``): the table is then the one of the whole trace read as one stream."""
+
+    def __init__(self, comm_kernel_re: re.Pattern | None, reading: _Reading):
+        self.chunks: dict[str, list[pa.Array]] = {}
+        self.found: list[tuple[int, dict]] = []
+        self.damage = Damage()
+        self.small: dict[str, list[pa.Array]] = {}
+        self.kinds = _Kinds(comm_kernel_re)
+        self.reading = reading
+        self.n = self.seen = self.held = self.pending = 0
+        self.budget = _budgets.current()
+
+    def add(self, evs: list[_Event]) -> None:
+        reading, budget = self.reading, self.budget
+        self.seen += len(evs)
+        if self.seen > budget.events:
             raise BudgetExceeded("events", f"more than {budget.events:,} events",
                                  budget.events)
         before = reading.memory_bytes
         cols, meta, hurt = _batch(evs, reading)
-        damage.update(hurt)
+        self.damage.update(hurt)
         if reading.memory_bytes > before:
-            held += reading.memory_bytes - before
-            pending += reading.memory_bytes - before
-            if held > budget.rank_memory:
+            self.held += reading.memory_bytes - before
+            self.pending += reading.memory_bytes - before
+            if self.held > budget.rank_memory:
                 raise BudgetExceeded("rank_memory", f"its event and memory tables grow beyond "
-                                     f"{_budgets.human(budget.rank_memory)} ({n:,} events and "
-                                     f"{reading.memory.rows:,} [memory] events read)",
+                                     f"{_budgets.human(budget.rank_memory)} ({self.n:,} events "
+                                     f"and {reading.memory.rows:,} [memory] events read)",
                                      budget.rank_memory)
         if cols is None:
-            if pending > CONSOLIDATE_BYTES:
-                _consolidate(chunks, small, kinds)
-                reading.memory.consolidate()
-                pending = 0
-            continue
+            if self.pending > CONSOLIDATE_BYTES:
+                self._consolidate()
+            return
         for k, arr in cols.items():
-            small.setdefault(k, []).append(arr)
-            held += arr.nbytes
-            pending += arr.nbytes
-        found += [(n + i, m) for i, m in meta]
-        n += len(cols["name"])
-        if pending > CONSOLIDATE_BYTES:
-            _consolidate(chunks, small, kinds)
-            reading.memory.consolidate()
-            pending = 0
-        if held > budget.rank_memory:
+            self.small.setdefault(k, []).append(arr)
+            self.held += arr.nbytes
+            self.pending += arr.nbytes
+        n = self.n
+        self.found += [(n + i, m) for i, m in meta]
+        self.n += len(cols["name"])
+        if self.pending > CONSOLIDATE_BYTES:
+            self._consolidate()
+        if self.held > budget.rank_memory:
             raise BudgetExceeded("rank_memory", f"its event table grows beyond "
-                                 f"{_budgets.human(budget.rank_memory)} ({n:,} events read)",
-                                 budget.rank_memory)
-    _consolidate(chunks, small, kinds)
-    reading.unclosed(damage)
-    if n == 0:
-        reading.memory_table, _ = reading.memory.table(lambda ts: np.zeros(len(ts), bool))
-        damage.drop("[memory].ts", "a trace without complete events", reading.memory.rows)
-        return _with_damage(SCHEMA.empty_table(), damage)
-    # Each column's chunks are let go, and their memory given back, as soon as it is joined:
-    # the table is not held twice.
-    arrays = {}
-    for k in list(chunks):
-        parts = chunks.pop(k)
-        arrays[k] = _one_dictionary(parts) if pa.types.is_dictionary(SCHEMA.field(k).type) \
-            else pa.concat_arrays(parts)
-        del parts
-        _trim()
-    ts_all = arrays["ts_us"].to_numpy(zero_copy_only=False)
-    keep, out_of_bounds = validate.event_bounds(
-        ts_all, arrays["dur_us"].to_numpy(zero_copy_only=False))
-    damage.update(out_of_bounds)
-    if not keep.all():
-        lost = np.flatnonzero(~keep)
-        names = pc.take(arrays["name"], pa.array(lost)).to_pylist()
-        cats = pc.take(arrays["cat"], pa.array(lost)).to_pylist()
-        damage.lose_steps(names, cats, np.ones(len(lost), dtype=bool),
-                          "outside the trace's span, or longer than the trace")
-    reading.memory_table, outside = reading.memory.table(
-        functools.partial(validate.instants_within, event_ts=ts_all[keep]))
-    damage.drop("[memory].ts", "a time outside the trace's span", outside)
-    del ts_all
-    arrays["end_us"] = pc.add(arrays["ts_us"], arrays["dur_us"])
-    arrays.update(_meta_columns(n, found))
-    table = pa.Table.from_arrays([arrays[f.name] for f in SCHEMA], schema=SCHEMA)
-    if not keep.all():
-        table = table.filter(pa.array(keep))
-    return _with_damage(table, damage)
+                                 f"{_budgets.human(budget.rank_memory)} ({self.n:,} events "
+                                 f"read)", budget.rank_memory)
+
+    def _consolidate(self) -> None:
+        _consolidate(self.chunks, self.small, self.kinds)
+        self.reading.memory.consolidate()
+        self.pending = 0
+
+    def part(self, odd: str | None = None) -> _Part:
+        """This accumulator's state, to be joined to the parts before it (``merge``)."""
+        self._consolidate()
+        memory = self.reading.memory
+        return _Part(chunks=self.chunks, found=self.found, n=self.n, seen=self.seen,
+                     held=self.held, damage=self.damage, legacy=self.reading.legacy,
+                     memory_chunks=memory.chunks, memory_rows=memory.rows,
+                     memory_bytes=self.reading.memory_bytes, odd=odd)
+
+    def merge(self, part: _Part) -> None:
+        """Join the next part of the trace (``part``) after what this holds: the same
+        budgets, counted over the whole trace; the part's rows numbered after these."""
+        budget = self.budget
+        self.seen += part.seen
+        if self.seen > budget.events:
+            raise BudgetExceeded("events", f"more than {budget.events:,} events",
+                                 budget.events)
+        self.held += part.held
+        if self.held > budget.rank_memory:
+            raise BudgetExceeded("rank_memory", f"its event table grows beyond "
+                                 f"{_budgets.human(budget.rank_memory)}", budget.rank_memory)
+        for k, arrays in part.chunks.items():
+            self.chunks.setdefault(k, []).extend(arrays)
+        n = self.n
+        self.found += [(n + i, m) for i, m in part.found]
+        self.n += part.n
+        self.damage.update(part.damage)
+        self.reading.legacy.update(part.legacy)
+        memory = self.reading.memory
+        for k, arrays in part.memory_chunks.items():
+            memory.chunks.setdefault(k, []).extend(arrays)
+        memory.rows += part.memory_rows
+        self.reading.memory_bytes += part.memory_bytes
+
+    def finish(self) -> pa.Table:
+        """The event table of every batch added and part merged (``parse_events``)."""
+        self._consolidate()
+        chunks, damage, reading, n = self.chunks, self.damage, self.reading, self.n
+        found = self.found
+        self.chunks, self.found = {}, []
+        reading.unclosed(damage)
+        if n == 0:
+            reading.memory_table, _ = reading.memory.table(lambda ts: np.zeros(len(ts), bool))
+            damage.drop("[memory].ts", "a trace without complete events", reading.memory.rows)
+            return _with_damage(SCHEMA.empty_table(), damage)
+        # Each column's chunks are let go, and their memory given back, as soon as it is
+        # joined: the table is not held twice.
+        arrays = {}
+        for k in list(chunks):
+            parts = chunks.pop(k)
+            arrays[k] = _one_dictionary(parts) if pa.types.is_dictionary(
+                SCHEMA.field(k).type) else pa.concat_arrays(parts)
+            del parts
+            _trim()
+        ts_all = arrays["ts_us"].to_numpy(zero_copy_only=False)
+        keep, out_of_bounds = validate.event_bounds(
+            ts_all, arrays["dur_us"].to_numpy(zero_copy_only=False))
+        damage.update(out_of_bounds)
+        if not keep.all():
+            lost = np.flatnonzero(~keep)
+            names = pc.take(arrays["name"], pa.array(lost)).to_pylist()
+            cats = pc.take(arrays["cat"], pa.array(lost)).to_pylist()
+            damage.lose_steps(names, cats, np.ones(len(lost), dtype=bool),
+                              "outside the trace's span, or longer than the trace")
+        reading.memory_table, outside = reading.memory.table(
+            functools.partial(validate.instants_within, event_ts=ts_all[keep]))
+        damage.drop("[memory].ts", "a time outside the trace's span", outside)
+        del ts_all
+        arrays["end_us"] = pc.add(arrays["ts_us"], arrays["dur_us"])
+        arrays.update(_meta_columns(n, found))
+        table = pa.Table.from_arrays([arrays[f.name] for f in SCHEMA], schema=SCHEMA)
+        if not keep.all():
+            table = table.filter(pa.array(keep))
+        return _with_damage(table, damage)
 
 
 def _with_layout(table: pa.Table, layout: str | None) -> pa.Table:
@@ -1153,12 +1287,27 @@ def format_notes(path: pathlib.Path, fmt: dict) -> list[str]:
     return out
 
 
+# The reader of one large trace in parts on worker processes, while ``parts.on_cores`` is in
+# force (it sets this and unsets it on leaving; ``analysis/ingest/parts.py``): (path, bytes,
+# collective-kernel pattern) → (event table, memory table, metadata, layout), or None when the
+# trace is to be read here as one stream. None: every trace is read as one stream.
+PartsReader = Callable[[pathlib.Path, bytes, "re.Pattern | None"],
+                       "tuple[pa.Table, pa.Table, dict, str | None] | None"]
+parts_reader: PartsReader | None = None
+
+
 def _parse(path: pathlib.Path, raw: bytes, comm_kernel_re: re.Pattern | None,
            batch_bytes: int | None = None) -> tuple[pa.Table, pa.Table, dict]:
     """(event table, memory table, metadata): streamed (``json_stream``, ``batch_bytes`` of
     text per batch, default ``BATCH_BYTES``), or, for a file that cannot be streamed,
     decompressed whole and split with msgspec (which also names what is wrong with a damaged
     file). The metadata holds what was read under ``FORMAT_KEY`` (``read_format``)."""
+    in_parts = parts_reader(path, raw, comm_kernel_re) if (
+        batch_bytes is None and parts_reader is not None) else None
+    if in_parts is not None:    # else read as one stream, below: its table or its refusal
+        table, memory, meta, layout = in_parts
+        table = _with_layout(table, layout)
+        return table, memory, {**meta, FORMAT_KEY: read_format(table)}
     stream = json_stream.EventStream(raw, _decode, batch_bytes=batch_bytes or BATCH_BYTES)
     try:
         try:

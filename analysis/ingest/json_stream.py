@@ -32,6 +32,10 @@ event is about 5 deep) on the text as it is inflated, before any of it is decode
 of a trace — the metadata before and after ``traceEvents`` and every event — passes through it
 once, so a deeply nested file is refused at the first level past the budget, whatever the
 decoder would have done with it.
+
+``EventStream.parts`` cuts the text of ``traceEvents`` into large parts at event boundaries
+without decoding them, for reading in other processes (``analysis/ingest/parts.py``), where
+``batches_in`` decodes a part batch by batch in place.
 """
 from __future__ import annotations
 
@@ -117,8 +121,10 @@ class Nesting:
     outside strings, and the running sum of the brackets is the depth. What a chunk leaves open
     — the depth, whether it ends inside a string, a run of backslashes at its very end — is
     carried to the next, so where the text is cut into chunks does not matter. Linear in the
-    text: 0.67 s for 379 MB of JSON here (about 0.2 s per 100 MB; 1.6 s before the
-    escape-free chunks took the ``translate`` path)."""
+    text: about 0.45 s for 379 MB of JSON here, most of it the two C-speed passes
+    (``translate``, ``replace``) that leave a real trace's chunk with its brackets alone
+    (1.0 s when its quotes were counted too; 1.6 s before the escape-free chunks took the
+    ``translate`` path)."""
 
     def __init__(self, limit: int):
         self.limit = limit
@@ -136,9 +142,19 @@ class Nesting:
             return
         if not self.run and b"\\" not in chunk:
             # No escapes (nearly every chunk of a real trace): the bytes that matter are
-            # picked out at C speed (``translate``), positions are not needed.
-            c = np.frombuffer(chunk.translate(None, _NOT_NESTING), dtype=np.uint8)
-            if not c.size:
+            # picked out at C speed (``translate``), positions are not needed. Two quotes
+            # side by side are then dropped (``replace``, C speed too): they are an empty
+            # string, or the end of one string and the start of the next with no bracket
+            # between them — either way the brackets outside strings, and whether the text
+            # ends inside one, are what they were. In a real trace that leaves no quote at all
+            # (its strings hold no brackets), and only the brackets are counted.
+            kept = chunk.translate(None, _NOT_NESTING).replace(b'""', b"")
+            if not kept:
+                return
+            c = np.frombuffer(kept, dtype=np.uint8)
+            if b'"' not in kept:
+                if not self.in_string:
+                    self._depths(np.cumsum(_STEP[c], dtype=np.int64))
                 return
             self._count(c, c == 0x22, 0)
             return
@@ -177,9 +193,13 @@ class Nesting:
         inside = (np.cumsum(quote) & 1).astype(bool)
         if self.in_string:
             inside = ~inside
-        depth = np.cumsum(np.where(inside, 0, _STEP[c]), dtype=np.int64) + self.depth
-        deepest = int(depth.max())
-        self.depth, self.in_string, self.run = int(depth[-1]), bool(inside[-1]), last_run
+        self.in_string, self.run = bool(inside[-1]), last_run
+        self._depths(np.cumsum(np.where(inside, 0, _STEP[c]), dtype=np.int64))
+
+    def _depths(self, steps: np.ndarray) -> None:
+        """Carry the depth over a chunk whose running sum of bracket steps is ``steps``."""
+        deepest = int(steps.max()) + self.depth
+        self.depth += int(steps[-1])
         self.deepest = max(self.deepest, deepest)
         if deepest > self.limit:
             raise BudgetExceeded("nesting", f"nested more than {self.limit:,} levels deep",
@@ -207,15 +227,18 @@ class EventStream:
     one complete JSON array (that is how a wrong cut is recognised). ``meta`` is set once the
     batches are exhausted."""
 
-    def __init__(self, raw, decode: Callable[[bytes], list], *, batch_bytes: int = 1 << 19,
-                 budgets: Budgets | None = None):
+    def __init__(self, raw, decode: Callable[[bytes], list] | None, *,
+                 batch_bytes: int = 1 << 19, budgets: Budgets | None = None):
         self.budgets = budgets or _budgets()
+        self._raw = raw
         self._chunks = checked(chunks(raw, batch_bytes, self.budgets.trace_bytes),
                                self.budgets.nesting)
         self._decode = decode
         self._batch_bytes = batch_bytes
         self.meta: dict | None = None
         self.layout: str | None = None      # "object" (Kineto) or "array" (JSON Array Format)
+        # How deep the events lie (``parts``): 2 in a Kineto object, 1 in a bare array.
+        self.events_depth: int | None = None
 
     def _head(self) -> tuple[bytes | None, bytearray]:
         """(text before the ``"traceEvents"`` key, text after its ``[``); (None, text after the
@@ -251,7 +274,11 @@ class EventStream:
                 break
         raise Fallback("no top-level traceEvents array found")
 
-    def batches(self) -> Iterator[list]:
+    def batches(self, keep_tail: bool = False) -> Iterator[list]:
+        """The decoded batches; with ``keep_tail`` (a bare array that is the last part of a file,
+        ``parts``) the text after the array's ``]`` is kept in ``tail`` rather than refused
+        (None when the array does not end)."""
+        self.tail = None
         prefix, rest = self._head()
         limit = self.budgets.event_bytes
         # One spare byte in front, so that every batch has a byte before it to hold its "[".
@@ -302,10 +329,90 @@ class EventStream:
                                      f"metadata after traceEvents", meta_limit)
         tail = bytes(tail)
         if prefix is None:                          # a bare array: nothing may follow it
-            if tail.strip(_WS):
+            if keep_tail:
+                self.tail = tail
+            elif tail.strip(_WS):
                 raise Fallback("text after the array of events")
             self.meta = {}
             return
+        try:
+            meta = msgspec.json.decode(prefix + b'"traceEvents":[]' + tail)
+        except (msgspec.DecodeError, RecursionError):
+            raise Fallback("the metadata is not valid JSON, or nested too deeply") from None
+        meta.pop("traceEvents", None)
+        self.meta = meta
+
+    def parts(self, part_bytes: int) -> Iterator[tuple[bytes, bool]]:
+        """The text of ``traceEvents`` in consecutive parts of about ``part_bytes`` —
+        ``(text, last)`` —, for reading in other processes (``analysis/ingest/parts.py``).
+        Each part but the last is a run of whole events separated by commas; it ends at the
+        first ``}`` past three quarters of its size that is followed by a comma and the ``{`` of the next
+        event: a cut not checked by decoding here (that is the work the other processes are
+        there for); a cut inside a string or an event leaves parts that do not decode, which
+        their readers find. The last part is the rest of the file: the last events, the end
+        of the array and the metadata after it (``batches(tail=True)`` reads it); ``meta``
+        is set by ``set_tail`` with that text.
+
+        The nesting budget is checked here on the text before ``traceEvents``; each part's
+        own nesting (the last one's metadata included) is for its reader to check, from
+        ``events_depth``, the depth at which the events lie. Memory: a part and the text read
+        ahead of it."""
+        self._chunks = chunks(self._raw, self._batch_bytes, self.budgets.trace_bytes)
+        prefix, rest = self._head()
+        self._prefix = prefix
+        nesting = Nesting(self.budgets.nesting)
+        nesting.feed(b"[" if prefix is None else prefix + b'"traceEvents":[')
+        if nesting.in_string or nesting.depth != (1 if prefix is None else 2):
+            raise Fallback("the text before traceEvents does not end at the top level")
+        self.events_depth = nesting.depth
+        limit = self.budgets.event_bytes
+        buf = bytearray(b" ") + rest
+        done, first = False, True
+        while True:
+            if not done and len(buf) < part_bytes:
+                done = not self._read(buf)
+                continue
+            start = _skip(buf, 0, first)
+            if start == len(buf) and not done:
+                if not first and 0x2C in buf:
+                    first = True
+                buf = bytearray(b" ")
+                continue
+            if done:
+                with memoryview(buf) as view:
+                    text = bytes(view[start:])
+                del buf
+                yield text, True
+                return
+            m = _NEXT_EVENT.search(buf, start + part_bytes * 3 // 4)
+            if m is None:
+                if len(buf) - start > limit:
+                    raise BudgetExceeded("event_bytes", f"an event longer than {limit:,} "
+                                         f"bytes of text (a string of that size)", limit)
+                want = 2 * len(buf)
+                while len(buf) < want and len(buf) - start <= limit:
+                    if not self._read(buf):
+                        done = True
+                        break
+                continue
+            with memoryview(buf) as view:
+                text = bytes(view[start:m.start() + 1])
+            del buf[:m.start() + 1]
+            yield text, False
+            del text
+            first = False
+
+    def set_tail(self, tail: bytes | None) -> None:
+        """``meta`` from the text after the events (``parts``' last part's reader has it:
+        ``tail``; None for a bare array whose closing ``]`` is missing)."""
+        prefix = self._prefix
+        if prefix is None:
+            if tail is not None and tail.strip(_WS):
+                raise Fallback("text after the array of events")
+            self.meta = {}
+            return
+        if tail is None:
+            raise Fallback("the trace ends inside traceEvents")
         try:
             meta = msgspec.json.decode(prefix + b'"traceEvents":[]' + tail)
         except (msgspec.DecodeError, RecursionError):
@@ -338,6 +445,46 @@ class EventStream:
         return None
 
 
+def batches_in(buf: bytearray, decode: Callable[[bytes], list], batch_bytes: int
+               ) -> Iterator[list]:
+    """The events of ``buf[1:-1]`` — whole events separated by commas, as ``EventStream.parts``
+    cuts them; ``buf``'s first and last bytes spare — decoded in batches of about
+    ``batch_bytes``, in place (``_decode_in_place``: no batch is copied). A batch ends after
+    the last ``}`` before its size that a comma follows and whose text decodes (the cut of
+    ``EventStream._cut``); ``Fallback`` when a batch cannot be cut so (an event longer than a
+    batch, or text that is not a run of events), so that the caller reads the file another
+    way."""
+    end = len(buf) - 1
+    pos = _skip(buf, 1, True)
+    while pos < end:
+        if end - pos <= batch_bytes:
+            try:
+                events = _decode_in_place(decode, buf, pos - 1, end)
+            except msgspec.DecodeError:
+                raise Fallback("a part that is not a run of events") from None
+            yield events
+            return
+        got = None
+        at = pos + batch_bytes
+        for _ in range(16):
+            at = buf.rfind(b"}", pos, at)
+            if at < 0:
+                break
+            after = _skip(buf, at + 1, True)
+            if after >= end or buf[after] != 0x2C:                 # ","
+                continue
+            try:
+                got = _decode_in_place(decode, buf, pos - 1, at + 1), at + 1
+                break
+            except msgspec.DecodeError:
+                continue
+        if got is None:
+            raise Fallback("an event longer than a batch")
+        events, cut = got
+        yield events
+        pos = _skip(buf, cut, False)
+
+
 def _decode_in_place(decode, buf: bytearray, before: int, after: int):
     """``decode`` of ``[`` + ``buf[before + 1:after]`` + ``]`` without copying: the bytes at
     ``before`` and ``after`` (white space, a comma or the spare byte) are set to the brackets for
@@ -362,6 +509,10 @@ def _skip(buf: bytearray, i: int, first: bool) -> int:
     if not first and i < len(buf) and buf[i] == 0x2C:
         i = _SPACE.match(buf, i + 1).end()
     return i
+
+
+# Where a part of ``EventStream.parts`` may end: a "}" then a comma and the next "{".
+_NEXT_EVENT = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
 
 
 # -- splitting a JSON container without a recursive parser -----------------------------------

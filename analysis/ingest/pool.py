@@ -12,7 +12,11 @@ runs in a ``ProcessPoolExecutor`` of ``min(files, os.cpu_count())`` processes (p
 CPU-bound Python: threads would share one core) through ``map_on``, the seam every executor
 of the per-rank work goes through (this pool, or a Dask client's executor:
 ``analysis/report/engines.py``): at most two files per worker are in flight, so memory is
-bounded by per-rank work, not by the rank count. One file is read in this process. A worker
+bounded by per-rank work, not by the rank count. One file is read in this process, with
+every core given to it: its events read in parts by worker processes (``parts.on_cores``,
+``analysis/ingest/parts.py``) and, once its steps are known, the rank's tables that need
+nothing else of its timeline made in a forked copy of this process beside the rest
+(``Beside``, ``analysis/report/rank_work.py``). A worker
 that dies (killed for memory, say) does not end the run: the files it left are read here, one
 by one; so are all the files when the pool cannot start its manager thread (an address-space
 cap with no room for the thread's stack).
@@ -23,16 +27,19 @@ they come from a fork server that has imported ingest once.
 from __future__ import annotations
 
 import collections
-import multiprocessing as mp
 import os
 import pathlib
+import pickle
 import re
+import sys
 import threading
 from concurrent.futures import BrokenExecutor, CancelledError, Executor, ProcessPoolExecutor
 from typing import Iterator
 
 from meshscope.analysis.ingest import budgets
 from meshscope.analysis.ingest import events as ingest
+from meshscope.analysis.ingest import parts
+from meshscope.analysis.ingest import start_method
 from meshscope.analysis.errors import InputError
 from meshscope.analysis.ingest.progress import Progress
 
@@ -51,17 +58,6 @@ def _call(fn, path: pathlib.Path, job: tuple, env: dict | None = None):
 def _load(path: pathlib.Path, comm_kernel_re, rank_regex, cache_dir) -> ingest.RankTrace:
     return ingest.load_trace(path, comm_kernel_re=comm_kernel_re, rank_regex=rank_regex,
                              cache_dir=cache_dir)
-
-
-def _context():
-    methods = mp.get_all_start_methods()
-    if "fork" in methods and threading.active_count() == 1:
-        return mp.get_context("fork")
-    if "forkserver" in methods:
-        ctx = mp.get_context("forkserver")
-        ctx.set_forkserver_preload(["meshscope.analysis.report.rank_work"])
-        return ctx
-    return mp.get_context("spawn")
 
 
 IN_FLIGHT_PER_WORKER = 2       # files submitted and not yet yielded, per worker (map_on)
@@ -97,10 +93,14 @@ def map_files(files: list[pathlib.Path], fn, job: tuple, *, workers: int | None 
     files = [pathlib.Path(f) for f in files]
     n_workers = worker_count(len(files), workers)
     if n_workers < 2:
-        with Progress(len(files), label, enabled=progress) as bar:
+        # One trace (or one worker): read here; a large trace's events on every core the
+        # user gave (``parts.py``), the rest of its work in this process.
+        cores = (os.cpu_count() or 1) if workers is None else workers
+        with parts.on_cores(cores if len(files) == 1 else 1), \
+                Progress(len(files), label, enabled=progress) as bar:
             yield from _serial(files, fn, job, bar)
         return
-    pool = ProcessPoolExecutor(max_workers=n_workers, mp_context=_context())
+    pool = ProcessPoolExecutor(max_workers=n_workers, mp_context=start_method.context())
     abandoned = []
 
     def abandon():
@@ -180,3 +180,63 @@ def _abandon(pool: ProcessPoolExecutor) -> None:
         p.kill()
     for p in procs:
         p.join(timeout=10)
+
+
+class Beside:
+    """``fn(*args)`` run in a forked copy of this process, beside what this process does next;
+    ``result()`` waits for it. The copy shares this process' memory until either writes to it
+    (a rank's event table is read, never copied), and only the result comes back, pickled
+    through a pipe.
+
+    Used for one large trace, whose own work would otherwise leave the other cores idle
+    (``analysis/report/rank_work.py``), where a fork is safe: the system forks, and this
+    process runs at most one thread besides its own (a progress bar's, ``progress.py``). The
+    copy runs nothing of that thread's: its stdout and stderr are new files on the null device
+    (a lock the thread held at the fork, on the terminal's stream, is never taken), and it
+    leaves by ``os._exit`` once the result is written, with no flush and no exit handlers.
+    Where it cannot start, or its process is lost (killed for memory, say) or fails,
+    ``result()`` runs ``fn(*args)`` here instead — the same value, or the same exception."""
+
+    def __init__(self, fn, *args):
+        self._call = (fn, args)
+        self._pid = self._read = None
+        if not hasattr(os, "fork") or threading.active_count() > 2:
+            return
+        try:
+            read, write = os.pipe()
+        except OSError:
+            return
+        try:
+            pid = os.fork()
+        except OSError:
+            os.close(read)
+            os.close(write)
+            return
+        if pid == 0:                                        # the copy
+            code = 1
+            try:
+                os.close(read)
+                sys.stdout = sys.stderr = open(os.devnull, "w")
+                data = pickle.dumps(fn(*args), protocol=pickle.HIGHEST_PROTOCOL)
+                with os.fdopen(write, "wb") as out:
+                    out.write(data)
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(write)
+        self._pid, self._read = pid, read
+
+    def result(self):
+        if self._pid is not None:
+            chunks = []
+            try:
+                with os.fdopen(self._read, "rb") as f:
+                    while chunk := f.read(1 << 20):
+                        chunks.append(chunk)
+            finally:
+                _, status = os.waitpid(self._pid, 0)
+                self._pid = None
+            if os.waitstatus_to_exitcode(status) == 0:
+                return pickle.loads(b"".join(chunks))       # written by the copy, above
+        fn, args = self._call
+        return fn(*args)

@@ -58,6 +58,7 @@ from meshscope.analysis.report.memory_findings import memory_findings
 from meshscope.analysis.report.options import AnalysisOptions
 from meshscope.analysis.report.summary import REPORT_SCHEMA_VERSION, summary_of
 from meshscope.analysis.report import reuse
+from meshscope.analysis.report import spill
 from meshscope.analysis.report import target as report_target
 from meshscope.analysis.report import tables as report_tables
 from meshscope.analysis.timeline import breakdown, segments
@@ -290,12 +291,17 @@ def analyze(path: pathlib.Path, options: AnalysisOptions | None = None, **fields
                                 "writes them)")
                              + "".join(f"; {p}" for p in inp.problems))
         layout_map = _layout_map(inp, options)
-        stage = _per_rank(inp, _rank_options(inp, options), options)
-        if not stage.results:
-            if inp.has_dumps and inp.flight.ranks:
-                return _records_only(stage.inputs, options.warmup_steps)
-            raise InputError(inp.path, "no usable trace: " + "; ".join(stage.inputs.problems))
-        return _cross_rank(stage, layout_map, options)
+        store = spill.RankStore(options.cache_dir)
+        try:
+            stage = _per_rank(inp, _rank_options(inp, options), options, store)
+            if not stage.results:
+                if inp.has_dumps and inp.flight.ranks:
+                    return _records_only(stage.inputs, options.warmup_steps)
+                raise InputError(inp.path,
+                                 "no usable trace: " + "; ".join(stage.inputs.problems))
+            return _cross_rank(stage, layout_map, options)
+        finally:
+            store.close()
 
 
 @contextlib.contextmanager
@@ -348,13 +354,17 @@ class RankStage:
     that at 512 ranks they are never held twice."""
     inputs: inputs.Inputs
     results: list[rank_work.RankResult]
+    # Where the results' large fields are kept (``spill.RankStore``); None: in memory.
+    store: spill.RankStore | None = None
 
 
 def _per_rank(inp: inputs.Inputs, opts: rank_work.RankOptions,
-              options: AnalysisOptions) -> RankStage:
+              options: AnalysisOptions, store: spill.RankStore | None = None) -> RankStage:
     """Stage 2: every trace reduced to its rank's small tables where it is read
     (``engines.map_ranks``); a file that failed is a problem, one whose identity loses to
-    another's (``inputs.resolve_identities``) or whose timeline is implausible is left out."""
+    another's (``inputs.resolve_identities``) or whose timeline is implausible is left out.
+    Each result is put in ``store`` as it arrives (``spill.py``): what this process holds is
+    the results in flight, whatever the number of ranks."""
     problems, notes = list(inp.problems), list(inp.notes)
     results = []
     for _, result in engines.map_ranks(inp.trace_files, rank_work.rank_work, (opts,),
@@ -363,7 +373,8 @@ def _per_rank(inp: inputs.Inputs, opts: rank_work.RankOptions,
         if isinstance(result, str):
             problems.append(result)
         else:
-            results.append(result)
+            results.append(store.put(result) if store is not None else result)
+            del result
     chosen = inputs.resolve_identities([r.identity for r in results], run=inp.run,
                                        problems=problems)
     kept = []
@@ -378,7 +389,7 @@ def _per_rank(inp: inputs.Inputs, opts: rank_work.RankOptions,
             continue
         kept.append(r)
     notes.extend(rank_work.same_startup_steps(kept))
-    return RankStage(dataclasses.replace(inp, problems=problems, notes=notes), kept)
+    return RankStage(dataclasses.replace(inp, problems=problems, notes=notes), kept, store)
 
 
 def _cross_rank(stage: RankStage, layout_map, options: AnalysisOptions) -> Report:
@@ -391,7 +402,7 @@ def _cross_rank(stage: RankStage, layout_map, options: AnalysisOptions) -> Repor
     # One rank has nobody to wait for: no cross-rank graph (its exposed communication is
     # costed from its own timeline, device_findings).
     matchable = not matched.why_not and len(matched.instances) > 0 and len(ranks) > 1
-    aligned = _aligned(results, matched.instances, ranks, matchable)
+    aligned = _aligned(results, matched.instances, ranks, matchable, stage.store)
     tables = _step_tables(aligned.timelines, results, inp.run, ranks)
     recs = _records(inp, options.warmup_steps)
     wi = _whatif(aligned, inp.run, recs.records) if matchable else None
@@ -487,28 +498,30 @@ class Aligned:
 
 
 def _aligned(results: list[rank_work.RankResult], inst: pd.DataFrame, ranks: list[int],
-             matchable: bool) -> Aligned:
+             matchable: bool, store: spill.RankStore | None = None) -> Aligned:
     """The clock offsets (only where the instances matched), applied to every rank's
     timeline and to the instances; each timeline's communication split by dimension from
-    the aligned instances (``dims.interval_sets``)."""
+    the aligned instances (``dims.interval_sets``). The aligned timelines are kept in
+    ``store`` when there is one (``spill.RankStore.timelines``), one rank's at a time."""
     hosts = {r.rank: r.meta.get("host_name") for r in results}
     offsets = clocks.clock_offsets(inst, matching.p2p_table(inst), ranks, hosts) \
         if matchable else _empty(clocks.COLUMNS)
     applied = clocks.applied_by_rank(offsets)
-    shifted: dict[int, RankTimeline] = {}
-    for r in results:     # each rank's timeline on the common clock replaces its own
-        shifted[r.rank] = r.timeline.shifted(applied.get(r.rank, 0.0))
-        r.timeline = None
     inst = clocks.align_instances(inst, offsets)
     rows = inst.groupby("rank").indices if len(inst) else {}
     spans = inst[dims.INTERVAL_COLUMNS]       # the columns interval_sets reads, taken once
-    timelines = {}
-    for r, tl in shifted.items():
-        mine = rows.get(r)
-        by_op = dims.interval_sets(spans.iloc[mine], tl.waits, tl.wait_until) \
-            if mine is not None else {}
-        timelines[r] = dataclasses.replace(tl, comm_by_dim=dims.by_dimension(by_op),
-                                           comm_by_dim_op=by_op)
+
+    def aligned_timelines():
+        for r in results:     # each rank's timeline on the common clock replaces its own
+            tl = r.timeline.shifted(applied.get(r.rank, 0.0))
+            r.timeline = None
+            mine = rows.get(r.rank)
+            by_op = dims.interval_sets(spans.iloc[mine], tl.waits, tl.wait_until) \
+                if mine is not None else {}
+            yield r.rank, dataclasses.replace(tl, comm_by_dim=dims.by_dimension(by_op),
+                                              comm_by_dim_op=by_op)
+    timelines = store.timelines(aligned_timelines()) if store is not None else \
+        dict(aligned_timelines())
     step_windows = [b - a for tl in timelines.values() for a, b in tl.steps.values()]
     return Aligned(offsets=offsets, instances=inst,
                    collectives=matching.collective_table(inst), p2p=matching.p2p_table(inst),
@@ -553,8 +566,10 @@ def _step_tables(timelines: dict[int, RankTimeline], results: list[rank_work.Ran
                          for row in breakdown.idle_rows(tl, windows.get(r))],
                         columns=breakdown.IDLE_COLUMNS)
     by_rank = sorted(results, key=lambda x: x.rank)
-    gpu = {name: _concat([r.gpu.get(name) for r in by_rank], report_tables.GPU_COLUMNS[name])
+    gpus = [r.gpu for r in by_rank]         # each rank's read once (a spilled result's file)
+    gpu = {name: _concat([g.get(name) for g in gpus], report_tables.GPU_COLUMNS[name])
            for name in Report.GPU_TABLES}
+    del gpus
     trace_ov = pd.DataFrame(sorted((r.trace_overlap for r in results), key=lambda o: o["rank"]))
     bub = bubble.bubble_table(timelines, windows, run)
     mb = schedule.microbatch_table(timelines, windows)

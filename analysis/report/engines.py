@@ -23,6 +23,10 @@ died is broken, and its files are read here):
   report is the same number for number (``tests/test_engines.py``). Its bound is
   ``IN_FLIGHT_PER_WORKER`` × the cluster's worker threads at the start.
 
+On either engine each rank's result is written to disk as it arrives (``spill.py``) and read
+back when the cross-rank stage asks for it, so the analysing process holds the results in
+flight, not every rank's.
+
 The reading budgets (``--max-trace-bytes``, ``--max-events``, … ``analysis/ingest/budgets.py``)
 hold on either engine. The command sets them as environment variables of its own process
 (``budgets.ENV``); a Dask worker is another process, started before the command ran and

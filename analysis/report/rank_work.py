@@ -21,7 +21,7 @@ from meshscope.analysis.comm import instances
 from meshscope.analysis.gpu import host_activity, kernels, step_categories
 from meshscope.analysis.gpu import idle as gpu_idle
 from meshscope.analysis.ingest import events as ingest
-from meshscope.analysis.ingest import validate
+from meshscope.analysis.ingest import parts, pool, validate
 from meshscope.analysis.memory import rank_memory
 from meshscope.analysis.report.inputs import TraceIdentity, identity
 from meshscope.analysis.timeline import breakdown, operators
@@ -66,10 +66,19 @@ class RankResult:
 
 
 def rank_work(path: pathlib.Path, opts: RankOptions) -> RankResult:
-    """The per-rank stage for the trace at ``path``; InputError when it cannot be read."""
+    """The per-rank stage for the trace at ``path``; InputError when it cannot be read.
+
+    Once the steps are known (``timeline.step_windows``), the tables that need nothing else
+    of the timeline (``_beside_timeline``: the operations, the memory tables, the operators,
+    the kernel tables) are made beside the rest of the timeline — in a forked copy of this
+    process when this process reads one large trace on every core (``parts.on_cores``,
+    ``pool.Beside``), else after it here. The same functions of the same table either way."""
     trace = ingest.load_trace(path, comm_kernel_re=opts.comm_kernel_re,
                               rank_regex=opts.rank_regex, cache_dir=opts.cache_dir)
-    tl = timeline.build(trace, step_annotation=opts.step_annotation)
+    steps = timeline.step_windows(trace, step_annotation=opts.step_annotation)
+    beside = pool.Beside(_beside_timeline, trace, steps) \
+        if parts.has_cores() and len(trace.events) >= BESIDE_EVENTS else None
+    tl = timeline.build(trace, step_annotation=opts.step_annotation, steps_of=steps)
     notes = list(getattr(trace, "notes", []) or [])
     if tl.window_source == "trace":
         notes.append(f"rank {trace.rank}: the trace has no ProfilerStep ranges"
@@ -81,18 +90,35 @@ def rank_work(path: pathlib.Path, opts: RankOptions) -> RankResult:
                      f"--step-annotation {opts.step_annotation.pattern!r}")
     notes += [f"rank {trace.rank}: {n}" for n in tl.notes]
     notes += _device_notes(trace, tl)
+    own = _timeline_gpu_tables(trace, tl) if tl.on_gpu else {}
+    side = beside.result() if beside is not None else _beside_timeline(trace, steps)
+    both = {**own, **side["gpu"]}
+    gpu = {name: both[name] for name in GPU_TABLE_NAMES} if tl.on_gpu else {}
     return RankResult(
         identity=identity(trace.path, trace.rank, trace.meta), on_gpu=tl.on_gpu, timeline=tl,
-        trace_overlap=breakdown.trace_overlap(tl),
-        operations=instances.extract(trace, tl.on_gpu),
+        trace_overlap=breakdown.trace_overlap(tl), operations=side["operations"],
         meta=instances.small_meta(trace.meta),
         problems=list(getattr(trace, "problems", []) or []),
-        gpu=gpu_tables(trace, tl) if tl.on_gpu else {}, notes=notes,
-        operators=_operators(trace, tl), device_name=device_name(trace.meta),
-        memory=rank_memory.rank_tables(trace.rank, trace.memory, trace.events, trace.meta,
-                                       tl.host_steps),
+        gpu=gpu, notes=notes, operators=side["operators"], device_name=device_name(trace.meta),
+        memory=side["memory"],
         implausible=validate.step_windows_problem(
             tl.host_steps if tl.window_source != "trace" else {}, tl.span))
+
+
+# A trace of at least this many complete events has its tables beside the timeline made in a
+# forked process, when this process reads it on every core (``rank_work``): below it the fork
+# costs more than it saves.
+BESIDE_EVENTS = 400_000
+
+
+def _beside_timeline(trace: ingest.RankTrace, steps: timeline.StepWindows) -> dict:
+    """The rank's tables that need only its steps (``rank_work``): its operations, memory
+    tables, operators and, on a GPU, its kernel tables."""
+    return {"operations": instances.extract(trace, steps.on_gpu),
+            "memory": rank_memory.rank_tables(trace.rank, trace.memory, trace.events,
+                                              trace.meta, steps.host_steps),
+            "operators": _operators(trace, steps.host_steps),
+            "gpu": _kernel_tables(trace, steps) if steps.on_gpu else {}}
 
 
 def same_startup_steps(results: list[RankResult]) -> list[str]:
@@ -104,6 +130,8 @@ def same_startup_steps(results: list[RankResult]) -> list[str]:
     start = {k: tl.startup[k] for r in results if (tl := r.timeline) is not None
              for k in tl.startup}
     notes = []
+    if not start:
+        return notes
     for r in results:
         tl = r.timeline
         if tl is None or not start:
@@ -115,13 +143,15 @@ def same_startup_steps(results: list[RankResult]) -> list[str]:
         r.timeline = dataclasses.replace(
             tl, steps=keep, host_steps={k: w for k, w in tl.host_steps.items() if k not in drop},
             startup={**tl.startup, **{k: tl.host_steps[k] for k in drop if k in tl.host_steps}})
-        for name, table in list(r.gpu.items()):
+        gpu = dict(r.gpu)
+        for name, table in gpu.items():
             if table is not None and "step" in table:
                 if name == "sync_calls":
-                    r.gpu[name] = table.assign(step=table["step"].where(
+                    gpu[name] = table.assign(step=table["step"].where(
                         ~table["step"].isin(drop), -1))
                 else:
-                    r.gpu[name] = table[~table["step"].isin(drop)]
+                    gpu[name] = table[~table["step"].isin(drop)]
+        r.gpu = gpu                 # assigned whole: a spilled result stores it again
         if r.operators is not None and "step" in r.operators:
             r.operators = r.operators[~r.operators["step"].isin(drop)]
         notes.append(f"rank {r.rank}: step{'s' if len(drop) > 1 else ''} "
@@ -173,16 +203,21 @@ def _n(count: int, what: str) -> str:
     return f"{count:,} {what}" + ("" if count == 1 else "es" if what.endswith("ch") else "s")
 
 
-def _operators(trace: ingest.RankTrace, tl: timeline.RankTimeline) -> pd.DataFrame:
+def _operators(trace: ingest.RankTrace, host_steps: dict) -> pd.DataFrame:
     """The rank's host operators per profiled step (``timeline/operators.py``), from the few
     columns it reads."""
     ev = trace.events
     host = ev.loc[~ev["device"].to_numpy(), ["name", "kind", "ts_us", "dur_us"]]
-    return operators.operator_totals(trace.rank, host, tl.host_steps)
+    return operators.operator_totals(trace.rank, host, host_steps)
 
 
 # Synchronisations whose call sites are looked up (the ones that left the device idle longest).
 SITES = 200
+
+
+# The GPU tables of a rank, in the order they are kept.
+GPU_TABLE_NAMES = ("step_categories", "stream_idle", "sync_calls", "kernels", "kernel_totals",
+                   "kernel_categories", "gemms")
 
 
 def gpu_tables(trace: ingest.RankTrace, tl: timeline.RankTimeline) -> dict[str, pd.DataFrame]:
@@ -190,14 +225,24 @@ def gpu_tables(trace: ingest.RankTrace, tl: timeline.RankTimeline) -> dict[str, 
     ``step_categories`` (the former TensorBoard plugin's categories), ``stream_idle`` (HTA's
     idle time breakdown per stream), ``sync_calls`` (each synchronisation, the device idle
     charged to it, the profiled step it was called in — -1 outside them — and where it
-    was called from), ``kernels`` and ``kernel_categories`` (the top kernels and the device
-    time per category), ``gemms`` (matrix multiplications against the device's peak).
+    was called from) — made with the timeline (``_timeline_gpu_tables``) —, ``kernels`` and
+    ``kernel_categories`` (the top kernels and the device time per category), ``gemms``
+    (matrix multiplications against the device's peak) — which read only its steps
+    (``_kernel_tables``).
 
     The event table is not copied whole: each table takes the few rows and columns it reads
     (a copy of the host events cost 30 MB at the peak on the 216k-event reference trace)."""
+    steps = timeline.StepWindows(span=tl.span, host_steps=tl.host_steps, steps=tl.steps,
+                                 startup=tl.startup, profiled={}, source=tl.window_source,
+                                 notes=[], on_gpu=tl.on_gpu)
+    both = {**_timeline_gpu_tables(trace, tl), **_kernel_tables(trace, steps)}
+    return {name: both[name] for name in GPU_TABLE_NAMES}
+
+
+def _gpu_rows(trace: ingest.RankTrace) -> tuple:
+    """(events, device mask, device rows, host rows the GPU tables read)."""
     ev = trace.events
     device = ev["device"].to_numpy()
-    r = trace.rank
     dev = ev.loc[device, _DEV_COLUMNS]
     # The host rows these tables read: launches (runtime calls with a correlation id),
     # synchronisations and GEMM operators; the operators around them are read per call.
@@ -206,12 +251,14 @@ def gpu_tables(trace: ingest.RankTrace, tl: timeline.RankTimeline) -> dict[str, 
                         | name.isin(host_activity.SYNC_NAMES) | name.isin(host_activity.COPY_NAMES)
                         | name.isin(host_activity.EVENT_WAIT_NAMES) | name.isin(kernels.GEMM_OPS))
     host = ev.loc[wanted, _HOST_COLUMNS]
-    windows = timeline._windows(tl.steps, tl.span)
-    ts, end = dev["ts_us"].to_numpy(), dev["end_us"].to_numpy()
-    inside = np.zeros(len(dev), dtype=bool)
-    for a, b in windows:
-        inside |= (ts < b) & (end > a)
-    in_dev = dev[inside]
+    return ev, device, dev, host
+
+
+def _timeline_gpu_tables(trace: ingest.RankTrace, tl: timeline.RankTimeline
+                         ) -> dict[str, pd.DataFrame]:
+    """``step_categories``, ``stream_idle``, ``sync_calls`` (``gpu_tables``)."""
+    ev, _, dev, host = _gpu_rows(trace)
+    r = trace.rank
     launch_ts, _ = timeline.launches(host, dev)
     sel = timeline._complete_steps(dev, host, {**tl.host_steps, **tl.startup})
     sync_idle = tl.idle_causes.get("sync", np.zeros((0, 2)))
@@ -223,11 +270,6 @@ def gpu_tables(trace: ingest.RankTrace, tl: timeline.RankTimeline) -> dict[str, 
         mask = np.zeros(len(calls), dtype=bool)
         mask[order[:SITES]] = True
         calls = host_activity.with_sites(calls, ev, mask)
-    graph = set(host.loc[host["name"].isin(host_activity.GRAPH_LAUNCH_NAMES),
-                         "correlation"].tolist())
-    launch_calls = host[(host["correlation"] >= 0)
-                        & host["cat"].isin(host_activity.RUNTIME_CATS)][
-        ["lane", "ts_us", "end_us", "correlation"]]
     return {
         "step_categories": pd.DataFrame(step_categories.step_rows(
             r, tl.steps, timeline.sets_in_blocks(step_categories.role_sets, ev)),
@@ -235,9 +277,29 @@ def gpu_tables(trace: ingest.RankTrace, tl: timeline.RankTimeline) -> dict[str, 
         "stream_idle": gpu_idle.stream_idle(r, sel, launch_ts[dev.index.get_indexer(sel.index)]
                                             if len(sel) else np.zeros(0)),
         "sync_calls": calls.assign(rank=r),
+    }
+
+
+def _kernel_tables(trace: ingest.RankTrace, steps: timeline.StepWindows
+                   ) -> dict[str, pd.DataFrame]:
+    """``kernels``, ``kernel_totals``, ``kernel_categories``, ``gemms`` (``gpu_tables``)."""
+    _, _, dev, host = _gpu_rows(trace)
+    r = trace.rank
+    windows = timeline._windows(steps.steps, steps.span)
+    ts, end = dev["ts_us"].to_numpy(), dev["end_us"].to_numpy()
+    inside = np.zeros(len(dev), dtype=bool)
+    for a, b in windows:
+        inside |= (ts < b) & (end > a)
+    in_dev = dev[inside]
+    graph = set(host.loc[host["name"].isin(host_activity.GRAPH_LAUNCH_NAMES),
+                         "correlation"].tolist())
+    launch_calls = host[(host["correlation"] >= 0)
+                        & host["cat"].isin(host_activity.RUNTIME_CATS)][
+        ["lane", "ts_us", "end_us", "correlation"]]
+    return {
         "kernels": kernels.kernel_table(r, in_dev, graph),
         "kernel_totals": kernels.kernel_totals(
-            r, dev, timeline.device_step_of(tl.host_steps, host, dev)),
+            r, dev, timeline.device_step_of(steps.host_steps, host, dev)),
         "kernel_categories": kernels.category_totals(r, in_dev),
         "gemms": kernels.gemm_table(r, host, in_dev, launch_calls, device_name(trace.meta)),
     }

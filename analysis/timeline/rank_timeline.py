@@ -598,18 +598,26 @@ def _merge_sets(out: dict, part: dict) -> None:
             out[key] = iv.merge(out[key], value) if key in out else value
 
 
-def build(trace: RankTrace, run=None, step_annotation: re.Pattern | None = None
-          ) -> RankTimeline:
-    """The timeline of one rank (module docstring). ``run`` is unused: since the collective-
-    instance table, nothing here depends on the layout. ``step_annotation``: a pattern naming
-    the host ranges that are steps, for traces without ``ProfilerStep`` (``step_ranges``);
-    a trace with neither is one window: on a GPU trace from its first device activity to its
-    last, else from its first event to its last.
+@dataclasses.dataclass
+class StepWindows:
+    """The first half of a timeline (``step_windows``): the steps' host ranges, their device
+    windows, the steps left out as start-up and what was decided about them in words. What
+    the rest of the rank's work needs to know of its steps (``analysis/report/rank_work.py``
+    runs part of it beside the rest of ``build``)."""
+    span: tuple[float, float]
+    host_steps: dict[int, tuple[float, float]]
+    steps: dict[int, tuple[float, float]]
+    startup: dict[int, tuple[float, float]]
+    profiled: dict[int, tuple[float, float]]  # every step, start-up included (HTA reads all)
+    source: str
+    notes: list[str]
+    on_gpu: bool
 
-    The steps' host ranges are clipped to the profiler's own span (``profiler_span``), and
-    steps that are start-up (``startup_steps``: CUDA initialisation, stream creation, graph
-    capture, first launches loading their modules) are left out, unless every step is."""
-    ev = trace.events[_COLUMNS]             # no copy (copy-on-write): the rows below are
+
+def step_windows(trace: RankTrace, step_annotation: re.Pattern | None = None) -> StepWindows:
+    """The steps of one rank (``build``'s docstring): its host ranges clipped to the
+    profiler's span, their device windows, the start-up steps left out."""
+    ev = trace.events[_COLUMNS]             # no copy (copy-on-write)
     device = ev["device"].to_numpy()
     dev = ev[device]
     host = ev[~device]
@@ -661,6 +669,28 @@ def build(trace: RankTrace, run=None, step_annotation: re.Pattern | None = None
     if startup:
         steps = {k: w for k, w in steps.items() if k not in startup}
         host_steps = {k: w for k, w in host_steps.items() if k not in startup}
+    return StepWindows(span=span, host_steps=host_steps, steps=steps, startup=startup,
+                       profiled=profiled, source=source, notes=notes, on_gpu=not dev.empty)
+
+
+def build(trace: RankTrace, run=None, step_annotation: re.Pattern | None = None,
+          steps_of: StepWindows | None = None) -> RankTimeline:
+    """The timeline of one rank (module docstring). ``run`` is unused: since the collective-
+    instance table, nothing here depends on the layout. ``step_annotation``: a pattern naming
+    the host ranges that are steps, for traces without ``ProfilerStep`` (``step_ranges``);
+    a trace with neither is one window: on a GPU trace from its first device activity to its
+    last, else from its first event to its last.
+
+    The steps' host ranges are clipped to the profiler's own span (``profiler_span``), and
+    steps that are start-up (``startup_steps``: CUDA initialisation, stream creation, graph
+    capture, first launches loading their modules) are left out, unless every step is."""
+    ev = trace.events[_COLUMNS]             # no copy (copy-on-write): the rows below are
+    device = ev["device"].to_numpy()
+    dev = ev[device]
+    host = ev[~device]
+    w = steps_of if steps_of is not None else step_windows(trace, step_annotation)
+    span, host_steps, steps, startup = w.span, w.host_steps, w.steps, w.startup
+    profiled, source, notes = w.profiled, w.source, list(w.notes)
     captures, replays = graph_use(host)
     windows = _windows(steps, span)
     main = _main_lane(host)

@@ -74,27 +74,58 @@ def wait_regions(blocked: np.ndarray, completions: np.ndarray, *, late_us: float
                                                                                late_us)
     order = np.argsort(ends)
     sorted_ends = ends[order]
-    chosen: dict[int, float] = {}
-    for c, c0 in zip(comp, began):
-        # Stretches whose end lies in [c − late, c + RESUME_US] (late ≤ 5% of the longest).
-        lo = np.searchsorted(sorted_ends, c - late.max(), side="left")
-        hi = np.searchsorted(sorted_ends, c + resume.max(), side="right")
-        best = None
-        for k in order[lo:hi]:
-            if not (ends[k] - resume[k] <= c <= ends[k] + late[k]) or c - starts[k] < MIN_WAIT_US \
-                    or c0 >= ends[k]:
-                continue
-            if best is None or length[k] > length[best]:
-                best = k
-        if best is None:
+    # Every (completion, stretch) pair whose end lies in the completion's window [c − the
+    # largest late, c + the largest resume], in the stretches' end order — what a loop over
+    # the completions would look at —, taken a bounded number of pairs at a time.
+    lo = np.searchsorted(sorted_ends, comp - late.max(), side="left")
+    hi = np.searchsorted(sorted_ends, comp + resume.max(), side="right")
+    counts = np.maximum(hi - lo, 0)
+    best_c, best_k = [], []
+    for a, b in _blocks(counts, PAIRS_PER_BLOCK):
+        ci = np.repeat(np.arange(a, b), counts[a:b])
+        if not ci.size:
             continue
-        prev = chosen.get(int(best))
-        if prev is None or abs(c - ends[best]) < abs(prev - ends[best]):
-            chosen[int(best)] = float(c)
-    if not chosen:
+        at = np.repeat(lo[a:b], counts[a:b]) + \
+            (np.arange(ci.size) - np.repeat(np.cumsum(counts[a:b]) - counts[a:b], counts[a:b]))
+        k = order[at]
+        c, c0 = comp[ci], began[ci]
+        ok = (ends[k] - resume[k] <= c) & (c <= ends[k] + late[k]) & \
+            ~(c - starts[k] < MIN_WAIT_US) & ~(c0 >= ends[k])
+        ci, at, k = ci[ok], at[ok], k[ok]
+        # Per completion, the longest stretch (of equal ones, the first in end order).
+        pick = np.lexsort((at, -length[k], ci))
+        ci, k = ci[pick], k[pick]
+        first = np.ones(ci.size, dtype=bool)
+        first[1:] = ci[1:] != ci[:-1]
+        best_c.append(ci[first])
+        best_k.append(k[first])
+    if not best_c or not sum(x.size for x in best_c):
         return iv.EMPTY.copy(), np.zeros(0)
-    keys = sorted(chosen)
-    return blocked[keys].copy(), np.array([chosen[k] for k in keys], dtype=np.float64)
+    ci, k = np.concatenate(best_c), np.concatenate(best_k)
+    # Per stretch, the completion nearest its end (of equally near ones, the first).
+    pick = np.lexsort((ci, np.abs(comp[ci] - ends[k]), k))
+    ci, k = ci[pick], k[pick]
+    first = np.ones(k.size, dtype=bool)
+    first[1:] = k[1:] != k[:-1]
+    keys, until = k[first], comp[ci[first]]
+    return blocked[keys].copy(), until.astype(np.float64)
+
+
+# (completion, stretch) pairs looked at in one pass of ``wait_regions``.
+PAIRS_PER_BLOCK = 1 << 20
+
+
+def _blocks(counts: np.ndarray, most: int):
+    """Consecutive ranges [a, b) of ``counts`` whose sums are at most ``most`` (or a single
+    element larger than that)."""
+    a, n = 0, len(counts)
+    total = np.cumsum(counts)
+    while a < n:
+        base = total[a - 1] if a else 0
+        b = int(np.searchsorted(total, base + most, side="right"))
+        b = max(b, a + 1)
+        yield a, min(b, n)
+        a = b
 
 
 def cpu_blocked(main_owned: dict, windows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

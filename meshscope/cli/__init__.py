@@ -8,22 +8,47 @@ not train start without torch.
 """
 from __future__ import annotations
 
+import importlib
 import sys
 
 import click
 
-from . import analyze_cmd, compare_cmd, dashboard_cmd, layouts_cmd, run_cmd
+# Each command and the module that defines it (its ``COMMANDS``): a command's module is
+# imported when that command runs (or ``--help`` lists them all), so ``meshscope analyze``
+# does not import what ``run``, ``plan`` or ``dashboard`` need (tests/test_cli_lazy.py holds
+# this table to the modules).
+COMMAND_MODULES = {"run": "run_cmd", "bench-comm": "run_cmd", "demo": "run_cmd",
+                   "analyze": "analyze_cmd", "dashboard": "dashboard_cmd",
+                   "report": "dashboard_cmd", "export": "dashboard_cmd",
+                   "compare": "compare_cmd", "sweep": "layouts_cmd", "plan": "layouts_cmd"}
 
 
-@click.group()
+class _Commands(click.Group):
+    """A group whose commands are imported from their modules (``COMMAND_MODULES``) when
+    asked for."""
+
+    def list_commands(self, ctx) -> list[str]:
+        return sorted({*COMMAND_MODULES, *self.commands})
+
+    def get_command(self, ctx, name: str):
+        if name not in self.commands and name in COMMAND_MODULES:
+            module = importlib.import_module(f"{__name__}.{COMMAND_MODULES[name]}")
+            for command in module.COMMANDS:
+                self.commands.setdefault(command.name, command)
+        return self.commands.get(name)
+
+    @property
+    def every_command(self) -> dict:
+        """Every command, its module imported (``--help``, the start-up benchmark)."""
+        for name in self.list_commands(None):
+            self.get_command(None, name)
+        return self.commands
+
+
+@click.group(cls=_Commands)
 @click.version_option(package_name="meshscope")
 def main():
     """Profile and analyse parallel LLM training runs."""
-
-
-for _module in (run_cmd, analyze_cmd, dashboard_cmd, compare_cmd, layouts_cmd):
-    for _command in _module.COMMANDS:
-        main.add_command(_command)
 
 
 def entry() -> None:

@@ -1,0 +1,170 @@
+"""Every rank's results on disk while the analysis runs, so that what the analysing process
+holds is bounded by the ranks in flight, not by the number of ranks.
+
+The per-rank stage (``rank_work.rank_work``, on the local pool or a Dask cluster) sends back each
+rank's small tables: its timeline (interval sets, step windows, idle by cause), its raw
+operations, its GPU, operator and memory tables. Held as Python objects until the cross-rank
+stage is done, they made the analysing process grow with the rank count (0.16 MB a rank of
+synthetic CPU ranks; a 1.7M-event GPU rank's timeline alone is 13 MB). ``RankStore.put``
+writes each result to a file of its own as it arrives and keeps only its small fields
+(identity, problems, notes, overlap, metadata); the large ones (``LARGE``) are read back when
+the cross-rank stage asks for them, each rank in turn (``Spilled``), and the aligned
+timelines the cross-rank stage makes are stored the same way (``RankStore.timelines``: a
+mapping rank → timeline read on access). A cache of the timelines read last (``CACHE_BYTES``
+of their files) spares reading a small run's files again and again.
+
+The files are pickles of what this process itself wrote in this run — the same objects the
+worker processes already send it pickled — in a folder only this process may read
+(``tempfile.mkdtemp``, mode 0700): under the report's cache (``<report>/.cache``, a name
+``.tmp-<pid>-…`` that a later run removes if this one is killed) or, without a cache, the
+system's temporary folder; ``close`` removes it. No file of a trace or of anyone else is ever
+unpickled here. Where the folder cannot be made or written, the values stay in memory, as
+before.
+"""
+from __future__ import annotations
+
+import collections
+import os
+import pathlib
+import pickle
+import shutil
+import tempfile
+from typing import Iterator, Mapping
+
+# The fields of a ``rank_work.RankResult`` kept on disk; the others stay in memory. (``meta``:
+# the trace's process groups, each with its ranks — a 1,024-rank job's default group is 1,024
+# numbers in every rank's result.)
+LARGE = ("timeline", "operations", "gpu", "operators", "memory", "meta")
+# Aligned timelines read back and kept, by the size of their files (the last read are kept):
+# the cross-rank stage reads every rank's several times; the other values once or twice.
+CACHE_BYTES = 32 << 20
+
+
+class RankStore:
+    """Files of per-rank values (module docstring), in a new private folder under
+    ``parent`` (None: the system's temporary folder)."""
+
+    def __init__(self, parent: pathlib.Path | None = None):
+        self.dir: pathlib.Path | None = None
+        try:
+            if parent is not None:
+                parent.mkdir(parents=True, exist_ok=True)
+            self.dir = pathlib.Path(tempfile.mkdtemp(prefix=f".tmp-{os.getpid()}-ranks-",
+                                                     dir=parent))
+        except OSError:
+            self.dir = None
+        self._held: dict[tuple, object] = {}        # values that could not be written
+        self._cache: collections.OrderedDict = collections.OrderedDict()
+        self._cached_bytes = 0
+        self._count = 0
+        self.reads = 0                                  # files read back (for the tests)
+
+    def put(self, result) -> "Spilled":
+        """``result`` (a ``rank_work.RankResult``) with its ``LARGE`` fields on disk."""
+        key = self._count
+        self._count += 1
+        for field in LARGE:
+            self.write((key, field), getattr(result, field))
+        small = {k: v for k, v in vars(result).items() if k not in LARGE}
+        return Spilled(self, key, small)
+
+    def write(self, key: tuple, value) -> None:
+        self._forget(key)
+        if self.dir is not None:
+            try:
+                with open(self._path(key), "wb") as f:
+                    pickle.dump(value, f, protocol=pickle.HIGHEST_PROTOCOL)
+                return
+            except OSError:
+                pass
+        self._held[key] = value
+
+    def read(self, key: tuple):
+        if key in self._held:
+            return self._held[key]
+        if key in self._cache:
+            self._cache.move_to_end(key)
+            return self._cache[key][0]
+        path = self._path(key)
+        with open(path, "rb") as f:
+            value = pickle.load(f)          # written by this process, above
+        self.reads += 1
+        size = path.stat().st_size
+        if key[0] == "aligned" and size <= CACHE_BYTES:
+            self._cache[key] = (value, size)
+            self._cached_bytes += size
+            while self._cached_bytes > CACHE_BYTES:
+                _, (_, dropped) = self._cache.popitem(last=False)
+                self._cached_bytes -= dropped
+        return value
+
+    def _forget(self, key: tuple) -> None:
+        self._held.pop(key, None)
+        hit = self._cache.pop(key, None)
+        if hit is not None:
+            self._cached_bytes -= hit[1]
+
+    def _path(self, key: tuple) -> pathlib.Path:
+        return self.dir / "-".join(map(str, key))
+
+    def timelines(self, items: Iterator[tuple[int, object]]) -> "Timelines":
+        """A mapping rank → timeline of ``items``, each stored as it comes."""
+        ranks = []
+        for rank, tl in items:
+            self.write(("aligned", rank), tl)
+            ranks.append(rank)
+        return Timelines(self, sorted(ranks))
+
+    def close(self) -> None:
+        self._held.clear()
+        self._cache.clear()
+        if self.dir is not None:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class Spilled:
+    """A ``rank_work.RankResult`` whose ``LARGE`` fields are in a ``RankStore``: read on
+    access, written on assignment (the cross-rank stage lets go of a rank's raw operations and
+    own-clock timeline by setting them to None, and replaces a rank's start-up steps)."""
+
+    def __init__(self, store: RankStore, key: int, small: dict):
+        object.__setattr__(self, "_store", store)
+        object.__setattr__(self, "_key", key)
+        for k, v in small.items():
+            object.__setattr__(self, k, v)
+
+    def __getattr__(self, name: str):
+        if name in LARGE:
+            return self._store.read((self._key, name))
+        raise AttributeError(name)
+
+    def __setattr__(self, name: str, value) -> None:
+        if name in LARGE:
+            self._store.write((self._key, name), value)
+        else:
+            object.__setattr__(self, name, value)
+
+    @property
+    def rank(self) -> int:
+        return self.identity.rank
+
+
+class Timelines(Mapping):
+    """rank → timeline, each read from its ``RankStore`` on access."""
+
+    def __init__(self, store: RankStore, ranks: list[int]):
+        self._store, self._ranks = store, ranks
+
+    def __getitem__(self, rank: int):
+        if rank not in self._ranks:
+            raise KeyError(rank)
+        return self._store.read(("aligned", rank))
+
+    def __iter__(self):
+        return iter(self._ranks)
+
+    def __len__(self) -> int:
+        return len(self._ranks)
+
+    def __contains__(self, rank) -> bool:
+        return rank in self._ranks
