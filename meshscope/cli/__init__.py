@@ -20,7 +20,7 @@ import click
 COMMAND_MODULES = {"run": "run_cmd", "bench-comm": "run_cmd", "demo": "run_cmd",
                    "analyze": "analyze_cmd", "dashboard": "dashboard_cmd",
                    "report": "dashboard_cmd", "export": "dashboard_cmd",
-                   "compare": "compare_cmd", "sweep": "layouts_cmd", "plan": "layouts_cmd"}
+                   "compare": "compare_cmd", "sweep": "sweep_cmd", "plan": "plan_cmd"}
 
 
 class _Commands(click.Group):

@@ -139,11 +139,11 @@ def _calibrated(from_runs, baseline: str | None):
     """The planner calibrated on ``--from`` runs (its notes on stderr)."""
     from meshscope.layouts.ranked import calibrated_planner
 
-    from .layouts_cmd import _assumed_rates, _baseline_model
+    from .layout_choices import assumed_rates, baseline_model
 
-    rates, _, _ = _assumed_rates(None, None, None, None, None, None)
+    rates, _, _ = assumed_rates(None, None, None, None, None, None)
     planner, cal = calibrated_planner([pathlib.Path(p) for p in from_runs], rates,
-                                      _baseline_model(baseline))
+                                      baseline_model(baseline))
     for n in cal.notes:
         click.echo(f"meshscope: note: {n}", err=True)
     return planner

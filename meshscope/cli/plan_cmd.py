@@ -1,233 +1,22 @@
-"""``meshscope sweep`` and ``plan``: which parallel layout to pick, and why.
+"""``meshscope plan``: memory, traffic and step time of every layout, predicted before running.
 
-``sweep`` runs every valid layout of N ranks (``layouts.sweep``) and ranks them
-(``layouts.ranked``), ``plan`` predicts memory, traffic and step time before running
-(``layouts.plan``); ``meshscope compare`` is ``compare_cmd.py``. Neither imports torch:
-``sweep`` trains in child processes.
+A model (a preset, or a Hugging Face ``config.json``), a training setup (framework, precision,
+optimizer, recomputation…), a device and a topology go in; ``layouts.plan`` predicts each
+layout's terms, optionally calibrated on measured runs (``--from``). ``meshscope sweep`` runs
+the layouts instead (``sweep_cmd.py``), ``meshscope compare`` ranks runs (``compare_cmd.py``).
 """
 from __future__ import annotations
 
 import json
-import os
 import pathlib
-import sys
 
 import click
 
 from meshscope.vocabulary import PARALLEL_DIMS
 
-from meshscope.parallel.faults import FORMS as FAULT_FORMS
-
 from .common import fail
-
-
-def _csv(text: str | None, cast=str) -> tuple:
-    if not text:
-        return ()
-    try:
-        return tuple(cast(x.strip()) for x in text.split(",") if x.strip())
-    except ValueError:
-        fail(f"{text!r}: expected a comma-separated list")
-
-
-def _layouts(text: str | None) -> tuple[str, ...] | None:
-    """``dp=2,pp=2;tp=4`` → ("dp=2,pp=2", "tp=4")."""
-    if not text:
-        return None
-    return tuple(p.strip() for p in text.split(";") if p.strip()) or None
-
-
-def _overrides(layers, moe_experts, moe_top_k, moe_every) -> tuple:
-    o = {"n_layers": layers, "moe_experts": moe_experts, "moe_top_k": moe_top_k,
-         "moe_every": moe_every}
-    return tuple(sorted((k, v) for k, v in o.items() if v is not None))
-
-
-def _choice_options(f):
-    """The options that choose layouts, shared by ``sweep`` and ``plan``."""
-    opts = [
-        click.option("--dims", default="dp,tp,pp", show_default=True,
-                     help="Dimensions to split the world over (any of dp, tp, pp, cp, ep)."),
-        click.option("--layouts", default=None,
-                     help="Exactly these layouts instead, separated by ';': "
-                          "'dp=2,pp=2;tp=4'."),
-        click.option("--schedules", default="1f1b", show_default=True,
-                     help="Pipeline schedules to try (comma-separated) for layouts with pp>1."),
-        click.option("--microbatches", default="4", show_default=True,
-                     help="Microbatch counts to try (comma-separated)."),
-        click.option("--global-batch", default=16, show_default=True, type=int,
-                     help="Sequences per step over all data-parallel ranks."),
-        click.option("--no-sp", is_flag=True, help="Tensor parallelism without sequence "
-                                                   "parallelism."),
-        click.option("--layers", type=int, default=None, help="Override the preset's layers."),
-        click.option("--moe-experts", type=int, default=None),
-        click.option("--moe-top-k", type=int, default=None),
-        click.option("--moe-every", type=int, default=None),
-    ]
-    for o in reversed(opts):
-        f = o(f)
-    return f
-
-
-def _write_comparison(folder: pathlib.Path) -> None:
-    from meshscope.layouts.ranked import CompareError, compare
-    from meshscope.collectors.run_dir import COMPARISON_JSON, write_json_atomic
-
-    try:
-        c = compare(folder)
-    except CompareError as e:
-        click.echo(f"meshscope: warning: comparison not written: {e}", err=True)
-        return
-    write_json_atomic(folder / COMPARISON_JSON, c.to_dict())
-    (folder / "comparison.csv").write_text(c.to_csv())
-
-
-def _sweep_plan(sweep, tflops: float | None, devices: int | None) -> None:
-    """Write SWEEP/plan.json: the planner's view of every layout before the runs."""
-    from meshscope.collectors.run_dir import write_json_atomic
-    from meshscope.layouts.plan import ModelSpec, plan
-    from meshscope.layouts.plan.serial import plan_to_dict
-    from meshscope.collectors.run_dir import PLAN_JSON
-
-    rates, comm, notes = _assumed_rates(tflops, None, devices, None, None, None)
-    spec = ModelSpec.from_config(sweep.spec.model_config, name=sweep.spec.model)
-    p = plan(spec, sweep.candidates, rates=rates, comm=comm, notes=notes)
-    write_json_atomic(sweep.folder / PLAN_JSON, plan_to_dict(p))
-
-
-@click.command()
-@click.option("--world", type=int, default=None, help="Ranks of every layout.")
-@click.option("--model", default="tiny", show_default=True, help="Model preset.")
-@_choice_options
-@click.option("--dp-modes", default="ddp", show_default=True,
-              help="Data-parallel modes to try: ddp, zero2, fsdp (comma-separated).")
-@click.option("--steps", default=4, show_default=True, type=int, help="Steps per run.")
-@click.option("--seed", default=0, show_default=True, type=int)
-@click.option("--profile-steps", default=None,
-              help="Steps to trace in every run, FIRST-LAST (default: the runner's).")
-@click.option("--out", type=click.Path(file_okay=False), default=None,
-              help="The sweep folder (created; an existing sweep of the same options is "
-                   "resumed).")
-@click.option("--resume", "resume", type=click.Path(file_okay=False), default=None,
-              help="Resume the sweep in this folder with its own options.")
-@click.option("--retry-failed", is_flag=True, help="Run the failed layouts again too.")
-@click.option("--list", "list_only", is_flag=True, help="Print the layouts and stop.")
-@click.option("--inject", multiple=True,
-              help=f"A fault in every run, as `meshscope run --inject` ({FAULT_FORMS}).")
-@click.option("--tflops", type=float, default=None,
-              help="Sustained TFLOP/s of one device, for plan.json's predictions.")
-def sweep(world, model, dims, layouts, schedules, microbatches, global_batch, no_sp, layers,
-          moe_experts, moe_top_k, moe_every, dp_modes, steps, seed, profile_steps, out, resume,
-          retry_failed, list_only, inject, tflops):
-    """Run every valid layout of WORLD ranks, analyse each, and compare them."""
-    from meshscope.analysis.compare.ranking import render
-    from meshscope.layouts.ranked import compare
-    from meshscope.collectors.run_dir import PLAN_JSON
-    from meshscope.layouts.sweep import Sweep, SweepError, SweepSpec, run_sweep
-
-    try:
-        if resume:
-            sw = Sweep.open(pathlib.Path(resume))
-        else:
-            if world is None or out is None:
-                fail("sweep needs --world N and --out DIR (or --resume DIR)")
-            ps = None
-            if profile_steps:
-                from meshscope.collectors.profile_steps import parse_step_range
-                try:
-                    ps = parse_step_range(profile_steps)
-                except ValueError as e:
-                    fail(str(e))
-            spec = SweepSpec(world=world, model=model,
-                             model_overrides=_overrides(layers, moe_experts, moe_top_k,
-                                                        moe_every),
-                             dims=_csv(dims), schedules=_csv(schedules),
-                             microbatches=_csv(microbatches, int), dp_modes=_csv(dp_modes),
-                             layouts=_layouts(layouts), steps=steps, global_batch=global_batch,
-                             seed=seed, profile_steps=ps, sp=not no_sp,
-                             faults=tuple(inject))
-            if ps is not None and ps[1] >= steps:
-                fail(f"--profile-steps {profile_steps} goes past the last step {steps - 1}")
-            if steps < 1:
-                fail("--steps must be at least 1")
-            sw = Sweep.open(pathlib.Path(out), spec)
-    except SweepError as e:
-        fail(str(e))
-    todo = sw.todo(retry_failed)
-    click.echo(f"meshscope sweep: {len(sw.candidates)} layouts of {sw.spec.world} ranks, "
-               f"model {sw.spec.model}, {len(todo)} to run -> {sw.folder}")
-    for c in sw.candidates:
-        state = sw.state[c.name].status
-        click.echo(f"  {c.name:<32} {c.label:<28} {state}")
-    if list_only:
-        return
-    sw.save()
-    if not (sw.folder / PLAN_JSON).exists():
-        _sweep_plan(sw, tflops, None)
-    run_sweep(sw, retry_failed=retry_failed, after_run=lambda s: _write_comparison(s.folder))
-    _write_comparison(sw.folder)
-    c = compare(sw.folder)
-    click.echo()
-    click.echo(render(c))
-    click.echo(f"\nsweep folder: {sw.folder} (comparison.json, comparison.csv)")
-    if any(sw.state[x.name].status == "failed" for x in sw.candidates):
-        sys.exit(1)
-
-
-# -- plan -----------------------------------------------------------------------------------
-
-def _baseline_model(path: str | None):
-    if not path:
-        return None
-    from meshscope.layouts.plan import CommModel
-
-    from .analyze_cmd import _load_baseline
-
-    table = _load_baseline(path)
-    if table is None or table.empty:
-        fail(f"{path}: no baseline rows")
-    missing = [c for c in ("op", "n_ranks", "size_bytes", "time_us") if c not in table]
-    if missing:
-        fail(f"{path}: a baseline needs the column {missing[0]}")
-    return CommModel.from_rows(table.itertuples(), source=f"baseline {path}")
-
-
-def _assumed_rates(tflops, peak_tflops, devices, device, bandwidth_gbps, latency_us):
-    """Rates and comm model before calibration, and notes on what was assumed."""
-    from meshscope.collectors.devices import lookup
-    from meshscope.layouts.plan import CPU_ASSUMED_FLOPS, CommModel, Rates
-
-    notes = []
-    peak = peak_tflops * 1e12 if peak_tflops else None
-    known = lookup(device) if device else None
-    if device and not known:
-        fail(f"--device {device!r}: not in the device table (collectors/devices.py); give "
-             f"--tflops and --peak-tflops instead")
-    if known and not peak:
-        peak = known[0]
-    gpu = bool(device or tflops or peak_tflops)
-    if tflops:
-        flops = tflops * 1e12
-    elif peak:
-        flops = 0.4 * peak
-        notes.append(f"compute at 40% of the {peak / 1e12:g} TFLOP/s peak (assumed; "
-                     f"--tflops sets the sustained rate)")
-    else:
-        flops = CPU_ASSUMED_FLOPS
-        notes.append(f"CPU compute at an assumed {CPU_ASSUMED_FLOPS / 1e9:g} GFLOP/s per core, "
-                     f"ranks sharing {devices or os.cpu_count()} cores (--tflops, --devices, "
-                     f"or --from RUN to calibrate)")
-    if not gpu and devices is None:
-        devices = os.cpu_count()
-    default_bw, default_lat = (100.0, 10.0) if gpu else (1.0, 50.0)
-    comm = CommModel(alpha_us=latency_us if latency_us is not None else default_lat,
-                     busbw_gbps=bandwidth_gbps or default_bw,
-                     source="assumed" if not bandwidth_gbps else "--bandwidth-gbps")
-    if not bandwidth_gbps:
-        notes.append(f"communication at an assumed {comm.busbw_gbps:g} GB/s bus bandwidth and "
-                     f"{comm.alpha_us:g} µs latency (--baseline or --bandwidth-gbps)")
-    src = "given" if tflops else ("device peak" if peak else "assumed")
-    return Rates(flops_per_s=flops, devices=devices, peak_flops=peak, source=src), comm, notes
+from .layout_choices import assumed_rates, baseline_model, choice_options, csv_values, \
+    layouts_of, model_overrides
 
 
 def _spec(model, model_json, seq_len, overrides, notes, block=None):
@@ -268,7 +57,7 @@ def _declares_gated(model_json) -> bool:
 def _overlaps(text: str | None) -> tuple:
     """``tp=0.5,dp=1`` → (("tp", 0.5), ("dp", 1.0))."""
     out = []
-    for part in _csv(text):
+    for part in csv_values(text):
         dim, sep, value = part.partition("=")
         try:
             out.append((dim.strip(), float(value)))
@@ -298,7 +87,7 @@ def _training(framework, style, precision, optimizer, recompute, attention, bloc
                         optimizer=optimizer, recompute=recompute,
                         flash_attention=attention == "flash", offload=offload,
                         fp32_grads=fp32_grads, block=block,
-                        fp8_ops=_csv(fp8_ops) if fp8_ops else DEFAULT_FP8_OPS,
+                        fp8_ops=csv_values(fp8_ops) if fp8_ops else DEFAULT_FP8_OPS,
                         fp8_recipe=fp8_recipe, fp8_params=fp8_params,
                         optimizer_states=optimizer_states, overlap=_overlaps(overlap),
                         fsdp_prefetch=fsdp_prefetch,
@@ -447,7 +236,7 @@ def _apply_pipeline_options(cands, virtual_stages, stage_layers, n_layers):
 
     from meshscope.theory.schedules import SCHEDULES
 
-    counts = _csv(stage_layers, int) if stage_layers else None
+    counts = csv_values(stage_layers, int) if stage_layers else None
     out, took_v = [], False
     for c in cands:
         if c.pp == 1:
@@ -487,7 +276,7 @@ def _apply_pipeline_options(cands, virtual_stages, stage_layers, n_layers):
                    "(docs/layouts.md); a field the planner cannot honour is refused.")
 @click.option("--seq-len", type=int, default=None, help="Sequence length trained (overrides "
                                                         "the model's; needed without one).")
-@_choice_options
+@choice_options
 @click.option("--micro-batch-size", type=int, default=None,
               help="Sequences per microbatch: each layout's microbatches = global batch / "
                    "(dp × this), instead of --microbatches.")
@@ -645,11 +434,11 @@ def plan_cmd(ctx, world, model, model_json, seq_len, dims, layouts, schedules, m
                  "its own (give --framework megatron, deepspeed or torch)")
     if micro_batch_size is not None and given("microbatches"):
         fail("--micro-batch-size and --microbatches both set the microbatches; give one")
-    base_comm = _baseline_model(baseline)
+    base_comm = baseline_model(baseline)
     notes: list[str] = []
     explicit_model = model_json or given("model") or any(
         given(x) for x in ("layers", "moe_experts", "moe_top_k", "moe_every"))
-    spec = _spec(model, model_json, seq_len, _overrides(layers, moe_experts, moe_top_k,
+    spec = _spec(model, model_json, seq_len, model_overrides(layers, moe_experts, moe_top_k,
                                                         moe_every), notes,
                  block if job else None) if explicit_model or not from_runs else None
     rates = comm = None
@@ -666,7 +455,7 @@ def plan_cmd(ctx, world, model, model_json, seq_len, dims, layouts, schedules, m
             fail("--from with a GPU framework calibrates the device; name the model to plan "
                  "with --model-json (or --model)")
     else:
-        rates, comm, runner_notes = _assumed_rates(tflops, peak_tflops, devices, device,
+        rates, comm, runner_notes = assumed_rates(tflops, peak_tflops, devices, device,
                                                    bandwidth_gbps, latency_us)
         notes += runner_notes
         if base_comm is not None:
@@ -696,7 +485,7 @@ def plan_cmd(ctx, world, model, model_json, seq_len, dims, layouts, schedules, m
         if not given("global_batch"):
             global_batch = first.candidate.global_batch
         used = {d for r in runs for d in PARALLEL_DIMS if r.candidate.layout.size(d) > 1}
-        dims = ",".join(sorted(set(_csv(dims)) | used, key=PARALLEL_DIMS.index))
+        dims = ",".join(sorted(set(csv_values(dims)) | used, key=PARALLEL_DIMS.index))
         rates, comm = cal.rates, cal.comm
         notes = [n for n in notes if n.startswith("CPU") is False] + cal.notes
         notes.append(f"calibrated from {', '.join(r.name for r in runs)}")
@@ -712,7 +501,7 @@ def plan_cmd(ctx, world, model, model_json, seq_len, dims, layouts, schedules, m
             return f"not {micro_batch_size} sequences a microbatch"
         return None
 
-    mb_choices = _csv(microbatches, int)
+    mb_choices = csv_values(microbatches, int)
     if micro_batch_size:
         if micro_batch_size < 1 or global_batch % micro_batch_size:
             fail(f"--micro-batch-size {micro_batch_size}: must divide the global batch "
@@ -722,22 +511,22 @@ def plan_cmd(ctx, world, model, model_json, seq_len, dims, layouts, schedules, m
     def enumerate_for(layout_texts, mbs):
         if job:
             from meshscope.layouts.plan.job_candidates import job_candidates
-            return job_candidates(world, spec, dims=_csv(dims), schedules=_csv(schedules),
-                                  microbatches=mbs, dp_modes=_csv(dp_modes),
+            return job_candidates(world, spec, dims=csv_values(dims), schedules=csv_values(schedules),
+                                  microbatches=mbs, dp_modes=csv_values(dp_modes),
                                   global_batch=global_batch, sp=not no_sp,
                                   layouts=layout_texts, extra_check=kv_check)
-        return enumerate_candidates(world, spec.as_config(), dims=_csv(dims),
-                                    schedules=_csv(schedules), microbatches=mbs,
-                                    dp_modes=_csv(dp_modes), global_batch=global_batch,
+        return enumerate_candidates(world, spec.as_config(), dims=csv_values(dims),
+                                    schedules=csv_values(schedules), microbatches=mbs,
+                                    dp_modes=csv_values(dp_modes), global_batch=global_batch,
                                     sp=not no_sp, layouts=layout_texts,
                                     runner_only=False, extra_check=kv_check)
 
     try:
-        if micro_batch_size and _layouts(layouts):
+        if micro_batch_size and layouts_of(layouts):
             # an explicit layout's microbatches follow from its own dp
             from meshscope.parallel.layout import LayoutError, parse_layout
             cands = []
-            for text in _layouts(layouts):
+            for text in layouts_of(layouts):
                 try:
                     dp = parse_layout(text).size("dp")
                 except LayoutError as e:
@@ -747,7 +536,7 @@ def plan_cmd(ctx, world, model, model_json, seq_len, dims, layouts, schedules, m
                                      f"divisible by dp={dp} × {micro_batch_size} sequences")
                 cands += enumerate_for((text,), (global_batch // (dp * micro_batch_size),))
         else:
-            cands = enumerate_for(_layouts(layouts), mb_choices)
+            cands = enumerate_for(layouts_of(layouts), mb_choices)
     except ChoiceError as e:
         fail(str(e))
     cands = _apply_pipeline_options(cands, virtual_stages, stage_layers, spec.n_layers)
@@ -780,4 +569,5 @@ def plan_cmd(ctx, world, model, model_json, seq_len, dims, layouts, schedules, m
         click.echo(render_plan(p, detail, top))
 
 
-COMMANDS = (sweep, plan_cmd)
+
+COMMANDS = (plan_cmd,)
