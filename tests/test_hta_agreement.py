@@ -11,6 +11,7 @@ import pytest
 from meshscope.analysis.timeline import breakdown as overlap
 from meshscope.analysis import intervals as iv
 from meshscope.analysis.timeline import rank_timeline as timeline
+from meshscope.analysis.timeline import step_windows
 from meshscope.analysis.ingest.events import load_trace
 from conftest import shared_trace
 
@@ -91,7 +92,7 @@ def test_symmetric_memory_all_reduce_is_communication_out_of_the_box(tmp_path):
     assert overlap.trace_overlap(tl)["comm_us"] > \
         iv.length(iv.union(nccl_kernels["ts_us"], nccl_kernels["end_us"]))
     # HTA's selection (kernels launched before the last profiled step), NCCL kernels only.
-    sel = timeline._complete_steps(dev, trace.events[~trace.events["device"]], tl.steps)
+    sel = step_windows.complete_steps(dev, trace.events[~trace.events["device"]], tl.steps)
     nccl = sel[(sel["kind"] == "communication") & sel["name"].str.startswith("nccl")]
     compute = sel[sel["kind"] == "compute"]
     ours_nccl = overlap.overlap_pct(iv.union(compute["ts_us"], compute["end_us"]),

@@ -2,7 +2,7 @@
 
 The device is idle where none of its streams runs a kernel, memcpy or memset. Each idle stretch
 [a, b] ends when the next device activity starts; that activity was launched by a runtime call
-on some host thread, from t to t' (``rank_timeline.launch_calls``). So:
+on some host thread, from t to t' (``step_windows.launch_calls``). So:
 
 - from a to t the device waited for its **host**: the launching thread had not yet asked for
   the work. That time is charged by what the thread was doing (``host_activity``), in this

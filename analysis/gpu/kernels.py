@@ -20,7 +20,7 @@ graph        True when launched by a CUDA graph (``cudaGraphLaunch``): counted a
 
 ``kernel_totals`` — every device event of the profiled steps, by name: one row per (rank,
 step, name) with ``category``, ``count`` and ``total_us``. An event belongs to the step that
-launched it (``rank_timeline.device_step_of``: the step whose host range holds its launching
+launched it (``step_windows.device_step_of``: the step whose host range holds its launching
 runtime call), as HTA assigns kernels to iterations; events no profiled step launched are not
 counted. Nothing is cut to the top: this is what ``meshscope compare`` diffs kernel by kernel
 (``analysis/compare/``), and the sum of ``total_us`` over a step's rows is the device time its
@@ -116,7 +116,7 @@ def kernel_table(rank: int, dev: pd.DataFrame, graph_corr: set[int]) -> pd.DataF
 def kernel_totals(rank: int, dev: pd.DataFrame, step: np.ndarray) -> pd.DataFrame:
     """Every device event by (step, name) (module docstring, ``TOTALS_COLUMNS``). ``dev``: the
     rank's device events (name, cat, kind, dur_us); ``step``: the profiled step of each
-    (``rank_timeline.device_step_of``; -1 for none)."""
+    (``step_windows.device_step_of``; -1 for none)."""
     kept = step >= 0
     if not kept.any():
         return pd.DataFrame(columns=TOTALS_COLUMNS)

@@ -17,7 +17,7 @@ other_us         else: nothing traced
 ================ ==================================================================
 
 They add up to the step window (``window_us``, the device-side window of
-``rank_timeline.device_step_windows``, which is the plugin's own definition of a step on a GPU).
+``step_windows.device_step_windows``, which is the plugin's own definition of a step on a GPU).
 Those are the plugin's categories for every GPU trace, PyTorch 1.8's included; the plugin's own
 parser (``torch_tb_profiler``) is the reference the tests hold this table against.
 """

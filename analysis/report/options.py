@@ -16,7 +16,7 @@ Fields, one by one:
   file name, for traces without ``distributedInfo`` whose names are not ``rank<N>`` /
   ``worker<N>``; ``--rank-regex``.
 - ``step_annotation`` — a regular expression naming the host ranges that are steps, for traces
-  without ``ProfilerStep`` (``timeline/rank_timeline.host_step_ranges``); ``--step-annotation``.
+  without ``ProfilerStep`` (``timeline/step_windows.host_step_ranges``); ``--step-annotation``.
 - ``cache_dir`` — the folder of the parquet copies of the event tables
   (``analysis/ingest/cache.py``); None reads every trace afresh. The command uses
   ``<report dir>/.cache`` unless ``--no-cache``.

@@ -26,6 +26,7 @@ from meshscope.analysis.memory import rank_memory
 from meshscope.analysis.report.inputs import TraceIdentity, identity
 from meshscope.analysis.timeline import breakdown, operators
 from meshscope.analysis.timeline import rank_timeline as timeline
+from meshscope.analysis.timeline import step_windows
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,14 +69,14 @@ class RankResult:
 def rank_work(path: pathlib.Path, opts: RankOptions) -> RankResult:
     """The per-rank stage for the trace at ``path``; InputError when it cannot be read.
 
-    Once the steps are known (``timeline.step_windows``), the tables that need nothing else
+    Once the steps are known (``step_windows.step_windows``), the tables that need nothing else
     of the timeline (``_beside_timeline``: the operations, the memory tables, the operators,
     the kernel tables) are made beside the rest of the timeline — in a forked copy of this
     process when this process reads one large trace on every core (``parts.on_cores``,
     ``pool.Beside``), else after it here. The same functions of the same table either way."""
     trace = ingest.load_trace(path, comm_kernel_re=opts.comm_kernel_re,
                               rank_regex=opts.rank_regex, cache_dir=opts.cache_dir)
-    steps = timeline.step_windows(trace, step_annotation=opts.step_annotation)
+    steps = step_windows.step_windows(trace, step_annotation=opts.step_annotation)
     beside = pool.Beside(_beside_timeline, trace, steps) \
         if parts.has_cores() and len(trace.events) >= BESIDE_EVENTS else None
     tl = timeline.build(trace, step_annotation=opts.step_annotation, steps_of=steps)
@@ -111,7 +112,7 @@ def rank_work(path: pathlib.Path, opts: RankOptions) -> RankResult:
 BESIDE_EVENTS = 400_000
 
 
-def _beside_timeline(trace: ingest.RankTrace, steps: timeline.StepWindows) -> dict:
+def _beside_timeline(trace: ingest.RankTrace, steps: step_windows.StepWindows) -> dict:
     """The rank's tables that need only its steps (``rank_work``): its operations, memory
     tables, operators and, on a GPU, its kernel tables."""
     return {"operations": instances.extract(trace, steps.on_gpu),
@@ -232,7 +233,7 @@ def gpu_tables(trace: ingest.RankTrace, tl: timeline.RankTimeline) -> dict[str, 
 
     The event table is not copied whole: each table takes the few rows and columns it reads
     (a copy of the host events cost 30 MB at the peak on the 216k-event reference trace)."""
-    steps = timeline.StepWindows(span=tl.span, host_steps=tl.host_steps, steps=tl.steps,
+    steps = step_windows.StepWindows(span=tl.span, host_steps=tl.host_steps, steps=tl.steps,
                                  startup=tl.startup, profiled={}, source=tl.window_source,
                                  notes=[], on_gpu=tl.on_gpu)
     both = {**_timeline_gpu_tables(trace, tl), **_kernel_tables(trace, steps)}
@@ -259,8 +260,8 @@ def _timeline_gpu_tables(trace: ingest.RankTrace, tl: timeline.RankTimeline
     """``step_categories``, ``stream_idle``, ``sync_calls`` (``gpu_tables``)."""
     ev, _, dev, host = _gpu_rows(trace)
     r = trace.rank
-    launch_ts, _ = timeline.launches(host, dev)
-    sel = timeline._complete_steps(dev, host, {**tl.host_steps, **tl.startup})
+    launch_ts, _ = step_windows.launches(host, dev)
+    sel = step_windows.complete_steps(dev, host, {**tl.host_steps, **tl.startup})
     sync_idle = tl.idle_causes.get("sync", np.zeros((0, 2)))
     calls = host_activity.blocking_copy_calls(host_activity.sync_calls(host), host, sync_idle)
     calls = host_activity.in_steps(gpu_idle.charged_sync(calls, sync_idle), tl.host_steps)
@@ -280,12 +281,12 @@ def _timeline_gpu_tables(trace: ingest.RankTrace, tl: timeline.RankTimeline
     }
 
 
-def _kernel_tables(trace: ingest.RankTrace, steps: timeline.StepWindows
+def _kernel_tables(trace: ingest.RankTrace, steps: step_windows.StepWindows
                    ) -> dict[str, pd.DataFrame]:
     """``kernels``, ``kernel_totals``, ``kernel_categories``, ``gemms`` (``gpu_tables``)."""
     _, _, dev, host = _gpu_rows(trace)
     r = trace.rank
-    windows = timeline._windows(steps.steps, steps.span)
+    windows = step_windows.window_set(steps.steps, steps.span)
     ts, end = dev["ts_us"].to_numpy(), dev["end_us"].to_numpy()
     inside = np.zeros(len(dev), dtype=bool)
     for a, b in windows:
@@ -299,7 +300,7 @@ def _kernel_tables(trace: ingest.RankTrace, steps: timeline.StepWindows
     return {
         "kernels": kernels.kernel_table(r, in_dev, graph),
         "kernel_totals": kernels.kernel_totals(
-            r, dev, timeline.device_step_of(steps.host_steps, host, dev)),
+            r, dev, step_windows.device_step_of(steps.host_steps, host, dev)),
         "kernel_categories": kernels.category_totals(r, in_dev),
         "gemms": kernels.gemm_table(r, host, in_dev, launch_calls, device_name(trace.meta)),
     }

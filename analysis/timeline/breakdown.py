@@ -155,7 +155,7 @@ def _by_op(tl: RankTimeline, step: int, dim: str, part: np.ndarray) -> list[dict
 def trace_overlap(tl: RankTimeline) -> dict:
     """Whole-trace overlap of one rank over the events HTA's ``get_comm_comp_overlap`` selects
     (on GPU traces, kernels launched before the last profiled step; see
-    ``timeline._complete_steps``). Columns: rank, compute_us, comm_us, overlapped_comm_us,
+    ``step_windows.complete_steps``). Columns: rank, compute_us, comm_us, overlapped_comm_us,
     overlap_pct."""
     C, M = tl.trace_compute, tl.trace_comm
     return {"rank": tl.rank, "compute_us": iv.length(C), "comm_us": iv.length(M),
