@@ -214,7 +214,7 @@ def test_user_files_beside_a_report_survive_a_kill_at_every_step(reports, tmp_pa
     folder of them): killed at every step of writing the new report over it, the next write's
     clean-up gives every one of them back to the folder — nothing is deleted but report
     files."""
-    from meshscope.analysis.report import analyze as analyze_mod
+    from meshscope.analysis.report import crash_safe
 
     run, old, new, _ = reports
     target = tmp_path / "out"
@@ -242,7 +242,7 @@ def test_user_files_beside_a_report_survive_a_kill_at_every_step(reports, tmp_pa
         fresh()
         status = _write_killed(new, target, "x", at)
         assert os.WIFSIGNALED(status), (at, status)
-        analyze_mod._remove_leftovers(target)          # what the next write does first
+        crash_safe.remove_leftovers(target)          # what the next write does first
         assert _user_files(target) == mine, at
         assert not list(tmp_path.glob(".out.*")), at
 
