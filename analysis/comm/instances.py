@@ -65,18 +65,15 @@ Where each field comes from, in order of preference:
 from __future__ import annotations
 
 import bisect
-import json
-import math
 import sys
 
 import numpy as np
 import pandas as pd
 
-from meshscope.analysis.comm.bandwidth import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, RECV, \
-    REDUCE_SCATTER, SEND, SEND_RECV, canonical_op
+from meshscope.analysis.comm import gloo_rows, nccl_rows
+from meshscope.analysis.comm.bandwidth import ALL_GATHER, RECV, REDUCE_SCATTER, canonical_op
 from meshscope.analysis.comm.dims import attribute
-from meshscope.analysis.ingest import classify
-from meshscope.analysis.ingest.comm_meta import dtype_info
+from meshscope.analysis.ingest.comm_meta import tensor_bytes
 from meshscope.analysis.records.fr_table import FlightRecords
 from meshscope.analysis.timeline.rank_timeline import scope_at
 from meshscope.collectors.run_info import RunInfo, ranks_key
@@ -86,8 +83,6 @@ INSTANCE_COLUMNS = ["rank", "step", "op", "backend_op", "p2p", "peer", "pg_name"
                     "call_end_us", "exec_ts_us", "exec_end_us", "arrival_us", "end_us",
                     "msg_bytes", "in_bytes", "out_bytes", "dtype", "source"]
 _INT_COLUMNS = ("peer", "group_size", "seq", "msg_bytes", "in_bytes", "out_bytes")
-# Backend ops that may run an algorithm op (gloo's reduce_scatter is an all_reduce).
-_RUNS_AS = {REDUCE_SCATTER: (REDUCE_SCATTER, ALL_REDUCE)}
 # How long before or after its host call a Flight Recorder entry may have been created.
 FR_JOIN_SLACK_US = 50.0
 
@@ -107,87 +102,7 @@ def _typed(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-def _json(text):
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        return json.loads(text)
-    except ValueError:
-        return None
-
-
-def _numel(dims) -> int | None:
-    if isinstance(dims, list) and dims and all(isinstance(d, int) and not isinstance(d, bool)
-                                              and d >= 0 for d in dims):
-        return math.prod(dims)
-    if isinstance(dims, list) and not dims:
-        return 1
-    return None
-
-
-def _bytes(dims, dtype) -> int | None:
-    n = _numel(dims)
-    size = dtype_info(dtype)[1]
-    return n * size if n is not None and size is not None else None
-
-
-# -- CPU / gloo ------------------------------------------------------------------------------
-
-def _call_args(row) -> tuple[list | None, list | None, list | None]:
-    """(Input Dims, Input type, Concrete Inputs) of a ``c10d::`` call, decoded."""
-    args = _json(getattr(row, "call_args", None)) or {}
-    return args.get("dims"), args.get("types"), args.get("scalars")
-
-
-def _local_rank(scalars) -> int | None:
-    """The group-local peer of ``c10d::send`` / ``c10d::recv_``: their third argument
-    (``dstRank`` / ``srcRank``), which the profiler records among the concrete inputs."""
-    if isinstance(scalars, list) and len(scalars) >= 3:
-        v = scalars[2]
-        if isinstance(v, str) and v.lstrip("-").isdigit():
-            return int(v)
-        if isinstance(v, int) and not isinstance(v, bool):
-            return v
-    return None
-
-
-def _compatible(call_op: str, range_op: str) -> bool:
-    return range_op in _RUNS_AS.get(call_op, (call_op,))
-
-
-def _pair_gloo(comm: pd.DataFrame) -> list[tuple]:
-    """(call row or None, range row or None, op) of every gloo operation, in issue order: each
-    ``c10d::`` call of a known op takes the earliest unpaired ``gloo:`` range of a compatible op
-    that starts after it (the range may run on a worker thread, later, and another group's
-    work may come between); a range no call claims is kept on its own."""
-    calls = [c for c in comm.itertuples() if c.name.startswith("c10d::")
-             and canonical_op(c.name.split("::")[-1]) is not None]
-    ranges = [r for r in comm.itertuples() if r.name.startswith("gloo:")
-              and canonical_op(r.name) is not None]
-    calls.sort(key=lambda c: c.ts_us)
-    by_op: dict[str, list] = {}
-    for r in sorted(ranges, key=lambda r: r.ts_us):
-        by_op.setdefault(canonical_op(r.name), []).append(r)
-    starts = {op: [r.ts_us for r in rs] for op, rs in by_op.items()}
-    used: set[int] = set()
-    out = []
-    for c in calls:
-        op = canonical_op(c.name.split("::")[-1])
-        best = None
-        for rop in _RUNS_AS.get(op, (op,)):
-            rs = by_op.get(rop, [])
-            i = bisect.bisect_left(starts.get(rop, []), c.ts_us - 1.0)
-            while i < len(rs) and rs[i].Index in used:
-                i += 1
-            if i < len(rs) and (best is None or rs[i].ts_us < best.ts_us):
-                best = rs[i]
-        if best is not None:
-            used.add(best.Index)
-        out.append((c, best, op))
-    out += [(None, r, canonical_op(r.name)) for r in ranges if r.Index not in used]
-    out.sort(key=lambda x: (x[0] if x[0] is not None else x[1]).ts_us)
-    return out
-
+# -- the Flight Recorder join (gloo traces: their groups and sequence numbers) -------------
 
 def _fr_entries(flight: FlightRecords | None, rank: int, meta: dict) -> list[dict]:
     """``rank``'s Flight Recorder entries with ``created_us`` on the trace's clock
@@ -231,7 +146,7 @@ def _join_fr(rows: list[dict], entries: list[dict]) -> int:
         while i < len(entries) and times[i] <= b + FR_JOIN_SLACK_US:
             e = entries[i]
             if not taken[i] and e["p2p"] == row["p2p"] and \
-                    (e["op"] == row["op"] or _compatible(row["op"], e["op"])):
+                    (e["op"] == row["op"] or gloo_rows.compatible(row["op"], e["op"])):
                 taken[i] = True
                 row["fr"] = e
                 joined += 1
@@ -247,240 +162,11 @@ def _sizes_bytes(sizes, dtypes) -> int | None:
     total = 0
     for i, dims in enumerate(sizes):
         dt = dtypes[i] if isinstance(dtypes, list) and i < len(dtypes) else None
-        b = _bytes(dims, dt)
+        b = tensor_bytes(dims, dt)
         if b is None:
             return None
         total += b
     return total
-
-
-def _tensor_bytes(dims, types, index: int) -> int | None:
-    """Bytes of the ``index``-th argument of a call (a tensor, or a tensor list whose tensors
-    are summed), from its ``Input Dims`` and ``Input type``."""
-    if not isinstance(dims, list) or index >= len(dims):
-        return None
-    d = dims[index]
-    t = types[index] if isinstance(types, list) and index < len(types) else None
-    if isinstance(d, list) and d and all(isinstance(x, list) for x in d):   # a tensor list
-        parts = [_bytes(x, t if t not in ("TensorList", "GenericList") else "float") for x in d]
-        return sum(parts) if parts and None not in parts else None
-    if isinstance(d, list) and d:
-        return _bytes(d, t)
-    return None
-
-
-# Which call arguments hold the output and the input, by op: c10d's schemas put the output
-# first for the ``*_base_`` and all_to_all calls, a single in-place buffer for the others.
-_CALL_BUFFERS = {"all_to_all": (1, 0), "all_gather": (1, 0), "reduce_scatter": (1, 0),
-                 "scatter": (1, 0), "gather": (0, 1), "recv": (None, 0)}
-
-
-def _call_bytes(op: str, dims, types) -> tuple[int | None, int | None]:
-    """(in_bytes, out_bytes) from a ``c10d::`` call's recorded argument shapes."""
-    i_in, i_out = _CALL_BUFFERS.get(op, (0, 0))
-    return (None if i_in is None else _tensor_bytes(dims, types, i_in),
-            _tensor_bytes(dims, types, i_out))
-
-
-def _gloo_rows(events: pd.DataFrame, rank: int) -> list[dict]:
-    comm = events[(events["kind"] == classify.COMMUNICATION) & ~events["device"]]
-    rows = []
-    for call, rng, op in _pair_gloo(comm):
-        backend = canonical_op(rng.name) if rng is not None else None
-        in_b = out_b = None
-        dtype = None
-        peer_local = None
-        if call is not None:
-            dims, types, scalars = _call_args(call)
-            in_b, out_b = _call_bytes(op, dims, types)
-            if op in (SEND, RECV):
-                peer_local = _local_rank(scalars)
-        if rng is not None:
-            rb = rng.msg_bytes if not pd.isna(rng.msg_bytes) else None
-            if in_b is None and op not in (RECV,):
-                in_b = int(rb) if rb is not None else None
-            if out_b is None and op == RECV:
-                out_b = int(rb) if rb is not None else None
-            dtype = rng.dtype if isinstance(rng.dtype, str) else None
-        first = call if call is not None else rng
-        rows.append({
-            "rank": rank, "op": op, "backend_op": backend if backend and backend != op else None,
-            "p2p": op in (SEND, RECV), "peer_local": peer_local,
-            "call_ts_us": call.ts_us if call is not None else np.nan,
-            "call_end_us": call.end_us if call is not None else np.nan,
-            "exec_ts_us": rng.ts_us if rng is not None else np.nan,
-            "exec_end_us": rng.end_us if rng is not None else np.nan,
-            "arrival_us": first.ts_us,
-            "end_us": rng.end_us if rng is not None else call.end_us,
-            "in_bytes": in_b, "out_bytes": out_b, "dtype": dtype,
-            "source": "gloo" if rng is not None else "host",
-            "pg_name": None, "pg_desc": None, "pg_ranks": "", "group_size": None, "seq": None,
-            "msg_bytes_hint": None})
-    return rows
-
-
-# -- GPU / NCCL ------------------------------------------------------------------------------
-
-_META = ("coll_name", "in_nelems", "out_nelems", "dtype", "pg_name", "pg_desc", "pg_ranks",
-         "group_size", "seq", "msg_bytes")
-
-
-def _meta_of(row) -> dict:
-    out = {}
-    for c in _META:
-        v = getattr(row, c)
-        out[c] = None if v is None or (not isinstance(v, str) and pd.isna(v)) else v
-    if out.get("seq") is not None and out["seq"] < 0:
-        out["seq"] = None
-    return out
-
-
-def _merge_meta(parts: list[dict]) -> dict:
-    """Field by field, the first known value among ``parts`` (innermost first)."""
-    out: dict = {}
-    for p in parts:
-        for k, v in p.items():
-            if out.get(k) in (None, "") and v not in (None, ""):
-                out[k] = v
-    return out
-
-
-class _HostIndex:
-    """Host events carrying collective metadata, per lane, to find the one enclosing a time."""
-
-    def __init__(self, host: pd.DataFrame):
-        self.by_lane: dict[str, tuple[list, list]] = {}
-        for lane, g in host.sort_values("ts_us").groupby("lane", sort=False):
-            rows = list(g.itertuples())
-            self.by_lane[lane] = ([r.ts_us for r in rows], rows)
-
-    def enclosing(self, lane: str, t: float) -> list:
-        starts, rows = self.by_lane.get(lane, ([], []))
-        i = bisect.bisect_right(starts, t) - 1
-        found = []
-        for j in range(i, max(i - 12, -1), -1):
-            if rows[j].end_us >= t:
-                found.append(rows[j])
-        return sorted(found, key=lambda r: -r.ts_us)       # innermost (latest start) first
-
-
-def _gpu_rows(events: pd.DataFrame, rank: int) -> list[dict]:
-    dev = events[events["device"]]
-    kernels = dev[dev["kind"] == classify.COMMUNICATION].sort_values("ts_us")
-    if kernels.empty:
-        return []
-    # The host rows are selected by masks, never copied whole (every column of every host
-    # event: about 126 MB of a 1.7M-event rank): only the rows with collective metadata and
-    # the three columns of the kernels' launches are taken.
-    host = ~events["device"].to_numpy(dtype=bool)
-    meta_host = events[host & events["coll_name"].notna().to_numpy()
-                       & (events["cat"] != "gpu_user_annotation").to_numpy()]
-    index = _HostIndex(meta_host)
-    metas = _metas(meta_host)
-    launches = events.loc[host & events["correlation"].isin(kernels["correlation"]).to_numpy()
-                          & events["cat"].isin(["cuda_runtime", "cuda_driver"]).to_numpy(),
-                          ["correlation", "ts_us", "lane"]]
-    launch = dict(zip(launches["correlation"].tolist(),
-                      zip(launches["ts_us"].tolist(), launches["lane"].tolist())))
-    rows, unlinked = [], []
-    names: dict = {}                # kernel name → what _kernel_row reads of it, made once
-    for kern in kernels.itertuples():
-        own = _meta_of(kern) if isinstance(kern.coll_name, str) else {}
-        hosts = []
-        if kern.correlation in launch:
-            t, lane = launch[kern.correlation]
-            hosts = index.enclosing(lane, t)
-        meta = _merge_meta([own] + [metas[h.Index] for h in hosts])
-        call = hosts[-1] if hosts else None                 # the outermost metadata event
-        of_name = names.get(kern.name)
-        if of_name is None:
-            of_name = names[kern.name] = _of_kernel_name(kern.name)
-        row = _kernel_row(rank, kern, meta, call, of_name)
-        rows.append(row)
-        if not hosts and not own:
-            unlinked.append(row)
-    if unlinked:
-        _link_by_order(unlinked, meta_host)
-    return rows
-
-
-def _of_kernel_name(name: str) -> tuple:
-    """(op, source, likely dimension) of a communication kernel's name (``_kernel_row``)."""
-    return (canonical_op(name) or classify.comm_kernel_op(name),
-            "nccl" if classify.COMM_KERNEL_RE.search(name) else "custom-kernel",
-            classify.comm_kernel_dim(name))
-
-
-def _metas(frame: pd.DataFrame) -> dict:
-    """Row label → ``_meta_of`` of that row of ``frame``, made column by column."""
-    cols = []
-    for c in _META:
-        values = frame[c].tolist()
-        missing = frame[c].isna().to_numpy()
-        cols.append([None if m else v for v, m in zip(values, missing)])
-    out = {}
-    for label, *values in zip(frame.index.tolist(), *cols):
-        meta = dict(zip(_META, values))
-        if meta["seq"] is not None and meta["seq"] < 0:
-            meta["seq"] = None
-        out[label] = meta
-    return out
-
-
-def _kernel_row(rank: int, kern, meta: dict, call, of_name: tuple | None = None) -> dict:
-    kop, source, likely = of_name if of_name is not None else _of_kernel_name(kern.name)
-    hop = canonical_op(meta.get("coll_name")) if meta.get("coll_name") else None
-    op = hop or kop or "unknown"
-    backend = kop if kop and kop != op else None
-    in_n, out_n = meta.get("in_nelems"), meta.get("out_nelems")
-    size = dtype_info(meta.get("dtype"))[1]
-    return {
-        "rank": rank, "op": op, "backend_op": backend,
-        "p2p": op in (SEND, RECV) or (op == SEND_RECV and hop in (None, SEND_RECV)),
-        "peer_local": None,
-        "call_ts_us": call.ts_us if call is not None else np.nan,
-        "call_end_us": call.end_us if call is not None else np.nan,
-        "exec_ts_us": kern.ts_us, "exec_end_us": kern.end_us,
-        "arrival_us": kern.ts_us, "end_us": kern.end_us,
-        "in_bytes": in_n * size if in_n is not None and size else None,
-        "out_bytes": out_n * size if out_n is not None and size else None,
-        "dtype": meta.get("dtype"),
-        "source": source,
-        "pg_name": meta.get("pg_name"), "pg_desc": meta.get("pg_desc"),
-        "pg_ranks": meta.get("pg_ranks") or "", "group_size": meta.get("group_size"),
-        "seq": meta.get("seq"), "msg_bytes_hint": meta.get("msg_bytes"),
-        "likely_dim": likely}
-
-
-def _link_by_order(rows: list[dict], meta_host: pd.DataFrame) -> None:
-    """Kernels whose launch could not be traced to a host call take the metadata of the host
-    calls of the same op in order (the k-th all_reduce kernel, the k-th all_reduce call)."""
-    calls: dict[str, list] = {}
-    for h in meta_host.sort_values("ts_us").itertuples():
-        calls.setdefault(canonical_op(h.coll_name), []).append(h)
-    used: dict[str, int] = {}
-    for row in rows:
-        queue = calls.get(row["op"]) or calls.get(ALL_TO_ALL if row["op"] == SEND_RECV else "")
-        if not queue:
-            continue
-        key = row["op"] if calls.get(row["op"]) else ALL_TO_ALL
-        i = used.get(key, 0)
-        if i >= len(queue):
-            continue
-        used[key] = i + 1
-        h = queue[i]
-        meta = _meta_of(h)
-        hop = canonical_op(meta.get("coll_name"))
-        if hop and hop != row["op"]:
-            row["backend_op"], row["op"] = row["op"], hop
-            row["p2p"] = hop in (SEND, RECV)
-        size = dtype_info(meta.get("dtype"))[1]
-        if meta.get("in_nelems") is not None and size:
-            row["in_bytes"] = meta["in_nelems"] * size
-        row.update(call_ts_us=h.ts_us, call_end_us=h.end_us, dtype=meta.get("dtype"),
-                   pg_name=meta.get("pg_name"), pg_desc=meta.get("pg_desc"),
-                   pg_ranks=meta.get("pg_ranks") or "", group_size=meta.get("group_size"),
-                   seq=meta.get("seq"), msg_bytes_hint=meta.get("msg_bytes"))
 
 
 # -- assembly --------------------------------------------------------------------------------
@@ -527,7 +213,7 @@ def extract(trace, on_gpu: bool) -> pd.DataFrame:
     """The rank's operations as the trace alone describes them (``RAW_COLUMNS``), before the
     Flight Recorder join and the group and dimension attribution of ``finalize``. Runs where
     the trace is read (``analysis/report/rank_work.py``): the event table stays there."""
-    rows = _gpu_rows(trace.events, trace.rank) if on_gpu else _gloo_rows(trace.events, trace.rank)
+    rows = nccl_rows.kernel_rows(trace.events, trace.rank) if on_gpu else gloo_rows.gloo_rows(trace.events, trace.rank)
     for row in rows:
         row.setdefault("likely_dim", None)
     return pd.DataFrame(rows, columns=RAW_COLUMNS)

@@ -152,6 +152,13 @@ def _bytes(count: int | None, size: int | None) -> int | None:
     return count * size
 
 
+def tensor_bytes(dims, dtype) -> int | None:
+    """Bytes of one recorded argument — a shape, or a tensor list whose tensors are summed
+    (``_numel``) — of element type ``dtype`` (``dtype_info``); None when either is unknown or
+    the count is impossible."""
+    return _bytes(_numel(dims), dtype_info(dtype)[1])
+
+
 def from_record(args, damage: Damage) -> dict | None:
     """Metadata from ``record_param_comms``-style arguments (``args`` has the attributes
     named in ``analysis.ingest.events._Args``); None when the collective's name is not a
