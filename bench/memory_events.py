@@ -32,12 +32,12 @@ from bench.measure import MESHSCOPE, ROOT, measure  # noqa: E402
 LOAD_SCRIPT = """
 import json, pathlib, sys
 from bench.measure import status_mb
-from meshscope.analysis.ingest import events as ingest, memory_events
+from meshscope.analysis.ingest import events as ingest, memory_events, trace_file
 from meshscope.analysis.memory import rank_memory
 from meshscope.analysis.timeline import rank_timeline
 before = status_mb("VmRSS")
 path = pathlib.Path(sys.argv[1])
-table, memory, meta = ingest._parse(path, ingest._read_bytes(path), None)  # as load_trace does
+table, memory, meta = ingest._parse(path, trace_file.read_bytes(path), None)  # as load_trace does
 arrow, memory_arrow = table.nbytes, memory.nbytes
 owned = [table]
 del table

@@ -29,10 +29,10 @@ from bench.measure import MESHSCOPE, ROOT, measure  # noqa: E402
 LOAD_SCRIPT = """
 import json, pathlib, sys
 from bench.measure import status_mb
-from meshscope.analysis.ingest import events as ingest
+from meshscope.analysis.ingest import events as ingest, trace_file
 before = status_mb("VmRSS")
 path = pathlib.Path(sys.argv[1])
-table, _, meta = ingest._parse(path, ingest._read_bytes(path), None)    # as load_trace does
+table, _, meta = ingest._parse(path, trace_file.read_bytes(path), None)  # as load_trace does
 arrow = table.nbytes
 owned = [table]                 # to_frame holds the only reference, as in load_trace
 del table

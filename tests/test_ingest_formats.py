@@ -14,8 +14,9 @@ import pathlib
 import pytest
 
 from meshscope.analysis.errors import InputError
+from meshscope.analysis.ingest import batch_columns, decode
 from meshscope.analysis.ingest import events as ingest
-from meshscope.analysis.ingest import json_stream
+from meshscope.analysis.ingest import json_stream, rank_naming
 from meshscope.analysis.report import inputs
 from conftest import meshscope, shared_trace
 
@@ -215,7 +216,7 @@ def test_be_pairs_across_batches(tmp_path):
     about one event, in the streaming and in the whole-file reader, the table is the same."""
     path = _write(tmp_path / "rank0.json", {"traceEvents": _be_events() + _filler(40)})
     raw = path.read_bytes()
-    stream = json_stream.EventStream(raw, ingest._decode, batch_bytes=64)
+    stream = json_stream.EventStream(raw, decode.decode, batch_bytes=64)
     sizes = [len(b) for b in stream.batches()]
     assert len(sizes) > 20 and max(sizes) <= 2, "the batches are tiny"
     small, _, _ = ingest._parse(path, raw, None, batch_bytes=64)
@@ -282,7 +283,7 @@ def test_several_rankless_traces_are_refused(tmp_path):
     # A caller that collects problems gets one per such file; the others are analysed.
     problems = []
     assert inputs.resolve_identities(ids, problems=problems) == {tmp_path / "rank1.json": 1}
-    assert problems == [f"{tmp_path / n}: {ingest.NO_RANK}"
+    assert problems == [f"{tmp_path / n}: {rank_naming.NO_RANK}"
                         for n in ("model__1.json", "model__2.json")]
 
 
@@ -343,7 +344,7 @@ def test_shared_pytorch_18_traces(rel, name):
     assert len(kernels) > 9_000 and set(kernels["lane"]) == {"gpu:0:7"}
     assert (kernels["correlation"] >= 0).all()
     assert {"cpu_op", "cuda_runtime", "gpu_memcpy", "gpu_memset"} <= set(ev["cat"])
-    assert not set(ev["cat"]) & set(ingest.LEGACY_CATEGORIES)
+    assert not set(ev["cat"]) & set(batch_columns.LEGACY_CATEGORIES)
     assert not trace.problems
 
 

@@ -6,6 +6,7 @@ import json
 import msgspec
 import pytest
 
+from meshscope.analysis.ingest import decode
 from meshscope.analysis.ingest import events as ingest
 from meshscope.analysis.ingest import json_stream
 from conftest import ROOT, shared_trace
@@ -18,7 +19,7 @@ def _whole(raw):
 
 
 def _streamed(raw, batch_bytes):
-    stream = json_stream.EventStream(raw, ingest._decode, batch_bytes=batch_bytes)
+    stream = json_stream.EventStream(raw, decode.decode, batch_bytes=batch_bytes)
     return ingest.parse_events(stream.batches()), stream.meta
 
 
@@ -71,7 +72,7 @@ def test_stream_equals_whole_file(layout, batch_bytes):
     gzip.compress(b'{"traceEvents": []}')[:-6],          # truncated gzip
 ])
 def test_odd_input_falls_back(raw):
-    stream = json_stream.EventStream(raw, ingest._decode, batch_bytes=16)
+    stream = json_stream.EventStream(raw, decode.decode, batch_bytes=16)
     with pytest.raises(json_stream.Fallback):
         list(stream.batches())
 
@@ -100,8 +101,8 @@ def test_typed_decoder_is_used_on_real_traces(monkeypatch, trace):
     path = trace if isinstance(trace, ingest.pathlib.Path) else shared_trace(trace)
     calls = []
     for name in ("_lenient", "_one_by_one"):
-        real = getattr(ingest, name)
-        monkeypatch.setattr(ingest, name, lambda text, _real=real, _name=name: (
+        real = getattr(decode, name)
+        monkeypatch.setattr(decode, name, lambda text, _real=real, _name=name: (
             calls.append(_name), _real(text))[1])
     got = ingest.load_trace(path, rank_regex=r"rank-?(\d+)")
     want = sum(1 for e in json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
@@ -156,8 +157,8 @@ def test_a_deep_event_is_dropped_whatever_the_batches(batch_bytes, monkeypatch):
 
 def test_decode_errors_are_msgspec_errors():
     with pytest.raises(msgspec.DecodeError):
-        ingest._decode(b'[{"ph": "X"}, {')
-    assert ingest._decode(b'[1, {"ph": "X", "args": [1]}]')[0].ph == "X"
+        decode.decode(b'[{"ph": "X"}, {')
+    assert decode.decode(b'[1, {"ph": "X", "args": [1]}]')[0].ph == "X"
     empty = ingest.to_frame(ingest.SCHEMA.empty_table())
     assert list(empty.columns) == ingest.SCHEMA.names and empty.empty
     assert str(empty["msg_bytes"].dtype) == "Int64" and str(empty["seq"].dtype) == "int64"
@@ -194,13 +195,13 @@ def _work(kind: str, n: int, monkeypatch) -> int:
             seen[0] += len(text)
             return finditer(text, *a)
 
-    def decode(text):
+    def counting_decode(text):
         seen[0] += len(text)
-        return ingest._decode(text)
+        return decode.decode(text)
 
     monkeypatch.setattr(json_stream, "_skip", counting_skip)
     monkeypatch.setattr(json_stream, "_KEY", Key())
-    stream = json_stream.EventStream(_hostile(kind, n), decode, batch_bytes=1 << 16)
+    stream = json_stream.EventStream(_hostile(kind, n), counting_decode, batch_bytes=1 << 16)
     events = [e for batch in stream.batches() for e in batch]
     assert len(events) == (1 if kind == "whitespace-before-key" else 2)
     return seen[0]

@@ -11,6 +11,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
+from meshscope.analysis.ingest import decode
 from meshscope.analysis.ingest import events as ingest
 from meshscope.analysis.ingest import memory_events
 from meshscope.analysis.ingest.validate import Damage
@@ -76,8 +77,8 @@ def test_memory_events_are_typed_field_by_field(tmp_path):
 
 def test_memory_columns_keep_only_usable_rows():
     damage = Damage()
-    e = ingest._Event(ph="i", name="[memory]", ts=1.0, args=ingest._Args(mem_bytes=8))
-    bad = ingest._Event(ph="i", name="[memory]", ts=float("inf"), args=ingest._Args(mem_bytes=8))
+    e = decode.Event(ph="i", name="[memory]", ts=1.0, args=decode.Args(mem_bytes=8))
+    bad = decode.Event(ph="i", name="[memory]", ts=float("inf"), args=decode.Args(mem_bytes=8))
     cols = memory_events.columns([e, bad], pa.array(["a", "b"], pa.large_string()), damage)
     assert len(cols["ts_us"]) == 1 and cols["lane"].to_pylist() == ["a"]
     assert damage.dropped == 1

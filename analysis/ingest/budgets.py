@@ -12,7 +12,7 @@ the flag that raises it (the other ranks are analysed).
 
 Nesting is checked on the text as it is inflated (``json_stream.Nesting``), before it is
 decoded. Raised past the JSON decoder's own limit (about 1,000 levels), a deeper event is
-dropped and counted (``events.py``) instead.
+dropped and counted (``decode.py``) instead.
 
 The defaults cover real traces (a rank of 100k–5M events, a few GB of JSON). The budgets travel
 to the ingest worker processes as environment variables (``ENV``), which the command sets.

@@ -1,6 +1,6 @@
 """Collective metadata of trace events: which collective, how many elements, which group.
 
-PyTorch writes it in two places, and ingest (``analysis/ingest/events.py``) reads both:
+PyTorch writes it in two places, and ingest (``analysis/ingest/batch_columns.py``) reads both:
 
 - ``record_param_comms`` CPU ops, and on GPUs the NCCL kernels they launch, carry the arguments
   PyTorch's profiler names in ``torch/csrc/profiler/util.h``: ``Collective name``,
@@ -161,7 +161,7 @@ def tensor_bytes(dims, dtype) -> int | None:
 
 def from_record(args, damage: Damage) -> dict | None:
     """Metadata from ``record_param_comms``-style arguments (``args`` has the attributes
-    named in ``analysis.ingest.events._Args``); None when the collective's name is not a
+    named in ``analysis.ingest.decode.Args``); None when the collective's name is not a
     string. Unusable values are counted in ``damage``."""
     if not isinstance(args.coll_name, str):
         damage.ignore("args.Collective name", "not a string")

@@ -51,61 +51,49 @@ call_args   category on ``c10d::`` calls and matrix multiplications (``aten::mm`
 Where the collective metadata comes from is spelled out in ``analysis/ingest/comm_meta.py``.
 
 Every generation of the format is read into this one table, so that nothing downstream
-(classification, timeline, instances) knows which it was:
-
-- **PyTorch 1.8** (the first Kineto traces) named the categories ``Operator``, ``Kernel``,
-  ``Runtime``, ``Memcpy``, ``Memset`` and ``Python``: they are renamed ``cpu_op``, ``kernel``,
-  ``cuda_runtime``, ``gpu_memcpy``, ``gpu_memset`` and ``python_function``
-  (``LEGACY_CATEGORIES``), except that an ``Operator`` named ``ProfilerStep#N``,
-  ``enumerate(DataLoader)…`` or ``Optimizer.…`` is the profiler or ``record_function`` range
-  that today's profiler calls a ``user_annotation`` (``LEGACY_ANNOTATIONS``). Their
-  ``Input dims`` (small d) is read as ``Input Dims``; kernels already carry ``device``,
-  ``stream`` and ``correlation``.
-- **A bare JSON array** of events (Chrome's JSON Array Format, its closing ``]`` optional) is
-  a trace without metadata.
-- **``B``/``E`` pairs** are matched per thread (``pid``, ``tid``) as a stack, across batches:
-  an ``E`` closes the latest open ``B`` of its thread and the two become one complete event
-  (``_Reading``). An unmatched ``B`` or ``E`` is damage, counted as any other.
+(classification, timeline, instances) knows which it was: a trace of **PyTorch 1.8** (the first
+Kineto traces) has its categories renamed to today's, **``B``/``E`` pairs** are read as
+complete events (both: ``analysis/ingest/batch_columns.py``), and **a bare JSON array** of
+events (Chrome's JSON Array Format, its closing ``]`` optional) is a trace without metadata
+(``json_stream.py``, ``trace_file.py``).
 
 Which it was is in ``meta[FORMAT_KEY]`` and a line of ``notes``. A trace that nothing names a
-rank (no ``distributedInfo``, no rank in its name, no ``--rank-regex``) is read as rank 0,
-``meta[RANKLESS_KEY]`` set and a note added; ``report.inputs.resolve_identities`` refuses it
-when it is not the only trace. A trace in which nothing is understood — no event that is
-compute, communication or memory (``UNDERSTOOD_KINDS``) — is refused (``InputError``, naming
+rank (no ``distributedInfo``, no rank in its name, no ``--rank-regex``: ``rank_naming.py``) is
+read as rank 0, ``meta[RANKLESS_KEY]`` set and a note added; ``report.inputs.resolve_identities``
+refuses it when it is not the only trace. A trace in which nothing is understood — no event that
+is compute, communication or memory (``UNDERSTOOD_KINDS``) — is refused (``InputError``, naming
 its categories), never read as a rank that did nothing.
 
-How it is read: the file is inflated and cut into batches of events on the fly
-(``analysis/ingest/json_stream.py``), so the whole text of a trace is never in memory; each
-batch is decoded with msgspec into small typed structs that keep only the fields above (other
-arguments are skipped unparsed), its columns are built at once, and classification runs once per
-distinct (name, category). Every ``CONSOLIDATE_BYTES`` of batches, their columns are joined into
-one chunk each, the string columns dictionary-encoded and the chunk's ``kind`` classified
+How it is read: the file's bytes are read (``trace_file.read_bytes``), inflated and cut into
+batches of events on the fly (``analysis/ingest/json_stream.py``), so the whole text of a trace
+is never in memory; each batch is decoded with msgspec into small typed structs
+(``analysis/ingest/decode.py``), its columns are built at once
+(``analysis/ingest/batch_columns.py``), and classification runs once per distinct (name,
+category). Every ``CONSOLIDATE_BYTES`` of batches, their columns are joined into one chunk
+each, the string columns dictionary-encoded and the chunk's ``kind`` classified
 (``_consolidate``), and the memory the C library's allocator then holds free is given back
 (``_trim``): the memory of the batches is reused by the next ones, and a rank's peak is its
 table plus bounded buffers (``tests/test_memory_relation.py``). The frame is made column by
 column, each Arrow column freed as it is converted (``to_frame``). A large trace analysed alone
 is read on every core instead (``analysis/ingest/parts.py``): cut into parts that worker
 processes read with this same code (``_Accumulator``, one per part), joined here in file
-order (``_Accumulator.merge``) into the same table. Only a batch that holds
-PyTorch 1.8 categories is renamed, and only the events that are not ``X`` are looked at for
-``B``/``E`` pairs. A file that cannot be streamed (an unusual layout, or damage) is read whole
-instead, which also names what is wrong with it. With ``cache_dir``, the table is stored as
-parquet under ``<cache_dir>/<key>.parquet`` with the metadata as JSON in the file's key-value
-metadata (``analysis/ingest/cache.py``); the key is the BLAKE2b hash of the file's bytes plus
-the ingest version and the ``comm_kernel_re`` pattern, so an edited trace or a different pattern
-is never served from a stale entry. The rank is not cached: it is worked out on every load.
+order (``_Accumulator.merge``) into the same table. A file that cannot be streamed (an unusual
+layout, or damage) is read whole instead (``trace_file.py``), which also names what is wrong
+with it. With ``cache_dir``, the table is stored as parquet under ``<cache_dir>/<key>.parquet``
+with the metadata as JSON in the file's key-value metadata (``analysis/ingest/cache.py``); the
+key is the BLAKE2b hash of the file's bytes plus the ingest version and the ``comm_kernel_re``
+pattern, so an edited trace or a different pattern is never served from a stale entry. The
+rank is not cached: it is worked out on every load.
 
 Damaged input (docs/damaged-input.md): every field is typed where it is read. An event whose
-``name`` is not a string, whose ``ts`` or ``dur`` is missing, not a number, not finite, or a
-negative duration, or whose start or duration is impossible for the trace as a whole
-(``validate.event_bounds``) is dropped; an argument that is not usable (an integer beyond 64
-bits in ``correlation``, ``In msg nelems`` or ``Input Dims``, a ``Collective name`` that is not
-a string) is ignored on that event; an element of ``traceEvents`` that is not an object, that
-holds a number beyond the decoder's range or is nested deeper than its limit (about 1,000
-levels) is dropped. Each is counted (``validate.Damage``, kept with the table, in the cache
-too) and becomes one line of ``RankTrace.problems`` per kind: the file, the field, how many
-events, why. A trace that loses more than ``validate.MAX_DROPPED_SHARE`` of its events is
-refused (``InputError``). The metadata the analysis reads is checked by
+fields are unusable is dropped and an unusable argument ignored on its event
+(``batch_columns.py``); an element of ``traceEvents`` that is not an object, that holds a number
+beyond the decoder's range or is nested deeper than its limit is dropped (``decode.py``); an
+event whose start or duration is impossible for the trace as a whole
+(``validate.event_bounds``) is dropped here. Each is counted (``validate.Damage``, kept with the
+table, in the cache too) and becomes one line of ``RankTrace.problems`` per kind: the file, the
+field, how many events, why. A trace that loses more than ``validate.MAX_DROPPED_SHARE`` of its
+events is refused (``InputError``). The metadata the analysis reads is checked by
 ``validate.trace_meta``.
 """
 from __future__ import annotations
@@ -114,10 +102,9 @@ import collections
 import dataclasses
 import functools
 import json
-import os
 import pathlib
 import re
-from typing import Any, Callable, Iterable
+from typing import Callable, Iterable
 
 import msgspec
 import numpy as np
@@ -125,10 +112,14 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from meshscope.analysis.ingest import batch_columns
 from meshscope.analysis.ingest import classify
 from meshscope.analysis.ingest import comm_meta
+from meshscope.analysis.ingest import decode
 from meshscope.analysis.ingest import json_stream
 from meshscope.analysis.ingest import memory_events
+from meshscope.analysis.ingest import rank_naming
+from meshscope.analysis.ingest import trace_file
 from meshscope.analysis.ingest import cache as trace_cache
 from meshscope.analysis.ingest import validate
 from meshscope.analysis.ingest.dictionaries import joined_codes as _joined_codes
@@ -137,9 +128,7 @@ from meshscope.analysis.ingest.validate import Damage
 from meshscope.analysis.ingest import budgets as _budgets
 from meshscope.analysis.ingest.budgets import BudgetExceeded
 from meshscope.analysis.errors import InputError
-from meshscope.collectors.run_dir import not_regular
 
-RANK_FROM_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
 # Bump when the table's columns or their meaning change: it is part of the cache key.
 # (5: impossible events are dropped and counted, no longer clamped. 6: PyTorch 1.8 categories,
 # B/E pairs and bare arrays are read; the format read is in the metadata. 7: matrix
@@ -152,23 +141,13 @@ INGEST_VERSION = 12
 BATCH_EVENTS = 8192             # events per batch when a trace is read whole
 BATCH_BYTES = 1 << 19           # text per batch when it is streamed (fastest on a 54 MB trace)
 CONSOLIDATE_BYTES = 8 << 20    # a rank's batches are joined into column chunks this large
-WHOLE_TEXT_LIMIT = 4 << 30      # a trace that cannot be streamed is read whole up to this size
 # How many times a trace's JSON was parsed in this process (a cache hit does not parse).
 PARSE_COUNT = 0
 
-# PyTorch 1.8's Kineto categories and today's name for each (``LEGACY_CATEGORIES``); the
-# ``Operator`` events that are profiler or ``record_function`` ranges (today's
-# ``user_annotation``) are told by their name (``LEGACY_ANNOTATIONS``).
-LEGACY_CATEGORIES = {"Operator": "cpu_op", "Kernel": "kernel", "Runtime": "cuda_runtime",
-                     "Memcpy": "gpu_memcpy", "Memset": "gpu_memset", "Python": "python_function"}
-LEGACY_ANNOTATIONS = ("ProfilerStep#", "enumerate(DataLoader)", "Optimizer.")
 # Key of ``RankTrace.meta`` that says what was read (``read_format``), and the key that marks a
 # trace read as rank 0 because nothing gave it a rank (``load_trace``).
 FORMAT_KEY = "meshscope_format"
 RANKLESS_KEY = "meshscope_rankless"
-NO_RANK = ("no rank: the trace has no distributedInfo.rank and the file name has no rank<N> or "
-           "worker<N>; pass --rank-regex with one group that captures the rank from the file "
-           "name (e.g. 'gpu(\\d+)')")
 UNDERSTOOD_KINDS = (classify.COMPUTE, classify.COMMUNICATION, classify.MEMORY)
 
 _NULLABLE_INT = ("in_nelems", "out_nelems", "group_size", "msg_bytes")
@@ -207,630 +186,6 @@ class RankTrace:
     @property
     def on_gpu(self) -> bool:
         return bool(self.events["device"].any())
-
-
-class _Args(msgspec.Struct, gc=False):
-    """The event arguments ingest reads; every other argument is skipped unparsed."""
-    device: Any = None
-    stream: Any = None
-    correlation: Any = None
-    coll_name: Any = msgspec.field(default=None, name="Collective name")
-    in_nelems: Any = msgspec.field(default=None, name="In msg nelems")
-    out_nelems: Any = msgspec.field(default=None, name="Out msg nelems")
-    dtype: Any = None
-    pg_name: Any = msgspec.field(default=None, name="Process Group Name")
-    pg_desc: Any = msgspec.field(default=None, name="Process Group Description")
-    pg_ranks: Any = msgspec.field(default=None, name="Process Group Ranks")
-    group_size: Any = msgspec.field(default=None, name="Group size")
-    seq: Any = msgspec.field(default=None, name="Seq")
-    # Kept undecoded (empty when absent): only gloo:/nccl: ranges' shapes are ever read.
-    input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input Dims")
-    # PyTorch 1.8 spelled it with a small d (``_dims``: whichever is there).
-    input_dims_18: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input dims")
-    input_type: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input type")
-    concrete: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Concrete Inputs")
-    # The allocator's ``[memory]`` events (``memory_events.py``).
-    mem_bytes: Any = msgspec.field(default=None, name="Bytes")
-    mem_allocated: Any = msgspec.field(default=None, name="Total Allocated")
-    mem_reserved: Any = msgspec.field(default=None, name="Total Reserved")
-    mem_addr: Any = msgspec.field(default=None, name="Addr")
-    mem_device_type: Any = msgspec.field(default=None, name="Device Type")
-    mem_device_id: Any = msgspec.field(default=None, name="Device Id")
-
-
-class _Event(msgspec.Struct, gc=False):
-    ph: Any = None
-    name: Any = None
-    cat: Any = None
-    ts: Any = None
-    dur: Any = None
-    pid: Any = None
-    tid: Any = None
-    args: _Args | None = None
-
-
-_DECODE_EVENTS = msgspec.json.Decoder(list[_Event])
-# JSON key of each ``_Args`` attribute.
-_ARG_KEYS = {f.name: f.encode_name for f in msgspec.structs.fields(_Args)}
-_RAW_ARGS = ("input_dims", "input_dims_18", "input_type", "concrete")
-
-
-def _dims(a: _Args) -> msgspec.Raw:
-    """``Input Dims`` of an event's arguments, or PyTorch 1.8's ``Input dims``."""
-    return a.input_dims or a.input_dims_18
-
-
-def _read_bytes(path: pathlib.Path) -> bytes:
-    """The file's bytes; only a regular file is read (opened without blocking, so a FIFO
-    cannot hang the reader, and checked before a byte is read, so a device is never read)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except OSError as e:
-        raise InputError(path, f"cannot read ({e.strerror})") from None
-    try:
-        st = os.fstat(fd)
-        kind = not_regular(st.st_mode)
-        if kind:
-            raise InputError(path, f"skipped: {kind}, not a regular file")
-        limit = _budgets.current().trace_bytes
-        if st.st_size > limit:
-            raise InputError(path, str(BudgetExceeded(
-                "trace_bytes", f"a file of {st.st_size:,} bytes", limit)))
-        with os.fdopen(os.dup(fd), "rb") as f:
-            raw = f.read()
-    except OSError as e:
-        raise InputError(path, f"cannot read ({e.strerror})") from None
-    finally:
-        os.close(fd)
-    if not raw:
-        raise InputError(path, "empty file")
-    return raw
-
-
-def _decompress(path: pathlib.Path, raw: bytes) -> bytes | bytearray:
-    """The text of ``raw``, for the whole-file reader: at most ``WHOLE_TEXT_LIMIT`` bytes (a
-    file that cannot be streamed and inflates beyond it is refused, never held)."""
-    b = _budgets.current()
-    limit = min(WHOLE_TEXT_LIMIT, b.rank_memory, b.trace_bytes)
-    if raw[:2] != json_stream.GZIP_MAGIC:
-        if len(raw) > limit:
-            raise InputError(path, str(BudgetExceeded(
-                "rank_memory", f"cannot be streamed and is more than {limit:,} bytes", limit)))
-        try:
-            for _ in json_stream.checked(json_stream.chunks(raw, 1 << 24, limit), b.nesting):
-                pass
-        except BudgetExceeded as e:
-            raise InputError(path, str(e)) from None
-        return raw
-    text = bytearray()
-    try:
-        for piece in json_stream.checked(json_stream.chunks(raw, 1 << 24, limit), b.nesting):
-            text += piece
-    except BudgetExceeded as e:
-        if e.budget == "nesting":
-            raise InputError(path, str(e)) from None
-        raise InputError(path, str(BudgetExceeded(
-            "rank_memory", f"cannot be streamed and inflates to more than {limit:,} bytes",
-            limit))) from None
-    except json_stream.Fallback as e:
-        raise InputError(path, f"truncated or corrupt gzip ({e})") from None
-    return text
-
-
-def _json_problem(e: Exception) -> str:
-    text = str(e)
-    if "truncated" in text.lower() or "unexpected end" in text.lower() or "EOF" in text \
-            or "does not end" in text:
-        return "truncated JSON (the file ends early)"
-    return f"not valid JSON ({text})"
-
-
-_NOT_KINETO = ("not a Kineto trace: no 'traceEvents' list (nor is it a JSON array of "
-               "events)")
-
-
-def _split_array(path: pathlib.Path, data) -> list:
-    """One undecoded slice per event of a bare JSON array of events (Chrome's JSON Array
-    Format), whose closing ``]`` may be missing."""
-    original = text = bytes(data).rstrip()
-    if not text.endswith(b"]"):
-        text = text.rstrip(b",").rstrip() + b"]"
-    try:
-        return msgspec.json.decode(text, type=list[msgspec.Raw])
-    except msgspec.ValidationError:
-        raise InputError(path, _NOT_KINETO) from None
-    except msgspec.DecodeError:
-        pass
-    except RecursionError:
-        try:
-            return [text[a:b] for a, b in json_stream.split_top(text)]
-        except msgspec.DecodeError:
-            pass
-    try:        # what is wrong with the file as it is: it ends early, or text follows
-        msgspec.json.decode(original)
-    except (msgspec.DecodeError, RecursionError) as e:
-        raise InputError(path, _json_problem(e)) from None
-    raise InputError(path, _NOT_KINETO)
-
-
-def _split(path: pathlib.Path, data) -> tuple[dict | None, list, Damage]:
-    """(metadata, one undecoded slice of ``data`` per event, metadata keys left out); the
-    metadata is None for a bare array of events."""
-    damage = Damage()
-    if bytes(data[:4096]).lstrip()[:1] == b"[":
-        return None, _split_array(path, data), damage
-    try:
-        top = msgspec.json.decode(data, type=dict[str, msgspec.Raw])
-    except msgspec.ValidationError:
-        raise InputError(path, _NOT_KINETO) from None
-    except msgspec.DecodeError as e:
-        raise InputError(path, _json_problem(e)) from None
-    except RecursionError:                  # nested deeper than the decoder goes: split by hand
-        try:
-            top = dict(json_stream.split_members(data))
-        except msgspec.DecodeError as e:
-            raise InputError(path, _json_problem(e)) from None
-    events = top.pop("traceEvents", None)
-    try:
-        if events is None:
-            raise msgspec.ValidationError
-        raws = msgspec.json.decode(events, type=list[msgspec.Raw])
-    except msgspec.ValidationError:
-        raise InputError(path, _NOT_KINETO) from None
-    except RecursionError:
-        text = bytes(events)
-        try:
-            raws = [text[a:b] for a, b in json_stream.split_top(text)]
-        except msgspec.DecodeError as e:
-            raise InputError(path, _json_problem(e)) from None
-    meta = {}
-    for key, value in top.items():
-        try:
-            meta[key] = msgspec.json.decode(value)
-        except RecursionError:
-            damage.note(key, "nested deeper than the decoder's limit")
-        except msgspec.DecodeError as e:    # a number beyond the decoder's range
-            damage.note(key, f"not decodable: {_why(e)}")
-    return meta, raws, damage
-
-
-def compile_rank_regex(pattern: str | re.Pattern | None) -> re.Pattern | None:
-    """A ``--rank-regex``: applied with ``re.search`` to the file name; its one group is the
-    rank. ValueError when it does not compile or has not exactly one group."""
-    if pattern is None or isinstance(pattern, re.Pattern):
-        rx = pattern
-    else:
-        try:
-            rx = re.compile(pattern)
-        except re.error as e:
-            raise ValueError(f"--rank-regex {pattern!r} is not a regular expression ({e})") \
-                from None
-    if rx is not None and rx.groups != 1:
-        raise ValueError(f"--rank-regex {rx.pattern!r} must have exactly one group (the rank), "
-                         f"it has {rx.groups}")
-    return rx
-
-
-def name_rank(path: pathlib.Path, rank_regex: re.Pattern | None = None) -> int | None:
-    """The rank a file name gives: with ``--rank-regex`` its group, otherwise ``rank3``,
-    ``rank-3``, ``rank_3`` or ``worker3``; None when it gives none."""
-    m = (rank_regex or RANK_FROM_NAME).search(pathlib.Path(path).name)
-    if m and m.group(1) is not None and m.group(1).isdigit():
-        return int(m.group(1))
-    return None
-
-
-def rank_of(path: pathlib.Path, doc: dict, rank_regex: re.Pattern | str | None = None, *,
-            missing_ok: bool = False) -> int | None:
-    """The rank of a trace: with ``--rank-regex`` the file name's, when it matches (the user's
-    explicit choice: it also settles two files whose ``distributedInfo`` claims one rank);
-    else ``distributedInfo.rank`` (``doc`` checked by ``validate.trace_meta``); else the file
-    name's ``rank3``, ``rank-3``, ``rank_3`` or ``worker3``. When nothing gives one:
-    InputError (``NO_RANK``), or None with ``missing_ok`` and no ``--rank-regex``."""
-    rx = compile_rank_regex(rank_regex)
-    if rx is not None and name_rank(path, rx) is not None:
-        return name_rank(path, rx)
-    info = validate.info_rank(doc)
-    if info is not None:
-        return info
-    if rx is not None:
-        raise InputError(path, f"no rank: the trace has no distributedInfo.rank and the file "
-                               f"name does not match --rank-regex {rx.pattern!r} with a number")
-    from_name = name_rank(path)
-    if from_name is not None:
-        return from_name
-    if missing_ok:
-        return None
-    raise InputError(path, NO_RANK)
-
-
-# -- typing the fields of a batch of events --------------------------------------------------
-
-_NUMBER = {int, float}
-_STR_OR_NONE = {str, type(None)}
-_MISSING, _NOT_A_NUMBER = 1, 2
-
-
-def _numbers(values: list) -> tuple[np.ndarray, np.ndarray | None]:
-    """float64 array of ``values`` (NaN where unusable) and, when some are not numbers, a code
-    per value (0 a number, ``_MISSING``, ``_NOT_A_NUMBER``); None when all are numbers."""
-    if set(map(type, values)) <= _NUMBER:
-        try:
-            return np.array(values, dtype=np.float64), None
-        except OverflowError:               # an integer beyond the float range
-            pass
-    out = np.full(len(values), np.nan)
-    code = np.zeros(len(values), dtype=np.int8)
-    for i, v in enumerate(values):
-        if type(v) in _NUMBER:
-            try:
-                out[i] = v
-            except OverflowError:           # read as not finite
-                out[i] = np.inf
-        else:
-            code[i] = _MISSING if v is None else _NOT_A_NUMBER
-    return out, code
-
-
-def _typed_keep(names: list, cats: list, ts: np.ndarray, ts_code, dur: np.ndarray, dur_code,
-                damage: Damage) -> np.ndarray:
-    """Which events have a usable name, category, start and duration; each event dropped is
-    counted once, under its first unusable field."""
-    n = len(names)
-    none = np.zeros(n, dtype=bool)
-    name_missing = np.fromiter((v is None for v in names), bool, n)
-    name_bad = np.fromiter((type(v) is not str for v in names), bool, n) & ~name_missing
-    cat_bad = np.fromiter((type(v) not in _STR_OR_NONE for v in cats), bool, n)
-    checks = [("name", "missing", name_missing), ("name", "not a string", name_bad)]
-    for field, values, code in (("ts", ts, ts_code), ("dur", dur, dur_code)):
-        checks += [(field, "missing", none if code is None else code == _MISSING),
-                   (field, "not a number", none if code is None else code == _NOT_A_NUMBER),
-                   (field, "not finite", ~np.isfinite(values) & (
-                       True if code is None else code == 0))]
-    with np.errstate(invalid="ignore"):
-        checks += [("dur", "a negative duration", dur < 0), ("cat", "not a string", cat_bad)]
-    keep = np.ones(n, dtype=bool)
-    steps = any(type(v) is str and v.startswith(validate.STEP_PREFIX) for v in names)
-    for field, why, bad in checks:
-        damage.drop(field, why, int((bad & keep).sum()))
-        if steps:
-            damage.lose_steps(names, cats, bad & keep, f"{field}: {why}")
-        keep &= ~bad
-    return keep
-
-
-def _correlations(args: list, damage: Damage) -> pa.Array:
-    """``args.correlation`` of each event as int64; -1 where absent or unusable (counted)."""
-    values = [a.correlation if a is not None else None for a in args]
-    if set(map(type, values)) <= {int, type(None)}:
-        try:
-            return pa.array(values, pa.int64()).fill_null(-1)
-        except OverflowError:
-            pass
-    out = []
-    for v in values:
-        ok = type(v) is int and -validate.INT64_MAX <= v <= validate.INT64_MAX
-        if v is not None and not ok:
-            damage.ignore("args.correlation", "not an integer within 64 bits")
-        out.append(v if ok else -1)
-    return pa.array(out, pa.int64())
-
-
-def _str_array(values: list) -> pa.Array:
-    """Arrow strings of values that are strings or None (read as \"\")."""
-    arr = pa.array(values, pa.large_string())
-    return arr.fill_null("") if arr.null_count else arr
-
-
-_CPU, _COLON = pa.scalar("cpu", pa.large_string()), pa.scalar(":", pa.large_string())
-
-
-def _cpu_lanes(pids: list, tids: list) -> pa.Array:
-    """``cpu:<pid>:<tid>`` for each event."""
-    try:
-        p = pc.cast(pa.array(pids), pa.large_string())
-        t = pc.cast(pa.array(tids), pa.large_string())
-        if not (p.null_count or t.null_count):
-            return pc.binary_join_element_wise(_CPU, p, t, _COLON)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError):
-        pass
-    return pa.array([f"cpu:{p}:{t}" for p, t in zip(pids, tids)], pa.large_string())
-
-
-_GPU = pa.scalar("gpu", pa.large_string())
-
-
-def _gpu_lanes(devices: list, streams: list) -> pa.Array:
-    """``gpu:<device>:<stream>`` for each device event: at C speed when both are integers
-    (or both strings) throughout, as Python would write them; else one by one."""
-    for kinds in ({int}, {str}):
-        if set(map(type, devices)) <= kinds and set(map(type, streams)) <= kinds:
-            try:
-                d = pc.cast(pa.array(devices), pa.large_string())
-                s = pc.cast(pa.array(streams), pa.large_string())
-            except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError,
-                    OverflowError):
-                break
-            return pc.binary_join_element_wise(_GPU, d, s, _COLON)
-    return pa.array([f"gpu:{d}:{s}" for d, s in zip(devices, streams)], pa.large_string())
-
-
-_DEVICE_CATS = pa.array(sorted(classify.DEVICE_CATS), pa.large_string())
-# Operators whose shapes are kept (``call_args``): the GEMMs whose FLOPs the kernel table needs.
-_GEMM_OPS = pa.array(sorted(classify.GEMM_OPS), pa.large_string())
-_LEGACY_CATS = pa.array(sorted(LEGACY_CATEGORIES), pa.large_string())
-
-
-def _today_categories(names: list[str], cat: pa.Array, reading: "_Reading") -> pa.Array:
-    """``cat`` with PyTorch 1.8's categories renamed to today's (``LEGACY_CATEGORIES``; an
-    ``Operator`` named as a profiler or ``record_function`` range is a ``user_annotation``),
-    each one met counted in ``reading``."""
-    out = []
-    for n, c in zip(names, cat.to_pylist()):
-        new = LEGACY_CATEGORIES.get(c)
-        if new is None:
-            out.append(c)
-            continue
-        reading.legacy[c] += 1
-        out.append("user_annotation" if c == "Operator" and n.startswith(LEGACY_ANNOTATIONS)
-                   else new)
-    return pa.array(out, pa.large_string())
-
-
-class _Reading:
-    """What reading one trace carries from batch to batch: the ``B`` events still open on each
-    thread (``(pid, tid)``), as a stack, and what was met (PyTorch 1.8 categories, B/E pairs).
-
-    ``pair`` turns each ``E`` and the latest open ``B`` of its thread into one complete event
-    (``ph`` "X"): the name, category, start and thread of the ``B``, the duration from the
-    ``B``'s start to the ``E``'s, the ``B``'s arguments with the ``E``'s merged over them (an
-    ``E`` may carry a name, a category or arguments, or not). An ``E`` with no open ``B`` is
-    dropped and counted; so is each ``B`` still open when the trace ends (``unclosed``).
-    """
-
-    def __init__(self):
-        self.open: dict[tuple, list[_Event]] = {}
-        self.legacy: collections.Counter = collections.Counter()
-        self.pairs = 0
-        self.be_events = 0              # B and E events met, paired or not
-        self.memory = memory_events.Collector()
-        self.memory_bytes = 0           # the memory table's bytes so far (the rank's budget)
-
-    def pair(self, evs: list[_Event], damage: Damage) -> list[_Event]:
-        self.be_events += len(evs)
-        out = []
-        for e in evs:
-            key = (e.pid, e.tid)
-            try:
-                hash(key)
-            except TypeError:               # a pid or tid that is a list or an object
-                key = (repr(e.pid), repr(e.tid))
-            if e.ph == "B":
-                self.open.setdefault(key, []).append(e)
-                continue
-            stack = self.open.get(key)
-            if not stack:
-                damage.drop("ph", "an 'E' that closes no open 'B' on its thread (pid, tid)")
-                continue
-            out.append(_complete(stack.pop(), e))
-            self.pairs += 1
-        return out
-
-    def unclosed(self, damage: Damage) -> None:
-        damage.drop("ph", "a 'B' that no 'E' on its thread (pid, tid) closes",
-                    sum(len(s) for s in self.open.values()))
-        self.open.clear()
-
-    def to_json(self) -> bytes:
-        return json.dumps({"legacy": dict(self.legacy), "pairs": self.pairs}).encode()
-
-
-def _complete(b: _Event, e: _Event) -> _Event:
-    """The complete event of the pair ``b`` … ``e`` (``_Reading``). A start that is not a
-    number leaves the duration unknown; the event is then dropped as any other would be."""
-    if type(b.ts) in _NUMBER and type(e.ts) in _NUMBER:
-        dur = e.ts - b.ts
-    else:
-        dur = e.ts if type(b.ts) in _NUMBER else None
-    args = b.args
-    if e.args is not None:
-        args = e.args if b.args is None else _Args(**{
-            f: (new if (new is not None and (f not in _RAW_ARGS or new)) else getattr(b.args, f))
-            for f in _ARG_KEYS for new in (getattr(e.args, f),)})
-    return _Event(ph="X", name=b.name if b.name is not None else e.name,
-                  cat=b.cat if b.cat is not None else e.cat, ts=b.ts, dur=dur, pid=b.pid,
-                  tid=b.tid, args=args)
-
-
-# ``memory_events.is_memory``, inlined in ``_batch`` (a call per event cost 0.13 s a million).
-_INSTANT, _MEMORY = memory_events.INSTANT_PHASES, memory_events.NAME
-# The GPU-side copies of host ranges: a ``gloo:``/``nccl:`` name there carries no metadata.
-_HOST_META_CATS = pa.array(["gpu_user_annotation"], pa.large_string())
-# The event phases of Chrome's trace event format: complete (X) and begin/end (B, E) events are
-# read; the others (instants, counters, flows, async, objects, metadata, marks…) are other
-# kinds of event, left out on purpose. An event with no phase, or another, is dropped and
-# counted (``_batch``).
-KNOWN_PHASES = frozenset({"X", "B", "E", "i", "I", "C", "b", "n", "e", "s", "t", "f", "P",
-                          "N", "O", "D", "M", "V", "v", "R", "c", "(", ")"})
-
-
-def _batch(evs: list[_Event], reading: "_Reading"
-           ) -> tuple[dict[str, pa.Array] | None, list[tuple[int, dict]], Damage]:
-    """Columns of one batch's usable complete events (None when there are none), (row,
-    collective metadata) pairs, and what was dropped or ignored. ``reading``: what is carried
-    from batch to batch (the open ``B`` events of each thread, the ``[memory]`` events'
-    columns: ``memory_events.Collector``) and what was met."""
-    damage = Damage(getattr(evs, "damage", None) or {})
-    xs = [e for e in evs if e.ph == "X"]
-    if len(xs) < len(evs):
-        rest = [e for e in evs if e.ph != "X"]
-        unknown = sum(1 for e in rest if not isinstance(e.ph, str) or e.ph not in KNOWN_PHASES)
-        if unknown:     # no kind at all, or none of the trace format's: not guessed
-            damage.drop("ph", "missing, or not one of the trace format's event phases", unknown)
-        pairs = [e for e in rest if e.ph == "B" or e.ph == "E"]
-        if pairs:
-            xs += reading.pair(pairs, damage)
-        ms = [e for e in rest if e.ph in _INSTANT and e.name == _MEMORY]
-        del rest
-        if ms:
-            cols = memory_events.columns(ms, _cpu_lanes([e.pid for e in ms],
-                                                        [e.tid for e in ms]), damage)
-            if cols is not None:
-                reading.memory_bytes += reading.memory.add(cols)
-    if not xs:
-        return None, [], damage
-    ts, ts_code = _numbers([e.ts for e in xs])
-    dur, dur_code = _numbers([e.dur for e in xs])
-    names, cats = [e.name for e in xs], [e.cat for e in xs]
-    with np.errstate(invalid="ignore"):
-        clean = ts_code is None and dur_code is None and bool(
-            np.isfinite(ts).all() and np.isfinite(dur).all() and (dur >= 0).all())
-    if not (clean and set(map(type, names)) == {str} and set(map(type, cats)) <= _STR_OR_NONE):
-        keep = _typed_keep(names, cats, ts, ts_code, dur, dur_code, damage)
-        if not keep.all():
-            xs = [e for e, k in zip(xs, keep) if k]
-            if not xs:
-                return None, [], damage
-            ts, dur = ts[keep], dur[keep]
-            names = [v for v, k in zip(names, keep) if k]
-            cats = [v for v, k in zip(cats, keep) if k]
-    name = pa.array(names, pa.large_string())
-    cat = _str_array(cats)
-    if pc.any(pc.is_in(cat, value_set=_LEGACY_CATS)).as_py():
-        cat = _today_categories(names, cat, reading)
-    args = [e.args for e in xs]
-    device = pc.is_in(cat, value_set=_DEVICE_CATS)
-    lane = _cpu_lanes([e.pid for e in xs], [e.tid for e in xs])
-    threadless = sum(1 for e in xs if e.pid is None or e.tid is None)
-    if threadless:      # read, on a lane of their own ("cpu:None:None"), and said so
-        damage.ignore("pid/tid", "missing: the event's thread is unknown", threadless)
-    if pc.any(device).as_py():
-        on_device = np.flatnonzero(device.to_numpy(zero_copy_only=False)).tolist()
-        lane = pc.replace_with_mask(lane, device, _gpu_lanes(
-            [xs[i].pid if (a := args[i]) is None or a.device is None else a.device
-             for i in on_device],
-            [xs[i].tid if (a := args[i]) is None or a.stream is None else a.stream
-             for i in on_device]))
-    found = []
-    for i in [i for i, a in enumerate(args) if a is not None and a.coll_name is not None]:
-        meta = comm_meta.from_record(args[i], damage)
-        if meta is not None:
-            found.append((i, meta))
-    prefixed = functools.reduce(pc.or_, (pc.starts_with(name, p)
-                                         for p in comm_meta.HOST_PREFIXES))
-    host = pc.and_(prefixed, pc.invert(pc.is_in(cat, value_set=_HOST_META_CATS)))
-    if pc.any(host).as_py():
-        have = {i for i, _ in found}
-        for i in np.flatnonzero(host.to_numpy(zero_copy_only=False)).tolist():
-            if i in have:
-                continue
-            a = args[i]
-            dims = _raw_value(_dims(a), "Input Dims", damage) if a else None
-            types = _raw_value(a.input_type, "Input type", damage) if a else None
-            found.append((i, comm_meta.from_host_range(names[i], dims, types, damage)))
-    calls = pc.or_(pc.starts_with(name, "c10d::"), pc.is_in(name, value_set=_GEMM_OPS))
-    call_args = pa.nulls(len(xs), pa.large_string())
-    if pc.any(calls).as_py():
-        idx = np.flatnonzero(calls.to_numpy(zero_copy_only=False)).tolist()
-        texts = [_call_args_text(args[i], damage) for i in idx]
-        call_args = pc.replace_with_mask(call_args, calls, pa.array(texts, pa.large_string()))
-    cols = {
-        "name": name, "cat": cat, "ts_us": pa.array(ts), "dur_us": pa.array(dur),
-        "call_args": call_args, "lane": lane, "device": device,
-        "correlation": _correlations(args, damage),
-    }
-    return cols, found, damage
-
-
-def _why(e: Exception) -> str:
-    """msgspec's reason without the place it names (``Number out of range - at `$[0]```)."""
-    return str(e).split(" - at ")[0] or type(e).__name__
-
-
-def _raw_value(raw: msgspec.Raw, key: str, damage: Damage):
-    """The decoded value of an argument kept undecoded; None when absent or not decodable (a
-    number beyond the decoder's range: counted)."""
-    if not raw:
-        return None
-    try:
-        return msgspec.json.decode(raw)
-    except (msgspec.DecodeError, RecursionError) as e:
-        damage.ignore(f"args.{key}", f"not decodable: {_why(e)}")
-        return None
-
-
-def _in_range(value) -> bool:
-    """Whether a decoded argument holds only integers within 64 bits, finite floats, strings,
-    booleans and None, nested at most 8 levels (what the recorded shapes and scalars are)."""
-    stack = [(value, 0)]
-    while stack:
-        v, d = stack.pop()
-        if type(v) is int:
-            if not -validate.INT64_MAX <= v <= validate.INT64_MAX:
-                return False
-        elif isinstance(v, list):
-            if d >= 8:
-                return False
-            stack.extend((x, d + 1) for x in v)
-        elif isinstance(v, dict):
-            if d >= 8:
-                return False
-            stack.extend((x, d + 1) for x in v.values())
-    return True
-
-
-_CALL_ARG_KEYS = (("input_dims", "Input Dims"), ("input_type", "Input type"),
-                  ("concrete", "Concrete Inputs"))
-
-
-def _call_args_json(a: _Args | None, damage: Damage) -> str | None:
-    """``{"dims": …, "types": …, "scalars": …}`` of a ``c10d::`` call: the raw JSON of its
-    ``Input Dims``, ``Input type`` and ``Concrete Inputs`` (null for an absent one); null
-    altogether when one of them is not decodable or holds a number beyond 64 bits (counted)."""
-    if a is None:
-        return None
-    parts = []
-    for attr, key in _CALL_ARG_KEYS:
-        raw = _dims(a) if attr == "input_dims" else getattr(a, attr)
-        if not raw:
-            parts.append(b"null")
-            continue
-        value = _raw_value(raw, key, damage)
-        if value is None and bytes(raw).strip() != b"null":
-            return None
-        if not _in_range(value):
-            damage.ignore(f"args.{key}", "an integer beyond 64 bits or nesting deeper than "
-                                         "8 levels")
-            return None
-        parts.append(bytes(raw))
-    return (b'{"dims":' + parts[0] + b',"types":' + parts[1] + b',"scalars":' + parts[2]
-            + b"}").decode("utf-8", "replace")
-
-
-# ``_call_args_json`` of argument texts already met without damage: the same shapes repeat
-# every step (a GEMM's, a bucket's), and checking each one's values costs more than decoding
-# it. Emptied when it reaches ``_CALL_ARGS_CACHE`` entries.
-_CALL_ARGS: dict[tuple, str | None] = {}
-_CALL_ARGS_CACHE = 1 << 16
-
-
-def _call_args_text(a: _Args | None, damage: Damage) -> str | None:
-    """``_call_args_json(a, damage)``, remembered by the three texts it reads."""
-    if a is None:
-        return None
-    key = (bytes(_dims(a)), bytes(a.input_type), bytes(a.concrete))
-    hit = _CALL_ARGS.get(key, _CALL_ARGS)
-    if hit is not _CALL_ARGS:
-        return hit
-    own = Damage()
-    text = _call_args_json(a, own)
-    if own:
-        damage.update(own)
-    else:
-        if len(_CALL_ARGS) >= _CALL_ARGS_CACHE:
-            _CALL_ARGS.clear()
-        _CALL_ARGS[key] = text
-    return text
 
 
 class _Kinds:
@@ -896,92 +251,11 @@ def _sparse_strings(n: int, rows: np.ndarray, values: list) -> pa.DictionaryArra
                                           pa.array(list(codes), pa.large_string()))
 
 
-# -- decoding --------------------------------------------------------------------------------
-
-class _Decoded(list):
-    """Events of a batch that could not be decoded in one go, with what had to be dropped
-    (``damage``: elements that are not objects, hold a number beyond the decoder's range or
-    are nested deeper than its limit)."""
-
-    def __init__(self, events=(), damage: Damage | None = None):
-        super().__init__(events)
-        self.damage = damage if damage is not None else Damage()
-
-
-_DECODE_EVENT = msgspec.json.Decoder(_Event)
-
-
-def _lenient(buf) -> _Decoded:
-    """Events of a batch that the typed decoder refused (an event that is not an object,
-    ``args`` that are not an object): decoded generically, odd elements dropped and
-    counted."""
-    out = _Decoded()
-    for ev in msgspec.json.decode(buf):
-        if not isinstance(ev, dict):
-            out.damage.drop("traceEvents", "an element that is not an object")
-            continue
-        a = ev.get("args")
-        args = None
-        if isinstance(a, dict):
-            args = _Args(**{attr: msgspec.Raw(msgspec.json.encode(a[key]) if key in a else b"")
-                            if attr in _RAW_ARGS else a.get(key)
-                            for attr, key in _ARG_KEYS.items()})
-        out.append(_Event(ph=ev.get("ph"), name=ev.get("name"), cat=ev.get("cat"),
-                          ts=ev.get("ts"), dur=ev.get("dur"), pid=ev.get("pid"),
-                          tid=ev.get("tid"), args=args))
-    return out
-
-
-def _one_by_one(text) -> _Decoded:
-    """The events of a batch decoded one at a time (the batch holds an element nested deeper
-    than the decoder's limit, or a number beyond its range): such elements are dropped and
-    counted. ``msgspec.DecodeError`` when the text is not one JSON array."""
-    text = bytes(text)
-    out = _Decoded()
-    for a, b in json_stream.split_top(text):
-        piece = text[a:b]
-        try:
-            out.append(_DECODE_EVENT.decode(piece))
-            continue
-        except msgspec.ValidationError:
-            pass
-        except RecursionError:
-            out.damage.drop("traceEvents", "nested deeper than the decoder's limit")
-            continue
-        try:
-            got = _lenient(b"[" + piece + b"]")
-        except RecursionError:
-            out.damage.drop("traceEvents", "nested deeper than the decoder's limit")
-            continue
-        except msgspec.ValidationError as e:
-            out.damage.drop("traceEvents", f"not decodable: {_why(e)}")
-            continue
-        out.extend(got)
-        out.damage.update(got.damage)
-    return out
-
-
-def _decode(text) -> list[_Event]:
-    """The events of a JSON array text; ``msgspec.DecodeError`` when it is not valid JSON
-    (how the streaming reader recognises a wrong cut). Typed in one go when it can be (all real
-    traces), else generically, else one element at a time."""
-    try:
-        return _DECODE_EVENTS.decode(text)
-    except msgspec.ValidationError:
-        pass
-    except RecursionError:
-        return _one_by_one(text)
-    try:
-        return _lenient(text)
-    except (msgspec.ValidationError, RecursionError):
-        return _one_by_one(text)
-
-
 DAMAGE_KEY = b"meshscope.damage"
 READ_KEY = b"meshscope.read"
 
 
-def parse_events(batches: Iterable[list[_Event]], *,
+def parse_events(batches: Iterable[list[decode.Event]], *,
                  comm_kernel_re: re.Pattern | None = None) -> pa.Table:
     """The event table (module docstring) of batches of decoded events, as an Arrow table;
     what was dropped or ignored is in its schema metadata under ``DAMAGE_KEY``
@@ -989,7 +263,7 @@ def parse_events(batches: Iterable[list[_Event]], *,
     return parse_trace(batches, comm_kernel_re=comm_kernel_re)[0]
 
 
-def parse_trace(batches: Iterable[list[_Event]], *,
+def parse_trace(batches: Iterable[list[decode.Event]], *,
                 comm_kernel_re: re.Pattern | None = None) -> tuple[pa.Table, pa.Table]:
     """(event table, memory table): the event table of ``parse_events`` and the allocator's
     ``[memory]`` events (``memory_events.py``); what was dropped or ignored of either is in
@@ -1027,9 +301,9 @@ def _read_info(table: pa.Table) -> dict:
     return json.loads(text) if text else {"legacy": {}, "pairs": 0}
 
 
-def _parse_events(batches: Iterable[list[_Event]], comm_kernel_re: re.Pattern | None
+def _parse_events(batches: Iterable[list[decode.Event]], comm_kernel_re: re.Pattern | None
                   ) -> tuple[pa.Table, pa.Table]:
-    table = _parse_events_of(batches, comm_kernel_re, reading := _Reading())
+    table = _parse_events_of(batches, comm_kernel_re, reading := batch_columns.Reading())
     if reading.legacy or reading.pairs:
         table = table.replace_schema_metadata({**(table.schema.metadata or {}),
                                                READ_KEY: reading.to_json()})
@@ -1080,8 +354,8 @@ def _trim() -> None:
         _MALLOC_TRIM(0)
 
 
-def _parse_events_of(batches: Iterable[list[_Event]], comm_kernel_re: re.Pattern | None,
-                     reading: _Reading) -> pa.Table:
+def _parse_events_of(batches: Iterable[list[decode.Event]], comm_kernel_re: re.Pattern | None,
+                     reading: batch_columns.Reading) -> pa.Table:
     acc = _Accumulator(comm_kernel_re, reading)
     for evs in batches:
         acc.add(evs)
@@ -1111,14 +385,14 @@ class _Part:
 
 class _Accumulator:
     """The event table of a trace's batches, batch by batch (``add``), then as a table
-    (``finish``): each batch's columns (``_batch``) kept, joined into chunks every
+    (``finish``): each batch's columns (``batch_columns.batch``) kept, joined into chunks every
     ``CONSOLIDATE_BYTES`` (``_consolidate``), the reading budgets checked as it grows.
 
     Parts of one trace read in other processes (``analysis/ingest/parts.py``) each fill an
     accumulator of their own, handed over as a ``_Part`` (``part``) and joined here in file
     order (``merge``): the table is then the one of the whole trace read as one stream."""
 
-    def __init__(self, comm_kernel_re: re.Pattern | None, reading: _Reading):
+    def __init__(self, comm_kernel_re: re.Pattern | None, reading: batch_columns.Reading):
         self.chunks: dict[str, list[pa.Array]] = {}
         self.found: list[tuple[int, dict]] = []
         self.damage = Damage()
@@ -1128,14 +402,14 @@ class _Accumulator:
         self.n = self.seen = self.held = self.pending = 0
         self.budget = _budgets.current()
 
-    def add(self, evs: list[_Event]) -> None:
+    def add(self, evs: list[decode.Event]) -> None:
         reading, budget = self.reading, self.budget
         self.seen += len(evs)
         if self.seen > budget.events:
             raise BudgetExceeded("events", f"more than {budget.events:,} events",
                                  budget.events)
         before = reading.memory_bytes
-        cols, meta, hurt = _batch(evs, reading)
+        cols, meta, hurt = batch_columns.batch(evs, reading)
         self.damage.update(hurt)
         if reading.memory_bytes > before:
             self.held += reading.memory_bytes - before
@@ -1274,7 +548,8 @@ def format_notes(path: pathlib.Path, fmt: dict) -> list[str]:
     out = []
     legacy = fmt.get("legacy_categories") or {}
     if legacy:
-        renamed = ", ".join(f"{c} as {LEGACY_CATEGORIES.get(c, c)}" for c in sorted(legacy))
+        renamed = ", ".join(f"{c} as {batch_columns.LEGACY_CATEGORIES.get(c, c)}"
+                            for c in sorted(legacy))
         out.append(f"{path}: read as a PyTorch 1.8 trace (categories {renamed}; its "
                    f"ProfilerStep, DataLoader and Optimizer ranges as user annotations)")
     if fmt.get("layout") == "array":
@@ -1308,7 +583,7 @@ def _parse(path: pathlib.Path, raw: bytes, comm_kernel_re: re.Pattern | None,
         table, memory, meta, layout = in_parts
         table = _with_layout(table, layout)
         return table, memory, {**meta, FORMAT_KEY: read_format(table)}
-    stream = json_stream.EventStream(raw, _decode, batch_bytes=batch_bytes or BATCH_BYTES)
+    stream = json_stream.EventStream(raw, decode.decode, batch_bytes=batch_bytes or BATCH_BYTES)
     try:
         try:
             table, memory = parse_trace(stream.batches(), comm_kernel_re=comm_kernel_re)
@@ -1325,17 +600,17 @@ def _parse_whole(path: pathlib.Path, raw: bytes, comm_kernel_re: re.Pattern | No
                  batch_events: int = BATCH_EVENTS) -> tuple[pa.Table, pa.Table, dict]:
     """The whole-file reader: decompress, split with msgspec, parse ``batch_events`` at a time
     (the event table, the memory table and the metadata)."""
-    data = _decompress(path, raw)
-    meta, raws, meta_damage = _split(path, data)
+    data = trace_file.decompress(path, raw)
+    meta, raws, meta_damage = trace_file.split(path, data)
     layout = "object" if meta is not None else "array"
     meta = meta if meta is not None else {}
     del data
-    batches = (_decode(b"[" + b",".join(raws[i:i + batch_events]) + b"]")
+    batches = (decode.decode(b"[" + b",".join(raws[i:i + batch_events]) + b"]")
                for i in range(0, len(raws), batch_events))
     try:
         table, memory = parse_trace(batches, comm_kernel_re=comm_kernel_re)
     except msgspec.DecodeError as e:
-        raise InputError(path, _json_problem(e)) from None
+        raise InputError(path, trace_file.json_problem(e)) from None
     if meta_damage:
         damage = damage_of(table)
         damage.update(meta_damage)
@@ -1447,13 +722,13 @@ def load_trace(path: pathlib.Path, *, comm_kernel_re: re.Pattern | None = None,
                cache_dir: pathlib.Path | None = None) -> RankTrace:
     """One rank's trace as a ``RankTrace``; ``InputError`` naming the file when unusable.
 
-    ``rank_regex``: see ``rank_of``. ``cache_dir``: where parquet copies of event tables are
-    kept (created on first use; a cache that cannot be read or written is ignored).
+    ``rank_regex``: see ``rank_naming.rank_of``. ``cache_dir``: where parquet copies of event
+    tables are kept (created on first use; a cache that cannot be read or written is ignored).
     ``problems``: one line per kind of damage met (module docstring).
     """
     global PARSE_COUNT
     path = pathlib.Path(path)
-    raw = _read_bytes(path)
+    raw = trace_file.read_bytes(path)
     key = _cache_key(raw, comm_kernel_re) if cache_dir is not None else None
     hit = trace_cache.read(cache_dir, key) if key else None
     if hit is not None:
@@ -1469,7 +744,8 @@ def load_trace(path: pathlib.Path, *, comm_kernel_re: re.Pattern | None = None,
     meta, meta_problems = validate.trace_meta(meta)
     problems = damage.lines(path) + [f"{path}: {p}" for p in meta_problems]
     notes = format_notes(path, meta.get(FORMAT_KEY))
-    rank, info = rank_of(path, meta, rank_regex, missing_ok=True), validate.info_rank(meta)
+    rank, info = (rank_naming.rank_of(path, meta, rank_regex, missing_ok=True),
+                  validate.info_rank(meta))
     if rank is None:
         # Nothing names a rank: rank 0, if it is the only trace (the analysis refuses several
         # such files: ``report.inputs.resolve_identities``).

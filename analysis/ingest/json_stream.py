@@ -24,7 +24,7 @@ comma is accepted.
 ``split_top`` / ``split_members`` find the elements of a JSON array or object by counting
 brackets outside strings, without recursion: how a batch or a file holding a value nested
 deeper than the decoder's limit (about 1,000 levels) is still read, element by element, the
-deep one dropped and counted (``analysis/ingest/events.py``) — when the nesting budget was raised
+deep one dropped and counted (``analysis/ingest/decode.py``) — when the nesting budget was raised
 that far.
 
 ``Nesting`` enforces the nesting budget (``--max-nesting``, 64 levels by default; a Kineto

@@ -60,7 +60,7 @@ _NUMBER = (int, float)
 
 
 def is_memory(e) -> bool:
-    """Whether a decoded event (``events._Event``) is an allocator ``[memory]`` event."""
+    """Whether a decoded event (``decode.Event``) is an allocator ``[memory]`` event."""
     return e.ph in INSTANT_PHASES and e.name == NAME
 
 
@@ -90,7 +90,7 @@ def _int_or(values: list, lo: int, hi: int, missing, field: str, why: str,
 
 
 def columns(ms: list, lanes: pa.Array, damage: Damage) -> dict[str, pa.Array] | None:
-    """The columns of one batch's ``[memory]`` events (``ms``, decoded ``events._Event``;
+    """The columns of one batch's ``[memory]`` events (``ms``, decoded ``decode.Event``;
     ``lanes`` their ``cpu:<pid>:<tid>``), None when none is usable; what was dropped or
     ignored is counted in ``damage``."""
     if not ms:

@@ -14,7 +14,7 @@ trace, ``analysis/ingest/pool.py``) and the file is large enough to gain (``wort
 2. **Read** (in the workers, ``_read_part``): each part is checked against the nesting budget
    from the depth at which events lie, cut into batches, decoded and typed, its columns built
    and joined into chunks, its events classified — the one-stream reader's own code
-   (``events._decode``, ``events._batch``, ``events._Accumulator``). At most
+   (``decode.decode``, ``batch_columns.batch``, ``events._Accumulator``). At most
    ``IN_FLIGHT_PER_WORKER`` parts per worker are out at once, so what is held in text is
    bounded whatever the size of the file.
 3. **Join** (here, in file order, ``events._Accumulator.merge``): the rows numbered on, the
@@ -51,7 +51,9 @@ from concurrent.futures import Executor, ProcessPoolExecutor
 
 import pyarrow as pa
 
+from meshscope.analysis.ingest import batch_columns
 from meshscope.analysis.ingest import budgets as _budgets
+from meshscope.analysis.ingest import decode
 from meshscope.analysis.ingest import events
 from meshscope.analysis.ingest import json_stream
 from meshscope.analysis.ingest import start_method
@@ -179,7 +181,7 @@ def _read(raw: bytes, comm_kernel_re: re.Pattern | None
     env = _budgets.environment()
     previous = pa.default_memory_pool()
     pa.set_memory_pool(pa.system_memory_pool())
-    reading = events._Reading()
+    reading = batch_columns.Reading()
     acc = events._Accumulator(comm_kernel_re, reading)
     pending: collections.deque = collections.deque()
     try:
@@ -236,13 +238,13 @@ def _read_part(text: bytes, depth: int, last: bool, comm_kernel_re: re.Pattern |
                                 trace_bytes=max(limits.trace_bytes, len(text) + 2))
     previous = pa.default_memory_pool()
     pa.set_memory_pool(pa.system_memory_pool())
-    reading = events._Reading()
+    reading = batch_columns.Reading()
     acc = events._Accumulator(comm_kernel_re, reading)
     try:
         if last:
             # The last part runs on to the end of the file: read as a stream, which finds
             # where the events end and keeps the text after them.
-            stream = json_stream.EventStream(b"[" + text, events._decode,
+            stream = json_stream.EventStream(b"[" + text, decode.decode,
                                              batch_bytes=events.BATCH_BYTES, budgets=inner)
             del text
             batches = stream.batches(keep_tail=True)
@@ -257,9 +259,9 @@ def _read_part(text: bytes, depth: int, last: bool, comm_kernel_re: re.Pattern |
             buf[1:-1] = text
             del text
             stream = None
-            batches = json_stream.batches_in(buf, events._decode, events.BATCH_BYTES)
+            batches = json_stream.batches_in(buf, decode.decode, events.BATCH_BYTES)
         for evs in batches:
-            if isinstance(evs, events._Decoded):
+            if isinstance(evs, decode.Decoded):
                 return _odd("a batch the typed decoder refused")
             acc.add(evs)
             if reading.be_events:

@@ -39,6 +39,7 @@ from typing import Iterator
 from meshscope.analysis.ingest import budgets
 from meshscope.analysis.ingest import events as ingest
 from meshscope.analysis.ingest import parts
+from meshscope.analysis.ingest import rank_naming
 from meshscope.analysis.ingest import start_method
 from meshscope.analysis.errors import InputError
 from meshscope.analysis.ingest.progress import Progress
@@ -82,7 +83,7 @@ def load_traces(files: list[pathlib.Path], *, comm_kernel_re: re.Pattern | None 
                 progress: bool = False) -> Iterator[tuple[pathlib.Path, ingest.RankTrace | str]]:
     """Each file's ``RankTrace`` or problem, in the order of ``files``. ``progress``: show a
     bar on stderr when it is a terminal and the work takes over a second."""
-    job = (comm_kernel_re, ingest.compile_rank_regex(rank_regex), cache_dir)
+    job = (comm_kernel_re, rank_naming.compile_rank_regex(rank_regex), cache_dir)
     yield from map_files(files, _load, job, workers=workers, progress=progress)
 
 

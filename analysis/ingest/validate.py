@@ -2,7 +2,7 @@
 
 Three layers, each with one rule per kind of damage (docs/damaged-input.md):
 
-- **Events** (``event_bounds``): after each event's fields have been typed (``events.py``
+- **Events** (``event_bounds``): after each event's fields have been typed (``batch_columns.py``
   drops an event whose name is not a string or whose ``ts`` / ``dur`` is missing, not a number,
   not finite, or a negative duration), the trace as a whole decides which timestamps and
   durations are impossible. The *bulk* of the trace is the range of its events' start times

@@ -20,7 +20,7 @@ import pathlib
 
 import pandas as pd
 
-from meshscope.analysis.ingest.events import name_rank
+from meshscope.analysis.ingest.rank_naming import name_rank
 from meshscope.analysis.memory import curve, rank_memory, snapshot, steps, terms
 
 TABLES: dict[str, list[str]] = {

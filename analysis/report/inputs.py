@@ -37,7 +37,7 @@ is named and skipped (``walk_traces`` says which).
 ``resolve_identities(ids, run=)`` — which rank each ingested file is:
 
 - a rank comes from ``distributedInfo``, else from the file name; with ``--rank-regex`` from
-  the file name first (``ingest.events.rank_of``: the user's explicit choice);
+  the file name first (``ingest.rank_naming.rank_of``: the user's explicit choice);
 - a trace that nothing gives a rank (no ``distributedInfo``, no rank in its name, no
   ``--rank-regex``) is rank 0 when it is the only trace (ingest says so in its notes); among
   several files each such file is refused with the message that asks for ``--rank-regex``:
@@ -59,7 +59,8 @@ import pandas as pd
 
 from meshscope.analysis.errors import InputError
 from meshscope.analysis.ingest import validate
-from meshscope.analysis.ingest.events import NO_RANK, RANKLESS_KEY, name_rank
+from meshscope.analysis.ingest.events import RANKLESS_KEY
+from meshscope.analysis.ingest.rank_naming import NO_RANK, name_rank
 from meshscope.analysis.records.fr_table import FlightRecords
 from meshscope.collectors import run_dir as rd, step_timer
 from meshscope.collectors import flight_recorder, torch_dumps

@@ -181,7 +181,7 @@ class AnalysisOptions:
         """The regular expressions of these options, compiled: the one place they are
         checked (the command before it starts, the analysis for the API). ValueError naming
         the flag, the pattern and the problem, on one line."""
-        from meshscope.analysis.ingest.events import compile_rank_regex
+        from meshscope.analysis.ingest.rank_naming import compile_rank_regex
 
         compiled = {}
         for flag, name in (("--comm-kernel-regex", "comm_kernel_re"),
