@@ -76,8 +76,8 @@ each, the string columns dictionary-encoded and the chunk's ``kind`` classified
 table plus bounded buffers (``tests/test_memory_relation.py``). The frame is made column by
 column, each Arrow column freed as it is converted (``to_frame``). A large trace analysed alone
 is read on every core instead (``analysis/ingest/parts.py``): cut into parts that worker
-processes read with this same code (``_Accumulator``, one per part), joined here in file
-order (``_Accumulator.merge``) into the same table. A file that cannot be streamed (an unusual
+processes read with this same code (``Accumulator``, one per part), joined here in file
+order (``Accumulator.merge``) into the same table. A file that cannot be streamed (an unusual
 layout, or damage) is read whole instead (``trace_file.py``), which also names what is wrong
 with it. With ``cache_dir``, the table is stored as parquet under ``<cache_dir>/<key>.parquet``
 with the metadata as JSON in the file's key-value metadata (``analysis/ingest/cache.py``); the
@@ -356,15 +356,15 @@ def _trim() -> None:
 
 def _parse_events_of(batches: Iterable[list[decode.Event]], comm_kernel_re: re.Pattern | None,
                      reading: batch_columns.Reading) -> pa.Table:
-    acc = _Accumulator(comm_kernel_re, reading)
+    acc = Accumulator(comm_kernel_re, reading)
     for evs in batches:
         acc.add(evs)
     return acc.finish()
 
 
 @dataclasses.dataclass
-class _Part:
-    """What reading one part of a trace's ``traceEvents`` gave (``_Accumulator.part``): its
+class Part:
+    """What reading one part of a trace's ``traceEvents`` gave (``Accumulator.part``): its
     events' columns in chunks, their collective metadata by row, counts for the budgets, the
     damage met, PyTorch 1.8 categories met and the ``[memory]`` events' columns; ``odd``
     says why the part cannot be joined to the others (read the trace as one stream then:
@@ -383,13 +383,13 @@ class _Part:
     tail: bytes | None = None           # the last part's text after the events
 
 
-class _Accumulator:
+class Accumulator:
     """The event table of a trace's batches, batch by batch (``add``), then as a table
     (``finish``): each batch's columns (``batch_columns.batch``) kept, joined into chunks every
     ``CONSOLIDATE_BYTES`` (``_consolidate``), the reading budgets checked as it grows.
 
     Parts of one trace read in other processes (``analysis/ingest/parts.py``) each fill an
-    accumulator of their own, handed over as a ``_Part`` (``part``) and joined here in file
+    accumulator of their own, handed over as a ``Part`` (``part``) and joined here in file
     order (``merge``): the table is then the one of the whole trace read as one stream."""
 
     def __init__(self, comm_kernel_re: re.Pattern | None, reading: batch_columns.Reading):
@@ -442,16 +442,16 @@ class _Accumulator:
         self.reading.memory.consolidate()
         self.pending = 0
 
-    def part(self, odd: str | None = None) -> _Part:
+    def part(self, odd: str | None = None) -> Part:
         """This accumulator's state, to be joined to the parts before it (``merge``)."""
         self._consolidate()
         memory = self.reading.memory
-        return _Part(chunks=self.chunks, found=self.found, n=self.n, seen=self.seen,
+        return Part(chunks=self.chunks, found=self.found, n=self.n, seen=self.seen,
                      held=self.held, damage=self.damage, legacy=self.reading.legacy,
                      memory_chunks=memory.chunks, memory_rows=memory.rows,
                      memory_bytes=self.reading.memory_bytes, odd=odd)
 
-    def merge(self, part: _Part) -> None:
+    def merge(self, part: Part) -> None:
         """Join the next part of the trace (``part``) after what this holds: the same
         budgets, counted over the whole trace; the part's rows numbered after these."""
         budget = self.budget

@@ -14,10 +14,10 @@ trace, ``analysis/ingest/pool.py``) and the file is large enough to gain (``wort
 2. **Read** (in the workers, ``_read_part``): each part is checked against the nesting budget
    from the depth at which events lie, cut into batches, decoded and typed, its columns built
    and joined into chunks, its events classified — the one-stream reader's own code
-   (``decode.decode``, ``batch_columns.batch``, ``events._Accumulator``). At most
+   (``decode.decode``, ``batch_columns.batch``, ``events.Accumulator``). At most
    ``IN_FLIGHT_PER_WORKER`` parts per worker are out at once, so what is held in text is
    bounded whatever the size of the file.
-3. **Join** (here, in file order, ``events._Accumulator.merge``): the rows numbered on, the
+3. **Join** (here, in file order, ``events.Accumulator.merge``): the rows numbered on, the
    collective metadata placed at its rows, the damage added up, the budgets (``--max-events``,
    ``--max-rank-memory``) counted over the whole trace; then the table is finished as the one
    stream's is (the trace's span checked, the ``[memory]`` table, ``end_us``).
@@ -182,7 +182,7 @@ def _read(raw: bytes, comm_kernel_re: re.Pattern | None
     previous = pa.default_memory_pool()
     pa.set_memory_pool(pa.system_memory_pool())
     reading = batch_columns.Reading()
-    acc = events._Accumulator(comm_kernel_re, reading)
+    acc = events.Accumulator(comm_kernel_re, reading)
     pending: collections.deque = collections.deque()
     try:
         for text, last in stream.parts(PART_BYTES):
@@ -216,7 +216,7 @@ def _release() -> None:
         _CORES.executor = None
 
 
-def _join(acc: "events._Accumulator", part: "events._Part") -> bytes | None:
+def _join(acc: "events.Accumulator", part: "events.Part") -> bytes | None:
     """Join ``part`` to ``acc``; the text after the events when it is the last part."""
     if part.odd is not None:
         raise Odd(part.odd)
@@ -225,8 +225,8 @@ def _join(acc: "events._Accumulator", part: "events._Part") -> bytes | None:
 
 
 def _read_part(text: bytes, depth: int, last: bool, comm_kernel_re: re.Pattern | None,
-               env: dict) -> "events._Part":
-    """One part's ``events._Part`` (in a worker): the events of ``text`` (whole events
+               env: dict) -> "events.Part":
+    """One part's ``events.Part`` (in a worker): the events of ``text`` (whole events
     separated by commas, lying ``depth`` levels deep in the file; the ``last`` part runs on
     to the end of the file, and its ``tail`` is the text after the events), read as the
     one-stream reader reads them; its ``odd`` set when the part is not to be joined (module
@@ -239,7 +239,7 @@ def _read_part(text: bytes, depth: int, last: bool, comm_kernel_re: re.Pattern |
     previous = pa.default_memory_pool()
     pa.set_memory_pool(pa.system_memory_pool())
     reading = batch_columns.Reading()
-    acc = events._Accumulator(comm_kernel_re, reading)
+    acc = events.Accumulator(comm_kernel_re, reading)
     try:
         if last:
             # The last part runs on to the end of the file: read as a stream, which finds
@@ -277,7 +277,7 @@ def _read_part(text: bytes, depth: int, last: bool, comm_kernel_re: re.Pattern |
         pa.set_memory_pool(previous)
 
 
-def _odd(why: str) -> "events._Part":
+def _odd(why: str) -> "events.Part":
     """A part that is not to be joined, and why."""
-    return events._Part({}, [], 0, 0, 0, events.Damage(), collections.Counter(), {}, 0, 0,
+    return events.Part({}, [], 0, 0, 0, events.Damage(), collections.Counter(), {}, 0, 0,
                         odd=why)
