@@ -29,6 +29,9 @@ of nccl-tests' ``# Using devices`` block, else the largest ``nranks N`` of NCCL'
 The op comes from the ``op`` argument, else from the file name (``nccl_allreduce.log``,
 ``alltoall_perf.out``), else from a ``*_perf`` command in the text; logs that name none of
 these (a bare ``slurm-104.out``) need ``op=``.
+
+``read_baseline(path)``: a bandwidth baseline for ``--baseline`` — ``meshscope bench-comm``'s
+own table (``baseline.parquet`` / ``.csv``), one nccl-tests log, or a folder of ``*.log``.
 """
 from __future__ import annotations
 
@@ -134,3 +137,17 @@ def read(path: pathlib.Path, *, op: str | None = None,
     """``parse`` of a log file (read as UTF-8, undecodable bytes replaced)."""
     path = pathlib.Path(path)
     return parse(path.read_text(errors="replace"), op=op, n_ranks=n_ranks, source=str(path))
+
+
+def read_baseline(path: pathlib.Path) -> pd.DataFrame | None:
+    """A bandwidth baseline (module docstring); None for a folder without logs. ``OSError`` or
+    ``ValueError`` when the file cannot be read as one."""
+    path = pathlib.Path(path)
+    if path.is_dir():
+        frames = [read(f) for f in sorted(path.glob("*.log"))]
+        return pd.concat(frames, ignore_index=True) if frames else None
+    if path.suffix == ".parquet":
+        return pd.read_parquet(path)
+    if path.suffix == ".csv":
+        return pd.read_csv(path)
+    return read(path)

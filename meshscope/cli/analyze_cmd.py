@@ -10,26 +10,15 @@ import click
 from .common import fail
 
 def _load_baseline(path: str | None):
-    """A bandwidth baseline: bench-comm's baseline.parquet/.csv, or nccl-tests output (a log
-    file or a folder of them)."""
+    """``--baseline``: a bandwidth baseline (``nccl_tests.read_baseline``), or a clear error."""
     if not path:
         return None
-    import pandas as pd
-
     from meshscope.analysis.comm import nccl_tests
 
-    p = pathlib.Path(path)
     try:
-        if p.is_dir():
-            frames = [nccl_tests.read(f) for f in sorted(p.glob("*.log"))]
-            return pd.concat(frames, ignore_index=True) if frames else None
-        if p.suffix == ".parquet":
-            return pd.read_parquet(p)
-        if p.suffix == ".csv":
-            return pd.read_csv(p)
-        return nccl_tests.read(p)
+        return nccl_tests.read_baseline(pathlib.Path(path))
     except (OSError, ValueError) as e:
-        fail(f"{p}: not a usable baseline ({e})")
+        fail(f"{path}: not a usable baseline ({e})")
 
 
 def report_dir(path, out=None) -> pathlib.Path:

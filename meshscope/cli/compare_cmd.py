@@ -18,6 +18,7 @@ import click
 
 from .analyze_cmd import analysis_flags, analysis_options, before_analysis
 from .common import fail
+from .layout_choices import assumed_rates, baseline_model
 
 EXIT_GATE_FAILED = 1
 
@@ -60,8 +61,9 @@ def compare_cmd(paths, conditions, junit_out, markdown_out, as_json, csv_out, re
                 from_runs, detail, **flags):
     """Compare runs: what changed from the first (BEFORE) to the others, and why; or rank a
     sweep folder's runs."""
-    from meshscope.analysis.compare import CompareError, diff
-    from meshscope.analysis.compare import gate, outputs
+    # Here, not above: comparing reads reports with pandas (0.4 s), which ``meshscope
+    # --help`` (it imports every command's module) should not pay for.
+    from meshscope.analysis.compare import CompareError, diff, gate, outputs
     from meshscope.analysis.compare.ranking import render
     from meshscope.layouts.ranked import compare
 
@@ -122,24 +124,22 @@ def compare_cmd(paths, conditions, junit_out, markdown_out, as_json, csv_out, re
 def _memory_vs_plan(table) -> list[str]:
     """Under ``--detail``: each run's memory, the planner's terms beside what its ranks
     measured (meshscope/layouts/memory_vs_plan.py)."""
-    from meshscope.layouts.memory_vs_plan import PlanMemoryError, memory_vs_plan, render
+    from meshscope.layouts import memory_vs_plan    # --detail only: it reads reports
 
     out = []
     for row in table.rows:
         try:
-            m = memory_vs_plan(pathlib.Path(row.path))
-        except PlanMemoryError as e:
+            m = memory_vs_plan.memory_vs_plan(pathlib.Path(row.path))
+        except memory_vs_plan.PlanMemoryError as e:
             out.append(f"{row.name}: memory against the plan: {e}")
             continue
-        out.append(f"{row.name}:\n{render(m)}")
+        out.append(f"{row.name}:\n{memory_vs_plan.render(m)}")
     return out
 
 
 def _calibrated(from_runs, baseline: str | None):
     """The planner calibrated on ``--from`` runs (its notes on stderr)."""
-    from meshscope.layouts.ranked import calibrated_planner
-
-    from .layout_choices import assumed_rates, baseline_model
+    from meshscope.layouts.ranked import calibrated_planner     # pandas: see compare_cmd
 
     rates, _, _ = assumed_rates(None, None, None, None, None, None)
     planner, cal = calibrated_planner([pathlib.Path(p) for p in from_runs], rates,

@@ -9,8 +9,12 @@ measured baseline table), used by ``plan``, the sweep's ``plan.json`` and ``comp
 from __future__ import annotations
 
 import os
+import pathlib
 
 import click
+
+from meshscope.collectors.devices import lookup
+from meshscope.layouts.plan import CPU_ASSUMED_FLOPS, CommModel, Rates
 
 from .common import fail
 
@@ -64,13 +68,18 @@ def choice_options(f):
 
 
 def baseline_model(path: str | None):
+    """``--baseline``'s measured collectives as the planner's communication model (None
+    without the flag); a clear error for a file that is not one."""
     if not path:
         return None
-    from meshscope.layouts.plan import CommModel
+    # Here, not above: a baseline is read with pandas (0.4 s), which a plan without one
+    # never needs.
+    from meshscope.analysis.comm import nccl_tests
 
-    from .analyze_cmd import _load_baseline
-
-    table = _load_baseline(path)
+    try:
+        table = nccl_tests.read_baseline(pathlib.Path(path))
+    except (OSError, ValueError) as e:
+        fail(f"{path}: not a usable baseline ({e})")
     if table is None or table.empty:
         fail(f"{path}: no baseline rows")
     missing = [c for c in ("op", "n_ranks", "size_bytes", "time_us") if c not in table]
@@ -81,9 +90,6 @@ def baseline_model(path: str | None):
 
 def assumed_rates(tflops, peak_tflops, devices, device, bandwidth_gbps, latency_us):
     """Rates and comm model before calibration, and notes on what was assumed."""
-    from meshscope.collectors.devices import lookup
-    from meshscope.layouts.plan import CPU_ASSUMED_FLOPS, CommModel, Rates
-
     notes = []
     peak = peak_tflops * 1e12 if peak_tflops else None
     known = lookup(device) if device else None

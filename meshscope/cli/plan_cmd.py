@@ -7,11 +7,29 @@ the layouts instead (``sweep_cmd.py``), ``meshscope compare`` ranks runs (``comp
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import pathlib
 
 import click
 
+from meshscope.collectors.run_info import read_run_info
+from meshscope.layouts.plan import CommModel, ModelSpec, SpecError, plan
+from meshscope.layouts.plan.cost import rank_flops
+from meshscope.layouts.plan.devices import CATALOGUE, CUSTOM_BASE, DeviceError, DeviceSpec, \
+    intensity, lookup
+from meshscope.layouts.plan.enumerate import ChoiceError, enumerate_candidates
+from meshscope.layouts.plan.job_candidates import job_candidates
+from meshscope.layouts.plan.job_step import JobOptions, scale_device, uncertainty_of
+from meshscope.layouts.plan.model_file import MODEL_TYPES
+from meshscope.layouts.plan.render import render_plan
+from meshscope.layouts.plan.serial import plan_to_dict
+from meshscope.layouts.plan.topology import Topology
+from meshscope.layouts.plan.training import ALLOCATOR_RESERVE, DEFAULT_FP8_OPS, Training, \
+    TrainingError
+from meshscope.parallel.config import PRESETS
+from meshscope.parallel.layout import LayoutError, parse_layout
+from meshscope.theory.schedules import SCHEDULES
 from meshscope.vocabulary import PARALLEL_DIMS
 
 from .common import fail
@@ -20,11 +38,6 @@ from .layout_choices import assumed_rates, baseline_model, choice_options, csv_v
 
 
 def _spec(model, model_json, seq_len, overrides, notes, block=None):
-    import dataclasses
-
-    from meshscope.parallel.config import PRESETS
-    from meshscope.layouts.plan import ModelSpec, SpecError
-
     try:
         if model_json:
             spec = ModelSpec.from_json(pathlib.Path(model_json), seq_len=seq_len, notes=notes)
@@ -48,10 +61,9 @@ def _spec(model, model_json, seq_len, overrides, notes, block=None):
 
 def _declares_gated(model_json) -> bool:
     """Whether the JSON says its MLP is gated (a gated model_type or "mlp": "gated")."""
-    from meshscope.layouts.plan.model_file import MODEL_TYPES as _MODEL_TYPES
     data = json.loads(pathlib.Path(model_json).read_text())
     return data.get("mlp") == "gated" or \
-        _MODEL_TYPES.get(data.get("model_type"), {}).get("gated", False)
+        MODEL_TYPES.get(data.get("model_type"), {}).get("gated", False)
 
 
 def _overlaps(text: str | None) -> tuple:
@@ -72,9 +84,6 @@ def _training(framework, style, precision, optimizer, recompute, attention, bloc
               fp32_grads, model_json, from_runs, fp8_ops, fp8_recipe, fp8_params,
               optimizer_states, overlap, fsdp_prefetch, allocator_reserve, capacity_factor,
               fused=None, ep_dispatcher="alltoall", moe_routing="model"):
-    from meshscope.layouts.plan.training import (ALLOCATOR_RESERVE, DEFAULT_FP8_OPS, Training,
-                                                 TrainingError)
-
     if framework is None:
         if style:
             framework = {"fsdp": "torch", "deepspeed": "deepspeed"}.get(style, "megatron")
@@ -101,9 +110,6 @@ def _training(framework, style, precision, optimizer, recompute, attention, bloc
 def _device(device, device_file, flags, notes):
     """The catalogue device, a TOML file's, or one from flags alone — each flag a value
     that says it came from there."""
-    from meshscope.layouts.plan.devices import (CATALOGUE, CUSTOM_BASE, DeviceError,
-                                                DeviceSpec, lookup)
-
     try:
         if device_file:
             dev = DeviceSpec.from_toml(pathlib.Path(device_file))
@@ -144,8 +150,6 @@ def _job_setup(training, device, device_file, device_flags, tflops, gpus_per_nod
                intra_gbps, inter_gbps, intra_latency_us, inter_latency_us, base_comm,
                from_runs, notes):
     """The device (catalogue values, overridden by flags) and the topology of a GPU job."""
-    from meshscope.layouts.plan.topology import Topology
-
     flags = dict(device_flags)
     dev = _device(device, device_file, flags, notes)
     if tflops:
@@ -185,11 +189,9 @@ def _job_setup(training, device, device_file, device_flags, tflops, gpus_per_nod
 def _calibrated_device(from_runs, dev, training, notes):
     """The device's GEMM and attention rates scaled through a measured GPU run's achieved
     rate (``plan --from GPU_RUN``)."""
+    # Here, not above: reading measured runs imports pandas (0.4 s), which a plan without
+    # ``--from`` never needs.
     from meshscope.layouts.ranked import CompareError, measured
-    from meshscope.collectors.run_info import read_run_info
-    from meshscope.layouts.plan.cost import rank_flops
-    from meshscope.layouts.plan.devices import intensity, lookup
-    from meshscope.layouts.plan.job_step import scale_device
 
     run = pathlib.Path(from_runs[0])
     if len(from_runs) > 1:
@@ -218,7 +220,6 @@ def _calibrated_device(from_runs, dev, training, notes):
                        f"expects {expected:.3f} at its GEMMs)")
     notes.append(f"calibrated from {run} ({info.device.name}): GEMM and attention rates "
                  f"× {eta / expected:.3f}")
-    from meshscope.layouts.plan import CommModel
     comm = CommModel.from_rows(m.transfers, source=f"measured in {run.name}")
     # what the run's step spent outside compute, exposed communication and the bubble (data
     # loading, logging, host work): a fixed cost per step, carried over as it is
@@ -230,12 +231,6 @@ def _calibrated_device(from_runs, dev, training, notes):
 
 def _apply_pipeline_options(cands, virtual_stages, stage_layers, n_layers):
     """``--virtual-stages`` and ``--stage-layers`` on every pipelined candidate."""
-    import dataclasses
-
-    from meshscope.parallel.layout import LayoutError
-
-    from meshscope.theory.schedules import SCHEDULES
-
     counts = csv_values(stage_layers, int) if stage_layers else None
     out, took_v = [], False
     for c in cands:
@@ -391,15 +386,12 @@ def plan_cmd(ctx, world, model, model_json, seq_len, dims, layouts, schedules, m
              dp_modes, virtual_stages, stage_layers, framework, style, precision, fp8_ops,
              fp8_recipe, fp8_params, optimizer, optimizer_states, recompute, attention, block,
              offload, fp32_grads, fsdp_prefetch, allocator_reserve, capacity_factor,
-             ep_dispatcher, moe_routing, fused, overlap, gpus_per_node, intra_gbps, inter_gbps, intra_latency_us, inter_latency_us,
+             ep_dispatcher, moe_routing, fused, overlap, gpus_per_node, intra_gbps, inter_gbps,
+             intra_latency_us, inter_latency_us,
              dp_overlap, tp_overlap, tflops, peak_tflops, device, device_file, bf16_tflops,
              fp8_tflops, memory_tbps, gemm_efficiency, devices, device_memory_gb,
              bandwidth_gbps, latency_us, baseline, from_runs, top, as_json, detail):
     """Predict memory, communication and step time of layouts, before running them."""
-    from meshscope.layouts.plan import plan
-    from meshscope.layouts.plan.render import render_plan
-    from meshscope.layouts.plan.enumerate import ChoiceError, enumerate_candidates
-
     def given(name):
         return ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE
 
@@ -462,6 +454,7 @@ def plan_cmd(ctx, world, model, model_json, seq_len, dims, layouts, schedules, m
             comm = base_comm
             notes = [n for n in notes if not n.startswith("communication")]
     if from_runs and not job:
+        # imported only with --from (pandas, 0.4 s; see _calibrated_device)
         from meshscope.layouts.ranked import CompareError, calibrated_planner, measured
         for flag in ("tflops", "devices", "bandwidth_gbps", "latency_us"):
             if given(flag):
@@ -508,11 +501,11 @@ def plan_cmd(ctx, world, model, model_json, seq_len, dims, layouts, schedules, m
                  f"{global_batch}")
         per = global_batch // micro_batch_size
         mb_choices = tuple(per // d for d in range(1, per + 1) if per % d == 0)
+
     def enumerate_for(layout_texts, mbs):
         if job:
-            from meshscope.layouts.plan.job_candidates import job_candidates
-            return job_candidates(world, spec, dims=csv_values(dims), schedules=csv_values(schedules),
-                                  microbatches=mbs, dp_modes=csv_values(dp_modes),
+            return job_candidates(world, spec, dims=csv_values(dims),
+                                  schedules=csv_values(schedules), microbatches=mbs, dp_modes=csv_values(dp_modes),
                                   global_batch=global_batch, sp=not no_sp,
                                   layouts=layout_texts, extra_check=kv_check)
         return enumerate_candidates(world, spec.as_config(), dims=csv_values(dims),
@@ -524,7 +517,6 @@ def plan_cmd(ctx, world, model, model_json, seq_len, dims, layouts, schedules, m
     try:
         if micro_batch_size and layouts_of(layouts):
             # an explicit layout's microbatches follow from its own dp
-            from meshscope.parallel.layout import LayoutError, parse_layout
             cands = []
             for text in layouts_of(layouts):
                 try:
@@ -544,7 +536,6 @@ def plan_cmd(ctx, world, model, model_json, seq_len, dims, layouts, schedules, m
         fail("--offload all moves the weights to the host, which needs --dp-modes fsdp")
     if training.offload == "all":
         cands = [c for c in cands if c.zero_stage == 3]
-    from meshscope.layouts.plan.job_step import JobOptions, uncertainty_of
     memory_bytes = dev.memory_bytes if dev is not None else (
         device_memory_gb * 2 ** 30 if device_memory_gb else None)
     band, band_source = uncertainty_of(spec, training) if dev is not None else (None, "")
@@ -560,7 +551,6 @@ def plan_cmd(ctx, world, model, model_json, seq_len, dims, layouts, schedules, m
     if as_json:
         for w in p.warnings:
             click.echo(f"meshscope: warning: {w}", err=True)
-        from meshscope.layouts.plan.serial import plan_to_dict
         d = plan_to_dict(p)
         if top:
             d["rows"] = d["rows"][:top]

@@ -12,6 +12,11 @@ import sys
 
 import click
 
+from meshscope.collectors.profile_steps import parse_step_range
+from meshscope.collectors.run_dir import COMPARISON_JSON, PLAN_JSON, write_json_atomic
+from meshscope.layouts.plan import ModelSpec, plan
+from meshscope.layouts.plan.serial import plan_to_dict
+from meshscope.layouts.sweep import Sweep, SweepError, SweepSpec, run_sweep
 from meshscope.parallel.faults import FORMS as FAULT_FORMS
 
 from .common import fail
@@ -21,7 +26,6 @@ from .layout_choices import assumed_rates, choice_options, csv_values, layouts_o
 
 def _write_comparison(folder: pathlib.Path) -> None:
     from meshscope.layouts.ranked import CompareError, compare
-    from meshscope.collectors.run_dir import COMPARISON_JSON, write_json_atomic
 
     try:
         c = compare(folder)
@@ -34,11 +38,6 @@ def _write_comparison(folder: pathlib.Path) -> None:
 
 def _sweep_plan(sweep, tflops: float | None, devices: int | None) -> None:
     """Write SWEEP/plan.json: the planner's view of every layout before the runs."""
-    from meshscope.collectors.run_dir import write_json_atomic
-    from meshscope.layouts.plan import ModelSpec, plan
-    from meshscope.layouts.plan.serial import plan_to_dict
-    from meshscope.collectors.run_dir import PLAN_JSON
-
     rates, comm, notes = assumed_rates(tflops, None, devices, None, None, None)
     spec = ModelSpec.from_config(sweep.spec.model_config, name=sweep.spec.model)
     p = plan(spec, sweep.candidates, rates=rates, comm=comm, notes=notes)
@@ -70,10 +69,10 @@ def sweep(world, model, dims, layouts, schedules, microbatches, global_batch, no
           moe_experts, moe_top_k, moe_every, dp_modes, steps, seed, profile_steps, out, resume,
           retry_failed, list_only, inject, tflops):
     """Run every valid layout of WORLD ranks, analyse each, and compare them."""
+    # Here, not above: the ranking reads the runs' reports with pandas (0.4 s), which
+    # ``meshscope --help`` (it imports every command's module) should not pay for.
     from meshscope.analysis.compare.ranking import render
     from meshscope.layouts.ranked import compare
-    from meshscope.collectors.run_dir import PLAN_JSON
-    from meshscope.layouts.sweep import Sweep, SweepError, SweepSpec, run_sweep
 
     try:
         if resume:
@@ -83,16 +82,16 @@ def sweep(world, model, dims, layouts, schedules, microbatches, global_batch, no
                 fail("sweep needs --world N and --out DIR (or --resume DIR)")
             ps = None
             if profile_steps:
-                from meshscope.collectors.profile_steps import parse_step_range
                 try:
                     ps = parse_step_range(profile_steps)
                 except ValueError as e:
                     fail(str(e))
             spec = SweepSpec(world=world, model=model,
                              model_overrides=model_overrides(layers, moe_experts, moe_top_k,
-                                                        moe_every),
+                                                             moe_every),
                              dims=csv_values(dims), schedules=csv_values(schedules),
-                             microbatches=csv_values(microbatches, int), dp_modes=csv_values(dp_modes),
+                             microbatches=csv_values(microbatches, int),
+                             dp_modes=csv_values(dp_modes),
                              layouts=layouts_of(layouts), steps=steps, global_batch=global_batch,
                              seed=seed, profile_steps=ps, sp=not no_sp,
                              faults=tuple(inject))
