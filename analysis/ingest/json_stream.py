@@ -304,16 +304,7 @@ class EventStream:
                     return
                 if done:
                     raise Fallback("the trace ends inside traceEvents")
-                if len(buf) - start > limit:
-                    raise BudgetExceeded("event_bytes", f"an event longer than {limit:,} "
-                                         f"bytes of text (a string of that size)", limit)
-                # No complete event yet: read until the text has doubled, so that the cuts
-                # tried again cost, all together, a constant times the text (linear).
-                want = 2 * len(buf)
-                while len(buf) < want and len(buf) - start <= limit:
-                    if not self._read(buf):
-                        done = True
-                        break
+                done = self._read_more(buf, start, limit)     # no complete event yet
                 continue
             events, end = got
             # A new buffer for what follows: decoded events may still point into this one.
@@ -386,14 +377,7 @@ class EventStream:
                 return
             m = _NEXT_EVENT.search(buf, start + part_bytes * 3 // 4)
             if m is None:
-                if len(buf) - start > limit:
-                    raise BudgetExceeded("event_bytes", f"an event longer than {limit:,} "
-                                         f"bytes of text (a string of that size)", limit)
-                want = 2 * len(buf)
-                while len(buf) < want and len(buf) - start <= limit:
-                    if not self._read(buf):
-                        done = True
-                        break
+                done = self._read_more(buf, start, limit)     # no cut in reach yet
                 continue
             with memoryview(buf) as view:
                 text = bytes(view[start:m.start() + 1])
@@ -426,6 +410,19 @@ class EventStream:
             return False
         buf += chunk
         return True
+
+    def _read_more(self, buf: bytearray, start: int, limit: int) -> bool:
+        """Read on until the text has doubled — so that the cuts tried again cost, all
+        together, a constant times the text (linear) — or ``limit`` bytes lie past ``start``;
+        True when the file ended first. An event already longer than ``limit`` is refused."""
+        if len(buf) - start > limit:
+            raise BudgetExceeded("event_bytes", f"an event longer than {limit:,} bytes of "
+                                 f"text (a string of that size)", limit)
+        want = 2 * len(buf)
+        while len(buf) < want and len(buf) - start <= limit:
+            if not self._read(buf):
+                return True
+        return False
 
     def _cut(self, buf: bytearray, start: int) -> tuple[list, int] | None:
         """(decoded events from ``start`` up to the last complete one, where that one ends);
