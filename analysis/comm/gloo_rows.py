@@ -120,6 +120,9 @@ def _call_bytes(op: str, dims, types) -> tuple[int | None, int | None]:
 
 
 def gloo_rows(events: pd.DataFrame, rank: int) -> list[dict]:
+    """One row (``instances.RAW_COLUMNS``) per operation of a CPU rank, in issue order: each
+    ``c10d::`` call with the ``gloo:`` range that ran it (``_pair_gloo``); a call without one
+    is a ``host`` row, a range without a call a ``gloo`` row of the range alone."""
     comm = events[(events["kind"] == classify.COMMUNICATION) & ~events["device"]]
     rows = []
     for call, rng, op in _pair_gloo(comm):

@@ -19,6 +19,7 @@ import pandas as pd
 from meshscope.analysis.comm.bandwidth import ALL_TO_ALL, RECV, SEND, SEND_RECV, canonical_op
 from meshscope.analysis.ingest import classify
 from meshscope.analysis.ingest.comm_meta import dtype_info
+
 _META = ("coll_name", "in_nelems", "out_nelems", "dtype", "pg_name", "pg_desc", "pg_ranks",
          "group_size", "seq", "msg_bytes")
 
@@ -63,6 +64,8 @@ class _HostIndex:
 
 
 def kernel_rows(events: pd.DataFrame, rank: int) -> list[dict]:
+    """One row (``instances.RAW_COLUMNS``) per communication kernel of a GPU rank, in start
+    order, with the metadata of the kernel itself and of the host ranges around its launch."""
     dev = events[events["device"]]
     kernels = dev[dev["kind"] == classify.COMMUNICATION].sort_values("ts_us")
     if kernels.empty:
