@@ -227,40 +227,54 @@ def test_worker_processes_read_the_reference_trace_as_one_stream(monkeypatch):
     _same(got, _one_stream(path))
 
 
+# Run in a fresh interpreter (as ``_BESIDE_IN_A_FRESH_PROCESS`` below, and for the same
+# reason): one trace's rank_work, in one process and then on two cores, its tables beside the
+# timeline made in a fork.
+_RANK_WORK_BESIDE = """
+import pathlib, sys
+import pandas as pd
+from meshscope.analysis.ingest import parts, pool
+from meshscope.analysis.report import rank_work
+
+path = pathlib.Path(sys.argv[1])
+plain = rank_work.rank_work(path, rank_work.RankOptions())
+parts.MIN_GZIP_BYTES = 0               # the reference trace read in parts
+rank_work.BESIDE_EVENTS = 0            # and its tables made beside its timeline
+forks = []
+
+
+class Counted(pool.Beside):
+    def __init__(self, *args):
+        super().__init__(*args)
+        forks.append(self._pid is not None)
+
+
+pool.Beside = Counted
+with parts.on_cores(2):
+    beside = rank_work.rank_work(path, rank_work.RankOptions())
+assert forks == [True], ("made in a forked process", forks)
+pd.testing.assert_frame_equal(beside.operations, plain.operations, check_exact=True)
+pd.testing.assert_frame_equal(beside.operators, plain.operators, check_exact=True)
+assert list(beside.gpu) == list(plain.gpu) and list(beside.memory) == list(plain.memory)
+for name in plain.gpu:
+    pd.testing.assert_frame_equal(beside.gpu[name], plain.gpu[name], check_exact=True)
+for name in plain.memory:
+    pd.testing.assert_frame_equal(beside.memory[name], plain.memory[name], check_exact=True)
+assert beside.timeline.steps == plain.timeline.steps
+assert beside.notes == plain.notes and beside.problems == plain.problems
+print("ok")
+"""
+
+
 @pytest.mark.slow
-def test_a_rank_s_tables_made_beside_its_timeline_are_the_same(monkeypatch):
+def test_a_rank_s_tables_made_beside_its_timeline_are_the_same():
     """``rank_work`` of one trace on every core — its events in parts, its operations,
     memory, operator and kernel tables in a forked process beside the timeline
     (``pool.Beside``) — gives the result of ``rank_work`` in one process."""
-    import pandas as pd
-
-    from meshscope.analysis.report import rank_work
-
     path = shared_trace(REFERENCE)
-    plain = rank_work.rank_work(path, rank_work.RankOptions())
-    monkeypatch.setattr(parts, "MIN_GZIP_BYTES", 0)
-    monkeypatch.setattr(rank_work, "BESIDE_EVENTS", 0)
-    forks = []
-    real = rank_work.pool.Beside
-
-    class Counted(real):
-        def __init__(self, *args):
-            super().__init__(*args)
-            forks.append(self._pid is not None)
-
-    monkeypatch.setattr(rank_work.pool, "Beside", Counted)
-    with parts.on_cores(2):
-        beside = rank_work.rank_work(path, rank_work.RankOptions())
-    assert forks == [True], "made in a forked process"
-    pd.testing.assert_frame_equal(beside.operations, plain.operations, check_exact=True)
-    pd.testing.assert_frame_equal(beside.operators, plain.operators, check_exact=True)
-    assert list(beside.gpu) == list(plain.gpu) and list(beside.memory) == list(plain.memory)
-    for name in plain.gpu:
-        pd.testing.assert_frame_equal(beside.gpu[name], plain.gpu[name], check_exact=True)
-    for name in plain.memory:
-        pd.testing.assert_frame_equal(beside.memory[name], plain.memory[name], check_exact=True)
-    assert beside.timeline.steps == plain.timeline.steps
-    assert beside.notes == plain.notes and beside.problems == plain.problems
+    proc = subprocess.run([sys.executable, "-c", _RANK_WORK_BESIDE, str(path)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
 
 
 # Run in a fresh interpreter: ``pool.Beside`` forks only while this process runs at most one
