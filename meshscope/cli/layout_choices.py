@@ -20,6 +20,8 @@ from .common import fail
 
 
 def csv_values(text: str | None, cast=str) -> tuple:
+    """``"a, b,c"`` → ``("a", "b", "c")``, each value through ``cast``; a clear error for a
+    value ``cast`` refuses."""
     if not text:
         return ()
     try:
@@ -36,6 +38,7 @@ def layouts_of(text: str | None) -> tuple[str, ...] | None:
 
 
 def model_overrides(layers, moe_experts, moe_top_k, moe_every) -> tuple:
+    """The preset's fields the flags override, as sorted (field, value) pairs."""
     o = {"n_layers": layers, "moe_experts": moe_experts, "moe_top_k": moe_top_k,
          "moe_every": moe_every}
     return tuple(sorted((k, v) for k, v in o.items() if v is not None))
