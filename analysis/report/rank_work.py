@@ -50,7 +50,7 @@ class RankResult:
     meta: dict                      # instances.small_meta of the trace
     problems: list[str]
     implausible: str | None
-    # GPU ranks: the tables of ``analysis/gpu/`` (``gpu_tables``); empty on CPU-only traces.
+    # GPU ranks: the tables of ``analysis/gpu/`` (``GPU_TABLE_NAMES``); empty on CPU-only traces.
     gpu: dict[str, pd.DataFrame] = dataclasses.field(default_factory=dict)
     notes: list[str] = dataclasses.field(default_factory=list)
     # The host operators per profiled step (``timeline/operators.py``).
@@ -135,7 +135,7 @@ def same_startup_steps(results: list[RankResult]) -> list[str]:
         return notes
     for r in results:
         tl = r.timeline
-        if tl is None or not start:
+        if tl is None:
             continue
         drop = sorted(k for k in start if k in tl.steps and k not in tl.startup)
         if not drop or len(drop) == len(tl.steps):
@@ -216,28 +216,18 @@ def _operators(trace: ingest.RankTrace, host_steps: dict) -> pd.DataFrame:
 SITES = 200
 
 
-# The GPU tables of a rank, in the order they are kept.
+# A GPU rank's tables of ``analysis/gpu/``, over its profiled step windows, in the order they
+# are kept: ``step_categories`` (the former TensorBoard plugin's categories), ``stream_idle``
+# (HTA's idle time breakdown per stream), ``sync_calls`` (each synchronisation, the device idle
+# charged to it, the profiled step it was called in — -1 outside them — and where it was called
+# from) — made with the timeline (``_timeline_gpu_tables``) —, ``kernels``, ``kernel_totals``
+# and ``kernel_categories`` (the top kernels, every kernel per step, the device time per
+# category), ``gemms`` (matrix multiplications against the device's peak) — which read only its
+# steps (``_kernel_tables``). The event table is not copied whole: each table takes the few rows
+# and columns it reads (a copy of the host events cost 30 MB at the peak on the 216k-event
+# reference trace).
 GPU_TABLE_NAMES = ("step_categories", "stream_idle", "sync_calls", "kernels", "kernel_totals",
                    "kernel_categories", "gemms")
-
-
-def gpu_tables(trace: ingest.RankTrace, tl: timeline.RankTimeline) -> dict[str, pd.DataFrame]:
-    """A GPU rank's tables of ``analysis/gpu/``, over its profiled step windows:
-    ``step_categories`` (the former TensorBoard plugin's categories), ``stream_idle`` (HTA's
-    idle time breakdown per stream), ``sync_calls`` (each synchronisation, the device idle
-    charged to it, the profiled step it was called in — -1 outside them — and where it
-    was called from) — made with the timeline (``_timeline_gpu_tables``) —, ``kernels`` and
-    ``kernel_categories`` (the top kernels and the device time per category), ``gemms``
-    (matrix multiplications against the device's peak) — which read only its steps
-    (``_kernel_tables``).
-
-    The event table is not copied whole: each table takes the few rows and columns it reads
-    (a copy of the host events cost 30 MB at the peak on the 216k-event reference trace)."""
-    steps = step_windows.StepWindows(span=tl.span, host_steps=tl.host_steps, steps=tl.steps,
-                                 startup=tl.startup, profiled={}, source=tl.window_source,
-                                 notes=[], on_gpu=tl.on_gpu)
-    both = {**_timeline_gpu_tables(trace, tl), **_kernel_tables(trace, steps)}
-    return {name: both[name] for name in GPU_TABLE_NAMES}
 
 
 def _gpu_rows(trace: ingest.RankTrace) -> tuple:
@@ -257,7 +247,7 @@ def _gpu_rows(trace: ingest.RankTrace) -> tuple:
 
 def _timeline_gpu_tables(trace: ingest.RankTrace, tl: timeline.RankTimeline
                          ) -> dict[str, pd.DataFrame]:
-    """``step_categories``, ``stream_idle``, ``sync_calls`` (``gpu_tables``)."""
+    """``step_categories``, ``stream_idle``, ``sync_calls`` (``GPU_TABLE_NAMES``)."""
     ev, _, dev, host = _gpu_rows(trace)
     r = trace.rank
     launch_ts, _ = step_windows.launches(host, dev)
@@ -283,7 +273,7 @@ def _timeline_gpu_tables(trace: ingest.RankTrace, tl: timeline.RankTimeline
 
 def _kernel_tables(trace: ingest.RankTrace, steps: step_windows.StepWindows
                    ) -> dict[str, pd.DataFrame]:
-    """``kernels``, ``kernel_totals``, ``kernel_categories``, ``gemms`` (``gpu_tables``)."""
+    """``kernels``, ``kernel_totals``, ``kernel_categories``, ``gemms`` (``GPU_TABLE_NAMES``)."""
     _, _, dev, host = _gpu_rows(trace)
     r = trace.rank
     windows = step_windows.window_set(steps.steps, steps.span)
