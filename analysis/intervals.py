@@ -72,13 +72,19 @@ def intersect(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     counts = np.maximum(hi - lo, 0)
     if counts.sum() == 0:
         return EMPTY.copy()
-    ai = np.repeat(np.arange(len(a)), counts)
-    offsets = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
-    bi = np.repeat(lo, counts) + offsets
+    ai, bi = pairs(lo, counts)
     s = np.maximum(a[ai, 0], b[bi, 0])
     e = np.minimum(a[ai, 1], b[bi, 1])
     keep = e > s
     return np.column_stack([s[keep], e[keep]])
+
+
+def pairs(lo: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every pair (i, lo[i] + k) for 0 ≤ k < counts[i] (counts ≥ 0), ordered by i then k, as
+    two arrays: each row of one array beside the run of another's rows that it meets."""
+    i = np.repeat(np.arange(len(counts)), counts)
+    offsets = np.arange(i.size) - np.repeat(np.cumsum(counts) - counts, counts)
+    return i, np.repeat(lo, counts) + offsets
 
 
 def subtract(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -82,11 +82,10 @@ def wait_regions(blocked: np.ndarray, completions: np.ndarray, *, late_us: float
     counts = np.maximum(hi - lo, 0)
     best_c, best_k = [], []
     for a, b in _blocks(counts, PAIRS_PER_BLOCK):
-        ci = np.repeat(np.arange(a, b), counts[a:b])
+        ci, at = iv.pairs(lo[a:b], counts[a:b])
         if not ci.size:
             continue
-        at = np.repeat(lo[a:b], counts[a:b]) + \
-            (np.arange(ci.size) - np.repeat(np.cumsum(counts[a:b]) - counts[a:b], counts[a:b]))
+        ci += a
         k = order[at]
         c, c0 = comp[ci], began[ci]
         ok = (ends[k] - resume[k] <= c) & (c <= ends[k] + late[k]) & \
