@@ -99,6 +99,7 @@ events is refused (``InputError``). The metadata the analysis reads is checked b
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import functools
 import json
@@ -273,10 +274,18 @@ def parse_trace(batches: Iterable[list[decode.Event]], *,
     per-batch arrays made pyarrow's default (mimalloc) pool hold ~40 MB more at the peak of a
     216k-event trace.
     """
+    with system_allocator():
+        return _parse_events(batches, comm_kernel_re)
+
+
+@contextlib.contextmanager
+def system_allocator():
+    """Within the block, Arrow allocates through the C library's allocator (``parse_trace``:
+    the per-batch arrays of a read); the pool in force before is restored on leaving."""
     previous = pa.default_memory_pool()
     pa.set_memory_pool(pa.system_memory_pool())
     try:
-        return _parse_events(batches, comm_kernel_re)
+        yield
     finally:
         pa.set_memory_pool(previous)
 

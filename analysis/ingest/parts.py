@@ -179,27 +179,25 @@ def _read(raw: bytes, comm_kernel_re: re.Pattern | None
     in_flight = IN_FLIGHT_PER_WORKER * _CORES.workers
     stream = json_stream.EventStream(raw, None, batch_bytes=events.BATCH_BYTES)
     env = _budgets.environment()
-    previous = pa.default_memory_pool()
-    pa.set_memory_pool(pa.system_memory_pool())
     reading = batch_columns.Reading()
     acc = events.Accumulator(comm_kernel_re, reading)
     pending: collections.deque = collections.deque()
     try:
-        for text, last in stream.parts(PART_BYTES):
-            pending.append(executor.submit(_read_part, text, stream.events_depth, last,
-                                           comm_kernel_re, env))
-            del text
-            while len(pending) >= in_flight:
-                _join(acc, pending.popleft().result())
-        tail = None
-        while pending:
-            tail = _join(acc, pending.popleft().result())
-        stream.set_tail(tail)
-        table = acc.finish()
+        with events.system_allocator():
+            for text, last in stream.parts(PART_BYTES):
+                pending.append(executor.submit(_read_part, text, stream.events_depth, last,
+                                               comm_kernel_re, env))
+                del text
+                while len(pending) >= in_flight:
+                    _join(acc, pending.popleft().result())
+            tail = None
+            while pending:
+                tail = _join(acc, pending.popleft().result())
+            stream.set_tail(tail)
+            table = acc.finish()
     finally:
         for f in pending:
             f.cancel()
-        pa.set_memory_pool(previous)
         _release()
     if reading.legacy:
         table = table.replace_schema_metadata({**(table.schema.metadata or {}),
@@ -236,45 +234,42 @@ def _read_part(text: bytes, depth: int, last: bool, comm_kernel_re: re.Pattern |
     # The part is read as a bare array: its "[" is one level, the file's are ``depth``.
     inner = dataclasses.replace(limits, nesting=limits.nesting - (depth - 1),
                                 trace_bytes=max(limits.trace_bytes, len(text) + 2))
-    previous = pa.default_memory_pool()
-    pa.set_memory_pool(pa.system_memory_pool())
     reading = batch_columns.Reading()
     acc = events.Accumulator(comm_kernel_re, reading)
     try:
-        if last:
-            # The last part runs on to the end of the file: read as a stream, which finds
-            # where the events end and keeps the text after them.
-            stream = json_stream.EventStream(b"[" + text, decode.decode,
-                                             batch_bytes=events.BATCH_BYTES, budgets=inner)
-            del text
-            batches = stream.batches(keep_tail=True)
-        else:
-            # A run of whole events: its nesting checked, then decoded in place, batch by
-            # batch, in one buffer with a spare byte at either end.
-            nesting = json_stream.Nesting(inner.nesting)
-            nesting.feed(b"[")
-            for i in range(0, len(text), NESTING_SLICE):
-                nesting.feed(text[i:i + NESTING_SLICE])
-            buf = bytearray(len(text) + 2)
-            buf[1:-1] = text
-            del text
-            stream = None
-            batches = json_stream.batches_in(buf, decode.decode, events.BATCH_BYTES)
-        for evs in batches:
-            if isinstance(evs, decode.Decoded):
-                return _odd("a batch the typed decoder refused")
-            acc.add(evs)
-            if reading.be_events:
-                return _odd("B/E events")
-        if stream is not None and stream.layout != "array":
-            return _odd("a part that is not a run of events")
-        part = acc.part()
-        part.tail = stream.tail if stream is not None else None
-        return part
+        with events.system_allocator():
+            if last:
+                # The last part runs on to the end of the file: read as a stream, which finds
+                # where the events end and keeps the text after them.
+                stream = json_stream.EventStream(b"[" + text, decode.decode,
+                                                 batch_bytes=events.BATCH_BYTES, budgets=inner)
+                del text
+                batches = stream.batches(keep_tail=True)
+            else:
+                # A run of whole events: its nesting checked, then decoded in place, batch by
+                # batch, in one buffer with a spare byte at either end.
+                nesting = json_stream.Nesting(inner.nesting)
+                nesting.feed(b"[")
+                for i in range(0, len(text), NESTING_SLICE):
+                    nesting.feed(text[i:i + NESTING_SLICE])
+                buf = bytearray(len(text) + 2)
+                buf[1:-1] = text
+                del text
+                stream = None
+                batches = json_stream.batches_in(buf, decode.decode, events.BATCH_BYTES)
+            for evs in batches:
+                if isinstance(evs, decode.Decoded):
+                    return _odd("a batch the typed decoder refused")
+                acc.add(evs)
+                if reading.be_events:
+                    return _odd("B/E events")
+            if stream is not None and stream.layout != "array":
+                return _odd("a part that is not a run of events")
+            part = acc.part()
+            part.tail = stream.tail if stream is not None else None
+            return part
     except Exception as e:          # noqa: BLE001 - the one stream says what it is
         return _odd(f"{type(e).__name__}: {e}")
-    finally:
-        pa.set_memory_pool(previous)
 
 
 def _odd(why: str) -> "events.Part":
