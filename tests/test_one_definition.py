@@ -58,6 +58,8 @@ def _where(pattern: str) -> set[str]:
 
 def test_the_headline_step_time_is_chosen_in_one_place():
     assert _where(r"def choose_headline\b") == {"analysis/report/model.py"}
+    # its profiled-window source, the longest rank's window per step, is taken in one place
+    assert _where(r'groupby\("step"\)\["window_us"\]') == {"analysis/timeline/breakdown.py"}
     assert _where(r'"timer",\s*"window",\s*"replayed"') == {"analysis/report/model.py"}
     # no reader picks its own: the old spelling of the choice is nowhere
     assert _where(r"\(timer, \"timer\"\), \(replayed") == set()

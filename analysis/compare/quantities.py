@@ -55,7 +55,7 @@ import pandas as pd
 
 from meshscope.analysis.gpu.kernels import CATEGORIES as KERNEL_CATEGORIES
 from meshscope.analysis.records.steps import noise as robust_noise
-from meshscope.analysis.timeline.breakdown import DIM_ORDER
+from meshscope.analysis.timeline.breakdown import DIM_ORDER, window_per_step_us
 from meshscope.vocabulary import COMM_DIMS, IDLE_CAUSES, OPS
 
 from .sides import Side
@@ -220,8 +220,7 @@ def _step_time(side: Side) -> Measure | None:
         wi = side.table("whatif")
         per = wi.groupby("step")["makespan_us"].first() if len(wi) else pd.Series(dtype=float)
     else:
-        bd = side.table("breakdown")
-        per = bd.groupby("step")["window_us"].max() if len(bd) else pd.Series(dtype=float)
+        per = window_per_step_us(side.table("breakdown"))
     values = tuple(float(x) for x in per.dropna())
     return Measure("step_time", US, st.us, values, _noise(values))
 

@@ -281,16 +281,16 @@ def _cross_rank(stage: RankStage, layout_map, options: AnalysisOptions) -> Repor
     tables = _step_tables(aligned.timelines, results, inp.run, ranks)
     recs = _records(inp, options.warmup_steps)
     wi = _whatif(aligned, inp.run, recs.records) if matchable else None
+    window_us = breakdown.mean_window_us(tables.breakdown)
     step_us = wi.step_time_us if wi is not None and np.isfinite(wi.step_time_us) else \
-        (float(tables.breakdown.groupby("step")["window_us"].max().mean())
-         if len(tables.breakdown) else float("nan"))
+        (window_us if window_us is not None else float("nan"))
     resolution = wi.resolution_us if wi is not None else whatif.resolution(
         recs.records.noise_us,
         tables.breakdown["step"].nunique() if len(tables.breakdown) else 1)
     on_gpu = any(r.on_gpu for r in results)
     mem = _memory(results, inp, options)
     found = _findings(inp, tables, recs, aligned, wi,
-                      step_us=_headline_us(recs, tables.breakdown, step_us),
+                      step_us=_headline_us(recs, window_us, step_us),
                       resolution_us=resolution, on_gpu=on_gpu, memory=mem)
     run = inp.run
     expected = set(range(run.world_size)) if run is not None else set()
@@ -490,7 +490,7 @@ def _whatif(aligned: Aligned, run: RunInfo | None,
     return whatif.analyse(graphs, run, ops, out_bytes, records.noise_us)
 
 
-def _headline_us(recs: Records, breakdown: pd.DataFrame, replayed_or_window: float) -> float:
+def _headline_us(recs: Records, window: float | None, replayed_or_window: float) -> float:
     """The step time every finding's cost % is of: the report's headline (``reader.
     choose_headline``: the step timers, else the profiled window, else the replayed makespan),
     so the percentages read against the step time every view shows."""
@@ -498,8 +498,6 @@ def _headline_us(recs: Records, breakdown: pd.DataFrame, replayed_or_window: flo
     from meshscope.analysis.report.reader import choose_headline
 
     timer = throughput_summary(recs.throughput, recs.records.warmup_steps)["step_time_us"]
-    window = float(breakdown.groupby("step")["window_us"].max().mean()) if len(breakdown) \
-        else None
     head, _ = choose_headline(timer, replayed_or_window if np.isfinite(replayed_or_window)
                               else None, window)
     return head if head is not None else replayed_or_window

@@ -12,6 +12,7 @@ import math
 import pandas as pd
 
 from meshscope.analysis.report.reader import choose_headline
+from meshscope.analysis.timeline.breakdown import mean_window_us
 
 REPORT_SCHEMA_VERSION = 3
 
@@ -48,8 +49,7 @@ def step_times(report, throughput: dict) -> dict:
     ``replayed``; labels in ``vocabulary.STEP_TIME_SOURCES``)."""
     timer = clean(throughput.get("step_time_us")) if throughput else None
     replayed = clean(report.step_time_us) if len(report.whatif) else None
-    window = clean(float(report.breakdown.groupby("step")["window_us"].max().mean())) \
-        if not report.breakdown.empty else None
+    window = clean(mean_window_us(report.breakdown))
     head, source = choose_headline(timer, replayed, window)
     return {"step_time_us": head, "step_time_source": source, "step_time_timer_us": timer,
             "step_time_replayed_us": replayed, "window_us": window}

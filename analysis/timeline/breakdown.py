@@ -52,6 +52,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 
 from meshscope.analysis.gpu import idle as gpu_idle
 from meshscope.analysis import intervals as iv
@@ -86,6 +87,21 @@ def overlap_pct(compute: np.ndarray, comm: np.ndarray) -> float:
     """|M ∩ C| / |M| × 100, NaN when there is no communication."""
     m = iv.length(comm)
     return iv.length(iv.intersect(comm, compute)) / m * 100.0 if m > 0 else math.nan
+
+
+def window_per_step_us(breakdown: pd.DataFrame) -> pd.Series:
+    """Per profiled step, the longest rank's step window (µs, ``COLUMNS``' ``window_us``): what
+    that rank's bars of the breakdown add up to. Empty without rows."""
+    if breakdown.empty:
+        return pd.Series(dtype=float)
+    return breakdown.groupby("step")["window_us"].max()
+
+
+def mean_window_us(breakdown: pd.DataFrame) -> float | None:
+    """``window_per_step_us`` averaged over the profiled steps (summary.json's ``window_us``);
+    None without rows."""
+    per = window_per_step_us(breakdown)
+    return float(per.mean()) if len(per) else None
 
 
 def _pipeline_set(tl: RankTimeline, pipeline_windows: dict[int, np.ndarray] | None, step: int,
