@@ -91,8 +91,9 @@ def rank_work(path: pathlib.Path, opts: RankOptions) -> RankResult:
                      f"--step-annotation {opts.step_annotation.pattern!r}")
     notes += [f"rank {trace.rank}: {n}" for n in tl.notes]
     notes += _device_notes(trace, tl)
-    own = _timeline_gpu_tables(trace, tl) if tl.on_gpu else {}
-    side = beside.result() if beside is not None else _beside_timeline(trace, steps)
+    rows = _gpu_rows(trace) if tl.on_gpu else None    # selected once for both GPU table sets
+    own = _timeline_gpu_tables(trace, tl, rows) if rows is not None else {}
+    side = beside.result() if beside is not None else _beside_timeline(trace, steps, rows)
     both = {**own, **side["gpu"]}
     gpu = {name: both[name] for name in GPU_TABLE_NAMES} if tl.on_gpu else {}
     return RankResult(
@@ -112,14 +113,17 @@ def rank_work(path: pathlib.Path, opts: RankOptions) -> RankResult:
 BESIDE_EVENTS = 400_000
 
 
-def _beside_timeline(trace: ingest.RankTrace, steps: step_windows.StepWindows) -> dict:
+def _beside_timeline(trace: ingest.RankTrace, steps: step_windows.StepWindows,
+                     rows: GpuRows | None = None) -> dict:
     """The rank's tables that need only its steps (``rank_work``): its operations, memory
-    tables, operators and, on a GPU, its kernel tables."""
+    tables, operators and, on a GPU, its kernel tables (from ``rows`` when given, else
+    selected here: a forked copy selects its own)."""
     return {"operations": instances.extract(trace, steps.on_gpu),
             "memory": rank_memory.rank_tables(trace.rank, trace.memory, trace.events,
                                               trace.meta, steps.host_steps),
             "operators": _operators(trace, steps.host_steps),
-            "gpu": _kernel_tables(trace, steps) if steps.on_gpu else {}}
+            "gpu": _kernel_tables(trace, steps, rows if rows is not None else _gpu_rows(trace))
+            if steps.on_gpu else {}}
 
 
 def same_startup_steps(results: list[RankResult]) -> list[str]:
@@ -230,8 +234,16 @@ GPU_TABLE_NAMES = ("step_categories", "stream_idle", "sync_calls", "kernels", "k
                    "kernel_categories", "gemms")
 
 
-def _gpu_rows(trace: ingest.RankTrace) -> tuple:
-    """(events, device mask, device rows, host rows the GPU tables read)."""
+@dataclasses.dataclass(frozen=True)
+class GpuRows:
+    """The rows of a GPU rank's event table that its GPU tables read: the device events
+    (``_DEV_COLUMNS``) and the host events around them (``_HOST_COLUMNS``)."""
+    dev: pd.DataFrame
+    host: pd.DataFrame
+
+
+def _gpu_rows(trace: ingest.RankTrace) -> GpuRows:
+    """The device rows and the host rows the GPU tables read."""
     ev = trace.events
     device = ev["device"].to_numpy()
     dev = ev.loc[device, _DEV_COLUMNS]
@@ -241,14 +253,13 @@ def _gpu_rows(trace: ingest.RankTrace) -> tuple:
     wanted = ~device & (((ev["correlation"] >= 0) & cat.isin(host_activity.RUNTIME_CATS))
                         | name.isin(host_activity.SYNC_NAMES) | name.isin(host_activity.COPY_NAMES)
                         | name.isin(host_activity.EVENT_WAIT_NAMES) | name.isin(kernels.GEMM_OPS))
-    host = ev.loc[wanted, _HOST_COLUMNS]
-    return ev, device, dev, host
+    return GpuRows(dev=dev, host=ev.loc[wanted, _HOST_COLUMNS])
 
 
-def _timeline_gpu_tables(trace: ingest.RankTrace, tl: timeline.RankTimeline
+def _timeline_gpu_tables(trace: ingest.RankTrace, tl: timeline.RankTimeline, rows: GpuRows
                          ) -> dict[str, pd.DataFrame]:
     """``step_categories``, ``stream_idle``, ``sync_calls`` (``GPU_TABLE_NAMES``)."""
-    ev, _, dev, host = _gpu_rows(trace)
+    ev, dev, host = trace.events, rows.dev, rows.host
     r = trace.rank
     launch_ts, _ = step_windows.launches(host, dev)
     sel = step_windows.complete_steps(dev, host, {**tl.host_steps, **tl.startup})
@@ -271,10 +282,10 @@ def _timeline_gpu_tables(trace: ingest.RankTrace, tl: timeline.RankTimeline
     }
 
 
-def _kernel_tables(trace: ingest.RankTrace, steps: step_windows.StepWindows
+def _kernel_tables(trace: ingest.RankTrace, steps: step_windows.StepWindows, rows: GpuRows
                    ) -> dict[str, pd.DataFrame]:
     """``kernels``, ``kernel_totals``, ``kernel_categories``, ``gemms`` (``GPU_TABLE_NAMES``)."""
-    _, _, dev, host = _gpu_rows(trace)
+    dev, host = rows.dev, rows.host
     r = trace.rank
     windows = step_windows.window_set(steps.steps, steps.span)
     ts, end = dev["ts_us"].to_numpy(), dev["end_us"].to_numpy()
