@@ -32,11 +32,10 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    import numpy as np
+import numpy as np
 
+from meshscope.analysis import intervals as iv
 from meshscope.analysis.comm.bandwidth import ALL_TO_ALL
 from meshscope.collectors.run_info import MESH_DIMENSIONS, RunInfo, ranks_key
 from meshscope.vocabulary import PARALLEL_DIMS, UNKNOWN_DIM
@@ -167,10 +166,6 @@ def interval_sets(inst, waits, wait_until) -> dict[tuple[str, str], "np.ndarray"
     waits that ended when one of them completed. ``by_dimension`` unites them per dimension;
     the step breakdown splits exposed communication by these sets
     (``analysis/timeline/breakdown.py``)."""
-    import numpy as np
-
-    from meshscope.analysis import intervals as iv
-
     out: dict[tuple[str, str], np.ndarray] = {}
     if inst is None or len(inst) == 0:
         return out
@@ -199,8 +194,6 @@ def interval_sets(inst, waits, wait_until) -> dict[tuple[str, str], "np.ndarray"
 def by_dimension(sets: dict[tuple[str, str], "np.ndarray"]) -> dict[str, "np.ndarray"]:
     """dimension → the union of its ops' sets (``interval_sets``), in the order of the
     dimensions' first appearance there (sorted)."""
-    from meshscope.analysis import intervals as iv
-
     out: dict[str, list] = {}
     for (dim, _), x in sets.items():
         out.setdefault(dim, []).append(x)

@@ -27,6 +27,7 @@ import math
 
 import pandas as pd
 
+from meshscope.analysis.ingest.classify import HOST_COMM_RE
 from meshscope.analysis.timeline.breakdown import DIM_ORDER
 from meshscope.vocabulary import IDLE_CAUSES
 
@@ -124,7 +125,6 @@ def _compute_items(kernels: list[KernelDiff], operators: list[OperatorDiff],
 
 
 def _is_comm_op(name: str) -> bool:
-    from meshscope.analysis.ingest.classify import HOST_COMM_RE
     return bool(HOST_COMM_RE.search(name))
 
 

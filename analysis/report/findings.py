@@ -54,6 +54,7 @@ import pandas as pd
 
 from meshscope.analysis.pipeline.bubble import theory_fraction
 from meshscope.analysis.records import flight_recorder as fr_records
+from meshscope.analysis.report.device_findings import device_findings
 from meshscope.analysis.report.finding_rules import (MIN_COST_PCT, NOISE_FACTOR, REMEDIES,  # noqa: F401
                                                      FindingInputs)
 from meshscope.analysis.report.finding_rules import beats_noise as _beats_noise
@@ -314,8 +315,6 @@ def findings(inp: FindingInputs) -> list[Finding]:
     straggler, imbalance = _straggler(inp), _imbalance(inp)
     causes = [what for f, what in ((straggler, "the straggler"),
                                    (imbalance, "the stage imbalance")) if f is not None]
-    from meshscope.analysis.report.device_findings import device_findings
-
     timed = []
     exposed = _exposed(inp)
     for f in (straggler, imbalance, _bubble(inp, causes), *exposed, _slow_steps(inp)):

@@ -50,10 +50,12 @@ from __future__ import annotations
 
 import dataclasses
 
-from meshscope.theory.flops import attention_core_forward_flops_per_token
+from meshscope.theory.flops import (attention_core_forward_flops_per_token,
+                                    layer_forward_flops_per_token)
 from meshscope.theory.schedules import bubble_fraction as theory_fraction
 
 from .candidate import Candidate
+from .cost import StepEstimate
 from .devices import DeviceSpec, GemmCurve
 from .job_memory import local_weights
 from .moe_dispatch import Dispatch
@@ -294,7 +296,6 @@ def model_flops_per_token(spec: ModelSpec, t: Training) -> float:
 
 def hardware_flops_per_token(spec: ModelSpec, t: Training) -> float:
     """Model FLOPs plus recomputation's (Megatron-LM's throughput definition)."""
-    from meshscope.theory.flops import layer_forward_flops_per_token
     extra = 0.0
     for i in range(spec.n_layers):
         if t.recompute == "full":
@@ -346,8 +347,6 @@ def _overlap(t: Training, opts: JobOptions, dim: str) -> float:
 
 def predict_job(spec: ModelSpec, cand: Candidate, t: Training, device: DeviceSpec,
                 topo: Topology, opts: JobOptions = JobOptions()):
-    from .cost import StepEstimate
-
     derate = opts.derate if opts.derate is not None else TRAINING_DERATE
     trs = transfers(spec, cand, training=t)
     dispatch = dispatch_of(spec, cand, t, topo)

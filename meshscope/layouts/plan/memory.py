@@ -64,6 +64,7 @@ from meshscope.theory.schedules import in_flight
 
 from .candidate import Candidate
 from .estimate import MemoryEstimate
+from .job_memory import job_memory
 from .precision import Precision, precision_of
 from .spec import ModelSpec
 from .traffic import shape_of
@@ -121,7 +122,6 @@ def memory(spec: ModelSpec, cand: Candidate, precision: Precision | str = "fp32"
     """One estimate per pipeline rank: the runner's own bookkeeping (below), or with a
     ``training`` of another framework the published one (``job_memory.py``)."""
     if training is not None and training.framework != "runner":
-        from .job_memory import job_memory
         return job_memory(spec, cand, training)
     prec = precision_of(precision)
     tp, ep = cand.layout.size("tp"), cand.layout.size("ep")

@@ -18,6 +18,7 @@ from meshscope.theory.schedules import bubble_fraction as theory_fraction
 from .candidate import Candidate
 from .comm_model import CommModel
 from .cost import Rates, StepEstimate, predict
+from .job_step import JobOptions, predict_job
 from .memory import MemoryEstimate, memory
 from .precision import Precision, precision_of
 from .spec import ModelSpec
@@ -132,7 +133,6 @@ def plan_one(spec: ModelSpec, cand: Candidate, *, precision: Precision | str = "
     mem = memory(spec, cand, prec, training=training)
     trs = transfers(spec, cand, prec, training=training)
     if job and device is not None and topology is not None:
-        from .job_step import JobOptions, predict_job
         est = predict_job(spec, cand, training, device, topology, job_options or JobOptions())
     else:
         est = predict(spec, cand, rates, comm or CommModel(), prec) if rates else None

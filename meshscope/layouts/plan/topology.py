@@ -21,6 +21,7 @@ import dataclasses
 
 from .candidate import Candidate
 from .comm_model import CommModel
+from .devices import DeviceSpec, lookup
 from meshscope.vocabulary import MESH_ORDER
 
 DEFAULT_LINKS = {"intra": (100.0, 10.0), "inter": (20.0, 15.0)}
@@ -40,7 +41,6 @@ class Topology:
                    ) -> "Topology":
         """The two levels of ``device`` (a ``devices.DeviceSpec`` or a catalogue name; its
         link values, or ``DEFAULT_LINKS`` for an unknown one), each overridable."""
-        from .devices import DeviceSpec, lookup
         spec = device if isinstance(device, DeviceSpec) else lookup(device)
         if spec is not None:
             bw_i, lat_i = spec.intra_gbps, spec.intra_us

@@ -63,6 +63,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from .precision import Precision
+
 FRAMEWORKS = ("runner", "megatron", "deepspeed", "torch")
 STYLES = ("megatron", "fsdp", "deepspeed")
 PRECISION_NAMES = ("fp32", "mixed", "bf16", "fp8")
@@ -248,7 +250,6 @@ class Training:
     def as_precision(self):
         """The ``Precision`` (bytes of a weight, a reduced gradient, an activation) the
         traffic formulas read."""
-        from .precision import Precision
         return Precision(self.precision, self.weight_bytes, self.grad_reduce_bytes, 0,
                          self.act_bytes)
 
