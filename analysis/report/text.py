@@ -71,8 +71,20 @@ def memory_lines(mem: reader.MemorySummary) -> list[str]:
 
 
 def render(summary: dict) -> str:
+    """The report as text (``meshscope analyze`` prints it, ``meshscope report`` too): the
+    head, per-rank means, GPU idle by cause, the top kernels, the pipeline, the cross-rank
+    verdicts, bandwidth, memory and the findings — each section from the typed summary
+    (``reader.read_summary``), in that order."""
     summary = printable_tree(summary)       # names from input files may hold escapes
     typed = reader.read_summary(summary)
+    return "\n".join([*_head_lines(typed), *_per_rank_lines(typed), *_gpu_idle_lines(typed),
+                      *_kernel_lines(typed), *_pipeline_lines(typed),
+                      *_cross_rank_lines(typed), *_bandwidth_lines(typed),
+                      *memory_lines(typed.memory), *_finding_lines(typed)])
+
+
+def _head_lines(typed: reader.Summary) -> list[str]:
+    """The source, the layout, the device, the ranks, the step time, problems."""
     lines = []
     head = f"meshscope report — {typed.source}"
     if typed.run:
@@ -100,7 +112,12 @@ def render(summary: dict) -> str:
         lines.append(f"  problem: {p}")
     if not typed.per_rank_mean:
         lines.append("  (no profiled step in the traces: only the always-on records below)")
-    lines.append("")
+    return lines
+
+
+def _per_rank_lines(typed: reader.Summary) -> list[str]:
+    """Per rank, the means over profiled steps, and the notes."""
+    lines = [""]
     lines.append("Per rank, mean over profiled steps (ms):")
     lines.append("  rank    window   compute      comm overlapped   exposed    bubble      idle"
                  "  overlap%")
@@ -111,6 +128,12 @@ def render(summary: dict) -> str:
                      f"     {_pct(r.overlap_pct)}")
     for note in typed.notes:
         lines.append(f"  note: {note}")
+    return lines
+
+
+def _gpu_idle_lines(typed: reader.Summary) -> list[str]:
+    """Where each rank's GPU idle time goes, by cause."""
+    lines: list[str] = []
     if typed.gpu_idle_per_rank_mean:
         lines.append("")
         lines.append("Where the GPU's idle time goes, per rank, mean over profiled steps (ms):")
@@ -122,6 +145,12 @@ def render(summary: dict) -> str:
                          f" {_ms(c.get('sync'))}  {_ms(c.get('wait_rank'))}  "
                          f"{_ms(c.get('startup'))} {_ms(c.get('launch'))} {_ms(c.get('cpu'))} "
                          f"{_ms(c.get('queued'))} {_ms(c.get('other'))}")
+    return lines
+
+
+def _kernel_lines(typed: reader.Summary) -> list[str]:
+    """The top kernels per rank."""
+    lines: list[str] = []
     if typed.top_kernels:
         lines.append("")
         lines.append("Top kernels per rank (time over the profiled steps):")
@@ -130,6 +159,12 @@ def render(summary: dict) -> str:
             lines.append(f"  rank {k.rank:>3}  {k.total_us / 1000:9.2f} ms "
                          f"{k.share_pct or 0:5.1f}%  {k.count:>6}×  "
                          f"{k.category:<16} {name}")
+    return lines
+
+
+def _pipeline_lines(typed: reader.Summary) -> list[str]:
+    """The bubble per stage against theory and the replay, and the stage imbalance."""
+    lines: list[str] = []
     if typed.pipeline_stages:
         lines.append("")
         lines.append("Pipeline bubble per stage (fraction of the pipeline window):")
@@ -149,6 +184,13 @@ def render(summary: dict) -> str:
             lines.append(f"  stage imbalance, replayed with the straggler at its peers' pace: "
                          f"max/mean {corrected['max_over_mean']:.3f}, slowest stage "
                          f"{corrected['slowest_stage']}")
+    return lines
+
+
+def _cross_rank_lines(typed: reader.Summary) -> list[str]:
+    """Why collectives cannot be matched, or the what-if savings and the straggler; hangs
+    and desyncs."""
+    lines: list[str] = []
     cross = typed.cross_rank
     if cross.why_not:
         lines.append("")
@@ -182,6 +224,12 @@ def render(summary: dict) -> str:
     for h in typed.hangs[:5]:
         if h.verdict in ("missing", "mismatch"):
             lines.append(f"{'HANG' if h.verdict == 'missing' else 'DESYNC'}: {h.detail}")
+    return lines
+
+
+def _bandwidth_lines(typed: reader.Summary) -> list[str]:
+    """Collective bandwidth per dimension, op and size bucket (the first 20 rows)."""
+    lines: list[str] = []
     bw = typed.bandwidth
     if bw:
         lines.append("")
@@ -196,7 +244,12 @@ def render(summary: dict) -> str:
                          f"{'-' if eff is None else f'{eff:.0%}'}")
         if len(bw) > 20:
             lines.append(f"  … {len(bw) - 20} more rows in report/bandwidth_summary.parquet")
-    lines += memory_lines(typed.memory)
+    return lines
+
+
+def _finding_lines(typed: reader.Summary) -> list[str]:
+    """The findings, largest cost first, each with its remedy."""
+    lines: list[str] = []
     if typed.findings:
         lines.append("")
         lines.append("Findings (largest cost first):")
@@ -208,4 +261,4 @@ def render(summary: dict) -> str:
                 cost += f" — lowers the peak by {_bytes(f.peak_saving_bytes).strip()}"
             lines.append(f"  {i}. [{f.severity}] {f.title}{cost}")
             lines.append(f"     remedy: {f.remedy}")
-    return "\n".join(lines)
+    return lines
