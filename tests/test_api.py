@@ -39,7 +39,7 @@ def test_options_record_and_fields_are_one_way(tmp_path):
     by_fields = analyze(run, warmup_steps=2, workers=1)
     assert by_record.step_records.warmup_steps == by_fields.step_records.warmup_steps
     assert by_record.summary()["per_rank_mean"] == by_fields.summary()["per_rank_mean"]
-    pd.testing.assert_frame_equal(by_record.breakdown, by_fields.breakdown)
+    pd.testing.assert_frame_equal(by_record.steps.breakdown, by_fields.steps.breakdown)
     with pytest.raises(TypeError, match="warmup"):
         analyze(run, warmup=2)
     with pytest.raises(dataclasses.FrozenInstanceError):

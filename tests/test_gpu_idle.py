@@ -30,8 +30,8 @@ def first(report):
 
 def idle_adds_up(report):
     """The idle table's parts equal the breakdown's idle time, step by step."""
-    idle = report.idle.set_index(["rank", "step"])
-    bd = report.breakdown.set_index(["rank", "step"])
+    idle = report.steps.idle.set_index(["rank", "step"])
+    bd = report.steps.breakdown.set_index(["rank", "step"])
     parts = idle[[c for c in idle.columns if c.startswith("idle_") and c != "idle_us"]]
     assert parts.sum(axis=1).to_numpy() == pytest.approx(bd.loc[idle.index, "idle_us"]
                                                          .to_numpy(), abs=1e-3)
@@ -55,7 +55,7 @@ def test_data_loader_stall(tmp_path):
     loader_trace().write(tmp_path / "run")
     rep = run(tmp_path / "run")
     idle_adds_up(rep)
-    idle = rep.idle.set_index("step")
+    idle = rep.steps.idle.set_index("step")
     # Steps 1 and 2: the window starts where the previous step's kernels ended; the GPU then
     # waits for the rest of that step's host time and the 30 ms loader.
     assert idle.loc[1, "idle_dataloader_us"] == pytest.approx(30_000, abs=1)
@@ -114,7 +114,7 @@ def test_launch_bound(tmp_path):
     idle_adds_up(rep)
     f = first(rep)
     assert f.id == "launch-bound"
-    row = rep.idle.set_index("step").loc[0]
+    row = rep.steps.idle.set_index("step").loc[0]
     assert row["idle_launch_us"] == pytest.approx(1000 * 10, rel=0.01)
     assert row["idle_queued_us"] == pytest.approx(1000 * 5, rel=0.01)
     assert f.cost_us == pytest.approx(15_000, rel=0.02)
@@ -160,7 +160,7 @@ def test_single_rank_exposed_communication(tmp_path):
     assert f.id.startswith("exposed-comm-")
     # What full overlap would save: the exposed time, never more.
     assert f.cost_us == pytest.approx(20_000, rel=0.01)
-    assert f.cost_us <= rep.breakdown["exposed_comm_us"].max() + 1e-6
+    assert f.cost_us <= rep.steps.breakdown["exposed_comm_us"].max() + 1e-6
 
 
 def test_two_ranks_whose_arrivals_jitter(tmp_path):
@@ -250,11 +250,11 @@ def test_trace_without_profiler_steps_is_one_window(tmp_path):
             t.launch(L, 20, L + 5, 5, name="void at::native::vectorized_elementwise_kernel")
     t.write(tmp_path / "run")
     rep = run(tmp_path / "run")
-    assert rep.breakdown["step"].tolist() == [0]
+    assert rep.steps.breakdown["step"].tolist() == [0]
     assert any("one window" in n for n in rep.notes)
     assert first(rep).id == "launch-bound"
     rep2 = run(tmp_path / "run", step_annotation=r"train_step_(\d+)", cache_dir=None)
-    assert rep2.breakdown["step"].tolist() == [0, 1]
+    assert rep2.steps.breakdown["step"].tolist() == [0, 1]
     assert any("--step-annotation" in n for n in rep2.notes)
     assert first(rep2).id == "launch-bound"
     with pytest.raises(InputError, match="step-annotation"):
@@ -282,16 +282,16 @@ def test_slow_large_gemm_and_cuda_graph_kernels(tmp_path):
                                       "graph id": 1}})
     t.write(tmp_path / "run")
     rep = run(tmp_path / "run")
-    g = rep.gemms.iloc[0]
+    g = rep.gpu.gemms.iloc[0]
     assert g["flops"] == pytest.approx(3 * 2 * n ** 3)
     assert g["tflops"] == pytest.approx(2 * n ** 3 / 10_000 / 1e6)
     assert g["peak_tflops"] == 312.0
     f = next(f for f in rep.findings if f.id == "low-gemm-efficiency")
     assert f.cost_us == pytest.approx(10_000 - 2 * n ** 3 / (0.6 * 312e12) * 1e6, rel=1e-6)
-    k = rep.kernels.set_index("name").loc["triton_poi_fused_add_0"]
+    k = rep.gpu.kernels.set_index("name").loc["triton_poi_fused_add_0"]
     assert k["count"] == 300 and bool(k["graph"])
     # The graph's kernels belong to the steps whose host range launched them.
-    assert rep.breakdown["compute_us"].tolist() == pytest.approx([15_000.0] * 3)
+    assert rep.steps.breakdown["compute_us"].tolist() == pytest.approx([15_000.0] * 3)
 
 
 @pytest.mark.parametrize("op, dims, flops", [
@@ -337,6 +337,6 @@ def test_an_item_is_one_synchronisation(tmp_path):
     t.host("aten::_local_scalar_dense", 110, 280)
     t.launch(50, 10, 60, 500)
     t.write(tmp_path / "run")
-    calls = run(tmp_path / "run").sync_calls
+    calls = run(tmp_path / "run").gpu.sync_calls
     assert calls["name"].tolist() == ["aten::item"]
     assert calls["step"].tolist() == [0]

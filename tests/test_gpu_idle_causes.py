@@ -34,8 +34,8 @@ def found(rep, fid):
 
 
 def idle_adds_up(rep):
-    idle = rep.idle.set_index(["rank", "step"])
-    bd = rep.breakdown.set_index(["rank", "step"])
+    idle = rep.steps.idle.set_index(["rank", "step"])
+    bd = rep.steps.breakdown.set_index(["rank", "step"])
     parts = idle[[c for c in idle.columns if c.startswith("idle_") and c != "idle_us"]]
     assert parts.sum(axis=1).to_numpy() == pytest.approx(
         bd.loc[idle.index, "idle_us"].to_numpy(), abs=1e-3)
@@ -88,7 +88,7 @@ def test_a_one_second_launch_call_is_launch_time_not_queued(tmp_path):
     long_launch_trace(long_us).write(tmp_path / "run")
     rep = run(tmp_path / "run")
     idle_adds_up(rep)
-    row = rep.idle.iloc[0]
+    row = rep.steps.idle.iloc[0]
     gaps = 2 * SHORT          # kernels 2·SHORT + 1, one window from the first to the last
     assert row["idle_launch_us"] == pytest.approx((gaps - 1) * 10 + long_us, abs=1)
     assert row["slow_launch_us"] == pytest.approx(long_us, abs=1)
@@ -107,7 +107,7 @@ def test_ordinary_launches_are_not_slow(tmp_path):
     """The healthy twin: the same trace whose odd launch takes 10 µs like the others."""
     long_launch_trace(10.0).write(tmp_path / "run")
     rep = run(tmp_path / "run")
-    row = rep.idle.iloc[0]
+    row = rep.steps.idle.iloc[0]
     assert row["slow_launch_us"] == 0
     assert row["idle_queued_us"] == pytest.approx((2 * SHORT) * 5, abs=1)
     assert GRAPH_ADVICE in found(rep, "launch-bound").remedy
@@ -147,12 +147,12 @@ def test_a_short_sync_is_charged_no_more_than_it_held_the_host(tmp_path):
     short_sync_trace(22.0).write(tmp_path / "run")
     rep = run(tmp_path / "run")
     idle_adds_up(rep)
-    idle = rep.idle.set_index("step")
+    idle = rep.steps.idle.set_index("step")
     for step in (1, 2):
         assert idle.loc[step, "idle_sync_us"] == pytest.approx(22.0, abs=1e-3)
         assert idle.loc[step, "idle_cpu_us"] == pytest.approx(40_000.0, abs=1e-3)
         assert idle.loc[step, "idle_startup_us"] == pytest.approx(30_000.0, abs=1e-3)
-    calls = rep.sync_calls
+    calls = rep.gpu.sync_calls
     # Bounded by the host's time inside blocking calls, call by call.
     assert (calls["idle_after_us"] <= calls["end_us"] - calls["ts_us"] + 1e-6).all()
     assert found(rep, "sync-stall") is None
@@ -168,7 +168,7 @@ def test_a_long_sync_is_a_stall_with_its_call(tmp_path):
     rep = run(tmp_path / "run")
     f = found(rep, "sync-stall")
     assert f is not None and f.evidence["sync_op"] == "cudaMemcpy"
-    idle = rep.idle.set_index("step")
+    idle = rep.steps.idle.set_index("step")
     # In the call: from the copy's launch to its end, less the 2 µs transfer; after it, as
     # much as the call held the host less that idle: 50 ms in all.
     assert idle.loc[1, "idle_sync_us"] == pytest.approx(50_000.0, abs=1e-3)
@@ -205,7 +205,7 @@ def test_an_event_wait_is_the_stall_not_the_item_before_it(tmp_path, call):
     # The wait, and the item's own 10 µs: nothing after the item, which held the host 10 µs
     # and the device idled all of them.
     assert f.cost_us == pytest.approx(46_310.0, abs=1)
-    calls = rep.sync_calls
+    calls = rep.gpu.sync_calls
     item = calls[calls["name"] == "aten::item"]
     assert (item["idle_after_us"] <= 10.0 + 1e-6).all()
 
@@ -247,7 +247,7 @@ def test_a_graph_replay_caught_mid_work_is_measured_over_the_device_span(tmp_pat
     finally:
         logging.disable(logging.NOTSET)
     rep = run(folder)
-    bd = rep.breakdown.iloc[0]
+    bd = rep.steps.breakdown.iloc[0]
     assert bd["idle_us"] == pytest.approx(float(hta["idle_time"].sum()), abs=1e-6)
     assert bd["idle_us"] == pytest.approx(49 * 2, abs=1e-6)
     assert bd["window_us"] == pytest.approx(50 * 8 + 49 * 2, abs=1e-6)
@@ -315,7 +315,7 @@ def test_a_capture_step_is_start_up_and_the_replays_are_analysed(tmp_path):
         graph_kernels(t, c, T + 40, 100, 8, 2)
     t.write(tmp_path / "run")
     rep = run(tmp_path / "run")
-    assert sorted(rep.breakdown["step"]) == [1, 2, 3]
+    assert sorted(rep.steps.breakdown["step"]) == [1, 2, 3]
     assert any("ProfilerStep#0 is start-up" in n and "cudaGraphInstantiate" in n
                for n in rep.notes)
     assert any("captures CUDA graphs" in n and "also replays graphs (3 graph launches)" in n

@@ -47,21 +47,21 @@ def test_a_step_longer_than_the_trace_is_clipped(tmp_path, profiler_range):
     at 10 µs to the last kernel's end at 315.02 ms) and a tenth of it — and a note says so."""
     overlong_trace(13_300_000.0, profiler_range).write(tmp_path / "run")
     rep = run(tmp_path / "run")
-    w = rep.breakdown.set_index("step")["window_us"]
+    w = rep.steps.breakdown.set_index("step")["window_us"]
     hi = 355_000.0 if profiler_range else 315_020.0 + 0.1 * (315_020.0 - 10.0)
     assert w.loc[3] == pytest.approx(hi - 255_000.0, abs=1e-6)
     assert list(w.loc[[0, 1, 2]]) == pytest.approx([80_000.0] * 3, abs=1e-6)
     assert any("ProfilerStep#3 runs" in n and "past the profiler's own span" in n
                for n in rep.notes)
     # The idle that the long range made is gone with it.
-    assert rep.breakdown.set_index("step").loc[3, "idle_us"] < 100_000
+    assert rep.steps.breakdown.set_index("step").loc[3, "idle_us"] < 100_000
 
 
 def test_a_step_inside_the_trace_is_left_as_it_is(tmp_path):
     """The healthy twin: ProfilerStep#3 lasts 80 ms like the others."""
     overlong_trace(80_000.0).write(tmp_path / "run")
     rep = run(tmp_path / "run")
-    w = rep.breakdown.set_index("step")["window_us"]
+    w = rep.steps.breakdown.set_index("step")["window_us"]
     assert w.loc[3] == pytest.approx(80_000.0, abs=1e-6)
     assert not any("past the profiler's own span" in n for n in rep.notes)
 
@@ -93,7 +93,7 @@ def test_repeated_step_numbers_are_kept_apart_by_window(tmp_path):
     ignored), numbered window after window, each with its own kernels."""
     windows_trace(10).write(tmp_path / "run")
     rep = run(tmp_path / "run")
-    bd = rep.breakdown.set_index("step")
+    bd = rep.steps.breakdown.set_index("step")
     assert list(bd.index) == list(range(50))
     for step in range(50):
         assert bd.loc[step, "compute_us"] == pytest.approx((step % 5 + 1) * 1_000, abs=1e-6)
@@ -106,7 +106,7 @@ def test_windows_that_start_later_follow_the_previous_one(tmp_path):
     """Windows of ProfilerStep#10–#14 three times: steps 10–24."""
     windows_trace(3, first=10).write(tmp_path / "run")
     rep = run(tmp_path / "run")
-    assert sorted(rep.breakdown["step"]) == list(range(10, 25))
+    assert sorted(rep.steps.breakdown["step"]) == list(range(10, 25))
     assert any("ProfilerStep#10 of window 2 is step 15" in n for n in rep.notes)
 
 
@@ -114,7 +114,7 @@ def test_unique_step_numbers_are_the_steps(tmp_path):
     """The healthy twin: one window of 50 numbered steps, no note."""
     windows_trace(1, per_window=50).write(tmp_path / "run")
     rep = run(tmp_path / "run")
-    assert sorted(rep.breakdown["step"]) == list(range(50))
+    assert sorted(rep.steps.breakdown["step"]) == list(range(50))
     assert not any("profiler windows" in n for n in rep.notes)
 
 
@@ -140,7 +140,7 @@ def test_a_dropped_step_event_is_named(tmp_path, dur, why):
             ev["dur"] = dur
     _write(doc, tmp_path / "run")
     rep = run(tmp_path / "run")
-    assert 2 not in set(rep.breakdown["step"])
+    assert 2 not in set(rep.steps.breakdown["step"])
     lines = [p for p in rep.problems if "ProfilerStep#2 dropped" in p]
     assert len(lines) == 1 and why in lines[0] and "missing from this rank's figures" in lines[0]
 
@@ -180,7 +180,7 @@ def test_a_start_up_step_is_left_out_of_the_steady_state(tmp_path):
     start-up, named in the notes with what it did, and the figures are the other steps'."""
     startup_trace(1_000_000.0, 50_000.0).write(tmp_path / "run")
     rep = run(tmp_path / "run")
-    assert sorted(rep.breakdown["step"]) == [1, 2, 3]
+    assert sorted(rep.steps.breakdown["step"]) == [1, 2, 3]
     note = next(n for n in rep.notes if "ProfilerStep#0 is start-up" in n)
     assert "cudaLaunchKernel ×1 (1,000.0 ms)" in note
     assert "cudaStreamCreateWithPriority ×1 (50.0 ms)" in note
@@ -191,7 +191,7 @@ def test_an_ordinary_first_step_is_analysed(tmp_path):
     """The healthy twin: a first launch of 10 µs and 0.1 ms of stream creation."""
     startup_trace(10.0, 100.0).write(tmp_path / "run")
     rep = run(tmp_path / "run")
-    assert sorted(rep.breakdown["step"]) == [0, 1, 2, 3]
+    assert sorted(rep.steps.breakdown["step"]) == [0, 1, 2, 3]
     assert not any("start-up" in n for n in rep.notes)
 
 
@@ -262,9 +262,9 @@ def test_a_start_up_step_on_one_rank_is_left_out_on_every_rank(tmp_path):
             T += step
         t.write(tmp_path / "run", f"rank{rank}.json.gz")
     rep = run(tmp_path / "run")
-    assert sorted(set(rep.breakdown["step"])) == [1, 2, 3]
-    assert rep.breakdown.groupby("rank")["step"].apply(sorted).tolist() == [[1, 2, 3]] * 2
+    assert sorted(set(rep.steps.breakdown["step"])) == [1, 2, 3]
+    assert rep.steps.breakdown.groupby("rank")["step"].apply(sorted).tolist() == [[1, 2, 3]] * 2
     assert rep.cross_rank["matchable"], rep.cross_rank["why_not"]
     assert any(n.startswith("rank 1: step 0 left out as on the ranks where it is start-up")
                for n in rep.notes)
-    assert set(rep.kernel_totals["step"]) == {1, 2, 3}
+    assert set(rep.gpu.kernel_totals["step"]) == {1, 2, 3}

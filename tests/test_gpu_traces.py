@@ -44,7 +44,7 @@ def test_stream_idle_agrees_with_hta(rel, tmp_path):
     finally:
         logging.disable(logging.NOTSET)
     rank = int(hta["rank"].iloc[0])
-    ours = analyze(folder, workers=1).stream_idle
+    ours = analyze(folder, workers=1).gpu.stream_idle
     ours = ours[ours["rank"] == rank].assign(stream=lambda d: d["stream"].str.split(":").str[-1])
     checked = 0
     for stream, g in hta.groupby("stream"):
@@ -86,7 +86,7 @@ def test_pytorch_1_8_sample_steps_and_categories_as_the_plugin_defines_them(tmp_
                         "worker0.pt.trace.json.gz")
     plugin = _plugin_steps(path)
     rep = analyze(_folder_with(path, tmp_path), workers=1)
-    cats = rep.step_categories.set_index("step")
+    cats = rep.gpu.step_categories.set_index("step")
     assert sorted(cats.index) == sorted(plugin)
     for step, costs in plugin.items():
         row = cats.loc[step]
@@ -97,7 +97,7 @@ def test_pytorch_1_8_sample_steps_and_categories_as_the_plugin_defines_them(tmp_
                              ("other_us", "Other")):
             assert row[ours] == pytest.approx(costs[theirs], abs=1), (step, ours)
     # The breakdown's step windows are the same device-side windows.
-    bd = rep.breakdown.set_index("step")
+    bd = rep.steps.breakdown.set_index("step")
     for step, costs in plugin.items():
         assert bd.loc[step, "window_us"] == pytest.approx(costs["Total"], abs=1)
 
@@ -108,9 +108,9 @@ def test_gpu_runs_behind_the_host_steps_are_timed_on_the_gpu(tmp_path):
     alike and each holds its own all-reduces."""
     path = shared_trace("gpu/tracelens/traces/mi300/resnet_act_checkpoint.json.gz")
     rep = analyze(_folder_with(path, tmp_path), workers=1)
-    w = rep.breakdown.set_index("step")["window_us"]
+    w = rep.steps.breakdown.set_index("step")["window_us"]
     assert w.max() / w.min() < 1.1
-    per_step = rep.instances.groupby("step").size()
+    per_step = rep.comm.instances.groupby("step").size()
     assert per_step.max() - per_step.min() <= 1
 
 
@@ -123,7 +123,7 @@ def test_gpu_runs_behind_the_host_steps_are_timed_on_the_gpu(tmp_path):
 def test_a_gpu_idle_over_a_third_of_the_step_always_gets_a_finding(rel, tmp_path):
     path = shared_trace(rel)
     rep = analyze(_folder_with(path, tmp_path), workers=1)
-    bd = rep.breakdown
+    bd = rep.steps.breakdown
     share = float((bd["idle_us"] / bd["window_us"]).mean())
     assert share > 1 / 3
     ids = [f.id for f in rep.findings]

@@ -1,8 +1,8 @@
 """Each headline quantity defined once (issue 37): the tree is searched for a second
 definition of each, and the test fails when one appears.
 
-- the headline step time is chosen by ``reader.choose_headline`` alone (its order of sources
-  spelled once, ``HEADLINE_ORDER``);
+- the headline step time is chosen by ``model.choose_headline`` alone (its order of sources
+  spelled once, ``HEADLINE_ORDER``), from the step timers' summary taken once an analysis;
 - nccl-tests' bus factors, ``(n − 1)/n`` and ``2(n − 1)/n``, are written in
   ``meshscope/theory/bus_factors.py`` alone (the bandwidth table maps its pairs through it);
 - the robust noise's constant (MAD → σ) in ``analysis/records/steps.py`` alone;
@@ -63,6 +63,11 @@ def test_the_headline_step_time_is_chosen_in_one_place():
     assert _where(r'"timer",\s*"window",\s*"replayed"') == {"analysis/report/model.py"}
     # no reader picks its own: the old spelling of the choice is nowhere
     assert _where(r"\(timer, \"timer\"\), \(replayed") == set()
+    # The step timers' summary (their step time, the headline's first source) is taken once
+    # per analysis, by the always-on records' stage, for the findings and summary.json alike.
+    assert _where(r"throughput_summary\(") == {"analysis/records/steps.py",
+                                                "analysis/report/always_on.py",
+                                                "analysis/report/without_traces.py"}
 
 
 def test_bus_factors_are_written_once():

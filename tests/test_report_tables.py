@@ -46,3 +46,21 @@ def test_report_format_names_every_table():
     doc = (ROOT / "docs" / "report-format.md").read_text()
     missing = [name for name in tables.NAMES if f"`{name}.parquet`" not in doc]
     assert not missing, missing
+
+
+def test_the_report_holds_each_registered_table_once_in_its_group(tmp_path):
+    """``Report.tables()`` walks the registry's groups (``tables.GROUPS``): every registered
+    table once — so a group added to the registry but not to the Report (its tables never
+    written) fails here."""
+    from meshscope.analysis.report.analyze import analyze
+
+    run = tmp_path / "run"
+    shutil.copytree(ROOT / "samples" / "dp2-pp2-1f1b", run,
+                    ignore=shutil.ignore_patterns("report", "traces"))
+    rep = analyze(run, workers=1)
+    names = [name for name, _ in rep.tables()]
+    assert sorted(names) == sorted(tables.NAMES) and len(names) == len(set(names))
+    groups = {type(getattr(rep, f)): f for f in vars(rep) if isinstance(getattr(rep, f),
+                                                                          tables.GROUPS)}
+    assert set(groups) == set(tables.GROUPS)
+    assert len(rep.records.step_heatmap) > 0 and rep.gpu.kernels.empty

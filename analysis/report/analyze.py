@@ -17,19 +17,19 @@ operations and own-clock timeline once their replacements exist, ``RankStage``):
    ``comm/matching``) → ``_aligned`` → ``Aligned`` (clock offsets applied to every rank's times
    and instances, ``crossrank/clocks``; per-dimension communication sets) → ``_step_tables``
    → ``StepTables`` (pipeline windows, the step breakdown and bubbles, ``timeline/breakdown``,
-   ``pipeline/``) → ``_records`` → ``Records`` (step-timer records and Flight Recorder verdicts,
-   ``records/``) → ``_whatif`` (each step's dependency graph, critical path and what-if
-   savings, ``crossrank/``).
+   ``pipeline/``) → ``records_of`` → ``Records`` (step-timer records and Flight Recorder
+   verdicts, ``always_on.py``) → ``_whatif`` (each step's dependency graph, critical path and
+   what-if savings, ``crossrank/``); the memory tables and snapshots (``memory_stage.py``).
 4. **Findings** (``_findings``, ``report/findings``) from every value above; bandwidth
-   (``comm/bandwidth_report``) and the aligned timeline go into the ``Report``.
-5. **Write**: ``Report.write(dir)`` stores every table of the registry (``report/tables.py``)
-   as parquet and ``summary.json``, crash-safe (``crash_safe.py``; docs/report-format.md lists
-   them, docs/metrics.md defines every number).
+   (``comm/bandwidth_report``) and the aligned timeline go into the ``Report``
+   (``result.py``), its tables in the registry's groups (``report/tables.py``).
+5. **Write**: ``Report.write(dir)`` stores every table of the registry as parquet and
+   ``summary.json``, crash-safe (``crash_safe.py``; docs/report-format.md lists them,
+   docs/metrics.md defines every number).
 
-Without a usable trace — a run that failed or hung before its profiled steps, or a folder of
-PyTorch's own Flight Recorder dumps alone — the report is what the always-on records say
-(``_records_only``): the Flight Recorder verdicts and the step timers, the device and world
-from run.json or else from the dumps.
+Without a usable trace — a run that failed or hung before its profiled steps, a folder of
+PyTorch's own Flight Recorder dumps alone, a memory snapshot alone — the report is what the
+rest says (``without_traces.py``).
 """
 from __future__ import annotations
 
@@ -41,98 +41,28 @@ import numpy as np
 import pandas as pd
 
 from meshscope.analysis.comm import bandwidth_report, dims, instances, matching
-from meshscope.analysis.crossrank import clocks, graph, program, whatif
+from meshscope.analysis.crossrank import clocks, program, whatif
 from meshscope.analysis.errors import InputError
 from meshscope.analysis.ingest import budgets
 from meshscope.analysis.memory import gather as memory_gather
 from meshscope.analysis.pipeline import bubble, schedule
-from meshscope.analysis.records import flight_recorder, steps as step_records
+from meshscope.analysis.records import steps as step_records
 from meshscope.analysis.report import device_findings, engines, findings as findings_mod
-from meshscope.analysis.report import inputs, rank_work
+from meshscope.analysis.report import inputs, rank_work, without_traces
+from meshscope.analysis.report.always_on import Records, records_of, worst_step_times
 from meshscope.analysis.report.memory_findings import memory_findings
+from meshscope.analysis.report.memory_stage import memory_facts, memory_of
+from meshscope.analysis.report.model import choose_headline
 from meshscope.analysis.report.options import AnalysisOptions
-from meshscope.analysis.report.summary import REPORT_SCHEMA_VERSION, summary_of
+from meshscope.analysis.report.result import Report
+from meshscope.analysis.report.summary import REPORT_SCHEMA_VERSION
 from meshscope.analysis.report import spill
-from meshscope.analysis.report import crash_safe
 from meshscope.analysis.report import tables as report_tables
 from meshscope.analysis.timeline import breakdown, segments
 from meshscope.analysis.timeline.rank_timeline import RankTimeline
 from meshscope.collectors.run_info import RunInfo
 
-__all__ = ["REPORT_SCHEMA_VERSION", "AnalysisOptions", "Report", "analyze"]
-
-
-@dataclasses.dataclass
-class Report:
-    """Everything one analysis found; ``TABLES`` are written as parquet, the rest goes into
-    summary.json (``analysis/report/summary.py``)."""
-    source: pathlib.Path
-    run: RunInfo | None
-    ranks: list[int]
-    missing_ranks: list[int]
-    problems: list[str]
-    notes: list[str]
-    on_gpu: bool
-    breakdown: pd.DataFrame
-    exposed_comm: pd.DataFrame            # exposed communication per (rank, step, dim, op)
-    operator_totals: pd.DataFrame         # host operators per (rank, step, name)
-    trace_overlap: pd.DataFrame
-    bubbles: pd.DataFrame
-    microbatches: pd.DataFrame
-    pipeline_phases: pd.DataFrame
-    stage_imbalance: pd.DataFrame
-    instances: pd.DataFrame
-    collectives: pd.DataFrame
-    clock_offsets: pd.DataFrame
-    whatif: pd.DataFrame
-    critical_path: pd.DataFrame
-    rank_waits: pd.DataFrame
-    bandwidth: pd.DataFrame
-    bandwidth_summary: pd.DataFrame
-    step_heatmap: pd.DataFrame
-    flight_recorder: pd.DataFrame
-    timeline: pd.DataFrame
-    throughput: pd.DataFrame
-    idle: pd.DataFrame                    # GPU: where the device's idle time went
-    step_categories: pd.DataFrame         # GPU: the former TensorBoard plugin's categories
-    stream_idle: pd.DataFrame             # GPU: HTA's idle time breakdown per stream
-    sync_calls: pd.DataFrame              # GPU: synchronisations and the idle they caused
-    kernels: pd.DataFrame                 # GPU: the top kernels per rank
-    kernel_totals: pd.DataFrame           # GPU: every kernel per (rank, step, name)
-    kernel_categories: pd.DataFrame       # GPU: device time per kernel category
-    gemms: pd.DataFrame                   # GPU: matrix multiplications against the peak
-    memory_steps: pd.DataFrame            # memory: per rank, device and step (analysis/memory)
-    memory_devices: pd.DataFrame          # memory: per rank and device, peaks and growth
-    memory_live: pd.DataFrame             # memory: blocks live at the peak, by what made them
-    memory_curve: pd.DataFrame            # memory: allocated/reserved over time, bounded
-    memory_terms: pd.DataFrame            # memory: model states measured from the trace
-    memory_segments: pd.DataFrame         # memory snapshots: their segments
-    memory_snapshot_live: pd.DataFrame    # memory snapshots: live at their largest moment
-    straggler: dict | None
-    imbalance: dict | None
-    cross_rank: dict
-    step_records: step_records.StepRecords
-    step_time_us: float | None
-    findings: list[findings_mod.Finding]
-    # summary.json's ``memory`` (the snapshots' summaries, the stages' peaks, the device
-    # memory given): ``summary.memory_summary``.
-    memory: dict = dataclasses.field(default_factory=dict)
-    # "gpu" when a rank's trace holds device activity or names a GPU in its deviceProperties
-    # (a CUPTI range-profiler trace has counters, no kernels), else "cpu".
-    device: str = "cpu"
-
-    TABLES = report_tables.NAMES        # every table and its columns: report/tables.py
-    GPU_TABLES = report_tables.GPU
-
-    def summary(self) -> dict:
-        return summary_of(self)
-
-    def write(self, out: pathlib.Path) -> pathlib.Path:
-        """Write the report to ``out`` — every table of the registry as parquet and
-        ``summary.json`` —, crash-safe and durable (``crash_safe.write_folder``)."""
-        return crash_safe.write_folder(
-            out, self.source, ((name, getattr(self, name)) for name in self.TABLES),
-            self.summary)
+__all__ = ["REPORT_SCHEMA_VERSION", "AnalysisOptions", "analyze"]
 
 
 def _empty(columns) -> pd.DataFrame:
@@ -149,16 +79,16 @@ def analyze(path: pathlib.Path, options: AnalysisOptions | None = None, **fields
         inp = inputs.gather(path)
         if not inp.trace_files:
             if not inp.has_dumps and (options.snapshots or inputs.find_snapshots(inp.path)):
-                return _snapshots_only(inp, options)
+                return without_traces.snapshots_only(inp, options)
             if inp.run is not None and inp.has_dumps:
-                return _records_only(_with_problem(
+                return without_traces.records_only(_with_problem(
                     inp, "no traces: the run ended before its profiled steps"),
                     options.warmup_steps)
             if inp.has_dumps:               # PyTorch's own Flight Recorder dumps, alone
                 if not inp.flight.ranks:
                     raise InputError(inp.path, "no usable Flight Recorder dump: "
                                      + "; ".join(inp.problems))
-                return _records_only(inp, options.warmup_steps)
+                return without_traces.records_only(inp, options.warmup_steps)
             raise InputError(inp.path, "no trace files (*.json, *.json.gz) found"
                              + (" in traces/" if inp.run is not None else "")
                              + ("" if inp.run is not None else
@@ -171,7 +101,7 @@ def analyze(path: pathlib.Path, options: AnalysisOptions | None = None, **fields
             stage = _per_rank(inp, _rank_options(inp, options), options, store)
             if not stage.results:
                 if inp.has_dumps and inp.flight.ranks:
-                    return _records_only(stage.inputs, options.warmup_steps)
+                    return without_traces.records_only(stage.inputs, options.warmup_steps)
                 raise InputError(inp.path,
                                  "no usable trace: " + "; ".join(stage.inputs.problems))
             return _cross_rank(stage, layout_map, options)
@@ -279,7 +209,7 @@ def _cross_rank(stage: RankStage, layout_map, options: AnalysisOptions) -> Repor
     matchable = not matched.why_not and len(matched.instances) > 0 and len(ranks) > 1
     aligned = _aligned(results, matched.instances, ranks, matchable, stage.store)
     tables = _step_tables(aligned.timelines, results, inp.run, ranks)
-    recs = _records(inp, options.warmup_steps)
+    recs = records_of(inp, options.warmup_steps)
     wi = _whatif(aligned, inp.run, recs.records) if matchable else None
     window_us = breakdown.mean_window_us(tables.breakdown)
     step_us = wi.step_time_us if wi is not None and np.isfinite(wi.step_time_us) else \
@@ -288,7 +218,7 @@ def _cross_rank(stage: RankStage, layout_map, options: AnalysisOptions) -> Repor
         recs.records.noise_us,
         tables.breakdown["step"].nunique() if len(tables.breakdown) else 1)
     on_gpu = any(r.on_gpu for r in results)
-    mem = _memory(results, inp, options)
+    mem = memory_of(results, inp, options)
     found = _findings(inp, tables, recs, aligned, wi,
                       step_us=_headline_us(recs, window_us, step_us),
                       resolution_us=resolution, on_gpu=on_gpu, memory=mem)
@@ -300,51 +230,35 @@ def _cross_rank(stage: RankStage, layout_map, options: AnalysisOptions) -> Repor
         problems=[*inp.problems, *mem.problems],
         notes=[*inp.notes, *matched.notes, *aligned.notes,
                *device_findings.gemm_coverage_notes(tables.gpu)],
-        on_gpu=on_gpu, breakdown=tables.breakdown, exposed_comm=tables.exposed_comm,
-        operator_totals=tables.operator_totals, trace_overlap=tables.trace_overlap,
-        bubbles=tables.bubbles, microbatches=tables.microbatches,
-        pipeline_phases=tables.pipeline_phases, stage_imbalance=tables.stage_imbalance,
-        instances=aligned.instances, collectives=aligned.collectives,
-        clock_offsets=aligned.offsets,
-        whatif=wi.table if wi else _empty(whatif.WHATIF_COLUMNS),
-        critical_path=wi.critical_path if wi else _empty(graph.PATH_COLUMNS),
-        rank_waits=wi.savings if wi else _empty(whatif.SAVINGS_COLUMNS),
-        bandwidth=bw, bandwidth_summary=bandwidth_report.bandwidth_summary(bw,
-                                                                           options.baseline),
-        step_heatmap=recs.records.heatmap, flight_recorder=recs.verdicts,
-        timeline=segments.segments(aligned.timelines, tables.windows,
-                                   wi.charged if wi else []),
-        throughput=recs.throughput, idle=tables.idle, **tables.gpu, **mem.tables,
+        on_gpu=on_gpu,
+        steps=report_tables.StepTimeTables(
+            breakdown=tables.breakdown, exposed_comm=tables.exposed_comm,
+            operator_totals=tables.operator_totals, trace_overlap=tables.trace_overlap,
+            timeline=segments.segments(aligned.timelines, tables.windows,
+                                       wi.charged if wi else []),
+            idle=tables.idle),
+        records=recs.tables,
+        pipeline=report_tables.PipelineTables(
+            bubbles=tables.bubbles, microbatches=tables.microbatches,
+            pipeline_phases=tables.pipeline_phases, stage_imbalance=tables.stage_imbalance),
+        comm=report_tables.CommTables(
+            instances=aligned.instances, collectives=aligned.collectives,
+            clock_offsets=aligned.offsets, bandwidth=bw,
+            bandwidth_summary=bandwidth_report.bandwidth_summary(bw, options.baseline)),
+        graph=report_tables.GraphTables(whatif=wi.table, critical_path=wi.critical_path,
+                                        rank_waits=wi.savings) if wi
+        else report_tables.GraphTables.empty(),
+        gpu=tables.gpu, memory=report_tables.MemoryTables(**mem.tables),
         straggler=wi.straggler if wi else None, imbalance=wi.imbalance if wi else None,
         cross_rank={"matchable": matchable, "why_not": matched.why_not,
                     "matched_on": matched.matched_on if matchable else None,
                     "noise_us": recs.records.noise_us,
                     "floor_us": wi.floor_us if wi is not None else None,
                     "resolution_us": resolution},
-        step_records=recs.records, step_time_us=step_us, findings=found,
-        memory=_memory_summary(mem),
+        step_records=recs.records, step_time_us=step_us,
+        throughput_summary=recs.throughput_summary, findings=found,
+        memory_facts=memory_facts(mem),
         device="gpu" if on_gpu or any(r.device_name for r in results) else "cpu")
-
-
-def _memory(results: list[rank_work.RankResult], inp: inputs.Inputs,
-            options: AnalysisOptions) -> memory_gather.Memory:
-    """Every rank's memory tables joined, the stages and the device memory given, and the
-    memory snapshots read (``analysis/memory/gather.py``): those of ``--snapshot`` and the
-    analysed path when it is a snapshot itself (a file that is not a usable snapshot stops the
-    analysis, naming it) and those found under the analysed folder (one that is not is a
-    problem line)."""
-    files = [(pathlib.Path(p), True) for p in options.snapshots]
-    given = {f.resolve() for f, _ in files}
-    alone = inp.path.is_file()      # `meshscope analyze snapshot.pickle`: given by name
-    files += [(f, alone) for f in inputs.find_snapshots(inp.path) if f.resolve() not in given]
-    return memory_gather.gather({r.rank: r.memory for r in results}, inp.run, files,
-                                options.device_memory, budgets.current().trace_bytes)
-
-
-def _memory_summary(mem: memory_gather.Memory) -> dict:
-    """summary.json's ``memory`` beside the tables (docs/report-format.md)."""
-    return {"stages": memory_gather.stages(mem.tables["memory_devices"], mem.stage_of),
-            "snapshots": mem.snapshots, "device_memory_bytes": mem.device_memory_bytes}
 
 
 def _matched_instances(inp: inputs.Inputs, results: list[rank_work.RankResult],
@@ -417,7 +331,7 @@ class StepTables:
     exposed_comm: pd.DataFrame
     operator_totals: pd.DataFrame
     idle: pd.DataFrame
-    gpu: dict[str, pd.DataFrame]
+    gpu: report_tables.GpuTables
     trace_overlap: pd.DataFrame
     bubbles: pd.DataFrame
     microbatches: pd.DataFrame
@@ -442,8 +356,9 @@ def _step_tables(timelines: dict[int, RankTimeline], results: list[rank_work.Ran
                         columns=breakdown.IDLE_COLUMNS)
     by_rank = sorted(results, key=lambda x: x.rank)
     gpus = [r.gpu for r in by_rank]         # each rank's read once (a spilled result's file)
-    gpu = {name: _concat([g.get(name) for g in gpus], report_tables.GPU_COLUMNS[name])
-           for name in Report.GPU_TABLES}
+    gpu = report_tables.GpuTables(**{
+        name: _concat([g.get(name) for g in gpus], columns)
+        for name, columns in report_tables.GPU_COLUMNS.items()})
     del gpus
     trace_ov = pd.DataFrame(sorted((r.trace_overlap for r in results), key=lambda o: o["rank"]))
     bub = bubble.bubble_table(timelines, windows, run)
@@ -459,25 +374,6 @@ def _step_tables(timelines: dict[int, RankTimeline], results: list[rank_work.Ran
                       stage_imbalance=schedule.imbalance_table(mb))
 
 
-@dataclasses.dataclass(frozen=True)
-class Records:
-    """What the always-on records say (``records/``): the step timers' analysis, throughput
-    per step and the Flight Recorder verdicts."""
-    records: step_records.StepRecords
-    throughput: pd.DataFrame
-    verdicts: pd.DataFrame
-
-
-def _records(inp: inputs.Inputs, warmup_steps: int) -> Records:
-    run = inp.run
-    return Records(
-        records=step_records.analyse(inp.steps, warmup_steps,
-                                     run.profile_steps if run is not None else None),
-        throughput=step_records.throughput(inp.steps, run),
-        verdicts=flight_recorder.diagnose(inp.flight, run, inp.steps) if inp.has_dumps
-        else _empty(flight_recorder.COLUMNS))
-
-
 def _whatif(aligned: Aligned, run: RunInfo | None,
             records: step_records.StepRecords) -> whatif.WhatIf:
     """Each step's dependency graph, its critical path, the what-if savings and the
@@ -491,22 +387,13 @@ def _whatif(aligned: Aligned, run: RunInfo | None,
 
 
 def _headline_us(recs: Records, window: float | None, replayed_or_window: float) -> float:
-    """The step time every finding's cost % is of: the report's headline (``reader.
-    choose_headline``: the step timers, else the profiled window, else the replayed makespan),
-    so the percentages read against the step time every view shows."""
-    from meshscope.analysis.records.steps import throughput_summary
-    from meshscope.analysis.report.reader import choose_headline
-
-    timer = throughput_summary(recs.throughput, recs.records.warmup_steps)["step_time_us"]
+    """The step time every finding's cost % is of: the report's headline
+    (``model.choose_headline``: the step timers, else the profiled window, else the replayed
+    makespan), so the percentages read against the step time every view shows."""
+    timer = recs.throughput_summary["step_time_us"]
     head, _ = choose_headline(timer, replayed_or_window if np.isfinite(replayed_or_window)
                               else None, window)
     return head if head is not None else replayed_or_window
-
-
-def _worst_step_times(steps: pd.DataFrame) -> pd.Series:
-    """step → the slowest rank's wall time of it (empty without step timers)."""
-    return steps.groupby("step")["wall_time_us"].max() if len(steps) else \
-        pd.Series(dtype=float)
 
 
 def _findings(inp: inputs.Inputs, tables: StepTables, recs: Records, aligned: Aligned,
@@ -526,15 +413,15 @@ def _findings(inp: inputs.Inputs, tables: StepTables, recs: Records, aligned: Al
         savings=wi.savings if wi else _empty(whatif.SAVINGS_COLUMNS),
         imbalance=wi.imbalance if wi else None, dim_savings=wi.dim_savings if wi else {},
         dim_timing=_dim_timing(colls, p2p),
-        hangs=recs.verdicts, slow_steps=records.slow_steps,
-        warmup_steps=records.warmup_steps, step_times=_worst_step_times(inp.steps),
+        hangs=recs.tables.flight_recorder, slow_steps=records.slow_steps,
+        warmup_steps=records.warmup_steps, step_times=worst_step_times(inp.steps),
         median_step_us=records.median_step_us, on_gpu=on_gpu, idle=tables.idle,
-        sync_calls=tables.gpu["sync_calls"], kernels=tables.gpu["kernels"],
-        gemms=tables.gpu["gemms"], collectives=colls,
+        sync_calls=tables.gpu.sync_calls, kernels=tables.gpu.kernels,
+        gemms=tables.gpu.gemms, collectives=colls,
         whatif_dims=_matched_dims(colls, p2p) if wi is not None else set(),
         memory=memory_findings(memory.tables["memory_devices"], memory.tables["memory_live"],
                                memory.snapshots, memory.stage_of),
-        kernel_categories=tables.gpu["kernel_categories"],
+        kernel_categories=tables.gpu.kernel_categories,
         graph_captures=sum(tl.graph_captures for tl in aligned.timelines.values()),
         graph_replays=sum(tl.graph_replays for tl in aligned.timelines.values())))
 
@@ -587,67 +474,3 @@ def _dim_timing(colls: pd.DataFrame, p2p: pd.DataFrame) -> dict[str, dict]:
     return out
 
 
-def _snapshots_only(inp: inputs.Inputs, options: AnalysisOptions) -> Report:
-    """A memory snapshot without traces (``meshscope analyze snapshot.pickle``): its tables
-    and summary, its out-of-memory record as a finding; every other table empty with its
-    registered columns."""
-    mem = _memory([], inp, options)
-    found = memory_findings(mem.tables["memory_devices"], mem.tables["memory_live"],
-                            mem.snapshots, mem.stage_of)
-    ranks = sorted({int(s["rank"]) for s in mem.snapshots})
-    records = step_records.analyse(inp.steps, options.warmup_steps, None)
-    return Report(
-        source=inp.path, run=inp.run, ranks=ranks, missing_ranks=[],
-        problems=[*inp.problems, *mem.problems], notes=list(inp.notes), on_gpu=True,
-        device="gpu",
-        **{name: report_tables.empty(name) for name in Report.TABLES
-           if name not in ("instances", *report_tables.MEMORY)},
-        **mem.tables, instances=instances.empty(), straggler=None, imbalance=None,
-        cross_rank={"matchable": False, "why_not": ["no traces"], "matched_on": None,
-                    "noise_us": None},
-        step_records=records, step_time_us=None, findings=found,
-        memory=_memory_summary(mem))
-
-
-def _records_only(inp: inputs.Inputs, warmup_steps: int) -> Report:
-    """A run with no usable trace (it failed or hung before its profiled steps, or all there
-    is are PyTorch's own Flight Recorder dumps): what the always-on records say — step timers
-    and the Flight Recorder verdicts; every other table empty with its registered columns
-    (``report/tables.py``). The device and the world come from run.json, else from the dumps
-    (``inputs.flight_facts``: an NCCL job's dumps make it a GPU job); the ranks missing are
-    those of the world that left no record at all (no dump, no step timer)."""
-    run = inp.run
-    recs = _records(inp, warmup_steps)
-    records = recs.records
-    facts = inputs.flight_facts(inp.flight, run)
-    found = findings_mod.findings(findings_mod.FindingInputs(
-        step_us=records.median_step_us, noise_us=records.noise_us,
-        breakdown=_empty(breakdown.COLUMNS), bubbles=_empty(bubble.COLUMNS),
-        schedule=run.schedule if run else None, stages=1,
-        microbatches=run.microbatches if run else 1,
-        virtual_stages=run.virtual_stages if run else 1, straggler=None,
-        savings=_empty(whatif.SAVINGS_COLUMNS), imbalance=None, dim_savings={},
-        hangs=recs.verdicts, slow_steps=records.slow_steps,
-        warmup_steps=records.warmup_steps, step_times=_worst_step_times(inp.steps),
-        median_step_us=records.median_step_us))
-    world = facts["world_size"] or 0
-    recorded = set(inp.flight.ranks) | (set(int(r) for r in inp.steps["rank"].unique())
-                                        if len(inp.steps) else set())
-    notes = list(inp.notes)
-    if run is None and inp.flight.ranks:
-        notes.append(f"Flight Recorder dumps of {len(inp.flight.ranks)} ranks, backend "
-                     f"{', '.join(facts['backends']) or 'unknown'} (device "
-                     f"{'gpu' if facts['on_gpu'] else 'cpu'}), world size {world} from "
-                     f"{facts['world_size_from']}")
-    return Report(
-        source=inp.path, run=run, ranks=[],
-        missing_ranks=sorted(set(range(world)) - recorded), problems=inp.problems,
-        notes=notes, on_gpu=facts["on_gpu"], device="gpu" if facts["on_gpu"] else "cpu",
-        **{name: report_tables.empty(name) for name in Report.TABLES
-           if name not in ("instances", "step_heatmap", "flight_recorder", "throughput")},
-        instances=instances.empty(), step_heatmap=records.heatmap,
-        flight_recorder=recs.verdicts, throughput=recs.throughput,
-        straggler=None, imbalance=None,
-        cross_rank={"matchable": False, "why_not": ["no traces"], "matched_on": None,
-                    "noise_us": records.noise_us},
-        step_records=records, step_time_us=None, findings=found)

@@ -48,6 +48,7 @@ import pandas as pd
 from meshscope.analysis.gpu import host_activity
 from meshscope.analysis.report import finding_rules as F
 from meshscope.analysis.report.model import Finding
+from meshscope.analysis.report.tables import GpuTables
 from meshscope.vocabulary import exposed_comm_id
 
 SHORT_KERNEL_US = 20.0
@@ -395,14 +396,13 @@ def gemm_coverage(gemms: pd.DataFrame | None, categories: pd.DataFrame | None
             for r, t in g.items() if t > 0}
 
 
-def gemm_coverage_notes(gpu: dict[str, pd.DataFrame]) -> list[str]:
+def gemm_coverage_notes(gpu: GpuTables) -> list[str]:
     """One note per rank whose GEMM kernels mostly ran without recorded shapes: the GEMM
     efficiency verdict covers only the rest (CUDA graph replays carry no operator with
     shapes; ``record_shapes=True`` records them for eager launches)."""
     out = []
-    kernels, gemms = gpu.get("kernels"), gpu.get("gemms")
-    for rank, (covered, total) in sorted(gemm_coverage(gemms,
-                                                      gpu.get("kernel_categories")).items()):
+    kernels, gemms = gpu.kernels, gpu.gemms
+    for rank, (covered, total) in sorted(gemm_coverage(gemms, gpu.kernel_categories).items()):
         if covered >= 0.5 * total:
             continue
         mine = gemms[gemms["rank"] == rank] if gemms is not None and len(gemms) else None

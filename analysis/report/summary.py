@@ -11,7 +11,8 @@ import math
 
 import pandas as pd
 
-from meshscope.analysis.report.reader import choose_headline
+from meshscope.analysis.pipeline.schedule import imbalance_summary
+from meshscope.analysis.report.model import choose_headline
 from meshscope.analysis.timeline.breakdown import mean_window_us
 
 REPORT_SCHEMA_VERSION = 3
@@ -45,11 +46,11 @@ def step_times(report, throughput: dict) -> dict:
       (what the breakdown bars add up to for that rank).
 
     ``step_time_us`` is the first known of timer, window, replayed — measured before modelled
-    (``reader.choose_headline``) — and ``step_time_source`` says which (``timer``, ``window``,
+    (``model.choose_headline``) — and ``step_time_source`` says which (``timer``, ``window``,
     ``replayed``; labels in ``vocabulary.STEP_TIME_SOURCES``)."""
     timer = clean(throughput.get("step_time_us")) if throughput else None
-    replayed = clean(report.step_time_us) if len(report.whatif) else None
-    window = clean(mean_window_us(report.breakdown))
+    replayed = clean(report.step_time_us) if len(report.graph.whatif) else None
+    window = clean(mean_window_us(report.steps.breakdown))
     head, source = choose_headline(timer, replayed, window)
     return {"step_time_us": head, "step_time_source": source, "step_time_timer_us": timer,
             "step_time_replayed_us": replayed, "window_us": window}
@@ -102,27 +103,25 @@ def _top_kernels(kernels: pd.DataFrame, n: int = 5) -> pd.DataFrame:
 
 
 def summary_of(report) -> dict:
-    from meshscope.analysis.records.steps import throughput_summary
-
     r = report
-    per_rank = r.breakdown.drop(columns=["step"]).groupby("rank").mean().reset_index() \
-        if not r.breakdown.empty else r.breakdown
+    bd, bubbles = r.steps.breakdown, r.pipeline.bubbles
+    per_rank = bd.drop(columns=["step"]).groupby("rank").mean().reset_index() \
+        if not bd.empty else bd
     stages = pd.DataFrame()
-    if not r.bubbles.empty:
+    if not bubbles.empty:
         extra = {"replayed_bubble_fraction": ("replayed_bubble_fraction", "mean")} \
-            if "replayed_bubble_fraction" in r.bubbles else {}
-        stages = r.bubbles.groupby(["stage"]).agg(
+            if "replayed_bubble_fraction" in bubbles else {}
+        stages = bubbles.groupby(["stage"]).agg(
             bubble_fraction=("bubble_fraction", "mean"),
             theory_fraction=("theory_fraction", "first"),
             ranks=("rank", lambda s: sorted(set(int(x) for x in s))), **extra).reset_index()
-    savings = r.rank_waits
+    savings = r.graph.rank_waits
     rank_savings = [{"rank": int(s.rank), "saving_us": s.saving_us, "saving_pct": s.saving_pct,
                      "reference": s.reference, "wait_us": s.wait_us,
                      "wait_caused_us": s.wait_caused_us}
                     for s in savings.itertuples()] if len(savings) else []
     rec = r.step_records
-    throughput = throughput_summary(r.throughput, rec.warmup_steps)
-    from meshscope.analysis.pipeline.schedule import imbalance_summary
+    throughput = r.throughput_summary
     return clean({
         "schema_version": REPORT_SCHEMA_VERSION,
         "generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -133,28 +132,27 @@ def summary_of(report) -> dict:
         "missing_ranks": r.missing_ranks,
         "problems": r.problems,
         "notes": r.notes,
-        "steps": sorted(int(s) for s in r.breakdown["step"].unique()) if not r.breakdown.empty
-        else [],
+        "steps": sorted(int(s) for s in bd["step"].unique()) if not bd.empty else [],
         **step_times(r, throughput),
         "throughput": throughput,
         "per_rank_mean": records(per_rank),
-        "trace_overlap": records(r.trace_overlap),
+        "trace_overlap": records(r.steps.trace_overlap),
         "pipeline_stages": records(stages),
-        "stage_imbalance_measured": imbalance_summary(r.stage_imbalance)
-        if len(r.stage_imbalance) else None,
+        "stage_imbalance_measured": imbalance_summary(r.pipeline.stage_imbalance)
+        if len(r.pipeline.stage_imbalance) else None,
         "stage_imbalance_without_straggler": r.imbalance,
-        "clock_offsets": records(r.clock_offsets),
+        "clock_offsets": records(r.comm.clock_offsets),
         "table_clocks": TABLE_CLOCKS,
         "cross_rank": {**r.cross_rank, "straggler": r.straggler, "rank_savings": rank_savings},
         "warmup_steps": rec.warmup_steps,
         "slow_steps": rec.slow_steps,
-        "hangs": records(r.flight_recorder),
+        "hangs": records(r.records.flight_recorder),
         "findings": [f.to_dict() for f in r.findings],
-        "bandwidth": records(r.bandwidth_summary),
+        "bandwidth": records(r.comm.bandwidth_summary),
         "gpu_idle_per_rank_mean": records(
-            r.idle.drop(columns=["step"]).groupby("rank").mean().reset_index())
-        if len(r.idle) else [],
-        "top_kernels": records(_top_kernels(r.kernels)),
+            r.steps.idle.drop(columns=["step"]).groupby("rank").mean().reset_index())
+        if len(r.steps.idle) else [],
+        "top_kernels": records(_top_kernels(r.gpu.kernels)),
         "memory": memory_summary(r),
     })
 
@@ -166,7 +164,7 @@ def memory_summary(report) -> dict:
     (per pipeline stage, its largest peak and which rank holds it), ``snapshots`` (per memory
     snapshot and device: reserved, allocated, free in segments, the largest moment, the
     out-of-memory record) and ``device_memory_bytes`` (``--device-memory``, or null)."""
-    extra = report.memory or {}
-    return {"devices": records(report.memory_devices),
+    extra = report.memory_facts or {}
+    return {"devices": records(report.memory.memory_devices),
             "stages": extra.get("stages", []), "snapshots": extra.get("snapshots", []),
             "device_memory_bytes": extra.get("device_memory_bytes")}

@@ -1,6 +1,6 @@
 """Where a report may be written: never over a user's files, never over the run it describes.
 
-``Report.write(out)`` replaces ``out`` whole (``analysis/report/analyze.py``). That is only safe
+``Report.write(out)`` replaces ``out`` whole (``analysis/report/result.py``). That is only safe
 in three kinds of folder, so ``problem(out, source)`` refuses every other:
 
 - a folder that does not exist yet (it is made), or an empty one;
