@@ -172,36 +172,71 @@ def create_app(runs_dir: pathlib.Path, limits: Limits | None = None,
     app.server.config["MESHSCOPE_INDEX"] = index
     app.server.config["MESHSCOPE_ANALYSES"] = analyses
     app.server.config["MESHSCOPE_PAGE_BUILDS"] = builds
+    pages = _Pages(index, analyses, builds)
 
-    def render(state: st.ViewState) -> tuple[list, bool]:
+    @app.callback(Output("nav", "children"), Output("page", "children"),
+                  Output("poll", "disabled"),
+                  Input("url", "pathname"), Input("url", "search"), Input("poll", "n_intervals"))
+    def show(pathname, search, _n):
+        state = st.parse(pathname, search)
+        body, polling = pages.render(state)
+        return _nav(state, nav_pages(index, state)), body, not polling
+
+    _register_url_controls(app)
+    runs_list.register(app)
+    compare.register(app)
+    _register_exports(app, index, analyses)
+    from .errors import install_error_page
+    install_error_page(app.server)
+    return app
+
+
+class _Pages:
+    """What the page area shows for a view (``render``): the Runs list, a comparison, a run's
+    page, or what stands in for it — a run being analysed, a page still being built, a report
+    that cannot be read, an error in meshscope."""
+
+    def __init__(self, index: RunIndex, analyses: Analyses, builds: PageBuilds):
+        self.index, self.analyses, self.builds = index, analyses, builds
+
+    def render(self, state: st.ViewState) -> tuple[list, bool]:
         """The page body for ``state`` and whether to keep polling (an analysis running)."""
         if state.page == "runs":
-            index.refresh()
-            return S.to_dash(runs_list.sections(index, state)) + runs_list.controls(), False
+            self.index.refresh()
+            return S.to_dash(runs_list.sections(self.index, state)) + runs_list.controls(), False
         if state.page == "compare":
-            built = builds.build(state, lambda: compare.render(index, state))
+            built = self.builds.build(state, lambda: compare.render(self.index, state))
             if isinstance(built, Pending):
                 return [html.P(f"This comparison is still being built ({built.elapsed_s:.0f} s "
                                f"so far).", id="page-building", style=S.NOTE)], True
             return built, False
-        entry = index.get(state.run)
+        entry = self.index.get(state.run)
         if entry is None:
             if not state.run:
                 return _message("No run selected: pick one on the Runs page."), False
             return _message("Unknown run: there is no run of that name in this dashboard's "
                             "runs folder. Pick one on the Runs page.", warn=True), False
         if not entry.analysed:
-            analyses.start(entry)
-            status = analyses.status(entry.run_id)
-            if status is not None and status.state == "failed":
-                return [html.H2(entry.run_id)] + _message(status.text, warn=True), False
-            text = status.text if status else "Analysing…"
-            return [html.H2(entry.run_id),
-                    html.P(["This run had not been analysed yet: ",
-                            html.Code(f"meshscope analyze {entry.run_id}"),
-                            " is running now and the page will show the report when it is "
-                            "done."], style=S.NOTE),
-                    html.P(text, id="analysis-progress")], True
+            return self._analysing(entry)
+        return self._run_page(entry, state)
+
+    def _analysing(self, entry) -> tuple[list, bool]:
+        """A run not analysed yet: its analysis started, and what it is doing (polling on),
+        or why it failed (polling off)."""
+        self.analyses.start(entry)
+        status = self.analyses.status(entry.run_id)
+        if status is not None and status.state == "failed":
+            return [html.H2(entry.run_id)] + _message(status.text, warn=True), False
+        text = status.text if status else "Analysing…"
+        return [html.H2(entry.run_id),
+                html.P(["This run had not been analysed yet: ",
+                        html.Code(f"meshscope analyze {entry.run_id}"),
+                        " is running now and the page will show the report when it is "
+                        "done."], style=S.NOTE),
+                html.P(text, id="analysis-progress")], True
+
+    def _run_page(self, entry, state: st.ViewState) -> tuple[list, bool]:
+        """A page of an analysed run, built in the page builds' pool (``page_builds``)."""
         def page() -> list:
             report = open_report(entry)
             ctx = PageContext(report, state)
@@ -209,7 +244,7 @@ def create_app(runs_dir: pathlib.Path, limits: Limits | None = None,
             return _title(ctx) + _pickers(ctx) + body
 
         try:
-            built = builds.build(state, page)
+            built = self.builds.build(state, page)
             if isinstance(built, Pending):
                 return _building(entry.run_id, entry.report_dir, built.elapsed_s), True
             return built, False
@@ -226,14 +261,10 @@ def create_app(runs_dir: pathlib.Path, limits: Limits | None = None,
             f"`meshscope analyze {entry.run_id}` still show the report.",
             id="page-error", style=S.WARN)], False
 
-    @app.callback(Output("nav", "children"), Output("page", "children"),
-                  Output("poll", "disabled"),
-                  Input("url", "pathname"), Input("url", "search"), Input("poll", "n_intervals"))
-    def show(pathname, search, _n):
-        state = st.parse(pathname, search)
-        body, polling = render(state)
-        return _nav(state, nav_pages(index, state)), body, not polling
 
+def _register_url_controls(app: Dash) -> None:
+    """The controls that write the view into the URL: the step, colour and rank pickers, and
+    a click on a rank's bar or mesh cell (``rank=R``)."""
     def _rewrite(key):
         def update(value, pathname, search):
             state = st.parse(pathname, search)
@@ -261,13 +292,6 @@ def create_app(runs_dir: pathlib.Path, limits: Limits | None = None,
             return no_update
         state = st.parse(pathname, search)
         return no_update if state.rank == rank else state.query(rank=rank)
-
-    runs_list.register(app)
-    compare.register(app)
-    _register_exports(app, index, analyses)
-    from .errors import install_error_page
-    install_error_page(app.server)
-    return app
 
 
 def page_request(app: Dash, pathname: str, search: str) -> dict:
