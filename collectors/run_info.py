@@ -353,64 +353,19 @@ def from_dict(data: Mapping[str, Any], path: pathlib.Path) -> RunInfo:
     if world is None:
         raise _field(path, "$.world_size", "missing")
     mesh = _obj(data.get("mesh"), path, "$.mesh")
-    coords: dict[int, dict[str, int]] = {}
-    for key, c in _obj(mesh.get("coordinates"), path, "$.mesh.coordinates").items():
-        where = f"$.mesh.coordinates.{key}"
-        if not str(key).isdigit():
-            raise _field(path, where, "a rank must be a decimal number")
-        coords[int(key)] = {str(d): _int(i, path, f"{where}.{d}", minimum=0)
-                            for d, i in _obj(c, path, where).items()}
-    groups = []
-    for i, g in enumerate(data.get("process_groups") or []):
-        where = f"$.process_groups[{i}]"
-        g = _obj(g, path, where)
-        ranks = g.get("ranks")
-        if not isinstance(ranks, list) or not ranks:
-            raise _field(path, f"{where}.ranks", "expected a non-empty list of ranks")
-        ranks = tuple(sorted(_int(r, path, f"{where}.ranks", minimum=0) for r in ranks))
-        dim = _str(g.get("dimension"), path, f"{where}.dimension")
-        if dim is None:
-            raise _field(path, f"{where}.dimension", "missing")
-        name = g.get("name")
-        groups.append(ProcessGroup(dim, ranks, None if name is None else str(name),
-                                   _str(g.get("desc"), path, f"{where}.desc"),
-                                   _str(g.get("mesh_dim"), path, f"{where}.mesh_dim")))
+    coords = _coordinates(mesh, path)
+    groups = _process_groups(data, path)
     pipe = _obj(data.get("pipeline"), path, "$.pipeline")
     micro = _int(data.get("microbatches", pipe.get("microbatches")), path, "$.microbatches",
                  minimum=1, default=1)
-    stage_layers = pipe.get("stage_layers")
-    if stage_layers is not None:
-        if not isinstance(stage_layers, list):
-            raise _field(path, "$.pipeline.stage_layers", "expected a list of layer lists")
-        stage_layers = tuple(tuple(_int(x, path, f"$.pipeline.stage_layers[{i}]", minimum=0)
-                                   for x in (s if isinstance(s, list) else [None]))
-                             for i, s in enumerate(stage_layers))
+    stage_layers = _stage_layers(pipe, path)
     profile = data.get("profile_steps")
     if profile is not None:
         if not (isinstance(profile, list) and len(profile) == 2):
             raise _field(path, "$.profile_steps", "expected [first, last]")
         profile = tuple(_int(x, path, "$.profile_steps", minimum=0) for x in profile)
-    m = _obj(data.get("model"), path, "$.model")
-    model = ModelInfo(
-        preset=_str(m.get("preset"), path, "$.model.preset"),
-        **{k: _int(m.get(k), path, f"$.model.{k}", minimum=1)
-           for k in ("n_layers", "dim", "n_heads", "n_kv_heads", "ffn_hidden", "vocab_size",
-                     "seq_len", "moe_top_k", "moe_every", "moe_hidden")},
-        **{k: _num(m.get(k), path, f"$.model.{k}")
-           for k in ("rope_theta", "norm_eps", "moe_aux_coef")},
-        moe_experts=_int(m.get("moe_experts"), path, "$.model.moe_experts", minimum=0,
-                         default=0),
-        n_params=_int(m.get("n_params"), path, "$.model.n_params", minimum=0),
-        flops_per_token=_num(m.get("flops_per_token"), path, "$.model.flops_per_token"))
-    d = _obj(data.get("device"), path, "$.device")
-    device = DeviceInfo(type=_str(d.get("type"), path, "$.device.type") or "cpu",
-                        name=_str(d.get("name"), path, "$.device.name"),
-                        backend=_str(d.get("backend"), path, "$.device.backend"),
-                        peak_flops=_num(d.get("peak_flops"), path, "$.device.peak_flops"),
-                        memory_bandwidth_bytes_per_s=_num(
-                            d.get("memory_bandwidth_bytes_per_s"), path,
-                            "$.device.memory_bandwidth_bytes_per_s"),
-                        peak_source=_str(d.get("peak_source"), path, "$.device.peak_source"))
+    model = _model(_obj(data.get("model"), path, "$.model"), path)
+    device = _device(_obj(data.get("device"), path, "$.device"), path)
     faults = tuple(FaultInfo(_str(f.get("kind"), path, f"$.faults[{i}].kind") or "",
                              _int(f.get("rank"), path, f"$.faults[{i}].rank", minimum=0),
                              _int(f.get("value"), path, f"$.faults[{i}].value"))
@@ -454,6 +409,77 @@ def from_dict(data: Mapping[str, Any], path: pathlib.Path) -> RunInfo:
         command=tuple(str(x) for x in data.get("command") or []),
         end_time=_str(data.get("end_time"), path, "$.end_time"),
         error=_str(data.get("error"), path, "$.error"))
+
+
+def _coordinates(mesh: Mapping[str, Any], path: pathlib.Path) -> dict[int, dict[str, int]]:
+    """rank → its coordinate per mesh dimension (``$.mesh.coordinates``)."""
+    coords: dict[int, dict[str, int]] = {}
+    for key, c in _obj(mesh.get("coordinates"), path, "$.mesh.coordinates").items():
+        where = f"$.mesh.coordinates.{key}"
+        if not str(key).isdigit():
+            raise _field(path, where, "a rank must be a decimal number")
+        coords[int(key)] = {str(d): _int(i, path, f"{where}.{d}", minimum=0)
+                            for d, i in _obj(c, path, where).items()}
+    return coords
+
+
+def _process_groups(data: Mapping[str, Any], path: pathlib.Path) -> list[ProcessGroup]:
+    """The process groups (``$.process_groups``), each with its sorted ranks and dimension."""
+    groups = []
+    for i, g in enumerate(data.get("process_groups") or []):
+        where = f"$.process_groups[{i}]"
+        g = _obj(g, path, where)
+        ranks = g.get("ranks")
+        if not isinstance(ranks, list) or not ranks:
+            raise _field(path, f"{where}.ranks", "expected a non-empty list of ranks")
+        ranks = tuple(sorted(_int(r, path, f"{where}.ranks", minimum=0) for r in ranks))
+        dim = _str(g.get("dimension"), path, f"{where}.dimension")
+        if dim is None:
+            raise _field(path, f"{where}.dimension", "missing")
+        name = g.get("name")
+        groups.append(ProcessGroup(dim, ranks, None if name is None else str(name),
+                                   _str(g.get("desc"), path, f"{where}.desc"),
+                                   _str(g.get("mesh_dim"), path, f"{where}.mesh_dim")))
+    return groups
+
+
+def _stage_layers(pipe: Mapping[str, Any], path: pathlib.Path):
+    """Each pipeline stage's layers (``$.pipeline.stage_layers``), None when not given."""
+    stage_layers = pipe.get("stage_layers")
+    if stage_layers is None:
+        return None
+    if not isinstance(stage_layers, list):
+        raise _field(path, "$.pipeline.stage_layers", "expected a list of layer lists")
+    return tuple(tuple(_int(x, path, f"$.pipeline.stage_layers[{i}]", minimum=0)
+                       for x in (s if isinstance(s, list) else [None]))
+                 for i, s in enumerate(stage_layers))
+
+
+def _model(m: Mapping[str, Any], path: pathlib.Path) -> ModelInfo:
+    """The model's shape and counts (``$.model``)."""
+    return ModelInfo(
+        preset=_str(m.get("preset"), path, "$.model.preset"),
+        **{k: _int(m.get(k), path, f"$.model.{k}", minimum=1)
+           for k in ("n_layers", "dim", "n_heads", "n_kv_heads", "ffn_hidden", "vocab_size",
+                     "seq_len", "moe_top_k", "moe_every", "moe_hidden")},
+        **{k: _num(m.get(k), path, f"$.model.{k}")
+           for k in ("rope_theta", "norm_eps", "moe_aux_coef")},
+        moe_experts=_int(m.get("moe_experts"), path, "$.model.moe_experts", minimum=0,
+                         default=0),
+        n_params=_int(m.get("n_params"), path, "$.model.n_params", minimum=0),
+        flops_per_token=_num(m.get("flops_per_token"), path, "$.model.flops_per_token"))
+
+
+def _device(d: Mapping[str, Any], path: pathlib.Path) -> DeviceInfo:
+    """The device the run ran on and its peaks (``$.device``)."""
+    return DeviceInfo(type=_str(d.get("type"), path, "$.device.type") or "cpu",
+                      name=_str(d.get("name"), path, "$.device.name"),
+                      backend=_str(d.get("backend"), path, "$.device.backend"),
+                      peak_flops=_num(d.get("peak_flops"), path, "$.device.peak_flops"),
+                      memory_bandwidth_bytes_per_s=_num(
+                          d.get("memory_bandwidth_bytes_per_s"), path,
+                          "$.device.memory_bandwidth_bytes_per_s"),
+                      peak_source=_str(d.get("peak_source"), path, "$.device.peak_source"))
 
 
 def _tokens(value) -> int | float | None:
