@@ -64,7 +64,16 @@ def _part_rows(d: RunDiff) -> list[tuple[str, Part]]:
 
 
 def text(d: RunDiff) -> str:
-    """The terminal text of one comparison (module docstring)."""
+    """The terminal text of one comparison (module docstring): the sentences, the step time,
+    where the difference is, then kernels, operators, collectives, bandwidth, findings,
+    memory and ranks where they changed, and the notes."""
+    return "\n".join([*_step_lines(d), *_kernel_lines(d), *_operator_lines(d),
+                      *_collective_lines(d), *_bandwidth_lines(d), *_finding_lines(d),
+                      *_memory_lines(d), *_rank_lines(d), *(f"note: {n}" for n in d.notes)])
+
+
+def _step_lines(d: RunDiff) -> list[str]:
+    """The head, the sentences, the step time and its parts with the window and the residual."""
     out = [f"meshscope compare — {d.before.name} → {d.after.name}", ""]
     out += [f"  {s}" for s in d.sentences]
     c = d.step_time
@@ -95,6 +104,12 @@ def text(d: RunDiff) -> str:
     if d.residual_us is not None:
         out.append(f"  residual: Δ step time − Σ Δ parts = {_ms(d.residual_us, True)} ms"
                    + _residual_why(d))
+    return out
+
+
+def _kernel_lines(d: RunDiff) -> list[str]:
+    """The kernels, matched by folded name (the first ``KERNEL_ROWS``)."""
+    out: list[str] = []
     if d.kernels:
         out += ["", "Kernels (per step, mean over ranks; matched by folded name):",
                 f"  {'kernel':<48} {'count':>13} {'total ms':>17} {'Δ ms':>8}  status"]
@@ -104,11 +119,23 @@ def text(d: RunDiff) -> str:
                        f"{_ms(k.delta_us, True):>8}  {k.status}")
         if len(d.kernels) > KERNEL_ROWS:
             out.append(f"  … {len(d.kernels) - KERNEL_ROWS} more (--json has every kernel)")
+    return out
+
+
+def _operator_lines(d: RunDiff) -> list[str]:
+    """The operators whose launches per step changed (ten at most)."""
+    out: list[str] = []
     if d.operators:
         out += ["", "Operators whose launches per step changed (mean over ranks):"]
         for o in sorted(d.operators, key=lambda o: -abs(o.count_after - o.count_before))[:10]:
             out.append(f"  {_clip(o.name, 48):<48} {o.count_before:>8g} → {o.count_after:<8g}"
                        f" {o.status}")
+    return out
+
+
+def _collective_lines(d: RunDiff) -> list[str]:
+    """The collectives whose count or bytes per step changed."""
+    out: list[str] = []
     moved = [c for c in d.collectives if c.count_before != c.count_after
              or c.bytes_before != c.bytes_after]
     if moved:
@@ -116,6 +143,12 @@ def text(d: RunDiff) -> str:
         for c in moved:
             out.append(f"  {c.dim:<8} {c.op:<16} {c.count_before:>7.3g} → {c.count_after:<7.3g} "
                        f"{_mb(c.bytes_before):>9} → {_mb(c.bytes_after):<9} {c.status}")
+    return out
+
+
+def _bandwidth_lines(d: RunDiff) -> list[str]:
+    """The bus bandwidth per size bucket, where either side has one."""
+    out: list[str] = []
     bw = [b for b in d.bandwidth if b.busbw_before_gbps is not None
           or b.busbw_after_gbps is not None]
     if bw:
@@ -123,12 +156,24 @@ def text(d: RunDiff) -> str:
         for b in bw:
             out.append(f"  {b.dim:<8} {b.op:<16} {bucket_label(b.size_bucket):>8}  "
                        f"{_num(b.busbw_before_gbps):>8} → {_num(b.busbw_after_gbps)}")
+    return out
+
+
+def _finding_lines(d: RunDiff) -> list[str]:
+    """The findings gained, lost or whose cost changed."""
+    out: list[str] = []
     changed = [f for f in d.findings if f.status != "both" or f.cost_before_us != f.cost_after_us]
     if changed:
         out += ["", "Findings:"]
         for f in changed:
             out.append(f"  {f.status:<5} {_clip(f.title, 80)}  cost "
                        f"{_ms(f.cost_before_us)} → {_ms(f.cost_after_us)} ms")
+    return out
+
+
+def _memory_lines(d: RunDiff) -> list[str]:
+    """Each rank's allocator peaks before and after."""
+    out: list[str] = []
     if d.memory:
         out += ["", "Memory: each rank's allocator peak on its main device (MiB, largest over "
                     "the profiled steps):",
@@ -140,6 +185,12 @@ def text(d: RunDiff) -> str:
                        f"{_mib(m.allocated_after_bytes):<10}   "
                        f"{_mib(m.reserved_before_bytes):>10} → "
                        f"{_mib(m.reserved_after_bytes):<10}")
+    return out
+
+
+def _rank_lines(d: RunDiff) -> list[str]:
+    """Per rank, the change of each part."""
+    out: list[str] = []
     if d.ranks:
         out += ["", f"Per rank, Δ per step (ms; ranks matched by {d.rank_match}):",
                 "  rank     window   compute   exposed    bubble     other      idle"]
@@ -149,8 +200,7 @@ def text(d: RunDiff) -> str:
             out.append(f"  {label:<6}" + "".join(
                 f"{_ms(r.delta(p), True):>10}" for p in
                 ("window", "compute", "exposed_comm", "bubble", "other", "idle")))
-    out += [f"note: {n}" for n in d.notes]
-    return "\n".join(out)
+    return out
 
 
 def _residual_why(d: RunDiff) -> str:
