@@ -219,67 +219,8 @@ def build(trace: RankTrace, run=None, step_annotation: re.Pattern | None = None,
     captures, replays = graph_use(host)
     windows = window_set(steps, span)
     main = _main_lane(host)
-    if not dev.empty:
-        compute = _iv(dev[dev["kind"] == classify.COMPUTE])
-        comm_ev = dev[dev["kind"] == classify.COMMUNICATION]
-        other = _iv(dev[dev["kind"] == classify.MEMORY])
-        comm = _iv(comm_ev)
-        receiving = comm_ev[~comm_ev["name"].str.contains("Send(?!Recv)", regex=True)]
-        waits, until = wt.wait_regions(iv.intersect(wt.gpu_blocked(compute, comm), windows),
-                                       receiving["end_us"].to_numpy(),
-                                       begun=receiving["ts_us"].to_numpy())
-        launch_ts, launch_end, launch_lane = launch_calls(host, dev)
-        sets = sets_in_blocks(host_activity.thread_sets, host)
-        for lane, spans in gpu_idle.blocking_copies(dev, launch_ts, launch_end,
-                                                    launch_lane).items():
-            sets.setdefault(lane, {})["blocking_copy"] = spans
-        idle_causes = gpu_idle.causes(
-            iv.subtract(windows, iv.merge(compute, comm, other)), dev["ts_us"].to_numpy(),
-            launch_ts, launch_lane, sets, main,
-            gpu_idle.sync_spans_by_lane(host_activity.sync_calls(host)), launch_end)
-    else:
-        idle_causes = {}
-        comm_ev = host[host["kind"] == classify.COMMUNICATION]
-        per_lane = []
-        # Names repeat: each distinct one is parsed once (a missing name, code −1, is not).
-        codes, names = pd.factorize(host["name"])
-        is_ann = np.array([_is_work_annotation(n) for n in names] + [False])[codes]
-        is_recv = host["name"].isin(_RECEIVES).to_numpy()
-        kind = host["kind"]
-        # Each host range's label as a small code into _LABELS (0: none), and each lane's
-        # labelled rows as positions: no copy of the host rows, no string per row.
-        label = np.select([is_ann, (kind == classify.COMPUTE).to_numpy(), is_recv,
-                           (kind == classify.COMMUNICATION).to_numpy()],
-                          [1, 2, 3, 4], default=0).astype(np.int8)
-        rows = np.flatnonzero(label)
-        del codes, is_ann, is_recv
-        lane_codes, lanes = pd.factorize(host["lane"])
-        lane_codes = lane_codes[rows]
-        order = np.argsort(lane_codes, kind="stable")
-        splits = np.flatnonzero(np.diff(lane_codes[order])) + 1
-        ts_all, end_all = host["ts_us"].to_numpy(), host["end_us"].to_numpy()
-        main_owned: dict = {}
-        for mine in np.split(order, splits) if len(order) else []:
-            at = rows[mine]
-            lane = lanes[lane_codes[mine[0]]]
-            owned = iv.innermost(ts_all[at], end_all[at], _LABELS[label[at]])
-            per_lane.append(iv.merge(owned.get("op", iv.EMPTY), owned.get("ann", iv.EMPTY)))
-            if lane == main:
-                main_owned = owned
-        compute = iv.merge(*per_lane) if per_lane else iv.EMPTY.copy()
-        other = iv.EMPTY.copy()
-        ranges = comm_ev[comm_ev["name"].str.startswith(("gloo:", "nccl:"))
-                         & ~comm_ev["name"].isin(["gloo:send", "nccl:send"])]
-        in_recv, elsewhere = wt.cpu_blocked(main_owned, windows)
-        on_main = (ranges["lane"] == main).to_numpy()
-        w1, u1 = wt.wait_regions(in_recv, ranges["end_us"].to_numpy()[on_main],
-                                 late_us=wt.SAME_THREAD_US)
-        w2, u2 = wt.wait_regions(elsewhere, ranges["end_us"].to_numpy()[~on_main],
-                                 begun=ranges["ts_us"].to_numpy()[~on_main])
-        order = np.argsort(np.concatenate([w1[:, 0], w2[:, 0]]), kind="stable")
-        waits, until = np.concatenate([w1, w2])[order], np.concatenate([u1, u2])[order]
-        compute = iv.subtract(compute, waits)
-        comm = iv.merge(_iv(comm_ev), waits)
+    sets = _device_sets(dev, host, windows, main) if not dev.empty else \
+        _host_sets(host, windows, main)
     scopes = _scopes(host)
     pipe = host[host["name"] == annotations.PIPELINE]
     if not dev.empty:
@@ -287,11 +228,96 @@ def build(trace: RankTrace, run=None, step_annotation: re.Pattern | None = None,
         trace_compute = _iv(sel[sel["kind"] == classify.COMPUTE])
         trace_comm = _iv(sel[sel["kind"] == classify.COMMUNICATION])
     else:
-        trace_compute, trace_comm = compute, comm
+        trace_compute, trace_comm = sets.compute, sets.comm
     return RankTimeline(
-        rank=trace.rank, on_gpu=not dev.empty, compute=compute, comm=comm, comm_by_dim={},
-        other=other, steps=steps, pipeline=_iv(pipe), microbatches=_microbatches(host),
+        rank=trace.rank, on_gpu=not dev.empty, compute=sets.compute, comm=sets.comm,
+        comm_by_dim={}, other=sets.other, steps=steps, pipeline=_iv(pipe), microbatches=_microbatches(host),
         span=span, scopes=scopes, trace_compute=trace_compute, trace_comm=trace_comm,
-        waits=waits, wait_until=until, main_lane=main, host_steps=host_steps,
-        window_source=source, idle_causes=idle_causes, notes=notes, startup=startup,
+        waits=sets.waits, wait_until=sets.until, main_lane=main, host_steps=host_steps,
+        window_source=source, idle_causes=sets.idle_causes, notes=notes, startup=startup,
         graph_captures=captures, graph_replays=replays)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Sets:
+    """A rank's interval sets within its windows (``build``): compute, communication, other
+    device work, the waits and when each ended, and the device's idle by cause (GPU only)."""
+    compute: np.ndarray
+    comm: np.ndarray
+    other: np.ndarray
+    waits: np.ndarray
+    until: np.ndarray
+    idle_causes: dict
+
+
+def _device_sets(dev: pd.DataFrame, host: pd.DataFrame, windows: np.ndarray,
+                 main) -> _Sets:
+    """A GPU rank's sets from its device events: kernels by kind, the waits of compute
+    blocked behind receiving communication, and the idle between them by what the host did
+    (``gpu/idle.py``)."""
+    compute = _iv(dev[dev["kind"] == classify.COMPUTE])
+    comm_ev = dev[dev["kind"] == classify.COMMUNICATION]
+    other = _iv(dev[dev["kind"] == classify.MEMORY])
+    comm = _iv(comm_ev)
+    receiving = comm_ev[~comm_ev["name"].str.contains("Send(?!Recv)", regex=True)]
+    waits, until = wt.wait_regions(iv.intersect(wt.gpu_blocked(compute, comm), windows),
+                                   receiving["end_us"].to_numpy(),
+                                   begun=receiving["ts_us"].to_numpy())
+    launch_ts, launch_end, launch_lane = launch_calls(host, dev)
+    sets = sets_in_blocks(host_activity.thread_sets, host)
+    for lane, spans in gpu_idle.blocking_copies(dev, launch_ts, launch_end,
+                                                launch_lane).items():
+        sets.setdefault(lane, {})["blocking_copy"] = spans
+    idle_causes = gpu_idle.causes(
+        iv.subtract(windows, iv.merge(compute, comm, other)), dev["ts_us"].to_numpy(),
+        launch_ts, launch_lane, sets, main,
+        gpu_idle.sync_spans_by_lane(host_activity.sync_calls(host)), launch_end)
+    return _Sets(compute, comm, other, waits, until, idle_causes)
+
+
+def _host_sets(host: pd.DataFrame, windows: np.ndarray, main) -> _Sets:
+    """A CPU rank's sets from its host ranges: each lane's innermost operators and work
+    annotations are compute, the collectives' ranges and the waits inside them communication
+    (``timeline/waits.py``)."""
+    comm_ev = host[host["kind"] == classify.COMMUNICATION]
+    per_lane = []
+    # Names repeat: each distinct one is parsed once (a missing name, code −1, is not).
+    codes, names = pd.factorize(host["name"])
+    is_ann = np.array([_is_work_annotation(n) for n in names] + [False])[codes]
+    is_recv = host["name"].isin(_RECEIVES).to_numpy()
+    kind = host["kind"]
+    # Each host range's label as a small code into _LABELS (0: none), and each lane's
+    # labelled rows as positions: no copy of the host rows, no string per row.
+    label = np.select([is_ann, (kind == classify.COMPUTE).to_numpy(), is_recv,
+                       (kind == classify.COMMUNICATION).to_numpy()],
+                      [1, 2, 3, 4], default=0).astype(np.int8)
+    rows = np.flatnonzero(label)
+    del codes, is_ann, is_recv
+    lane_codes, lanes = pd.factorize(host["lane"])
+    lane_codes = lane_codes[rows]
+    order = np.argsort(lane_codes, kind="stable")
+    splits = np.flatnonzero(np.diff(lane_codes[order])) + 1
+    ts_all, end_all = host["ts_us"].to_numpy(), host["end_us"].to_numpy()
+    main_owned: dict = {}
+    for mine in np.split(order, splits) if len(order) else []:
+        at = rows[mine]
+        lane = lanes[lane_codes[mine[0]]]
+        owned = iv.innermost(ts_all[at], end_all[at], _LABELS[label[at]])
+        per_lane.append(iv.merge(owned.get("op", iv.EMPTY), owned.get("ann", iv.EMPTY)))
+        if lane == main:
+            main_owned = owned
+    compute = iv.merge(*per_lane) if per_lane else iv.EMPTY.copy()
+    other = iv.EMPTY.copy()
+    ranges = comm_ev[comm_ev["name"].str.startswith(("gloo:", "nccl:"))
+                     & ~comm_ev["name"].isin(["gloo:send", "nccl:send"])]
+    in_recv, elsewhere = wt.cpu_blocked(main_owned, windows)
+    on_main = (ranges["lane"] == main).to_numpy()
+    w1, u1 = wt.wait_regions(in_recv, ranges["end_us"].to_numpy()[on_main],
+                             late_us=wt.SAME_THREAD_US)
+    w2, u2 = wt.wait_regions(elsewhere, ranges["end_us"].to_numpy()[~on_main],
+                             begun=ranges["ts_us"].to_numpy()[~on_main])
+    order = np.argsort(np.concatenate([w1[:, 0], w2[:, 0]]), kind="stable")
+    waits, until = np.concatenate([w1, w2])[order], np.concatenate([u1, u2])[order]
+    compute = iv.subtract(compute, waits)
+    comm = iv.merge(_iv(comm_ev), waits)
+    return _Sets(compute, comm, other, waits, until, {})
