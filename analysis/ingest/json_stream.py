@@ -59,6 +59,7 @@ _WS = b" \t\r\n"
 _SPACE = re.compile(rb"[ \t\r\n]*")
 HEAD_LIMIT = 64 << 20          # the traceEvents key must appear within this much text
 KEY_TRIES = 16                 # "traceEvents" keys tried (inside strings they are not the key)
+CUT_TRIES = 16                 # "}" tried per cut (inside strings they do not end an event)
 
 
 class Fallback(Exception):
@@ -285,19 +286,11 @@ class EventStream:
         buf = bytearray(b" ") + rest
         done, first = False, True
         while True:
-            if not done and len(buf) < self._batch_bytes:
-                done = not self._read(buf)
-                continue
-            start = _skip(buf, 0, first)
-            if start == len(buf) and not done:
-                # Only white space (and the separating comma) so far: dropped, never held.
-                if not first and 0x2C in buf:
-                    first = True
-                buf = bytearray(b" ")
-                continue
+            buf, done, first, start = self._fill(buf, self._batch_bytes, done, first)
             if start < len(buf) and buf[start] == 0x5D:           # "]": the array ends
                 break
-            got = self._cut(buf, start)
+            got = _cut_before(buf, start, len(buf), len(buf), _BETWEEN_OR_AFTER_EVENTS,
+                              self._decode)
             if got is None:
                 if done and prefix is None and not bytes(buf[start:]).strip(_WS + b","):
                     self.meta = {}                  # a bare array without its closing "]"
@@ -360,15 +353,7 @@ class EventStream:
         buf = bytearray(b" ") + rest
         done, first = False, True
         while True:
-            if not done and len(buf) < part_bytes:
-                done = not self._read(buf)
-                continue
-            start = _skip(buf, 0, first)
-            if start == len(buf) and not done:
-                if not first and 0x2C in buf:
-                    first = True
-                buf = bytearray(b" ")
-                continue
+            buf, done, first, start = self._fill(buf, part_bytes, done, first)
             if done:
                 with memoryview(buf) as view:
                     text = bytes(view[start:])
@@ -404,6 +389,26 @@ class EventStream:
         meta.pop("traceEvents", None)
         self.meta = meta
 
+    def _fill(self, buf: bytearray, size: int, done: bool, first: bool
+              ) -> tuple[bytearray, bool, bool, int]:
+        """``(buf, done, first, start)``: ``buf`` (text of ``traceEvents``, one spare byte in
+        front) read on until it holds ``size`` bytes or the file has ended (``done``), and
+        ``start``, where its next event starts: past white space and, unless ``first`` (no comma
+        due: no event read yet, or its comma already dropped), the comma before the event. The
+        shared head of the loops of ``batches`` and ``parts``."""
+        while True:
+            if not done and len(buf) < size:
+                done = not self._read(buf)
+                continue
+            start = _skip(buf, 0, first)
+            if start == len(buf) and not done:
+                # Only white space (and the separating comma) so far: dropped, never held.
+                if not first and 0x2C in buf:
+                    first = True
+                buf = bytearray(b" ")
+                continue
+            return buf, done, first, start
+
     def _read(self, buf: bytearray) -> bool:
         chunk = next(self._chunks, None)
         if chunk is None:
@@ -424,33 +429,16 @@ class EventStream:
                 return True
         return False
 
-    def _cut(self, buf: bytearray, start: int) -> tuple[list, int] | None:
-        """(decoded events from ``start`` up to the last complete one, where that one ends);
-        None when ``buf`` holds no complete event."""
-        pos = len(buf)
-        for _ in range(16):
-            pos = buf.rfind(b"}", start, pos)
-            if pos < 0:
-                return None
-            after = _skip(buf, pos + 1, True)
-            if after < len(buf) and buf[after] not in (0x2C, 0x5D):   # "," or "]"
-                continue
-            try:
-                return _decode_in_place(self._decode, buf, start - 1, pos + 1), pos + 1
-            except msgspec.DecodeError:
-                continue
-        return None
-
 
 def batches_in(buf: bytearray, decode: Callable[[bytes], list], batch_bytes: int
                ) -> Iterator[list]:
     """The events of ``buf[1:-1]`` — whole events separated by commas, as ``EventStream.parts``
     cuts them; ``buf``'s first and last bytes spare — decoded in batches of about
     ``batch_bytes``, in place (``_decode_in_place``: no batch is copied). A batch ends after
-    the last ``}`` before its size that a comma follows and whose text decodes (the cut of
-    ``EventStream._cut``); ``Fallback`` when a batch cannot be cut so (an event longer than a
-    batch, or text that is not a run of events), so that the caller reads the file another
-    way."""
+    the last ``}`` before its size that a comma follows and whose text decodes
+    (``_cut_before``, as ``EventStream.batches`` cuts); ``Fallback`` when a batch cannot be
+    cut so (an event longer than a batch, or text that is not a run of events), so that the
+    caller reads the file another way."""
     end = len(buf) - 1
     pos = _skip(buf, 1, True)
     while pos < end:
@@ -461,25 +449,42 @@ def batches_in(buf: bytearray, decode: Callable[[bytes], list], batch_bytes: int
                 raise Fallback("a part that is not a run of events") from None
             yield events
             return
-        got = None
-        at = pos + batch_bytes
-        for _ in range(16):
-            at = buf.rfind(b"}", pos, at)
-            if at < 0:
-                break
-            after = _skip(buf, at + 1, True)
-            if after >= end or buf[after] != 0x2C:                 # ","
-                continue
-            try:
-                got = _decode_in_place(decode, buf, pos - 1, at + 1), at + 1
-                break
-            except msgspec.DecodeError:
-                continue
+        got = _cut_before(buf, pos, pos + batch_bytes, end, _BETWEEN_EVENTS, decode)
         if got is None:
             raise Fallback("an event longer than a batch")
         events, cut = got
         yield events
         pos = _skip(buf, cut, False)
+
+
+# What may follow an event's closing "}" where a cut is tried: within a part, only the comma
+# before the next event; in the text read so far, also the "]" that ends the array, or the end
+# of that text (None).
+_BETWEEN_EVENTS = (0x2C,)                                    # ","
+_BETWEEN_OR_AFTER_EVENTS = (0x2C, 0x5D, None)                # ",", "]", the end
+
+
+def _cut_before(buf: bytearray, start: int, stop: int, end: int,
+                followers: tuple[int | None, ...], decode: Callable[[bytes], list]
+                ) -> tuple[list, int] | None:
+    """(the events from ``start`` up to a cut, decoded; the cut): the cut after the last ``}``
+    before ``stop`` that one of ``followers`` follows — the next byte that is not white space,
+    None for ``end``, the end of the text — and whose text, ``[`` + ``buf[start:cut]`` + ``]``,
+    decodes (so the cut is not inside a string or an event). None when none of the last
+    ``CUT_TRIES`` ``}`` gives one: no complete event before ``stop``, as far as was tried."""
+    pos = stop
+    for _ in range(CUT_TRIES):
+        pos = buf.rfind(b"}", start, pos)
+        if pos < 0:
+            return None
+        after = _skip(buf, pos + 1, True)
+        if (buf[after] if after < end else None) not in followers:
+            continue
+        try:
+            return _decode_in_place(decode, buf, start - 1, pos + 1), pos + 1
+        except msgspec.DecodeError:
+            continue
+    return None
 
 
 def _decode_in_place(decode, buf: bytearray, before: int, after: int):
