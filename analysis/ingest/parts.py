@@ -55,6 +55,7 @@ from meshscope.analysis.ingest import batch_columns
 from meshscope.analysis.ingest import budgets as _budgets
 from meshscope.analysis.ingest import decode
 from meshscope.analysis.ingest import events
+from meshscope.analysis.ingest import json_nesting
 from meshscope.analysis.ingest import json_stream
 from meshscope.analysis.ingest import start_method
 
@@ -248,7 +249,7 @@ def _read_part(text: bytes, depth: int, last: bool, comm_kernel_re: re.Pattern |
             else:
                 # A run of whole events: its nesting checked, then decoded in place, batch by
                 # batch, in one buffer with a spare byte at either end.
-                nesting = json_stream.Nesting(inner.nesting)
+                nesting = json_nesting.Nesting(inner.nesting)
                 nesting.feed(b"[")
                 for i in range(0, len(text), NESTING_SLICE):
                     nesting.feed(text[i:i + NESTING_SLICE])
