@@ -7,7 +7,7 @@ import json
 import msgspec
 import pytest
 
-from meshscope.analysis.ingest import decode
+from meshscope.analysis.ingest import decode, event_table
 from meshscope.analysis.ingest import events as ingest
 from meshscope.analysis.ingest import json_nesting, json_split, json_stream
 from conftest import ROOT, shared_trace
@@ -152,7 +152,7 @@ def test_a_deep_event_is_dropped_whatever_the_batches(batch_bytes, monkeypatch):
     good, _ = _whole(json.dumps({"traceEvents": events}).encode())
     for table, _ in (_streamed(gzip.compress(text), batch_bytes), _whole(text)):
         assert table.equals(good)
-        assert ingest.damage_of(table) == {
+        assert event_table.damage_of(table) == {
             ("traceEvents", "dropped", "nested deeper than the decoder's limit"): 1}
 
 
@@ -160,8 +160,8 @@ def test_decode_errors_are_msgspec_errors():
     with pytest.raises(msgspec.DecodeError):
         decode.decode(b'[{"ph": "X"}, {')
     assert decode.decode(b'[1, {"ph": "X", "args": [1]}]')[0].ph == "X"
-    empty = ingest.to_frame(ingest.SCHEMA.empty_table())
-    assert list(empty.columns) == ingest.SCHEMA.names and empty.empty
+    empty = event_table.to_frame(event_table.SCHEMA.empty_table())
+    assert list(empty.columns) == event_table.SCHEMA.names and empty.empty
     assert str(empty["msg_bytes"].dtype) == "Int64" and str(empty["seq"].dtype) == "int64"
 
 
