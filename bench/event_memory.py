@@ -43,14 +43,14 @@ HEADING = "## Memory per event vs HTA"
 INGEST_SCRIPT = """
 import json, pathlib, sys
 from bench.measure import status_mb
-from meshscope.analysis.ingest import events as ingest
+from meshscope.analysis.ingest import event_table, events as ingest
 before = status_mb("VmRSS")
 table, _, meta = ingest._parse(pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[1]).read_bytes(),
                             None)
 arrow, events = table.nbytes, table.num_rows
 owned = [table]                 # as load_trace does: to_frame holds the only reference
 del table
-frame = ingest.to_frame(owned, release=True)
+frame = event_table.to_frame(owned, release=True)
 print(json.dumps({"events": events, "arrow_bytes": arrow,
                   "pandas_bytes": int(frame.memory_usage(deep=True).sum()),
                   "before_mb": before, "peak_mb": status_mb("VmHWM")}))

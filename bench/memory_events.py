@@ -32,7 +32,7 @@ from bench.measure import MESHSCOPE, ROOT, measure  # noqa: E402
 LOAD_SCRIPT = """
 import json, pathlib, sys
 from bench.measure import status_mb
-from meshscope.analysis.ingest import events as ingest, memory_events, trace_file
+from meshscope.analysis.ingest import event_table, events as ingest, memory_events, trace_file
 from meshscope.analysis.memory import rank_memory
 from meshscope.analysis.timeline import rank_timeline
 before = status_mb("VmRSS")
@@ -41,7 +41,7 @@ table, memory, meta = ingest._parse(path, trace_file.read_bytes(path), None)  # 
 arrow, memory_arrow = table.nbytes, memory.nbytes
 owned = [table]
 del table
-trace = ingest.RankTrace(path=path, rank=0, events=ingest.to_frame(owned, release=True),
+trace = ingest.RankTrace(path=path, rank=0, events=event_table.to_frame(owned, release=True),
                          meta=meta, memory=memory_events.to_frame(memory))
 del memory
 tl = rank_timeline.build(trace)

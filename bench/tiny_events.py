@@ -29,14 +29,14 @@ from bench.measure import MESHSCOPE, ROOT, measure  # noqa: E402
 LOAD_SCRIPT = """
 import json, pathlib, sys
 from bench.measure import status_mb
-from meshscope.analysis.ingest import events as ingest, trace_file
+from meshscope.analysis.ingest import event_table, events as ingest, trace_file
 before = status_mb("VmRSS")
 path = pathlib.Path(sys.argv[1])
 table, _, meta = ingest._parse(path, trace_file.read_bytes(path), None)  # as load_trace does
 arrow = table.nbytes
 owned = [table]                 # to_frame holds the only reference, as in load_trace
 del table
-frame = ingest.to_frame(owned, release=True)
+frame = event_table.to_frame(owned, release=True)
 print(json.dumps({"events": len(frame), "before_mb": before, "peak_mb": status_mb("VmHWM"),
                   "arrow_bytes": arrow, "frame_bytes": int(frame.memory_usage(deep=True).sum())}))
 """

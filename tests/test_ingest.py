@@ -11,6 +11,7 @@ import time
 import pandas as pd
 import pytest
 
+from meshscope.analysis.ingest import event_table
 from meshscope.analysis.ingest import events as ingest
 from meshscope.analysis.ingest import pool as ingest_pool
 from meshscope.analysis.ingest import start_method
@@ -541,7 +542,7 @@ def test_a_tiny_event_costs_the_frame_its_columns_and_no_more(tmp_path):
     per_event = frame.memory_usage(deep=True).sum() / n
     assert per_event <= FRAME_BYTES_PER_TINY_EVENT + 0.5, \
         frame.memory_usage(deep=True) / n
-    for col in ingest.CATEGORICAL:
+    for col in event_table.CATEGORICAL:
         assert isinstance(frame[col].dtype, pd.CategoricalDtype), col
     assert frame["coll_name"].isna().all() and frame["call_args"].isna().all()
     assert sorted(set(frame["name"])) == sorted(f"op{k}" for k in range(16))

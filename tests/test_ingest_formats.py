@@ -14,7 +14,7 @@ import pathlib
 import pytest
 
 from meshscope.analysis.errors import InputError
-from meshscope.analysis.ingest import batch_columns, decode
+from meshscope.analysis.ingest import batch_columns, decode, event_table
 from meshscope.analysis.ingest import events as ingest
 from meshscope.analysis.ingest import json_stream, rank_naming
 from meshscope.analysis.report import inputs
@@ -188,7 +188,7 @@ def _be_events() -> list[dict]:
 
 
 def _by_name(table) -> dict:
-    df = ingest.to_frame(table) if not hasattr(table, "iloc") else table
+    df = event_table.to_frame(table) if not hasattr(table, "iloc") else table
     return {r.name: (r.ts_us, r.dur_us, r.cat, r.lane, r.correlation)
             for r in df.itertuples()}
 

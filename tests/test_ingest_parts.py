@@ -21,7 +21,7 @@ import threading
 import pytest
 
 from meshscope.analysis.errors import InputError
-from meshscope.analysis.ingest import budgets, parts
+from meshscope.analysis.ingest import budgets, event_table, parts
 from meshscope.analysis.ingest import events as ingest
 from conftest import ROOT, SHARED_TRACES, shared_trace
 
@@ -64,11 +64,11 @@ def _same(a, b) -> None:
     analysis reads, the memory tables, the metadata (what was read included), the damage."""
     (ta, ma, meta_a), (tb, mb, meta_b) = a, b
     assert ta.num_rows == tb.num_rows
-    assert ingest.to_frame(ta).equals(ingest.to_frame(tb))
+    assert event_table.to_frame(ta).equals(event_table.to_frame(tb))
     assert ta.schema.remove_metadata() == tb.schema.remove_metadata()
     assert ma.equals(mb)
     assert meta_a == meta_b
-    assert ingest.damage_of(ta) == ingest.damage_of(tb)
+    assert event_table.damage_of(ta) == event_table.damage_of(tb)
     assert ingest._read_info(ta) == ingest._read_info(tb)
 
 
@@ -129,7 +129,7 @@ def test_damaged_events_are_dropped_and_counted_alike(tmp_path, small_parts):
     got = _in_parts(path)
     assert parts.LAST_ODD is None
     _same(got, _one_stream(path))
-    damage = ingest.damage_of(got[0])
+    damage = event_table.damage_of(got[0])
     assert damage[("dur", "dropped", "a negative duration")] == 63
     assert damage[("ts", "dropped", "missing")] == 46
 
@@ -154,7 +154,7 @@ def test_a_cut_inside_a_string_is_found_and_read_as_one_stream(tmp_path, small_p
     got = _in_parts(path)
     assert parts.LAST_ODD is not None
     _same(got, _one_stream(path))
-    assert set(ingest.to_frame(got[0])["name"].unique()) >= {"op}, {0", "op}, {4"}
+    assert set(event_table.to_frame(got[0])["name"].unique()) >= {"op}, {0", "op}, {4"}
 
 
 def test_a_batch_the_typed_decoder_refuses_is_read_as_one_stream(tmp_path, small_parts):

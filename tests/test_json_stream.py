@@ -1,14 +1,15 @@
-"""Streaming ingest (``analysis/json_stream.py``) gives exactly what reading the whole file gives,
-whatever the layout of the JSON, and hands anything odd to the whole-file reader."""
+"""Streaming ingest (``analysis/ingest/json_stream.py``) gives exactly what reading the whole file
+gives, whatever the layout of the JSON, and hands anything odd to the whole-file reader; the
+nesting check (``json_nesting.py``) and the splitting by hand (``json_split.py``) it relies on."""
 import gzip
 import json
 
 import msgspec
 import pytest
 
-from meshscope.analysis.ingest import decode
+from meshscope.analysis.ingest import decode, event_table
 from meshscope.analysis.ingest import events as ingest
-from meshscope.analysis.ingest import json_stream
+from meshscope.analysis.ingest import json_nesting, json_split, json_stream
 from conftest import ROOT, shared_trace
 
 
@@ -117,14 +118,14 @@ def test_split_top_finds_the_elements_at_any_depth():
     library) to the element json.dumps wrote."""
     elements = [{"a": [1, "],[{"], "b": "x\\\"y"}, 2, "s,]", [[[]]], {}, None]
     text = json.dumps(elements, indent=1).encode()
-    spans = json_stream.split_top(text)
+    spans = json_split.split_top(text)
     assert [json.loads(text[a:b]) for a, b in spans] == elements
-    members = json_stream.split_members(json.dumps({"k": elements, "z": 1}).encode())
+    members = json_split.split_members(json.dumps({"k": elements, "z": 1}).encode())
     assert [(k, json.loads(v)) for k, v in members] == [("k", elements), ("z", 1)]
     deep = b"[" * 100_000 + b"]" * 100_000
     text = b"[1, " + deep + b", 3]"
-    assert [text[a:b] for a, b in json_stream.split_top(text)] == [b"1", deep, b"3"]
-    assert json_stream.split_top(b" [ ] ") == []
+    assert [text[a:b] for a, b in json_split.split_top(text)] == [b"1", deep, b"3"]
+    assert json_split.split_top(b" [ ] ") == []
 
 
 @pytest.mark.parametrize("text", [b"[1,", b"[1]]", b"x[1]", b"[1] x", b'["abc]', b"[1,,2]",
@@ -132,9 +133,9 @@ def test_split_top_finds_the_elements_at_any_depth():
 def test_split_top_refuses_what_is_not_one_container(text):
     with pytest.raises(msgspec.DecodeError):
         if text.startswith(b"{"):
-            json_stream.split_members(text)
+            json_split.split_members(text)
         else:
-            json_stream.split_top(text)
+            json_split.split_top(text)
 
 
 @pytest.mark.parametrize("batch_bytes", [64, 4096, 1 << 20])
@@ -151,7 +152,7 @@ def test_a_deep_event_is_dropped_whatever_the_batches(batch_bytes, monkeypatch):
     good, _ = _whole(json.dumps({"traceEvents": events}).encode())
     for table, _ in (_streamed(gzip.compress(text), batch_bytes), _whole(text)):
         assert table.equals(good)
-        assert ingest.damage_of(table) == {
+        assert event_table.damage_of(table) == {
             ("traceEvents", "dropped", "nested deeper than the decoder's limit"): 1}
 
 
@@ -159,8 +160,8 @@ def test_decode_errors_are_msgspec_errors():
     with pytest.raises(msgspec.DecodeError):
         decode.decode(b'[{"ph": "X"}, {')
     assert decode.decode(b'[1, {"ph": "X", "args": [1]}]')[0].ph == "X"
-    empty = ingest.to_frame(ingest.SCHEMA.empty_table())
-    assert list(empty.columns) == ingest.SCHEMA.names and empty.empty
+    empty = event_table.to_frame(event_table.SCHEMA.empty_table())
+    assert list(empty.columns) == event_table.SCHEMA.names and empty.empty
     assert str(empty["msg_bytes"].dtype) == "Int64" and str(empty["seq"].dtype) == "int64"
 
 
@@ -270,7 +271,7 @@ def test_nesting_counts_brackets_outside_strings_wherever_the_text_is_cut(tricky
     text = json.dumps(_nested(6, {"k" + tricky: tricky, "x": [tricky]})).encode()
     # 6 lists, the object, its list: 8 levels; the strings add none.
     for cut in range(len(text) + 1):
-        nesting = json_stream.Nesting(1_000)
+        nesting = json_nesting.Nesting(1_000)
         nesting.feed(text[:cut])
         nesting.feed(text[cut:])
         assert nesting.deepest == 8, (cut, text)
@@ -281,12 +282,12 @@ def test_nesting_past_the_budget_is_refused_while_reading():
     """65 levels against the budget of 64: refused, the message naming the budget and the
     flag; 64 levels pass. A trace's event sits 3 levels down (object, traceEvents, event)."""
     from meshscope.analysis.ingest.budgets import BudgetExceeded
-    nesting = json_stream.Nesting(64)
+    nesting = json_nesting.Nesting(64)
     nesting.feed(json.dumps(_nested(64, 1)).encode())
     assert nesting.deepest == 64
     with pytest.raises(BudgetExceeded, match=r"nested more than 64 levels deep \(budget 64; "
                                              r"raise it with --max-nesting\)"):
-        json_stream.Nesting(64).feed(json.dumps(_nested(65, 1)).encode())
+        json_nesting.Nesting(64).feed(json.dumps(_nested(65, 1)).encode())
 
 
 def _deep_trace(levels_in_args: int, where: str = "event") -> bytes:

@@ -78,11 +78,11 @@ def test_ingest_memory_per_event_is_flat_and_near_the_table(tmp_path):
     """1M and 2M tiny events: the ingest's peak above its imports is at most 1.35 times the
     Arrow table it builds — the table plus buffers that do not grow with the trace: the
     batches are joined into dictionary-encoded column chunks as they are read, the memory
-    they leave free is given back to the system (``events._consolidate``, ``_trim``) and the
-    frame is made column by column, each Arrow column freed as it is converted
-    (``to_frame``). Measured at 1M: 137 bytes an event above the imports for a 114-byte
-    table, 1.20 (before: 235 for 138, 1.70) — and the cost per event at 2M is within 10% of
-    that at 1M (no part grows faster than the events)."""
+    they leave free is given back to the system (``accumulator._consolidate``,
+    ``allocator.trim``) and the frame is made column by column, each Arrow column freed as it
+    is converted (``event_table.to_frame``). Measured at 1M: 137 bytes an event above the
+    imports for a 114-byte table, 1.20 (before: 235 for 138, 1.70) — and the cost per event at
+    2M is within 10% of that at 1M (no part grows faster than the events)."""
     small, large = _ingest_peak(tmp_path, 1_000_000), _ingest_peak(tmp_path, 2_000_000)
     for got in (small, large):
         assert got["above_imports_bytes"] <= TABLE_FACTOR * got["arrow_bytes"], got

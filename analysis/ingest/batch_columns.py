@@ -3,7 +3,7 @@
 ``batch(evs, reading)`` gives the columns of a batch's usable complete events — ``name``,
 ``cat``, ``ts_us``, ``dur_us``, ``lane``, ``device``, ``correlation``, ``call_args`` —, the
 collective metadata of the rows that carry it (``comm_meta``; placed in its columns when the
-batches are joined, ``events._meta_columns``) and what was dropped or ignored. Each column is
+batches are joined, ``accumulator._meta_columns``) and what was dropped or ignored. Each column is
 built for the whole batch at once (Arrow compute) where its values allow, one value at a time
 only where they do not (a mix of types, an integer beyond 64 bits); the slower checks below
 run only on a batch that needs them.

@@ -10,7 +10,7 @@ the flag that raises it (the other ranks are analysed).
 | ``rank_memory``: a rank's event table while it is built, or a trace that cannot be streamed held whole | 8 GiB | ``--max-rank-memory`` |
 | ``nesting``: levels of arrays and objects, anywhere in the trace | 64 | ``--max-nesting`` |
 
-Nesting is checked on the text as it is inflated (``json_stream.Nesting``), before it is
+Nesting is checked on the text as it is inflated (``json_nesting.Nesting``), before it is
 decoded. Raised past the JSON decoder's own limit (about 1,000 levels), a deeper event is
 dropped and counted (``decode.py``) instead.
 

@@ -1,12 +1,12 @@
 """Parquet cache of per-rank event tables, keyed by the trace file's content.
 
 An entry is two files: ``<cache_dir>/<key>.parquet``, the Arrow event table of
-``analysis/ingest/events.py``, and ``<key>.memory.parquet``, the trace's ``[memory]`` events
+``analysis/ingest/event_table.py``, and ``<key>.memory.parquet``, the trace's ``[memory]`` events
 (``analysis/ingest/memory_events.py``; written first, so an event table in place always has
 it). The event table carries the trace's metadata (every top-level key but ``traceEvents``) stored
 as JSON under the key ``meshscope.meta`` of the parquet file's key-value metadata, so table and
 metadata are written and replaced together; the table's own schema metadata (what ingest dropped
-or ignored as damaged, ``events.DAMAGE_KEY``) is kept beside it, so a cached load reports the
+or ignored as damaged, ``event_table.DAMAGE_KEY``) is kept beside it, so a cached load reports the
 same problems as the first. ``key`` is the BLAKE2b hash (160 bits) of the file's
 bytes as stored (compressed or not) and of the ingest settings that change the table, so a
 trace edited in place, or read with another ``--comm-kernel-regex``, gets a new entry. The

@@ -28,7 +28,7 @@ from typing import Any
 
 import msgspec
 
-from meshscope.analysis.ingest import json_stream
+from meshscope.analysis.ingest import json_split
 from meshscope.analysis.ingest import validate
 from meshscope.analysis.ingest.validate import Damage
 
@@ -217,7 +217,7 @@ def _one_by_one(text) -> Decoded:
     counted. ``msgspec.DecodeError`` when the text is not one JSON array."""
     text = bytes(text)
     out = Decoded()
-    for a, b in json_stream.split_top(text):
+    for a, b in json_split.split_top(text):
         piece = text[a:b]
         try:
             out.append(_DECODE_EVENT.decode(piece))

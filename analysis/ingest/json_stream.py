@@ -21,17 +21,9 @@ without metadata (``layout`` is then ``"array"``, ``meta`` empty); as that forma
 closing ``]`` may be missing (a trace written by a process that was stopped), and a trailing
 comma is accepted.
 
-``split_top`` / ``split_members`` find the elements of a JSON array or object by counting
-brackets outside strings, without recursion: how a batch or a file holding a value nested
-deeper than the decoder's limit (about 1,000 levels) is still read, element by element, the
-deep one dropped and counted (``analysis/ingest/decode.py``) — when the nesting budget was raised
-that far.
-
-``Nesting`` enforces the nesting budget (``--max-nesting``, 64 levels by default; a Kineto
-event is about 5 deep) on the text as it is inflated, before any of it is decoded: every byte
-of a trace — the metadata before and after ``traceEvents`` and every event — passes through it
-once, so a deeply nested file is refused at the first level past the budget, whatever the
-decoder would have done with it.
+The nesting budget is checked on the text as it is inflated, before any of it is decoded
+(``json_nesting.py``): all of it by ``batches``; by ``parts`` the text before ``traceEvents``,
+each part's own text left to its reader.
 
 ``EventStream.parts`` cuts the text of ``traceEvents`` into large parts at event boundaries
 without decoding them, for reading in other processes (``analysis/ingest/parts.py``), where
@@ -44,9 +36,10 @@ import zlib
 from typing import Callable, Iterator
 
 import msgspec
-import numpy as np
 
+from meshscope.analysis.ingest import json_nesting
 from meshscope.analysis.ingest.budgets import BudgetExceeded, Budgets, current as _budgets
+from meshscope.analysis.ingest.json_split import WHITE_SPACE
 
 try:  # ISA-L's inflate: the same gzip, about twice as fast as zlib's
     from isal import isal_zlib as inflate
@@ -55,10 +48,10 @@ except ImportError:  # pragma: no cover - isal is a dependency, but optional in 
 
 GZIP_MAGIC = b"\x1f\x8b"
 _KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
-_WS = b" \t\r\n"
 _SPACE = re.compile(rb"[ \t\r\n]*")
 HEAD_LIMIT = 64 << 20          # the traceEvents key must appear within this much text
 KEY_TRIES = 16                 # "traceEvents" keys tried (inside strings they are not the key)
+CUT_TRIES = 16                 # "}" tried per cut (inside strings they do not end an event)
 
 
 class Fallback(Exception):
@@ -102,118 +95,6 @@ def chunks(raw, size: int = 1 << 19, limit: int | None = None) -> Iterator[bytes
         raise Fallback(f"corrupt gzip ({e})") from None
 
 
-# Bytes that matter for nesting: the quote and backslash (strings and their escapes) and the
-# four brackets; ``_STEP`` is +1 for an opening bracket, -1 for a closing one.
-_NESTING_BYTES = np.zeros(256, dtype=bool)
-_NESTING_BYTES[list(b'"\\[]{}')] = True
-_NOT_NESTING = bytes(b for b in range(256) if b not in b'"\\[]{}')
-_STEP = np.zeros(256, dtype=np.int8)
-_STEP[[0x5B, 0x7B]], _STEP[[0x5D, 0x7D]] = 1, -1
-
-
-class Nesting:
-    """How deep the JSON text fed to it so far is nested, outside strings; ``BudgetExceeded``
-    (``nesting``) as soon as a chunk goes past ``limit`` levels.
-
-    Each chunk is looked at with numpy, not a byte at a time in Python: only the bytes that
-    matter (``_NESTING_BYTES``) are kept with their positions; a quote ends or starts a string
-    unless a run of an odd number of backslashes stands right before it; a bracket counts only
-    outside strings, and the running sum of the brackets is the depth. What a chunk leaves open
-    — the depth, whether it ends inside a string, a run of backslashes at its very end — is
-    carried to the next, so where the text is cut into chunks does not matter. Linear in the
-    text: about 0.45 s for 379 MB of JSON here, most of it the two C-speed passes
-    (``translate``, ``replace``) that leave a real trace's chunk with its brackets alone
-    (1.0 s when its quotes were counted too; 1.6 s before the escape-free chunks took the
-    ``translate`` path)."""
-
-    def __init__(self, limit: int):
-        self.limit = limit
-        self.depth = 0               # brackets open outside strings
-        self.deepest = 0
-        self.in_string = False
-        self.run = 0                 # backslashes ending the last chunk (inside a string)
-
-    def feed(self, chunk) -> None:
-        if chunk.isspace():
-            # Only white space (a bomb of it, or padding): nothing to count; it ends any run
-            # of backslashes. ``isspace`` runs at C speed (0.06 s per 100 MB), so gigabytes of
-            # white space cost no numpy pass.
-            self.run = 0
-            return
-        if not self.run and b"\\" not in chunk:
-            # No escapes (nearly every chunk of a real trace): the bytes that matter are
-            # picked out at C speed (``translate``), positions are not needed. Two quotes
-            # side by side are then dropped (``replace``, C speed too): they are an empty
-            # string, or the end of one string and the start of the next with no bracket
-            # between them — either way the brackets outside strings, and whether the text
-            # ends inside one, are what they were. In a real trace that leaves no quote at all
-            # (its strings hold no brackets), and only the brackets are counted.
-            kept = chunk.translate(None, _NOT_NESTING).replace(b'""', b"")
-            if not kept:
-                return
-            c = np.frombuffer(kept, dtype=np.uint8)
-            if b'"' not in kept:
-                if not self.in_string:
-                    self._depths(np.cumsum(_STEP[c], dtype=np.int64))
-                return
-            self._count(c, c == 0x22, 0)
-            return
-        a = np.frombuffer(chunk, dtype=np.uint8)
-        at = np.flatnonzero(_NESTING_BYTES[a])
-        if not at.size:
-            self.run = 0 if a.size else self.run
-            return
-        c = a[at]
-        backslash = c == 0x5C
-        quote = c == 0x22
-        last_run = 0
-        if self.run or backslash.any():
-            n, i = at.size, np.arange(at.size)
-            adjacent = np.empty(n, dtype=bool)
-            adjacent[0] = at[0] == 0 and self.run > 0
-            adjacent[1:] = at[1:] == at[:-1] + 1
-            after_backslash = np.empty(n, dtype=bool)
-            after_backslash[0] = self.run > 0
-            after_backslash[1:] = backslash[:-1]
-            continues = backslash & adjacent & after_backslash
-            start = np.maximum.accumulate(np.where(continues, -1, i))
-            # Backslashes in the run ending at each token (the carried ones included).
-            run = np.where(start >= 0, i - start + 1, i + 1 + self.run)
-            before = np.zeros(n, dtype=np.int64)
-            before[0] = self.run if at[0] == 0 else 0
-            before[1:] = np.where(backslash[:-1] & adjacent[1:], run[:-1], 0)
-            quote &= before % 2 == 0                           # an escaped quote: text
-            if backslash[-1] and at[-1] == a.size - 1:
-                last_run = int(run[-1])
-        self._count(c, quote, last_run)
-
-    def _count(self, c: np.ndarray, quote: np.ndarray, last_run: int) -> None:
-        """The depth over the bytes that matter ``c`` of a chunk, ``quote`` marking the quotes
-        that start or end a string; ``last_run``: the backslashes ending the chunk."""
-        inside = (np.cumsum(quote) & 1).astype(bool)
-        if self.in_string:
-            inside = ~inside
-        self.in_string, self.run = bool(inside[-1]), last_run
-        self._depths(np.cumsum(np.where(inside, 0, _STEP[c]), dtype=np.int64))
-
-    def _depths(self, steps: np.ndarray) -> None:
-        """Carry the depth over a chunk whose running sum of bracket steps is ``steps``."""
-        deepest = int(steps.max()) + self.depth
-        self.depth += int(steps[-1])
-        self.deepest = max(self.deepest, deepest)
-        if deepest > self.limit:
-            raise BudgetExceeded("nesting", f"nested more than {self.limit:,} levels deep",
-                                 self.limit)
-
-
-def checked(texts: Iterator[bytes], limit: int) -> Iterator[bytes]:
-    """``texts`` passed through a ``Nesting`` of ``limit`` levels."""
-    nesting = Nesting(limit)
-    for text in texts:
-        nesting.feed(text)
-        yield text
-
-
 def _is_object(text: bytes) -> bool:
     try:
         return isinstance(msgspec.json.decode(text), dict)
@@ -231,8 +112,8 @@ class EventStream:
                  batch_bytes: int = 1 << 19, budgets: Budgets | None = None):
         self.budgets = budgets or _budgets()
         self._raw = raw
-        self._chunks = checked(chunks(raw, batch_bytes, self.budgets.trace_bytes),
-                               self.budgets.nesting)
+        self._chunks = json_nesting.checked(chunks(raw, batch_bytes, self.budgets.trace_bytes),
+                                            self.budgets.nesting)
         self._decode = decode
         self._batch_bytes = batch_bytes
         self.meta: dict | None = None
@@ -255,7 +136,7 @@ class EventStream:
                     continue
             want = 2 * len(head)
             if self.layout is None:
-                first = bytes(head[:4096]).lstrip(_WS)[:1]
+                first = bytes(head[:4096]).lstrip(WHITE_SPACE)[:1]
                 if not first and len(head) < 4096 and not done:
                     continue
                 if first == b"[":
@@ -285,21 +166,13 @@ class EventStream:
         buf = bytearray(b" ") + rest
         done, first = False, True
         while True:
-            if not done and len(buf) < self._batch_bytes:
-                done = not self._read(buf)
-                continue
-            start = _skip(buf, 0, first)
-            if start == len(buf) and not done:
-                # Only white space (and the separating comma) so far: dropped, never held.
-                if not first and 0x2C in buf:
-                    first = True
-                buf = bytearray(b" ")
-                continue
+            buf, done, first, start = self._fill(buf, self._batch_bytes, done, first)
             if start < len(buf) and buf[start] == 0x5D:           # "]": the array ends
                 break
-            got = self._cut(buf, start)
+            got = _cut_before(buf, start, len(buf), len(buf), _BETWEEN_OR_AFTER_EVENTS,
+                              self._decode)
             if got is None:
-                if done and prefix is None and not bytes(buf[start:]).strip(_WS + b","):
+                if done and prefix is None and not bytes(buf[start:]).strip(WHITE_SPACE + b","):
                     self.meta = {}                  # a bare array without its closing "]"
                     return
                 if done:
@@ -322,7 +195,7 @@ class EventStream:
         if prefix is None:                          # a bare array: nothing may follow it
             if keep_tail:
                 self.tail = tail
-            elif tail.strip(_WS):
+            elif tail.strip(WHITE_SPACE):
                 raise Fallback("text after the array of events")
             self.meta = {}
             return
@@ -337,12 +210,12 @@ class EventStream:
         """The text of ``traceEvents`` in consecutive parts of about ``part_bytes`` —
         ``(text, last)`` —, for reading in other processes (``analysis/ingest/parts.py``).
         Each part but the last is a run of whole events separated by commas; it ends at the
-        first ``}`` past three quarters of its size that is followed by a comma and the ``{`` of the next
-        event: a cut not checked by decoding here (that is the work the other processes are
-        there for); a cut inside a string or an event leaves parts that do not decode, which
-        their readers find. The last part is the rest of the file: the last events, the end
-        of the array and the metadata after it (``batches(tail=True)`` reads it); ``meta``
-        is set by ``set_tail`` with that text.
+        first ``}`` past three quarters of its size that is followed by a comma and the ``{``
+        of the next event: a cut not checked by decoding here (that is the work the other
+        processes are there for); a cut inside a string or an event leaves parts that do not
+        decode, which their readers find. The last part is the rest of the file: the last
+        events, the end of the array and the metadata after it (``batches(keep_tail=True)``
+        reads it); ``meta`` is set by ``set_tail`` with that text.
 
         The nesting budget is checked here on the text before ``traceEvents``; each part's
         own nesting (the last one's metadata included) is for its reader to check, from
@@ -351,7 +224,7 @@ class EventStream:
         self._chunks = chunks(self._raw, self._batch_bytes, self.budgets.trace_bytes)
         prefix, rest = self._head()
         self._prefix = prefix
-        nesting = Nesting(self.budgets.nesting)
+        nesting = json_nesting.Nesting(self.budgets.nesting)
         nesting.feed(b"[" if prefix is None else prefix + b'"traceEvents":[')
         if nesting.in_string or nesting.depth != (1 if prefix is None else 2):
             raise Fallback("the text before traceEvents does not end at the top level")
@@ -360,15 +233,7 @@ class EventStream:
         buf = bytearray(b" ") + rest
         done, first = False, True
         while True:
-            if not done and len(buf) < part_bytes:
-                done = not self._read(buf)
-                continue
-            start = _skip(buf, 0, first)
-            if start == len(buf) and not done:
-                if not first and 0x2C in buf:
-                    first = True
-                buf = bytearray(b" ")
-                continue
+            buf, done, first, start = self._fill(buf, part_bytes, done, first)
             if done:
                 with memoryview(buf) as view:
                     text = bytes(view[start:])
@@ -391,7 +256,7 @@ class EventStream:
         ``tail``; None for a bare array whose closing ``]`` is missing)."""
         prefix = self._prefix
         if prefix is None:
-            if tail is not None and tail.strip(_WS):
+            if tail is not None and tail.strip(WHITE_SPACE):
                 raise Fallback("text after the array of events")
             self.meta = {}
             return
@@ -403,6 +268,26 @@ class EventStream:
             raise Fallback("the metadata is not valid JSON, or nested too deeply") from None
         meta.pop("traceEvents", None)
         self.meta = meta
+
+    def _fill(self, buf: bytearray, size: int, done: bool, first: bool
+              ) -> tuple[bytearray, bool, bool, int]:
+        """``(buf, done, first, start)``: ``buf`` (text of ``traceEvents``, one spare byte in
+        front) read on until it holds ``size`` bytes or the file has ended (``done``), and
+        ``start``, where its next event starts: past white space and, unless ``first`` (no comma
+        due: no event read yet, or its comma already dropped), the comma before the event. The
+        shared head of the loops of ``batches`` and ``parts``."""
+        while True:
+            if not done and len(buf) < size:
+                done = not self._read(buf)
+                continue
+            start = _skip(buf, 0, first)
+            if start == len(buf) and not done:
+                # Only white space (and the separating comma) so far: dropped, never held.
+                if not first and 0x2C in buf:
+                    first = True
+                buf = bytearray(b" ")
+                continue
+            return buf, done, first, start
 
     def _read(self, buf: bytearray) -> bool:
         chunk = next(self._chunks, None)
@@ -424,33 +309,16 @@ class EventStream:
                 return True
         return False
 
-    def _cut(self, buf: bytearray, start: int) -> tuple[list, int] | None:
-        """(decoded events from ``start`` up to the last complete one, where that one ends);
-        None when ``buf`` holds no complete event."""
-        pos = len(buf)
-        for _ in range(16):
-            pos = buf.rfind(b"}", start, pos)
-            if pos < 0:
-                return None
-            after = _skip(buf, pos + 1, True)
-            if after < len(buf) and buf[after] not in (0x2C, 0x5D):   # "," or "]"
-                continue
-            try:
-                return _decode_in_place(self._decode, buf, start - 1, pos + 1), pos + 1
-            except msgspec.DecodeError:
-                continue
-        return None
-
 
 def batches_in(buf: bytearray, decode: Callable[[bytes], list], batch_bytes: int
                ) -> Iterator[list]:
     """The events of ``buf[1:-1]`` — whole events separated by commas, as ``EventStream.parts``
     cuts them; ``buf``'s first and last bytes spare — decoded in batches of about
     ``batch_bytes``, in place (``_decode_in_place``: no batch is copied). A batch ends after
-    the last ``}`` before its size that a comma follows and whose text decodes (the cut of
-    ``EventStream._cut``); ``Fallback`` when a batch cannot be cut so (an event longer than a
-    batch, or text that is not a run of events), so that the caller reads the file another
-    way."""
+    the last ``}`` before its size that a comma follows and whose text decodes
+    (``_cut_before``, as ``EventStream.batches`` cuts); ``Fallback`` when a batch cannot be
+    cut so (an event longer than a batch, or text that is not a run of events), so that the
+    caller reads the file another way."""
     end = len(buf) - 1
     pos = _skip(buf, 1, True)
     while pos < end:
@@ -461,25 +329,42 @@ def batches_in(buf: bytearray, decode: Callable[[bytes], list], batch_bytes: int
                 raise Fallback("a part that is not a run of events") from None
             yield events
             return
-        got = None
-        at = pos + batch_bytes
-        for _ in range(16):
-            at = buf.rfind(b"}", pos, at)
-            if at < 0:
-                break
-            after = _skip(buf, at + 1, True)
-            if after >= end or buf[after] != 0x2C:                 # ","
-                continue
-            try:
-                got = _decode_in_place(decode, buf, pos - 1, at + 1), at + 1
-                break
-            except msgspec.DecodeError:
-                continue
+        got = _cut_before(buf, pos, pos + batch_bytes, end, _BETWEEN_EVENTS, decode)
         if got is None:
             raise Fallback("an event longer than a batch")
         events, cut = got
         yield events
         pos = _skip(buf, cut, False)
+
+
+# What may follow an event's closing "}" where a cut is tried: within a part, only the comma
+# before the next event; in the text read so far, also the "]" that ends the array, or the end
+# of that text (None).
+_BETWEEN_EVENTS = (0x2C,)                                    # ","
+_BETWEEN_OR_AFTER_EVENTS = (0x2C, 0x5D, None)                # ",", "]", the end
+
+
+def _cut_before(buf: bytearray, start: int, stop: int, end: int,
+                followers: tuple[int | None, ...], decode: Callable[[bytes], list]
+                ) -> tuple[list, int] | None:
+    """(the events from ``start`` up to a cut, decoded; the cut): the cut after the last ``}``
+    before ``stop`` that one of ``followers`` follows — the next byte that is not white space,
+    None for ``end``, the end of the text — and whose text, ``[`` + ``buf[start:cut]`` + ``]``,
+    decodes (so the cut is not inside a string or an event). None when none of the last
+    ``CUT_TRIES`` ``}`` gives one: no complete event before ``stop``, as far as was tried."""
+    pos = stop
+    for _ in range(CUT_TRIES):
+        pos = buf.rfind(b"}", start, pos)
+        if pos < 0:
+            return None
+        after = _skip(buf, pos + 1, True)
+        if (buf[after] if after < end else None) not in followers:
+            continue
+        try:
+            return _decode_in_place(decode, buf, start - 1, pos + 1), pos + 1
+        except msgspec.DecodeError:
+            continue
+    return None
 
 
 def _decode_in_place(decode, buf: bytearray, before: int, after: int):
@@ -510,77 +395,3 @@ def _skip(buf: bytearray, i: int, first: bool) -> int:
 
 # Where a part of ``EventStream.parts`` may end: a "}" then a comma and the next "{".
 _NEXT_EVENT = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
-
-
-# -- splitting a JSON container without a recursive parser -----------------------------------
-# A JSON string (escapes included), a lone quote (a string that never ends), a run of opening or
-# of closing brackets, or a comma outside strings: all that is needed to find where a
-# container's elements begin and end (a run of 10^5 brackets is one token).
-_TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|"|[\[{]+|[\]}]+|,')
-_STRING = re.compile(rb'\s*("[^"\\]*(?:\\.[^"\\]*)*")\s*:', re.DOTALL)
-
-
-def split_top(text) -> list[tuple[int, int]]:
-    """The ``(start, end)`` byte ranges of the elements of the JSON array or object ``text``
-    (for an object, each ``"key": value`` member), found by counting brackets outside strings:
-    no recursion, so it works at any nesting depth (the decoder's own limit is about 1,000
-    levels). ``msgspec.DecodeError`` when ``text`` is not one complete, balanced container;
-    whether each element is valid JSON is left to whoever decodes it."""
-    text = bytes(text)
-    depth, start, spans, closed = 0, -1, [], False
-    for m in _TOKEN.finditer(text):
-        a, b = m.span()
-        c = text[a]
-        if c == 0x22:                                   # '"'
-            if b - a == 1:
-                raise msgspec.DecodeError("a string never ends")
-            if depth == 0:
-                raise msgspec.DecodeError("text outside the container")
-            continue
-        if closed:
-            raise msgspec.DecodeError("text after the container")
-        if c in (0x5B, 0x7B):                           # a run of "[" / "{"
-            if depth == 0:
-                if text[:a].strip(_WS):
-                    raise msgspec.DecodeError("text before the container")
-                start = a + 1
-            depth += b - a
-        elif c in (0x5D, 0x7D):                         # a run of "]" / "}"
-            if depth - (b - a) < 0:
-                raise msgspec.DecodeError("unbalanced brackets")
-            if depth - (b - a) == 0:
-                spans.append((start, b - 1))
-                closed = True
-            depth -= b - a
-        elif depth == 1:                                # "," between elements
-            spans.append((start, a))
-            start = b
-    if not closed:
-        raise msgspec.DecodeError("the container does not end")
-    if text[spans[-1][1] + 1:].strip(_WS):
-        raise msgspec.DecodeError("text after the container")
-    out = []
-    for a, b in spans:
-        while a < b and text[a] in _WS:
-            a += 1
-        while b > a and text[b - 1] in _WS:
-            b -= 1
-        out.append((a, b))
-    if len(out) == 1 and out[0][0] == out[0][1]:
-        return []                                       # "[]" or "{}"
-    if any(a == b for a, b in out):
-        raise msgspec.DecodeError("an empty element")
-    return out
-
-
-def split_members(text) -> list[tuple[str, bytes]]:
-    """``(key, value text)`` of each member of the JSON object ``text`` (``split_top``);
-    ``msgspec.DecodeError`` when it is not an object of string keys."""
-    text = bytes(text)
-    out = []
-    for a, b in split_top(text):
-        m = _STRING.match(text, a, b)
-        if m is None:
-            raise msgspec.DecodeError("an object member without a string key")
-        out.append((msgspec.json.decode(m.group(1)), text[m.end():b]))
-    return out

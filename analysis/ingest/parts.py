@@ -14,10 +14,10 @@ trace, ``analysis/ingest/pool.py``) and the file is large enough to gain (``wort
 2. **Read** (in the workers, ``_read_part``): each part is checked against the nesting budget
    from the depth at which events lie, cut into batches, decoded and typed, its columns built
    and joined into chunks, its events classified — the one-stream reader's own code
-   (``decode.decode``, ``batch_columns.batch``, ``events.Accumulator``). At most
+   (``decode.decode``, ``batch_columns.batch``, ``accumulator.Accumulator``). At most
    ``IN_FLIGHT_PER_WORKER`` parts per worker are out at once, so what is held in text is
    bounded whatever the size of the file.
-3. **Join** (here, in file order, ``events.Accumulator.merge``): the rows numbered on, the
+3. **Join** (here, in file order, ``accumulator.Accumulator.merge``): the rows numbered on, the
    collective metadata placed at its rows, the damage added up, the budgets (``--max-events``,
    ``--max-rank-memory``) counted over the whole trace; then the table is finished as the one
    stream's is (the trace's span checked, the ``[memory]`` table, ``end_us``).
@@ -51,12 +51,16 @@ from concurrent.futures import Executor, ProcessPoolExecutor
 
 import pyarrow as pa
 
+from meshscope.analysis.ingest import accumulator
+from meshscope.analysis.ingest import allocator
 from meshscope.analysis.ingest import batch_columns
 from meshscope.analysis.ingest import budgets as _budgets
 from meshscope.analysis.ingest import decode
 from meshscope.analysis.ingest import events
+from meshscope.analysis.ingest import json_nesting
 from meshscope.analysis.ingest import json_stream
 from meshscope.analysis.ingest import start_method
+from meshscope.analysis.ingest.validate import Damage
 
 # Text per part: large enough that a part's columns come back in one chunk and the cost of
 # a task is small beside its work, small enough that two workers share a 54 MB trace.
@@ -180,10 +184,10 @@ def _read(raw: bytes, comm_kernel_re: re.Pattern | None
     stream = json_stream.EventStream(raw, None, batch_bytes=events.BATCH_BYTES)
     env = _budgets.environment()
     reading = batch_columns.Reading()
-    acc = events.Accumulator(comm_kernel_re, reading)
+    acc = accumulator.Accumulator(comm_kernel_re, reading)
     pending: collections.deque = collections.deque()
     try:
-        with events.system_allocator():
+        with allocator.system_allocator():
             for text, last in stream.parts(PART_BYTES):
                 pending.append(executor.submit(_read_part, text, stream.events_depth, last,
                                                comm_kernel_re, env))
@@ -214,7 +218,7 @@ def _release() -> None:
         _CORES.executor = None
 
 
-def _join(acc: "events.Accumulator", part: "events.Part") -> bytes | None:
+def _join(acc: "accumulator.Accumulator", part: "accumulator.Part") -> bytes | None:
     """Join ``part`` to ``acc``; the text after the events when it is the last part."""
     if part.odd is not None:
         raise Odd(part.odd)
@@ -223,8 +227,8 @@ def _join(acc: "events.Accumulator", part: "events.Part") -> bytes | None:
 
 
 def _read_part(text: bytes, depth: int, last: bool, comm_kernel_re: re.Pattern | None,
-               env: dict) -> "events.Part":
-    """One part's ``events.Part`` (in a worker): the events of ``text`` (whole events
+               env: dict) -> "accumulator.Part":
+    """One part's ``accumulator.Part`` (in a worker): the events of ``text`` (whole events
     separated by commas, lying ``depth`` levels deep in the file; the ``last`` part runs on
     to the end of the file, and its ``tail`` is the text after the events), read as the
     one-stream reader reads them; its ``odd`` set when the part is not to be joined (module
@@ -235,9 +239,9 @@ def _read_part(text: bytes, depth: int, last: bool, comm_kernel_re: re.Pattern |
     inner = dataclasses.replace(limits, nesting=limits.nesting - (depth - 1),
                                 trace_bytes=max(limits.trace_bytes, len(text) + 2))
     reading = batch_columns.Reading()
-    acc = events.Accumulator(comm_kernel_re, reading)
+    acc = accumulator.Accumulator(comm_kernel_re, reading)
     try:
-        with events.system_allocator():
+        with allocator.system_allocator():
             if last:
                 # The last part runs on to the end of the file: read as a stream, which finds
                 # where the events end and keeps the text after them.
@@ -248,7 +252,7 @@ def _read_part(text: bytes, depth: int, last: bool, comm_kernel_re: re.Pattern |
             else:
                 # A run of whole events: its nesting checked, then decoded in place, batch by
                 # batch, in one buffer with a spare byte at either end.
-                nesting = json_stream.Nesting(inner.nesting)
+                nesting = json_nesting.Nesting(inner.nesting)
                 nesting.feed(b"[")
                 for i in range(0, len(text), NESTING_SLICE):
                     nesting.feed(text[i:i + NESTING_SLICE])
@@ -272,7 +276,7 @@ def _read_part(text: bytes, depth: int, last: bool, comm_kernel_re: re.Pattern |
         return _odd(f"{type(e).__name__}: {e}")
 
 
-def _odd(why: str) -> "events.Part":
+def _odd(why: str) -> "accumulator.Part":
     """A part that is not to be joined, and why."""
-    return events.Part({}, [], 0, 0, 0, events.Damage(), collections.Counter(), {}, 0, 0,
-                        odd=why)
+    return accumulator.Part({}, [], 0, 0, 0, Damage(), collections.Counter(), {}, 0, 0,
+                             odd=why)

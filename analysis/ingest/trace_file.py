@@ -13,7 +13,7 @@ top-level key but ``traceEvents``) and one undecoded slice per event. A bare JSO
 events (Chrome's JSON Array Format, its closing ``]`` optional) is a trace without metadata
 (None). A file that is not JSON, ends early, or holds no ``traceEvents`` list is refused
 (``json_problem``, ``InputError``); a value nested deeper than the decoder's limit is split by
-hand (``json_stream.split_top``, ``split_members``), and a metadata key that cannot be decoded
+hand (``json_split.split_top``, ``split_members``), and a metadata key that cannot be decoded
 is left out and counted (``validate.Damage``).
 """
 from __future__ import annotations
@@ -25,6 +25,8 @@ import msgspec
 
 from meshscope.analysis.ingest import budgets as _budgets
 from meshscope.analysis.ingest import decode
+from meshscope.analysis.ingest import json_nesting
+from meshscope.analysis.ingest import json_split
 from meshscope.analysis.ingest import json_stream
 from meshscope.analysis.ingest.budgets import BudgetExceeded
 from meshscope.analysis.ingest.validate import Damage
@@ -71,14 +73,14 @@ def decompress(path: pathlib.Path, raw: bytes) -> bytes | bytearray:
             raise InputError(path, str(BudgetExceeded(
                 "rank_memory", f"cannot be streamed and is more than {limit:,} bytes", limit)))
         try:
-            for _ in json_stream.checked(json_stream.chunks(raw, 1 << 24, limit), b.nesting):
+            for _ in json_nesting.checked(json_stream.chunks(raw, 1 << 24, limit), b.nesting):
                 pass
         except BudgetExceeded as e:
             raise InputError(path, str(e)) from None
         return raw
     text = bytearray()
     try:
-        for piece in json_stream.checked(json_stream.chunks(raw, 1 << 24, limit), b.nesting):
+        for piece in json_nesting.checked(json_stream.chunks(raw, 1 << 24, limit), b.nesting):
             text += piece
     except BudgetExceeded as e:
         if e.budget == "nesting":
@@ -117,7 +119,7 @@ def _split_array(path: pathlib.Path, data) -> list:
         pass
     except RecursionError:
         try:
-            return [text[a:b] for a, b in json_stream.split_top(text)]
+            return [text[a:b] for a, b in json_split.split_top(text)]
         except msgspec.DecodeError:
             pass
     try:        # what is wrong with the file as it is: it ends early, or text follows
@@ -141,7 +143,7 @@ def split(path: pathlib.Path, data) -> tuple[dict | None, list, Damage]:
         raise InputError(path, json_problem(e)) from None
     except RecursionError:                  # nested deeper than the decoder goes: split by hand
         try:
-            top = dict(json_stream.split_members(data))
+            top = dict(json_split.split_members(data))
         except msgspec.DecodeError as e:
             raise InputError(path, json_problem(e)) from None
     events = top.pop("traceEvents", None)
@@ -154,7 +156,7 @@ def split(path: pathlib.Path, data) -> tuple[dict | None, list, Damage]:
     except RecursionError:
         text = bytes(events)
         try:
-            raws = [text[a:b] for a, b in json_stream.split_top(text)]
+            raws = [text[a:b] for a, b in json_split.split_top(text)]
         except msgspec.DecodeError as e:
             raise InputError(path, json_problem(e)) from None
     meta = {}
