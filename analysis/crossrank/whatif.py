@@ -326,29 +326,7 @@ def analyse(graphs: dict[int, StepGraph], run: RunInfo | None, ops: dict[str, st
                          "wait_us": suffered.get(r, 0.0) / n_steps,
                          "wait_caused_us": charged_us.get(r, 0.0) / n_steps})
     savings = pd.DataFrame(sav_rows, columns=SAVINGS_COLUMNS)
-    straggler = None
-    floor_us = 0.0
-    if len(savings):
-        top = savings.loc[savings["saving_us"].idxmax()]
-        others = table[table["rank"] != top["rank"]]
-        if len(others):
-            floor_us = float(others.assign(a=others["saving_us"].clip(lower=0.0))
-                             .groupby("step")["a"].max().median())
-        res = resolution(noise_us, n_steps, floor_us)
-        gate = NOISE_FACTOR * res
-        tops = table.loc[table.groupby("step")["saving_us"].idxmax()]
-        mine = tops[(tops["rank"] == top["rank"]) & (tops["saving_us"] >= res)]
-        steady = len(mine) >= np.ceil(2 * n_steps / 3)
-        if top["saving_us"] >= gate and top["saving_pct"] >= MIN_SAVING_PCT and steady:
-            r = int(top["rank"])
-            straggler = {"rank": r, "saving_us": float(top["saving_us"]),
-                         "saving_pct": float(top["saving_pct"]), "reference": top["reference"],
-                         "peers": refs.get(r, ("none", []))[1],
-                         "noise_us": float(noise_us) if np.isfinite(noise_us) else None,
-                         "floor_us": floor_us, "gate_us": float(gate),
-                         "stage": top["stage"],
-                         "critical_path_share": float(top["critical_path_share"]),
-                         "wait_caused_us": float(top["wait_caused_us"])}
+    straggler, floor_us = _straggler(table, savings, refs, noise_us, n_steps)
     imbalance = _imbalance(graphs, run, scales_by_step, straggler)
     path = pd.concat(paths, ignore_index=True) if paths else \
         pd.DataFrame(columns=PATH_COLUMNS)
@@ -357,6 +335,40 @@ def analyse(graphs: dict[int, StepGraph], run: RunInfo | None, ops: dict[str, st
                   floor_us, resolution(noise_us, n_steps, floor_us),
                   {d: float(np.mean(v)) for d, v in dim_saved.items() if v}, imbalance,
                   charged)
+
+
+def _straggler(table: pd.DataFrame, savings: pd.DataFrame,
+               refs: dict[int, tuple[str, list[int]]], noise_us: float, n_steps: int
+               ) -> tuple[dict | None, float]:
+    """The straggler (None without one) and the what-if's floor: the rank of the largest
+    median saving is the straggler when its saving stands above the gate (``NOISE_FACTOR`` ×
+    the resolution, ``resolution``), is at least ``MIN_SAVING_PCT`` of the step, and is the
+    largest in at least two steps of three; the floor is the median over steps of the largest
+    saving any other rank has."""
+    if not len(savings):
+        return None, 0.0
+    floor_us = 0.0
+    top = savings.loc[savings["saving_us"].idxmax()]
+    others = table[table["rank"] != top["rank"]]
+    if len(others):
+        floor_us = float(others.assign(a=others["saving_us"].clip(lower=0.0))
+                         .groupby("step")["a"].max().median())
+    res = resolution(noise_us, n_steps, floor_us)
+    gate = NOISE_FACTOR * res
+    tops = table.loc[table.groupby("step")["saving_us"].idxmax()]
+    mine = tops[(tops["rank"] == top["rank"]) & (tops["saving_us"] >= res)]
+    steady = len(mine) >= np.ceil(2 * n_steps / 3)
+    if not (top["saving_us"] >= gate and top["saving_pct"] >= MIN_SAVING_PCT and steady):
+        return None, floor_us
+    r = int(top["rank"])
+    return {"rank": r, "saving_us": float(top["saving_us"]),
+            "saving_pct": float(top["saving_pct"]), "reference": top["reference"],
+            "peers": refs.get(r, ("none", []))[1],
+            "noise_us": float(noise_us) if np.isfinite(noise_us) else None,
+            "floor_us": floor_us, "gate_us": float(gate),
+            "stage": top["stage"],
+            "critical_path_share": float(top["critical_path_share"]),
+            "wait_caused_us": float(top["wait_caused_us"])}, floor_us
 
 
 def _imbalance(graphs, run, scales_by_step, straggler) -> dict | None:
