@@ -95,6 +95,17 @@ def chunks(raw, size: int = 1 << 19, limit: int | None = None) -> Iterator[bytes
         raise Fallback(f"corrupt gzip ({e})") from None
 
 
+def _metadata(prefix: bytes, tail: bytes) -> dict:
+    """The trace's top-level keys but ``traceEvents``: the text before the events
+    (``prefix``, up to the key) and after them (``tail``) decoded as one object."""
+    try:
+        meta = msgspec.json.decode(prefix + b'"traceEvents":[]' + tail)
+    except (msgspec.DecodeError, RecursionError):
+        raise Fallback("the metadata is not valid JSON, or nested too deeply") from None
+    meta.pop("traceEvents", None)
+    return meta
+
+
 def _is_object(text: bytes) -> bool:
     try:
         return isinstance(msgspec.json.decode(text), dict)
@@ -199,12 +210,7 @@ class EventStream:
                 raise Fallback("text after the array of events")
             self.meta = {}
             return
-        try:
-            meta = msgspec.json.decode(prefix + b'"traceEvents":[]' + tail)
-        except (msgspec.DecodeError, RecursionError):
-            raise Fallback("the metadata is not valid JSON, or nested too deeply") from None
-        meta.pop("traceEvents", None)
-        self.meta = meta
+        self.meta = _metadata(prefix, tail)
 
     def parts(self, part_bytes: int) -> Iterator[tuple[bytes, bool]]:
         """The text of ``traceEvents`` in consecutive parts of about ``part_bytes`` —
@@ -262,12 +268,7 @@ class EventStream:
             return
         if tail is None:
             raise Fallback("the trace ends inside traceEvents")
-        try:
-            meta = msgspec.json.decode(prefix + b'"traceEvents":[]' + tail)
-        except (msgspec.DecodeError, RecursionError):
-            raise Fallback("the metadata is not valid JSON, or nested too deeply") from None
-        meta.pop("traceEvents", None)
-        self.meta = meta
+        self.meta = _metadata(prefix, tail)
 
     def _fill(self, buf: bytearray, size: int, done: bool, first: bool
               ) -> tuple[bytearray, bool, bool, int]:
