@@ -13,8 +13,9 @@ from conftest import ROOT, meshscope
 import dataclasses
 
 from meshscope.analysis.compare import CompareError
-from meshscope.analysis.compare.ranking import (TIE_REL, Comparison, explain, render, spearman,
-                                                tied, worse_end)
+from meshscope.analysis.compare.ranking import (TIE_REL, Comparison, explain, spearman, tied,
+                                                worse_end)
+from meshscope.analysis.compare.ranking_text import render
 from meshscope.layouts.ranked import compare
 from meshscope.layouts.plan import theory_fraction
 from meshscope.layouts.throughput import step_table

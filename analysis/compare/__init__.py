@@ -14,7 +14,8 @@ folders of anyone's traces, analysed reports) and says what changed and why:
   gained and lost, per-rank deltas; ``story``: the same in a few sentences;
 - ``gate``: the ``--fail-if`` conditions and the noise rule; ``outputs``: text, Markdown
   and JUnit;
-- ``ranking``: three or more runs (or a sweep) ranked by step time, the layout sweep's view.
+- ``ranking``: three or more runs (or a sweep) ranked by step time, the layout sweep's view;
+  ``ranking_text``: its terminal table.
 
     from meshscope.analysis.compare import open_side, diff
     d = diff(open_side("runs/before"), open_side("runs/after"))

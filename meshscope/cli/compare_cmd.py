@@ -64,7 +64,7 @@ def compare_cmd(paths, conditions, junit_out, markdown_out, as_json, csv_out, re
     # Here, not above: comparing reads reports with pandas (0.4 s), which ``meshscope
     # --help`` (it imports every command's module) should not pay for.
     from meshscope.analysis.compare import CompareError, diff, gate, outputs
-    from meshscope.analysis.compare.ranking import render
+    from meshscope.analysis.compare.ranking_text import render
     from meshscope.layouts.ranked import compare
 
     parsed = analysis_options(flags)

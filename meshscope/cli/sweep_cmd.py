@@ -71,7 +71,7 @@ def sweep(world, model, dims, layouts, schedules, microbatches, global_batch, no
     """Run every valid layout of WORLD ranks, analyse each, and compare them."""
     # Here, not above: the ranking reads the runs' reports with pandas (0.4 s), which
     # ``meshscope --help`` (it imports every command's module) should not pay for.
-    from meshscope.analysis.compare.ranking import render
+    from meshscope.analysis.compare.ranking_text import render
     from meshscope.layouts.ranked import compare
 
     try:
