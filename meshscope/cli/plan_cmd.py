@@ -8,12 +8,13 @@ What the flags say, as the planner's records, is ``plan_inputs.py``.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import pathlib
 
 import click
 
-from meshscope.layouts.plan import plan
+from meshscope.layouts.plan import CommModel, ModelSpec, Rates, plan
 from meshscope.layouts.plan.enumerate import ChoiceError, enumerate_candidates
 from meshscope.layouts.plan.job_candidates import job_candidates
 from meshscope.layouts.plan.job_step import JobOptions, uncertainty_of
@@ -168,7 +169,67 @@ def plan_cmd(ctx, world, model, model_json, seq_len, dims, layouts, schedules, m
                               allocator_reserve, capacity_factor, fused, ep_dispatcher,
                               moe_routing)
     job = training.framework != "runner"
+    _check_flags(training, given, devices=devices, bandwidth_gbps=bandwidth_gbps,
+                 latency_us=latency_us, peak_tflops=peak_tflops, tp_overlap=tp_overlap,
+                 dp_overlap=dp_overlap, micro_batch_size=micro_batch_size)
+    base_comm = baseline_model(baseline)
+    notes: list[str] = []
+    explicit_model = model_json or given("model") or any(
+        given(x) for x in ("layers", "moe_experts", "moe_top_k", "moe_every"))
+    spec = model_spec(model, model_json, seq_len,
+                      model_overrides(layers, moe_experts, moe_top_k, moe_every), notes,
+                      block if job else None) if explicit_model or not from_runs else None
+    rates = comm = None
+    dev = topo = None
+    overhead_us = 0.0
     if job:
+        dev, topo, overhead_us = job_setup(
+            training, device, device_file,
+            {"bf16_tflops": bf16_tflops, "fp8_tflops": fp8_tflops,
+             "device_memory_gb": device_memory_gb, "memory_tbps": memory_tbps,
+             "gemm_efficiency": gemm_efficiency}, tflops, gpus_per_node, intra_gbps,
+            inter_gbps, intra_latency_us, inter_latency_us, base_comm, from_runs, notes)
+        if from_runs and spec is None:
+            fail("--from with a GPU framework calibrates the device; name the model to plan "
+                 "with --model-json (or --model)")
+    else:
+        rates, comm, notes = _runner_rates(tflops, peak_tflops, devices, device,
+                                           bandwidth_gbps, latency_us, base_comm, notes)
+    if from_runs and not job:
+        cal = _calibrated(from_runs, given, spec, world, global_batch, dims, rates, base_comm,
+                          notes)
+        spec, world, global_batch, dims = cal.spec, cal.world, cal.global_batch, cal.dims
+        rates, comm, notes = cal.rates, cal.comm, cal.notes
+    if world is None:
+        fail("plan needs --world N (or --from RUN)")
+    cands = _candidates(job, world, spec, dims=dims, schedules=schedules,
+                        microbatches=microbatches, micro_batch_size=micro_batch_size,
+                        dp_modes=dp_modes, global_batch=global_batch, no_sp=no_sp,
+                        layouts=layouts)
+    cands = apply_pipeline_options(cands, virtual_stages, stage_layers, spec.n_layers)
+    cands = _offloadable(cands, training)
+    memory_bytes = dev.memory_bytes if dev is not None else (
+        device_memory_gb * 2 ** 30 if device_memory_gb else None)
+    band, band_source = uncertainty_of(spec, training) if dev is not None else (None, "")
+    try:
+        p = plan(spec, cands, precision=training.as_precision() if job else training.precision,
+                 rates=rates, comm=comm, device_memory_bytes=memory_bytes, notes=notes,
+                 training=training, device=dev, topology=topo,
+                 job_options=JobOptions(dp_overlap=dp_overlap, tp_overlap=tp_overlap,
+                                        step_overhead_us=overhead_us),
+                 uncertainty=band, uncertainty_source=band_source)
+    except ValueError as e:
+        fail(str(e))
+    _print(p, as_json, detail, top)
+
+
+def _check_flags(training, given, *, devices, bandwidth_gbps, latency_us, peak_tflops,
+                 tp_overlap, dp_overlap, micro_batch_size) -> None:
+    """Refuse (exit 2, one line) flags that contradict each other: the runner's machine
+    flags in a GPU job's plan, a GPU job's flags (and overlap switches) in the runner's, and
+    --micro-batch-size beside --microbatches; returns nothing when they agree. ``given``
+    says whether a flag was on the command line."""
+    if training.framework != "runner":
         for flag, value in (("--devices", devices), ("--bandwidth-gbps", bandwidth_gbps),
                             ("--latency-us", latency_us), ("--peak-tflops", peak_tflops)):
             if value is not None:
@@ -191,66 +252,78 @@ def plan_cmd(ctx, world, model, model_json, seq_len, dims, layouts, schedules, m
                  "its own (give --framework megatron, deepspeed or torch)")
     if micro_batch_size is not None and given("microbatches"):
         fail("--micro-batch-size and --microbatches both set the microbatches; give one")
-    base_comm = baseline_model(baseline)
-    notes: list[str] = []
-    explicit_model = model_json or given("model") or any(
-        given(x) for x in ("layers", "moe_experts", "moe_top_k", "moe_every"))
-    spec = model_spec(model, model_json, seq_len,
-                      model_overrides(layers, moe_experts, moe_top_k, moe_every), notes,
-                      block if job else None) if explicit_model or not from_runs else None
-    rates = comm = None
-    dev = topo = None
-    overhead_us = 0.0
-    if job:
-        dev, topo, overhead_us = job_setup(
-            training, device, device_file,
-            {"bf16_tflops": bf16_tflops, "fp8_tflops": fp8_tflops,
-             "device_memory_gb": device_memory_gb, "memory_tbps": memory_tbps,
-             "gemm_efficiency": gemm_efficiency}, tflops, gpus_per_node, intra_gbps,
-            inter_gbps, intra_latency_us, inter_latency_us, base_comm, from_runs, notes)
-        if from_runs and spec is None:
-            fail("--from with a GPU framework calibrates the device; name the model to plan "
-                 "with --model-json (or --model)")
-    else:
-        rates, comm, runner_notes = assumed_rates(tflops, peak_tflops, devices, device,
-                                                   bandwidth_gbps, latency_us)
-        notes += runner_notes
-        if base_comm is not None:
-            comm = base_comm
-            notes = [n for n in notes if not n.startswith("communication")]
-    if from_runs and not job:
-        # imported only with --from (pandas, 0.4 s; see _calibrated_device)
-        from meshscope.layouts.ranked import CompareError, calibrated_planner, measured
-        for flag in ("tflops", "devices", "bandwidth_gbps", "latency_us"):
-            if given(flag):
-                fail(f"--{flag.replace('_', '-')} with --from: the calibration measures it; "
-                     f"drop one of the two")
-        try:
-            runs = [measured(pathlib.Path(r)) for r in from_runs]
-            _, cal = calibrated_planner([pathlib.Path(r) for r in from_runs], rates, base_comm)
-        except CompareError as e:
-            fail(str(e))
-        first = runs[0]
-        if spec is None:
-            spec = first.spec
-        else:
-            notes.append(f"calibrated on {first.spec.name} ({first.spec.n_params() / 1e6:,.1f} "
-                         f"M parameters) and applied to {spec.name} "
-                         f"({spec.n_params() / 1e6:,.1f} M): the per-layer, per-parameter and "
-                         f"per-byte costs carry over; collectives larger than the run's are "
-                         f"extrapolated along its measured sizes")
-        world = world or first.candidate.layout.world_size
-        if not given("global_batch"):
-            global_batch = first.candidate.global_batch
-        used = {d for r in runs for d in PARALLEL_DIMS if r.candidate.layout.size(d) > 1}
-        dims = ",".join(sorted(set(csv_values(dims)) | used, key=PARALLEL_DIMS.index))
-        rates, comm = cal.rates, cal.comm
-        notes = [n for n in notes if n.startswith("CPU") is False] + cal.notes
-        notes.append(f"calibrated from {', '.join(r.name for r in runs)}")
-    if world is None:
-        fail("plan needs --world N (or --from RUN)")
 
-    def kv_check(c):
+
+def _runner_rates(tflops, peak_tflops, devices, device, bandwidth_gbps, latency_us,
+                  base_comm, notes: list[str]) -> tuple[Rates, CommModel, list[str]]:
+    """The runner's (rates, communication model, notes) before any calibration: the
+    assumed or given rates, with a --baseline table (``base_comm``) in place of the assumed
+    communication and its note; the notes are ``notes`` and the assumptions'."""
+    rates, comm, runner_notes = assumed_rates(tflops, peak_tflops, devices, device,
+                                              bandwidth_gbps, latency_us)
+    notes = notes + runner_notes
+    if base_comm is not None:
+        comm = base_comm
+        notes = [n for n in notes if not n.startswith("communication")]
+    return rates, comm, notes
+
+
+@dataclasses.dataclass(frozen=True)
+class _Calibration:
+    """The plan's inputs after ``--from`` runs calibrated the runner's planner."""
+    spec: ModelSpec
+    world: int
+    global_batch: int
+    dims: str
+    rates: Rates
+    comm: CommModel
+    notes: list[str]
+
+
+def _calibrated(from_runs, given, spec, world, global_batch, dims, rates, base_comm,
+                notes) -> _Calibration:
+    """The runner's plan calibrated on the ``--from`` runs, as a ``_Calibration``: their
+    measured rates, communication and notes (after ``notes``), the first run's model
+    (unless one was named; a note says the costs carry over to it), its world and global
+    batch where not given, and every dimension the runs used added to ``dims``. A flag the
+    calibration measures, or a run it cannot read, ends the command (exit 2)."""
+    # imported only with --from (pandas, 0.4 s; see _calibrated_device)
+    from meshscope.layouts.ranked import CompareError, calibrated_planner, measured
+    for flag in ("tflops", "devices", "bandwidth_gbps", "latency_us"):
+        if given(flag):
+            fail(f"--{flag.replace('_', '-')} with --from: the calibration measures it; "
+                 f"drop one of the two")
+    try:
+        runs = [measured(pathlib.Path(r)) for r in from_runs]
+        _, cal = calibrated_planner([pathlib.Path(r) for r in from_runs], rates, base_comm)
+    except CompareError as e:
+        fail(str(e))
+    first = runs[0]
+    if spec is None:
+        spec = first.spec
+    else:
+        notes = notes + [f"calibrated on {first.spec.name} "
+                         f"({first.spec.n_params() / 1e6:,.1f} M parameters) and applied to "
+                         f"{spec.name} ({spec.n_params() / 1e6:,.1f} M): the per-layer, "
+                         f"per-parameter and per-byte costs carry over; collectives larger "
+                         f"than the run's are extrapolated along its measured sizes"]
+    if not given("global_batch"):
+        global_batch = first.candidate.global_batch
+    used = {d for r in runs for d in PARALLEL_DIMS if r.candidate.layout.size(d) > 1}
+    notes = [n for n in notes if n.startswith("CPU") is False] + cal.notes
+    notes.append(f"calibrated from {', '.join(r.name for r in runs)}")
+    return _Calibration(
+        spec=spec, world=world or first.candidate.layout.world_size,
+        global_batch=global_batch,
+        dims=",".join(sorted(set(csv_values(dims)) | used, key=PARALLEL_DIMS.index)),
+        rates=cal.rates, comm=cal.comm, notes=notes)
+
+
+def _layout_check(spec, micro_batch_size):
+    """The check every candidate must pass, as a function of a candidate returning why it
+    is refused, or None: tp must divide the model's key/value heads and, with
+    ``micro_batch_size``, each microbatch must be that many sequences."""
+    def check(c):
         tp = c.layout.size("tp")
         if spec.kv_heads % tp:
             return f"tp={tp} does not divide the model's {spec.kv_heads} key/value heads"
@@ -258,7 +331,13 @@ def plan_cmd(ctx, world, model, model_json, seq_len, dims, layouts, schedules, m
                 != c.global_batch:
             return f"not {micro_batch_size} sequences a microbatch"
         return None
+    return check
 
+
+def _microbatch_choices(microbatches, micro_batch_size, global_batch) -> tuple:
+    """The microbatch counts to try: --microbatches', or with ``micro_batch_size`` every
+    divisor of the global batch's sequences over it (one for each dp); a size that does
+    not divide the global batch ends the command (exit 2)."""
     mb_choices = csv_values(microbatches, int)
     if micro_batch_size:
         if micro_batch_size < 1 or global_batch % micro_batch_size:
@@ -266,6 +345,33 @@ def plan_cmd(ctx, world, model, model_json, seq_len, dims, layouts, schedules, m
                  f"{global_batch}")
         per = global_batch // micro_batch_size
         mb_choices = tuple(per // d for d in range(1, per + 1) if per % d == 0)
+    return mb_choices
+
+
+def _layout_microbatches(texts, global_batch, micro_batch_size):
+    """Each explicit layout of ``texts`` with its microbatches, global batch / (its dp ×
+    ``micro_batch_size``), yielded one at a time (so that a layout's refusal comes after
+    those of the layouts before it); raises ``ChoiceError`` for a layout that does not
+    parse or whose dp × size does not divide the global batch."""
+    for text in texts:
+        try:
+            dp = parse_layout(text).size("dp")
+        except LayoutError as e:
+            raise ChoiceError(f"--layouts {text!r}: {e}") from None
+        if global_batch % (dp * micro_batch_size):
+            raise ChoiceError(f"--layouts {text}: global batch {global_batch} is not "
+                              f"divisible by dp={dp} × {micro_batch_size} sequences")
+        yield text, global_batch // (dp * micro_batch_size)
+
+
+def _candidates(job, world, spec, *, dims, schedules, microbatches, micro_batch_size,
+                dp_modes, global_batch, no_sp, layouts) -> list:
+    """The candidate layouts of ``world`` ranks that the choices allow and ``_layout_check``
+    passes (``job_candidates`` for a GPU job, ``enumerate_candidates`` for the runner's),
+    before the pipeline options; with --layouts and --micro-batch-size each layout's
+    microbatches follow from its own dp. A refused choice ends the command (exit 2)."""
+    kv_check = _layout_check(spec, micro_batch_size)
+    mb_choices = _microbatch_choices(microbatches, micro_batch_size, global_batch)
 
     def enumerate_for(layout_texts, mbs):
         if job:
@@ -283,36 +389,30 @@ def plan_cmd(ctx, world, model, model_json, seq_len, dims, layouts, schedules, m
         if micro_batch_size and layouts_of(layouts):
             # an explicit layout's microbatches follow from its own dp
             cands = []
-            for text in layouts_of(layouts):
-                try:
-                    dp = parse_layout(text).size("dp")
-                except LayoutError as e:
-                    raise ChoiceError(f"--layouts {text!r}: {e}") from None
-                if global_batch % (dp * micro_batch_size):
-                    raise ChoiceError(f"--layouts {text}: global batch {global_batch} is not "
-                                     f"divisible by dp={dp} × {micro_batch_size} sequences")
-                cands += enumerate_for((text,), (global_batch // (dp * micro_batch_size),))
+            for text, mb in _layout_microbatches(layouts_of(layouts), global_batch,
+                                                 micro_batch_size):
+                cands += enumerate_for((text,), (mb,))
         else:
             cands = enumerate_for(layouts_of(layouts), mb_choices)
     except ChoiceError as e:
         fail(str(e))
-    cands = apply_pipeline_options(cands, virtual_stages, stage_layers, spec.n_layers)
+    return cands
+
+
+def _offloadable(cands, training) -> list:
+    """``cands``, with --offload all only the layouts that shard their weights (fsdp); none
+    of them ends the command (exit 2)."""
     if training.offload == "all" and not any(c.zero_stage == 3 for c in cands):
         fail("--offload all moves the weights to the host, which needs --dp-modes fsdp")
     if training.offload == "all":
         cands = [c for c in cands if c.zero_stage == 3]
-    memory_bytes = dev.memory_bytes if dev is not None else (
-        device_memory_gb * 2 ** 30 if device_memory_gb else None)
-    band, band_source = uncertainty_of(spec, training) if dev is not None else (None, "")
-    try:
-        p = plan(spec, cands, precision=training.as_precision() if job else training.precision,
-                 rates=rates, comm=comm, device_memory_bytes=memory_bytes, notes=notes,
-                 training=training, device=dev, topology=topo,
-                 job_options=JobOptions(dp_overlap=dp_overlap, tp_overlap=tp_overlap,
-                                        step_overhead_us=overhead_us),
-                 uncertainty=band, uncertainty_source=band_source)
-    except ValueError as e:
-        fail(str(e))
+    return cands
+
+
+def _print(p, as_json, detail, top) -> None:
+    """Print the plan: as JSON with every term (its warnings on stderr), or as the text
+    table (every term with ``detail``); ``top`` keeps the first N layouts. Returns
+    nothing."""
     if as_json:
         for w in p.warnings:
             click.echo(f"meshscope: warning: {w}", err=True)
@@ -322,7 +422,6 @@ def plan_cmd(ctx, world, model, model_json, seq_len, dims, layouts, schedules, m
         click.echo(json.dumps(d, indent=2))
     else:
         click.echo(render_plan(p, detail, top))
-
 
 
 COMMANDS = (plan_cmd,)

@@ -157,84 +157,134 @@ def dim_transfer_us(trs: list[Transfer], comm: CommModel, pp_rank: int) -> dict[
     return out
 
 
-def predict(spec: ModelSpec, cand: Candidate, rates: Rates, comm: CommModel,
-            precision: Precision | str = "fp32") -> StepEstimate:
-    prec = precision_of(precision)
-    trs = transfers(spec, cand, prec)
-    m, p, v = cand.microbatches, cand.pp, cand.v
-    kappa = contention(cand, rates)
+@dataclasses.dataclass(frozen=True)
+class _RankTime:
+    """One pipeline rank's share of a step, as ``predict`` combines the ranks (µs)."""
+    rank: int
+    compute_us: float                  # forward and backward of all its microbatches
+    exposed_us: dict[str, float]       # blocking communication per dimension, per step
+    dp_us: float                       # exposed data-parallel communication
+    optimizer_us: float
+    opt_comm_us: float                 # tensor parallelism's optimizer all-reduces
+    per_mb_us: float                   # compute and blocking communication per microbatch
+
+
+def _blocking_comm_us(spec: ModelSpec, cand: Candidate, rates: Rates, comm: CommModel,
+                      mine: list[Transfer], kappa: float, n_lm: int) -> dict[str, float]:
+    """The exposed time per step of each dimension whose operations sit inside the
+    microbatches (tp, ep, pp, cp) on one rank, whose transfers are ``mine``: all of it but
+    what a calibrated exposure or the context-parallel ring's overlap with attention hides;
+    a dimension without such operations is absent."""
     tp = cand.layout.size("tp")
-    per_rank = []
-    for r in range(p):
-        flops = rank_flops(spec, cand, r)
-        n_lm = layer_microbatches(spec, cand, r)
-        compute = kappa * (flops / rates.flops_per_s * 1e6 + n_lm * (
-            rates.layer_overhead_us + (rates.tp_layer_overhead_us if tp > 1 else 0.0)))
-        mine = [t for t in trs if t.pp_rank == r]
-        exposed: dict[str, float] = {}
-        for dim in ("tp", "ep", "pp", "cp"):
-            rows = [t for t in mine if t.dim == dim and t.phase == "microbatch"]
-            if not rows:
-                continue
-            total = sum(_time(comm, t) for t in rows) * (0.5 if dim == "pp" else 1.0)
-            share = rates.exposure_of(dim)
-            if share is not None:
-                exposed[dim] = share * total
-            elif dim == "cp":
-                cp = cand.layout.size("cp")
-                fwd = total * 3 * (cp - 1) / (3 * (cp - 1) + 5 * cp)
-                attn = kappa * 4 * spec.dim * spec.seq_len * shape_of(spec, cand).tokens \
-                    * n_lm / tp / rates.flops_per_s * 1e6
-                exposed[dim] = (total - fwd) + max(0.0, fwd - attn)
-            else:
-                exposed[dim] = total
-        # data parallelism, after (FSDP: during) the microbatches
-        dp_rows = [t for t in mine if t.dim in ("dp", "ep_replica")]
-        dp_exposed = 0.0
-        if dp_rows:
-            share = rates.exposure_of("dp")
-            step_rows = [t for t in dp_rows if t.phase == "step"]
-            gathers = [t for t in dp_rows if t.phase == "microbatch"]
-            total = sum(_time(comm, t) for t in dp_rows)
-            if share is not None:
-                dp_exposed = share * total
-            else:
-                last_bwd = BACKWARD_SHARE * compute / m
-                times = [comm.time_us(t.op, t.group_size, t.msg_bytes)
-                         for t in step_rows for _ in range(t.count)]
-                if times:
-                    dp_exposed += times[-1] + max(0.0, sum(times[:-1]) - last_bwd)
-                if gathers:
-                    g_total = sum(_time(comm, t) for t in gathers)
-                    first = comm.time_us(gathers[0].op, gathers[0].group_size,
-                                         gathers[0].msg_bytes)
-                    passes = gathers[0].count
-                    dp_exposed += first * passes + max(0.0, g_total - first * passes - compute)
-        opt_comm = sum(_time(comm, t) for t in mine if t.phase == "optimizer")
-        optimizer = kappa * local_params(spec, cand, r) * rates.optimizer_ns_per_param / 1e3
-        per_rank.append({"rank": r, "compute": compute, "exposed": exposed,
-                         "dp": dp_exposed, "optimizer": optimizer, "opt_comm": opt_comm,
-                         "per_mb": (compute + sum(exposed.values())) / m})
-    crit = max(per_rank, key=lambda x: x["per_mb"])
-    per_mb = crit["per_mb"]
+    exposed: dict[str, float] = {}
+    for dim in ("tp", "ep", "pp", "cp"):
+        rows = [t for t in mine if t.dim == dim and t.phase == "microbatch"]
+        if not rows:
+            continue
+        total = sum(_time(comm, t) for t in rows) * (0.5 if dim == "pp" else 1.0)
+        share = rates.exposure_of(dim)
+        if share is not None:
+            exposed[dim] = share * total
+        elif dim == "cp":
+            cp = cand.layout.size("cp")
+            fwd = total * 3 * (cp - 1) / (3 * (cp - 1) + 5 * cp)
+            attn = kappa * 4 * spec.dim * spec.seq_len * shape_of(spec, cand).tokens \
+                * n_lm / tp / rates.flops_per_s * 1e6
+            exposed[dim] = (total - fwd) + max(0.0, fwd - attn)
+        else:
+            exposed[dim] = total
+    return exposed
+
+
+def _dp_exposed_us(rates: Rates, comm: CommModel, mine: list[Transfer], compute_us: float,
+                   m: int) -> float:
+    """The exposed time per step of data parallelism (and the experts' replicas) on one
+    rank, whose transfers are ``mine``: a calibrated share of it, or else the bucketed
+    reductions less what the last microbatch's backward hides (never the last bucket) plus
+    FSDP's gathers less what the compute hides (never the first of each pass); 0 without
+    data parallelism."""
+    dp_rows = [t for t in mine if t.dim in ("dp", "ep_replica")]
+    if not dp_rows:
+        return 0.0
+    share = rates.exposure_of("dp")
+    step_rows = [t for t in dp_rows if t.phase == "step"]
+    gathers = [t for t in dp_rows if t.phase == "microbatch"]
+    total = sum(_time(comm, t) for t in dp_rows)
+    if share is not None:
+        return share * total
+    dp_exposed = 0.0
+    last_bwd = BACKWARD_SHARE * compute_us / m
+    times = [comm.time_us(t.op, t.group_size, t.msg_bytes)
+             for t in step_rows for _ in range(t.count)]
+    if times:
+        dp_exposed += times[-1] + max(0.0, sum(times[:-1]) - last_bwd)
+    if gathers:
+        g_total = sum(_time(comm, t) for t in gathers)
+        first = comm.time_us(gathers[0].op, gathers[0].group_size, gathers[0].msg_bytes)
+        passes = gathers[0].count
+        dp_exposed += first * passes + max(0.0, g_total - first * passes - compute_us)
+    return dp_exposed
+
+
+def _rank_time(spec: ModelSpec, cand: Candidate, rates: Rates, comm: CommModel,
+               trs: list[Transfer], kappa: float, r: int) -> _RankTime:
+    """Pipeline rank ``r``'s compute, exposed communication and optimizer time of one step
+    (the module docstring's terms), under contention ``kappa``."""
+    m = cand.microbatches
+    tp = cand.layout.size("tp")
+    flops = rank_flops(spec, cand, r)
+    n_lm = layer_microbatches(spec, cand, r)
+    compute = kappa * (flops / rates.flops_per_s * 1e6 + n_lm * (
+        rates.layer_overhead_us + (rates.tp_layer_overhead_us if tp > 1 else 0.0)))
+    mine = [t for t in trs if t.pp_rank == r]
+    exposed = _blocking_comm_us(spec, cand, rates, comm, mine, kappa, n_lm)
+    opt_comm = sum(_time(comm, t) for t in mine if t.phase == "optimizer")
+    optimizer = kappa * local_params(spec, cand, r) * rates.optimizer_ns_per_param / 1e3
+    return _RankTime(rank=r, compute_us=compute, exposed_us=exposed,
+                     dp_us=_dp_exposed_us(rates, comm, mine, compute, m),
+                     optimizer_us=optimizer, opt_comm_us=opt_comm,
+                     per_mb_us=(compute + sum(exposed.values())) / m)
+
+
+def _pipeline_us(per_mb_us: float, cand: Candidate, rates: Rates) -> float:
+    """The microbatches' time on the slowest rank through the schedule: ``per_mb_us`` × (m +
+    the calibrated fill and drain) for a schedule with a bubble, × m otherwise."""
+    m, p, v = cand.microbatches, cand.pp, cand.v
     if p > 1 and theory_fraction(cand.schedule, p, m, v) > 0:
-        pipe = per_mb * (m + (p - 1) / v * rates.bubble_excess)
-    else:
-        pipe = per_mb * m
-    bubble = pipe - per_mb * m
-    tail = max(x["dp"] + x["optimizer"] + x["opt_comm"] for x in per_rank)
-    step = pipe + tail + rates.step_overhead_us
-    exposed = dict(crit["exposed"])
-    dp_total = max(x["dp"] for x in per_rank)
+        return per_mb_us * (m + (p - 1) / v * rates.bubble_excess)
+    return per_mb_us * m
+
+
+def _exposed_comm_us(crit: _RankTime, per_rank: list[_RankTime]) -> dict[str, float]:
+    """The step's exposed communication per dimension: the slowest rank's blocking
+    dimensions, data parallelism's worst rank, and its optimizer all-reduces under tp."""
+    exposed = dict(crit.exposed_us)
+    dp_total = max(x.dp_us for x in per_rank)
     if dp_total:
         exposed["dp"] = dp_total
-    if crit["opt_comm"]:
-        exposed["tp"] = exposed.get("tp", 0.0) + crit["opt_comm"]
+    if crit.opt_comm_us:
+        exposed["tp"] = exposed.get("tp", 0.0) + crit.opt_comm_us
+    return exposed
+
+
+def predict(spec: ModelSpec, cand: Candidate, rates: Rates, comm: CommModel,
+            precision: Precision | str = "fp32") -> StepEstimate:
+    """The step of ``cand`` (the module docstring's terms), its slowest pipeline rank's."""
+    prec = precision_of(precision)
+    trs = transfers(spec, cand, prec)
+    kappa = contention(cand, rates)
+    per_rank = [_rank_time(spec, cand, rates, comm, trs, kappa, r) for r in range(cand.pp)]
+    crit = max(per_rank, key=lambda x: x.per_mb_us)
+    pipe = _pipeline_us(crit.per_mb_us, cand, rates)
+    bubble = pipe - crit.per_mb_us * cand.microbatches
+    tail = max(x.dp_us + x.optimizer_us + x.opt_comm_us for x in per_rank)
+    step = pipe + tail + rates.step_overhead_us
+    exposed = _exposed_comm_us(crit, per_rank)
     tokens_per_s = cand.global_batch * spec.seq_len / (step / 1e6)
     mfu = (spec.flops_per_token() * tokens_per_s / (cand.layout.world_size * rates.peak_flops)
            * 100) if rates.peak_flops else None
-    return StepEstimate(step_time_us=step, compute_us=crit["compute"] + crit["optimizer"],
-                        optimizer_us=crit["optimizer"], exposed_comm_us=exposed,
+    return StepEstimate(step_time_us=step, compute_us=crit.compute_us + crit.optimizer_us,
+                        optimizer_us=crit.optimizer_us, exposed_comm_us=exposed,
                         bubble_us=bubble, bubble_fraction=bubble / pipe if pipe else 0.0,
                         overhead_us=rates.step_overhead_us, tokens_per_s=tokens_per_s,
-                        mfu_pct=mfu, critical_pp_rank=crit["rank"])
+                        mfu_pct=mfu, critical_pp_rank=crit.rank)

@@ -345,114 +345,170 @@ def _overlap(t: Training, opts: JobOptions, dim: str) -> float:
     return t.overlap_of(dim)
 
 
-def predict_job(spec: ModelSpec, cand: Candidate, t: Training, device: DeviceSpec,
-                topo: Topology, opts: JobOptions = JobOptions()):
-    derate = opts.derate if opts.derate is not None else TRAINING_DERATE
-    trs = transfers(spec, cand, training=t)
-    dispatch = dispatch_of(spec, cand, t, topo)
-    m, p, v = cand.microbatches, cand.pp, cand.v
-    per_rank = []
-    for r in range(p):
-        w = microbatch_work(spec, cand, t, device, r, derate)
-        mine = [x for x in trs if x.pp_rank == r]
-        # FSDP's copies around its collectives: the gathered weights copied out to the
-        # unsharded parameters, the gradients copied in (and cast) to the reduce buffer
-        copies = sum(2 * x.count * x.msg_bytes for x in mine
-                     if x.dim in ("dp", "ep_replica") and x.phase == "microbatch")
-        w.memory_bound_us += copies / m / device.memory_achieved_bytes_s * 1e6
-        compute_mb = w.compute_us
-        exposed, hidden = {}, 0.0
-        for dim in ("tp", "cp", "ep", "pp"):
-            rows = [x for x in mine if x.dim == dim and x.phase == "microbatch"]
-            if not rows:
-                continue
-            per_mb = sum(_t(topo, cand, x, dispatch) for x in rows) / m \
-                * (0.5 if dim == "pp" else 1.0)
-            frac = _overlap(t, opts, dim)
-            if dim == "pp" and v > 1 and t.job_style == "megatron" and not dict(t.overlap):
-                frac = 1.0      # Megatron overlaps the interleaved schedule's sends
-            window = w.attention_forward_us * 3.5 if dim == "cp" else compute_mb
-            hide = min(per_mb * frac, window)
-            exposed[dim] = per_mb - hide
-            hidden += hide
-        opt_comm = sum(_t(topo, cand, x) for x in mine if x.phase == "optimizer")
-        # data parallelism (and the experts' replicas)
-        dp_rows = [x for x in mine if x.dim in ("dp", "ep_replica")]
-        frac = _overlap(t, opts, "dp")
-        dp_exposed = dp_hidden = 0.0
-        if dp_rows:
-            backward = compute_mb * 2 / 3
-            forward = compute_mb / 3
-            reduce = [x for x in dp_rows if x.phase == "step" and x.op != "all_gather"]
-            gathers = [x for x in dp_rows if x.phase == "step" and x.op == "all_gather"]
-            fsdp = [x for x in dp_rows if x.phase == "microbatch"]
-            red_t = sum(_t(topo, cand, x) for x in reduce)
-            if red_t:
-                bw = max(1.0, topo.comm_for(cand, "dp").busbw_gbps * 1e3)
-                bucket = min(red_t, 25e6 / bw)      # the last bucket waits for the backward
-                hide = min(max(0.0, red_t - bucket) * frac, backward)
-                dp_exposed += red_t - hide
-                dp_hidden += hide
-            gat_t = sum(_t(topo, cand, x) for x in gathers)
-            if gat_t:       # the distributed optimizer's weight gather: behind the forward
-                hide = min(gat_t * frac, forward)
-                dp_exposed += gat_t - hide
-                dp_hidden += hide
-            if fsdp:
-                g = fsdp[0]
-                comm = topo.comm_for(cand, g.dim, g.op)
-                first = comm.time_us(g.op, g.group_size, g.msg_bytes) * 2   # forward, backward
-                g_total = sum(_t(topo, cand, x) for x in fsdp)
-                hide = min(max(0.0, g_total - first) * frac, compute_mb * m)
-                dp_exposed += g_total - hide
-                dp_hidden += hide
-        # optimizer
-        dense, experts, _ = local_weights(spec, cand, r)
-        owned = dense / (cand.dp_shards if cand.zero_stage >= 1 else 1) \
-            + experts / (max(1, cand.dp_shards // cand.layout.size("ep"))
-                         if cand.zero_stage >= 1 else 1)
-        if t.offload == "none":
-            optimizer = owned * optimizer_bytes_per_param(t) / \
-                device.memory_achieved_bytes_s * 1e6
-        else:
-            optimizer = (owned * optimizer_bytes_per_param(t) / HOST_MEMORY_BYTES_S
-                         + owned * (4 + t.weight_bytes) / PCIE_BYTES_S) * 1e6
-        contention = CONTENTION * hidden
-        per_rank.append({"rank": r, "work": w, "compute_mb": compute_mb + contention,
-                         "exposed": exposed, "contention_mb": contention,
-                         "dp": dp_exposed, "dp_contention": CONTENTION * dp_hidden,
-                         "optimizer": optimizer, "opt_comm": opt_comm,
-                         "t_mb": compute_mb + contention + sum(exposed.values())})
-    crit = max(per_rank, key=lambda x: x["t_mb"])
-    t_mb = crit["t_mb"]
-    fill = theory_fraction(cand.schedule, p, m, v) > 0 if p > 1 else False
-    pipe = t_mb * (m + ((p - 1) / v if fill else 0.0))
-    bubble = pipe - t_mb * m
-    tail = max(x["dp"] + x["dp_contention"] + x["optimizer"] + x["opt_comm"]
-               for x in per_rank)
-    step = pipe + tail + opts.step_overhead_us
-    tokens = cand.global_batch * spec.seq_len
-    tokens_per_s = tokens / (step / 1e6)
-    world = cand.layout.world_size
-    mfu = model_flops_per_token(spec, t) * tokens_per_s / (world * device.peak_bf16) * 100
-    hw = hardware_flops_per_token(spec, t) * tokens_per_s / world / 1e12
-    cw: MicrobatchWork = crit["work"]
-    fp8_tflops = cw.fp8_flops * m / (step / 1e6) / 1e12
-    exposed = {d: v_ * m for d, v_ in crit["exposed"].items()}
-    dp_worst = max(x["dp"] for x in per_rank)
+@dataclasses.dataclass(frozen=True)
+class _RankStep:
+    """One pipeline rank's share of a GPU job's step, as ``predict_job`` combines the ranks
+    (µs)."""
+    rank: int
+    work: MicrobatchWork
+    compute_mb_us: float                # a microbatch's compute, contention included
+    exposed_mb_us: dict[str, float]     # tp, cp, ep, pp: exposed a microbatch
+    contention_mb_us: float
+    dp_us: float                        # exposed dp and ep_replica communication a step
+    dp_contention_us: float
+    optimizer_us: float
+    opt_comm_us: float                  # communication in the optimizer phase
+    t_mb_us: float                      # a microbatch: compute, contention, exposed comm
+
+
+def _fsdp_copy_us(mine: list[Transfer], m: int, device: DeviceSpec) -> float:
+    """The memory-bound time a microbatch of FSDP's copies around its collectives on a rank
+    whose transfers are ``mine``: the gathered weights copied out to the unsharded
+    parameters and the gradients copied in (and cast) to the reduce buffer, twice the bytes
+    of its microbatch-phase dp and ep_replica operations; 0 without them."""
+    copies = sum(2 * x.count * x.msg_bytes for x in mine
+                 if x.dim in ("dp", "ep_replica") and x.phase == "microbatch")
+    return copies / m / device.memory_achieved_bytes_s * 1e6
+
+
+def _microbatch_comm_us(cand: Candidate, t: Training, topo: Topology, opts: JobOptions,
+                        mine: list[Transfer], dispatch: Dispatch | None,
+                        attention_forward_us: float, compute_mb_us: float
+                        ) -> tuple[dict[str, float], float]:
+    """(the exposed time a microbatch of each dimension that communicates inside the
+    microbatches — tp, cp, ep, pp; one without such operations is absent —, the time hidden
+    behind compute) on a rank whose transfers are ``mine``: each dimension's overlap
+    fraction of its time is hidden, at most its window (cp: the attention it feeds; the
+    others: the microbatch's compute)."""
+    m, v = cand.microbatches, cand.v
+    exposed: dict[str, float] = {}
+    hidden = 0.0
+    for dim in ("tp", "cp", "ep", "pp"):
+        rows = [x for x in mine if x.dim == dim and x.phase == "microbatch"]
+        if not rows:
+            continue
+        per_mb = sum(_t(topo, cand, x, dispatch) for x in rows) / m \
+            * (0.5 if dim == "pp" else 1.0)
+        frac = _overlap(t, opts, dim)
+        if dim == "pp" and v > 1 and t.job_style == "megatron" and not dict(t.overlap):
+            frac = 1.0      # Megatron overlaps the interleaved schedule's sends
+        window = attention_forward_us * 3.5 if dim == "cp" else compute_mb_us
+        hide = min(per_mb * frac, window)
+        exposed[dim] = per_mb - hide
+        hidden += hide
+    return exposed, hidden
+
+
+def _dp_comm_us(cand: Candidate, t: Training, topo: Topology, opts: JobOptions,
+                mine: list[Transfer], compute_mb_us: float) -> tuple[float, float]:
+    """(exposed, hidden) time a step of data parallelism and the experts' replicas on a rank
+    whose transfers are ``mine``, each hidden up to the dp overlap fraction: the gradient
+    reductions behind the last microbatch's backward but for the last bucket, the
+    distributed optimizer's weight gather behind the forward, FSDP's gathers and reductions
+    behind the compute but for the first gather of the forward and of the backward."""
+    dp_rows = [x for x in mine if x.dim in ("dp", "ep_replica")]
+    frac = _overlap(t, opts, "dp")
+    dp_exposed = dp_hidden = 0.0
+    if not dp_rows:
+        return dp_exposed, dp_hidden
+    backward = compute_mb_us * 2 / 3
+    forward = compute_mb_us / 3
+    reduce = [x for x in dp_rows if x.phase == "step" and x.op != "all_gather"]
+    gathers = [x for x in dp_rows if x.phase == "step" and x.op == "all_gather"]
+    fsdp = [x for x in dp_rows if x.phase == "microbatch"]
+    red_t = sum(_t(topo, cand, x) for x in reduce)
+    if red_t:
+        bw = max(1.0, topo.comm_for(cand, "dp").busbw_gbps * 1e3)
+        bucket = min(red_t, 25e6 / bw)      # the last bucket waits for the backward
+        hide = min(max(0.0, red_t - bucket) * frac, backward)
+        dp_exposed += red_t - hide
+        dp_hidden += hide
+    gat_t = sum(_t(topo, cand, x) for x in gathers)
+    if gat_t:       # the distributed optimizer's weight gather: behind the forward
+        hide = min(gat_t * frac, forward)
+        dp_exposed += gat_t - hide
+        dp_hidden += hide
+    if fsdp:
+        g = fsdp[0]
+        comm = topo.comm_for(cand, g.dim, g.op)
+        first = comm.time_us(g.op, g.group_size, g.msg_bytes) * 2   # forward, backward
+        g_total = sum(_t(topo, cand, x) for x in fsdp)
+        hide = min(max(0.0, g_total - first) * frac, compute_mb_us * cand.microbatches)
+        dp_exposed += g_total - hide
+        dp_hidden += hide
+    return dp_exposed, dp_hidden
+
+
+def _optimizer_us(spec: ModelSpec, cand: Candidate, t: Training, device: DeviceSpec,
+                  r: int) -> float:
+    """The optimizer update's time on pipeline rank ``r``: the bytes it reads and writes for
+    each parameter the rank owns (ZeRO-1 and above: its dp shard; experts: their replicas'
+    shard) over the device's memory bandwidth, or with ``offload`` over the host's, plus
+    the gradients and weights crossing PCIe."""
+    dense, experts, _ = local_weights(spec, cand, r)
+    owned = dense / (cand.dp_shards if cand.zero_stage >= 1 else 1) \
+        + experts / (max(1, cand.dp_shards // cand.layout.size("ep"))
+                     if cand.zero_stage >= 1 else 1)
+    if t.offload == "none":
+        return owned * optimizer_bytes_per_param(t) / device.memory_achieved_bytes_s * 1e6
+    return (owned * optimizer_bytes_per_param(t) / HOST_MEMORY_BYTES_S
+            + owned * (4 + t.weight_bytes) / PCIE_BYTES_S) * 1e6
+
+
+def _rank_step(spec: ModelSpec, cand: Candidate, t: Training, device: DeviceSpec,
+               topo: Topology, opts: JobOptions, trs: list[Transfer],
+               dispatch: Dispatch | None, derate: float, r: int) -> _RankStep:
+    """Pipeline rank ``r``'s terms (the module docstring's compute, communication and
+    optimizer) as a ``_RankStep``: a microbatch's compute with FSDP's copies, its exposed
+    and hidden communication and their contention, and the step's data-parallel and
+    optimizer times."""
+    w = microbatch_work(spec, cand, t, device, r, derate)
+    mine = [x for x in trs if x.pp_rank == r]
+    w.memory_bound_us += _fsdp_copy_us(mine, cand.microbatches, device)
+    compute_mb = w.compute_us
+    exposed, hidden = _microbatch_comm_us(cand, t, topo, opts, mine, dispatch,
+                                          w.attention_forward_us, compute_mb)
+    opt_comm = sum(_t(topo, cand, x) for x in mine if x.phase == "optimizer")
+    dp_exposed, dp_hidden = _dp_comm_us(cand, t, topo, opts, mine, compute_mb)
+    contention = CONTENTION * hidden
+    return _RankStep(rank=r, work=w, compute_mb_us=compute_mb + contention,
+                     exposed_mb_us=exposed, contention_mb_us=contention, dp_us=dp_exposed,
+                     dp_contention_us=CONTENTION * dp_hidden,
+                     optimizer_us=_optimizer_us(spec, cand, t, device, r),
+                     opt_comm_us=opt_comm,
+                     t_mb_us=compute_mb + contention + sum(exposed.values()))
+
+
+def _exposed_comm_us(crit: _RankStep, per_rank: list[_RankStep], m: int) -> dict[str, float]:
+    """The step's exposed communication per dimension: the slowest rank's microbatch
+    dimensions over its ``m`` microbatches, data parallelism's worst rank, and the optimizer
+    phase's communication under tp."""
+    exposed = {d: us * m for d, us in crit.exposed_mb_us.items()}
+    dp_worst = max(x.dp_us for x in per_rank)
     if dp_worst:
         exposed["dp"] = dp_worst
-    if crit["opt_comm"]:
-        exposed["tp"] = exposed.get("tp", 0.0) + crit["opt_comm"]
-    terms = {"compute_us": crit["compute_mb"] * m,
+    if crit.opt_comm_us:
+        exposed["tp"] = exposed.get("tp", 0.0) + crit.opt_comm_us
+    return exposed
+
+
+def _terms(spec: ModelSpec, device: DeviceSpec, opts: JobOptions, dispatch: Dispatch | None,
+           crit: _RankStep, per_rank: list[_RankStep], exposed: dict[str, float],
+           bubble_us: float, m: int) -> dict:
+    """Every term of the step (``StepEstimate.terms``): the slowest rank's compute and its
+    parts over ``m`` microbatches, contention, the GEMMs' efficiency, the exposed
+    communication per dimension, the bubble, optimizer and overhead, and for a MoE its
+    experts', router's and permutation's shares and the dispatch's copies."""
+    cw = crit.work
+    terms = {"compute_us": crit.compute_mb_us * m,
              "gemm_us": cw.gemm_us * m, "attention_us": cw.attention_us * m,
              "memory_bound_us": cw.memory_bound_us * m,
-             "contention_us": crit["contention_mb"] * m
-             + max(x["dp_contention"] for x in per_rank),
+             "contention_us": crit.contention_mb_us * m
+             + max(x.dp_contention_us for x in per_rank),
              "gemm_efficiency": (cw.gemm_flops / (cw.gemm_us * 1e-6) / device.peak_bf16
                                  if cw.gemm_us else 0.0),
              **{f"exposed_{d}_us": x for d, x in exposed.items()},
-             "bubble_us": bubble, "optimizer_us": max(x["optimizer"] for x in per_rank),
+             "bubble_us": bubble_us, "optimizer_us": max(x.optimizer_us for x in per_rank),
              "overhead_us": opts.step_overhead_us}
     if spec.moe_experts:
         terms.update(expert_gemm_us=cw.expert_gemm_us * m, router_gemm_us=cw.router_gemm_us * m,
@@ -460,12 +516,42 @@ def predict_job(spec: ModelSpec, cand: Candidate, t: Training, device: DeviceSpe
     if dispatch is not None:
         terms["ep_network_copies"] = dispatch.network_copies
         terms["ep_nvlink_copies"] = dispatch.nvlink_copies
+    return terms
+
+
+def predict_job(spec: ModelSpec, cand: Candidate, t: Training, device: DeviceSpec,
+                topo: Topology, opts: JobOptions = JobOptions()):
+    """The step of a GPU job's layout (the module docstring), its slowest pipeline rank's,
+    with every term."""
+    derate = opts.derate if opts.derate is not None else TRAINING_DERATE
+    trs = transfers(spec, cand, training=t)
+    dispatch = dispatch_of(spec, cand, t, topo)
+    m, p, v = cand.microbatches, cand.pp, cand.v
+    per_rank = [_rank_step(spec, cand, t, device, topo, opts, trs, dispatch, derate, r)
+                for r in range(p)]
+    crit = max(per_rank, key=lambda x: x.t_mb_us)
+    t_mb = crit.t_mb_us
+    fill = theory_fraction(cand.schedule, p, m, v) > 0 if p > 1 else False
+    pipe = t_mb * (m + ((p - 1) / v if fill else 0.0))
+    bubble = pipe - t_mb * m
+    tail = max(x.dp_us + x.dp_contention_us + x.optimizer_us + x.opt_comm_us
+               for x in per_rank)
+    step = pipe + tail + opts.step_overhead_us
+    tokens = cand.global_batch * spec.seq_len
+    tokens_per_s = tokens / (step / 1e6)
+    world = cand.layout.world_size
+    mfu = model_flops_per_token(spec, t) * tokens_per_s / (world * device.peak_bf16) * 100
+    hw = hardware_flops_per_token(spec, t) * tokens_per_s / world / 1e12
+    fp8_tflops = crit.work.fp8_flops * m / (step / 1e6) / 1e12
+    exposed = _exposed_comm_us(crit, per_rank, m)
     return StepEstimate(step_time_us=step,
-                        compute_us=crit["compute_mb"] * m + crit["optimizer"],
-                        optimizer_us=crit["optimizer"], exposed_comm_us=exposed,
+                        compute_us=crit.compute_mb_us * m + crit.optimizer_us,
+                        optimizer_us=crit.optimizer_us, exposed_comm_us=exposed,
                         bubble_us=bubble, bubble_fraction=bubble / pipe if pipe else 0.0,
                         overhead_us=opts.step_overhead_us, tokens_per_s=tokens_per_s,
-                        mfu_pct=mfu, critical_pp_rank=crit["rank"], terms=terms,
+                        mfu_pct=mfu, critical_pp_rank=crit.rank,
+                        terms=_terms(spec, device, opts, dispatch, crit, per_rank, exposed,
+                                     bubble, m),
                         hw_tflops_per_gpu=hw, fp8_tflops_per_gpu=fp8_tflops)
 
 

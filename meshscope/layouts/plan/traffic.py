@@ -171,6 +171,112 @@ def _registration_order(groups: list[list[Param]], first: bool) -> list[Param]:
     return head + [p for g in layers for p in g] + tail
 
 
+def _ddp_transfers(cand, prec, r, stage, groups) -> list[Transfer]:
+    """``ddp``'s gradient all-reduces of one stage, once per step: one row per bucket size
+    (DistributedDataParallel's buckets, or one bucket of every local gradient under tensor
+    parallelism); an expert-parallel MoE's experts are left to ``_expert_replica_transfers``."""
+    tp, n, ep = cand.layout.size("tp"), cand.dp_shards, cand.layout.size("ep")
+    params = [p for p in _registration_order(groups, stage == 0)
+              if not (ep > 1 and _is_expert(p))]
+    sizes = [numel * prec.grad_bytes for numel in reversed(_tensor_sizes(params, tp))]
+    if tp > 1:   # FSDP2's replicate: one all-reduce of every local gradient
+        buckets = [sum(sizes)] if sizes else []
+    else:
+        buckets = ddp_buckets(sizes)
+    return [Transfer(r, "dp", "all_reduce", f"stage {stage} gradient buckets", "step",
+                     buckets.count(size), size, n) for size in sorted(set(buckets))]
+
+
+def _zero1_transfers(cand, prec, r, stage, groups, training=None) -> list[Transfer]:
+    """``zero1``'s operations of one stage, once per step — ZeRO-1 / Megatron's distributed
+    optimizer: the gradients reduce-scattered to their optimizer shard and the updated
+    weights all-gathered (DeepSpeed's BF16_Optimizer: one all-reduce of its fp32 gradients);
+    with a GPU job's ``training``, an expert-parallel MoE's experts the same over their own
+    ``ep_replica`` group."""
+    tp, n, ep = cand.layout.size("tp"), cand.dp_shards, cand.layout.size("ep")
+    job = training is not None
+    out = []
+    params = [p for g in groups for p in g if not (ep > 1 and _is_expert(p))]
+    full = sum(_padded_numel(p, tp, n) for p in params)
+    if full and job and training.deepspeed_bf16_optimizer(1):
+        # DeepSpeed's BF16_Optimizer all-reduces its whole fp32 gradient buffer
+        out.append(Transfer(r, "dp", "all_reduce", f"stage {stage} fp32 gradients "
+                            "(DeepSpeed BF16_Optimizer)", "step", 1,
+                            full * prec.grad_bytes, n))
+    elif full:
+        out.append(Transfer(r, "dp", "reduce_scatter", f"stage {stage} gradients "
+                            "(distributed optimizer)", "step", 1,
+                            full * prec.grad_bytes, n))
+        out.append(Transfer(r, "dp", "all_gather", f"stage {stage} updated weights "
+                            "(distributed optimizer)", "step", 1,
+                            full * prec.param_bytes, n))
+    if job and ep > 1 and n // ep > 1:
+        experts = sum(_padded_numel(p, tp, n // ep) for g in groups for p in g
+                      if _is_expert(p)) / ep
+        if experts:
+            out += [Transfer(r, "ep_replica", "reduce_scatter", f"stage {stage} "
+                             "expert gradients (distributed optimizer)", "step", 1,
+                             experts * prec.grad_bytes, n // ep),
+                    Transfer(r, "ep_replica", "all_gather", f"stage {stage} updated "
+                             "expert weights (distributed optimizer)", "step", 1,
+                             experts * prec.param_bytes, n // ep)]
+    return out
+
+
+def _sharded_transfers(cand, prec, r, stage, groups, sh, job: bool) -> list[Transfer]:
+    """``fsdp``'s and ``zero2``'s operations of one stage: per FSDP unit (each layer, then
+    the stage's remaining weights) a parameter all-gather before each microbatch's forward
+    (and, fsdp, its backward) and a gradient reduce-scatter once a step; in a GPU ``job``,
+    FSDP on torch's defaults (``_dp_transfers``) and an expert-parallel MoE's experts the
+    same over their ``ep_replica`` group."""
+    tp, n, ep = cand.layout.size("tp"), cand.dp_shards, cand.layout.size("ep")
+    out = []
+    gathers = 2 if cand.dp_mode == "fsdp" else 1
+    reduces, reduce_phase = 1, "step"
+    if job and cand.dp_mode == "fsdp":
+        if cand.pp > 1:
+            gathers = 1.0 / sh.m          # once a step
+        else:
+            reduces, reduce_phase = sh.m, "microbatch"
+    for i, g in enumerate(groups):
+        unit = f"layer {i}" if i < len(groups) - 1 else "stage weights"
+        parts = [("dp", [p for p in g if not (job and ep > 1 and _is_expert(p))], n, 1)]
+        if job and ep > 1:
+            parts.append(("ep_replica", [p for p in g if _is_expert(p)], n // ep, ep))
+        for dim, params, ranks, split in parts:
+            if ranks < 2:
+                continue
+            full = sum(_padded_numel(p, tp, ranks) for p in params) / split
+            if not full:
+                continue
+            what = "" if dim == "dp" else "expert "
+            out.append(Transfer(r, dim, "all_gather", f"stage {stage} {unit} {what}parameters",
+                                "microbatch", max(1, round(gathers * sh.m)),
+                                full * prec.param_bytes, ranks))
+            out.append(Transfer(r, dim, "reduce_scatter", f"stage {stage} {unit} {what}gradients",
+                                reduce_phase, reduces, full * prec.grad_bytes, ranks))
+    return out
+
+
+def _expert_replica_transfers(cand, prec, r, stage, groups) -> list[Transfer]:
+    """The all-reduces of an expert-parallel MoE's expert gradients over their replicas
+    (``ep_replica``: dp·cp/ep ranks), one tensor at a time, once per step: one row per
+    tensor size, the largest first."""
+    ep = cand.layout.size("ep")
+    replicas = cand.dp_shards // ep
+    per_size: dict[int, int] = {}
+    for p in (p for g in groups for p in g if _is_expert(p)):
+        per_size[p.tensor_numel] = per_size.get(p.tensor_numel, 0) + p.count
+    out = []
+    for numel, count in sorted(per_size.items(), reverse=True):
+        mine = count // ep
+        if mine:
+            out.append(Transfer(r, "ep_replica", "all_reduce",
+                                f"stage {stage} expert gradients, one tensor at a time",
+                                "step", mine, numel * prec.grad_bytes, replicas))
+    return out
+
+
 def _dp_transfers(spec, cand, prec, r, stage, groups, sh, training=None) -> list[Transfer]:
     """Data parallelism's operations (module docstring). With a GPU job's ``training``
     (``job``), an expert-parallel MoE's experts are sharded, reduced and gathered over
@@ -179,88 +285,18 @@ def _dp_transfers(spec, cand, prec, r, stage, groups, sh, training=None) -> list
     stage keeps its weights gathered from the first microbatch's forward to the step's end
     and reduces its gradients once (``reshard_after_forward=False`` and no gradient sync
     until the last microbatch), without one each microbatch gathers twice and reduces once."""
-    out = []
-    tp, n, ep = cand.layout.size("tp"), cand.dp_shards, cand.layout.size("ep")
-    first = stage == 0
+    n, ep = cand.dp_shards, cand.layout.size("ep")
     job = training is not None
+    out = []
     if n > 1:
         if cand.dp_mode == "ddp":
-            params = [p for p in _registration_order(groups, first)
-                      if not (ep > 1 and _is_expert(p))]
-            sizes = [n * prec.grad_bytes for n in reversed(_tensor_sizes(params, tp))]
-            if tp > 1:   # FSDP2's replicate: one all-reduce of every local gradient
-                buckets = [sum(sizes)] if sizes else []
-            else:
-                buckets = ddp_buckets(sizes)
-            for size in sorted(set(buckets)):
-                out.append(Transfer(r, "dp", "all_reduce", f"stage {stage} gradient buckets",
-                                    "step", buckets.count(size), size, n))
+            out += _ddp_transfers(cand, prec, r, stage, groups)
         elif cand.dp_mode == "zero1":
-            # ZeRO-1 / Megatron's distributed optimizer: once per step, the gradients are
-            # reduce-scattered to their optimizer shard and the updated weights all-gathered
-            params = [p for g in groups for p in g if not (ep > 1 and _is_expert(p))]
-            full = sum(_padded_numel(p, tp, n) for p in params)
-            if full and job and training.deepspeed_bf16_optimizer(1):
-                # DeepSpeed's BF16_Optimizer all-reduces its whole fp32 gradient buffer
-                out.append(Transfer(r, "dp", "all_reduce", f"stage {stage} fp32 gradients "
-                                    "(DeepSpeed BF16_Optimizer)", "step", 1,
-                                    full * prec.grad_bytes, n))
-            elif full:
-                out.append(Transfer(r, "dp", "reduce_scatter", f"stage {stage} gradients "
-                                    "(distributed optimizer)", "step", 1,
-                                    full * prec.grad_bytes, n))
-                out.append(Transfer(r, "dp", "all_gather", f"stage {stage} updated weights "
-                                    "(distributed optimizer)", "step", 1,
-                                    full * prec.param_bytes, n))
-            if job and ep > 1 and n // ep > 1:
-                experts = sum(_padded_numel(p, tp, n // ep) for g in groups for p in g
-                              if _is_expert(p)) / ep
-                if experts:
-                    out += [Transfer(r, "ep_replica", "reduce_scatter", f"stage {stage} "
-                                     "expert gradients (distributed optimizer)", "step", 1,
-                                     experts * prec.grad_bytes, n // ep),
-                            Transfer(r, "ep_replica", "all_gather", f"stage {stage} updated "
-                                     "expert weights (distributed optimizer)", "step", 1,
-                                     experts * prec.param_bytes, n // ep)]
+            out += _zero1_transfers(cand, prec, r, stage, groups, training)
         else:
-            gathers = 2 if cand.dp_mode == "fsdp" else 1
-            reduces, reduce_phase = 1, "step"
-            if job and cand.dp_mode == "fsdp":
-                if cand.pp > 1:
-                    gathers = 1.0 / sh.m          # once a step
-                else:
-                    reduces, reduce_phase = sh.m, "microbatch"
-            for i, g in enumerate(groups):
-                unit = f"layer {i}" if i < len(groups) - 1 else "stage weights"
-                parts = [("dp", [p for p in g if not (job and ep > 1 and _is_expert(p))], n,
-                          1)]
-                if job and ep > 1:
-                    parts.append(("ep_replica", [p for p in g if _is_expert(p)], n // ep, ep))
-                for dim, params, ranks, split in parts:
-                    if ranks < 2:
-                        continue
-                    full = sum(_padded_numel(p, tp, ranks) for p in params) / split
-                    if not full:
-                        continue
-                    what = "" if dim == "dp" else "expert "
-                    out.append(Transfer(r, dim, "all_gather",
-                                        f"stage {stage} {unit} {what}parameters",
-                                        "microbatch", max(1, round(gathers * sh.m)),
-                                        full * prec.param_bytes, ranks))
-                    out.append(Transfer(r, dim, "reduce_scatter",
-                                        f"stage {stage} {unit} {what}gradients",
-                                        reduce_phase, reduces, full * prec.grad_bytes, ranks))
-    replicas = n // ep
-    if ep > 1 and replicas > 1 and (not job or cand.dp_mode == "ddp"):
-        per_size: dict[int, int] = {}
-        for p in (p for g in groups for p in g if _is_expert(p)):
-            per_size[p.tensor_numel] = per_size.get(p.tensor_numel, 0) + p.count
-        for numel, count in sorted(per_size.items(), reverse=True):
-            mine = count // ep
-            if mine:
-                out.append(Transfer(r, "ep_replica", "all_reduce",
-                                    f"stage {stage} expert gradients, one tensor at a time",
-                                    "step", mine, numel * prec.grad_bytes, replicas))
+            out += _sharded_transfers(cand, prec, r, stage, groups, sh, job)
+    if ep > 1 and n // ep > 1 and (not job or cand.dp_mode == "ddp"):
+        out += _expert_replica_transfers(cand, prec, r, stage, groups)
     return out
 
 
