@@ -357,13 +357,14 @@ def ranking_checks(rows) -> dict:
 
 def fit():
     """The constants fitted on the rows ``jobs.csv`` marks ``fit``: the training derate
-    (``job_step.TRAINING_DERATE``) on the catalogue-device rows, and each custom device's
+    (``job_compute.TRAINING_DERATE``) on the catalogue-device rows, and each custom device's
     sustained clock (its TOML's ``clock_fraction``: every tensor-core rate, GEMMs and flash
     attention) on its own fit row."""
     import math
 
     from bench.plan_references import jobs as J
-    from meshscope.layouts.plan.job_step import TRAINING_DERATE, required_derate
+    from meshscope.layouts.plan.job_compute import TRAINING_DERATE
+    from meshscope.layouts.plan.job_step import required_derate
     rows = [r for r in J.load() if r.fit]
     catalogue, custom = [], {}
     for r in rows:

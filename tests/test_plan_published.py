@@ -10,8 +10,8 @@ import pytest
 from conftest import ROOT
 from meshscope.layouts.plan import Candidate, ModelSpec, memory, transfers
 from meshscope.layouts.plan.activations import layer_activation_bytes
-from meshscope.layouts.plan.job_step import (TRAINING_DERATE, predict_job,
-                                             required_derate)
+from meshscope.layouts.plan.job_compute import TRAINING_DERATE
+from meshscope.layouts.plan.job_step import predict_job, required_derate
 from meshscope.layouts.plan.states import gather_buffer_bytes, model_states_by_term
 from meshscope.layouts.plan.topology import Topology
 from meshscope.layouts.plan.training import Training

@@ -15,7 +15,7 @@ I = M·N·K / (M·N + N·K + M·K) — the product's arithmetic intensity in ele
 sweeps where one exists (their square products and the skinny ones that fix I½); otherwise the
 values say which device's curve they borrow. A sweep measures a lone
 kernel; a training step runs slower than that (clocks under sustained power, kernels of other
-streams beside it) — ``job_step.TRAINING_DERATE`` is that factor, fitted once on named
+streams beside it) — ``job_compute.TRAINING_DERATE`` is that factor, fitted once on named
 published rows (docs/layouts.md). ``plan --from GPU_RUN`` and ``--gemm-efficiency`` rescale a
 curve through a measured rate.
 

@@ -46,7 +46,7 @@ live in CPU memory, the optimizer step runs there) or ``all`` (weights too; ZeRO
 
 ``fused``: the elementwise kernels fused (Megatron / Transformer Engine, ``torch.compile``) or
 PyTorch's eager ops (the FSDP style's default), which read and write each tensor more often
-(``job_step.EAGER_ELEMENTWISE``).
+(``job_compute.EAGER_ELEMENTWISE``).
 
 MoE: ``ep_dispatcher`` — ``alltoall`` (an NCCL all-to-all: every routed copy its own
 message; Megatron's default) or ``deepep`` (DeepEP / HybridEP: one network copy a remote node,
