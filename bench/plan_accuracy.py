@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 from meshscope.layouts.ranked import calibrated_planner, compare  # noqa: E402
 from meshscope.collectors import step_timer  # noqa: E402
-from meshscope.collectors.run_info import read_run_info  # noqa: E402
+from meshscope.collectors.run_json import read_run_info  # noqa: E402
 from meshscope.layouts.plan import CPU_ASSUMED_FLOPS, Rates, memory  # noqa: E402
 
 

@@ -31,7 +31,8 @@ import pandas as pd
 
 from meshscope.analysis.report import reader, tables
 from meshscope.collectors.run_dir import ReportDir, RunDirError
-from meshscope.collectors.run_info import RunInfo, read_run_info
+from meshscope.collectors.run_info import RunInfo
+from meshscope.collectors.run_json import read_run_info
 
 from .runs import RunEntry
 

@@ -19,7 +19,7 @@ from meshscope.analysis.compare.ranking_text import render
 from meshscope.layouts.ranked import compare
 from meshscope.layouts.plan import theory_fraction
 from meshscope.layouts.throughput import step_table
-from meshscope.collectors.run_info import read_run_info
+from meshscope.collectors.run_json import read_run_info
 
 SAMPLES = ROOT / "samples"
 RUNS = ["dp4-ddp", "dp2-pp2-1f1b", "tp2-pp2-interleaved"]

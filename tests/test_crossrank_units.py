@@ -111,7 +111,7 @@ def test_replay_each_in_several_passes_equals_one_replay_per_rank(monkeypatch):
 def test_a_stage_without_peers_is_held_against_the_other_stage():
     """pp=2, dp=1: stage 0's forward is 15 ms slower than stage 1's; with both stages of equal
     work content the saving of stage 0 at stage 1's pace is those 15 ms."""
-    from meshscope.collectors.run_info import from_dict
+    from meshscope.collectors.run_json import from_dict
 
     run = from_dict({"world_size": 2, "layout": {"pp": 2}, "schedule": "1f1b",
                      "microbatches": 1, "mesh": {"coordinates": {"0": {"pp": 0},
@@ -131,7 +131,7 @@ def test_each_rank_is_held_against_its_stage_peers_present_in_the_step():
     """dp=3 × pp=2 with the stages interleaved over the ranks (stage 0: ranks 0, 2, 4; stage 1:
     ranks 1, 3, 5) and rank 4's trace missing from the step: each rank's peers are the other
     ranks of its stage that the step has, in rank order."""
-    from meshscope.collectors.run_info import from_dict
+    from meshscope.collectors.run_json import from_dict
 
     coords = {str(r): {"pp": r % 2, "dp": r // 2} for r in range(6)}
     run = from_dict({"world_size": 6, "layout": {"dp": 3, "pp": 2}, "schedule": "1f1b",
@@ -149,7 +149,7 @@ def test_each_rank_is_held_against_its_stage_peers_present_in_the_step():
 def test_expert_work_is_held_against_the_tokens_each_rank_received():
     """Two ep ranks: rank 1 received twice the tokens and computes twice as long after the
     dispatch all_to_all — that is its share of the work, not slowness."""
-    from meshscope.collectors.run_info import from_dict
+    from meshscope.collectors.run_json import from_dict
 
     run = from_dict({"world_size": 2, "layout": {"dp": 2, "ep": 2},
                      "mesh": {"coordinates": {"0": {"pp": 0, "dp": 0},

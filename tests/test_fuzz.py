@@ -33,7 +33,8 @@ from meshscope.analysis.report import inputs
 from meshscope.collectors.flight_recorder import (UnsafePickleError, load_pickle_dump,
                                                   read_dump, read_torch_dump)
 from meshscope.collectors.run_dir import RunDirError
-from meshscope.collectors.run_info import MAX_WORLD_SIZE, read_run_info
+from meshscope.collectors.run_info import MAX_WORLD_SIZE
+from meshscope.collectors.run_json import read_run_info
 from conftest import ROOT
 
 SAMPLE = ROOT / "samples" / "dp2-pp2-1f1b"

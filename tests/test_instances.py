@@ -13,7 +13,7 @@ from meshscope.analysis.ingest.events import load_trace
 from meshscope.analysis.records.fr_table import FlightRecords
 from meshscope.analysis.timeline import rank_timeline
 from meshscope.collectors.flight_recorder import Dump
-from meshscope.collectors.run_info import from_dict
+from meshscope.collectors.run_json import from_dict
 from conftest import ROOT
 
 BASE_NS = 1_000_000_000_000_000  # the trace's baseTimeNanoseconds

@@ -1,5 +1,5 @@
 """collectors/schemas/run.schema.json, collectors.schema.validate_run_json and the typed reader
-collectors.run_info.read_run_info (schema plus the bounds a schema cannot state).
+collectors.run_json.read_run_info (schema plus the bounds a schema cannot state).
 
 Checked against: the bundled samples, what the runner's launcher writes now (its
 ``run_description`` for several layouts, also as completed and failed), a Recorder's run.json
@@ -17,7 +17,8 @@ import jsonschema
 import pytest
 
 from meshscope.collectors.run_dir import RunDirError
-from meshscope.collectors.run_info import MAX_WORLD_SIZE, read_run_info
+from meshscope.collectors.run_info import MAX_WORLD_SIZE
+from meshscope.collectors.run_json import read_run_info
 from meshscope.collectors.schema import SCHEMA_DIR, SCHEMA_PATH, json_path, validate_run_json
 from conftest import ROOT
 
@@ -184,7 +185,7 @@ def _reads(tmp_path, change) -> pathlib.Path:
                                                       "'string' (and 9999 more)"),
     (lambda d: d.update(schema_version=2), "$.schema_version: unknown version 2 (this "
                                            "meshscope reads version 1)"),
-    # the bounds the schema cannot state (collectors/run_info.check_bounds)
+    # the bounds the schema cannot state (collectors/run_json.check_bounds)
     (lambda d: d["layout"].update(dp=3), "$.layout: dp=2,pp=2: the dimensions multiply to 6 "
                                          "ranks, but world_size is 4"),
     (lambda d: d["mesh"].update(shape=[2, 3]), "$.mesh.shape: [2, 3] holds 6 ranks"),
@@ -232,7 +233,7 @@ def test_run_info_writes_back_what_it_read(sample):
     """``RunInfo.to_dict`` is run.json's one writer: every committed sample's run.json, read
     and written again, is the same document — the same keys in the same order, the same
     values — and reading that back gives the same RunInfo."""
-    from meshscope.collectors.run_info import from_dict
+    from meshscope.collectors.run_json import from_dict
 
     path = ROOT / "samples" / sample / "run.json"
     doc = json.loads(path.read_text())

@@ -23,7 +23,8 @@ from meshscope.analysis.errors import InputError
 from meshscope.analysis.report import reader
 from meshscope.analysis.report.options import AnalysisOptions
 from meshscope.collectors.run_dir import REPORT, SUMMARY, ReportDir, RunDirError
-from meshscope.collectors.run_info import RunInfo, read_run_info
+from meshscope.collectors.run_info import RunInfo
+from meshscope.collectors.run_json import read_run_info
 
 
 class CompareError(ValueError):

@@ -8,7 +8,7 @@ what is wrong) and a line for each thing a reader should know (``notes``). Nothi
 analysis opens a file by itself, except the trace files, which the ingest workers read
 (``analysis/ingest``).
 
-- An invalid run.json (``collectors.run_info.read_run_info``), or one whose world size is more
+- An invalid run.json (``collectors.run_json.read_run_info``), or one whose world size is more
   than ``RANKS_PER_FILE`` times the ranks that left a file (traces, step timers, dumps): where
   there are traces, a problem line and analysis as a plain folder of traces (``run`` is None, a
   note says so); without traces ``RunDirError`` (exit code 2).
@@ -66,7 +66,8 @@ from meshscope.collectors import run_dir as rd, step_timer
 from meshscope.collectors import flight_recorder, torch_dumps
 from meshscope.collectors.flight_recorder import read_dump
 from meshscope.collectors.run_dir import RunDirError
-from meshscope.collectors.run_info import RunInfo, read_run_info
+from meshscope.collectors.run_info import RunInfo
+from meshscope.collectors.run_json import read_run_info
 
 # run.json may describe a job larger than the files it left (traces of some ranks only), but
 # not by more than this factor: a larger world size is not believed (nor allocated).

@@ -53,7 +53,8 @@ from meshscope.analysis.memory import series
 from meshscope.analysis.report.inputs import find_traces
 from meshscope.collectors import run_dir as rd
 from meshscope.collectors.run_dir import RunDirError
-from meshscope.collectors.run_info import RunInfo, read_run_info
+from meshscope.collectors.run_info import RunInfo
+from meshscope.collectors.run_json import read_run_info
 
 log = logging.getLogger("meshscope.analysis")
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dash import Input, Output, State, dash_table, dcc, html
 
 from meshscope.collectors.run_dir import RunDirError
-from meshscope.collectors.run_info import read_run_info
+from meshscope.collectors.run_json import read_run_info
 
 from meshscope.analysis.report import reader
 

@@ -11,7 +11,7 @@ import dataclasses
 import json
 import pathlib
 
-from meshscope.collectors.run_info import read_run_info
+from meshscope.collectors.run_json import read_run_info
 from meshscope.layouts.plan import CommModel, ModelSpec, SpecError
 from meshscope.layouts.plan.cost import rank_flops
 from meshscope.layouts.plan.devices import CATALOGUE, CUSTOM_BASE, DeviceError, DeviceSpec, \

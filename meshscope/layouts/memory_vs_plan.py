@@ -41,7 +41,7 @@ import pathlib
 
 from meshscope.analysis.report import reader
 from meshscope.collectors.run_dir import ReportDir, RunDirError
-from meshscope.collectors.run_info import read_run_info
+from meshscope.collectors.run_json import read_run_info
 
 OFF_PCT = 10.0
 TERMS = ("weights", "grads", "optimizer_state", "runtime_buffers", "activations")

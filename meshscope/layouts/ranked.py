@@ -21,7 +21,8 @@ from meshscope.analysis.compare import CompareError, Comparison, Side, open_side
 from meshscope.analysis.compare.ranking import FailedRun, Predicted, mean_known, num_or_none
 from meshscope.collectors import step_timer
 from meshscope.collectors.run_dir import RunDirError
-from meshscope.collectors.run_info import RunInfo, read_run_info
+from meshscope.collectors.run_info import RunInfo
+from meshscope.collectors.run_json import read_run_info
 from meshscope.vocabulary import COMM_DIMS
 
 __all__ = ["CompareError", "calibrated_planner", "candidate_of", "compare", "default_planner",

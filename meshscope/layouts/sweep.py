@@ -45,7 +45,7 @@ import sys
 import time
 
 from meshscope.collectors.run_dir import SWEEP_JSON, ReportDir, RunDirError, write_json_atomic
-from meshscope.collectors.run_info import read_run_info
+from meshscope.collectors.run_json import read_run_info
 
 from meshscope.parallel.config import PRESETS, ModelConfig
 from .plan.candidate import Candidate
