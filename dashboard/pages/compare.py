@@ -197,7 +197,19 @@ def rank_heatmap(d: RunDiff) -> go.Figure:
 
 
 def pair_sections(d: RunDiff) -> list[S.Section]:
-    """The before/after view of ``d`` (module docstring)."""
+    """The before/after view of ``d`` (module docstring): the step time and its parts, then
+    kernels (or operators), communication, memory, findings and ranks where there are any;
+    the notes under the first."""
+    sections = [_steps_section(d)] + [section for section in (
+        _kernels_section(d), _collectives_section(d), _memory_section(d),
+        _findings_section(d), _ranks_section(d)) if section is not None]
+    for i, n in enumerate(d.notes):
+        sections[0].items.append(S.Note(f"compare-note-{i}", n))
+    return sections
+
+
+def _steps_section(d: RunDiff) -> S.Section:
+    """The sentences, the step time, its change and noise, the waterfall and the parts."""
     items: list = [S.Note(f"compare-sentence-{i}", text) for i, text in enumerate(d.sentences)]
     c = d.step_time
     facts = [("step time", f"{S.ms(c.before)} → {S.ms(c.after)}"),
@@ -222,9 +234,14 @@ def pair_sections(d: RunDiff) -> list[S.Section]:
                          + (" (within)" if sub.change.within_noise else "")])
     items.append(S.Table("compare-parts", ["part", "before ms", "after ms", "Δ ms", "share",
                                            "noise ms"], rows))
-    sections = [S.Section(None, items)]
+    return S.Section(None, items)
+
+
+def _kernels_section(d: RunDiff) -> S.Section | None:
+    """The kernels matched by folded name; without kernels, the operators whose launch
+    count changed; None without either."""
     if d.kernels:
-        sections.append(S.Section("Kernels, per step", [S.Grid(
+        return S.Section("Kernels, per step", [S.Grid(
             "compare-kernels",
             [("kernel", "key", "text"), ("category", "category", "text"),
              ("status", "status", "text"), ("count before", "count_before", "number"),
@@ -240,9 +257,9 @@ def pair_sections(d: RunDiff) -> list[S.Section]:
             caption="Kernels matched by name with templates and arguments folded (NCCL's "
                     "kernels of every version by their collective); per profiled step, mean "
                     "over ranks. Sort by a column; filter with the row under the headings "
-                    "(e.g. new, >1).")]))
-    elif d.operators:
-        sections.append(S.Section("Operators whose launch count changed, per step", [S.Grid(
+                    "(e.g. new, >1).")])
+    if d.operators:
+        return S.Section("Operators whose launch count changed, per step", [S.Grid(
             "compare-operators",
             [("operator", "name", "text"), ("status", "status", "text"),
              ("count before", "count_before", "number"), ("count after", "count_after",
@@ -252,38 +269,56 @@ def pair_sections(d: RunDiff) -> list[S.Section]:
               "count_after": o.count_after, "before_ms": o.total_before_us / 1e3,
               "after_ms": o.total_after_us / 1e3} for o in d.operators],
             caption="Host operators per profiled step, mean over ranks; time inclusive of "
-                    "the operators each calls.")]))
-    if d.collectives:
-        sections.append(S.Section("Communication operations, per step and rank", [S.Table(
-            "compare-collectives", ["dimension", "op", "count before", "count after",
-                                    "MB before", "MB after", ""],
-            [[c.dim, c.op, S.fmt(c.count_before), S.fmt(c.count_after),
-              S.fmt(None if c.bytes_before is None else c.bytes_before / 1e6),
-              S.fmt(None if c.bytes_after is None else c.bytes_after / 1e6), c.status]
-             for c in d.collectives], left=2)]))
-    if d.memory:
-        def mib(b):
-            return "—" if b is None else f"{b / (1 << 20):,.1f}"
-        sections.append(S.Section("Memory, each rank's peak", [S.Table(
-            "compare-memory", ["rank", "device", "allocated before MiB", "allocated after MiB",
-                               "reserved before MiB", "reserved after MiB"],
-            [[str(m.rank_after) if m.rank_before == m.rank_after else
-              f"{m.rank_before}→{m.rank_after}", m.device, mib(m.allocated_before_bytes),
-              mib(m.allocated_after_bytes), mib(m.reserved_before_bytes),
-              mib(m.reserved_after_bytes)] for m in d.memory], left=2,
-            caption="The allocator's largest peak over the profiled steps on each rank's main "
-                    "device (its GPU, else the CPU), from the traces' [memory] events.")]))
+                    "the operators each calls.")])
+    return None
+
+
+def _collectives_section(d: RunDiff) -> S.Section | None:
+    """The communication operations per step and rank, before and after."""
+    if not d.collectives:
+        return None
+    return S.Section("Communication operations, per step and rank", [S.Table(
+        "compare-collectives", ["dimension", "op", "count before", "count after",
+                                "MB before", "MB after", ""],
+        [[c.dim, c.op, S.fmt(c.count_before), S.fmt(c.count_after),
+          S.fmt(None if c.bytes_before is None else c.bytes_before / 1e6),
+          S.fmt(None if c.bytes_after is None else c.bytes_after / 1e6), c.status]
+         for c in d.collectives], left=2)])
+
+
+def _memory_section(d: RunDiff) -> S.Section | None:
+    """Each rank's allocator peaks before and after."""
+    if not d.memory:
+        return None
+
+    def mib(b):
+        return "—" if b is None else f"{b / (1 << 20):,.1f}"
+    return S.Section("Memory, each rank's peak", [S.Table(
+        "compare-memory", ["rank", "device", "allocated before MiB", "allocated after MiB",
+                           "reserved before MiB", "reserved after MiB"],
+        [[str(m.rank_after) if m.rank_before == m.rank_after else
+          f"{m.rank_before}→{m.rank_after}", m.device, mib(m.allocated_before_bytes),
+          mib(m.allocated_after_bytes), mib(m.reserved_before_bytes),
+          mib(m.reserved_after_bytes)] for m in d.memory], left=2,
+        caption="The allocator's largest peak over the profiled steps on each rank's main "
+                "device (its GPU, else the CPU), from the traces' [memory] events.")])
+
+
+def _findings_section(d: RunDiff) -> S.Section | None:
+    """The findings gained, lost, or whose cost changed."""
     changed = [f for f in d.findings if f.status != "both" or f.cost_before_us != f.cost_after_us]
-    if changed:
-        sections.append(S.Section("Findings gained and lost", [S.Table(
-            "compare-findings", ["", "finding", "cost before", "cost after"],
-            [[f.status, S.Cell(S.clip(f.title, 90), f.title), S.ms(f.cost_before_us),
-              S.ms(f.cost_after_us)] for f in changed], left=2)]))
-    if d.ranks:
-        sections.append(S.Section("Per rank", [S.Figure("compare-ranks", rank_heatmap(d))]))
-    for i, n in enumerate(d.notes):
-        sections[0].items.append(S.Note(f"compare-note-{i}", n))
-    return sections
+    if not changed:
+        return None
+    return S.Section("Findings gained and lost", [S.Table(
+        "compare-findings", ["", "finding", "cost before", "cost after"],
+        [[f.status, S.Cell(S.clip(f.title, 90), f.title), S.ms(f.cost_before_us),
+          S.ms(f.cost_after_us)] for f in changed], left=2)])
+
+
+def _ranks_section(d: RunDiff) -> S.Section | None:
+    """Each rank's change per part, as a heatmap."""
+    return S.Section("Per rank", [S.Figure("compare-ranks", rank_heatmap(d))]) if d.ranks \
+        else None
 
 
 def render(index: RunIndex, state: ViewState) -> list:
