@@ -253,25 +253,11 @@ def table_of(rows: list[dict]) -> pd.DataFrame:
 def finalize_rows(raw: pd.DataFrame, *, rank: int, meta: dict, timeline,
                   run: RunInfo | None, flight: FlightRecords | None = None,
                   layout_map: dict[str, str] | None = None) -> list[dict]:
-    """``finalize``'s rows, before they are made a table (``table_of``)."""
-    # ``raw.to_dict("records")``, made from each column's list of Python values at once.
-    columns = list(raw.columns)
-    rows = [dict(zip(columns, values))
-            for values in zip(*(raw[c].tolist() for c in columns))] if len(raw) else []
-    # A missing value (NaN, NA) is None, but in the four times, where it is NaN: found per
-    # column, so that only the rows holding one are looked at.
-    for k in raw.columns:
-        missing = raw[k].isna().to_numpy()
-        if not missing.any():
-            continue
-        blank = np.nan if k in ("call_ts_us", "call_end_us", "exec_ts_us", "exec_end_us") \
-            else None
-        for i in np.flatnonzero(missing).tolist():
-            if rows[i][k] is not None:
-                rows[i][k] = blank
-    for row in rows:
-        if row["pg_ranks"] is None:
-            row["pg_ranks"] = ""
+    """``finalize``'s rows, before they are made a table (``table_of``): each raw operation in
+    a step, with its Flight Recorder entry's group, sequence number and bytes (CPU traces),
+    its group's ranks, its dimension, its peer and its message size, numbered within its
+    (group, step, op, peer)."""
+    rows = _plain_rows(raw)
     if not timeline.on_gpu:
         _join_fr(rows, _fr_entries(flight, rank, meta))
     steps = sorted(timeline.steps.items())
@@ -286,12 +272,7 @@ def finalize_rows(raw: pd.DataFrame, *, rank: int, meta: dict, timeline,
         row["step"] = steps[i][0]
         fr = row.pop("fr", None)
         if fr is not None:
-            row["pg_name"], row["pg_desc"] = fr["pg_name"], fr["pg_desc"]
-            row["seq"] = fr["seq"] if isinstance(fr["seq"], int) else None
-            b_in = _sizes_bytes(fr["input_sizes"], fr["input_dtypes"])
-            b_out = _sizes_bytes(fr["output_sizes"], fr["output_dtypes"])
-            row["in_bytes"] = b_in if b_in is not None else row["in_bytes"]
-            row["out_bytes"] = b_out if b_out is not None else row["out_bytes"]
+            _take_flight_record(row, fr)
         if not row["pg_ranks"] and row["pg_name"] is not None:
             g = run.group_named(row["pg_name"]) if run is not None else None
             if g is not None:
@@ -307,37 +288,89 @@ def finalize_rows(raw: pd.DataFrame, *, rank: int, meta: dict, timeline,
             source = "flight_recorder"
         row["dim"], row["dim_source"] = dim, source
         if not row["pg_ranks"]:
-            g = mine.get(dim)
-            if g is not None:
-                row["pg_ranks"] = g.ranks_key
-                row["pg_name"] = row["pg_name"] if row["pg_name"] is not None else g.name
-                row["pg_desc"] = row["pg_desc"] if row["pg_desc"] is not None else g.desc
-            elif run is None and len(groups_in_trace) == 1:
-                # Plain DDP and the like: a job with one process group.
-                ((name, (key, desc)),) = groups_in_trace.items()
-                row.update(pg_ranks=key, pg_name=row["pg_name"] or name,
-                           pg_desc=row["pg_desc"] or desc)
+            _take_group(row, mine.get(dim), groups_in_trace if run is None else {})
         n = row["pg_ranks"].count(",") + 1 if row["pg_ranks"] else row["group_size"]
         row["group_size"] = n
-        local = row.pop("peer_local")
-        row["peer"] = None
-        if row["p2p"] and row["pg_ranks"]:
-            members = [int(x) for x in row["pg_ranks"].split(",")]
-            if local is not None and 0 <= int(local) < len(members):
-                row["peer"] = members[int(local)]
-            elif len(members) == 2 and rank in members:
-                row["peer"] = members[0] if members[1] == rank else members[1]
+        row["peer"] = _peer(row, row.pop("peer_local"), rank)
         hint = row.pop("msg_bytes_hint")
         row["msg_bytes"] = hint if hint is not None else \
             _msg_bytes(row["op"], row["in_bytes"], row["out_bytes"], n)
         out.append(row)
+    _number_repeats(out)
+    return out
+
+
+def _plain_rows(raw: pd.DataFrame) -> list[dict]:
+    """``raw.to_dict("records")``, made from each column's list of Python values at once, a
+    missing value (NaN, NA) None — but in the four times, where it is NaN — and a missing
+    ``pg_ranks`` empty."""
+    columns = list(raw.columns)
+    rows = [dict(zip(columns, values))
+            for values in zip(*(raw[c].tolist() for c in columns))] if len(raw) else []
+    # Found per column, so that only the rows holding a missing value are looked at.
+    for k in raw.columns:
+        missing = raw[k].isna().to_numpy()
+        if not missing.any():
+            continue
+        blank = np.nan if k in ("call_ts_us", "call_end_us", "exec_ts_us", "exec_end_us") \
+            else None
+        for i in np.flatnonzero(missing).tolist():
+            if rows[i][k] is not None:
+                rows[i][k] = blank
+    for row in rows:
+        if row["pg_ranks"] is None:
+            row["pg_ranks"] = ""
+    return rows
+
+
+def _take_flight_record(row: dict, fr: dict) -> None:
+    """``row`` given its Flight Recorder entry's group, sequence number and bytes (the
+    bytes only where the entry knows them)."""
+    row["pg_name"], row["pg_desc"] = fr["pg_name"], fr["pg_desc"]
+    row["seq"] = fr["seq"] if isinstance(fr["seq"], int) else None
+    b_in = _sizes_bytes(fr["input_sizes"], fr["input_dtypes"])
+    b_out = _sizes_bytes(fr["output_sizes"], fr["output_dtypes"])
+    row["in_bytes"] = b_in if b_in is not None else row["in_bytes"]
+    row["out_bytes"] = b_out if b_out is not None else row["out_bytes"]
+
+
+def _take_group(row: dict, group, groups_in_trace: dict) -> None:
+    """A row whose group's ranks are unknown given them: from run.json's group of its
+    dimension (``group``), else — without run.json — from the trace's one process group
+    (``groups_in_trace`` with one entry: plain DDP and the like); name and description only
+    where the row has none."""
+    if group is not None:
+        row["pg_ranks"] = group.ranks_key
+        row["pg_name"] = row["pg_name"] if row["pg_name"] is not None else group.name
+        row["pg_desc"] = row["pg_desc"] if row["pg_desc"] is not None else group.desc
+    elif len(groups_in_trace) == 1:
+        ((name, (key, desc)),) = groups_in_trace.items()
+        row.update(pg_ranks=key, pg_name=row["pg_name"] or name,
+                   pg_desc=row["pg_desc"] or desc)
+
+
+def _peer(row: dict, local, rank: int) -> int | None:
+    """The global rank a send or receive of ``rank`` went to or came from: its group's
+    member ``local`` (the peer's rank in the group), else the other rank of a group of two;
+    None for a collective or where unknown."""
+    if not (row["p2p"] and row["pg_ranks"]):
+        return None
+    members = [int(x) for x in row["pg_ranks"].split(",")]
+    if local is not None and 0 <= int(local) < len(members):
+        return members[int(local)]
+    if len(members) == 2 and rank in members:
+        return members[0] if members[1] == rank else members[1]
+    return None
+
+
+def _number_repeats(rows: list[dict]) -> None:
+    """Each row's ``k``: how many rows of the same (group, step, op, peer) came before it."""
     counters: dict = {}
-    for row in out:
+    for row in rows:
         key = (row["pg_ranks"] or row["pg_name"] or "", row["step"], row["op"],
                row["peer"] if row["p2p"] else None)
         row["k"] = counters.get(key, 0)
         counters[key] = row["k"] + 1
-    return out
 
 
 def _shared_text(df: pd.DataFrame) -> pd.DataFrame:
