@@ -193,6 +193,36 @@ def diagnose(records: FlightRecords, run: RunInfo | None, steps: pd.DataFrame) -
     c, held = _collectives(records)
     if not len(c["seq"]):
         return pd.DataFrame([], columns=COLUMNS)
+    keys = _keys(records, run, c, held)
+    rows_out = []
+    for k in np.flatnonzero(keys.lacking | keys.odd).tolist():
+        rows_out += _verdicts(records, c, keys, k, held, last_step)
+    # Earliest issued first (stable: by group and sequence number where times are equal; those
+    # without a time last).
+    rows_out.sort(key=lambda row: row["_created"])
+    return pd.DataFrame(rows_out, columns=COLUMNS)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Keys:
+    """The collective entries' (group, sequence number) keys: where each key's rows start and
+    end, its group, when it was first issued, whether ranks of its group lack it
+    (``lacking``) or its ranks disagree on it (``odd``), and each group's members that left a
+    dump (``group_of``, by group code)."""
+    starts: np.ndarray
+    ends: np.ndarray
+    pg: np.ndarray
+    created: np.ndarray
+    lacking: np.ndarray
+    odd: np.ndarray
+    group_of: dict
+
+
+def _keys(records: FlightRecords, run: RunInfo | None, c: dict[str, np.ndarray],
+          held: dict) -> _Keys:
+    """The keys of the entries ``c`` (``_collectives``), each judged in its group: its
+    members that left a dump (a group unknown to run.json and the dumps is the ranks that
+    hold it), and how many of them hold the key."""
     holders: dict[str, list[int]] = {}
     for name, r in held:
         holders.setdefault(name, []).append(r)
@@ -202,8 +232,6 @@ def diagnose(records: FlightRecords, run: RunInfo | None, steps: pd.DataFrame) -
     pg, seq, rank, sig, state = (c[k] for k in ("pg", "seq", "rank", "sig", "state"))
     starts = np.flatnonzero(np.r_[True, (pg[1:] != pg[:-1]) | (seq[1:] != seq[:-1])])
     ends = np.r_[starts[1:], len(seq)]
-    # The group each key is judged in (its members that left a dump), and how many of them hold
-    # the key; a group unknown to run.json and the dumps is the ranks that hold it.
     group_of = {}
     in_group = np.ones(len(seq), dtype=bool)
     size = np.zeros(len(starts), dtype=np.int64)
@@ -224,55 +252,57 @@ def diagnose(records: FlightRecords, run: RunInfo | None, steps: pd.DataFrame) -
     created = np.minimum.reduceat(np.where(c["created_ns"] < 0, never, c["created_ns"]), starts)
     held_in = np.add.reduceat(in_group.astype(np.int64), starts)
     known = np.isin(key_pg, list(group_of))
-    lacking = known & (held_in < size)
     uniform_sig = np.minimum.reduceat(sig, starts) == np.maximum.reduceat(sig, starts)
     uniform_state = np.minimum.reduceat(state, starts) == np.maximum.reduceat(state, starts)
     suspect = np.array([mismatch({0: s, 1: s}, 2) is not None for s in records.signatures])
-    odd = (count >= 2) & (~uniform_sig | suspect[sig[starts]] | ~uniform_state)
-    rows_out = []
-    for k in np.flatnonzero(lacking | odd).tolist():
-        a, b = starts[k], ends[k]
-        name, desc = records.groups[key_pg[k]]
-        s = int(seq[a])
-        present = rank[a:b].tolist()
-        by_rank = {r: records.signatures[x] for r, x in zip(present, sig[a:b].tolist())}
-        first = by_rank[present[0]]
-        base = {"process_group": name, "group_desc": desc, "seq": s, "kind": "collective",
-                "op": first.profiling_name, "ranks_present": present,
-                "_created": int(created[k])}
-        group = group_of.get(key_pg[k], present)
-        have = set(present)
-        missing = [r for r in group if r not in have
-                   and s > held.get((name, r), -1)] if lacking[k] else []
-        if missing:
-            where = "; ".join(          # the step only where there are step timers
-                (f"rank {r} last finished step {last_step.get(r, 'none')}, its last operation "
-                 if last_step else f"rank {r}'s last operation ") + records.last_op[r]
-                for r in missing)
-            rows_out.append({**base, "verdict": "missing", "ranks_missing": missing,
-                             "last_seq_of_missing": {r: held.get((name, r), -1)
-                                                     for r in missing},
-                             "detail": f"ranks {missing} of group {name} ({desc}) never "
-                                       f"reached sequence number {s} "
-                                       f"({first.profiling_name}); {where}"})
-            continue
-        if len(present) < 2:
-            continue
-        why = mismatch(by_rank, len(group) or len(present))
-        if why:
-            rows_out.append({**base, "verdict": "mismatch", "ranks_missing": [],
-                             "last_seq_of_missing": {},
-                             "detail": f"group {name} ({desc}) sequence number {s}: {why}"})
-        states = [records.states[x] for x in state[a:b].tolist()]
-        if len(set(states)) > 1:
-            rows_out.append({**base, "verdict": "state", "ranks_missing": [],
-                             "last_seq_of_missing": {},
-                             "detail": "states " + ", ".join(f"rank {r}: {x}" for r, x in
-                                                             zip(present, states))})
-    # Earliest issued first (stable: by group and sequence number where times are equal; those
-    # without a time last).
-    rows_out.sort(key=lambda row: row["_created"])
-    return pd.DataFrame(rows_out, columns=COLUMNS)
+    return _Keys(starts=starts, ends=ends, pg=key_pg, created=created,
+                 lacking=known & (held_in < size),
+                 odd=(count >= 2) & (~uniform_sig | suspect[sig[starts]] | ~uniform_state),
+                 group_of=group_of)
+
+
+def _verdicts(records: FlightRecords, c: dict[str, np.ndarray], keys: _Keys, k: int,
+              held: dict, last_step: dict) -> list[dict]:
+    """The verdict rows of key ``k``: the ranks of its group that never reached it
+    (``missing``), else its ranks' disagreement on what it is (``mismatch``) or on its state
+    (``state``)."""
+    a, b = keys.starts[k], keys.ends[k]
+    name, desc = records.groups[keys.pg[k]]
+    s = int(c["seq"][a])
+    present = c["rank"][a:b].tolist()
+    by_rank = {r: records.signatures[x] for r, x in zip(present, c["sig"][a:b].tolist())}
+    first = by_rank[present[0]]
+    base = {"process_group": name, "group_desc": desc, "seq": s, "kind": "collective",
+            "op": first.profiling_name, "ranks_present": present,
+            "_created": int(keys.created[k])}
+    group = keys.group_of.get(keys.pg[k], present)
+    have = set(present)
+    missing = [r for r in group if r not in have
+               and s > held.get((name, r), -1)] if keys.lacking[k] else []
+    if missing:
+        where = "; ".join(          # the step only where there are step timers
+            (f"rank {r} last finished step {last_step.get(r, 'none')}, its last operation "
+             if last_step else f"rank {r}'s last operation ") + records.last_op[r]
+            for r in missing)
+        return [{**base, "verdict": "missing", "ranks_missing": missing,
+                 "last_seq_of_missing": {r: held.get((name, r), -1) for r in missing},
+                 "detail": f"ranks {missing} of group {name} ({desc}) never reached "
+                           f"sequence number {s} ({first.profiling_name}); {where}"}]
+    if len(present) < 2:
+        return []
+    out = []
+    why = mismatch(by_rank, len(group) or len(present))
+    if why:
+        out.append({**base, "verdict": "mismatch", "ranks_missing": [],
+                    "last_seq_of_missing": {},
+                    "detail": f"group {name} ({desc}) sequence number {s}: {why}"})
+    states = [records.states[x] for x in c["state"][a:b].tolist()]
+    if len(set(states)) > 1:
+        out.append({**base, "verdict": "state", "ranks_missing": [],
+                    "last_seq_of_missing": {},
+                    "detail": "states " + ", ".join(f"rank {r}: {x}" for r, x in
+                                                    zip(present, states))})
+    return out
 
 
 # -- the hang, from the verdicts ---------------------------------------------------------------
