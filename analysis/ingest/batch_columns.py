@@ -276,6 +276,31 @@ def batch(evs: list[decode.Event], reading: "Reading"
     from batch to batch (the open ``B`` events of each thread, the ``[memory]`` events'
     columns: ``memory_events.Collector``) and what was met."""
     damage = Damage(getattr(evs, "damage", None) or {})
+    typed = _typed(_complete_events(evs, reading, damage), damage)
+    if typed is None:
+        return None, [], damage
+    xs, ts, dur, names, cats = typed
+    name = pa.array(names, pa.large_string())
+    cat = _str_array(cats)
+    if pc.any(pc.is_in(cat, value_set=_LEGACY_CATS)).as_py():
+        cat = _today_categories(names, cat, reading)
+    args = [e.args for e in xs]
+    device = pc.is_in(cat, value_set=_DEVICE_CATS)
+    lane = _lanes(xs, args, device, damage)     # damage is counted in the order it is met
+    found = _collective_meta(names, name, cat, args, damage)
+    cols = {
+        "name": name, "cat": cat, "ts_us": pa.array(ts), "dur_us": pa.array(dur),
+        "call_args": _call_args(name, args, damage), "lane": lane, "device": device,
+        "correlation": _correlations(args, damage),
+    }
+    return cols, found, damage
+
+
+def _complete_events(evs: list[decode.Event], reading: "Reading", damage: Damage
+              ) -> list[decode.Event]:
+    """The batch's complete events: its ``X`` events and the ``B``/``E`` pairs it closes
+    (``reading.pair``); its ``[memory]`` instants go to ``reading.memory``; an event of no
+    known phase is dropped and counted."""
     xs = [e for e in evs if e.ph == "X"]
     if len(xs) < len(evs):
         rest = [e for e in evs if e.ph != "X"]
@@ -292,8 +317,15 @@ def batch(evs: list[decode.Event], reading: "Reading"
                                                         [e.tid for e in ms]), damage)
             if cols is not None:
                 reading.memory_bytes += reading.memory.add(cols)
+    return xs
+
+
+def _typed(xs: list[decode.Event], damage: Damage) -> tuple | None:
+    """``(events, ts, dur, names, cats)`` of the events whose time, duration, name and
+    category are usable (the others dropped and counted, ``_typed_keep``); None when none
+    is."""
     if not xs:
-        return None, [], damage
+        return None
     ts, ts_code = _numbers([e.ts for e in xs])
     dur, dur_code = _numbers([e.dur for e in xs])
     names, cats = [e.name for e in xs], [e.cat for e in xs]
@@ -305,16 +337,17 @@ def batch(evs: list[decode.Event], reading: "Reading"
         if not keep.all():
             xs = [e for e, k in zip(xs, keep) if k]
             if not xs:
-                return None, [], damage
+                return None
             ts, dur = ts[keep], dur[keep]
             names = [v for v, k in zip(names, keep) if k]
             cats = [v for v, k in zip(cats, keep) if k]
-    name = pa.array(names, pa.large_string())
-    cat = _str_array(cats)
-    if pc.any(pc.is_in(cat, value_set=_LEGACY_CATS)).as_py():
-        cat = _today_categories(names, cat, reading)
-    args = [e.args for e in xs]
-    device = pc.is_in(cat, value_set=_DEVICE_CATS)
+    return xs, ts, dur, names, cats
+
+
+def _lanes(xs: list[decode.Event], args: list, device: pa.Array, damage: Damage) -> pa.Array:
+    """Each event's lane: ``cpu:<pid>:<tid>``, a device event's ``gpu:<device>:<stream>``
+    (its arguments' device and stream where it has them); a thread-less event is read on a
+    lane of its own and counted."""
     lane = _cpu_lanes([e.pid for e in xs], [e.tid for e in xs])
     threadless = sum(1 for e in xs if e.pid is None or e.tid is None)
     if threadless:      # read, on a lane of their own ("cpu:None:None"), and said so
@@ -326,6 +359,14 @@ def batch(evs: list[decode.Event], reading: "Reading"
              for i in on_device],
             [xs[i].tid if (a := args[i]) is None or a.stream is None else a.stream
              for i in on_device]))
+    return lane
+
+
+def _collective_meta(names: list, name: pa.Array, cat: pa.Array, args: list,
+                     damage: Damage) -> list[tuple[int, dict]]:
+    """(row, collective metadata) of the events that carry it: their record's arguments
+    (``comm_meta.from_record``), else a ``gloo:``/``nccl:``-style host range's input
+    dimensions and types (``comm_meta.from_host_range``)."""
     found = []
     for i in [i for i, a in enumerate(args) if a is not None and a.coll_name is not None]:
         meta = comm_meta.from_record(args[i], damage)
@@ -343,15 +384,15 @@ def batch(evs: list[decode.Event], reading: "Reading"
             dims = decode.raw_value(decode.dims(a), "Input Dims", damage) if a else None
             types = decode.raw_value(a.input_type, "Input type", damage) if a else None
             found.append((i, comm_meta.from_host_range(names[i], dims, types, damage)))
+    return found
+
+
+def _call_args(name: pa.Array, args: list, damage: Damage) -> pa.Array:
+    """The call-argument text of ``c10d::`` calls and GEMM operators (null elsewhere)."""
     calls = pc.or_(pc.starts_with(name, "c10d::"), pc.is_in(name, value_set=_GEMM_OPS))
-    call_args = pa.nulls(len(xs), pa.large_string())
+    call_args = pa.nulls(len(args), pa.large_string())
     if pc.any(calls).as_py():
         idx = np.flatnonzero(calls.to_numpy(zero_copy_only=False)).tolist()
         texts = [decode.call_args_text(args[i], damage) for i in idx]
         call_args = pc.replace_with_mask(call_args, calls, pa.array(texts, pa.large_string()))
-    cols = {
-        "name": name, "cat": cat, "ts_us": pa.array(ts), "dur_us": pa.array(dur),
-        "call_args": call_args, "lane": lane, "device": device,
-        "correlation": _correlations(args, damage),
-    }
-    return cols, found, damage
+    return call_args
