@@ -113,7 +113,7 @@ PAGE_IMPORTS = {"*": {"meshscope.analysis.report.reader", "meshscope.analysis.re
                       "meshscope.analysis.report", "meshscope.vocabulary"},
                 "compare.py": {"meshscope.analysis.compare", "meshscope.analysis.compare.diff",
                                "meshscope.analysis.compare.ranking", "meshscope.layouts"},
-                "runs_list.py": {"meshscope.collectors.run_dir", "meshscope.collectors.run_info"}}
+                "runs_list.py": {"meshscope.collectors.run_dir", "meshscope.collectors.run_json"}}
 
 
 def _meshscope_imports(path):
