@@ -255,15 +255,17 @@ def _pipeline_us(per_mb_us: float, cand: Candidate, rates: Rates) -> float:
     return per_mb_us * m
 
 
-def _exposed_comm_us(crit: _RankTime, per_rank: list[_RankTime]) -> dict[str, float]:
-    """The step's exposed communication per dimension: the slowest rank's blocking
-    dimensions, data parallelism's worst rank, and its optimizer all-reduces under tp."""
-    exposed = dict(crit.exposed_us)
-    dp_total = max(x.dp_us for x in per_rank)
-    if dp_total:
-        exposed["dp"] = dp_total
-    if crit.opt_comm_us:
-        exposed["tp"] = exposed.get("tp", 0.0) + crit.opt_comm_us
+def exposed_comm_by_dim(blocking_us: dict[str, float], dp_us: float, opt_comm_us: float
+                        ) -> dict[str, float]:
+    """The step's exposed communication per dimension, for both step models (this one and a
+    GPU job's, ``job_step.py``): the slowest rank's blocking dimensions per step
+    (``blocking_us``), data parallelism's worst rank (``dp_us``, absent when 0), and the
+    optimizer phase's communication under tp (``opt_comm_us``)."""
+    exposed = dict(blocking_us)
+    if dp_us:
+        exposed["dp"] = dp_us
+    if opt_comm_us:
+        exposed["tp"] = exposed.get("tp", 0.0) + opt_comm_us
     return exposed
 
 
@@ -279,7 +281,8 @@ def predict(spec: ModelSpec, cand: Candidate, rates: Rates, comm: CommModel,
     bubble = pipe - crit.per_mb_us * cand.microbatches
     tail = max(x.dp_us + x.optimizer_us + x.opt_comm_us for x in per_rank)
     step = pipe + tail + rates.step_overhead_us
-    exposed = _exposed_comm_us(crit, per_rank)
+    exposed = exposed_comm_by_dim(crit.exposed_us, max(x.dp_us for x in per_rank),
+                                  crit.opt_comm_us)
     tokens_per_s = cand.global_batch * spec.seq_len / (step / 1e6)
     mfu = (spec.flops_per_token() * tokens_per_s / (cand.layout.world_size * rates.peak_flops)
            * 100) if rates.peak_flops else None

@@ -35,7 +35,7 @@ import dataclasses
 from meshscope.theory.schedules import bubble_fraction as theory_fraction
 
 from .candidate import Candidate
-from .cost import StepEstimate
+from .cost import StepEstimate, exposed_comm_by_dim
 from .devices import DeviceSpec, GemmCurve
 from .job_compute import (TRAINING_DERATE, MicrobatchWork, hardware_flops_per_token,
                           microbatch_work, model_flops_per_token)
@@ -234,19 +234,6 @@ def _rank_step(spec: ModelSpec, cand: Candidate, t: Training, device: DeviceSpec
                      t_mb_us=compute_mb + contention + sum(exposed.values()))
 
 
-def _exposed_comm_us(crit: _RankStep, per_rank: list[_RankStep], m: int) -> dict[str, float]:
-    """The step's exposed communication per dimension: the slowest rank's microbatch
-    dimensions over its ``m`` microbatches, data parallelism's worst rank, and the optimizer
-    phase's communication under tp."""
-    exposed = {d: us * m for d, us in crit.exposed_mb_us.items()}
-    dp_worst = max(x.dp_us for x in per_rank)
-    if dp_worst:
-        exposed["dp"] = dp_worst
-    if crit.opt_comm_us:
-        exposed["tp"] = exposed.get("tp", 0.0) + crit.opt_comm_us
-    return exposed
-
-
 def _terms(spec: ModelSpec, device: DeviceSpec, opts: JobOptions, dispatch: Dispatch | None,
            crit: _RankStep, per_rank: list[_RankStep], exposed: dict[str, float],
            bubble_us: float, m: int) -> dict:
@@ -298,7 +285,8 @@ def predict_job(spec: ModelSpec, cand: Candidate, t: Training, device: DeviceSpe
     mfu = model_flops_per_token(spec, t) * tokens_per_s / (world * device.peak_bf16) * 100
     hw = hardware_flops_per_token(spec, t) * tokens_per_s / world / 1e12
     fp8_tflops = crit.work.fp8_flops * m / (step / 1e6) / 1e12
-    exposed = _exposed_comm_us(crit, per_rank, m)
+    exposed = exposed_comm_by_dim({d: us * m for d, us in crit.exposed_mb_us.items()},
+                                  max(x.dp_us for x in per_rank), crit.opt_comm_us)
     return StepEstimate(step_time_us=step,
                         compute_us=crit.compute_mb_us * m + crit.optimizer_us,
                         optimizer_us=crit.optimizer_us, exposed_comm_us=exposed,
