@@ -23,6 +23,7 @@ from meshscope.analysis.gpu import idle as gpu_idle
 from meshscope.analysis.ingest import events as ingest
 from meshscope.analysis.ingest import parts, pool, validate
 from meshscope.analysis.memory import rank_memory
+from meshscope.analysis.report import tables as report_tables
 from meshscope.analysis.report.inputs import TraceIdentity, identity
 from meshscope.analysis.timeline import breakdown, operators
 from meshscope.analysis.timeline import rank_timeline as timeline
@@ -50,7 +51,7 @@ class RankResult:
     meta: dict                      # instances.small_meta of the trace
     problems: list[str]
     implausible: str | None
-    # GPU ranks: the tables of ``analysis/gpu/`` (``GPU_TABLE_NAMES``); empty on CPU-only traces.
+    # GPU ranks: the tables of ``analysis/gpu/`` (``report_tables.GPU``); empty on CPU-only traces.
     gpu: dict[str, pd.DataFrame] = dataclasses.field(default_factory=dict)
     notes: list[str] = dataclasses.field(default_factory=list)
     # The host operators per profiled step (``timeline/operators.py``).
@@ -95,7 +96,7 @@ def rank_work(path: pathlib.Path, opts: RankOptions) -> RankResult:
     own = _timeline_gpu_tables(trace, tl, rows) if rows is not None else {}
     side = beside.result() if beside is not None else _beside_timeline(trace, steps, rows)
     both = {**own, **side["gpu"]}
-    gpu = {name: both[name] for name in GPU_TABLE_NAMES} if tl.on_gpu else {}
+    gpu = {name: both[name] for name in report_tables.GPU} if tl.on_gpu else {}
     return RankResult(
         identity=identity(trace.path, trace.rank, trace.meta), on_gpu=tl.on_gpu, timeline=tl,
         trace_overlap=breakdown.trace_overlap(tl), operations=side["operations"],
@@ -220,18 +221,16 @@ def _operators(trace: ingest.RankTrace, host_steps: dict) -> pd.DataFrame:
 SITES = 200
 
 
-# A GPU rank's tables of ``analysis/gpu/``, over its profiled step windows, in the order they
-# are kept: ``step_categories`` (the former TensorBoard plugin's categories), ``stream_idle``
-# (HTA's idle time breakdown per stream), ``sync_calls`` (each synchronisation, the device idle
-# charged to it, the profiled step it was called in — -1 outside them — and where it was called
-# from) — made with the timeline (``_timeline_gpu_tables``) —, ``kernels``, ``kernel_totals``
-# and ``kernel_categories`` (the top kernels, every kernel per step, the device time per
-# category), ``gemms`` (matrix multiplications against the device's peak) — which read only its
-# steps (``_kernel_tables``). The event table is not copied whole: each table takes the few rows
-# and columns it reads (a copy of the host events cost 30 MB at the peak on the 216k-event
-# reference trace).
-GPU_TABLE_NAMES = ("step_categories", "stream_idle", "sync_calls", "kernels", "kernel_totals",
-                   "kernel_categories", "gemms")
+# A GPU rank's tables of ``analysis/gpu/`` (the registry's ``GpuTables``, report/tables.py),
+# over its profiled step windows: ``step_categories`` (the former TensorBoard plugin's
+# categories), ``stream_idle`` (HTA's idle time breakdown per stream), ``sync_calls`` (each
+# synchronisation, the device idle charged to it, the profiled step it was called in — -1
+# outside them — and where it was called from) — made with the timeline
+# (``_timeline_gpu_tables``) —, ``kernels``, ``kernel_totals`` and ``kernel_categories`` (the
+# top kernels, every kernel per step, the device time per category), ``gemms`` (matrix
+# multiplications against the device's peak) — which read only its steps (``_kernel_tables``).
+# The event table is not copied whole: each table takes the few rows and columns it reads (a
+# copy of the host events cost 30 MB at the peak on the 216k-event reference trace).
 
 
 @dataclasses.dataclass(frozen=True)
@@ -258,7 +257,7 @@ def _gpu_rows(trace: ingest.RankTrace) -> GpuRows:
 
 def _timeline_gpu_tables(trace: ingest.RankTrace, tl: timeline.RankTimeline, rows: GpuRows
                          ) -> dict[str, pd.DataFrame]:
-    """``step_categories``, ``stream_idle``, ``sync_calls`` (``GPU_TABLE_NAMES``)."""
+    """``step_categories``, ``stream_idle``, ``sync_calls`` (``report_tables.GPU``)."""
     ev, dev, host = trace.events, rows.dev, rows.host
     r = trace.rank
     launch_ts, _ = step_windows.launches(host, dev)
@@ -284,7 +283,7 @@ def _timeline_gpu_tables(trace: ingest.RankTrace, tl: timeline.RankTimeline, row
 
 def _kernel_tables(trace: ingest.RankTrace, steps: step_windows.StepWindows, rows: GpuRows
                    ) -> dict[str, pd.DataFrame]:
-    """``kernels``, ``kernel_totals``, ``kernel_categories``, ``gemms`` (``GPU_TABLE_NAMES``)."""
+    """``kernels``, ``kernel_totals``, ``kernel_categories``, ``gemms`` (``report_tables.GPU``)."""
     dev, host = rows.dev, rows.host
     r = trace.rank
     windows = step_windows.window_set(steps.steps, steps.span)
