@@ -238,9 +238,7 @@ def _cross_rank(stage: RankStage, layout_map, options: AnalysisOptions) -> Repor
                                        wi.charged if wi else []),
             idle=tables.idle),
         records=recs.tables,
-        pipeline=report_tables.PipelineTables(
-            bubbles=tables.bubbles, microbatches=tables.microbatches,
-            pipeline_phases=tables.pipeline_phases, stage_imbalance=tables.stage_imbalance),
+        pipeline=tables.pipeline,
         comm=report_tables.CommTables(
             instances=aligned.instances, collectives=aligned.collectives,
             clock_offsets=aligned.offsets, bandwidth=bw,
@@ -324,8 +322,8 @@ class StepTables:
     """The per-step tables of the aligned timelines: each rank's pipeline window per step
     (``windows``; empty without pipeline parallelism), the step breakdown, its exposed
     communication per (dimension, op), the operators per step, idle, the GPU
-    tables, the trace overlap, bubbles (with the schedule replay's columns), microbatches,
-    pipeline phases and stage imbalance."""
+    tables, the trace overlap, and the pipeline's tables (bubbles with the schedule replay's
+    columns, microbatches, pipeline phases and stage imbalance)."""
     windows: dict
     breakdown: pd.DataFrame
     exposed_comm: pd.DataFrame
@@ -333,10 +331,7 @@ class StepTables:
     idle: pd.DataFrame
     gpu: report_tables.GpuTables
     trace_overlap: pd.DataFrame
-    bubbles: pd.DataFrame
-    microbatches: pd.DataFrame
-    pipeline_phases: pd.DataFrame
-    stage_imbalance: pd.DataFrame
+    pipeline: report_tables.PipelineTables
 
 
 def _step_tables(timelines: dict[int, RankTimeline], results: list[rank_work.RankResult],
@@ -369,9 +364,10 @@ def _step_tables(timelines: dict[int, RankTimeline], results: list[rank_work.Ran
     ops = _concat([r.operators for r in by_rank], report_tables.COLUMNS["operator_totals"])
     return StepTables(windows=windows, breakdown=bd, exposed_comm=exposed,
                       operator_totals=ops, idle=idle, gpu=gpu,
-                      trace_overlap=trace_ov, bubbles=bub, microbatches=mb,
-                      pipeline_phases=schedule.phase_table(mb, windows),
-                      stage_imbalance=schedule.imbalance_table(mb))
+                      trace_overlap=trace_ov, pipeline=report_tables.PipelineTables(
+                          bubbles=bub, microbatches=mb,
+                          pipeline_phases=schedule.phase_table(mb, windows),
+                          stage_imbalance=schedule.imbalance_table(mb)))
 
 
 def _whatif(aligned: Aligned, run: RunInfo | None,
@@ -405,7 +401,7 @@ def _findings(inp: inputs.Inputs, tables: StepTables, recs: Records, aligned: Al
     colls, p2p = aligned.collectives, aligned.p2p
     return findings_mod.findings(findings_mod.FindingInputs(
         step_us=step_us, noise_us=resolution_us, breakdown=tables.breakdown,
-        bubbles=tables.bubbles, schedule=run.schedule if run else None,
+        bubbles=tables.pipeline.bubbles, schedule=run.schedule if run else None,
         stages=run.pipeline_stages if run else 1,
         microbatches=run.microbatches if run else 1,
         virtual_stages=run.virtual_stages if run else 1,
