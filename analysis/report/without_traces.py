@@ -49,17 +49,17 @@ def snapshots_only(inp: inputs.Inputs, options: AnalysisOptions) -> Report:
         findings=found, memory_facts=memory_facts(mem))
 
 
-def _without_traces(**fields) -> Report:
-    """A report of no trace: ``fields``, and every table group not among them empty with its
-    registered columns (``report/tables.py``; the instance table with its dtypes,
-    ``instances.empty``)."""
+def _without_traces(memory: MemoryTables | None = None, **fields) -> Report:
+    """A report of no trace: ``fields`` (its ``records``, and ``memory`` when a snapshot was
+    read), every other table group empty with its registered columns (``report/tables.py``;
+    the instance table with its dtypes, ``instances.empty``)."""
     return Report(
         steps=StepTimeTables.empty(),
         pipeline=PipelineTables.empty(),
         comm=CommTables.empty(instances=instances.empty()),
         graph=GraphTables.empty(), gpu=GpuTables.empty(),
-        straggler=None, imbalance=None, step_time_us=None,
-        **{"memory": MemoryTables.empty(), **fields})
+        memory=memory if memory is not None else MemoryTables.empty(),
+        straggler=None, imbalance=None, step_time_us=None, **fields)
 
 
 def records_only(inp: inputs.Inputs, warmup_steps: int) -> Report:
