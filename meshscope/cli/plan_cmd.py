@@ -287,7 +287,7 @@ def _calibrated(from_runs, given, spec, world, global_batch, dims, rates, base_c
     (unless one was named; a note says the costs carry over to it), its world and global
     batch where not given, and every dimension the runs used added to ``dims``. A flag the
     calibration measures, or a run it cannot read, ends the command (exit 2)."""
-    # imported only with --from (pandas, 0.4 s; see _calibrated_device)
+    # imported only with --from (pandas, 0.4 s; as plan_inputs._calibrated_device does)
     from meshscope.layouts.ranked import CompareError, calibrated_planner, measured
     for flag in ("tflops", "devices", "bandwidth_gbps", "latency_us"):
         if given(flag):
@@ -310,7 +310,7 @@ def _calibrated(from_runs, given, spec, world, global_batch, dims, rates, base_c
     if not given("global_batch"):
         global_batch = first.candidate.global_batch
     used = {d for r in runs for d in PARALLEL_DIMS if r.candidate.layout.size(d) > 1}
-    notes = [n for n in notes if n.startswith("CPU") is False] + cal.notes
+    notes = [n for n in notes if not n.startswith("CPU")] + cal.notes
     notes.append(f"calibrated from {', '.join(r.name for r in runs)}")
     return _Calibration(
         spec=spec, world=world or first.candidate.layout.world_size,
