@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.setup-stamp
 # pinned version comes from the package index as usual.
 TORCH  ?= torch==2.13.0
 
-.PHONY: setup bytecode demo test test-fast samples clean
+.PHONY: setup bytecode demo test test-fast samples schema clean
 
 setup: $(STAMP)
 
@@ -45,6 +45,12 @@ test-fast: bytecode
 # Regenerate the bundled sample run directories (see samples/README.md).
 samples: setup
 	bash samples/regenerate.sh
+
+# The JSON Schema of summary.json, generated from the report's record (analysis/report/model.py),
+# into the package and docs/ (tests/test_summary_schema.py holds both to the record).
+schema: setup
+	$(VENV)/bin/meshscope schema summary > analysis/report/schemas/summary.schema.json
+	cp analysis/report/schemas/summary.schema.json docs/summary.schema.json
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache

@@ -17,6 +17,7 @@ import pathlib
 import pandas as pd
 
 from meshscope.analysis.report.analyze import analyze
+from meshscope.analysis.report.model import Finding, MemorySnapshot, Straggler, Summary
 from meshscope.analysis.report.result import Report
 
 
@@ -28,9 +29,10 @@ class RunAnalysis:
         return (f"RunAnalysis({str(self.report.source)!r}, ranks={self.report.ranks}, "
                 f"findings={len(self.report.findings)})")
 
-    def summary(self) -> dict:
-        """What summary.json holds."""
-        return self.report.summary()
+    def summary(self) -> Summary:
+        """What summary.json holds, typed (``analysis/report/model.py``; ``codec.encode``
+        gives the document)."""
+        return self.report.summary
 
     def breakdown(self) -> pd.DataFrame:
         """Per rank and step: compute/comm/overlap/bubble/idle (analysis/timeline/breakdown.py)."""
@@ -71,7 +73,7 @@ class RunAnalysis:
     def collectives(self) -> pd.DataFrame:
         """Per matched collective: arrival skew, holdup, last rank, transfer
         (analysis/comm/matching.py); empty when they cannot be matched (see
-        ``summary()['cross_rank']['why_not']``)."""
+        ``summary().cross_rank.why_not``)."""
         return self.report.comm.collectives
 
     def whatif(self) -> pd.DataFrame:
@@ -87,9 +89,9 @@ class RunAnalysis:
         """Per rank: what-if saving, waits suffered and caused (analysis/crossrank/whatif.py)."""
         return self.report.graph.rank_waits
 
-    def straggler(self) -> dict | None:
+    def straggler(self) -> Straggler | None:
         """The straggler, or None (analysis/crossrank/whatif.py)."""
-        return self.report.straggler
+        return self.report.summary.straggler
 
     def clock_offsets(self) -> pd.DataFrame:
         """Per rank clock offset, its uncertainty, the applied offset
@@ -137,15 +139,15 @@ class RunAnalysis:
         (analysis/memory/terms.py)."""
         return self.report.memory.memory_terms
 
-    def memory_snapshots(self) -> tuple[pd.DataFrame, pd.DataFrame, list[dict]]:
+    def memory_snapshots(self) -> tuple[pd.DataFrame, pd.DataFrame, list[MemorySnapshot]]:
         """The memory snapshots read: their segments, the blocks live at their largest moment,
         and a summary per device with the out-of-memory record (analysis/memory/snapshot.py)."""
         return (self.report.memory.memory_segments, self.report.memory.memory_snapshot_live,
-                list(self.report.memory_facts.get("snapshots", [])))
+                list(self.report.summary.memory.snapshots))
 
-    def findings(self) -> list[dict]:
+    def findings(self) -> list[Finding]:
         """Ranked findings with evidence, cost, remedy and what-if (analysis/report/findings.py)."""
-        return [f.to_dict() for f in self.report.findings]
+        return list(self.report.summary.findings)
 
 
 def open(path, **options) -> RunAnalysis:

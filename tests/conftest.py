@@ -59,3 +59,67 @@ def world4_sweep(tmp_path_factory) -> pathlib.Path:
     out = tmp_path_factory.mktemp("world4") / "sweep"
     meshscope("sweep", "--world", 4, "--steps", 4, "--out", out, timeout=1800, check=True)
     return out
+
+
+GPU_SETS_ROOT = SHARED_TRACES / "gpu"
+# The folders of ../shared/traces/gpu holding traces, by a flat name; a set analyse refuses as
+# a whole (two files that no rank names) is said so by analyze and is not a report to view.
+GPU_SETS = sorted({str(p.parent.relative_to(GPU_SETS_ROOT)).replace("/", "__"): p.parent
+                   for p in GPU_SETS_ROOT.rglob("*.json.gz")}.items()) \
+    if GPU_SETS_ROOT.is_dir() else []
+GPU_SETS_REFUSED = {"hta__rank_unavailable"}
+
+
+@pytest.fixture(scope="session")
+def real_gpu_sets(tmp_path_factory):
+    """Every set of the shared GPU corpus copied into one runs folder and analysed as a user
+    would (``meshscope analyze SET --json``), once a session: (the folder, name → the
+    document ``--json`` printed, None for a set analyse refuses). Skips without the corpus."""
+    import json
+    import shutil
+
+    if not GPU_SETS:
+        pytest.skip(f"shared trace corpus not available: {GPU_SETS_ROOT} is missing")
+    root = tmp_path_factory.mktemp("real")
+    out = {}
+    for name, src in GPU_SETS:
+        shutil.copytree(src, root / name)
+        proc = meshscope("analyze", root / name, "--json")
+        if name in GPU_SETS_REFUSED:
+            assert proc.returncode == 2 and "no rank" in proc.stderr, proc.stderr
+            out[name] = None
+            continue
+        assert proc.returncode == 0, (name, proc.stderr[-2000:])
+        out[name] = json.loads(proc.stdout)
+    return root, out
+
+
+@pytest.fixture(scope="session", autouse=True)
+def every_written_summary_validates(tmp_path_factory):
+    """After the session: every summary.json of today's schema version that a test left under
+    its temporary folders (each ``meshscope analyze``, sweep, compare of a fresh run) validates
+    against the JSON Schema generated from the report's record (issue 44). A document a test
+    damaged on purpose is not of today's version or not JSON, and is passed over."""
+    yield
+    import json
+
+    import jsonschema
+
+    from meshscope.analysis.report import summary_schema
+    from meshscope.analysis.report.model import REPORT_SCHEMA_VERSION
+
+    validator = jsonschema.Draft202012Validator(summary_schema.schema())
+    bad, seen = [], 0
+    for path in tmp_path_factory.getbasetemp().rglob("summary.json"):
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(doc, dict) or doc.get("schema_version") != REPORT_SCHEMA_VERSION:
+            continue
+        seen += 1
+        bad += [f"{path}: {'/'.join(map(str, e.absolute_path))}: {e.message}"
+                for e in validator.iter_errors(doc)][:3]
+    if bad:
+        pytest.fail(f"{len(bad)} schema errors in {seen} summaries written by the tests:\n"
+                    + "\n".join(bad[:20]), pytrace=False)

@@ -67,7 +67,8 @@ def _report(folder, steps: dict[int, dict[str, float]], *, step_time_us=None, ra
         "step_time_us": head, "step_time_source": source,
         "step_time_timer_us": head if timer is not None else None,
         "step_time_replayed_us": None, "window_us": window,
-        "throughput": {"step_time_us": head} if timer is not None else None,
+        "throughput": {"step_time_us": head if timer is not None else None,
+                       "tokens_per_s": None, "mfu_pct": None, "steps": []},
         "cross_rank": {"noise_us": noise_us}, "warmup_steps": [], "findings": []}))
     return folder
 

@@ -1,5 +1,6 @@
-"""Each headline quantity defined once (issue 37): the tree is searched for a second
-definition of each, and the test fails when one appears.
+"""Where each definition lives (issue 37): the tree is searched for a second spelling of each,
+and the test fails when one appears. This only locates definitions; that each quantity is one
+number wherever it is shown is tests/test_one_definition.py (issue 44).
 
 - the headline step time is chosen by ``model.choose_headline`` alone (its order of sources
   spelled once, ``HEADLINE_ORDER``), from the step timers' summary taken once an analysis;
@@ -9,7 +10,8 @@ definition of each, and the test fails when one appears.
 - FLOPs per token (its formula; the wrappers only ask it), overlap %, the bus factor and the
   noise each have one ``def``;
 - a report's finding is one class (``analysis/report/model.Finding``);
-- the per-rank mean of GPU idle is taken once, for summary.json (the GPU page reads it), and
+- the per-rank mean of a per-step table (the breakdown, the GPU idle) is taken once
+  (``breakdown.rank_means``: summary.json, the findings and compare read it), and
   the order exposed communication is credited in is spelled once (the vocabulary), and the
   crediting itself done by one function; the mesh's order and a rank's label once;
 - the dashboard's pages read a report through ``report/reader.py`` and ``report/model.py``
@@ -95,7 +97,10 @@ def test_flops_overlap_and_findings_have_one_definition():
 
 
 def test_idle_means_and_the_dimension_order_are_written_once():
-    assert _where(r"idle.*groupby\(\"rank\"\).*mean\(") == {"analysis/report/summary.py"}
+    assert _where(r'groupby\("rank"\)\.mean\(\)') == {"analysis/timeline/breakdown.py"}
+    # the slowest rank per step of the step timers: one function
+    assert _where(r'groupby\("step"\)\[(column|"wall_time_us")\]\.max\(\)') == \
+        {"analysis/records/steps.py"}
     assert _where(r'\("pp", "tp", "cp", "ep", "dp", "unknown"\)') == {"meshscope/vocabulary.py"}
     # exposed communication is credited to dimensions once (the breakdown's columns and the
     # timeline's segments both ask credit_by_dim)

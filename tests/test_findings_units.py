@@ -105,21 +105,26 @@ def test_a_stall_on_the_stragglers_own_host_is_its_evidence_not_a_second_finding
 
 def test_one_finding_record_from_analyser_to_reader():
     """analysis/report/model.Finding is made by the analysers, written into summary.json and
-    read back by every reader: the same fields round trip; an id the vocabulary lacks cannot be
-    made, but a newer report's is still read."""
+    read back by every reader (``codec``): the same fields round trip; an id the vocabulary
+    lacks cannot be made, but a newer report's is still read."""
     import json
 
+    from meshscope.analysis.report import codec
     from meshscope.analysis.report.model import Finding
     from meshscope.vocabulary import FindingId
 
     f = Finding("straggler", "high", "all", 63.1e3, 31.1, "Rank 1 is the straggler",
                 {"rank": 1}, "find what slows it", {"step_time_us": 1.0}, ["waits"])
     assert f.id is FindingId.STRAGGLER
-    doc = json.loads(json.dumps(f.to_dict()))
+    doc = json.loads(json.dumps(codec.encode(f)))
     assert doc["id"] == "straggler" and list(doc)[0] == "id"
-    assert Finding.read(doc) == f
+    assert codec.decode(Finding, doc) == f
+    assert codec.decode(Finding, doc, strict=True) == f
     with pytest.raises(ValueError, match="not-a-finding"):
         Finding("not-a-finding", "low", None, None, None, "", {}, "")
-    newer = Finding.read({**doc, "id": "some-future-finding"})
+    newer = codec.decode(Finding, {**doc, "id": "some-future-finding"})
     assert newer.id == "some-future-finding" and newer.title == f.title
-    assert Finding.read({"id": 3}) is None and Finding.read("x") is None
+    with pytest.raises(codec.CodecError, match="some-future-finding"):
+        codec.decode(Finding, {**doc, "id": "some-future-finding"}, strict=True)
+    with pytest.raises(codec.CodecError, match=r"^\$\.id: 3 is not one of hang"):
+        codec.decode(Finding, {**doc, "id": 3})

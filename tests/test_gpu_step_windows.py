@@ -224,7 +224,7 @@ def test_a_range_profiler_trace_of_an_a100_is_a_gpu(tmp_path):
     why there are no device figures."""
     _write(range_profiler_trace(True), tmp_path / "run")
     rep = run(tmp_path / "run")
-    assert rep.summary()["device"] == "gpu"
+    assert rep.summary.device == "gpu"
     assert any("NVIDIA A100-SXM4-80GB" in n and "cuda_profiler_range" in n for n in rep.notes)
 
 
@@ -232,7 +232,7 @@ def test_a_trace_naming_no_device_and_running_no_kernel_is_cpu(tmp_path):
     """The twin: the same events, without deviceProperties, say nothing of a GPU."""
     _write(range_profiler_trace(False), tmp_path / "run")
     rep = run(tmp_path / "run")
-    assert rep.summary()["device"] == "cpu"
+    assert rep.summary.device == "cpu"
     assert not any("deviceProperties" in n for n in rep.notes)
 
 
@@ -264,7 +264,7 @@ def test_a_start_up_step_on_one_rank_is_left_out_on_every_rank(tmp_path):
     rep = run(tmp_path / "run")
     assert sorted(set(rep.steps.breakdown["step"])) == [1, 2, 3]
     assert rep.steps.breakdown.groupby("rank")["step"].apply(sorted).tolist() == [[1, 2, 3]] * 2
-    assert rep.cross_rank["matchable"], rep.cross_rank["why_not"]
+    assert rep.summary.cross_rank.matchable, rep.summary.cross_rank.why_not
     assert any(n.startswith("rank 1: step 0 left out as on the ranks where it is start-up")
                for n in rep.notes)
     assert set(rep.gpu.kernel_totals["step"]) == {1, 2, 3}

@@ -81,18 +81,20 @@ def test_the_slow_rank_sample_shows_one_step_time_everywhere(index):
 
 def test_stage_imbalance_is_two_named_measures(index):
     s = _summary(SLOW)
-    measured, corrected = reader.stage_imbalance(s)
+    typed = reader.read_summary(s)
+    measured, corrected = typed.stage_imbalance_measured, \
+        typed.stage_imbalance_without_straggler
     # measured: the stage_imbalance table's max ratio; corrected: the what-if's.
     tab = open_report(index.get(SLOW)).table("stage_imbalance")
-    assert measured["max_over_mean"] == pytest.approx(float(tab["ratio_to_mean"].max()))
-    assert corrected["max_over_mean"] != pytest.approx(measured["max_over_mean"])
+    assert measured.max_over_mean == pytest.approx(float(tab["ratio_to_mean"].max()))
+    assert corrected.max_over_mean != pytest.approx(measured.max_over_mean)
     out = text.render(s)
-    assert f"measured (compute per microbatch): max/mean {measured['max_over_mean']:.3f}" in out
-    assert f"peers' pace: max/mean {corrected['max_over_mean']:.3f}" in out
+    assert f"measured (compute per microbatch): max/mean {measured.max_over_mean:.3f}" in out
+    assert f"peers' pace: max/mean {corrected.max_over_mean:.3f}" in out
     facts = dict(_items(index, SLOW, "pipeline")["imbalance-facts"].items)
-    assert any(v.startswith(f"{measured['max_over_mean']:.3f}") and "measured" in k
+    assert any(v.startswith(f"{measured.max_over_mean:.3f}") and "measured" in k
                for k, v in facts.items())
-    assert any(v.startswith(f"{corrected['max_over_mean']:.3f}") and "straggler" in k
+    assert any(v.startswith(f"{corrected.max_over_mean:.3f}") and "straggler" in k
                for k, v in facts.items())
 
 
@@ -119,7 +121,10 @@ def test_a_schema_2_summary_reads_under_the_new_names():
     t = reader.step_time(old)
     assert (t.us, t.source, t.timer_us, t.replayed_us, t.window_us) == \
         (202836.3, "timer", 202836.3, 307829.0, 275166.0)
-    assert reader.stage_imbalance(old) == (None, {"max_over_mean": 1.05, "slowest_stage": 0})
+    typed = reader.read_summary(old)
+    assert typed.stage_imbalance_measured is None
+    corrected = typed.stage_imbalance_without_straggler
+    assert (corrected.max_over_mean, corrected.slowest_stage) == (1.05, 0)
     plain = {"schema_version": 2, "step_time_us": 1000.0, "step_time_source": "mean step window",
              "throughput": {"step_time_us": None}}
     t = reader.step_time(plain)
@@ -145,8 +150,9 @@ def test_the_typed_summary_reads_a_schema_2_document():
     old = {"schema_version": 2, "step_time_us": 307829.0, "ranks": [0, 1],
            "step_time_source": "replayed makespan of the profiled steps",
            "throughput": {"step_time_us": None, "tokens_per_s": None},
-           "findings": [{"id": "straggler", "cost_us": 63140.0, "title": "Rank 1"},
-                        "not a finding"]}
+           "findings": [{"id": "straggler", "severity": "high", "dimension": "all",
+                         "cost_us": 63140.0, "cost_pct": 20.5, "title": "Rank 1",
+                         "evidence": {}, "remedy": ""}]}
     typed = reader.read_summary(old)
     assert (typed.step_time.us, typed.step_time.source) == (307829.0, "replayed")
     assert typed.tokens_per_s is None and [f.id for f in typed.findings] == ["straggler"]
@@ -278,10 +284,12 @@ def test_the_top_findings_cost_is_one_number_everywhere(slow):
 
 
 def test_stage_imbalance_reads_the_same_in_the_static_report(slow):
-    measured, corrected = reader.stage_imbalance(slow["summary"])
+    typed = reader.read_summary(slow["summary"])
+    measured, corrected = typed.stage_imbalance_measured, \
+        typed.stage_imbalance_without_straggler
     html = slow["static"]
-    assert f"{measured['max_over_mean']:.3f} (stage {measured['slowest_stage']})" in html
-    assert f"{corrected['max_over_mean']:.3f} (stage {corrected['slowest_stage']})" in html
+    assert f"{measured.max_over_mean:.3f} (stage {measured.slowest_stage})" in html
+    assert f"{corrected.max_over_mean:.3f} (stage {corrected.slowest_stage})" in html
 
 
 def one_base_everywhere(summary: dict, report, cli_text: str) -> None:

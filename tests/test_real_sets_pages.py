@@ -8,12 +8,8 @@ text, the overview and the straggler's line (``test_one_number.one_base_everywhe
 ended in "boolean value of NA is ambiguous".)"""
 from __future__ import annotations
 
-import json
-import shutil
-
 import pytest
 
-from conftest import SHARED_TRACES, meshscope
 from meshscope.dashboard import state as st
 from meshscope.dashboard.app import BUILDERS
 from meshscope.dashboard.data import open_report
@@ -23,31 +19,10 @@ from meshscope.dashboard.static_report import render_html
 from meshscope.analysis.report import text
 from test_one_number import one_base_everywhere
 
-GPU = SHARED_TRACES / "gpu"
-# Folders holding traces, by a flat name; a set analyse refuses as a whole (two files that no
-# rank names) is said so by analyze and is not a report to view.
-SETS = sorted({str(p.parent.relative_to(GPU)).replace("/", "__"): p.parent
-               for p in GPU.rglob("*.json.gz")}.items()) if GPU.is_dir() else []
-REFUSED = {"hta__rank_unavailable"}
-
-
 @pytest.fixture(scope="module")
-def real_runs(tmp_path_factory):
-    """A runs folder with a copy of each set, analysed: name → summary (None when refused)."""
-    if not SETS:
-        pytest.skip(f"shared trace corpus not available: {GPU} is missing")
-    root = tmp_path_factory.mktemp("real")
-    out = {}
-    for name, src in SETS:
-        shutil.copytree(src, root / name)
-        proc = meshscope("analyze", root / name, "--json")
-        if name in REFUSED:
-            assert proc.returncode == 2 and "no rank" in proc.stderr, proc.stderr
-            out[name] = None
-            continue
-        assert proc.returncode == 0, (name, proc.stderr[-2000:])
-        out[name] = json.loads(proc.stdout)
-    return root, out
+def real_runs(real_gpu_sets):
+    """The shared GPU sets analysed once a session (``conftest.real_gpu_sets``)."""
+    return real_gpu_sets
 
 
 @pytest.mark.slow

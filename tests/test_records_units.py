@@ -239,6 +239,31 @@ def test_warm_up_is_marked_and_never_slow():
     assert steps.analyse(pd.DataFrame(rows), named_warmup=2).warmup_steps == [0, 1]
 
 
+def test_each_step_takes_its_slowest_ranks_time():
+    """T(s), the slowest rank's wall time of each step (``steps.slowest_rank_per_step``), on
+    three ranks whose slowest differs from step to step, the rows out of step order: step 3's
+    slowest is rank 2, step 1's rank 0, step 2's rank 1 (ranks 0 and 1 tie on step 1). The
+    optimizer column goes the same way (the planner's calibration reads it), NaN where no rank
+    timed it; without step timers, an empty float Series."""
+    walls = pd.DataFrame({
+        "rank": [0, 1, 2, 0, 1, 2, 0, 1, 2],
+        "step": [3, 3, 3, 1, 1, 1, 2, 2, 2],
+        "wall_time_us": [100.0, 110.0, 130.0, 250.0, 250.0, 240.0, 90.0, 95.0, 80.0],
+        "optimizer_us": [5.0, 7.0, 6.0, None, None, None, 3.0, None, 4.0]})
+    got = steps.slowest_rank_per_step(walls)
+    assert got.index.tolist() == [1, 2, 3]
+    assert got.tolist() == [250.0, 95.0, 130.0]
+    opt = steps.slowest_rank_per_step(walls, "optimizer_us")
+    assert opt.index.tolist() == [1, 2, 3] and opt.isna().tolist() == [True, False, False]
+    assert opt.loc[[2, 3]].tolist() == [4.0, 7.0]
+    empty = steps.slowest_rank_per_step(pd.DataFrame(columns=["rank", "step", "wall_time_us"]))
+    assert empty.empty and empty.dtype == float
+    # throughput's step time is T of each step
+    table = steps.throughput(walls.assign(loss=1.0), None)
+    assert table["step"].tolist() == [1, 2, 3]
+    assert table["step_time_us"].tolist() == [250.0, 95.0, 130.0]
+
+
 def test_a_few_percent_is_not_a_slow_step():
     times = {0: 200.0, 1: 200.0, 2: 201.0, 3: 200.5, 4: 212.0, 5: 200.0}   # 4: +6%
     rows = [{"rank": 0, "step": s, "wall_time_us": t} for s, t in times.items()]

@@ -1,7 +1,9 @@
 """The timeline page in a real headless Chromium (``meshscope dashboard samples/``, waitress),
-read back from plotly's own figure in the browser: "comm pp" and "wait" drawn in distinct
-colours (the dashboard's ``COLOURS``), and ``?rank=R`` marking rank R's lane — one band over
-that lane's bars and its label in bold — while the same page without ``rank`` marks nothing.
+read back from plotly's own figure in the browser: "comm tp", "bubble" and "wait" drawn in
+distinct colours (the dashboard's ``COLOURS``; on a pipeline the pp send/recv is bubble, the
+breakdown's sets, so a tp×pp run shows all three), and ``?rank=R`` marking rank R's lane —
+one band over that lane's bars and its label in bold — while the same page without ``rank``
+marks nothing.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from test_dashboard_server import served
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "samples"
 SLOW = "dp2-pp2-slow-rank1"
+TP_PP = "tp2-pp2-interleaved"
 
 pytestmark = pytest.mark.browser
 
@@ -35,14 +38,14 @@ def _figure(d) -> dict:
         "  lanes: g.layout.yaxis.categoryarray};")
 
 
-def test_comm_pp_and_wait_have_their_own_colours(server, driver):  # noqa: F811
-    step = json.loads((SAMPLES / SLOW / "report" / "summary.json").read_text())["steps"][-1]
-    _open(driver, f"{server}/timeline?run={SLOW}&step={step}", "#timeline-graph .ytick text")
+def test_comm_bubble_and_wait_have_their_own_colours(server, driver):  # noqa: F811
+    step = json.loads((SAMPLES / TP_PP / "report" / "summary.json").read_text())["steps"][-1]
+    _open(driver, f"{server}/timeline?run={TP_PP}&step={step}", "#timeline-graph .ytick text")
     fig = _figure(driver)
     colour = {t["name"]: t["colour"] for t in fig["data"] if t["type"] == "bar"}
-    assert {"comm pp", "wait"} <= set(colour)
-    assert colour["comm pp"] == COLOURS["comm pp"] and colour["wait"] == COLOURS["wait"]
-    assert colour["comm pp"] != colour["wait"]
+    assert {"comm tp", "bubble", "wait"} <= set(colour)
+    assert all(colour[k] == COLOURS[k] for k in ("comm tp", "bubble", "wait"))
+    assert len({colour["comm tp"], colour["bubble"], colour["wait"]}) == 3
     assert not [s for s in fig["shapes"] if (s["name"] or "").startswith("highlight")]
     assert not _css(driver, "#timeline-graph .ytick text[style*='bold'], "
                             "#timeline-graph .ytick tspan[style*='bold']")

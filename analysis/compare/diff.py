@@ -28,7 +28,7 @@ import math
 import pandas as pd
 
 from meshscope.analysis.ingest.classify import HOST_COMM_RE
-from meshscope.analysis.timeline.breakdown import DIM_ORDER
+from meshscope.analysis.timeline.breakdown import DIM_ORDER, rank_means
 from meshscope.vocabulary import IDLE_CAUSES
 
 from . import quantities as Q
@@ -258,7 +258,7 @@ def _rank_means(side: Side) -> dict[int, dict[str, float]]:
     if bd.empty:
         return {}
     cols = {p: f"{p}_us" for p in RANK_PARTS}
-    means = bd.groupby("rank")[list(cols.values())].mean()
+    means = rank_means(bd)[list(cols.values())]
     return {int(r): {p: float(row[c]) for p, c in cols.items()} for r, row in means.iterrows()}
 
 

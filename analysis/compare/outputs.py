@@ -98,8 +98,10 @@ def _step_lines(d: RunDiff) -> list[str]:
         out.append(f"  {_clip(indent + p.label, 44):<44} {_ms(p.change.before):>9} "
                    f"{_ms(p.change.after):>9} {_ms(p.delta_us, True):>9} {share:>6}  "
                    f"{_noise(p)}")
+    # Not the report's window (summary window_us, the longest rank's): the mean over ranks,
+    # which the parts (means over ranks too) add up to exactly (quantities, ``window``).
     w = d.window
-    out.append(f"  {'window (the parts add up to it)':<44} {_ms(w.before):>9} "
+    out.append(f"  {'window (mean over ranks; the parts add up)':<44} {_ms(w.before):>9} "
                f"{_ms(w.after):>9} {_ms(w.delta, True):>9}")
     if d.residual_us is not None:
         out.append(f"  residual: Δ step time − Σ Δ parts = {_ms(d.residual_us, True)} ms"
@@ -245,7 +247,8 @@ def markdown(diffs: list[RunDiff], verdicts: list[tuple[str, Verdict]]) -> str:
                        f"{_ms(p.delta_us, True)} | "
                        f"{'' if p.share is None else format(p.share, '.0%')} | "
                        f"{'?' if n is None else _ms(n)} |")
-        out.append(f"| **window** | {_ms(d.window.before)} | {_ms(d.window.after)} | "
+        out.append(f"| **window** (mean over ranks) | {_ms(d.window.before)} | "
+                   f"{_ms(d.window.after)} | "
                    f"{_ms(d.window.delta, True)} | | |")
         if d.residual_us is not None:
             out.append("")

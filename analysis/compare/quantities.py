@@ -69,7 +69,9 @@ PLAIN: dict[str, str] = {
     "tokens_per_s": RATE, "mfu_pct": PCT, "peak_memory": BYTES,
     "peak_allocated": BYTES, "peak_reserved": BYTES,
 }
-#: The breakdown column of each plain time.
+#: The breakdown column of each plain time. ``window`` is the mean over ranks of the step
+#: window, not the report's window (summary ``window_us``, the longest rank's per step): the
+#: parts, means over ranks too, add up to it exactly, which a difference's parts need.
 _BREAKDOWN = {"window": "window_us", "compute": "compute_us", "comm": "comm_us",
               "overlapped_comm": "overlapped_comm_us", "exposed_comm": "exposed_comm_us",
               "bubble": "bubble_us", "other": "other_us", "idle": "idle_us",

@@ -25,9 +25,12 @@ step_time_source       ``analysis/report/reader.py`` — the step timer (median 
 tokens_per_s, mfu_pct  summary ``throughput``, only beside the step timer's step time; MFU
                        null where the device's peak is unknown
 compute_us             summary ``per_rank_mean[].compute_us``, mean over ranks
-window_us              ``per_rank_mean[].window_us``, mean over ranks: the profiled step
-                       window that compute, exposed communication, bubble, other work and
-                       idle add up to (the step time is the timer's where the run has one)
+window_us              summary ``window_us`` (``step_time.window_us``): the run's profiled
+                       step window, the longest rank's per step, mean over profiled steps —
+                       the report's one window (``timeline/breakdown.mean_window_us``), the
+                       same number ``analyze`` and the overview show; the per-rank means of
+                       compute, exposed communication and bubble fit within it (the step
+                       time is the timer's where the run has one)
 exposed_comm_us        dim → summary ``per_rank_mean[].exposed_comm_<dim>_us``, mean over
                        ranks (only dimensions with exposed time)
 bubble_us,             ``per_rank_mean[].bubble_us`` mean; ``pipeline_stages[]``
@@ -134,9 +137,9 @@ class RunRow:
     compute_us: float | None
     exposed_comm_us: dict[str, float]
     bubble_us: float | None
-    window_us: float | None              # the profiled window, mean over ranks: the parts'
-                                         # sum (the step time may be the timer's, over more
-                                         # steps)
+    window_us: float | None              # the report's profiled window (summary
+                                         # window_us; the step time may be the timer's,
+                                         # over more steps)
     bubble_fraction: float | None
     theory_bubble_fraction: float | None
     bandwidth_efficiency: float | None
@@ -304,7 +307,7 @@ def read_row(side: Side, predict=None) -> RunRow:
         step_time_us=typed.step_time.us, step_time_source=typed.step_time.source,
         tokens_per_s=typed.tokens_per_s, mfu_pct=typed.mfu_pct,
         compute_us=mean_known(r.compute_us for r in per_rank), exposed_comm_us=exposed,
-        window_us=mean_known(r.window_us for r in per_rank),
+        window_us=typed.step_time.window_us,
         bubble_us=mean_known(r.bubble_us for r in per_rank) if stages else None,
         bubble_fraction=mean_known(s.bubble_fraction for s in stages),
         theory_bubble_fraction=mean_known(s.theory_fraction for s in stages),

@@ -3,7 +3,10 @@ the profiled ones): the rank × step heatmap, the warm-up, the run's own step-to
 slow steps and throughput.
 
 For step s let T(s) be its slowest rank's wall time (every rank waits for the slowest at the
-step's collectives, so that is the step's time).
+step's collectives, so that is the step's time). ``slowest_rank_per_step(steps)`` is T, step →
+µs: the one place it is computed — the heatmap's slow steps, throughput, the slow-step
+finding's evidence and the planner's calibration (``meshscope/layouts/ranked.py``, which also
+takes the largest optimizer phase per step through it) all read it.
 
 - **Warm-up**: the first steps, until the step time settles — step k is warm-up while T(k) is
   more than ``WARMUP_FACTOR`` × the median of the steps after it (at most half the run; the
@@ -27,6 +30,22 @@ step's collectives, so that is the step's time).
   CPU); ``loss`` the mean over the ranks that compute it; ``peak_memory_bytes`` the largest
   over ranks of the step timers' peak memory in the step (CUDA: peak allocated device memory;
   CPU: the process' peak resident set; null where the timers did not record it).
+
+**Which steps a median of T is over.** T is reduced by a median in three places, over
+different steps on purpose; each is named here once:
+
+- ``StepRecords.median_step_us`` (``analyse``): the unprofiled non-warm-up steps (all the
+  non-warm-up steps when there are none). It is the baseline slow steps are judged against
+  (the slow-step finding's excess over it): the profiler's own cost must not move the
+  baseline a slow step is measured from. (A finding's cost % is of the headline step time.)
+- ``throughput_summary``'s ``step_time_us`` (summary.json's ``step_time_timer_us``, the
+  headline's step timer) with tokens/s and MFU: every non-warm-up step, profiled ones
+  included: the run's throughput as it ran (``throughput``, the per-step table it is the
+  median of, is what ``meshscope run`` prints step by step); the median is robust to the few
+  profiled steps' overhead, and a short run keeps enough steps.
+- the planner's calibration (``layouts/ranked.measured``): the profiled steps only, because the
+  compute and exposed communication it is calibrated with come from the breakdown, which only
+  the profiled steps have: each figure from the same steps.
 
 ``step_heatmap`` columns: rank, step, wall_time_us, warmup, profiled, slow; ``heatmap_columns``
 groups a long run's steps into at most ``MAX_HEATMAP_COLUMNS`` columns to show. ``StepRecords``
@@ -61,6 +80,15 @@ class StepRecords:
     slow_steps: list[int]
     noise_us: float
     median_step_us: float
+
+
+def slowest_rank_per_step(steps: pd.DataFrame, column: str = "wall_time_us") -> pd.Series:
+    """T (module docstring): step → the largest ``column`` over the ranks in that step —
+    for ``wall_time_us`` the slowest rank's wall time —, sorted by step; an empty float Series
+    without step timers."""
+    if steps.empty:
+        return pd.Series(dtype=float, name=column)
+    return steps.groupby("step")[column].max().sort_index()
 
 
 def warmup_steps(step_time: pd.Series, named: int = 0) -> list[int]:
@@ -107,7 +135,7 @@ def analyse(steps: pd.DataFrame, named_warmup: int = 0,
     profiled steps, inclusive (run.json's ``profile_steps``)."""
     if steps.empty:
         return StepRecords(pd.DataFrame(columns=HEATMAP_COLUMNS), [], [], math.nan, math.nan)
-    worst = steps.groupby("step")["wall_time_us"].max().sort_index()
+    worst = slowest_rank_per_step(steps)
     warm = warmup_steps(worst, named_warmup)
     rest = worst.drop(index=warm)
     in_window = rest.index.to_series().between(*profiled) if profiled else \
@@ -182,7 +210,7 @@ def throughput(steps: pd.DataFrame, run: RunInfo | None) -> pd.DataFrame:
     """Per step (module docstring); empty without step timers."""
     if steps.empty:
         return pd.DataFrame(columns=THROUGHPUT_COLUMNS)
-    out = steps.groupby("step").agg(step_time_us=("wall_time_us", "max")).reset_index()
+    out = slowest_rank_per_step(steps).rename("step_time_us").reset_index()
     known = steps["loss"].notna().to_numpy()
     loss = steps["loss"][known].groupby(steps["step"][known]).mean()
     out["loss"] = out["step"].map(loss)

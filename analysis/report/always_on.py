@@ -5,14 +5,11 @@ dumps say, with or without a trace (``records/``).
 (``steps.analyse``: warm-up, noise, slow steps, the heatmap), its report tables (the step
 heatmap, throughput per step, the Flight Recorder verdicts: ``tables.RecordTables``) and the
 throughput summary — the step timers' step time, tokens/s and MFU, computed here once for the
-findings' cost base and summary.json alike. ``worst_step_times`` is the slowest rank's wall
-time of each step, the evidence of a slow-step finding.
+findings' cost base and summary.json alike.
 """
 from __future__ import annotations
 
 import dataclasses
-
-import pandas as pd
 
 from meshscope.analysis.records import flight_recorder, steps as step_records
 from meshscope.analysis.report import inputs
@@ -43,8 +40,3 @@ def records_of(inp: inputs.Inputs, warmup_steps: int) -> Records:
                if inp.has_dumps else {})),
         throughput_summary=step_records.throughput_summary(throughput, records.warmup_steps))
 
-
-def worst_step_times(steps: pd.DataFrame) -> pd.Series:
-    """step → the slowest rank's wall time of it (empty without step timers)."""
-    return steps.groupby("step")["wall_time_us"].max() if len(steps) else \
-        pd.Series(dtype=float)

@@ -49,13 +49,13 @@ from meshscope.analysis.pipeline import bubble, schedule
 from meshscope.analysis.records import steps as step_records
 from meshscope.analysis.report import device_findings, engines, findings as findings_mod
 from meshscope.analysis.report import inputs, rank_work, without_traces
-from meshscope.analysis.report.always_on import Records, records_of, worst_step_times
+from meshscope.analysis.report.always_on import Records, records_of
 from meshscope.analysis.report.memory_findings import memory_findings
 from meshscope.analysis.report.memory_stage import memory_facts, memory_of
-from meshscope.analysis.report.model import choose_headline
 from meshscope.analysis.report.options import AnalysisOptions
 from meshscope.analysis.report.result import Report
-from meshscope.analysis.report.summary import REPORT_SCHEMA_VERSION
+from meshscope.analysis.report import summary
+from meshscope.analysis.report.model import REPORT_SCHEMA_VERSION
 from meshscope.analysis.report import spill
 from meshscope.analysis.report import tables as report_tables
 from meshscope.analysis.timeline import breakdown, segments
@@ -211,26 +211,20 @@ def _cross_rank(stage: RankStage, layout_map, options: AnalysisOptions) -> Repor
     tables = _step_tables(aligned.timelines, results, inp.run, ranks)
     recs = records_of(inp, options.warmup_steps)
     wi = _whatif(aligned, inp.run, recs.records) if matchable else None
-    window_us = breakdown.mean_window_us(tables.breakdown)
-    step_us = wi.step_time_us if wi is not None and np.isfinite(wi.step_time_us) else \
-        (window_us if window_us is not None else float("nan"))
+    replayed = wi.step_time_us if wi is not None and np.isfinite(wi.step_time_us) else None
+    st = summary.step_time(recs.throughput_summary, replayed, tables.breakdown)
     resolution = wi.resolution_us if wi is not None else whatif.resolution(
         recs.records.noise_us,
         tables.breakdown["step"].nunique() if len(tables.breakdown) else 1)
     on_gpu = any(r.on_gpu for r in results)
     mem = memory_of(results, inp, options)
     found = _findings(inp, tables, recs, aligned, wi,
-                      step_us=_headline_us(recs, window_us, step_us),
+                      step_us=st.us if st.us is not None else float("nan"),
                       resolution_us=resolution, on_gpu=on_gpu, memory=mem)
     run = inp.run
     expected = set(range(run.world_size)) if run is not None else set()
     bw = bandwidth_report.bandwidth_table(aligned.instances, aligned.collectives, aligned.p2p)
-    return Report(
-        source=inp.path, run=run, ranks=ranks, missing_ranks=sorted(expected - set(ranks)),
-        problems=[*inp.problems, *mem.problems],
-        notes=[*inp.notes, *matched.notes, *aligned.notes,
-               *device_findings.gemm_coverage_notes(tables.gpu)],
-        on_gpu=on_gpu,
+    groups = summary.Groups(
         steps=report_tables.StepTimeTables(
             breakdown=tables.breakdown, exposed_comm=tables.exposed_comm,
             operator_totals=tables.operator_totals, trace_overlap=tables.trace_overlap,
@@ -246,17 +240,22 @@ def _cross_rank(stage: RankStage, layout_map, options: AnalysisOptions) -> Repor
         graph=report_tables.GraphTables(whatif=wi.table, critical_path=wi.critical_path,
                                         rank_waits=wi.savings) if wi
         else report_tables.GraphTables.empty(),
-        gpu=tables.gpu, memory=report_tables.MemoryTables(**mem.tables),
-        straggler=wi.straggler if wi else None, imbalance=wi.imbalance if wi else None,
+        gpu=tables.gpu, memory=report_tables.MemoryTables(**mem.tables))
+    facts = summary.Facts(
+        source=inp.path, run=run, ranks=ranks, missing_ranks=sorted(expected - set(ranks)),
+        problems=[*inp.problems, *mem.problems],
+        notes=[*inp.notes, *matched.notes, *aligned.notes,
+               *device_findings.gemm_coverage_notes(tables.gpu)],
+        device="gpu" if on_gpu or any(r.device_name for r in results) else "cpu",
+        step_time=st, throughput=recs.throughput_summary, step_records=recs.records,
         cross_rank={"matchable": matchable, "why_not": matched.why_not,
                     "matched_on": matched.matched_on if matchable else None,
                     "noise_us": recs.records.noise_us,
                     "floor_us": wi.floor_us if wi is not None else None,
                     "resolution_us": resolution},
-        step_records=recs.records, step_time_us=step_us,
-        throughput_summary=recs.throughput_summary, findings=found,
-        memory_facts=memory_facts(mem),
-        device="gpu" if on_gpu or any(r.device_name for r in results) else "cpu")
+        straggler=wi.straggler if wi else None, imbalance=wi.imbalance if wi else None,
+        findings=found, memory=memory_facts(mem))
+    return Report.of(facts, groups, on_gpu)
 
 
 def _matched_instances(inp: inputs.Inputs, results: list[rank_work.RankResult],
@@ -382,16 +381,6 @@ def _whatif(aligned: Aligned, run: RunInfo | None,
     return whatif.analyse(graphs, run, ops, out_bytes, records.noise_us)
 
 
-def _headline_us(recs: Records, window: float | None, replayed_or_window: float) -> float:
-    """The step time every finding's cost % is of: the report's headline
-    (``model.choose_headline``: the step timers, else the profiled window, else the replayed
-    makespan), so the percentages read against the step time every view shows."""
-    timer = recs.throughput_summary["step_time_us"]
-    head, _ = choose_headline(timer, replayed_or_window if np.isfinite(replayed_or_window)
-                              else None, window)
-    return head if head is not None else replayed_or_window
-
-
 def _findings(inp: inputs.Inputs, tables: StepTables, recs: Records, aligned: Aligned,
               wi: whatif.WhatIf | None, *, step_us: float, resolution_us: float,
               on_gpu: bool, memory: memory_gather.Memory) -> list[findings_mod.Finding]:
@@ -410,7 +399,7 @@ def _findings(inp: inputs.Inputs, tables: StepTables, recs: Records, aligned: Al
         imbalance=wi.imbalance if wi else None, dim_savings=wi.dim_savings if wi else {},
         dim_timing=_dim_timing(colls, p2p),
         hangs=recs.tables.flight_recorder, slow_steps=records.slow_steps,
-        warmup_steps=records.warmup_steps, step_times=worst_step_times(inp.steps),
+        warmup_steps=records.warmup_steps, step_times=step_records.slowest_rank_per_step(inp.steps),
         median_step_us=records.median_step_us, on_gpu=on_gpu, idle=tables.idle,
         sync_calls=tables.gpu.sync_calls, kernels=tables.gpu.kernels,
         gemms=tables.gpu.gemms, collectives=colls,

@@ -47,6 +47,7 @@ import pandas as pd
 
 from meshscope.analysis.gpu import host_activity
 from meshscope.analysis.report import finding_rules as F
+from meshscope.analysis.timeline.breakdown import rank_means
 from meshscope.analysis.report.model import Finding
 from meshscope.analysis.report.tables import GpuTables
 from meshscope.vocabulary import exposed_comm_id
@@ -223,7 +224,7 @@ def _exposed_single(inp: F.FindingInputs, have: set[str]) -> list[Finding]:
         cost, worst = _worst_per_step(bd, col)
         if not F.beats_noise(cost, inp.step_us, inp.noise_us):
             continue
-        per_rank = bd.groupby("rank").mean(numeric_only=True)
+        per_rank = rank_means(bd)
         mine = per_rank.loc[worst] if worst in per_rank.index else pd.Series(dtype=float)
         evidence = {"exposed_us": cost, "worst_rank": worst,
                     "overlap_pct": float(mine.get("overlap_pct", math.nan)),
@@ -251,7 +252,7 @@ def _jitter(inp: F.FindingInputs) -> Finding | None:
     cost = float(inp.savings["wait_us"].mean())
     bd = inp.breakdown
     if len(bd):
-        cost = min(cost, float(bd.groupby("rank")["exposed_comm_us"].mean().max()))
+        cost = min(cost, float(rank_means(bd)["exposed_comm_us"].max()))
     if not F.beats_noise(cost, inp.step_us, inp.noise_us):
         return None
     last = colls["last_rank"].dropna().astype(int)
@@ -327,16 +328,17 @@ def _gpu_idle(inp: F.FindingInputs, explained_us: float,
     bd = inp.breakdown
     if idle is None or idle.empty or bd.empty:
         return None
-    per_rank = bd.groupby("rank")[["idle_us", "window_us"]].mean()
+    per_rank = rank_means(bd)
     share = per_rank["idle_us"] / per_rank["window_us"]
     if not (share > IDLE_SHARE).any():
         return None
     claimed_by = claimed_by or {}
     rank = int(share.idxmax())
-    mine = idle[idle["rank"] == rank].mean(numeric_only=True)
+    idle_means = rank_means(idle)
+    mine = idle_means.loc[rank] if rank in idle_means.index else pd.Series(dtype=float)
     parts = {c: float(mine.get(f"idle_{c}_us", 0.0)) for c in CAUSE_TEXT}
     slow = float(mine.get("slow_launch_us", 0.0) or 0.0)
-    total = float(mine["idle_us"])
+    total = float(per_rank.loc[rank, "idle_us"])    # the breakdown's: the one idle total
     ordered = sorted(parts.items(), key=lambda kv: -kv[1])
 
     def text(c: str, v: float) -> str:

@@ -61,6 +61,7 @@ from meshscope.analysis.report.finding_rules import beats_noise as _beats_noise
 from meshscope.analysis.report.finding_rules import ms as _ms
 from meshscope.analysis.report.finding_rules import timed as _timed
 from meshscope.analysis.report.model import Finding
+from meshscope.analysis.timeline.breakdown import rank_means
 from meshscope.vocabulary import exposed_comm_id
 
 HOST_BOUND_REMEDY = ("the host does not launch work fast enough: look at data loading, "
@@ -143,8 +144,7 @@ def _flight_recorder(hangs: pd.DataFrame | None) -> list[Finding]:
 
 
 def _per_rank(inp: FindingInputs) -> pd.DataFrame:
-    return inp.breakdown.groupby("rank").mean(numeric_only=True) if len(inp.breakdown) else \
-        pd.DataFrame()
+    return rank_means(inp.breakdown)
 
 
 def _straggler(inp: FindingInputs) -> Finding | None:
@@ -298,11 +298,10 @@ def _slow_steps(inp: FindingInputs) -> Finding | None:
     cost = float(excess.sum() / max(len(rest), 1))
     if cost <= 0:
         return None
-    inp_median = dataclasses.replace(inp, step_us=inp.median_step_us)
     title = (f"{len(inp.slow_steps)} slow step(s): "
              f"{', '.join(map(str, inp.slow_steps[:8]))} (warm-up steps "
              f"{inp.warmup_steps or 'none'} left out)")
-    return _timed("slow-steps", "all", cost, inp_median, title,
+    return _timed("slow-steps", "all", cost, inp, title,
                   {"steps": inp.slow_steps, "median_step_us": inp.median_step_us,
                    "noise_us": inp.noise_us, "warmup_steps": inp.warmup_steps},
                   "look at what else ran then (checkpointing, evaluation, GC, another job)",

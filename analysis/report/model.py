@@ -1,9 +1,9 @@
 """The report's records that its writers and readers share, each defined once.
 
 A finding is made by the analysers (``findings.py``, ``device_findings.py``,
-``memory_findings.py``), written into summary.json by ``summary.py`` (``Finding.to_dict``) and
+``memory_findings.py``), written into summary.json by ``summary.py`` (``codec.encode``) and
 read back by every reader — the CLI text, ``--json``, compare, the static report, the dashboard
-— through ``reader.read_summary`` (``Finding.read``): one class, so a field cannot mean one
+— through ``reader.read_summary`` (``codec.decode``): one class, so a field cannot mean one
 thing where it is made and another where it is shown. Its ``id`` is a ``vocabulary.FindingId``:
 an analyser cannot make a finding of an id the vocabulary does not hold (``ValueError``); a
 report written by another version that holds one is still read (the id kept as its string).
@@ -30,27 +30,28 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from meshscope.vocabulary import FINDING_IDS, STEP_TIME_SOURCES, FindingId
+from meshscope.vocabulary import IDLE_CAUSES, STEP_TIME_SOURCES, FindingId
+
+#: summary.json's schema version: 4 writes every record's every field (null where unknown) and
+#: no longer ``gpu_idle_per_rank_mean[].idle_us`` (the breakdown's ``per_rank_mean[].idle_us`` is
+#: the one idle total); 3 named the three step times apart; 2 wrote the replayed makespan as
+#: ``step_time_us``; 1 had no flight_recorder table. ``reader.read_summary`` reads them all.
+REPORT_SCHEMA_VERSION = 4
 
 #: Short labels of the step-time sources, for a table's column or a chart's axis.
 SHORT = {"timer": "step timer", "replayed": "replayed", "window": "profiled window"}
 
 
-def _num(x: Any) -> float | None:
-    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and x == x \
-        else None
-
-
 @dataclasses.dataclass
 class Finding:
     """One finding (module docstring, field by field)."""
-    id: FindingId | str
+    id: FindingId
     severity: str
     dimension: str | None
     cost_us: float | None
     cost_pct: float | None
     title: str
-    evidence: dict[str, Any]
+    evidence: dict[str, Any]         # name -> number, text or list: what the finding rests on
     remedy: str
     what_if: dict[str, Any] = dataclasses.field(default_factory=dict)
     symptoms: list[Any] = dataclasses.field(default_factory=list)
@@ -58,34 +59,6 @@ class Finding:
 
     def __post_init__(self) -> None:
         self.id = FindingId(self.id)          # ValueError for an id the vocabulary lacks
-
-    def to_dict(self) -> dict[str, Any]:
-        """The finding as summary.json holds it (the id as its string)."""
-        return dataclasses.asdict(self) | {"id": str(self.id)}
-
-    @classmethod
-    def read(cls, d: Any) -> Finding | None:
-        """A finding of a summary.json document, every field typed (None for an entry that is
-        not a finding: not an object, no string id). An id this version does not know — a
-        newer report's — is kept as its string."""
-        if not isinstance(d, dict) or not isinstance(d.get("id"), str):
-            return None
-        fields = dict(
-            severity=str(d.get("severity") or ""),
-            dimension=d["dimension"] if isinstance(d.get("dimension"), str) else None,
-            cost_us=_num(d.get("cost_us")), cost_pct=_num(d.get("cost_pct")),
-            title=str(d.get("title") or d["id"]),
-            evidence=d["evidence"] if isinstance(d.get("evidence"), dict) else {},
-            remedy=str(d.get("remedy") or ""),
-            what_if=d["what_if"] if isinstance(d.get("what_if"), dict) else {},
-            symptoms=d["symptoms"] if isinstance(d.get("symptoms"), list) else [],
-            peak_saving_bytes=_num(d.get("peak_saving_bytes")))
-        if d["id"] in FINDING_IDS:
-            return cls(id=d["id"], **fields)
-        found = object.__new__(cls)
-        for name, value in {"id": d["id"], **fields}.items():
-            object.__setattr__(found, name, value)
-        return found
 
 
 # -- the headline step time --------------------------------------------------------------
@@ -104,10 +77,16 @@ def choose_headline(timer: float | None, replayed: float | None, window: float |
     return next(((known[k], k) for k in HEADLINE_ORDER if known[k] is not None), (None, None))
 
 
-# -- summary.json, typed (``reader.read_summary`` fills them) ---------------------------
+# -- summary.json, typed: the analysis builds these (``summary.py``), ``codec.encode`` writes
+# them, ``reader.read_summary`` reads every schema into them (``codec.decode``). Each record's
+# fields are summary.json's keys in the order written; the JSON Schema is generated from them
+# (``summary_schema``). A row of a report table carries that table's registered columns
+# (``tables.COLUMNS``; tests/test_summary_schema.py holds the two equal).
 
 @dataclasses.dataclass(frozen=True)
 class StepTime:
+    """The headline step time and the three it was chosen from (``choose_headline``), as
+    summary.json's ``step_time_*`` fields hold them."""
     us: float | None                 # the headline: timer, else window, else replayed
     source: str | None               # "timer" | "replayed" | "window" | None
     timer_us: float | None
@@ -134,37 +113,193 @@ class StepTime:
 
 
 @dataclasses.dataclass(frozen=True)
+class RunDevice:
+    """``run.device``: the device run.json names and its dense peak FLOP/s where known."""
+    type: str | None
+    name: str | None
+    peak_flops: float | None
+
+
+@dataclasses.dataclass(frozen=True)
+class RunModel:
+    """``run.model``: the model's preset, parameters and FLOPs per token (run.json)."""
+    preset: str | None
+    n_params: int | None
+    flops_per_token: float | None
+
+
+@dataclasses.dataclass(frozen=True)
+class RunFacts:
+    """``run``: what run.json says of the run (null for a plain folder of traces)."""
+    run_id: str | None
+    layout_str: str | None
+    layout: dict[str, int]           # dimension -> size
+    world_size: int | None
+    schedule: str | None
+    microbatches: int | None
+    virtual_stages: int | None
+    steps: int | None
+    profile_steps: list[int] | None
+    status: str | None
+    device: RunDevice
+    model: RunModel
+
+
+@dataclasses.dataclass(frozen=True)
+class Throughput:
+    """``throughput``: the step timers' medians over the non-warm-up ``steps``
+    (``records/steps.throughput_summary``); null without step timers."""
+    step_time_us: float | None
+    tokens_per_s: float | None
+    mfu_pct: float | None
+    steps: list[int]
+
+
+@dataclasses.dataclass(frozen=True)
+class RankMean:
+    """One row of ``per_rank_mean``: a rank's step breakdown (``breakdown.parquet``'s columns
+    but ``step``), mean over the profiled steps (``analysis/timeline/breakdown.py``).
+    ``compute_us`` is all compute; the part not overlapped by communication is
+    ``compute_without_overlap_us``."""
+    rank: int
+    window_us: float | None
+    compute_us: float | None
+    comm_us: float | None
+    overlapped_comm_us: float | None
+    exposed_comm_us: float | None
+    bubble_us: float | None
+    other_us: float | None
+    idle_us: float | None
+    overlap_pct: float | None
+    exposed_comm_pp_us: float | None
+    exposed_comm_tp_us: float | None
+    exposed_comm_cp_us: float | None
+    exposed_comm_ep_us: float | None
+    exposed_comm_dp_us: float | None
+    exposed_comm_unknown_us: float | None
+
+    @property
+    def exposed_by_dim_us(self) -> dict[str, float]:
+        """dimension (and ``unknown``) -> exposed communication, where known."""
+        out = {}
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if f.name.startswith("exposed_comm_") and f.name != "exposed_comm_us" \
+                    and v is not None:
+                out[f.name[len("exposed_comm_"):-3]] = float(v)
+        return out
+
+    @property
+    def compute_without_overlap_us(self) -> float | None:
+        if self.compute_us is None or self.overlapped_comm_us is None:
+            return None
+        return self.compute_us - self.overlapped_comm_us
+
+
+@dataclasses.dataclass(frozen=True)
+class TraceOverlap:
+    """One row of ``trace_overlap``: a rank's compute, communication and their overlap over
+    its whole trace (not only the profiled steps)."""
+    rank: int
+    compute_us: float | None
+    comm_us: float | None
+    overlapped_comm_us: float | None
+    overlap_pct: float | None
+
+
+@dataclasses.dataclass(frozen=True)
+class Stage:
+    """One row of ``pipeline_stages``: the share of the pipeline window the stage computes
+    nothing, measured, in the schedule's closed form and replayed."""
+    stage: int
+    bubble_fraction: float | None
+    theory_fraction: float | None
+    ranks: list[int]
+    replayed_bubble_fraction: float | None
+
+
+@dataclasses.dataclass(frozen=True)
+class StageImbalance:
+    """``stage_imbalance_measured``: the stages' compute per microbatch, max over mean, and
+    the slowest stage (``stage_imbalance.parquet``)."""
+    max_over_mean: float
+    slowest_stage: int
+    slowest_compute_per_mb_us: float | None
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplayedImbalance:
+    """``stage_imbalance_without_straggler``: the stage balance replayed with the straggler at
+    its peers' pace (``crossrank/whatif.py``): the saving of balancing the stages, max over
+    mean of the stages' own work, the slowest stage, each stage's work (stage -> µs)."""
+    saving_us: float | None
+    max_over_mean: float
+    slowest_stage: int
+    stage_work_us: dict[str, float]
+
+
+@dataclasses.dataclass(frozen=True)
+class ClockOffset:
+    """One row of ``clock_offsets`` (``clock_offsets.parquet``): a rank's clock against the
+    reference rank's, the uncertainty of that estimate, the matched operations it rests on
+    (``n``), how it was estimated, and the offset the analysis subtracted from its times
+    (``applied_us``: 0 when the offset was within twice its uncertainty)."""
+    rank: int
+    offset_us: float | None
+    uncertainty_us: float | None
+    n: int | None
+    source: str | None               # "reference", "collectives", "send/recv"…
+    applied_us: float | None
+
+
+@dataclasses.dataclass(frozen=True)
 class Straggler:
     """``cross_rank.straggler``: the rank whose own work, run at its reference pace (its
     stage peers' median), shortens the replayed step the most, above the run's noise."""
     rank: int
-    saving_us: float | None          # what-if saving, ms per step × 1e3
+    saving_us: float | None          # what-if saving per step
     saving_pct: float | None         # of the replayed step
     reference: str | None            # "stage peers [0]"
+    peers: list[int]
+    noise_us: float | None
+    floor_us: float | None
     gate_us: float | None            # twice the what-if's resolution
-    wait_caused_us: float | None     # older reports name the straggler by the wait it caused
-    last_share: float | None         # share of its collectives it arrived last at
-    evidence: dict[str, Any]                   # the scalar fields as written (the evidence sentence)
+    stage: int | None
+    critical_path_share: float | None
+    wait_caused_us: float | None
+
+    @property
+    def evidence(self) -> dict[str, Any]:
+        """Its scalar fields, as written (the evidence sentence)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if not isinstance(getattr(self, f.name), (list, dict))}
 
 
 @dataclasses.dataclass(frozen=True)
 class RankSaving:
+    """One row of ``cross_rank.rank_savings``: a rank's what-if saving, the wait it spent and
+    the wait it caused its peers."""
     rank: int
     saving_us: float | None
     saving_pct: float | None
     reference: str | None
+    wait_us: float | None
     wait_caused_us: float | None
 
 
 @dataclasses.dataclass(frozen=True)
 class CrossRank:
-    """``cross_rank``: what the what-if replay of the matched steps says about each rank."""
-    straggler: Straggler | None
-    rank_savings: list[RankSaving]
+    """``cross_rank``: whether the collectives matched across ranks (and on what), why not,
+    the run's noise, the what-if's floor and resolution, the straggler and each rank's
+    saving."""
+    matchable: bool
     why_not: list[str]               # why collectives could not be matched, if they could not
+    matched_on: str | None
     noise_us: float | None           # the step-to-step noise
     floor_us: float | None           # the what-if's own floor
     resolution_us: float | None
+    straggler: Straggler | None
+    rank_savings: list[RankSaving]
 
     def saving_of(self) -> dict[int, float]:
         """rank -> what-if saving (us) of every rank that has one."""
@@ -173,41 +308,6 @@ class CrossRank:
     def wait_caused_of(self) -> dict[int, float]:
         return {r.rank: r.wait_caused_us for r in self.rank_savings
                 if r.wait_caused_us is not None}
-
-
-@dataclasses.dataclass(frozen=True)
-class Stage:
-    """One row of ``pipeline_stages``: the share of the pipeline window the stage computes
-    nothing, measured, replayed and in the schedule's closed form."""
-    stage: int
-    ranks: list[int]
-    bubble_fraction: float | None
-    replayed_bubble_fraction: float | None
-    theory_fraction: float | None
-
-
-@dataclasses.dataclass(frozen=True)
-class RankMean:
-    """One row of ``per_rank_mean``: a rank's step breakdown, mean over the profiled steps
-    (``analysis/timeline/breakdown.py``). ``compute_us`` is all compute; the part not
-    overlapped by communication is ``compute_without_overlap_us``."""
-    rank: int
-    window_us: float | None
-    compute_us: float | None
-    comm_us: float | None
-    overlapped_comm_us: float | None
-    exposed_comm_us: float | None
-    exposed_by_dim_us: dict[str, float]     # dim -> exposed_comm_<dim>_us
-    bubble_us: float | None
-    other_us: float | None
-    idle_us: float | None
-    overlap_pct: float | None
-
-    @property
-    def compute_without_overlap_us(self) -> float | None:
-        if self.compute_us is None or self.overlapped_comm_us is None:
-            return None
-        return self.compute_us - self.overlapped_comm_us
 
 
 @dataclasses.dataclass(frozen=True)
@@ -222,7 +322,7 @@ class Hang:
     verdict: str | None
     ranks_present: list[int]
     ranks_missing: list[int]
-    last_seq_of_missing: str | None
+    last_seq_of_missing: dict[str, int]   # missing rank -> the last sequence number it reached
     detail: str
 
 
@@ -245,23 +345,40 @@ class BandwidthRow:
 
 @dataclasses.dataclass(frozen=True)
 class GpuIdle:
-    """One row of ``gpu_idle_per_rank_mean``: a rank's GPU idle per step and the part of it
-    charged to each cause (``vocabulary.IDLE_CAUSES``' order, then causes a newer report
-    adds; a cause an older report did not write is absent), mean over the profiled steps."""
+    """One row of ``gpu_idle_per_rank_mean`` (``idle.parquet``'s columns but ``step``, mean
+    over the profiled steps) but ``idle_us``: the part of a rank's GPU idle per step charged
+    to each cause (``vocabulary.IDLE_CAUSES``), and the launch time of slow launches. The idle
+    total is the breakdown's (``RankMean.idle_us``; ``Summary.rank_mean``): the idle table's
+    own ``idle_us`` is the same number (tests/test_summary_schema.py holds them equal)."""
     rank: int
-    idle_us: float | None
-    by_cause_us: dict[str, float | None]
+    idle_dataloader_us: float | None
+    idle_sync_us: float | None
+    idle_wait_rank_us: float | None
+    idle_startup_us: float | None
+    idle_launch_us: float | None
+    idle_cpu_us: float | None
+    idle_queued_us: float | None
+    idle_other_us: float | None
+    slow_launch_us: float | None
+
+    @property
+    def by_cause_us(self) -> dict[str, float | None]:
+        """cause -> idle charged to it, in ``IDLE_CAUSES``' order."""
+        return {str(c): getattr(self, f"idle_{c}_us") for c in IDLE_CAUSES}
 
 
 @dataclasses.dataclass(frozen=True)
 class TopKernel:
-    """One row of ``top_kernels``: one of a rank's kernels with the most device time."""
+    """One row of ``top_kernels``: one of a rank's five kernels with the most device time
+    (``kernels.parquet``'s columns)."""
     rank: int
     name: str
-    category: str
+    category: str | None
     count: int
     total_us: float
+    mean_us: float | None
     share_pct: float | None
+    graph: bool | None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -271,17 +388,23 @@ class MemoryDevice:
     rank: int
     device: str
     totals: str | None               # "absolute" | "since-start" | "rebuilt"
-    stage: int | None
+    events: int | None
+    steps: int | None
     peak_allocated_bytes: float | None
     peak_step: int | None
+    peak_us: float | None
     peak_op: str | None
     peak_module: str | None
+    peak_annotation: str | None
     peak_reserved_bytes: float | None
+    reserved_at_peak_bytes: float | None
     fragmentation_bytes: float | None
     growth_per_step_bytes: float | None
-    growth_monotone: bool
+    growth_steps: int | None
+    growth_monotone: bool | None
     device_total_bytes: float | None
     device_total_source: str | None
+    stage: int | None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -295,9 +418,21 @@ class MemoryStage:
 
 
 @dataclasses.dataclass(frozen=True)
+class Oom:
+    """A snapshot's out-of-memory record: what was asked, what the device had free, what the
+    allocator held then, when and where."""
+    requested_bytes: int | None
+    device_free_bytes: int | None
+    allocated_bytes: int | None
+    reserved_bytes: int | None
+    time_us: int | None
+    site: str | None
+
+
+@dataclasses.dataclass(frozen=True)
 class MemorySnapshot:
     """One row of ``memory.snapshots``: a memory snapshot's device (analysis/memory/
-    snapshot.py); ``oom`` the out-of-memory record it holds, or None."""
+    snapshot.py); ``oom`` the out-of-memory record it holds, or null."""
     rank: int
     device: str
     source: str
@@ -305,13 +440,16 @@ class MemorySnapshot:
     allocated_bytes: float | None
     free_in_segments_bytes: float | None
     largest_allocated_bytes: float | None
+    largest_reserved_bytes: float | None
+    largest_at_us: float | None
     trace_entries: int | None
-    oom: dict[str, Any] | None
+    oom: Oom | None
 
 
 @dataclasses.dataclass(frozen=True)
 class MemorySummary:
-    """summary.json's ``memory``; empty lists for a report made before it existed."""
+    """``memory``: per rank and device, per pipeline stage, per snapshot, and the device
+    memory given (``--device-memory``); empty for a report made before it existed."""
     devices: list[MemoryDevice]
     stages: list[MemoryStage]
     snapshots: list[MemorySnapshot]
@@ -331,68 +469,86 @@ class MemorySummary:
 
 @dataclasses.dataclass(frozen=True)
 class Summary:
-    """summary.json as typed fields, whatever its schema version (the fields a reader
-    needs to show a run; ``raw`` keeps the document for the rest)."""
+    """summary.json: what a report says, in one document (docs/report-format.md). The
+    analysis builds it (``analysis/report/summary.py``), ``codec.encode`` writes it, every
+    reader reads it through ``reader.read_summary``; the step time is chosen once, when it is
+    built (``choose_headline``), and read as written."""
     schema_version: int
     generated: str | None
     source: str | None              # the run's folder (relative where it was analysed so)
+    run: RunFacts | None            # from run.json; null for a plain folder of traces
     device: str | None              # "cpu" | "gpu"
-    run: dict[str, Any]                       # from run.json; {} for a plain folder of traces
     ranks: list[int]
-    steps: list[int]                # the profiled steps
-    warmup_steps: list[int]
     missing_ranks: list[int]
     problems: list[str]
     notes: list[str]
-    step_time: StepTime
-    tokens_per_s: float | None      # the step timers': None unless the headline is the timer
-    mfu_pct: float | None
+    steps: list[int]                # the profiled steps
+    step_time_us: float | None      # the headline (``step_time``)
+    step_time_source: str | None
+    step_time_timer_us: float | None
+    step_time_replayed_us: float | None
+    window_us: float | None
+    throughput: Throughput
     per_rank_mean: list[RankMean]
+    trace_overlap: list[TraceOverlap]
     pipeline_stages: list[Stage]
-    stage_imbalance_measured: dict[str, Any] | None
-    stage_imbalance_without_straggler: dict[str, Any] | None
+    stage_imbalance_measured: StageImbalance | None
+    stage_imbalance_without_straggler: ReplayedImbalance | None
+    clock_offsets: list[ClockOffset]
+    table_clocks: dict[str, str]    # table -> the clock its points in time are on
     cross_rank: CrossRank
-    hangs: list[Hang]               # Flight Recorder verdicts
-    # Whether summary.json's ``hangs`` is the Flight Recorder verdict itself: schema 1 wrote
-    # no flight_recorder table, so there its ``hangs`` (even empty: no hang) is the answer;
-    # from schema 2 the table is, and ``hangs`` only repeats it.
-    hangs_in_summary: bool
+    warmup_steps: list[int]
+    slow_steps: list[int]
+    hangs: list[Hang] | None        # Flight Recorder verdicts; null: not said (schema 1)
+    findings: list[Finding]
     bandwidth: list[BandwidthRow]   # bandwidth summary rows
     gpu_idle_per_rank_mean: list[GpuIdle]   # where the GPU's idle time goes, per rank
     top_kernels: list[TopKernel]
-    findings: list[Finding]
-    raw: dict[str, Any]
-    memory: MemorySummary = MemorySummary([], [], [], None)
+    memory: MemorySummary
+
+    @property
+    def step_time(self) -> StepTime:
+        """The headline step time and its inputs, as written."""
+        return StepTime(self.step_time_us, self.step_time_source, self.step_time_timer_us,
+                        self.step_time_replayed_us, self.window_us)
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        """The step timers' tokens/s: None unless the headline is the step timer's (they were
+        computed from it)."""
+        return self.throughput.tokens_per_s if self.step_time_source == "timer" else None
+
+    @property
+    def mfu_pct(self) -> float | None:
+        return self.throughput.mfu_pct if self.step_time_source == "timer" else None
+
+    @property
+    def hangs_in_summary(self) -> bool:
+        """Whether ``hangs`` is the Flight Recorder verdict itself: schema 1 wrote no
+        flight_recorder table, so there its ``hangs`` (even empty: no hang) is the answer;
+        from schema 2 the table is, and ``hangs`` only repeats it."""
+        return self.hangs is not None and (self.schema_version < 2 or bool(self.hangs))
 
     @property
     def straggler(self) -> Straggler | None:
         return self.cross_rank.straggler
 
+    def rank_mean(self, rank: int) -> RankMean | None:
+        """``rank``'s row of ``per_rank_mean`` (None when it has none)."""
+        return next((m for m in self.per_rank_mean if m.rank == rank), None)
+
     @property
     def status(self) -> str | None:
-        return self.run.get("status") if self.run else None
+        return self.run.status if self.run else None
 
     def run_fact(self, key: str) -> Any:
         """A field of run.json's copy (``layout_str``, ``world_size``, ``schedule``…)."""
-        return self.run.get(key)
+        return getattr(self.run, key, None) if self.run else None
 
     @property
     def model_preset(self) -> str | None:
-        model = self.run.get("model")
-        preset = model.get("preset") if isinstance(model, dict) else None
-        return str(preset) if preset not in (None, "") else None
-
-
-@dataclasses.dataclass(frozen=True)
-class ClockOffset:
-    """One row of ``clock_offsets.parquet``: a rank's clock against the reference rank's, the
-    uncertainty of that estimate and the offset the analysis subtracted from its times
-    (``applied_us``: 0 when the offset was within twice its uncertainty)."""
-    rank: int
-    offset_us: float | None
-    uncertainty_us: float | None
-    applied_us: float                # 0.0 where the table says nothing (null)
-    source: str | None               # how it was estimated ("collectives", "p2p"…)
+        preset = self.run.model.preset if self.run else None
+        return preset if preset not in (None, "") else None
 
 
 @dataclasses.dataclass(frozen=True)

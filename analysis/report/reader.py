@@ -1,27 +1,28 @@
-"""Reading a report's summary.json: the one place that knows its older schema versions.
+"""Reading a report: summary.json and the tables — the one place that knows older schemas.
 
-The dashboard, ``meshscope compare`` and the text report read the quantities below through
-these functions, so each is found under one name and shown with one label whatever the
-report's age:
+``read_summary(doc) -> Summary`` turns a summary.json document of any schema version into the
+current ``model.Summary`` — an older one first migrated to today's keys (``migrate``), then
+every field typed by the one codec (``codec.decode``, read off the record's own type hints).
+Nothing is re-chosen on read: the headline step time of a schema-3 or later report is the one
+the analysis chose and wrote. A value of the wrong type is a ``ReportError`` naming the field
+(``read_summary_file`` adds the file); a key this version does not know (a newer report's) is
+ignored, one an older report lacks reads as null, an empty list or map.
 
-- ``step_time(summary) -> StepTime``: the headline step time, its source (``timer``,
-  ``replayed``, ``window``) and label, and the three step times under their own names.
-  Schema 3 writes them (``analysis/report/summary.py``); schema 2 wrote the replayed makespan
-  as ``step_time_us`` beside ``throughput.step_time_us`` (the step timer), and schema 1 only the
-  per-rank windows: both are mapped here onto schema 3's names, the timer first.
-- ``read_summary(doc) -> Summary``: the fields a reader shows, typed (findings as ``Finding``),
-  tokens/s and MFU only beside the step timer's step time they were computed from.
-- ``stage_imbalance(summary) -> (measured, without_straggler)``: the pipeline stages'
-  max/mean, measured (compute per microbatch, ``stage_imbalance.parquet``) and replayed with
-  the straggler at its peers' pace (``crossrank/whatif.py``; schema 2's ``stage_imbalance``).
-- ``Summary.cross_rank`` (``CrossRank``: the straggler, each rank's what-if saving and the
-  wait it caused, the what-if's resolution), ``Summary.per_rank_mean`` (one ``RankMean`` per
-  rank: the step breakdown, exposed communication per dimension),
-  ``Summary.pipeline_stages`` (``Stage``), ``Summary.hangs`` (``Hang``), ``Summary.bandwidth``
-  (``BandwidthRow``), ``Summary.gpu_idle_per_rank_mean`` (``GpuIdle``) and
-  ``Summary.top_kernels`` (``TopKernel``) and ``Summary.memory`` (``MemorySummary``: per rank
-  and device ``MemoryDevice``, per stage ``MemoryStage``, per snapshot ``MemorySnapshot``):
-  typed rows, so that no page reads the document with chained ``.get``.
+The migrations (``migrate``), oldest first:
+
+- schema 1 and 2: the step times. Schema 2 wrote the replayed makespan as ``step_time_us``
+  (its ``step_time_source`` said so) beside ``throughput.step_time_us`` (the step timer);
+  schema 1 only the per-rank windows, whose largest mean stands in for the window. They are
+  mapped onto schema 3's ``step_time_timer_us``, ``step_time_replayed_us``, ``window_us`` and
+  the headline chosen from them (``model.choose_headline``), once, here.
+- schema 2's ``stage_imbalance`` is ``stage_imbalance_without_straggler``.
+- older ``cross_rank.rank_waits`` rows give the wait each rank caused.
+- schema 3's ``gpu_idle_per_rank_mean[].idle_us`` repeated ``per_rank_mean[].idle_us``; schema
+  4 writes it once (an unknown key, ignored on read).
+
+The records (``Summary.cross_rank``, ``per_rank_mean``, ``pipeline_stages``, ``hangs``,
+``bandwidth``, ``gpu_idle_per_rank_mean``, ``top_kernels``, ``memory``…) are typed, so that no
+page reads the document with chained ``.get``.
 
 And the report's tables, the other half of a report (``analysis/report/tables.py`` registers
 each with its columns):
@@ -50,14 +51,15 @@ import json
 import os
 import pathlib
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from meshscope.analysis.report import codec
 from meshscope.analysis.report.model import (  # noqa: F401 - the records read here
-    HEADLINE_ORDER, SHORT, BandwidthRow, ClockOffset, CrossRank, Finding, Gemm, GpuIdle, Hang, Kernel,
-    MemoryDevice, MemorySnapshot, MemoryStage, MemorySummary, RankMean, RankSaving, Stage,
-    StageCompute, StepTime, Straggler, StreamIdle, Summary, TopKernel, choose_headline)
+    HEADLINE_ORDER, REPORT_SCHEMA_VERSION, SHORT, BandwidthRow, ClockOffset, CrossRank, Finding,
+    Gemm, GpuIdle, Hang, Kernel, MemoryDevice, MemorySnapshot, MemoryStage, MemorySummary,
+    RankMean, RankSaving, Stage, StageCompute, StepTime, Straggler, StreamIdle, Summary,
+    TopKernel, choose_headline)
 from meshscope.collectors.run_dir import ReportDir
-from meshscope.vocabulary import IDLE_CAUSES
 
 # pandas and the table registry (which imports every analyser) are imported by the functions
 # that read tables: reading summary.json stays light, so `meshscope analyze` on a report it
@@ -66,237 +68,83 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
+class ReportError(ValueError):
+    """A report file that cannot be read; the message names the file and the problem."""
 
-def _num(x) -> float | None:
+
+def _num(x: Any) -> float | None:
     return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and x == x \
         else None
 
 
-def _window(summary: dict) -> float | None:
-    windows = [_num(m.get("window_us")) for m in summary.get("per_rank_mean") or []
+def _legacy_window(doc: dict) -> float | None:
+    """Schema 1's window: the largest rank's mean window (all it wrote)."""
+    windows = [_num(m.get("window_us")) for m in doc.get("per_rank_mean") or []
                if isinstance(m, dict)]
     windows = [w for w in windows if w is not None]
     return max(windows) if windows else None
 
 
-def step_time(summary: dict) -> StepTime:
-    """The report's step times under schema 3's names (older schemas mapped)."""
-    version = summary.get("schema_version")
-    tp = summary.get("throughput") if isinstance(summary.get("throughput"), dict) else {}
-    if isinstance(version, int) and version >= 3:
-        timer, replayed = _num(summary.get("step_time_timer_us")), \
-            _num(summary.get("step_time_replayed_us"))
-        window = _num(summary.get("window_us"))
-    else:
-        timer = _num(tp.get("step_time_us"))
-        old = _num(summary.get("step_time_us"))
-        src = str(summary.get("step_time_source") or "")
-        replayed = old if old is not None and src.startswith("replayed") else None
-        window = old if old is not None and not src.startswith("replayed") else _window(summary)
+def _migrate_step_times(doc: dict) -> dict:
+    tp = doc.get("throughput") if isinstance(doc.get("throughput"), dict) else {}
+    timer = _num(tp.get("step_time_us"))
+    old = _num(doc.get("step_time_us"))
+    replayed_src = str(doc.get("step_time_source") or "").startswith("replayed")
+    replayed = old if old is not None and replayed_src else None
+    window = old if old is not None and not replayed_src else _legacy_window(doc)
     head, source = choose_headline(timer, replayed, window)
-    return StepTime(head, source, timer, replayed, window)
+    return {**doc, "step_time_us": head, "step_time_source": source,
+            "step_time_timer_us": timer, "step_time_replayed_us": replayed,
+            "window_us": window}
 
 
-def stage_imbalance(summary: dict) -> tuple[dict | None, dict | None]:
-    """(measured, without the straggler) stage imbalance dicts, each with ``max_over_mean``
-    and ``slowest_stage``; None where the report has none."""
-    def d(x):
-        return x if isinstance(x, dict) and _num(x.get("max_over_mean")) is not None else None
-    if isinstance(summary.get("schema_version"), int) and summary["schema_version"] >= 3:
-        return d(summary.get("stage_imbalance_measured")), \
-            d(summary.get("stage_imbalance_without_straggler"))
-    return None, d(summary.get("stage_imbalance"))
+def _migrate_rank_waits(doc: dict) -> dict:
+    cross = doc.get("cross_rank")
+    if not isinstance(cross, dict) or not isinstance(cross.get("rank_waits"), list):
+        return doc
+    waits = {int(r["rank"]): r.get("wait_caused_us") for r in cross["rank_waits"]
+             if isinstance(r, dict) and _num(r.get("rank")) is not None}
+    savings = [dict(r) for r in cross.get("rank_savings") or [] if isinstance(r, dict)]
+    for r in savings:
+        if r.get("wait_caused_us") is None and _num(r.get("rank")) is not None:
+            r["wait_caused_us"] = waits.get(int(r["rank"]))
+    known = {int(r["rank"]) for r in savings if _num(r.get("rank")) is not None}
+    savings += [{"rank": rank, "wait_caused_us": w} for rank, w in waits.items()
+                if rank not in known]
+    return {**doc, "cross_rank": {**cross, "rank_savings":
+                                  sorted(savings, key=lambda r: _num(r.get("rank")) or 0)}}
 
 
-def _dict(x) -> dict:
-    return x if isinstance(x, dict) else {}
-
-
-def _dicts(x) -> list[dict]:
-    return [r for r in x if isinstance(r, dict)] if isinstance(x, list) else []
-
-
-def _strs(x) -> list[str]:
-    return [str(v) for v in x] if isinstance(x, list) else []
-
-
-def _rank_mean(d: dict) -> RankMean:
-    by_dim = {k[len("exposed_comm_"):-3]: v for k, v in
-              ((k, _num(v)) for k, v in d.items() if isinstance(k, str))
-              if k.startswith("exposed_comm_") and k.endswith("_us")
-              and k != "exposed_comm_us" and v is not None}
-    return RankMean(rank=int(d["rank"]), window_us=_num(d.get("window_us")),
-                    compute_us=_num(d.get("compute_us")), comm_us=_num(d.get("comm_us")),
-                    overlapped_comm_us=_num(d.get("overlapped_comm_us")),
-                    exposed_comm_us=_num(d.get("exposed_comm_us")), exposed_by_dim_us=by_dim,
-                    bubble_us=_num(d.get("bubble_us")), other_us=_num(d.get("other_us")),
-                    idle_us=_num(d.get("idle_us")), overlap_pct=_num(d.get("overlap_pct")))
-
-
-def _opt_str(x) -> str | None:
-    return str(x) if x not in (None, "") else None
-
-
-def _cross_rank(doc: dict) -> CrossRank:
-    cross = _dict(doc.get("cross_rank"))
-    st = _dict(cross.get("straggler"))
-    straggler = None
-    if isinstance(st.get("rank"), (int, float)) and not isinstance(st.get("rank"), bool):
-        straggler = Straggler(
-            rank=int(st["rank"]), saving_us=_num(st.get("saving_us")),
-            saving_pct=_num(st.get("saving_pct")), reference=_opt_str(st.get("reference")),
-            gate_us=_num(st.get("gate_us")), wait_caused_us=_num(st.get("wait_caused_us")),
-            last_share=_num(st.get("last_share")),
-            evidence={k: v for k, v in st.items() if not isinstance(v, (dict, list))})
-    waits = {int(r["rank"]): _num(r.get("wait_caused_us"))
-             for r in _dicts(cross.get("rank_waits")) if _num(r.get("rank")) is not None}
-    savings = []
-    for r in _dicts(cross.get("rank_savings")):
-        if _num(r.get("rank")) is None:
-            continue
-        rank = int(r["rank"])
-        wait = _num(r.get("wait_caused_us"))
-        savings.append(RankSaving(rank, _num(r.get("saving_us")), _num(r.get("saving_pct")),
-                                  _opt_str(r.get("reference")),
-                                  wait if wait is not None else waits.pop(rank, None)))
-    savings += [RankSaving(rank, None, None, None, w) for rank, w in waits.items()
-                if rank not in {s.rank for s in savings}]
-    return CrossRank(straggler=straggler, rank_savings=sorted(savings, key=lambda r: r.rank),
-                     why_not=_strs(cross.get("why_not")), noise_us=_num(cross.get("noise_us")),
-                     floor_us=_num(cross.get("floor_us")),
-                     resolution_us=_num(cross.get("resolution_us")))
-
-
-def _hang(d: dict) -> Hang:
-    seq = _num(d.get("seq"))
-    return Hang(process_group=_opt_str(d.get("process_group")),
-                group_desc=_opt_str(d.get("group_desc")), seq=None if seq is None else int(seq),
-                kind=_opt_str(d.get("kind")), op=_opt_str(d.get("op")),
-                verdict=_opt_str(d.get("verdict")), ranks_present=_ints(d.get("ranks_present")),
-                ranks_missing=_ints(d.get("ranks_missing")),
-                last_seq_of_missing=_opt_str(d.get("last_seq_of_missing")),
-                detail=str(d.get("detail") or ""))
-
-
-def _int_or_none(x) -> int | None:
-    v = _num(x)
-    return None if v is None else int(v)
-
-
-def _bandwidth(d: dict) -> BandwidthRow:
-    return BandwidthRow(dim=str(d.get("dim") or ""), op=str(d.get("op") or ""),
-                        group_size=_int_or_none(d.get("group_size")),
-                        size_bucket=_int_or_none(d.get("size_bucket")),
-                        instances=_int_or_none(d.get("instances")),
-                        msg_bytes=_num(d.get("msg_bytes")), transfer_us=_num(d.get("transfer_us")),
-                        busbw_gbps=_num(d.get("busbw_gbps")),
-                        busbw_max_gbps=_num(d.get("busbw_max_gbps")),
-                        baseline_busbw_gbps=_num(d.get("baseline_busbw_gbps")),
-                        efficiency=_num(d.get("efficiency")))
-
-
-def _gpu_idle(d: dict) -> GpuIdle:
-    """A row of ``gpu_idle_per_rank_mean``: the causes the report wrote, in the vocabulary's
-    order, then any a newer report adds (an older report's row lacks the later causes)."""
-    known = [c for c in IDLE_CAUSES if f"idle_{c}_us" in d]
-    newer = [k[5:-3] for k in d if k.startswith("idle_") and k.endswith("_us")
-             and k != "idle_us" and k[5:-3] not in IDLE_CAUSES]
-    return GpuIdle(rank=int(d["rank"]), idle_us=_num(d.get("idle_us")),
-                   by_cause_us={c: _num(d[f"idle_{c}_us"]) for c in known + newer})
-
-
-def _top_kernel(d: dict) -> TopKernel:
-    return TopKernel(rank=int(d["rank"]), name=str(d.get("name") or ""),
-                     category=str(d.get("category") or ""),
-                     count=_int_or_none(d.get("count")) or 0,
-                     total_us=_num(d.get("total_us")) or 0.0, share_pct=_num(d.get("share_pct")))
-
-
-def _memory_device(d: dict) -> MemoryDevice:
-    return MemoryDevice(
-        rank=int(d["rank"]), device=str(d.get("device") or "?"), totals=_opt_str(d.get("totals")),
-        stage=_int_or_none(d.get("stage")),
-        peak_allocated_bytes=_num(d.get("peak_allocated_bytes")),
-        peak_step=_int_or_none(d.get("peak_step")), peak_op=_opt_str(d.get("peak_op")),
-        peak_module=_opt_str(d.get("peak_module")),
-        peak_reserved_bytes=_num(d.get("peak_reserved_bytes")),
-        fragmentation_bytes=_num(d.get("fragmentation_bytes")),
-        growth_per_step_bytes=_num(d.get("growth_per_step_bytes")),
-        growth_monotone=d.get("growth_monotone") is True,
-        device_total_bytes=_num(d.get("device_total_bytes")),
-        device_total_source=_opt_str(d.get("device_total_source")))
-
-
-def _memory(doc: dict) -> MemorySummary:
-    m = _dict(doc.get("memory"))
-    stages = [MemoryStage(int(s["stage"]), _ints(s.get("ranks")),
-                          _num(s.get("peak_allocated_bytes")), _int_or_none(s.get("peak_rank")),
-                          _opt_str(s.get("device")))
-              for s in _dicts(m.get("stages")) if _num(s.get("stage")) is not None]
-    snaps = [MemorySnapshot(int(s["rank"]), str(s.get("device") or "?"),
-                            str(s.get("source") or ""), _num(s.get("reserved_bytes")),
-                            _num(s.get("allocated_bytes")), _num(s.get("free_in_segments_bytes")),
-                            _num(s.get("largest_allocated_bytes")),
-                            _int_or_none(s.get("trace_entries")),
-                            s.get("oom") if isinstance(s.get("oom"), dict) else None)
-             for s in _dicts(m.get("snapshots")) if _num(s.get("rank")) is not None]
-    return MemorySummary(devices=[_memory_device(d) for d in _dicts(m.get("devices"))
-                                  if _num(d.get("rank")) is not None],
-                         stages=stages, snapshots=snaps,
-                         device_memory_bytes=_num(m.get("device_memory_bytes")))
-
-
-def _ints(xs) -> list[int]:
-    return [int(x) for x in xs or [] if isinstance(x, (int, float)) and not isinstance(x, bool)]
-
-
-def _stage(d: dict) -> Stage:
-    return Stage(stage=int(d["stage"]), ranks=_ints(d.get("ranks")),
-                 bubble_fraction=_num(d.get("bubble_fraction")),
-                 replayed_bubble_fraction=_num(d.get("replayed_bubble_fraction")),
-                 theory_fraction=_num(d.get("theory_fraction")))
+def migrate(doc: dict) -> dict:
+    """A summary.json document of any schema version with today's keys (module docstring);
+    today's is returned as it is."""
+    version = doc.get("schema_version")
+    if not isinstance(version, int) or version < 3:
+        doc = _migrate_step_times(doc)
+        if "stage_imbalance" in doc:
+            doc = {**doc, "stage_imbalance_without_straggler": doc["stage_imbalance"]}
+    if not isinstance(version, int) or version < 4:
+        doc = _migrate_rank_waits(doc)
+    return doc
 
 
 def read_summary(doc: dict) -> Summary:
-    """The typed ``Summary`` of a summary.json document (schema 1, 2 or 3)."""
-    st = step_time(doc)
-    tp = _dict(doc.get("throughput"))
-    timer = st.source == "timer"
-    measured, corrected = stage_imbalance(doc)
-    found = [f for f in map(Finding.read, doc.get("findings") or []) if f is not None]
+    """The typed ``Summary`` of a summary.json document of any schema version; ``ReportError``
+    naming the field whose value is not what the schema says."""
     version = doc.get("schema_version")
-    return Summary(
-        schema_version=version if isinstance(version, int) else 0,
-        generated=str(doc["generated"]) if doc.get("generated") else None,
-        source=_opt_str(doc.get("source")), device=_opt_str(doc.get("device")),
-        run=_dict(doc.get("run")),
-        ranks=_ints(doc.get("ranks")), steps=_ints(doc.get("steps")),
-        warmup_steps=_ints(doc.get("warmup_steps")),
-        missing_ranks=_ints(doc.get("missing_ranks")), problems=_strs(doc.get("problems")),
-        notes=_strs(doc.get("notes")), step_time=st,
-        tokens_per_s=_num(tp.get("tokens_per_s")) if timer else None,
-        mfu_pct=_num(tp.get("mfu_pct")) if timer else None,
-        per_rank_mean=[_rank_mean(r) for r in _dicts(doc.get("per_rank_mean"))
-                       if _num(r.get("rank")) is not None],
-        pipeline_stages=[_stage(s) for s in _dicts(doc.get("pipeline_stages"))
-                         if _num(s.get("stage")) is not None],
-        stage_imbalance_measured=measured, stage_imbalance_without_straggler=corrected,
-        cross_rank=_cross_rank(doc), hangs=[_hang(h) for h in _dicts(doc.get("hangs"))],
-        hangs_in_summary=isinstance(doc.get("hangs"), list)
-        and (not isinstance(version, int) or version < 2 or bool(doc["hangs"])),
-        bandwidth=[_bandwidth(b) for b in _dicts(doc.get("bandwidth"))],
-        gpu_idle_per_rank_mean=[_gpu_idle(r) for r in _dicts(doc.get("gpu_idle_per_rank_mean"))
-                                if _num(r.get("rank")) is not None],
-        top_kernels=[_top_kernel(k) for k in _dicts(doc.get("top_kernels"))
-                     if _num(k.get("rank")) is not None], findings=found, raw=doc,
-        memory=_memory(doc))
+    doc = migrate({**doc, "schema_version": version if isinstance(version, int) else 0})
+    try:
+        return codec.decode(Summary, doc)
+    except codec.CodecError as e:
+        raise ReportError(f"summary.json {e}") from None
+
+
+def step_time(doc: dict) -> StepTime:
+    """The report's step times as summary.json of any schema says them (``read_summary``)."""
+    return read_summary(doc).step_time
 
 
 # ---- the report's tables -----------------------------------------------------------------
-
-class ReportError(ValueError):
-    """A report file that cannot be read; the message names the file and the problem."""
-
 
 #: Columns an older report wrote under another name, per table: old name -> registered name
 #: (schema 1's bandwidth table named the group's ranks ``group``).
@@ -397,9 +245,12 @@ def _cell_str(x) -> str | None:
 
 def clock_offsets(df: pd.DataFrame) -> list[ClockOffset]:
     """``clock_offsets.parquet`` (as ``read_table`` gives it) as typed rows, by rank."""
-    rows = [ClockOffset(int(r), _cell_num(o), _cell_num(u), _cell_num(a) or 0.0, _cell_str(s))
-            for r, o, u, a, s in zip(df["rank"], df["offset_us"], df["uncertainty_us"],
-                                     df["applied_us"], df["source"]) if _cell_num(r) is not None]
+    rows = [ClockOffset(int(r), _cell_num(o), _cell_num(u),
+                        None if _cell_num(n) is None else int(_cell_num(n) or 0), _cell_str(s),
+                        _cell_num(a) or 0.0)
+            for r, o, u, n, s, a in zip(df["rank"], df["offset_us"], df["uncertainty_us"],
+                                        df["n"], df["source"], df["applied_us"])
+            if _cell_num(r) is not None]
     return sorted(rows, key=lambda c: c.rank)
 
 
@@ -454,7 +305,7 @@ def flight_recorder_verdicts(written: pd.DataFrame | None, summary: Summary
     if not summary.hangs_in_summary:
         return None
     return tables.ordered("flight_recorder", pd.DataFrame(
-        [dataclasses.asdict(h) for h in summary.hangs],
+        [dataclasses.asdict(h) for h in summary.hangs or []],
         columns=[f.name for f in dataclasses.fields(Hang)]))
 
 

@@ -1,22 +1,34 @@
-"""summary.json: what a report says, in one JSON document (schema in docs/report-format.md).
+"""summary.json: what a report says, built once as a typed ``model.Summary``.
 
-``summary_of(report)`` builds it from a ``Report``; every number in it is one of the report's
+``build(facts, tables)`` makes it inside ``analyze``: every number in it is one of the report's
 tables aggregated (means over profiled steps, medians over non-warm-up steps), never computed
-anew. NaN and infinity are written as null.
+anew; the findings, computed from those numbers, are part of it. ``codec.encode`` writes it
+(``Report.write``), ``reader.read_summary`` reads it back — today's and every older schema —
+into the same record; ``summary_schema.schema()`` is its JSON Schema, generated from the record
+(docs/summary.schema.json). NaN and infinity are written as null.
+
+The headline step time is chosen once, here (``step_time``), from the three step times a run
+may have: the step timers', the profiled window and the replayed makespan.
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import math
+import pathlib
+from typing import Any
 
 import pandas as pd
 
 from meshscope.analysis.pipeline.schedule import imbalance_summary
-from meshscope.analysis.report.model import choose_headline
-from meshscope.analysis.timeline.breakdown import mean_window_us
-
-REPORT_SCHEMA_VERSION = 3
-
+from meshscope.analysis.records.steps import StepRecords
+from meshscope.analysis.report import codec, model
+from meshscope.analysis.report.model import (REPORT_SCHEMA_VERSION, Finding, StepTime, Summary,
+                                             choose_headline)
+from meshscope.analysis.report.tables import (CommTables, GpuTables, GraphTables, MemoryTables,
+                                              PipelineTables, RecordTables, StepTimeTables)
+from meshscope.analysis.timeline.breakdown import mean_window_us, rank_means
+from meshscope.collectors.run_info import RunInfo
 
 #: The clock of every report table that holds points in time (the others hold durations):
 #: one alignment (``crossrank.clocks``: each rank's ``clock_offsets.applied_us`` subtracted
@@ -35,25 +47,26 @@ TABLE_CLOCKS = {
 }
 
 
-def step_times(report, throughput: dict) -> dict:
-    """The three step times a report knows, each under its own name, and the headline.
+def step_time(throughput: dict, replayed_us: float | None,
+              breakdown: pd.DataFrame) -> StepTime:
+    """The three step times a report knows, each under its own name, and the headline — the
+    one place their inputs are gathered (the findings' cost base and summary.json read it):
 
-    - ``step_time_timer_us``: the step timers' slowest rank per step, median over the
-      non-warm-up steps (``throughput.step_time_us``; tokens/s and MFU are computed from it);
-    - ``step_time_replayed_us``: the profiled steps' makespan replayed through the cross-rank
-      dependency graph, mean over profiled steps (null without a graph);
+    - ``timer_us``: the step timers' slowest rank per step, median over the non-warm-up steps
+      (``throughput.step_time_us``; tokens/s and MFU are computed from it);
+    - ``replayed_us``: the profiled steps' makespan replayed through the cross-rank dependency
+      graph, mean over profiled steps (None without a graph);
     - ``window_us``: the longest rank's step window per profiled step, mean over profiled steps
-      (what the breakdown bars add up to for that rank).
+      (``breakdown.mean_window_us``: what the breakdown bars add up to for that rank).
 
-    ``step_time_us`` is the first known of timer, window, replayed — measured before modelled
-    (``model.choose_headline``) — and ``step_time_source`` says which (``timer``, ``window``,
-    ``replayed``; labels in ``vocabulary.STEP_TIME_SOURCES``)."""
+    The headline is the first known of timer, window, replayed — measured before modelled
+    (``model.choose_headline``); ``source`` says which (labels in
+    ``vocabulary.STEP_TIME_SOURCES``)."""
     timer = clean(throughput.get("step_time_us")) if throughput else None
-    replayed = clean(report.step_time_us) if len(report.graph.whatif) else None
-    window = clean(mean_window_us(report.steps.breakdown))
+    replayed = clean(replayed_us)
+    window = clean(mean_window_us(breakdown))
     head, source = choose_headline(timer, replayed, window)
-    return {"step_time_us": head, "step_time_source": source, "step_time_timer_us": timer,
-            "step_time_replayed_us": replayed, "window_us": window}
+    return StepTime(head, source, timer, replayed, window)
 
 
 def clean(x):
@@ -74,25 +87,32 @@ def clean(x):
     return x
 
 
-def records(df: pd.DataFrame | None) -> list[dict]:
+def _typed(tp: Any, value: Any, place: str) -> Any:
+    """``value`` (cleaned) as ``tp``, strictly: a key the record does not declare, or a value
+    of the wrong type, is a bug of the analysis (``codec.CodecError`` naming the place)."""
+    return codec.decode(tp, clean(value), strict=True, path=f"$.{place}")
+
+
+def rows(tp: type, df: pd.DataFrame | None, place: str) -> list:
+    """Each row of ``df`` as a ``tp`` record (its columns are the record's fields)."""
     if df is None or df.empty:
         return []
-    return [clean(row) for row in df.to_dict(orient="records")]
+    return [_typed(tp, row, f"{place}[{i}]")
+            for i, row in enumerate(df.to_dict(orient="records"))]
 
 
-def _run(report) -> dict | None:
-    run = report.run
+def _run(run: RunInfo | None) -> model.RunFacts | None:
     if run is None:
         return None
-    return {"run_id": run.run_id, "layout_str": run.layout_str, "layout": dict(run.layout),
-            "world_size": run.world_size, "schedule": run.schedule,
-            "microbatches": run.microbatches, "virtual_stages": run.virtual_stages,
-            "steps": run.steps, "profile_steps": list(run.profile_steps)
-            if run.profile_steps else None, "status": run.status,
-            "device": {"type": run.device.type, "name": run.device.name,
-                       "peak_flops": run.device.peak_flops},
-            "model": {"preset": run.model.preset, "n_params": run.model.n_params,
-                      "flops_per_token": run.model.flops_per_token}}
+    return model.RunFacts(
+        run_id=run.run_id, layout_str=run.layout_str, layout=dict(run.layout),
+        world_size=run.world_size, schedule=run.schedule, microbatches=run.microbatches,
+        virtual_stages=run.virtual_stages, steps=run.steps,
+        profile_steps=list(run.profile_steps) if run.profile_steps else None,
+        status=run.status,
+        device=model.RunDevice(run.device.type, run.device.name, clean(run.device.peak_flops)),
+        model=model.RunModel(run.model.preset, clean(run.model.n_params),
+                             clean(run.model.flops_per_token)))
 
 
 def _top_kernels(kernels: pd.DataFrame, n: int = 5) -> pd.DataFrame:
@@ -102,69 +122,117 @@ def _top_kernels(kernels: pd.DataFrame, n: int = 5) -> pd.DataFrame:
         .groupby("rank").head(n)
 
 
-def summary_of(report) -> dict:
-    r = report
-    bd, bubbles = r.steps.breakdown, r.pipeline.bubbles
-    per_rank = bd.drop(columns=["step"]).groupby("rank").mean().reset_index() \
-        if not bd.empty else bd
-    stages = pd.DataFrame()
-    if not bubbles.empty:
-        extra = {"replayed_bubble_fraction": ("replayed_bubble_fraction", "mean")} \
-            if "replayed_bubble_fraction" in bubbles else {}
-        stages = bubbles.groupby(["stage"]).agg(
-            bubble_fraction=("bubble_fraction", "mean"),
-            theory_fraction=("theory_fraction", "first"),
-            ranks=("rank", lambda s: sorted(set(int(x) for x in s))), **extra).reset_index()
-    savings = r.graph.rank_waits
-    rank_savings = [{"rank": int(s.rank), "saving_us": s.saving_us, "saving_pct": s.saving_pct,
-                     "reference": s.reference, "wait_us": s.wait_us,
-                     "wait_caused_us": s.wait_caused_us}
-                    for s in savings.itertuples()] if len(savings) else []
-    rec = r.step_records
-    throughput = r.throughput_summary
-    return clean({
-        "schema_version": REPORT_SCHEMA_VERSION,
-        "generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "source": str(r.source),
-        "run": _run(r),
-        "device": r.device,
-        "ranks": r.ranks,
-        "missing_ranks": r.missing_ranks,
-        "problems": r.problems,
-        "notes": r.notes,
-        "steps": sorted(int(s) for s in bd["step"].unique()) if not bd.empty else [],
-        **step_times(r, throughput),
-        "throughput": throughput,
-        "per_rank_mean": records(per_rank),
-        "trace_overlap": records(r.steps.trace_overlap),
-        "pipeline_stages": records(stages),
-        "stage_imbalance_measured": imbalance_summary(r.pipeline.stage_imbalance)
-        if len(r.pipeline.stage_imbalance) else None,
-        "stage_imbalance_without_straggler": r.imbalance,
-        "clock_offsets": records(r.comm.clock_offsets),
-        "table_clocks": TABLE_CLOCKS,
-        "cross_rank": {**r.cross_rank, "straggler": r.straggler, "rank_savings": rank_savings},
-        "warmup_steps": rec.warmup_steps,
-        "slow_steps": rec.slow_steps,
-        "hangs": records(r.records.flight_recorder),
-        "findings": [f.to_dict() for f in r.findings],
-        "bandwidth": records(r.comm.bandwidth_summary),
-        "gpu_idle_per_rank_mean": records(
-            r.steps.idle.drop(columns=["step"]).groupby("rank").mean().reset_index())
-        if len(r.steps.idle) else [],
-        "top_kernels": records(_top_kernels(r.gpu.kernels)),
-        "memory": memory_summary(r),
-    })
+def _stages(bubbles: pd.DataFrame) -> pd.DataFrame:
+    """Per pipeline stage: the bubble fraction, mean over its ranks and steps, the closed form,
+    its ranks and the replayed fraction."""
+    if bubbles.empty:
+        return bubbles
+    if "replayed_bubble_fraction" not in bubbles:
+        bubbles = bubbles.assign(replayed_bubble_fraction=math.nan)
+    return bubbles.groupby(["stage"]).agg(
+        bubble_fraction=("bubble_fraction", "mean"),
+        theory_fraction=("theory_fraction", "first"),
+        ranks=("rank", lambda s: sorted(set(int(x) for x in s))),
+        replayed_bubble_fraction=("replayed_bubble_fraction", "mean")).reset_index()
 
 
-def memory_summary(report) -> dict:
-    """summary.json's ``memory`` (docs/report-format.md): ``devices`` (the rows of
-    ``memory_devices.parquet``: per rank and device, the peaks, where they fall, reserved −
-    allocated there, the growth across steps, the device's memory where known), ``stages``
-    (per pipeline stage, its largest peak and which rank holds it), ``snapshots`` (per memory
-    snapshot and device: reserved, allocated, free in segments, the largest moment, the
-    out-of-memory record) and ``device_memory_bytes`` (``--device-memory``, or null)."""
-    extra = report.memory_facts or {}
-    return {"devices": records(report.memory.memory_devices),
-            "stages": extra.get("stages", []), "snapshots": extra.get("snapshots", []),
-            "device_memory_bytes": extra.get("device_memory_bytes")}
+def _gpu_idle(idle: pd.DataFrame) -> pd.DataFrame:
+    """Per rank, its GPU idle by cause, mean over the profiled steps; its total is the
+    breakdown's ``idle_us`` (written once, in ``per_rank_mean``)."""
+    return rank_means(idle).reset_index().drop(columns=["idle_us"], errors="ignore")
+
+
+@dataclasses.dataclass(frozen=True)
+class Facts:
+    """What the analysis knows besides its tables, for ``build``."""
+    source: pathlib.Path
+    run: RunInfo | None
+    device: str                       # "gpu" | "cpu"
+    ranks: list[int]
+    missing_ranks: list[int]
+    problems: list[str]
+    notes: list[str]
+    step_time: StepTime
+    throughput: dict                  # records.steps.throughput_summary
+    step_records: StepRecords
+    cross_rank: dict                  # matchable, why_not, matched_on, noise, floor, resolution
+    straggler: dict | None            # crossrank.whatif's straggler
+    imbalance: dict | None            # crossrank.whatif's stage balance without it
+    findings: list[Finding]
+    memory: dict                      # memory_stage.memory_facts: stages, snapshots, memory
+
+
+@dataclasses.dataclass(frozen=True)
+class Groups:
+    """The report's table groups ``build`` reads."""
+    steps: StepTimeTables
+    records: RecordTables
+    pipeline: PipelineTables
+    comm: CommTables
+    graph: GraphTables
+    gpu: GpuTables
+    memory: MemoryTables
+
+
+def build(facts: Facts, t: Groups) -> Summary:
+    """The report's ``Summary`` (module docstring) from its facts and tables."""
+    bd = t.steps.breakdown
+    st = facts.step_time
+    savings = t.graph.rank_waits[["rank", "saving_us", "saving_pct", "reference", "wait_us",
+                                  "wait_caused_us"]] if len(t.graph.rank_waits) else None
+    measured = imbalance_summary(t.pipeline.stage_imbalance) \
+        if len(t.pipeline.stage_imbalance) else None
+    return Summary(
+        schema_version=REPORT_SCHEMA_VERSION,
+        generated=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        source=str(facts.source), run=_run(facts.run), device=facts.device,
+        ranks=list(facts.ranks), missing_ranks=list(facts.missing_ranks),
+        problems=list(facts.problems), notes=list(facts.notes),
+        steps=sorted(int(s) for s in bd["step"].unique()) if not bd.empty else [],
+        step_time_us=st.us, step_time_source=st.source, step_time_timer_us=st.timer_us,
+        step_time_replayed_us=st.replayed_us, window_us=st.window_us,
+        throughput=_typed(model.Throughput, facts.throughput or
+                          {"step_time_us": None, "tokens_per_s": None, "mfu_pct": None,
+                           "steps": []}, "throughput"),
+        per_rank_mean=rows(model.RankMean, rank_means(bd).reset_index(), "per_rank_mean"),
+        trace_overlap=rows(model.TraceOverlap, t.steps.trace_overlap, "trace_overlap"),
+        pipeline_stages=rows(model.Stage, _stages(t.pipeline.bubbles), "pipeline_stages"),
+        stage_imbalance_measured=None if measured is None else
+        _typed(model.StageImbalance, measured, "stage_imbalance_measured"),
+        stage_imbalance_without_straggler=None if facts.imbalance is None else
+        _typed(model.ReplayedImbalance, facts.imbalance, "stage_imbalance_without_straggler"),
+        clock_offsets=rows(model.ClockOffset, t.comm.clock_offsets, "clock_offsets"),
+        table_clocks=dict(TABLE_CLOCKS),
+        cross_rank=_cross_rank(facts, savings),
+        warmup_steps=list(facts.step_records.warmup_steps),
+        slow_steps=list(facts.step_records.slow_steps),
+        hangs=rows(model.Hang, t.records.flight_recorder, "hangs"),
+        findings=list(facts.findings),
+        bandwidth=rows(model.BandwidthRow, t.comm.bandwidth_summary, "bandwidth"),
+        gpu_idle_per_rank_mean=rows(model.GpuIdle, _gpu_idle(t.steps.idle),
+                                    "gpu_idle_per_rank_mean"),
+        top_kernels=rows(model.TopKernel, _top_kernels(t.gpu.kernels), "top_kernels"),
+        memory=model.MemorySummary(
+            devices=rows(model.MemoryDevice, t.memory.memory_devices, "memory.devices"),
+            stages=_typed(list[model.MemoryStage], facts.memory.get("stages", []),
+                          "memory.stages"),
+            snapshots=_typed(list[model.MemorySnapshot], facts.memory.get("snapshots", []),
+                             "memory.snapshots"),
+            device_memory_bytes=clean(facts.memory.get("device_memory_bytes"))))
+
+
+def _cross_rank(facts: Facts, savings: pd.DataFrame | None) -> model.CrossRank:
+    cr = facts.cross_rank
+    return model.CrossRank(
+        matchable=bool(cr["matchable"]), why_not=[str(w) for w in cr["why_not"]],
+        matched_on=cr.get("matched_on"), noise_us=clean(cr.get("noise_us")),
+        floor_us=clean(cr.get("floor_us")), resolution_us=clean(cr.get("resolution_us")),
+        straggler=None if facts.straggler is None else
+        _typed(model.Straggler, facts.straggler, "cross_rank.straggler"),
+        rank_savings=rows(model.RankSaving, savings, "cross_rank.rank_savings"))
+
+
+def document(summary: Summary) -> dict:
+    """summary.json's document of ``summary`` (``codec.encode``; the findings' evidence may
+    hold numpy scalars and NaN, written as numbers and null)."""
+    return clean(codec.encode(summary))

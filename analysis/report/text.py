@@ -64,8 +64,8 @@ def memory_lines(mem: reader.MemorySummary) -> list[str]:
                      f"{b['reserved']}, allocated {b['allocated']}, free in segments "
                      f"{b['free']}; largest moment {b['largest']} allocated")
         if s.oom:
-            asked = _bytes(s.oom.get("requested_bytes")).strip()
-            free = _bytes(s.oom.get("device_free_bytes")).strip()
+            asked = _bytes(s.oom.requested_bytes).strip()
+            free = _bytes(s.oom.device_free_bytes).strip()
             lines.append(f"    OUT OF MEMORY: asked for {asked} with {free} free on the device")
     return lines
 
@@ -139,9 +139,10 @@ def _gpu_idle_lines(typed: reader.Summary) -> list[str]:
         lines.append("Where the GPU's idle time goes, per rank, mean over profiled steps (ms):")
         lines.append("  rank      idle  dataloader      sync  wait-rank   start-up    launch"
                      "       cpu    queued     other")
+        idle = {m.rank: m.idle_us for m in typed.per_rank_mean}
         for r in typed.gpu_idle_per_rank_mean:
             c = r.by_cause_us
-            lines.append(f"  {r.rank:>4} {_ms(r.idle_us)}   {_ms(c.get('dataloader'))}"
+            lines.append(f"  {r.rank:>4} {_ms(idle.get(r.rank))}   {_ms(c.get('dataloader'))}"
                          f" {_ms(c.get('sync'))}  {_ms(c.get('wait_rank'))}  "
                          f"{_ms(c.get('startup'))} {_ms(c.get('launch'))} {_ms(c.get('cpu'))} "
                          f"{_ms(c.get('queued'))} {_ms(c.get('other'))}")
@@ -178,12 +179,12 @@ def _pipeline_lines(typed: reader.Summary) -> list[str]:
         corrected = typed.stage_imbalance_without_straggler
         if measured:
             lines.append(f"  stage imbalance, measured (compute per microbatch): max/mean "
-                         f"{measured['max_over_mean']:.3f}, slowest stage "
-                         f"{measured['slowest_stage']}")
+                         f"{measured.max_over_mean:.3f}, slowest stage "
+                         f"{measured.slowest_stage}")
         if corrected:
             lines.append(f"  stage imbalance, replayed with the straggler at its peers' pace: "
-                         f"max/mean {corrected['max_over_mean']:.3f}, slowest stage "
-                         f"{corrected['slowest_stage']}")
+                         f"max/mean {corrected.max_over_mean:.3f}, slowest stage "
+                         f"{corrected.slowest_stage}")
     return lines
 
 
@@ -221,7 +222,7 @@ def _cross_rank_lines(typed: reader.Summary) -> list[str]:
                          f"what the what-if resolves ({_ms(cross.resolution_us).strip()} ms: "
                          f"step noise {_ms(cross.noise_us).strip()} ms, what-if floor "
                          f"{_ms(cross.floor_us).strip()} ms).")
-    for h in typed.hangs[:5]:
+    for h in (typed.hangs or [])[:5]:
         if h.verdict in ("missing", "mismatch"):
             lines.append(f"{'HANG' if h.verdict == 'missing' else 'DESYNC'}: {h.detail}")
     return lines

@@ -46,9 +46,16 @@ exposed_us      the part of ``exposed_comm_<dim>_us`` from that operation: withi
 
 For each (rank, step, dim) the rows' ``exposed_us`` add up to ``exposed_comm_<dim>_us``
 exactly; a (dim, op) with no exposed time in the step has no row.
+
+``step_sets(tl, pipeline_windows, step)`` is one step of a rank as those interval sets
+(``StepSets``), with the exposed set E = M \\ C \\ P and the bubble set B = P \\ C: the one
+place they are formed. The columns above measure them, and the aligned timeline's segments
+draw them (``segments.py``: its ``comm`` stretches are E credited by ``credit_by_dim``, its
+``bubble`` stretches B), so the Timeline page and the breakdown show the same time.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -97,11 +104,46 @@ def window_per_step_us(breakdown: pd.DataFrame) -> pd.Series:
     return breakdown.groupby("step")["window_us"].max()
 
 
+def rank_means(table: pd.DataFrame) -> pd.DataFrame:
+    """A per-(rank, step) table (the breakdown, the idle table) as each rank's mean over its
+    profiled steps: one row per rank, indexed by rank, every column but ``step`` — the one
+    per-rank mean (summary.json's ``per_rank_mean`` and ``gpu_idle_per_rank_mean``, the
+    findings and compare read it); empty without rows."""
+    rest = table.drop(columns=["step"])
+    return rest.groupby("rank").mean() if len(table) else rest.set_index("rank")
+
+
 def mean_window_us(breakdown: pd.DataFrame) -> float | None:
     """``window_per_step_us`` averaged over the profiled steps (summary.json's ``window_us``);
     None without rows."""
     per = window_per_step_us(breakdown)
     return float(per.mean()) if len(per) else None
+
+
+@dataclasses.dataclass(frozen=True)
+class StepSets:
+    """One step of one rank as interval sets (module docstring), each clipped to the step's
+    window W = [start, end): C, M, O, P, and from them ``exposed`` (M \\ C \\ P: the
+    ``exposed_comm_us`` of the breakdown) and ``bubble`` (P \\ C: its ``bubble_us``)."""
+    start: float
+    end: float
+    compute: np.ndarray
+    comm: np.ndarray
+    other: np.ndarray
+    pipeline: np.ndarray
+    exposed: np.ndarray
+    bubble: np.ndarray
+
+
+def step_sets(tl: RankTimeline, pipeline_windows: dict[int, np.ndarray] | None, step: int
+              ) -> StepSets:
+    """The sets of ``step`` of ``tl`` (``StepSets``); ``pipeline_windows``: the rank's pipeline
+    window per step (None or empty without a pipeline)."""
+    start, end = tl.steps[step]
+    C, M, O = (iv.clip(x, start, end) for x in (tl.compute, tl.comm, tl.other))
+    P = _pipeline_set(tl, pipeline_windows, step, start, end)
+    return StepSets(start=start, end=end, compute=C, comm=M, other=O, pipeline=P,
+                    exposed=iv.subtract(iv.subtract(M, C), P), bubble=iv.subtract(P, C))
 
 
 def _pipeline_set(tl: RankTimeline, pipeline_windows: dict[int, np.ndarray] | None, step: int,
@@ -126,16 +168,16 @@ def step_tables(tl: RankTimeline, pipeline_windows: dict[int, np.ndarray] | None
     """(``step_rows``, the rank's ``exposed_comm`` rows): the breakdown of every step and its
     exposed communication per (dimension, op), from one pass (module docstring)."""
     rows, long_rows = [], []
-    for step, (start, end) in sorted(tl.steps.items()):
-        C, M, O = (iv.clip(x, start, end) for x in (tl.compute, tl.comm, tl.other))
-        P = _pipeline_set(tl, pipeline_windows, step, start, end)
-        exposed = iv.subtract(iv.subtract(M, C), P)
+    for step in sorted(tl.steps):
+        sets = step_sets(tl, pipeline_windows, step)
+        start, end = sets.start, sets.end
+        C, M, O, P, exposed = sets.compute, sets.comm, sets.other, sets.pipeline, sets.exposed
         row = {
             "rank": tl.rank, "step": step, "window_us": end - start,
             "compute_us": iv.length(C), "comm_us": iv.length(M),
             "overlapped_comm_us": iv.length(iv.intersect(M, C)),
             "exposed_comm_us": iv.length(exposed),
-            "bubble_us": iv.length(iv.subtract(P, C)),
+            "bubble_us": iv.length(sets.bubble),
             "other_us": iv.length(iv.subtract(O, iv.merge(C, M, P))),
             "idle_us": (end - start) - iv.length(iv.merge(C, M, P, O)),
             "overlap_pct": overlap_pct(C, M),

@@ -9,8 +9,11 @@ column   meaning
 ======== ============================================================================
 rank     the rank
 step     the profiled step
-kind     ``compute``; ``comm`` (communication nothing hides); ``wait`` (the issuing thread
-         waiting for an operation); ``bubble`` (pipeline window without compute)
+kind     ``compute`` (C); ``comm`` (communication nothing hides: the breakdown's exposed
+         set M \\ C \\ P); ``bubble`` (the breakdown's bubble set P \\ C: pipeline window,
+         and on a pipeline the pp send/recv, without compute); ``wait`` (the issuing thread
+         waiting for an operation: drawn over the others — a wait is communication, so it
+         lies in a ``comm`` or ``bubble`` stretch)
 dim      for comm and wait: the dimension (the instance table's); else ""
 cause    for wait: the rank the dependency graph charges the wait to
          (``analysis/crossrank/graph.waits_charged``); -1 when none
@@ -22,16 +25,19 @@ step_start_us the step's earliest start over the ranks on the aligned clock (µs
          events without rebuilding them
 ======== ============================================================================
 
-Stretches of one kind closer than 1/``RESOLUTION`` of the step are merged, so a step has at
-most a few thousand rows per rank however many events its trace holds.
+The compute, comm and bubble stretches are the breakdown's own sets of the step
+(``breakdown.step_sets``; comm split by dimension with ``breakdown.credit_by_dim``), so on each
+rank and step they add up to its ``compute_us``, ``exposed_comm_<dim>_us`` and ``bubble_us``
+— up to the merging below. Stretches of one kind closer than 1/``RESOLUTION`` of the step are
+merged, so a step has at most a few thousand rows per rank however many events its trace
+holds.
 """
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
-from meshscope.analysis import intervals as iv
-from meshscope.analysis.timeline.breakdown import credit_by_dim
+from meshscope.analysis.timeline.breakdown import credit_by_dim, step_sets
 
 RESOLUTION = 2000
 COLUMNS = ["rank", "step", "kind", "dim", "cause", "start_us", "end_us", "step_start_us"]
@@ -50,7 +56,8 @@ def _coarse(x: np.ndarray, gap: float) -> np.ndarray:
 
 def segments(timelines: dict, windows: dict, charged: list[tuple]) -> pd.DataFrame:
     """``timelines``: rank → aligned ``RankTimeline``; ``windows``: rank → step → pipeline
-    window; ``charged``: (step, waiter, cause, µs, end) of the graph's waits."""
+    window (the breakdown's, empty without a pipeline); ``charged``: (step, waiter, cause, µs,
+    end) of the graph's waits."""
     steps = sorted(set().union(*(tl.steps for tl in timelines.values()))) if timelines else []
     cause_at = {(step, w, round(end, 1)): c for step, w, c, _, end in charged}
     rows = []
@@ -63,13 +70,10 @@ def segments(timelines: dict, windows: dict, charged: list[tuple]) -> pd.DataFra
             if step not in tl.steps:
                 continue
             a, b = tl.steps[step]
-            C = iv.clip(tl.compute, a, b)
-            exposed = iv.subtract(iv.clip(tl.comm, a, b), C)
-            W = iv.clip(tl.waits, a, b)
-            P = iv.clip(windows.get(r, {}).get(step, iv.EMPTY), a, b)
-            parts = [("compute", "", C), ("bubble", "", iv.subtract(iv.subtract(P, C), exposed))]
+            sets = step_sets(tl, windows.get(r), step)
+            parts = [("compute", "", sets.compute), ("bubble", "", sets.bubble)]
             parts += [("comm", dim, part)
-                      for dim, part in credit_by_dim(iv.subtract(exposed, W), tl.comm_by_dim)]
+                      for dim, part in credit_by_dim(sets.exposed, tl.comm_by_dim)]
             for kind, dim, x in parts:
                 for s, e in _coarse(x, gap):
                     rows.append((r, step, kind, dim, -1, s - t0, e - t0, t0))

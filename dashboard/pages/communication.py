@@ -192,12 +192,10 @@ def overlap_table(ctx: PageContext) -> Table | None:
     ``meshscope analyze`` prints) and over the whole trace as HTA's get_comm_comp_overlap
     selects it (``trace_overlap``)."""
     typed = ctx.report.typed
-    whole = {int(r["rank"]): r for r in typed.raw.get("trace_overlap") or []
-             if isinstance(r, dict) and isinstance(r.get("rank"), (int, float))}
+    whole = {t.rank: t.overlap_pct for t in typed.trace_overlap}
     rows = []
     for m in typed.per_rank_mean:
-        t = whole.get(m.rank, {})
-        t_pct = t.get("overlap_pct")
+        t_pct = whole.get(m.rank)
         rows.append([rank_label(m.rank, ctx.report), ms(m.comm_us), ms(m.overlapped_comm_us),
                      "—" if m.overlap_pct is None else f"{m.overlap_pct:.1f}%",
                      "—" if not isinstance(t_pct, (int, float)) or t_pct != t_pct

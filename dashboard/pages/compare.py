@@ -92,7 +92,9 @@ def comparison_rows(c: Comparison) -> tuple[list[str], list[tuple[str, list, str
            ("step time (ms)", [_ms(r.step_time_us) for r in rows], "low"),
            ("  step time from", [reader.SHORT.get(r.step_time_source or "", "-")
                                  for r in rows], "text"),
-           ("profiled window (ms, mean over ranks; the parts below add up to it)",
+           # The report's own window (summary window_us), the number the overview and
+           # analyze show: the per-rank means below fit within it.
+           ("profiled window (ms, the longest rank's step; the parts below fit within it)",
             [_ms(r.window_us) for r in rows], "low"),
            ("tokens/s", [r.tokens_per_s for r in rows], "high"),
            ("MFU %", [r.mfu_pct for r in rows], "high"),

@@ -2,8 +2,9 @@
 fast the matrix multiplications went and which synchronisations left it idle — the report's GPU
 tables (docs/metrics.md), shown as they were written.
 
-- ``gpu-headline``: the mean idle per step against the step (``per_rank_mean``) and its
-  largest cause.
+- ``gpu-headline``: the mean idle per step against the step — the run's profiled window,
+  summary.json's ``window_us`` (one GPU rank: that rank's own window, ``per_rank_mean``) —
+  and its largest cause.
 - ``idle-graph``: one horizontal stacked bar per rank: its idle time per step (mean over the
   profiled steps of ``idle.parquet``), split by cause — data loader, synchronisation, waiting
   for another rank, launching, other host work, queued, nothing traced. The parts add up to
@@ -24,7 +25,6 @@ from __future__ import annotations
 import json
 import re
 
-import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
@@ -126,12 +126,14 @@ def focus_rank(ctx: PageContext) -> int | None:
 
 def idle_means(report: RunReport) -> pd.DataFrame:
     """The summary's ``gpu_idle_per_rank_mean`` (idle per step, mean over the profiled steps)
-    as a frame indexed by rank: ``idle_us`` and each ``idle_<cause>_us`` the report wrote, in
-    the reader's order; empty when the report has none."""
+    as a frame indexed by rank: ``idle_us`` — the idle total, the breakdown's
+    (``per_rank_mean``), which the causes add up to — and each ``idle_<cause>_us`` the report
+    wrote, in the reader's order; empty when the report has none."""
     rows = report.typed.gpu_idle_per_rank_mean
     if not rows:
         return pd.DataFrame()
-    return pd.DataFrame([{"rank": r.rank, "idle_us": r.idle_us,
+    total = {m.rank: m.idle_us for m in report.typed.per_rank_mean}
+    return pd.DataFrame([{"rank": r.rank, "idle_us": total.get(r.rank),
                           **{f"idle_{c}_us": v for c, v in r.by_cause_us.items()}}
                          for r in rows]).set_index("rank").astype(float).sort_index()
 
@@ -184,8 +186,13 @@ def headline(report: RunReport) -> Note | None:
     if means.empty:
         return None
     idle_ms = means["idle_us"].mean() / 1e3
-    windows = [r.window_us for r in report.typed.per_rank_mean if r.window_us is not None]
-    window = float(np.mean(windows)) / 1e3 if windows else None
+    # The run's step window: the report's one (summary window_us, the longest rank's per step,
+    # as the overview and analyze show it). With one GPU rank the sentence is that rank's own,
+    # so its own window (its breakdown's mean; the same number when it is the report's only
+    # rank).
+    own = [r.window_us for r in report.typed.per_rank_mean if r.rank == means.index[0]]
+    window_us = own[0] if len(means) == 1 and own else report.typed.step_time.window_us
+    window = window_us / 1e3 if window_us is not None else None
     causes = {c: means[f"idle_{c}_us"].mean() / 1e3 for c in _causes(means)}
     top = max(causes, key=causes.get) if causes else None
     n = len(report.steps)

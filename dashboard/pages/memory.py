@@ -258,8 +258,8 @@ def snapshot_sections(report: RunReport) -> list[Section]:
         rows.append([s.source, s.rank, s.device, fmt(_mib(s.reserved_bytes), 2),
                      fmt(_mib(s.allocated_bytes), 2), fmt(_mib(s.free_in_segments_bytes), 2),
                      fmt(_mib(s.largest_allocated_bytes), 2),
-                     "—" if not oom else f"asked {human_bytes(oom.get('requested_bytes'))}, "
-                     f"{human_bytes(oom.get('device_free_bytes'))} free"])
+                     "—" if not oom else f"asked {human_bytes(oom.requested_bytes)}, "
+                     f"{human_bytes(oom.device_free_bytes)} free"])
     items = [Table("memory-snapshots-table", ["snapshot", "rank", "device", "reserved MiB",
                                                "allocated MiB", "free in segments MiB",
                                                "largest moment MiB", "out of memory"], rows,

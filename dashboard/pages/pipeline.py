@@ -123,25 +123,21 @@ def bubble_figure(rows: list[Stage]) -> go.Figure:
 
 
 def imbalance(ctx: PageContext) -> list:
-    """Stage imbalance, two measures each under its own name (``reader.stage_imbalance``):
+    """Stage imbalance, two measures each under its own name (the summary's):
     measured — each stage's compute per microbatch against the stages' mean, the table below
     (``stage_imbalance.parquet``) — and replayed with the straggler at its peers' pace (the
     stage-imbalance finding's measure, ``crossrank/whatif.py``)."""
     tab = ctx.report.table("stage_imbalance")
     typed = ctx.report.typed
     measured, corrected = typed.stage_imbalance_measured, typed.stage_imbalance_without_straggler
-    if measured is None and len(tab) >= 2 and tab["ratio_to_mean"].notna().any():
-        slowest = tab.loc[tab["compute_per_mb_us"].idxmax()]
-        measured = {"max_over_mean": float(tab["ratio_to_mean"].max()),
-                    "slowest_stage": int(slowest["stage"])}
     out = []
     facts = []
     if measured:
         facts += [("max / mean, measured (compute per microbatch, table below)",
-                   f"{measured['max_over_mean']:.3f} (stage {measured['slowest_stage']})")]
+                   f"{measured.max_over_mean:.3f} (stage {measured.slowest_stage})")]
     if corrected:
         facts += [("max / mean with the straggler at its peers' pace (replayed)",
-                   f"{corrected['max_over_mean']:.3f} (stage {corrected['slowest_stage']})")]
+                   f"{corrected.max_over_mean:.3f} (stage {corrected.slowest_stage})")]
     if facts:
         out.append(Facts("imbalance-facts", facts))
     stages = reader.stage_computes(tab)

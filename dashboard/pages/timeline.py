@@ -13,7 +13,10 @@ Chrome/Perfetto trace to download (``/export/perfetto?run=ID``, ``meshscope expo
   browser gets segments, never the event table. The step's critical path
   (``critical_path.parquet``, on the same axis; the path through the replayed dependency
   graph) is drawn over the lanes as one line. Colours are the dashboard's ``COLOURS``:
-  communication per dimension (``comm pp`` …) and ``wait`` never share one.
+  communication per dimension (``comm pp`` …) and ``wait`` never share one. Compute, bubble
+  and communication are the breakdown's own sets (its ``compute_us``, ``bubble_us`` and
+  ``exposed_comm_<dim>_us``, ``analysis/timeline/segments.py``); the waits, a part of the
+  communication or bubble, are drawn thinner over them.
 - ``?rank=R`` marks rank R's lane across the whole figure (an outlined band behind the bars,
   and the lane's label in bold).
 
@@ -80,8 +83,10 @@ def timeline_figure(ctx: PageContext, seg: pd.DataFrame, arrows: list, step: int
     label = {r: rank_label(int(r), ctx.report) for r in ranks}
     order = [label[r] for r in ranks]
     fig = go.Figure()
-    kinds = ["compute"] + sorted(k for k in seg["kind"].unique() if k.startswith("comm")) + \
-        ["wait", "bubble"]
+    # Compute, bubble and communication are disjoint (the breakdown's sets); a wait lies in
+    # communication or bubble, so it is drawn last, over them.
+    kinds = ["compute", "bubble"] + \
+        sorted(k for k in seg["kind"].unique() if k.startswith("comm")) + ["wait"]
     for kind in kinds:
         g = seg[seg["kind"] == kind]
         if g.empty:

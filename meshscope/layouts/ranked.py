@@ -19,6 +19,7 @@ import pathlib
 
 from meshscope.analysis.compare import CompareError, Comparison, Side, open_side, rank
 from meshscope.analysis.compare.ranking import FailedRun, Predicted, mean_known, num_or_none
+from meshscope.analysis.records.steps import slowest_rank_per_step
 from meshscope.collectors import step_timer
 from meshscope.collectors.run_dir import RunDirError
 from meshscope.collectors.run_info import RunInfo
@@ -136,9 +137,9 @@ def measured(run: pathlib.Path):
     steps = steps[steps["step"].isin(profiled)]
     if steps.empty:
         raise CompareError(f"{run}: no step times for its profiled steps {profiled}")
-    slowest = steps.groupby("step").agg(wall=("wall_time_us", "max"),
-                                        opt=("optimizer_us", "max"))
-    step_time, optimizer = float(slowest["wall"].median()), num_or_none(slowest["opt"].median())
+    # T over the profiled steps (records/steps.py: which steps each median of T is over).
+    step_time = float(slowest_rank_per_step(steps).median())
+    optimizer = num_or_none(slowest_rank_per_step(steps, "optimizer_us").median())
     exposed = {}
     for d in COMM_DIMS:
         col = f"exposed_comm_{d}_us"
