@@ -44,6 +44,7 @@ NOT_TRACES = frozenset({RUN_JSON, SUMMARY, "config.json", SWEEP_JSON, PLAN_JSON,
 
 
 CACHE = ".cache"                  # the report's cache folder: parsed traces, the report key
+MARKER = ".meshscope-report"      # in REPORT: written with every report, names its writer
 REPORT_KEY = "report.key"         # in CACHE: the digest of what the report was made from
 INPUTS_MEMO = "inputs.json"       # in CACHE: each input's stat and content hash
 
@@ -58,8 +59,13 @@ class ReportDir:
 
     @classmethod
     def of_run(cls, run: pathlib.Path) -> "ReportDir":
-        """The report of the run folder ``run`` (``run/report``)."""
-        return cls(pathlib.Path(run) / REPORT)
+        """The report of the run folder ``run`` (``run/report``); of a file analysed alone (a
+        memory snapshot, one trace), the folder beside it named after it
+        (``rank3.pickle`` → ``rank3.pickle.report``)."""
+        run = pathlib.Path(run)
+        if run.is_file():
+            return cls(run.with_name(run.name + "." + REPORT))
+        return cls(run / REPORT)
 
     @property
     def summary(self) -> pathlib.Path:
@@ -76,6 +82,11 @@ class ReportDir:
     @property
     def cache(self) -> pathlib.Path:
         return self.path / CACHE
+
+    @property
+    def marker(self) -> pathlib.Path:
+        """The file that says meshscope wrote this folder (``analysis/report/target.py``)."""
+        return self.path / MARKER
 
     @property
     def key(self) -> pathlib.Path:

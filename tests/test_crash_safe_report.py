@@ -252,7 +252,7 @@ def test_a_report_is_never_written_over_a_users_folder_or_the_run(reports, tmp_p
     theirs = tmp_path / "theirs"
     theirs.mkdir()
     (theirs / "data.csv").write_text("1,2\n")
-    for out, words in ((theirs, "holds 1 entry and no meshscope report"),
+    for out, words in ((theirs, "holds data.csv, which is not a file of a meshscope report"),
                        (run, "would replace the folder it analyses"),
                        (run / "traces", "inside the analysed folder"),
                        (run.parent, "would replace the folder it analyses")):
@@ -267,3 +267,71 @@ def test_a_report_is_never_written_over_a_users_folder_or_the_run(reports, tmp_p
     for out in (tmp_path / "new", empty, run / "report"):
         result = CliRunner().invoke(main, ["analyze", str(run), "--out", str(out)])
         assert result.exit_code == 0, result.stderr
+
+
+def _tree(folder) -> dict:
+    """Every entry under ``folder`` (files with their bytes, folders as None)."""
+    return {str(p.relative_to(folder)): (p.read_bytes() if p.is_file() else None)
+            for p in sorted(folder.rglob("*"))}
+
+
+def test_a_folder_meshscope_cannot_tell_is_its_own_is_refused_by_the_entry(reports, tmp_path):
+    """Issue 46, case 1: a user's own summary.json (alone, or with other files) and a
+    home-like folder holding ``.cache/pip`` are refused with exit 2, the message naming the
+    entry that made the folder not a report; nothing in them changes."""
+    run, _, _, _ = reports
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "summary.json").write_text('{"my": "precious"}')
+    (mine / "plot.png").write_bytes(b"\x89PNG")
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    (alone / "summary.json").write_text('{"my": "precious"}')
+    home = tmp_path / "home"
+    (home / ".cache" / "pip").mkdir(parents=True)
+    (home / "Documents").mkdir()
+    (home / ".cache" / "inputs.json").write_text("{}")
+    cache_only = tmp_path / "cache_only"
+    (cache_only / ".cache" / "pip").mkdir(parents=True)
+    cases = ((mine, "holds plot.png,"),
+             (alone, "holds summary.json (not a meshscope summary: no integer "
+                     "schema_version)"),
+             (home, "holds .cache/pip,"), (cache_only, "holds .cache/pip,"))
+    for out, words in cases:
+        before = _tree(out)
+        result = CliRunner().invoke(main, ["analyze", str(run), "--out", str(out)])
+        assert result.exit_code == 2, (out, result.output)
+        assert words in result.stderr and "not a file of a meshscope report" in \
+            result.stderr and result.stderr.count("\n") == 1, result.stderr
+        assert _tree(out) == before, out
+
+
+def test_a_report_is_known_by_its_marker_or_by_holding_only_report_files(reports, tmp_path):
+    """A report meshscope wrote carries its marker, and is written over with the user's
+    extra files kept; a report written before the marker is recognised by holding nothing but
+    a report's names (summary.json, the tables, the cache's files) — and one extra file makes
+    it a folder meshscope refuses."""
+    import shutil
+
+    run, old, _, _ = reports
+    marked = tmp_path / "marked"
+    old.write(marked)
+    assert json.loads((marked / rd.MARKER).read_text())["written_by"] == "meshscope"
+    (marked / "notes.md").write_text("mine")
+    result = CliRunner().invoke(main, ["analyze", str(run), "--out", str(marked)])
+    assert result.exit_code == 0, result.stderr
+    assert (marked / "notes.md").read_text() == "mine"
+    legacy = tmp_path / "legacy"
+    shutil.copytree(marked, legacy)
+    (legacy / rd.MARKER).unlink()
+    (legacy / "notes.md").unlink()
+    assert any(p.suffix == ".parquet" for p in (legacy / ".cache").iterdir())
+    result = CliRunner().invoke(main, ["analyze", str(run), "--out", str(legacy),
+                                       "--no-cache"])
+    assert result.exit_code == 0, result.stderr
+    assert (legacy / rd.MARKER).is_file()
+    (legacy / rd.MARKER).unlink()
+    (legacy / "export.html").write_text("<html>")
+    result = CliRunner().invoke(main, ["analyze", str(run), "--out", str(legacy)])
+    assert result.exit_code == 2 and "holds export.html," in result.stderr, result.stderr
+    assert (legacy / "export.html").read_text() == "<html>"

@@ -220,3 +220,28 @@ def test_a_fuzzed_but_valid_snapshot_analyses_without_a_crash(tmp_path):
     path.write_bytes(pickle.dumps(bad))
     with pytest.raises(snapshot.SnapshotError, match=r"\$\.segments\[0\]\.device"):
         snapshot.read(path)
+
+
+def test_a_snapshot_alone_writes_its_report_beside_it_and_snapshot_flags_work(tmp_path):
+    """Issue 46, cases 4 and 8: ``meshscope analyze rank3.pickle`` as docs/memory.md shows it
+    (no ``--out``) writes ``rank3.pickle.report/``; ``--snapshot FILE`` (once or twice) works
+    in ``analyze`` and ``compare`` (it raised TypeError in the reuse key)."""
+    from damage_corpus import copy_sample
+
+    path = tmp_path / "rank3.pickle"
+    path.write_bytes(pickle.dumps(hand_made()))
+    proc = meshscope("analyze", path)
+    assert proc.returncode == 0, proc.stderr
+    assert "OUT OF MEMORY: asked for 64.00 MiB with 3.00 MiB free" in proc.stdout
+    assert (tmp_path / "rank3.pickle.report" / "summary.json").is_file()
+    other = tmp_path / "rank5.pickle"
+    other.write_bytes(pickle.dumps(hand_made()))
+    run = copy_sample(tmp_path / "run")
+    proc = meshscope("analyze", run, "--snapshot", path, "--snapshot", other, "--json")
+    assert proc.returncode == 0, proc.stderr
+    snaps = json.loads(proc.stdout)["memory"]["snapshots"]
+    assert sorted((s["rank"], s["source"]) for s in snaps) == \
+        [(3, "rank3.pickle"), (5, "rank5.pickle")]
+    proc = meshscope("compare", run, run, "--snapshot", path)
+    assert proc.returncode == 0, proc.stderr
+    assert "meshscope compare" in proc.stdout

@@ -9,7 +9,7 @@ shared GPU corpus:
   and its page, the GPU page's sentence (a run of several GPU ranks);
 - each rank's means over its profiled steps (window, compute, communication, overlapped and
   exposed communication, bubble, idle): summary.json against the breakdown table they are the
-  mean of, and the CLI's per-rank table;
+  mean of, the CLI's per-rank table and the overview's stacked bars;
 - the idle total: the breakdown's (``per_rank_mean``), the idle table's own total (the second
   formula, held equal here), the GPU page's bars and the CLI's GPU idle table;
 - the exposed set: what the Timeline draws as communication and bubble on each rank and step
@@ -132,6 +132,20 @@ def one_value_everywhere(folder: pathlib.Path, name: str, printed: dict | None =
                                                     abs=1e-9), (name, m.rank, col)
             assert cli_rows[m.rank][i] == pytest.approx(getattr(m, col) / 1e3, abs=0.0051), \
                 (name, m.rank, col)
+    # ... and the overview's stacked bars: each segment is the rank's mean, the exposed
+    # segments add up to its exposed communication
+    items = _facts(report, "overview", name)
+    if "breakdown-graph" in items:
+        bars = {t.name: dict(zip(t.customdata, t.y)) for t in items["breakdown-graph"].figure.data}
+        for m in typed.per_rank_mean:
+            for label, us in (("bubble", m.bubble_us), ("idle", m.idle_us),
+                              ("overlapped comm", m.overlapped_comm_us),
+                              ("compute without overlapped comm",
+                               m.compute_without_overlap_us)):
+                assert bars[label][m.rank] == pytest.approx(us / 1e3, abs=1e-4), \
+                    (name, m.rank, label)
+            exposed = sum(v[m.rank] for k, v in bars.items() if k.startswith("exposed"))
+            assert exposed == pytest.approx(m.exposed_comm_us / 1e3, abs=1e-3), (name, m.rank)
     # -- the idle total: one number, the second formula held equal to it
     idle = report.table("idle")
     total = {m.rank: m.idle_us for m in typed.per_rank_mean}

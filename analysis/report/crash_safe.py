@@ -51,7 +51,7 @@ def write_folder(out: pathlib.Path, source: pathlib.Path,
     new = out.parent / f".{out.name}.new-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     new.mkdir()
     files = rd.ReportDir(new)
-    own = [files.summary]              # every file this report may hold
+    own = [files.summary, files.marker]    # every file this report may hold
     for name, table in tables:
         own.append(files.table(name))
         if table is not None:
@@ -60,6 +60,7 @@ def write_folder(out: pathlib.Path, source: pathlib.Path,
             _parquet_safe(table).to_parquet(files.table(name), index=False)
     reuse.stop_point()
     rd.write_json_atomic(files.summary, summary())
+    rd.write_json_atomic(files.marker, report_target.marker())
     for f in sorted(own):
         if f.is_file():
             rd.fsync_path(f)

@@ -153,8 +153,8 @@ class AnalysisOptions:
         """The options that change the report, as the reuse key holds them
         (``analysis/report/reuse.py``): the patterns, the layout, the warm-up, the baseline's
         file (``baseline_path``: its content is stat-ed by the key) and the budgets where
-        they are not the defaults, the snapshots named (path, size and time) and the device
-        memory given. Where and how fast the work runs (engine, workers, cache, progress)
+        they are not the defaults, the snapshots named (their paths: the key hashes each one's
+        content, ``reuse.key``) and the device memory given. Where and how fast the work runs (engine, workers, cache, progress)
         changes no number."""
         from meshscope.analysis.ingest.budgets import non_default
 
@@ -165,9 +165,9 @@ class AnalysisOptions:
             value = getattr(self, name)
             if name == "baseline":          # the table's file: the key stats its content
                 key[flag.key] = baseline_path
-            elif name == "snapshots":       # named files outside the analysed folder: stat
+            elif name == "snapshots":       # named files: the key hashes their content
                 if value:
-                    key[flag.key] = [_stat(f) for f in value]
+                    key[flag.key] = [str(f) for f in value]
             elif name == "device_memory":
                 if value is not None:
                     key[flag.key] = value
@@ -193,16 +193,6 @@ class AnalysisOptions:
                 raise ValueError(f"{flag} {pattern!r} is not a regular expression ({e})") \
                     from None
         return Patterns(rank_regex=compile_rank_regex(self.rank_regex), **compiled)
-
-
-def _stat(path: pathlib.Path) -> list:
-    """A file's path, size and modification time (what the reuse key holds of a file named by
-    a flag, outside the analysed folder)."""
-    try:
-        st = pathlib.Path(path).stat()
-        return [str(path), st.st_size, st.st_mtime_ns]
-    except OSError:
-        return [str(path), None, None]
 
 
 @dataclasses.dataclass(frozen=True)

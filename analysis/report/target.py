@@ -4,20 +4,29 @@
 in three kinds of folder, so ``problem(out, source)`` refuses every other:
 
 - a folder that does not exist yet (it is made), or an empty one;
-- a previous meshscope report: a folder holding ``summary.json`` or the report's ``.cache/``
-  (what else it holds — exports, notes — is carried into the new report, and a write killed
-  half-way puts it back: ``restore``);
+- a report meshscope wrote: a folder holding its marker, ``.meshscope-report`` (written with
+  every report since issue 46; what else the folder holds — exports, notes — is carried into
+  the new report, and a write killed half-way puts it back: ``restore``);
+- a report written before the marker (the samples' were): a folder holding nothing but the
+  names a report has — ``summary.json`` (a JSON object with an integer ``schema_version``),
+  one ``<table>.parquet`` per registered table, and ``.cache/`` holding only the cache's own
+  files (the report key, the inputs memo, ``<hash>.parquet`` and ``<hash>.memory.parquet``
+  trace copies, the temporary files of a killed write);
 - not the analysed folder itself, nor a folder that holds it, nor a folder inside it other than
   its own ``report/`` (``analyze RUN --out RUN`` would replace run.json, the traces, the Flight
   Recorder dumps).
 
-A folder of anyone's files is refused with one line naming it and how many entries it holds,
-before any work is done (``meshscope analyze`` exits 2).
+Any other folder — a user's own ``summary.json``, a home folder with ``.cache/pip`` — is
+refused before any work is done, with one line naming the entry that made it refuse
+(``meshscope analyze`` exits 2): meshscope never writes into a folder it cannot tell is its
+own.
 """
 from __future__ import annotations
 
+import json
 import os
 import pathlib
+import re
 
 from meshscope.collectors import run_dir as rd
 
@@ -53,18 +62,69 @@ def problem(out: pathlib.Path, source: pathlib.Path | None) -> str | None:
         names = os.listdir(out)
     except OSError as e:
         return f"cannot be read ({e.strerror})"
-    if not names or rd.SUMMARY in names or rd.CACHE in names:
+    if not names or rd.MARKER in names:
         return None
-    return (f"holds {len(names)} entr{'y' if len(names) == 1 else 'ies'} and no meshscope "
-            f"report; a report is written only into a new or empty folder, or over a previous "
-            f"report (--out DIR)")
+    foreign = _foreign(out, names)
+    if foreign is None:
+        return None
+    return (f"holds {foreign}, which is not a file of a meshscope report ({len(names)} "
+            f"entr{'y' if len(names) == 1 else 'ies'} in all); a report is written only into "
+            f"a new or empty folder, or over a report meshscope wrote (--out DIR)")
+
+
+#: What a report's ``.cache/`` holds: the report key, the inputs memo, the trace copies
+#: (``ingest/cache.py``: a 40-hex-digit key) and the temporary files a killed write leaves.
+_CACHE_NAMES = re.compile(r"(report\.key|inputs\.json|[0-9a-f]{40}(\.memory)?\.parquet"
+                          r"|\.tmp-.*|\.report\.key\..*|\.inputs\.json\..*)")
+
+
+def _foreign(out: pathlib.Path, names: list[str]) -> str | None:
+    """The first entry of the unmarked folder ``out`` that a report written before the
+    marker would not hold (module docstring), as a path under ``out``; None when there is
+    none."""
+    own = own_names()
+    for name in sorted(names):
+        if name == rd.CACHE:
+            try:
+                inside = sorted(os.listdir(out / name))
+            except OSError:
+                return f"{name}/ (not a folder meshscope can read)"
+            bad = next((n for n in inside if not _CACHE_NAMES.fullmatch(n)), None)
+            if bad is not None:
+                return f"{name}/{bad}"
+        elif name not in own:
+            return name
+    if rd.SUMMARY in names and not _is_summary(out / rd.SUMMARY):
+        return f"{rd.SUMMARY} (not a meshscope summary: no integer schema_version)"
+    return None
+
+
+def _is_summary(path: pathlib.Path) -> bool:
+    """Whether ``path`` reads as a meshscope summary.json (an object whose schema_version is
+    an integer); a large or unreadable file is not."""
+    try:
+        if path.stat().st_size > 64 << 20:
+            return False
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return False
+    version = doc.get("schema_version") if isinstance(doc, dict) else None
+    return isinstance(version, int) and not isinstance(version, bool)
+
+
+def marker() -> dict:
+    """The marker's content: who wrote the folder, and the summary schema it wrote."""
+    from meshscope.analysis.report.model import REPORT_SCHEMA_VERSION
+
+    return {"written_by": "meshscope", "report_schema": REPORT_SCHEMA_VERSION}
 
 
 def own_names() -> set[str]:
-    """The names of a report's own files: summary.json and one parquet file per table."""
+    """The names of a report's own files: summary.json, the marker and one parquet file per
+    table."""
     from meshscope.analysis.report import tables
 
-    return {rd.SUMMARY} | {f"{name}.parquet" for name in tables.NAMES}
+    return {rd.SUMMARY, rd.MARKER} | {f"{name}.parquet" for name in tables.NAMES}
 
 
 def restore(leftover: pathlib.Path, out: pathlib.Path) -> None:

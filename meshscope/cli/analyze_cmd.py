@@ -22,7 +22,8 @@ def _load_baseline(path: str | None):
 
 
 def report_dir(path, out=None) -> pathlib.Path:
-    """Where the report of ``path`` goes: ``out``, else ``PATH/report``."""
+    """Where the report of ``path`` goes: ``out``, else ``PATH/report`` (a file analysed
+    alone: ``PATH.report`` beside it)."""
     from meshscope.collectors.run_dir import ReportDir
 
     return pathlib.Path(out) if out else ReportDir.of_run(path).path
@@ -203,7 +204,8 @@ def ensure_report(path, target, flags: AnalysisFlags):
 @click.command()
 @click.argument("path", type=click.Path())
 @click.option("--out", type=click.Path(file_okay=False),
-              help="Report directory (default: PATH/report).")
+              help="Report directory (default: PATH/report; for a file analysed alone, "
+                   "such as a memory snapshot, PATH.report beside it).")
 @click.option("--json", "as_json", is_flag=True, help="Print summary.json instead of text.")
 @analysis_flags
 def analyze(path, out, as_json, **flags):
