@@ -154,8 +154,8 @@ class AnalysisOptions:
         (``analysis/report/reuse.py``): the patterns, the layout, the warm-up, the baseline's
         file (``baseline_path``: its content is stat-ed by the key) and the budgets where
         they are not the defaults, the snapshots named (their paths: the key hashes each one's
-        content, ``reuse.key``) and the device memory given. Where and how fast the work runs (engine, workers, cache, progress)
-        changes no number."""
+        content, ``reuse.key``) and the device memory given. Where and how fast the work runs
+        (engine, workers, cache, progress) changes no number."""
         from meshscope.analysis.ingest.budgets import non_default
 
         key: dict = {}

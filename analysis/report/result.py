@@ -3,9 +3,9 @@
 Its tables come in the registry's groups (``report/tables.py``: where each rank's step went,
 the always-on records, the pipeline, communication, the dependency graph, the GPU, memory);
 the rest — which ranks, the problems and notes, the cross-rank verdicts, the step times, the
-findings — is its ``Summary`` (``report/model.py``, built by ``report/summary.py``). ``write`` stores it
-crash-safe (``report/crash_safe.py``); docs/report-format.md lists what is written,
-docs/metrics.md defines every number.
+findings — is its ``Summary`` (``report/model.py``, built by ``report/summary.py``).
+``write`` stores it crash-safe (``report/crash_safe.py``); docs/report-format.md lists what is
+written, docs/metrics.md defines every number.
 """
 from __future__ import annotations
 

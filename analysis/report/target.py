@@ -7,7 +7,7 @@ in three kinds of folder, so ``problem(out, source)`` refuses every other:
 - a report meshscope wrote: a folder holding its marker, ``.meshscope-report`` (written with
   every report since issue 46; what else the folder holds — exports, notes — is carried into
   the new report, and a write killed half-way puts it back: ``restore``);
-- a report written before the marker (the samples' were): a folder holding nothing but the
+- a report written before the marker (by an earlier version): a folder holding nothing but the
   names a report has — ``summary.json`` (a JSON object with an integer ``schema_version``),
   one ``<table>.parquet`` per registered table, and ``.cache/`` holding only the cache's own
   files (the report key, the inputs memo, ``<hash>.parquet`` and ``<hash>.memory.parquet``

@@ -109,7 +109,7 @@ def rank_means(table: pd.DataFrame) -> pd.DataFrame:
     profiled steps: one row per rank, indexed by rank, every column but ``step`` — the one
     per-rank mean (summary.json's ``per_rank_mean`` and ``gpu_idle_per_rank_mean``, the
     findings and compare read it); empty without rows."""
-    rest = table.drop(columns=["step"])
+    rest = table.drop(columns=["step"], errors="ignore")
     return rest.groupby("rank").mean() if len(table) else rest.set_index("rank")
 
 
