@@ -110,7 +110,9 @@ def rank_means(table: pd.DataFrame) -> pd.DataFrame:
     per-rank mean (summary.json's ``per_rank_mean`` and ``gpu_idle_per_rank_mean``, the
     findings and compare read it); empty without rows."""
     rest = table.drop(columns=["step"], errors="ignore")
-    return rest.groupby("rank").mean() if len(table) else rest.set_index("rank")
+    if len(table):
+        return rest.groupby("rank").mean()
+    return rest.set_index("rank") if "rank" in rest else rest
 
 
 def mean_window_us(breakdown: pd.DataFrame) -> float | None:
