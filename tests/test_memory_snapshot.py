@@ -245,3 +245,23 @@ def test_a_snapshot_alone_writes_its_report_beside_it_and_snapshot_flags_work(tm
     proc = meshscope("compare", run, run, "--snapshot", path)
     assert proc.returncode == 0, proc.stderr
     assert "meshscope compare" in proc.stdout
+
+
+@pytest.mark.parametrize("field, value", [("size", 2 ** 70), ("stream", -(2 ** 64))])
+def test_a_number_beyond_int64_is_refused_at_read(tmp_path, field, value):
+    """Issue 46, case 6: a snapshot whose block size is 2**70 passed the reader and failed at
+    the write (OverflowError, exit 1, a traceback, a ``.new-*`` folder left). It is refused
+    when read, naming the field; nothing is written."""
+    doc = hand_made()
+    if field == "size":
+        doc["segments"][0]["blocks"][0]["size"] = value
+    else:
+        doc["segments"][0]["stream"] = value
+    path = tmp_path / "rank0.pickle"
+    path.write_bytes(pickle.dumps(doc))
+    out = tmp_path / "out"
+    proc = meshscope("analyze", path, "--out", out)
+    assert proc.returncode == 2, proc.stderr
+    assert f"$.segments[0]{'.blocks[0]' if field == 'size' else ''}.{field}" in proc.stderr
+    assert "Traceback" not in proc.stderr and not out.exists()
+    assert not list(tmp_path.glob(".out.new-*"))

@@ -53,7 +53,10 @@ import msgspec
 from meshscope.analysis.errors import InputError
 from meshscope.collectors.plain_pickle import UnsafePickleError, loads as plain_loads
 
-Count = Annotated[int, msgspec.Meta(ge=0)]
+# A byte count or an address: non-negative, and within int64, what the report's tables hold
+# (a larger value is no real allocation: refused at read, never at the write).
+Count = Annotated[int, msgspec.Meta(ge=0, le=(1 << 63) - 1)]
+Int64 = Annotated[int, msgspec.Meta(ge=-(1 << 63), le=(1 << 63) - 1)]
 SEGMENT_COLUMNS = ["rank", "device", "source", "address", "segment_type", "stream",
                    "total_bytes", "allocated_bytes", "active_bytes", "free_bytes",
                    "largest_free_bytes", "blocks"]
@@ -69,7 +72,7 @@ class SnapshotError(InputError):
 
 class Frame(msgspec.Struct, gc=False):
     filename: str = ""
-    line: int = 0
+    line: Int64 = 0
     name: str = ""
 
 
@@ -88,7 +91,7 @@ class Segment(msgspec.Struct, gc=False):
     address: Count
     total_size: Count
     device: DeviceIndex = 0
-    stream: int = 0
+    stream: Int64 = 0
     segment_type: str = "large"
     allocated_size: Count | None = None
     active_size: Count | None = None
@@ -99,8 +102,8 @@ class TraceEntry(msgspec.Struct, gc=False):
     action: str
     addr: Count | None = None
     size: Count = 0
-    stream: int = 0
-    time_us: int | None = None
+    stream: Int64 = 0
+    time_us: Int64 | None = None
     device_free: Count | None = None
     frames: list[Frame] = []
 
