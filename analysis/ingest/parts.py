@@ -144,7 +144,8 @@ def _executor() -> Executor:
             context = mp.get_context("fork")
         else:
             context = start_method.context()
-        _CORES.executor = ProcessPoolExecutor(max_workers=_CORES.workers, mp_context=context)
+        _CORES.executor = ProcessPoolExecutor(max_workers=_CORES.workers, mp_context=context,
+                                              initializer=start_method.die_with_parent)
         _CORES.started += 1
     return _CORES.executor
 

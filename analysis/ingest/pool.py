@@ -101,7 +101,8 @@ def map_files(files: list[pathlib.Path], fn, job: tuple, *, workers: int | None 
                 Progress(len(files), label, enabled=progress) as bar:
             yield from _serial(files, fn, job, bar)
         return
-    pool = ProcessPoolExecutor(max_workers=n_workers, mp_context=start_method.context())
+    pool = ProcessPoolExecutor(max_workers=n_workers, mp_context=start_method.context(),
+                               initializer=start_method.die_with_parent)
     abandoned = []
 
     def abandon():
@@ -216,6 +217,7 @@ class Beside:
         if pid == 0:                                        # the copy
             code = 1
             try:
+                start_method.die_with_parent()
                 os.close(read)
                 sys.stdout = sys.stderr = open(os.devnull, "w")
                 data = pickle.dumps(fn(*args), protocol=pickle.HIGHEST_PROTOCOL)
