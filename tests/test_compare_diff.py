@@ -197,6 +197,35 @@ def test_every_exit_code_of_the_gate(made, tmp_path):
         in proc.stderr
 
 
+def test_a_change_relative_to_zero_is_bad_input_never_a_failed_gate(tmp_path):
+    """Issue 45 item 3 / 46: ``exposed_comm.pp>+10%`` on a baseline without a pipeline (0 ms)
+    raised ZeroDivisionError, exit 1 — the "gate failed" code. It is exit 2, naming why."""
+    proc = meshscope("compare", SAMPLES / "dp4-ddp", SAMPLES / "dp2-pp2-1f1b",
+                     "--fail-if", "exposed_comm.pp>+10%")
+    assert proc.returncode == 2, proc.stderr
+    assert "exposed_comm.pp is 0 in dp4-ddp: a change relative to it has no meaning" in \
+        proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_the_gates_files_are_replaced_whole_not_written_through_a_link(made, tmp_path):
+    """Issue 46, case 11: --junit and --markdown wrote in place (a kill left the file
+    truncated) and followed a symbolic link onto its target. They are written beside and
+    renamed over: the link is replaced, its target untouched."""
+    base, slower = made["base"], made["slower"]
+    target = tmp_path / "theirs.txt"
+    target.write_text("keep me")
+    (tmp_path / "j.xml").symlink_to(target)
+    (tmp_path / "m.md").write_text("old " * 10_000)
+    proc = meshscope("compare", base, slower, "--fail-if", "compute>+0.2ms",
+                     "--junit", tmp_path / "j.xml", "--markdown", tmp_path / "m.md")
+    assert proc.returncode == 1, proc.stderr
+    assert target.read_text() == "keep me" and not (tmp_path / "j.xml").is_symlink()
+    assert ET.parse(tmp_path / "j.xml").getroot().find("testsuite").get("failures") == "1"
+    md = (tmp_path / "m.md").read_text()
+    assert "**Gate: failed** (1 of 1 condition(s) failed)" in md and "old old" not in md
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
 # -- kernel names --------------------------------------------------------------------------
 
 @pytest.mark.parametrize("raw,key", [

@@ -144,10 +144,10 @@ def evaluate(cond: Condition, before: Side, after: Side, diff: RunDiff | None = 
                             f"{cond.quantity} ({_why(cond.quantity)})")
     compare = _OPS[cond.op]
     if cond.is_change:
-        measured = c.delta / abs(c.before) if cond.relative else c.delta
-        if cond.relative and not c.before:
+        if cond.relative and not c.before:      # judged before dividing: never a crash
             raise GateError(f"--fail-if {cond.text!r}: {cond.quantity} is 0 in "
                             f"{before.name}: a change relative to it has no meaning")
+        measured = c.delta / abs(c.before) if cond.relative else c.delta
         holds = compare(measured, cond.threshold)
         noise = c.noise
         outside = noise is None or abs(c.delta) > NOISE_FACTOR * noise

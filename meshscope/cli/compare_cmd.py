@@ -24,11 +24,26 @@ EXIT_GATE_FAILED = 1
 
 
 def _write(path: str, text: str) -> None:
+    """``text`` into ``path`` whole or not at all: written to a temporary file beside it and
+    renamed over it, so a kill never leaves it truncated, and a symbolic link at ``path`` is
+    replaced rather than followed onto its target."""
     if path == "-":
         click.echo(text, nl=False)
         return
+    import os
+    import tempfile
+
+    target = pathlib.Path(path)
     try:
-        pathlib.Path(path).write_text(text, encoding="utf-8")
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.",
+                                   suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.replace(tmp, target)
+        except BaseException:
+            os.unlink(tmp)
+            raise
     except OSError as e:
         fail(f"{path}: cannot write ({e.strerror})")
 
