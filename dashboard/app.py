@@ -16,7 +16,7 @@ first opened (``dashboard.jobs``), the page showing the progress. Pages are buil
 their own (``dashboard.page_builds``): a request waits for its page at most ``page_timeout_s``,
 then the page says it is still being built and asks again, so an enormous report never holds a
 server thread for ever. A report that cannot be read
-gives "report unreadable, run `meshscope analyze RUN`"; the details go to the server log.
+gives "report unreadable, run `meshscope analyze --no-cache RUN`"; the details go to the server log.
 
 Two downloads, by run id: ``/export/html?run=ID`` (the static report, ``static_report``) and
 ``/export/perfetto?run=ID`` (the aligned timeline as a Chrome/Perfetto trace).
@@ -95,8 +95,8 @@ def _message(text: str, warn: bool = False) -> list:
 
 
 def _unreadable(run_id: str) -> list:
-    return _message(f"Report unreadable — run `meshscope analyze {run_id}` to rewrite it "
-                    f"(the server log has the details).", warn=True)
+    return _message(f"Report unreadable — run `meshscope analyze --no-cache {run_id}` to "
+                    f"rewrite it (the server log has the details).", warn=True)
 
 
 def _pickers(ctx: PageContext) -> list:
@@ -351,8 +351,8 @@ def _register_exports(app: Dash, index: RunIndex, analyses: Analyses) -> None:
             text = render_html(open_report(entry))
         except ReportUnreadable as e:
             log.warning("report unreadable: %s", e)
-            return Response(f"report unreadable, run `meshscope analyze {entry.run_id}`\n",
-                            500, mimetype="text/plain")
+            return Response(f"report unreadable, run `meshscope analyze --no-cache "
+                            f"{entry.run_id}`\n", 500, mimetype="text/plain")
         name = entry.run_id.replace("/", "_") + "-report.html"
         return Response(text, mimetype="text/html",
                         headers={"Content-Disposition": f'attachment; filename="{name}"'})

@@ -281,9 +281,12 @@ def test_the_pair_view_is_the_analysis_diff(index):
 
 
 def test_compare_with_one_run_asks_for_two(index):
+    """... and says which name of the URL it left out (issue 46: it was dropped silently)."""
     body = compare.render(index, st.ViewState(page="compare", runs=("dp4-ddp", "nope")))
-    assert body[1].id == "run-message"
-    assert "two or more" in body[1].children
+    assert body[1].id == "compare-unknown"
+    assert body[1].children == "Left out — not a run of this folder: nope."
+    assert body[2].id == "run-message"
+    assert "two or more" in body[2].children
 
 
 def test_static_html_holds_the_same_numbers_and_loads_nothing(index):

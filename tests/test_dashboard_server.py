@@ -103,7 +103,8 @@ def test_damaged_report_says_unreadable_and_shows_no_path_or_exception(runs_fold
     else:
         (report / "breakdown.parquet").write_bytes(b"PAR1 this is not parquet")
     text = _page(create_app(runs_folder), "/overview", "?run=a-run")
-    assert "Report unreadable — run `meshscope analyze a-run` to rewrite it" in text
+    # --no-cache: a plain re-run would reuse the damaged report (its key still matches)
+    assert "Report unreadable — run `meshscope analyze --no-cache a-run` to rewrite it" in text
     for leak in (str(runs_folder), str(ROOT), "Traceback", "Error", "Exception", "parquet"):
         assert leak not in text, leak
 
@@ -205,6 +206,17 @@ def test_requests_for_other_paths_get_nothing(server, raw):
     _, port, _ = server
     status, body, _ = _get(port, raw)
     assert status == 404 and body == b"not found\n"
+
+
+def test_a_script_dash_does_not_serve_is_not_found_and_logs_no_traceback(server):
+    """Issue 46, case 11: a bogus component-suite path answered 500 with a traceback in the
+    log (Dash's DependencyException); it is a 404 like any other unknown path."""
+    _, port, root = server
+    for raw in ("/_dash-component-suites/dash/deps/nope.js",
+                "/_dash-component-suites/dash/dcc/nope.js.map"):
+        status, body, _ = _get(port, raw)
+        assert (status, body) == (404, b"not found\n"), raw
+    assert "Traceback" not in (root.parent / "server.log").read_text()
 
 
 @pytest.mark.parametrize("query", ["?run=../a-run", "?run=link-out", "?run=/etc/passwd",

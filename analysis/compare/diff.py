@@ -347,7 +347,7 @@ def diff(before: Side, after: Side) -> RunDiff:
     if before.summary.step_time.source != after.summary.step_time.source:
         notes.append(f"the step times come from different sources "
                      f"({before.summary.step_time.short} and {after.summary.step_time.short})")
-    for s in (before, after):
+    for s in (before, after) if after.path != before.path else (before,):
         if len(s.steps) < 3:
             notes.append(f"{s.name}: {len(s.steps)} profiled step(s): the noise of its "
                          f"profiled-step figures is unknown (it needs three)")

@@ -32,6 +32,7 @@ import dataclasses
 import difflib
 import operator
 import re
+import unicodedata
 
 from . import quantities as Q
 from .diff import change
@@ -66,9 +67,22 @@ class Condition:
     is_change: bool
 
 
+#: Characters a pasted condition often holds instead of ASCII (a typographic minus or dash);
+#: others are shown as their compatibility form (a fullwidth ``＞`` is ``>``).
+_LOOKALIKE = {"\u2212": "-", "\u2013": "-", "\u2014": "-", "\u2264": "<=", "\u2265": ">="}
+
+
 def parse(text: str, known: list[str] | None = None) -> Condition:
     """The ``Condition`` of ``text`` (module docstring); ``known``: the quantities these runs
     have, listed in the message for a misspelt one (default: every name form)."""
+    odd = next(((i, ch) for i, ch in enumerate(text or "") if ord(ch) > 127 and ch != "µ"),
+               None)
+    if odd is not None:
+        i, ch = odd
+        plain = _LOOKALIKE.get(ch) or unicodedata.normalize("NFKC", ch)
+        hint = f": write {plain!r}" if plain != ch and plain.isascii() else ""
+        raise GateError(f"--fail-if {text!r}: character {i + 1} is {ch!r} "
+                        f"(U+{ord(ch):04X} {unicodedata.name(ch, 'unnamed')}){hint}")
     m = _RX.match(text or "")
     if not m:
         raise GateError(f"--fail-if {text!r}: not QUANTITY OP THRESHOLD (e.g. "

@@ -81,6 +81,15 @@ def is_report_dir(path: pathlib.Path) -> bool:
     return (pathlib.Path(path) / SUMMARY).is_file()
 
 
+def label_of(path: pathlib.Path) -> str:
+    """The name a run is shown under: its folder's, and a run's own report folder
+    (``RUN/report``) by its run's (``compare A B/report`` calls the candidate ``B``)."""
+    path = pathlib.Path(path)
+    if path.name == REPORT and is_report_dir(path) and path.parent.name:
+        return path.parent.name
+    return path.name or str(path)
+
+
 def _slug(path: pathlib.Path) -> str:
     """A folder name for the report of ``path`` under ``--reports``: its name and a short hash
     of its absolute path (two inputs of one name do not share a report)."""
@@ -131,7 +140,7 @@ def open_side(path, *, name: str | None = None, options: AnalysisOptions | None 
             raise CompareError(str(e)) from None
         # A run's own report (RUN/report): run.json is beside it.
         info = _run_info(path.parent) if path.name == REPORT else None
-        label = path.parent.name if path.name == REPORT else path.name
+        label = label_of(path)
     elif reuse and _unkeyed_report(report_target(path, reports_dir)):
         # A report nobody keyed (the shipped samples, a report copied with its run): used as
         # it is, as the dashboard does; ``analyze`` or ``--no-cache`` makes it anew.
@@ -158,8 +167,15 @@ def open_side(path, *, name: str | None = None, options: AnalysisOptions | None 
                                f"({e.strerror or e}); give --reports DIR") from None
         info = _run_info(path) if path.is_dir() else None
         label = path.name
+    try:
+        typed = reader.read_summary(doc)
+    except reader.ReportError as e:
+        raise CompareError(f"{report}: {e}") from None
+    if typed.step_time.us is None and not typed.per_rank_mean:
+        raise CompareError(f"{report}: the report holds no step time and no per-rank "
+                           f"breakdown (no usable trace, no step timers): nothing to compare")
     return Side(name=name or label, path=path, report_dir=pathlib.Path(report),
-                summary=reader.read_summary(doc), info=info)
+                summary=typed, info=info)
 
 
 def open_sides(paths, **kw) -> list[Side]:
@@ -170,6 +186,6 @@ def open_sides(paths, **kw) -> list[Side]:
     names = [s.name for s in sides]
     for s, p in zip(sides, paths):
         if names.count(s.name) > 1:
-            where = p.parent if s.name == p.name else p.parent.parent
+            where = p.resolve().parent if s.name == p.name else p.resolve().parent.parent
             s.name = f"{where.name}/{s.name}"
     return sides

@@ -5,8 +5,10 @@ current ``model.Summary`` — an older one first migrated to today's keys (``mig
 every field typed by the one codec (``codec.decode``, read off the record's own type hints).
 Nothing is re-chosen on read: the headline step time of a schema-3 or later report is the one
 the analysis chose and wrote. A value of the wrong type is a ``ReportError`` naming the field
-(``read_summary_file`` adds the file); a key this version does not know (a newer report's) is
-ignored, one an older report lacks reads as null, an empty list or map.
+(``read_summary_file`` adds the file), and so is a document without an integer
+``schema_version`` (not a meshscope summary) or of a newer version than this one reads; a key
+this version does not declare is ignored, one an older report lacks reads as null, an empty
+list or map.
 
 The migrations (``migrate``), oldest first:
 
@@ -129,10 +131,18 @@ def migrate(doc: dict) -> dict:
 
 
 def read_summary(doc: dict) -> Summary:
-    """The typed ``Summary`` of a summary.json document of any schema version; ``ReportError``
-    naming the field whose value is not what the schema says."""
+    """The typed ``Summary`` of a summary.json document of any schema version up to this
+    one's; ``ReportError`` for a document without an integer ``schema_version`` (not a
+    meshscope summary), of a newer version (its fields may mean what this version cannot
+    know), or naming the field whose value is not what the schema says."""
     version = doc.get("schema_version")
-    doc = migrate({**doc, "schema_version": version if isinstance(version, int) else 0})
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise ReportError("summary.json: no schema_version: not a meshscope summary")
+    if version > REPORT_SCHEMA_VERSION:
+        raise ReportError(f"summary.json: schema version {version}, newer than this meshscope "
+                          f"reads (up to {REPORT_SCHEMA_VERSION}): analyse the run again with "
+                          f"this version (meshscope analyze --no-cache), or use a newer one")
+    doc = migrate(doc)
     try:
         return codec.decode(Summary, doc)
     except codec.CodecError as e:

@@ -323,8 +323,28 @@ def _ranks_section(d: RunDiff) -> S.Section | None:
         else None
 
 
+def _left_out(index: RunIndex, state: ViewState, entries) -> list:
+    """What the URL named that the page leaves out, said rather than dropped: a name that is
+    no run of this folder, a run not analysed yet."""
+    unknown = [r for r in state.runs if index.get(r) is None]
+    pending = [e.run_id for e in entries if not e.analysed]
+    out = []
+    if unknown:
+        out.append(html.P("Left out — not a run of this folder: " + ", ".join(unknown) + ".",
+                          id="compare-unknown", style=S.WARN))
+    if pending:
+        out.append(html.P("Left out — not analysed yet: " + ", ".join(pending) + ".",
+                          id="compare-pending", style=S.NOTE))
+    return out
+
+
 def render(index: RunIndex, state: ViewState) -> list:
     entries = _entries(index, state)
+    page = _render(index, state, entries)
+    return page[:1] + _left_out(index, state, entries) + page[1:]
+
+
+def _render(index: RunIndex, state: ViewState, entries) -> list:
     ready = [e for e in entries if e.analysed]
     if len(ready) < 2:
         return [html.H2("Compare"),

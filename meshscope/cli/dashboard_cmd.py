@@ -125,7 +125,7 @@ def report(run, html_out):
     try:
         out = write_html(entry, pathlib.Path(html_out))
     except ReportUnreadable as e:
-        fail(f"{e}; run `meshscope analyze {run}` to rewrite the report")
+        fail(f"{e}; run `meshscope analyze --no-cache {run}` to rewrite the report")
     except OSError as e:
         fail(f"{html_out}: cannot write ({e.strerror})")
     click.echo(f"report written: {out} ({out.stat().st_size / 1e6:.1f} MB)")

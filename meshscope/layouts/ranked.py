@@ -18,6 +18,7 @@ from __future__ import annotations
 import pathlib
 
 from meshscope.analysis.compare import CompareError, Comparison, Side, open_side, rank
+from meshscope.analysis.compare.sides import label_of
 from meshscope.analysis.compare.ranking import FailedRun, Predicted, mean_known, num_or_none
 from meshscope.analysis.records.steps import slowest_rank_per_step
 from meshscope.collectors import step_timer
@@ -200,13 +201,14 @@ def compare(paths, *, planner=None, **open_kw) -> Comparison:
         for p in paths:
             if not p.exists():
                 raise CompareError(f"{p}: no such run directory")
-        named = [(p.name, p) for p in paths]
+        named = [(label_of(p), p) for p in paths]
         source = ", ".join(map(str, paths))
     if planner is None:
         planner = default_planner()
     names = [n for n, _ in named]
     dup = {n for n in names if names.count(n) > 1}
-    sides = [open_side(p, name=(f"{p.parent.name}/{n}" if n in dup else n), **open_kw)
+    sides = [open_side(p, name=(f"{p.resolve().parent.name}/{n}" if n in dup else n),
+                       **open_kw)
              for n, p in named]
     return rank(sides, predict=predictor(planner), failed=failed, source=source)
 
