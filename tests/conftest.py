@@ -96,10 +96,12 @@ def real_gpu_sets(tmp_path_factory):
 
 @pytest.fixture(scope="session", autouse=True)
 def every_written_summary_validates(tmp_path_factory):
-    """After the session: every summary.json of today's schema version that a test left under
-    its temporary folders (each ``meshscope analyze``, sweep, compare of a fresh run) validates
+    """After the session: every summary.json that meshscope wrote under the tests' temporary
+    folders (each ``meshscope analyze``, sweep, compare of a fresh run: a report folder holding
+    meshscope's marker, ``.meshscope-report``) and that is of today's schema version validates
     against the JSON Schema generated from the report's record (issue 44). A document a test
-    damaged on purpose is not of today's version or not JSON, and is passed over."""
+    wrote by hand or damaged on purpose has no marker beside it, or another version, or is
+    not JSON, and is passed over."""
     yield
     import json
 
@@ -111,6 +113,8 @@ def every_written_summary_validates(tmp_path_factory):
     validator = jsonschema.Draft202012Validator(summary_schema.schema())
     bad, seen = [], 0
     for path in tmp_path_factory.getbasetemp().rglob("summary.json"):
+        if not (path.parent / ".meshscope-report").is_file():
+            continue
         try:
             doc = json.loads(path.read_text())
         except (OSError, ValueError):

@@ -226,6 +226,43 @@ def test_the_gates_files_are_replaced_whole_not_written_through_a_link(made, tmp
     assert not list(tmp_path.glob(".*.tmp"))
 
 
+def test_hollow_newer_and_foreign_reports_are_refused_not_compared(tmp_path):
+    """Issue 46, case 11: a report holding nothing ({"schema_version": 4}, {}) or one of a
+    newer schema (99) was compared as if real ("Compute shrank 81.65 ms"). Each is exit 2
+    naming why."""
+    cases = {"newer": ({"schema_version": 99}, "schema version 99, newer than this meshscope "
+                                               "reads (up to 4)"),
+             "none": ({}, "no schema_version: not a meshscope summary"),
+             "hollow": ({"schema_version": 4}, "holds no step time and no per-rank breakdown")}
+    for name, (doc, words) in cases.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "summary.json").write_text(json.dumps(doc))
+        proc = meshscope("compare", SAMPLES / "dp4-ddp", tmp_path / name)
+        assert proc.returncode == 2 and words in proc.stderr, (name, proc.stderr)
+        assert proc.stdout == "" and "Traceback" not in proc.stderr
+
+
+def test_a_condition_with_a_lookalike_character_is_pointed_at():
+    for text, words in (("step_time>\u22125%", "character 11 is '\u2212' (U+2212 MINUS SIGN): "
+                                                "write '-'"),
+                        ("step_time\uff1e5%", "character 10 is '\uff1e' (U+FF1E FULLWIDTH "
+                                               "GREATER-THAN SIGN): write '>'")):
+        with pytest.raises(gate.GateError) as e:
+            gate.parse(text)
+        assert words in str(e.value)
+
+
+def test_a_runs_own_report_folder_is_named_by_its_run_and_a_run_against_itself_once():
+    proc = meshscope("compare", SAMPLES / "dp4-ddp", SAMPLES / "dp2-pp2-1f1b" / "report")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[0] == "meshscope compare — dp4-ddp → dp2-pp2-1f1b"
+    proc = meshscope("compare", SAMPLES / "dp4-ddp", SAMPLES / "dp4-ddp")
+    assert proc.returncode == 0, proc.stderr
+    notes = [l for l in proc.stdout.splitlines() if l.startswith("note:")]
+    assert notes == ["note: samples/dp4-ddp: 2 profiled step(s): the noise of its "
+                     "profiled-step figures is unknown (it needs three)"]
+
+
 # -- kernel names --------------------------------------------------------------------------
 
 @pytest.mark.parametrize("raw,key", [
