@@ -30,13 +30,14 @@ def test_every_file_of_a_sample_is_one_the_run_dir_names(sample):
 
 
 @pytest.mark.parametrize("sample", SAMPLES, ids=lambda p: p.name)
-def test_every_file_of_a_sample_report_is_its_summary_or_a_registered_table(sample):
+def test_every_file_of_a_sample_report_is_its_summary_its_marker_or_a_registered_table(sample):
     report = rd.ReportDir.of_run(sample)
     registered = {report.table(name) for name in tables.COLUMNS}
     found = {p for p in report.path.iterdir() if p.is_file()}
-    assert report.summary in found
-    assert found - {report.summary} <= registered, sorted(found - registered)
-    assert set(report.tables()) == found - {report.summary}
+    assert report.summary in found and report.marker in found     # meshscope wrote it
+    own = {report.summary, report.marker}
+    assert found - own <= registered, sorted(found - registered)
+    assert set(report.tables()) == found - own
     assert report.key.parent == report.cache and report.cache.parent == report.path
 
 
