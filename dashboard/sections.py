@@ -16,6 +16,8 @@ from typing import Sequence, Union
 
 import plotly.graph_objects as go
 
+from meshscope.analysis.report.model import REPORT_SCHEMA_VERSION
+
 NOTE = {"color": "#555", "fontStyle": "italic"}
 WARN = {"background": "#fff4e5", "border": "1px solid #f0b36a", "borderRadius": "4px",
         "padding": "8px 12px", "margin": "8px 0"}
@@ -100,8 +102,15 @@ class Section:
     id: str | None = None
 
 
-def missing(id_: str, what: str, run_id: str | None = None) -> Note:
-    """The note for a table or key this report does not have."""
+def missing(id_: str, what: str, run_id: str | None = None, *,
+            schema_version: int | None = None, why: str | None = None) -> Note:
+    """The note for a table or key this report does not have. A report older than this
+    meshscope writes (``schema_version`` below today's, or unknown) may lack it only for its
+    age: re-running ``meshscope analyze`` shows it. A report of today's version lacks it
+    because the input did: the note says what the input lacks (``why``, else "This run has no
+    …"), never an instruction that would change nothing."""
+    if schema_version is not None and schema_version >= REPORT_SCHEMA_VERSION:
+        return Note(id_, why or f"This run has no {what}.")
     cmd = f"meshscope analyze {run_id}" if run_id else "meshscope analyze"
     return Note(id_, f"This report has no {what} — re-run `{cmd}` with this version of "
                      f"meshscope to see it.")

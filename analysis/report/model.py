@@ -500,6 +500,9 @@ class Summary:
     warmup_steps: list[int]
     slow_steps: list[int]
     hangs: list[Hang] | None        # Flight Recorder verdicts; null: not said (schema 1)
+    # The ranks whose Flight Recorder dump was read: empty, there is no record to judge hangs
+    # and desyncs by; null, the report does not say (written before schema 4).
+    flight_recorder_ranks: list[int] | None
     findings: list[Finding]
     bandwidth: list[BandwidthRow]   # bandwidth summary rows
     gpu_idle_per_rank_mean: list[GpuIdle]   # where the GPU's idle time goes, per rank
@@ -532,6 +535,14 @@ class Summary:
     @property
     def straggler(self) -> Straggler | None:
         return self.cross_rank.straggler
+
+    @property
+    def hangs_judged(self) -> bool | None:
+        """Whether Flight Recorder records were read, so that "no hang" is a verdict: False
+        when the report says none were, None when it does not say (an older report)."""
+        if self.flight_recorder_ranks is None:
+            return None
+        return bool(self.flight_recorder_ranks)
 
     def rank_mean(self, rank: int) -> RankMean | None:
         """``rank``'s row of ``per_rank_mean`` (None when it has none)."""

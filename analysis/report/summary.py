@@ -160,6 +160,7 @@ class Facts:
     imbalance: dict | None            # crossrank.whatif's stage balance without it
     findings: list[Finding]
     memory: dict                      # memory_stage.memory_facts: stages, snapshots, memory
+    flight_recorder_ranks: list[int]  # the ranks whose Flight Recorder dump was read
 
 
 @dataclasses.dataclass(frozen=True)
@@ -207,6 +208,7 @@ def build(facts: Facts, t: Groups) -> Summary:
         warmup_steps=list(facts.step_records.warmup_steps),
         slow_steps=list(facts.step_records.slow_steps),
         hangs=rows(model.Hang, t.records.flight_recorder, "hangs"),
+        flight_recorder_ranks=sorted(int(r) for r in facts.flight_recorder_ranks),
         findings=list(facts.findings),
         bandwidth=rows(model.BandwidthRow, t.comm.bandwidth_summary, "bandwidth"),
         gpu_idle_per_rank_mean=rows(model.GpuIdle, _gpu_idle(t.steps.idle),

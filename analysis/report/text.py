@@ -225,6 +225,12 @@ def _cross_rank_lines(typed: reader.Summary) -> list[str]:
     for h in (typed.hangs or [])[:5]:
         if h.verdict in ("missing", "mismatch"):
             lines.append(f"{'HANG' if h.verdict == 'missing' else 'DESYNC'}: {h.detail}")
+    if typed.hangs_judged is False:
+        lines.append("Flight Recorder: no records — hangs and desyncs cannot be judged.")
+    elif typed.hangs_judged and not any(h.verdict in ("missing", "mismatch")
+                                        for h in typed.hangs or []):
+        lines.append(f"Flight Recorder: the records of {len(typed.flight_recorder_ranks or [])} "
+                     f"rank(s) show no hang and no desync.")
     return lines
 
 

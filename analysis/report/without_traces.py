@@ -47,7 +47,8 @@ def snapshots_only(inp: inputs.Inputs, options: AnalysisOptions) -> Report:
               throughput=throughput, step_records=records,
               cross_rank={"matchable": False, "why_not": ["no traces"], "matched_on": None,
                           "noise_us": None},
-              straggler=None, imbalance=None, findings=found, memory=memory_facts(mem)),
+              straggler=None, imbalance=None, findings=found, memory=memory_facts(mem),
+              flight_recorder_ranks=list(inp.flight.ranks)),
         on_gpu=True, records=RecordTables.empty(), memory=MemoryTables(**mem.tables))
 
 
@@ -103,5 +104,6 @@ def records_only(inp: inputs.Inputs, warmup_steps: int) -> Report:
               throughput=recs.throughput_summary, step_records=records,
               cross_rank={"matchable": False, "why_not": ["no traces"], "matched_on": None,
                           "noise_us": records.noise_us},
-              straggler=None, imbalance=None, findings=found, memory={}),
+              straggler=None, imbalance=None, findings=found, memory={},
+              flight_recorder_ranks=list(inp.flight.ranks)),
         on_gpu=facts["on_gpu"], records=recs.tables)

@@ -8,6 +8,7 @@ import dataclasses
 from meshscope.vocabulary import EXPOSED_COMM_ORDER
 
 from ..data import RunReport
+from ..sections import Note, missing
 from ..state import ViewState
 
 DIMS = EXPOSED_COMM_ORDER  # the breakdown's exposed-communication columns, in its order
@@ -36,6 +37,18 @@ class PageContext:
     @property
     def run_id(self) -> str:
         return self.report.run_id
+
+
+def absent(ctx: PageContext, table: str, id_: str, what: str, why: str | None = None
+           ) -> Note:
+    """The note for what this report lacks (``sections.missing``), read from ``table``: a
+    re-run where it would bring it — the report is older than this meshscope, or its
+    ``table`` file is missing (a damaged or partial report) — else what the run's input lacks
+    (``why``)."""
+    written = ctx.report.has_table(table)
+    return missing(id_, what, ctx.run_id,
+                   schema_version=ctx.report.typed.schema_version if written else None,
+                   why=why)
 
 
 def pick_step(report: RunReport, step: int | None) -> int | None:

@@ -23,10 +23,13 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..sections import Figure, Note, Section, Table, missing, ms
-from .common import COLOURS, LAYOUT, PageContext, rank_label
+from ..sections import Figure, Note, Section, Table, ms
+from .common import COLOURS, LAYOUT, absent, PageContext, rank_label
 
 TOP = 12
+_NO_TRANSFER = ("No collective of this run has a measurable transfer (none at all, or only "
+                "operations whose transfer the trace cannot tell from the wait): no bus "
+                "bandwidth to show.")
 
 
 def busbw_figure(ctx: PageContext) -> go.Figure | None:
@@ -222,12 +225,13 @@ def sections(ctx: PageContext) -> list[Section]:
                                             + (f" No point for {', '.join(unknown)}: the "
                                                "trace cannot tell their transfer from the "
                                                "wait for the peer." if unknown else ""))
-                                     if bus else missing("busbw-none", "bandwidth summary",
-                                                         ctx.run_id)]))
+                                     if bus else absent(ctx, "bandwidth_summary", "busbw-none",
+                                                        "bandwidth summary", _NO_TRANSFER)]))
     ops = _per_rank_ops(ctx)
     if ops is None:
-        out.append(Section("Collectives", [missing("ops-none", "bandwidth table",
-                                                   ctx.run_id)]))
+        out.append(Section("Collectives", [absent(ctx, "bandwidth", "ops-none", "bandwidth table",
+                                                  "This run has no collective or "
+                                                  "point-to-point operation to show.")]))
         return out
     tw = transfer_wait_figure(ops)
     out.append(Section("Transfer vs wait", [Figure("transfer-wait-graph", tw) if tw else

@@ -31,8 +31,8 @@ import plotly.graph_objects as go
 from meshscope.analysis.report import reader
 
 from ..data import RunReport
-from ..sections import Cell, Figure, Link, Note, Section, Table, fmt, missing
-from .common import LAYOUT, PageContext, rank_label
+from ..sections import Cell, Figure, Link, Note, Section, Table, fmt
+from .common import LAYOUT, absent, PageContext, rank_label
 
 # idle.parquet's causes, in the order the analysis charges them, in words.
 IDLE_CAUSES = {
@@ -235,7 +235,7 @@ def overview_section(ctx: PageContext) -> Section | None:
     line = headline(rep)
     items = [line] if line else []
     items.append(Figure("overview-idle-graph", fig) if fig is not None else
-                 missing("overview-idle-none", "GPU idle breakdown", ctx.run_id))
+                 absent(ctx, "idle", "overview-idle-none", "GPU idle breakdown"))
     items.append(Link("gpu-link", "the GPU page", ctx.state.href("gpu", color=None),
                       before="Step categories, kernels, GEMMs and synchronisations: "))
     return Section("Where the GPU's idle time goes", items, id="overview-gpu")
@@ -388,7 +388,7 @@ def sections(ctx: PageContext) -> list[Section]:
     out.append(Section("Where the GPU's idle time goes",
                        ([line] if line else []) +
                        [Figure("idle-graph", fig, IDLE_CAPTION) if fig is not None else
-                        missing("idle-none", "GPU idle breakdown (idle.parquet)", ctx.run_id)]))
+                        absent(ctx, "idle", "idle-none", "GPU idle breakdown (idle.parquet)")]))
     rank = focus_rank(ctx)
     if rank is None:
         return out
@@ -399,20 +399,20 @@ def sections(ctx: PageContext) -> list[Section]:
                "each step: Kernel where a compute kernel runs, else Memcpy, Memset, "
                "Communication, Runtime (the host in a CUDA runtime call), DataLoader, CPU "
                "Exec, Other; the parts add up to the step's device window.")
-        if cats is not None else missing("categories-none", "step categories table",
-                                         ctx.run_id)]))
+        if cats is not None else absent(ctx, "step_categories", "categories-none",
+                                        "step categories table")]))
     kt = kernels_table(rep, rank)
     kc = kernel_categories_table(rep, rank)
     out.append(Section(f"Kernels · {who}", [
-        kt if kt is not None else missing("kernels-missing", "kernel table", ctx.run_id)]
+        kt if kt is not None else absent(ctx, "kernels", "kernels-missing", "kernel table")]
         + ([kc] if kc is not None else [])))
     gt = gemms_table(rep, rank)
     out.append(Section(f"GEMM efficiency · {who}", [
-        gt if gt is not None else missing("gemms-missing", "GEMM table", ctx.run_id)]))
+        gt if gt is not None else absent(ctx, "gemms", "gemms-missing", "GEMM table")]))
     st_ = sync_table(rep, rank)
     out.append(Section(f"Synchronisations · {who}", [
-        st_ if st_ is not None else missing("sync-missing", "synchronisation table",
-                                            ctx.run_id)]))
+        st_ if st_ is not None else absent(ctx, "sync_calls", "sync-missing",
+                                           "synchronisation table")]))
     si = stream_idle_table(rep)
     if si is not None:
         out.append(Section("Idle per stream (HTA's breakdown)", [si]))

@@ -4,8 +4,9 @@ inputs the analysis could not use.
 - ``fr-table``: the Flight Recorder verdicts (``flight_recorder.parquet``, or summary.json's
   ``hangs`` in schema 1): group, sequence number, op, verdict (missing ranks, op/size/dtype
   mismatch, state), the ranks present and missing, and the detail the analysis joined to them
-  (the step the missing ranks last finished, their last operation); ``fr-healthy`` when there
-  is none.
+  (the step the missing ranks last finished, their last operation); ``fr-healthy`` when the
+  records hold none; ``fr-none`` when there are no records: then hangs and desyncs cannot be
+  judged, and the page says so rather than that all is well.
 - ``problems-table``: every damaged, missing or refused input, one line each as the analysis
   named it (file, field, problem); ``missing-ranks``; ``notes`` (what the analysis did that a
   reader should know).
@@ -34,14 +35,20 @@ def verdicts(ctx: PageContext) -> list:
     """The Flight Recorder verdicts: ``flight_recorder.parquet``, else (schema 1, which wrote
     no such table) summary.json's ``hangs`` — the reader decides which (``hangs_in_summary``)."""
     rep = ctx.report
+    if rep.typed.hangs_judged is False:
+        return [Note("fr-none", "No Flight Recorder records: hangs and desyncs cannot be "
+                                "judged (the run left no dumps in comms/, and none lie under "
+                                "the analysed folder).", warn=True)]
     fr = reader.flight_recorder_verdicts(
         rep.table("flight_recorder") if rep.has_table("flight_recorder") else None, rep.typed)
     if fr is None:
-        return [Note("fr-none", "No Flight Recorder dumps in this run (comms/): nothing "
-                                "to say about hangs or desyncs.")]
+        return [Note("fr-none", "No Flight Recorder records: hangs and desyncs cannot be "
+                                "judged.", warn=True)]
     if fr.empty:
-        return [Note("fr-healthy", "No hang and no desync: every rank of every group reached "
-                                   "the same operations and agreed on them.")]
+        ranks = rep.typed.flight_recorder_ranks
+        of = f" in the records of {len(ranks)} rank(s)" if ranks else ""
+        return [Note("fr-healthy", f"No hang and no desync{of}: every rank of every group "
+                                   f"reached the same operations and agreed on them.")]
     # The columns the verdicts fill (an older report's missing ones are all null), the main
     # ones first.
     cols = [c for c in FR_COLUMNS if fr[c].notna().any()] + \

@@ -2,7 +2,9 @@
 and the ranked findings with their evidence, cost and remedy.
 
 - ``run-facts``: layout, world size, schedule, microbatches, step time, tokens/s, MFU.
-- ``straggler``: the named straggler and what fixing it saves (``cross_rank.straggler``).
+- ``lead-finding``: the run's first finding, whatever its kind, at the head of the page.
+- ``straggler``: the named straggler and what fixing it saves (``cross_rank.straggler``), or
+  why there is none (the run's noise, a single rank, no trace).
 - ``mesh-graph``: the layout drawn as its mesh — one row per pipeline stage, one column per
   (dp, cp, tp) coordinate — each rank coloured by ``?color=``: its what-if saving (default,
   when the report has one), or a part of its step breakdown; expert-parallel groups named in
@@ -23,10 +25,9 @@ import plotly.graph_objects as go
 from meshscope.analysis.report.model import human_bytes
 from meshscope.analysis.report import reader
 
-from ..sections import Facts, Figure, Note, Section, Table, clip, evidence_text, fmt, \
-    missing
+from ..sections import Facts, Figure, Note, Section, Table, clip, evidence_text, fmt
 from . import device
-from .common import COLOURS, DIMS, LAYOUT, PageContext, rank_label, straggler_text
+from .common import COLOURS, DIMS, LAYOUT, absent, PageContext, rank_label, straggler_text
 
 # Mesh colourings: key -> (label, where the value comes from).
 COLOR_CHOICES = {"saving": "what-if saving (ms/step)", "compute": "compute (ms/step)",
@@ -245,16 +246,39 @@ def findings_table(ctx: PageContext) -> Table | Note:
                  left=10)
 
 
-def sections(ctx: PageContext) -> list[Section]:
+def lead_finding(ctx: PageContext) -> list[Note]:
+    """The run's first finding, whatever its kind, at the head of the page (the findings
+    table below has them all)."""
+    found = ctx.report.typed.findings
+    if not found:
+        return []
+    f = found[0]
+    cost = "" if f.cost_us is None else \
+        f" — costs {f.cost_us / 1e3:.1f} ms/step ({fmt(f.cost_pct, 1)}%)"
+    return [Note("lead-finding", f"First finding: [{f.severity}] {f.title}{cost}.",
+                 warn=f.severity == "high")]
+
+
+def straggler_note(ctx: PageContext) -> Note:
+    """The straggler line: the straggler, or why there is none — its peers' noise, a single
+    rank, or no trace at all."""
     rep = ctx.report
-    out = [Section(None, [header_facts(ctx), *input_warnings(ctx)], id="overview-head")]
     line = straggler_text(rep)
-    out.append(Section(None, [Note("straggler", line, warn=True) if line else
-                              Note("straggler", "No straggler: no rank's work stands out "
-                                   "above the run's step-to-step noise.") if rep.typed.ranks
-                              else Note("straggler", "No trace: stragglers and timings cannot "
-                                        "be judged; the findings come from the always-on "
-                                        "records (Flight Recorder, step timers).")]))
+    if line:
+        return Note("straggler", line, warn=True)
+    if not rep.typed.ranks:
+        return Note("straggler", "No trace: stragglers and timings cannot be judged; the "
+                                 "findings come from the always-on records (Flight Recorder, "
+                                 "step timers).")
+    if len(rep.typed.ranks) == 1:
+        return Note("straggler", "A single-rank trace has no stragglers to find.")
+    return Note("straggler", "No straggler: no rank's work stands out above the run's "
+                             "step-to-step noise.")
+
+
+def sections(ctx: PageContext) -> list[Section]:
+    out = [Section(None, [header_facts(ctx), *input_warnings(ctx)], id="overview-head")]
+    out.append(Section(None, [*lead_finding(ctx), straggler_note(ctx)]))
     mesh = mesh_figure(ctx)
     bars = breakdown_figure(ctx)
     out.append(Section("Where the ranks sit", [
@@ -264,8 +288,8 @@ def sections(ctx: PageContext) -> list[Section]:
                   "the view on it."))
         if mesh else Note("mesh-none", "No per-rank figures to draw the mesh with.")]))
     out.append(Section("Step breakdown", [Figure("breakdown-graph", bars) if bars else
-                                          missing("breakdown-none", "step breakdown",
-                                                  ctx.run_id)]))
+                                          absent(ctx, "breakdown", "breakdown-none",
+                                                 "step breakdown")]))
     gpu = device.overview_section(ctx)
     if gpu is not None:
         out.append(gpu)

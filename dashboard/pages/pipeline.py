@@ -21,8 +21,8 @@ import plotly.graph_objects as go
 from meshscope.analysis.report import reader
 from meshscope.analysis.report.reader import Stage
 
-from ..sections import Facts, Figure, Note, Section, Table, fmt, missing, ms
-from .common import COLOURS, LAYOUT, PageContext, lanes_layout, pick_step, rank_label
+from ..sections import Facts, Figure, Note, Section, Table, fmt, ms
+from .common import COLOURS, LAYOUT, absent, lanes_layout, PageContext, pick_step, rank_label
 
 PHASES = ("forward", "backward", "weight-grad")
 
@@ -145,7 +145,7 @@ def imbalance(ctx: PageContext) -> list:
         out.append(Table("imbalance-table", ["stage", "compute per microbatch", "× mean"],
                          [[s.stage, ms(s.compute_per_mb_us), fmt(s.ratio_to_mean, 3)]
                           for s in stages]))
-    return out or [missing("imbalance-none", "stage-imbalance table", ctx.run_id)]
+    return out or [absent(ctx, "stage_imbalance", "imbalance-none", "stage-imbalance table")]
 
 
 def phases(ctx: PageContext, step: int) -> list:
@@ -174,10 +174,10 @@ def sections(ctx: PageContext) -> list[Section]:
     out = [Section(f"Schedule of step {step}", [
         Figure("gantt-graph", gantt, "Each bar is one microbatch's forward, backward or "
                "weight-grad on one rank; the gaps are the bubble.") if gantt else
-        missing("gantt-none", "microbatch table for this step", ctx.run_id)])]
+        absent(ctx, "microbatches", "gantt-none", "microbatch table for this step")])]
     out.append(Section("Bubble vs theory", [bubble_table(rows), Figure("bubble-graph",
                                                                        bubble_figure(rows))]
-                       if rows else [missing("bubble-none", "bubble table", ctx.run_id)]))
+                       if rows else [absent(ctx, "bubbles", "bubble-none", "bubble table")]))
     out.append(Section("Stage imbalance", imbalance(ctx)))
     crit = critical_table(ctx, step) if step is not None else []
     if crit:

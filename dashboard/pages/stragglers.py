@@ -19,8 +19,8 @@ import plotly.graph_objects as go
 
 from meshscope.analysis.report import reader
 
-from ..sections import Facts, Figure, Note, Section, Table, clip, evidence_text, missing, ms
-from .common import COLOURS, LAYOUT, PageContext, rank_label, straggler_text
+from ..sections import Facts, Figure, Note, Section, Table, clip, evidence_text, ms
+from .common import COLOURS, LAYOUT, absent, PageContext, rank_label, straggler_text
 
 MAX_SKEW_BARS = 200
 
@@ -167,7 +167,8 @@ def clock_section(ctx: PageContext) -> list:
     offsets = [c for c in reader.clock_offsets(ctx.report.table("clock_offsets"))
                if c.offset_us is not None]
     if not offsets:
-        return [missing("clock-none", "clock-offset table", ctx.run_id)]
+        return [absent(ctx, "clock_offsets", "clock-none", "clock-offset table",
+                       _why_unmatched(ctx, "clocks"))]
     x = [rank_label(c.rank, ctx.report) for c in offsets]
     known = any(c.uncertainty_us is not None for c in offsets)
     err = [None if c.uncertainty_us is None else round(c.uncertainty_us / 1e3, 4)
@@ -187,14 +188,28 @@ def clock_section(ctx: PageContext) -> list:
                                                       "exceeds twice its uncertainty.")]
 
 
+def _why_unmatched(ctx: PageContext, what: str) -> str:
+    """Why this run has no cross-rank figure (``what``): one rank has nobody to compare with;
+    otherwise its collectives could not be matched across ranks (the analysis says why)."""
+    typed = ctx.report.typed
+    if len(typed.ranks) <= 1:
+        return f"A single-rank trace has no stragglers to find: no {what} across ranks."
+    why = "; ".join(typed.cross_rank.why_not)
+    return f"The collectives could not be matched across the ranks: no {what}" + \
+        (f" ({why})." if why else ".")
+
+
 def sections(ctx: PageContext) -> list[Section]:
     out = [Section(None, verdict(ctx))]
     hm = heatmap_figure(ctx)
     out.append(Section("Step timers", [Figure("heatmap-graph", hm) if hm else
-                                       missing("heatmap-none", "step heatmap", ctx.run_id)]))
+                                       absent(ctx, "step_heatmap", "heatmap-none", "step heatmap",
+                                              "No step timers in this run (steps/): no rank × "
+                                              "step heatmap, no step-to-step noise.")]))
     saving, waits = saving_figure(ctx), waits_figure(ctx)
     items = [Figure("saving-graph", saving) if saving else
-             missing("saving-none", "what-if saving per rank", ctx.run_id)]
+             absent(ctx, "rank_waits", "saving-none", "what-if saving per rank",
+                    _why_unmatched(ctx, "what-if savings"))]
     if waits:
         items.append(Figure("waits-graph", waits))
     out.append(Section("Who holds whom up", items))

@@ -31,8 +31,8 @@ import plotly.graph_objects as go
 
 from meshscope.analysis.report import reader
 
-from ..sections import Facts, Figure, Link, Note, Section, missing
-from .common import COLOURS, PageContext, lanes_layout, pick_step, rank_label
+from ..sections import Facts, Figure, Link, Note, Section
+from .common import COLOURS, absent, lanes_layout, PageContext, pick_step, rank_label
 
 MAX_ARROWS = 24
 _CACHE: dict[tuple, tuple[pd.DataFrame, list, dict]] = {}
@@ -148,8 +148,9 @@ def sections(ctx: PageContext) -> list[Section]:
                                                            "steps: no trace to show or export.")])]
     seg, arrows, applied = _segments(ctx, step) or (None, [], {})
     if seg is None:
-        return [Section("Timeline", [missing("timeline-none", "aligned timeline table "
-                                             "(timeline.parquet)", ctx.run_id), export])]
+        return [Section("Timeline", [absent(ctx, "timeline", "timeline-none",
+                                            "aligned timeline table (timeline.parquet)"),
+                                     export])]
     if seg.empty:
         return [Section("Timeline", [Note("timeline-none", f"No trace holds step {step}."),
                                      export])]
