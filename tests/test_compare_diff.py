@@ -349,6 +349,42 @@ def hta_pair(tmp_path_factory):
     return control, test, reports, json.loads(proc.stdout)
 
 
+def test_a_dimension_the_traces_cannot_attribute_is_unmeasured_not_a_pass(hta_pair,
+                                                                          tmp_path):
+    """Issue 45, item 3: docs/compare.md's own CI example, `--fail-if 'exposed_comm.dp>+2ms'`,
+    read 0.000 → 0.000 ms and passed on HTA's trace-diff pair, whose communication carries no
+    mesh names (filed under 'unknown'). It is unmeasured: exit 2 naming why; with
+    --allow-unmeasured it is "not checked" in the text, the JUnit (skipped) and the Markdown,
+    and the other conditions are judged as before."""
+    control, test, reports, _ = hta_pair
+    proc = meshscope("compare", control, test, "--reports", reports,
+                     "--fail-if", "exposed_comm.dp>+2ms")
+    assert proc.returncode == 2, proc.stderr
+    assert "control does not measure exposed_comm.dp (its communication carries no mesh " \
+           "names" in proc.stderr and "--allow-unmeasured" in proc.stderr
+    proc = meshscope("compare", control, test, "--reports", reports, "--allow-unmeasured",
+                     "--fail-if", "exposed_comm.dp>+2ms", "--fail-if", "step_time>+500%",
+                     "--junit", tmp_path / "j.xml", "--markdown", tmp_path / "m.md")
+    assert proc.returncode == 0, proc.stderr
+    assert "gate [test] not checked: exposed_comm.dp>+2ms — control does not measure" in \
+        proc.stdout and "gate [test] pass: step_time>+500%" in proc.stdout
+    suite = ET.parse(tmp_path / "j.xml").getroot().find("testsuite")
+    assert (suite.get("tests"), suite.get("failures"), suite.get("skipped")) == ("2", "0", "1")
+    assert "1 not checked: not measured" in (tmp_path / "m.md").read_text()
+
+
+def test_a_dimension_the_run_measures_or_does_not_have_is_judged():
+    """The healthy twins: the runner's own runs name every group's dimension (dp4-ddp: dp is
+    measured); tp2-pp2-interleaved has some communication filed under 'unknown' but no dp in
+    its layout (run.json: dp=1), so its dp is a measured 0."""
+    proc = meshscope("compare", SAMPLES / "dp4-ddp", SAMPLES / "dp2-pp2-1f1b",
+                     "--fail-if", "exposed_comm.dp>+1000ms")
+    assert proc.returncode == 0 and "pass: exposed_comm.dp>+1000ms" in proc.stdout, proc.stderr
+    proc = meshscope("compare", SAMPLES / "tp2-pp2-interleaved", SAMPLES / "dp2-pp2-1f1b",
+                     "--fail-if", "exposed_comm.dp>+1000ms")
+    assert proc.returncode == 0, proc.stderr
+
+
 def test_kernel_differences_equal_a_scan_of_the_raw_traces(hta_pair):
     control, test, _, doc = hta_pair
     (d,) = doc["diffs"]

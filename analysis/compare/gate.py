@@ -125,9 +125,10 @@ class Verdict:
     change: Change
     holds: bool
     failed: bool
-    measured: float
+    measured: float | None
     noise: float | None
     message: str
+    checked: bool = True          # False: a side does not measure it (--allow-unmeasured)
 
 
 def _fmt(kind: str, x: float | None, sign: bool = False) -> str:
@@ -145,17 +146,29 @@ def _fmt(kind: str, x: float | None, sign: bool = False) -> str:
     return f"{s}{x:,.1f}"
 
 
-def evaluate(cond: Condition, before: Side, after: Side, diff: RunDiff | None = None
-             ) -> Verdict:
-    """``cond`` on the pair (module docstring). GateError when a run does not measure the
-    quantity (a condition the gate cannot judge is a bad input, not a pass)."""
+def evaluate(cond: Condition, before: Side, after: Side, diff: RunDiff | None = None,
+             allow_unmeasured: bool = False) -> Verdict:
+    """``cond`` on the pair (module docstring). A quantity a run does not measure — no value,
+    or communication it cannot attribute to the condition's dimension
+    (``quantities.unattributed``) — is a GateError, whatever the quantity: a condition the gate
+    cannot judge is a bad input, never a pass. With ``allow_unmeasured`` it is a verdict that
+    is not checked (``checked`` False), which fails nothing and says so."""
     c = diff.quantities.get(cond.quantity) if diff is not None else None
     c = c if c is not None else change(before, after, cond.quantity)
     kind = c.unit
     for side, value in ((before, c.before), (after, c.after)):
-        if value is None and (cond.is_change or side is after):
-            raise GateError(f"--fail-if {cond.text!r}: {side.name} does not measure "
-                            f"{cond.quantity} ({_why(cond.quantity)})")
+        if not (cond.is_change or side is after):
+            continue
+        why = Q.unattributed(side, cond.quantity) if value is not None else \
+            _why(cond.quantity)
+        if why is None:
+            continue
+        said = f"{side.name} does not measure {cond.quantity} ({why})"
+        if not allow_unmeasured:
+            raise GateError(f"--fail-if {cond.text!r}: {said}; --allow-unmeasured reports "
+                            f"it as not checked")
+        return Verdict(cond, c, False, False, None, None,
+                       f"not checked: {cond.text} — {said}", checked=False)
     compare = _OPS[cond.op]
     if cond.is_change:
         if cond.relative and not c.before:      # judged before dividing: never a crash

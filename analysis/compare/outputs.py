@@ -227,11 +227,15 @@ def markdown(diffs: list[RunDiff], verdicts: list[tuple[str, Verdict]]) -> str:
     out = ["## meshscope compare", ""]
     if verdicts:
         failed = [v for _, v in verdicts if v.failed]
+        unchecked = [v for _, v in verdicts if not v.checked]
         out.append(f"**Gate: {'failed' if failed else 'passed'}** "
-                   f"({len(failed)} of {len(verdicts)} condition(s) failed)")
+                   f"({len(failed)} of {len(verdicts)} condition(s) failed"
+                   + (f"; {len(unchecked)} not checked: not measured" if unchecked else "")
+                   + ")")
         out += ["", "| | condition | run | result |", "|---|---|---|---|"]
         for name, v in verdicts:
-            out.append(f"| {'❌' if v.failed else '✅'} | `{v.condition.text}` | {name} | "
+            mark = "❌" if v.failed else "✅" if v.checked else "⚪ not checked"
+            out.append(f"| {mark} | `{v.condition.text}` | {name} | "
                        f"{_md(v.message.split(' — ', 1)[-1])} |")
         out.append("")
     for d in diffs:
@@ -275,6 +279,8 @@ def junit(verdicts: list[tuple[str, Verdict]], diffs: list[RunDiff]) -> str:
                 failures += 1
                 f = ET.SubElement(case, "failure", message=v.message, type="regression")
                 f.text = v.message
+            elif not v.checked:
+                ET.SubElement(case, "skipped", message=v.message)
             else:
                 ET.SubElement(case, "system-out").text = v.message
     else:
@@ -284,6 +290,7 @@ def junit(verdicts: list[tuple[str, Verdict]], diffs: list[RunDiff]) -> str:
             ET.SubElement(case, "system-out").text = "\n".join(d.sentences)
     cases = len(suite.findall("testcase"))
     suite.set("tests", str(cases))
+    suite.set("skipped", str(len(suite.findall("testcase/skipped"))))
     suite.set("failures", str(failures))
     suite.set("errors", "0")
     root = ET.Element("testsuites", tests=str(cases), failures=str(failures), errors="0")

@@ -151,6 +151,28 @@ def _ranks_per_step(side: Side) -> pd.Series:
     return bd.groupby("step")["rank"].nunique() if len(bd) else pd.Series(dtype=float)
 
 
+def unattributed(side: Side, name: str) -> str | None:
+    """Why ``side`` cannot tell ``name``'s dimension apart, for a quantity of one named
+    dimension (``exposed_comm.dp``, ``exposed_comm.tp.all_reduce``); None where it can. A run
+    whose communication carries no mesh names files it under ``unknown``: its 0 ms of dp is
+    then not a measurement — the dp time may be inside ``unknown``. A dimension the run's
+    layout does not have (run.json: size 1) is a measured 0 all the same."""
+    head, _, rest = name.partition(".")
+    dim = rest.partition(".")[0]
+    if head != "exposed_comm" or not dim or dim == "unknown":
+        return None
+    typed = side.summary
+    layout = typed.run.layout if typed.run is not None else {}
+    if layout.get(dim) == 1:
+        return None
+    unknown = any(b.dim == "unknown" for b in typed.bandwidth) or \
+        any((m.exposed_comm_unknown_us or 0.0) > 0 for m in typed.per_rank_mean)
+    if not unknown:
+        return None
+    return (f"its communication carries no mesh names, so none of it can be told to be "
+            f"{dim}: it is filed under 'unknown' (give --layout to attribute it)")
+
+
 def measure(side: Side, name: str) -> Measure | None:
     """The quantity ``name`` on ``side`` (module docstring); None when the side does not
     measure it (no step timers for tokens/s, no GPU for idle causes…). A dimension or op

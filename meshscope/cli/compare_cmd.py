@@ -55,6 +55,10 @@ def _write(path: str, text: str) -> None:
                    "e.g. 'step_time>+5%', 'exposed_comm.dp>+2ms', 'peak_memory>+1GiB' "
                    "(repeatable; docs/compare.md lists the quantities). Exit 1 when one holds "
                    "beyond the runs' step-to-step noise.")
+@click.option("--allow-unmeasured", is_flag=True,
+              help="A --fail-if condition on a quantity a run does not measure (no step "
+                   "timers, communication without mesh names…) is reported as not checked "
+                   "instead of refused (exit 2).")
 @click.option("--junit", "junit_out", default=None, type=click.Path(dir_okay=False),
               help="Write the gate's result as JUnit XML to this file (CI test reports).")
 @click.option("--markdown", "markdown_out", default=None, type=click.Path(dir_okay=False),
@@ -72,8 +76,8 @@ def _write(path: str, text: str) -> None:
 @click.option("--detail", is_flag=True,
               help="Under each run of the table, every planned number beside the measured one.")
 @analysis_flags
-def compare_cmd(paths, conditions, junit_out, markdown_out, as_json, csv_out, reports_dir,
-                from_runs, detail, **flags):
+def compare_cmd(paths, conditions, allow_unmeasured, junit_out, markdown_out, as_json,
+                csv_out, reports_dir, from_runs, detail, **flags):
     """Compare runs: what changed from the first (BEFORE) to the others, and why; or rank a
     sweep folder's runs."""
     # Here, not above: comparing reads reports with pandas (0.4 s), which ``meshscope
@@ -104,7 +108,8 @@ def compare_cmd(paths, conditions, junit_out, markdown_out, as_json, csv_out, re
                         before_analysis=before_analysis(parsed.options))
         sides = table.sides
         diffs = [] if sweep else [diff(sides[0], s) for s in sides[1:]]
-        verdicts = [(d.after.name, gate.evaluate(c, sides[0], s, d))
+        verdicts = [(d.after.name, gate.evaluate(c, sides[0], s, d,
+                                                 allow_unmeasured=allow_unmeasured))
                     for c in cond for d, s in zip(diffs, sides[1:])]
     except gate.GateError as e:
         fail(str(e))
@@ -120,8 +125,8 @@ def compare_cmd(paths, conditions, junit_out, markdown_out, as_json, csv_out, re
         doc = table.to_dict()
         doc["diffs"] = [d.to_dict() for d in diffs]
         doc["gate"] = [{"run": name, "condition": v.condition.text, "failed": v.failed,
-                        "holds": v.holds, "measured": v.measured, "noise": v.noise,
-                        "message": v.message} for name, v in verdicts]
+                        "checked": v.checked, "holds": v.holds, "measured": v.measured,
+                        "noise": v.noise, "message": v.message} for name, v in verdicts]
         click.echo(json.dumps(doc, indent=2))
     elif csv_out != "-" and markdown_out != "-":
         blocks = [outputs.text(d) for d in diffs]
