@@ -551,3 +551,30 @@ def test_ddp_against_fsdp_names_the_communication_that_changed(own_runs):
         per_rank = ms.groupby("rank")["peak_allocated_bytes"].max()
         assert [m[f"allocated_{side}_bytes"] for m in d["memory"]] == \
             pytest.approx(per_rank.tolist())
+
+
+def _docs_ci_conditions() -> list[str]:
+    """The --fail-if conditions of docs/compare.md's GitHub Actions example, as written."""
+    text = (ROOT / "docs" / "compare.md").read_text()
+    block = text.split("# .github/workflows/perf.yml", 1)[1].split("```", 1)[0]
+    return re.findall(r"--fail-if '([^']+)'", block)
+
+
+def test_the_documented_ci_gate_fails_and_passes_as_the_change_says(hta_pair):
+    """Issue 45, item 3: docs/compare.md's CI example, run as written. On the runner's own
+    runs it fails where the change is a regression (a rank slowed by a known amount) and
+    passes where nothing changed (a run against itself); on HTA's trace-diff pair (no mesh
+    names, no step timers) it exits 2 naming each unmeasured quantity."""
+    conds = _docs_ci_conditions()
+    assert conds == ["step_time>+5%", "exposed_comm.dp>+2ms", "peak_memory>+1GiB"]
+    args = [a for c in conds for a in ("--fail-if", c)]
+    slowed = meshscope("compare", SAMPLES / "dp2-pp2-1f1b", SAMPLES / "dp2-pp2-slow-rank1",
+                       *args)
+    assert slowed.returncode == 1, slowed.stderr
+    assert "FAIL: step_time>+5%" in slowed.stdout
+    same = meshscope("compare", SAMPLES / "dp2-pp2-1f1b", SAMPLES / "dp2-pp2-1f1b", *args)
+    assert same.returncode == 0, same.stderr
+    assert same.stdout.count("pass: ") == 3
+    control, test, reports, _ = hta_pair
+    foreign = meshscope("compare", control, test, "--reports", reports, *args)
+    assert foreign.returncode == 2 and "does not measure" in foreign.stderr, foreign.stderr
