@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import pathlib
 import math
 import re
 import xml.etree.ElementTree as ET
@@ -444,9 +445,17 @@ def test_the_text_names_the_top_causes(hta_pair):
     _, _, _, doc = hta_pair
     (d,) = doc["diffs"]
     s = d["sentences"]
-    assert s[0].startswith("Step time rose from 77.50 ms (control) to 124.09 ms (test)")
-    assert "beyond the step-to-step noise" in s[0]
-    assert s[1].startswith("Compute grew 44.44 ms a step (95% of the change)")
+    # first what makes the pair unlike (issue 45: an A100 job of 8 ranks against a V100 one
+    # of 2, control's deviceProperties and distributedInfo against test's), then the causes
+    assert s[0] == ("Not like for like — device: NVIDIA A100-PG509-200 → Tesla "
+                    "V100-SXM2-16GB; devices per trace: 8 → 2; world size: 8 → 2; ranks "
+                    "compared by position: [3] → [1] (no rank id in common): read every cause "
+                    "below with that in mind.")
+    assert d["like_for_like"] is False and d["hardware_changed"] is True
+    assert s[1].startswith("Step time rose from 77.50 ms (control) to 124.09 ms (test)")
+    assert "beyond the step-to-step noise" in s[1]
+    assert s[2].startswith("Compute grew 44.44 ms a step (95% of the change)")
+    assert s[2].endswith("(on other hardware: the device changed).")
     assert any(x.startswith("Other device work (copies, fills) grew") for x in s)
     assert d["residual_us"] == pytest.approx(0.0, abs=1e-6)
     assert sum(p["delta"] for p in d["parts"]) == pytest.approx(d["window"]["delta"])
@@ -578,3 +587,64 @@ def test_the_documented_ci_gate_fails_and_passes_as_the_change_says(hta_pair):
     control, test, reports, _ = hta_pair
     foreign = meshscope("compare", control, test, "--reports", reports, *args)
     assert foreign.returncode == 2 and "does not measure" in foreign.stderr, foreign.stderr
+
+
+def test_a_pair_that_is_not_alike_says_so_first_everywhere(hta_pair, tmp_path):
+    """Issue 45, item 2: HTA's trace-diff pair (an A100 job of 8 ranks against a V100 job of
+    2) says it is not like for like before any cause — in the Markdown, the JUnit file and the
+    compare page — and its healthy twin, a run against itself, says nothing of the kind."""
+    from meshscope.analysis.compare.sides import open_side
+    from meshscope.dashboard.pages.compare import pair_sections
+
+    control, test, reports, _ = hta_pair
+    proc = meshscope("compare", control, test, "--reports", reports, "--fail-if",
+                     "step_time>+500%", "--junit", tmp_path / "j.xml", "--markdown",
+                     tmp_path / "m.md")
+    assert proc.returncode == 0, proc.stderr
+    md = (tmp_path / "m.md").read_text().splitlines()
+    assert md[2].startswith("**Not like for like** (control → test): device: NVIDIA "
+                            "A100-PG509-200 → Tesla V100-SXM2-16GB")
+    assert md.index(md[2]) < next(i for i, ln in enumerate(md) if ln.startswith("**Gate"))
+    suite = ET.parse(tmp_path / "j.xml").getroot().find("testsuite")
+    prop = suite.find("properties/property")
+    assert prop.get("name") == "not_like_for_like.test" and "world size: 8 → 2" in \
+        prop.get("value")
+    assert suite.find("testcase/system-err").text.startswith("Not like for like — device")
+    d = diff(open_side(control, reports_dir=reports), open_side(test, reports_dir=reports))
+    first = pair_sections(d)[0].items[0]
+    assert first.id == "compare-unlike" and first.warn
+    same = diff(open_side(SAMPLES / "dp4-ddp"), open_side(SAMPLES / "dp4-ddp"))
+    assert same.unlike == [] and not same.hardware_changed
+    assert not same.sentences[0].startswith("Not like for like")
+    assert pair_sections(same)[0].items[0].id == "compare-sentence-0"
+
+
+def test_what_makes_two_runs_unlike_is_named_field_by_field():
+    """alike.differences on two hand-made summaries, each field known by construction."""
+    from meshscope.analysis.compare import alike
+    from meshscope.analysis.compare.sides import Side
+    from meshscope.analysis.report import reader
+
+    def side(name, env, device="gpu", ranks=(0, 1)):
+        doc = {"schema_version": 4, "device": device, "ranks": list(ranks), "steps": [1],
+               "step_time_us": 1000.0, "step_time_source": "window", "window_us": 1000.0,
+               "environment": env}
+        return Side(name=name, path=pathlib.Path(name), report_dir=pathlib.Path(name),
+                    summary=reader.read_summary(doc), info=None)
+    a = side("a", {"devices": ["NVIDIA H100"], "world_sizes": [2], "backends": ["nccl"],
+                   "nccl_versions": ["2.21.5"], "cuda_runtime_versions": ["12.4"],
+                   "profiler_settings": ["record_shapes"], "step_definitions": ["ProfilerStep"]})
+    b = side("b", {"devices": ["NVIDIA H100"], "world_sizes": [2], "backends": ["nccl"],
+                   "nccl_versions": ["2.25.1"], "cuda_runtime_versions": ["12.4"],
+                   "profiler_settings": ["record_shapes with_stack"],
+                   "step_definitions": ["ProfilerStep"]})
+    assert alike.differences(a, b, "id") == [
+        "NCCL version: 2.21.5 → 2.25.1",
+        "profiler settings: record_shapes → record_shapes with_stack"]
+    assert not alike.hardware_changed(a, b)
+    c = side("c", {"devices": ["NVIDIA A100"], "world_sizes": [4]}, ranks=(0, 1, 2, 3))
+    assert alike.differences(a, c, "none")[:2] == ["device: NVIDIA H100 → NVIDIA A100",
+                                                   "backend: nccl → not recorded"]
+    assert "world size: 2 → 4" in alike.differences(a, c, "none")
+    assert alike.hardware_changed(a, c)
+    assert alike.differences(a, a, "id") == []

@@ -31,6 +31,7 @@ from meshscope.analysis.ingest.classify import HOST_COMM_RE
 from meshscope.analysis.timeline.breakdown import DIM_ORDER, rank_means
 from meshscope.vocabulary import IDLE_CAUSES
 
+from . import alike
 from . import quantities as Q
 from .names import kernel_key
 from .records import (ITEMS_PER_PART, BandwidthDiff, Change, CollectiveDiff, FindingChange,
@@ -358,6 +359,8 @@ def diff(before: Side, after: Side) -> RunDiff:
                 collectives=colls, bandwidth=_bandwidth(before, after),
                 findings=_findings(before, after), ranks=ranks, rank_match=how,
                 memory=_memory(before, after),
-                quantities=quantities, notes=notes)
+                quantities=quantities, notes=notes,
+                unlike=alike.differences(before, after, how),
+                hardware_changed=alike.hardware_changed(before, after))
     d.sentences = sentences(d)
     return d

@@ -225,6 +225,10 @@ def markdown(diffs: list[RunDiff], verdicts: list[tuple[str, Verdict]]) -> str:
     """A pull-request comment: the gate's verdict, then per comparison the sentences and the
     parts table."""
     out = ["## meshscope compare", ""]
+    for d in diffs:     # before any verdict or cause: the runs are not alike
+        if d.unlike:
+            out += [f"**Not like for like** ({_md(d.before.name)} → {_md(d.after.name)}): "
+                    + _md("; ".join(d.unlike)), ""]
     if verdicts:
         failed = [v for _, v in verdicts if v.failed]
         unchecked = [v for _, v in verdicts if not v.checked]
@@ -270,11 +274,20 @@ def junit(verdicts: list[tuple[str, Verdict]], diffs: list[RunDiff]) -> str:
     and candidate (classname: the candidate run), a ``failure`` where the gate fails; with no
     condition, one case per comparison that always passes and carries its sentences."""
     suite = ET.Element("testsuite", name="meshscope compare")
+    unlike = {d.after.name: d.unlike for d in diffs if d.unlike}
+    if unlike:          # said before any verdict: the runs are not alike
+        props = ET.SubElement(suite, "properties")
+        for name, what in unlike.items():
+            ET.SubElement(props, "property", name=f"not_like_for_like.{name}",
+                          value="; ".join(what))
     failures = 0
     if verdicts:
         for name, v in verdicts:
             case = ET.SubElement(suite, "testcase", classname=f"meshscope.compare.{name}",
                                  name=v.condition.text)
+            if name in unlike:
+                ET.SubElement(case, "system-err").text = \
+                    "Not like for like — " + "; ".join(unlike[name])
             if v.failed:
                 failures += 1
                 f = ET.SubElement(case, "failure", message=v.message, type="regression")

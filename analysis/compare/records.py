@@ -256,6 +256,10 @@ class RunDiff:
     quantities: dict[str, Change]
     notes: list[str]
     sentences: list[str] = dataclasses.field(default_factory=list)
+    # What differs in what the runs ran on and how they were measured (``alike``): said
+    # before any cause; ``hardware_changed`` when the device model differs.
+    unlike: list[str] = dataclasses.field(default_factory=list)
+    hardware_changed: bool = False
 
     @property
     def parts_total_us(self) -> float:
@@ -272,6 +276,8 @@ class RunDiff:
         return _clean({
             "kind": "meshscope-diff",
             "before": dataclasses.asdict(self.before), "after": dataclasses.asdict(self.after),
+            "like_for_like": not self.unlike, "unlike": self.unlike,
+            "hardware_changed": self.hardware_changed,
             "step_time": self.step_time.to_dict(), "window": self.window.to_dict(),
             "parts": [p.to_dict() for p in self.parts],
             "parts_total_us": self.parts_total_us, "residual_us": self.residual_us,

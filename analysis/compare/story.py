@@ -185,14 +185,33 @@ def _findings_sentences(d: RunDiff) -> list[str]:
     return out
 
 
+def _unlike_sentence(d: RunDiff) -> str | None:
+    """What the runs differ in besides the change under review, said before any cause."""
+    if not d.unlike:
+        return None
+    return ("Not like for like — " + "; ".join(d.unlike) + ": read every cause below with "
+            "that in mind.")
+
+
+_OTHER_HARDWARE = " (on other hardware: the device changed)"
+
+
 def sentences(d: RunDiff) -> list[str]:
-    """The comparison in a few sentences (module docstring)."""
-    out = [_headline(d)]
+    """The comparison in a few sentences (module docstring): first, where the runs are not
+    alike, what differs; then the headline and the causes. Under a change of device every
+    kernel-level sentence says the hardware changed."""
+    out = [s for s in (_unlike_sentence(d),) if s] + [_headline(d)]
     total = d.window.delta or 0.0
-    out += [_part_sentence(p, total) for p in _moving_parts(d)]
+    for p in _moving_parts(d):
+        text = _part_sentence(p, total)
+        if d.hardware_changed and p.items and p.items_are == "kernels":
+            text = text[:-1] + _OTHER_HARDWARE + "."
+        out.append(text)
     for s in (_rank_sentence(d), _memory_sentence(d), _collectives_sentence(d),
               _kernels_sentence(d)):
         if s:
+            if d.hardware_changed and s is not None and s.startswith("Per step, "):
+                s = s[:-1] + _OTHER_HARDWARE + "."
             out.append(s)
     out += _findings_sentences(d)
     return out

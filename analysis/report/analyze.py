@@ -254,7 +254,8 @@ def _cross_rank(stage: RankStage, layout_map, options: AnalysisOptions) -> Repor
                     "floor_us": wi.floor_us if wi is not None else None,
                     "resolution_us": resolution},
         straggler=wi.straggler if wi else None, imbalance=wi.imbalance if wi else None,
-        findings=found, memory=memory_facts(mem), flight_recorder_ranks=list(inp.flight.ranks))
+        findings=found, memory=memory_facts(mem), flight_recorder_ranks=list(inp.flight.ranks),
+        environments=[r.environment for r in results])
     return Report.of(facts, groups, on_gpu)
 
 

@@ -146,6 +146,24 @@ class RunFacts:
 
 
 @dataclasses.dataclass(frozen=True)
+class Environment:
+    """``environment``: what the run ran on and how it was recorded, as the traces and
+    run.json say — each the distinct values over the ranks, sorted (two values: the ranks
+    disagree; empty: nothing says). Two runs compare like for like only where these agree
+    (``analysis/compare/alike.py``)."""
+    devices: list[str]                   # deviceProperties' first device ("NVIDIA A100 …")
+    device_counts: list[int]             # the devices each trace's deviceProperties lists
+    world_sizes: list[int]               # distributedInfo.world_size, else run.json's
+    backends: list[str]                  # distributedInfo.backend: nccl, gloo …
+    nccl_versions: list[str]             # distributedInfo.nccl_version
+    cuda_runtime_versions: list[str]     # "12.4" (the trace's cuda_runtime_version)
+    cuda_driver_versions: list[str]
+    torch_versions: list[str]            # run.json's versions.torch (traces do not say)
+    profiler_settings: list[str]         # "record_shapes profile_memory …" per rank
+    step_definitions: list[str]          # "ProfilerStep", "annotation", "whole trace"
+
+
+@dataclasses.dataclass(frozen=True)
 class Throughput:
     """``throughput``: the step timers' medians over the non-warm-up ``steps``
     (``records/steps.throughput_summary``); null without step timers."""
@@ -478,6 +496,7 @@ class Summary:
     source: str | None              # the run's folder (relative where it was analysed so)
     run: RunFacts | None            # from run.json; null for a plain folder of traces
     device: str | None              # "cpu" | "gpu"
+    environment: Environment
     ranks: list[int]
     missing_ranks: list[int]
     problems: list[str]

@@ -61,6 +61,8 @@ class RankResult:
     memory: dict[str, pd.DataFrame] = dataclasses.field(default_factory=dict)
     # The device the trace's deviceProperties name (``device_name``), None without one.
     device_name: str | None = None
+    # What the rank ran on and how it was recorded (``environment_of``).
+    environment: dict = dataclasses.field(default_factory=dict)
 
     @property
     def rank(self) -> int:
@@ -103,6 +105,7 @@ def rank_work(path: pathlib.Path, opts: RankOptions) -> RankResult:
         meta=instances.small_meta(trace.meta),
         problems=list(getattr(trace, "problems", []) or []),
         gpu=gpu, notes=notes, operators=side["operators"], device_name=device_name(trace.meta),
+        environment=environment_of(trace.meta, tl.window_source),
         memory=side["memory"],
         implausible=validate.step_windows_problem(
             tl.host_steps if tl.window_source != "trace" else {}, tl.span))
@@ -165,6 +168,43 @@ def same_startup_steps(results: list[RankResult]) -> list[str]:
                      f"{'they are' if len(drop) > 1 else 'it is'} start-up, so that every "
                      f"rank's steps are the same")
     return notes
+
+
+#: The profiler's recording options a Kineto trace names at its top level (set: 1).
+PROFILER_SETTINGS = ("record_shapes", "profile_memory", "with_stack", "with_flops",
+                     "with_modules")
+STEP_DEFINITIONS = {"ProfilerStep": "ProfilerStep", "annotation": "annotation",
+                    "trace": "whole trace"}
+
+
+def _cuda_version(v) -> str | None:
+    """CUDA's integer version (12040) as "12.4"; None for anything else."""
+    try:
+        n = int(v)
+    except (TypeError, ValueError):
+        return None
+    return f"{n // 1000}.{n % 1000 // 10}" if 1000 <= n < 100_000 else None
+
+
+def environment_of(meta, window_source: str) -> dict:
+    """What a trace says of what it ran on and how it was recorded (``model.Environment``'s
+    fields, one value each, None where the trace does not say)."""
+    meta = meta if isinstance(meta, dict) else {}
+    dist = meta.get("distributedInfo") if isinstance(meta.get("distributedInfo"), dict) else {}
+    props = meta.get("deviceProperties")
+    world = dist.get("world_size")
+    nccl = dist.get("nccl_version")
+    return {"device": device_name(meta),
+            "device_count": len(props) if isinstance(props, list) and props else None,
+            "world_size": int(world) if isinstance(world, int) and world > 0 else None,
+            "backend": str(dist["backend"]) if isinstance(dist.get("backend"), str) else None,
+            "nccl_version": str(nccl) if isinstance(nccl, (str, int)) and nccl != "" else None,
+            "cuda_runtime_version": _cuda_version(meta.get("cuda_runtime_version")),
+            "cuda_driver_version": _cuda_version(meta.get("cuda_driver_version")),
+            "profiler_settings": " ".join(s for s in PROFILER_SETTINGS
+                                          if str(meta.get(s)) in ("1", "True", "true")) or
+            "default",
+            "step_definition": STEP_DEFINITIONS.get(window_source, window_source)}
 
 
 def device_name(meta) -> str | None:

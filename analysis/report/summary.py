@@ -161,6 +161,7 @@ class Facts:
     findings: list[Finding]
     memory: dict                      # memory_stage.memory_facts: stages, snapshots, memory
     flight_recorder_ranks: list[int]  # the ranks whose Flight Recorder dump was read
+    environments: list[dict] = dataclasses.field(default_factory=list)  # rank_work's, per rank
 
 
 @dataclasses.dataclass(frozen=True)
@@ -187,6 +188,7 @@ def build(facts: Facts, t: Groups) -> Summary:
         schema_version=REPORT_SCHEMA_VERSION,
         generated=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         source=str(facts.source), run=_run(facts.run), device=facts.device,
+        environment=environment(facts.environments, facts.run),
         ranks=list(facts.ranks), missing_ranks=list(facts.missing_ranks),
         problems=list(facts.problems), notes=list(facts.notes),
         steps=sorted(int(s) for s in bd["step"].unique()) if not bd.empty else [],
@@ -221,6 +223,24 @@ def build(facts: Facts, t: Groups) -> Summary:
             snapshots=_typed(list[model.MemorySnapshot], facts.memory.get("snapshots", []),
                              "memory.snapshots"),
             device_memory_bytes=clean(facts.memory.get("device_memory_bytes"))))
+
+
+def environment(per_rank: list[dict], run: RunInfo | None) -> model.Environment:
+    """The run's ``Environment``: each field's distinct values over the ranks
+    (``rank_work.environment_of``), sorted; the world size from run.json where the traces do
+    not say it, the torch version from run.json (traces do not record it)."""
+    def values(key: str) -> list:
+        return sorted({e[key] for e in per_rank if e.get(key) is not None}, key=str)
+    worlds = values("world_size") or ([run.world_size] if run is not None else [])
+    torch = run.versions.get("torch") if run is not None else None
+    return model.Environment(
+        devices=values("device"), device_counts=values("device_count"), world_sizes=worlds,
+        backends=values("backend"), nccl_versions=values("nccl_version"),
+        cuda_runtime_versions=values("cuda_runtime_version"),
+        cuda_driver_versions=values("cuda_driver_version"),
+        torch_versions=[str(torch)] if torch else [],
+        profiler_settings=values("profiler_settings"),
+        step_definitions=values("step_definition"))
 
 
 def _cross_rank(facts: Facts, savings: pd.DataFrame | None) -> model.CrossRank:

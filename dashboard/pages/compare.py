@@ -10,6 +10,8 @@ Any two analysed runs compare, folders of anyone's traces too.
 
 Two runs (``?run=A&run=B``):
 
+- ``compare-unlike``: first, when the runs are not like for like, what differs (device,
+  world, versions, profiler settings, step definition, layout: ``analysis/compare/alike.py``);
 - ``compare-sentence-N``: the comparison in sentences, as a reviewer would write them;
 - ``compare-steps``: both step times, the change, its noise and the parts' residual;
 - ``compare-waterfall``: the step window from A to B, one bar per part that moved (compute,
@@ -212,7 +214,9 @@ def pair_sections(d: RunDiff) -> list[S.Section]:
 
 def _steps_section(d: RunDiff) -> S.Section:
     """The sentences, the step time, its change and noise, the waterfall and the parts."""
-    items: list = [S.Note(f"compare-sentence-{i}", text) for i, text in enumerate(d.sentences)]
+    said = d.sentences[1:] if d.unlike else d.sentences
+    items: list = [S.Note("compare-unlike", d.sentences[0], warn=True)] if d.unlike else []
+    items += [S.Note(f"compare-sentence-{i}", text) for i, text in enumerate(said)]
     c = d.step_time
     facts = [("step time", f"{S.ms(c.before)} → {S.ms(c.after)}"),
              ("change", "—" if c.delta is None else f"{c.delta / 1e3:+.2f} ms"
