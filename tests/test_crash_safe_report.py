@@ -16,6 +16,7 @@ import signal
 import pytest
 from click.testing import CliRunner
 
+from conftest import meshscope
 from damage_corpus import copy_sample
 from meshscope.analysis.report import reuse
 from meshscope.analysis.report.analyze import analyze
@@ -335,3 +336,24 @@ def test_a_report_is_known_by_its_marker_or_by_holding_only_report_files(reports
     result = CliRunner().invoke(main, ["analyze", str(run), "--out", str(legacy)])
     assert result.exit_code == 2 and "holds export.html," in result.stderr, result.stderr
     assert (legacy / "export.html").read_text() == "<html>"
+
+
+def test_a_copied_run_is_reported_under_its_own_name(tmp_path):
+    """Issue 46, case 11: a run copied with its report printed the original's name (the
+    report was reused: its inputs were the same). The report's key holds the analysed path,
+    so the copy is analysed again under its own name — and reused from then on."""
+    import shutil
+
+    first = copy_sample(tmp_path / "first")
+    proc = meshscope("analyze", first)
+    assert proc.returncode == 0 and proc.stdout.startswith(f"meshscope report — {first}")
+    second = tmp_path / "second"
+    shutil.copytree(first, second)
+    proc = meshscope("analyze", second)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"meshscope report — {second}")
+    assert "report written" in proc.stdout.splitlines()[-1]
+    assert json.loads((second / "report" / "summary.json").read_text())["source"] == \
+        str(second)
+    again = meshscope("analyze", second)
+    assert "report unchanged" in again.stdout.splitlines()[-1]

@@ -13,6 +13,9 @@ computed from:
 - the options that change the report (``--comm-kernel-regex``, ``--rank-regex``, ``--layout``,
   ``--rank-order``, ``--warmup-steps``, ``--device-memory``, reading budgets other than the
   defaults, the ``--baseline`` file's size and time, the content of each ``--snapshot``);
+- the analysed path itself, resolved: the report names it (summary.json's ``source``), so a
+  copied or moved run is analysed again under its new name rather than printing the
+  original's (its traces' parsed copies in ``.cache/`` make that quick);
 - the analysis itself: the size and modification time of meshscope's source files, so a
   changed meshscope never serves an old report (installing another version writes them anew;
   the version string is not read, since ``importlib.metadata`` alone costs a third of a
@@ -124,6 +127,9 @@ def key(path: pathlib.Path, out: pathlib.Path, options: dict) -> str:
     new: dict = {}
     h = hashlib.blake2b(digest_size=20)
     h.update(json.dumps(options, sort_keys=True, default=str).encode())
+    # The path the report describes (its summary names it): a copied or moved run is
+    # analysed again under its own name — quickly, its traces' parsed copies are in the cache.
+    h.update(f"path\0{path.resolve()}\n".encode())
     baseline = options.get("baseline")
     if baseline:
         _stat_line(h, pathlib.Path(baseline), "baseline")
