@@ -128,3 +128,45 @@ def test_one_finding_record_from_analyser_to_reader():
         codec.decode(Finding, {**doc, "id": "some-future-finding"}, strict=True)
     with pytest.raises(codec.CodecError, match=r"^\$\.id: 3 is not one of hang"):
         codec.decode(Finding, {**doc, "id": 3})
+
+
+def _jitter_inputs(caused: dict[int, float], last: list[int]) -> fm.FindingInputs:
+    """Eight collectives of a dp group of four ranks, ``last`` the last arriver of each; each
+    rank's waits suffered (9.6 ms a step each) and ``caused`` (charged by the dependency
+    graph); no straggler (the what-if saving stays within the noise)."""
+    colls = pd.DataFrame({"last_rank": last, "dim": ["dp"] * len(last),
+                          "skew_us": [1_000.0] * len(last)})
+    savings = pd.DataFrame({"rank": [0, 1, 2, 3], "stage": [0] * 4,
+                            "saving_us": [100.0] * 4, "saving_pct": [0.1] * 4,
+                            "reference": ["stage peers"] * 4, "critical_path_share": [0.25] * 4,
+                            "wait_us": [9_600.0] * 4,
+                            "wait_caused_us": [caused.get(r, 0.0) for r in range(4)]})
+    bd = _breakdown({r: {"exposed_comm_us": 20_000.0} for r in range(4)})
+    return _inputs(breakdown=bd, savings=savings, collectives=colls)
+
+
+def test_arrival_jitter_names_the_rank_that_causes_most_of_the_waiting():
+    """Issue 45: on an 8-rank DLRM job one rank arrived last at 5 of 8 collectives and caused
+    32.2 of the 38.4 ms of waiting, yet the finding said no straggler was behind the waits.
+    Built here: rank 2 last at 5 of 8, charged 32.2 of 38.4 ms."""
+    f = next(f for f in fm.findings(_jitter_inputs({2: 32_200.0, 0: 3_100.0, 1: 3_100.0},
+                                                   [2, 2, 0, 2, 1, 2, 3, 2]))
+             if f.id == "arrival-jitter")
+    assert "84% of it for rank 2 (last to arrive at 5 of 8 collectives)" in f.title
+    assert "no straggler behind it" not in f.title
+    assert f.evidence["causing_rank"] == 2
+    assert f.evidence["waits_caused_us"] == {0: 3_100.0, 1: 3_100.0, 2: 32_200.0}
+
+
+def test_arrival_jitter_without_one_cause_says_no_straggler_is_behind_it():
+    """The healthy twin: the waits are charged to every rank alike and the last arriver
+    changes — noise in arrival times, and the finding says so."""
+    f = next(f for f in fm.findings(_jitter_inputs({r: 9_600.0 for r in range(4)},
+                                                   [0, 1, 2, 3, 0, 1, 2, 3]))
+             if f.id == "arrival-jitter")
+    assert "with no straggler behind it (the last to arrive changes" in f.title
+    assert "causing_rank" not in f.evidence
+    # one rank charged with all the waiting, but over two collectives: too little to name it
+    few = _jitter_inputs({1: 9_600.0}, [1, 1])
+    f = next(f for f in fm.findings(few) if f.id == "arrival-jitter")
+    assert "causing_rank" not in f.evidence and "rank 1 arrives last most often" in f.title

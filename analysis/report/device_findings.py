@@ -28,7 +28,11 @@ profiled steps (``_worst_per_step``); for one rank, its own mean.
   (``findings._exposed``).
 - ``arrival-jitter`` — the ranks wait for each other at their collectives, but no rank is the
   straggler (its what-if saving does not stand above the noise, or the last to arrive
-  changes): the waits are noise in arrival times; cost: the mean wait per rank and step.
+  changes); cost: the mean wait per rank and step. Where one rank causes most of the waiting
+  (``CAUSED_MOST`` of the waits charged, ``wait_caused_us``, over at least
+  ``CAUSED_MIN_COLLECTIVES`` matched collectives), the finding names it — the waits
+  are that rank's, not noise — and says why it is not a straggler; otherwise the waits are
+  noise in arrival times and the finding says no straggler is behind them.
 - ``gpu-idle`` — a GPU idle for more than a third of the step always gets this finding, which
   says where the idle time went and which finding claims each cause (``CLAIMS``); its cost is
   the part no other finding explains, its remedy that of the largest cause no other claims.
@@ -242,6 +246,13 @@ def _exposed_single(inp: F.FindingInputs, have: set[str]) -> list[Finding]:
     return out
 
 
+#: The share of the waiting one rank causes above which an arrival-jitter finding names it
+#: (the waits then have one cause, whatever the last arriver of each collective).
+CAUSED_MOST = 0.5
+#: ... over at least this many matched collectives (fewer say too little to name a cause).
+CAUSED_MIN_COLLECTIVES = 8
+
+
 def _jitter(inp: F.FindingInputs) -> Finding | None:
     """Waits at collectives with no straggler behind them (module docstring)."""
     if inp.straggler is not None or inp.savings is None or inp.savings.empty or inp.stages > 1:
@@ -264,13 +275,29 @@ def _jitter(inp: F.FindingInputs) -> Finding | None:
                 "waits_per_rank_us": {int(r): float(w) for r, w in
                                       zip(inp.savings["rank"], inp.savings["wait_us"])},
                 "dimensions": dims}
+    caused = {int(r): float(w) for r, w in zip(inp.savings["rank"],
+                                                inp.savings.get("wait_caused_us", []))
+              if w == w and w > 0}
+    evidence["waits_caused_us"] = caused
     top_share = counts.iloc[0] / counts.sum() if len(counts) else 0.0
-    why = ("the last to arrive changes from collective to collective"
-           if top_share < 0.75 else
-           f"rank {int(counts.index[0])} arrives last most often, but making it as fast as "
-           f"its peers saves no more than the step-to-step noise")
-    title = (f"Arrival jitter: ranks wait {F.ms(cost)} per step for each other at their "
-             f"collectives with no straggler behind it ({why})")
+    causer = max(caused, key=caused.get) if caused else None
+    cause_share = caused[causer] / sum(caused.values()) if causer is not None else 0.0
+    if causer is not None and cause_share >= CAUSED_MOST and \
+            counts.sum() >= CAUSED_MIN_COLLECTIVES:
+        # The waits have one cause: say so, and that the what-if does not make it a straggler.
+        n_last = int(counts.get(causer, 0))
+        title = (f"Arrival jitter: ranks wait {F.ms(cost)} per step for each other at their "
+                 f"collectives, {cause_share:.0%} of it for rank {causer} (last to arrive at "
+                 f"{n_last} of {int(counts.sum())} collectives); making it as fast as its peers "
+                 f"saves no more than the step-to-step noise, so it is not named a straggler")
+        evidence["causing_rank"] = causer
+    else:
+        why = ("the last to arrive changes from collective to collective"
+               if top_share < 0.75 else
+               f"rank {int(counts.index[0])} arrives last most often, but making it as fast "
+               f"as its peers saves no more than the step-to-step noise")
+        title = (f"Arrival jitter: ranks wait {F.ms(cost)} per step for each other at their "
+                 f"collectives with no straggler behind it ({why})")
     return F.timed("arrival-jitter", dims[0] if len(dims) == 1 else "all", cost, inp, title,
                     evidence, "make the ranks' step times steadier: pin each rank to its own "
                     "cores, keep other work off the hosts, prefetch data so loading time does "
