@@ -19,25 +19,17 @@ from meshscope.analysis.records import steps as step_records
 from meshscope.analysis.report import crash_safe
 from meshscope.analysis.report.model import Finding, Summary
 from meshscope.analysis.report.summary import Facts, Groups, build, document
-from meshscope.analysis.report.tables import (CommTables, GpuTables, GraphTables, MemoryTables,
-                                              PipelineTables, RecordTables, StepTimeTables)
 from meshscope.collectors.run_info import RunInfo
 
 
-@dataclasses.dataclass
-class Report:
-    """What one analysis found: the run, its tables by group and its ``Summary`` (the typed
+@dataclasses.dataclass(frozen=True)
+class Report(Groups):
+    """What one analysis found: its tables by group (``summary.Groups``: steps, records,
+    pipeline, comm, graph, gpu, memory), the run, and its ``Summary`` (the typed
     summary.json, findings included; ``summary.build``)."""
     source: pathlib.Path
     run: RunInfo | None
     on_gpu: bool
-    steps: StepTimeTables
-    records: RecordTables
-    pipeline: PipelineTables
-    comm: CommTables
-    graph: GraphTables
-    gpu: GpuTables
-    memory: MemoryTables
     step_records: step_records.StepRecords      # the step timers' analysis (records/steps)
     summary: Summary
 
@@ -78,10 +70,6 @@ class Report:
         for group in (self.steps, self.records, self.pipeline, self.comm, self.graph,
                       self.gpu, self.memory):
             yield from group.items()
-
-    def groups(self) -> Groups:
-        return Groups(self.steps, self.records, self.pipeline, self.comm, self.graph, self.gpu,
-                      self.memory)
 
     def write(self, out: pathlib.Path) -> pathlib.Path:
         """Write the report to ``out`` — every table of the registry as parquet and

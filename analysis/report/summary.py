@@ -166,7 +166,7 @@ class Facts:
 
 @dataclasses.dataclass(frozen=True)
 class Groups:
-    """The report's table groups ``build`` reads."""
+    """The report's table groups: what ``build`` reads, and the first fields of a ``Report``."""
     steps: StepTimeTables
     records: RecordTables
     pipeline: PipelineTables
