@@ -290,3 +290,4 @@ def fsync_path(path: pathlib.Path) -> None:
         pass
     finally:
         os.close(fd)
+

@@ -20,6 +20,7 @@ from meshscope.analysis.errors import InputError
 from meshscope.analysis.report import reuse
 from meshscope.analysis.report import target as report_target
 from meshscope.analysis.report import tables as report_tables
+from meshscope.collectors import report_lock
 from meshscope.collectors import run_dir as rd
 
 
@@ -40,9 +41,25 @@ def write_folder(out: pathlib.Path, source: pathlib.Path,
     flushed to disk (``fsync``) before the rename, and the parent folder after it. A rename
     is a change to the parent folder alone; without the flushes, a power loss after it may
     leave the new name pointing at files whose content never reached the disk — a report
-    renamed into place but empty."""
+    renamed into place but empty.
+
+    One writer at a time: the whole write holds the folder's lock (``report_lock.ReportLock``;
+    ``ensure.analysed`` already holds it from before the analysis, and re-enters it here), so
+    that no other process moves the folder's ``.cache/`` away under this one, or this one
+    under it."""
     out = pathlib.Path(out)
     why = report_target.problem(out, source)
+    if why is not None:
+        raise InputError(out, why)
+    with report_lock.ReportLock(out):
+        return _write_folder(out, source, tables, summary)
+
+
+def _write_folder(out: pathlib.Path, source: pathlib.Path,
+                  tables: Iterable[tuple[str, pd.DataFrame | None]],
+                  summary: Callable[[], dict]) -> pathlib.Path:
+    """``write_folder``, its lock held."""
+    why = report_target.problem(out, source)        # as a writer it waited for left it
     if why is not None:
         raise InputError(out, why)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -114,9 +131,11 @@ def _alive(pid: int) -> bool:
 
 def remove_leftovers(out: pathlib.Path) -> None:
     """Remove what killed writes of ``out`` left: its ``.NAME.new-PID-*`` / ``.old-PID-*``
-    folders beside it and temporary files in its cache, unless their process still runs. A
-    new folder first gives back to ``out`` what the killed write had carried into it from
-    there (``report_target.restore``): only report files are ever removed."""
+    folders beside it and temporary files in its cache, unless their process still runs, and
+    its lock file ``.NAME.lock`` unless a process holds it (``report_lock.ReportLock``). A new
+    folder first gives back to ``out`` what the killed write had carried into it from there
+    (``report_target.restore``): only report files are ever removed."""
+    report_lock.remove_stale_report_lock(out)
     cache = rd.ReportDir(out).cache
     patterns = ((out.parent, f".{out.name}.new-*"), (out.parent, f".{out.name}.old-*"),
                 (cache, ".tmp-*"), (cache, f".{rd.REPORT_KEY}.*"),

@@ -7,17 +7,25 @@ inputs and the options that change numbers (``AnalysisOptions.key_fields``); whe
 the stored report, that report's summary is returned without importing the analysis; else
 the analysis runs (``analyze``), the report is written crash-safe (``Report.write``) and its
 key stored last.
+
+One process at a time does this for one report folder (``report_lock.ReportLock``: an exclusive
+lock of ``.NAME.lock`` beside it, from the check of its key to the end of the write): runs
+started together on one folder take turns — the second waits (saying so on stderr), then
+reuses the report the first wrote (its key matches), or writes it again with
+``reuse_report=False`` — where they used to break each other's files (issue 46, case 7).
 """
 from __future__ import annotations
 
 import dataclasses
 import json
 import pathlib
+import sys
 
 from meshscope.analysis.errors import InputError
 from meshscope.analysis.report import reuse
 from meshscope.analysis.report import target as report_target
 from meshscope.analysis.report.options import AnalysisOptions
+from meshscope.collectors.report_lock import ReportLock
 from meshscope.collectors.run_dir import ReportDir
 
 
@@ -43,20 +51,35 @@ def analysed(path: pathlib.Path, target: pathlib.Path, options: AnalysisOptions,
     checked before any work), and ``OSError`` when the report cannot be written."""
     path, target = pathlib.Path(path), pathlib.Path(target)
     why = report_target.problem(target, path)
-    if why is not None:
+    if why is not None:             # refused before anything is made, the lock included
         raise InputError(target, why)
-    digest = reuse.key(path, target, options.key_fields(baseline_path)) \
-        if path.exists() else None
-    if digest and reuse_report:
-        summary = reuse.cached_summary(target, digest)
-        if summary is not None:
-            return Analysed(target, summary, True)
-    if before_analysis is not None:
-        before_analysis()
-    from meshscope.analysis.report.analyze import analyze
+    with ReportLock(target, on_wait=_waiting(target)):
+        why = report_target.problem(target, path)      # as the run it waited for left it
+        if why is not None:
+            raise InputError(target, why)
+        digest = reuse.key(path, target, options.key_fields(baseline_path)) \
+            if path.exists() else None
+        if digest and reuse_report:
+            summary = reuse.cached_summary(target, digest)
+            if summary is not None:
+                return Analysed(target, summary, True)
+        if before_analysis is not None:
+            before_analysis()
+        from meshscope.analysis.report.analyze import analyze
 
-    report = analyze(path, options)
-    report.write(target)
-    if digest:
-        reuse.store(target, digest)
-    return Analysed(target, json.loads(ReportDir(target).summary.read_text()), False, report)
+        report = analyze(path, options)
+        report.write(target)
+        if digest:
+            reuse.store(target, digest)
+        summary = json.loads(ReportDir(target).summary.read_text())
+    return Analysed(target, summary, False, report)
+
+
+def _waiting(target: pathlib.Path):
+    """What ``analysed`` says when another process is writing ``target``: one line on stderr,
+    before it waits for its turn."""
+    def say(pid: int | None) -> None:
+        who = f" (process {pid})" if pid else ""
+        print(f"meshscope: {target}: another meshscope{who} is writing this report; waiting "
+              f"for it to finish", file=sys.stderr, flush=True)
+    return say

@@ -20,6 +20,13 @@ worker processes already send it pickled — in a folder only this process may r
 system's temporary folder; ``close`` removes it. No file of a trace or of anyone else is ever
 unpickled here. Where the folder cannot be made or written, the values stay in memory, as
 before.
+
+The folder is reached through descriptors held from its making (its own, and that of the
+folder it was made in), never by its path again: another process replacing the report folder
+(``crash_safe.write_folder`` moves ``.cache/`` into the new report, then exchanges the two)
+moves this folder with it, and the files are still read, written and removed where they are
+(issue 46, case 7: a concurrent run's exchange made a read fail with "No such file or
+directory" and left the folder behind).
 """
 from __future__ import annotations
 
@@ -27,7 +34,7 @@ import collections
 import os
 import pathlib
 import pickle
-import shutil
+import secrets
 import tempfile
 from typing import Iterator, Mapping
 
@@ -38,6 +45,7 @@ LARGE = ("timeline", "operations", "gpu", "operators", "memory", "meta")
 # Aligned timelines read back and kept, by the size of their files (the last read are kept):
 # the cross-rank stage reads every rank's several times; the other values once or twice.
 CACHE_BYTES = 32 << 20
+_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
 class RankStore:
@@ -46,12 +54,19 @@ class RankStore:
 
     def __init__(self, parent: pathlib.Path | None = None):
         self.dir: pathlib.Path | None = None
+        self._parent_fd: int | None = None          # the folder it was made in
+        self._fd: int | None = None                 # the folder itself
         try:
-            if parent is not None:
-                parent.mkdir(parents=True, exist_ok=True)
-            self.dir = pathlib.Path(tempfile.mkdtemp(prefix=f".tmp-{os.getpid()}-ranks-",
-                                                     dir=parent))
+            parent = pathlib.Path(tempfile.gettempdir() if parent is None else parent)
+            parent.mkdir(parents=True, exist_ok=True)
+            self._parent_fd = os.open(parent, _DIR_FLAGS)
+            name = f".tmp-{os.getpid()}-ranks-{secrets.token_hex(4)}"
+            os.mkdir(name, 0o700, dir_fd=self._parent_fd)
+            self._name = name
+            self._fd = os.open(name, _DIR_FLAGS, dir_fd=self._parent_fd)
+            self.dir = parent / name
         except OSError:
+            self._close_fds()
             self.dir = None
         self._held: dict[tuple, object] = {}        # values that could not be written
         self._cache: collections.OrderedDict = collections.OrderedDict()
@@ -72,7 +87,9 @@ class RankStore:
         self._forget(key)
         if self.dir is not None:
             try:
-                with open(self._path(key), "wb") as f:
+                fd = os.open(self._name_of(key), os.O_WRONLY | os.O_CREAT | os.O_TRUNC |
+                             getattr(os, "O_CLOEXEC", 0), 0o600, dir_fd=self._fd)
+                with open(fd, "wb") as f:
                     pickle.dump(value, f, protocol=pickle.HIGHEST_PROTOCOL)
                 return
             except OSError:
@@ -85,11 +102,12 @@ class RankStore:
         if key in self._cache:
             self._cache.move_to_end(key)
             return self._cache[key][0]
-        path = self._path(key)
-        with open(path, "rb") as f:
+        fd = os.open(self._name_of(key), os.O_RDONLY | getattr(os, "O_CLOEXEC", 0),
+                     dir_fd=self._fd)
+        with open(fd, "rb") as f:
             value = pickle.load(f)          # written by this process, above
+            size = os.fstat(f.fileno()).st_size
         self.reads += 1
-        size = path.stat().st_size
         if key[0] == "aligned" and size <= CACHE_BYTES:
             self._cache[key] = (value, size)
             self._cached_bytes += size
@@ -104,8 +122,9 @@ class RankStore:
         if hit is not None:
             self._cached_bytes -= hit[1]
 
-    def _path(self, key: tuple) -> pathlib.Path:
-        return self.dir / "-".join(map(str, key))
+    @staticmethod
+    def _name_of(key: tuple) -> str:
+        return "-".join(map(str, key))
 
     def timelines(self, items: Iterator[tuple[int, object]]) -> "Timelines":
         """A mapping rank → timeline of ``items``, each stored as it comes."""
@@ -118,8 +137,26 @@ class RankStore:
     def close(self) -> None:
         self._held.clear()
         self._cache.clear()
-        if self.dir is not None:
-            shutil.rmtree(self.dir, ignore_errors=True)
+        if self._fd is not None:
+            try:
+                for name in os.listdir(self._fd):       # only files this store wrote
+                    try:
+                        os.unlink(name, dir_fd=self._fd)
+                    except OSError:
+                        pass
+                os.rmdir(self._name, dir_fd=self._parent_fd)
+            except OSError:
+                pass
+        self._close_fds()
+
+    def _close_fds(self) -> None:
+        for fd in (self._fd, self._parent_fd):
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self._fd = self._parent_fd = None
 
 
 class Spilled:
