@@ -8,7 +8,8 @@ as JSON under the key ``meshscope.meta`` of the parquet file's key-value metadat
 metadata are written and replaced together; the table's own schema metadata (what ingest dropped
 or ignored as damaged, ``event_table.DAMAGE_KEY``) is kept beside it, so a cached load reports the
 same problems as the first. ``key`` is the BLAKE2b hash (160 bits) of the file's
-bytes as stored (compressed or not) and of the ingest settings that change the table, so a
+bytes as read — a ``.json.gz`` as stored, a plain ``.json`` as compressed while it is read
+(``trace_file.read_bytes``) — and of the ingest settings that change the table, so a
 trace edited in place, or read with another ``--comm-kernel-regex``, gets a new entry. The
 file name, and so the rank taken from it, is not part of the key: the rank is worked out again
 on every load.

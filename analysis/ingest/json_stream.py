@@ -16,6 +16,12 @@ valid object, i.e. it is a key of the top-level object. Anything unexpected (no 
 element that never ends, a truncated or corrupt file) raises ``Fallback``: the caller then reads
 the file the plain way, which also gives the canonical error message.
 
+White space costs no memory wherever JSON allows it, so that padding a trace with it (a
+gigabyte of it: issue 46, case 9) is streamed, never held: between events it is skipped as the
+batches are cut (``_fill``); before the document, it is dropped; elsewhere in the text before
+``traceEvents`` and after it (the metadata), a piece of text that is only white space and
+does not lie inside a string (``_Spaces``) is kept as one space.
+
 A file whose text starts with ``[`` is Chrome's *JSON Array Format*: the array of events itself,
 without metadata (``layout`` is then ``"array"``, ``meta`` empty); as that format allows, the
 closing ``]`` may be missing (a trace written by a process that was stopped), and a trailing
@@ -128,6 +134,7 @@ class EventStream:
         self._decode = decode
         self._batch_bytes = batch_bytes
         self.meta: dict | None = None
+        self._padding: bool | None = None   # a run of white space being read: outside strings?
         self.layout: str | None = None      # "object" (Kineto) or "array" (JSON Array Format)
         # How deep the events lie (``parts``): 2 in a Kineto object, 1 in a bare array.
         self.events_depth: int | None = None
@@ -137,19 +144,22 @@ class EventStream:
         ``[``) for a bare array. The text is searched each time it has doubled, each key
         candidate tried once (at most ``KEY_TRIES``): linear in the text, whatever it holds."""
         head, tried, want, done = bytearray(), set(), 0, False
+        spaces = _Spaces()
         while not done:
             chunk = next(self._chunks, None)
             if chunk is None:
                 done = True
             else:
-                head += chunk
+                if not head:        # white space before the document: dropped
+                    chunk = chunk[_SPACE.match(chunk).end():]
+                    if not chunk:
+                        continue
+                head += spaces.kept(chunk, head)
                 if len(head) < want and len(head) <= HEAD_LIMIT:
                     continue
             want = 2 * len(head)
             if self.layout is None:
-                first = bytes(head[:4096]).lstrip(WHITE_SPACE)[:1]
-                if not first and len(head) < 4096 and not done:
-                    continue
+                first = bytes(head[:1])
                 if first == b"[":
                     self.layout = "array"
                     return None, head[head.index(b"[") + 1:]
@@ -197,8 +207,9 @@ class EventStream:
             first = False
         tail = bytearray(buf[start + 1:])
         meta_limit = max(HEAD_LIMIT, limit)
+        spaces = _Spaces(tail)
         for chunk in self._chunks:
-            tail += chunk
+            tail += spaces.kept(chunk, tail)
             if len(tail) > meta_limit:
                 raise BudgetExceeded("event_bytes", f"more than {meta_limit:,} bytes of "
                                      f"metadata after traceEvents", meta_limit)
@@ -228,6 +239,7 @@ class EventStream:
         ``events_depth``, the depth at which the events lie. Memory: a part and the text read
         ahead of it."""
         self._chunks = chunks(self._raw, self._batch_bytes, self.budgets.trace_bytes)
+        self._padding = None
         prefix, rest = self._head()
         self._prefix = prefix
         nesting = json_nesting.Nesting(self.budgets.nesting)
@@ -291,9 +303,24 @@ class EventStream:
             return buf, done, first, start
 
     def _read(self, buf: bytearray) -> bool:
+        """Read the next piece of text onto ``buf`` (the text of ``traceEvents`` from an event's
+        start); False when the file has ended. A piece that is only white space, outside a
+        string, is kept as one space: a run of padding between events never fills the buffer
+        (``parts`` looks for a cut past the run's end, ``batches`` drops it)."""
         chunk = next(self._chunks, None)
         if chunk is None:
             return False
+        if chunk and _SPACE.fullmatch(chunk) is not None:
+            if self._padding is None:           # whether it lies outside strings: once a run
+                at = json_nesting.Nesting(1 << 62)
+                at.feed(buf)
+                self._padding = not at.in_string
+            if self._padding:
+                if not (buf and buf[-1] in WHITE_SPACE):
+                    buf += b" "
+                return True
+        else:
+            self._padding = None
         buf += chunk
         return True
 
@@ -309,6 +336,26 @@ class EventStream:
             if not self._read(buf):
                 return True
         return False
+
+
+class _Spaces:
+    """Where the text read so far stands — inside a string or not (a ``json_nesting.Nesting``
+    without a budget: the budget is checked as the text is inflated) —, so that a piece of it
+    that is only white space outside strings is kept as one space (``kept``): the same JSON,
+    without the padding."""
+
+    def __init__(self, text: bytes | bytearray = b""):
+        self._at = json_nesting.Nesting(1 << 62)
+        if text:
+            self._at.feed(bytes(text))
+
+    def kept(self, chunk: bytes, before: bytes | bytearray) -> bytes:
+        """``chunk``, the text that follows ``before``, as it is to be kept."""
+        if chunk and not self._at.in_string and _SPACE.fullmatch(chunk) is not None:
+            self._at.run = 0
+            return b"" if before and before[-1] in WHITE_SPACE else b" "
+        self._at.feed(chunk)
+        return chunk
 
 
 def batches_in(buf: bytearray, decode: Callable[[bytes], list], batch_bytes: int

@@ -134,6 +134,9 @@ def worth_it(raw: bytes) -> bool:
     """Whether ``raw`` is read in parts here (``on_cores`` in force and a large file)."""
     if _CORES is None:
         return False
+    text_bytes = getattr(raw, "text_bytes", None)    # an uncompressed file, held compressed
+    if text_bytes is not None:                      # (``trace_file.Packed``): by its text
+        return text_bytes >= MIN_TEXT_BYTES
     gz = raw[:2] == json_stream.GZIP_MAGIC
     return len(raw) >= (MIN_GZIP_BYTES if gz else MIN_TEXT_BYTES)
 

@@ -3,7 +3,14 @@
 ``read_bytes`` reads the file the way every reader of a trace starts: only a regular file
 (opened without blocking, so a FIFO cannot hang the reader, and checked before a byte is read,
 so a device is never read), no larger than the ``trace_bytes`` budget, not empty; else
-``InputError`` naming the file.
+``InputError`` naming the file. A ``.json.gz`` is held as it is stored; an uncompressed trace
+is compressed as it is read, a MiB at a time (``Packed``: gzip, ISA-L's fastest level), and
+is from then on read as a compressed one — streamed, never held as text. So the memory a
+plain trace costs is that of its compressed form, as for a ``.json.gz``: about a tenth of its
+text, a thousandth of white space (issue 46, case 9: 1 GiB of white space in a
+``.pt.trace.json`` was held whole, 1.14 GB of RSS). The cache key (``ingest/cache.py``) of a
+plain trace is then the hash of that compressed form: a function of the text, as before, only
+another one (a plain trace cached by an earlier version is parsed once more).
 
 Most traces are then streamed (``analysis/ingest/json_stream.py``). A file that cannot be
 streamed (an unusual layout, or damage) is read whole instead, which also names what is wrong
@@ -36,9 +43,33 @@ from meshscope.collectors.run_dir import not_regular
 WHOLE_TEXT_LIMIT = 4 << 30      # a trace that cannot be streamed is read whole up to this size
 
 
+class Packed(bytes):
+    """An uncompressed trace as ``read_bytes`` holds it: its text gzip-compressed as it was
+    read; ``text_bytes``, the size of that text (the file's size, as read)."""
+    text_bytes: int
+
+
+# An uncompressed trace is read and compressed this much at a time (``read_bytes``).
+READ_BYTES = 1 << 20
+# The compression level of ``Packed``: ISA-L's level 1 (about 10 times smaller for a trace's
+# JSON, a thousand for white space, at the speed of a disk); zlib's 1 without ISA-L.
+PACK_LEVEL = 1
+
+
+def _compressor():
+    try:
+        from isal import isal_zlib
+        return isal_zlib.compressobj(PACK_LEVEL, isal_zlib.DEFLATED, 16 + isal_zlib.MAX_WBITS)
+    except ImportError:     # pragma: no cover - isal is a dependency, but optional in principle
+        import zlib
+        return zlib.compressobj(PACK_LEVEL, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+
+
 def read_bytes(path: pathlib.Path) -> bytes:
-    """The file's bytes; only a regular file is read (opened without blocking, so a FIFO
-    cannot hang the reader, and checked before a byte is read, so a device is never read)."""
+    """The file's bytes: a gzip file's as they are stored, an uncompressed file's compressed
+    as they are read (``Packed``: never held as text); only a regular file is read (opened
+    without blocking, so a FIFO cannot hang the reader, and checked before a byte is read, so
+    a device is never read)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
@@ -53,7 +84,12 @@ def read_bytes(path: pathlib.Path) -> bytes:
             raise InputError(path, str(BudgetExceeded(
                 "trace_bytes", f"a file of {st.st_size:,} bytes", limit)))
         with os.fdopen(os.dup(fd), "rb") as f:
-            raw = f.read()
+            if f.read(2) == json_stream.GZIP_MAGIC:
+                f.seek(0)
+                raw = f.read()
+            else:
+                f.seek(0)
+                raw = _pack(path, f, limit)
     except OSError as e:
         raise InputError(path, f"cannot read ({e.strerror})") from None
     finally:
@@ -63,15 +99,44 @@ def read_bytes(path: pathlib.Path) -> bytes:
     return raw
 
 
+def _pack(path: pathlib.Path, f, limit: int) -> bytes:
+    """The text of the open file ``f``, compressed ``READ_BYTES`` at a time (``Packed``); empty
+    bytes for an empty file. What is held: one piece of text and the compressed text (twice,
+    for a moment, at the end)."""
+    buf = bytearray(READ_BYTES)
+    out = bytearray()
+    z, size = _compressor(), 0
+    with memoryview(buf) as view:
+        while True:
+            n = f.readinto(buf)
+            if not n:
+                break
+            size += n
+            if size > limit:        # the file grew past the budget while it was read
+                raise InputError(path, str(BudgetExceeded(
+                    "trace_bytes", f"a file of more than {limit:,} bytes", limit)))
+            out += z.compress(view[:n])
+    if not size:
+        return b""
+    out += z.flush()
+    packed = Packed(out)
+    del out
+    packed.text_bytes = size
+    return packed
+
+
 def decompress(path: pathlib.Path, raw: bytes) -> bytes | bytearray:
     """The text of ``raw``, for the whole-file reader: at most ``WHOLE_TEXT_LIMIT`` bytes (a
     file that cannot be streamed and inflates beyond it is refused, never held)."""
     b = _budgets.current()
     limit = min(WHOLE_TEXT_LIMIT, b.rank_memory, b.trace_bytes)
-    if raw[:2] != json_stream.GZIP_MAGIC:
-        if len(raw) > limit:
-            raise InputError(path, str(BudgetExceeded(
-                "rank_memory", f"cannot be streamed and is more than {limit:,} bytes", limit)))
+    plain = raw[:2] != json_stream.GZIP_MAGIC
+    # The text's size where it is known: a plain text's, or an uncompressed file's (``Packed``)
+    size = len(raw) if plain else getattr(raw, "text_bytes", None)
+    if size is not None and size > limit:
+        raise InputError(path, str(BudgetExceeded(
+            "rank_memory", f"cannot be streamed and is more than {limit:,} bytes", limit)))
+    if plain:
         try:
             for _ in json_nesting.checked(json_stream.chunks(raw, 1 << 24, limit), b.nesting):
                 pass
