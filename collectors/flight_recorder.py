@@ -21,13 +21,13 @@ a prefix (PyTorch's own variable: where NCCL's watchdog writes its dumps on a ti
 then leaves the files an NCCL job leaves, for ``torchfrtrace`` and for ``meshscope analyze``.
 
 PyTorch's own dumps are pickles. ``load_pickle_dump`` reads them without executing anything,
-through the one plain-data unpickler (``collectors/plain_pickle.py``: opcodes walked before
-anything is unpickled, every class refused, plain data only, and no more objects — counted
-once for every place they appear in — than ``PLACES_PER_BYTE`` times the file's bytes), else
-``UnsafePickleError``. ``read_torch_dump`` reads such a file — or PyTorch's JSON form of it
-(``_dump_fr_trace_json``) — as the ``Dump`` of the rank its name gives (``_dump_3``,
-``nccl_trace_rank_3``: PyTorch's dumps do not hold their rank; ``torch_dump_name``), checked
-like the runner's own.
+through the one plain-data unpickler (``collectors/plain_pickle.py``: its own interpreter of
+the plain-data opcodes, every class or call refused as it is reached, str dict keys and 64-bit
+integers only, nesting, places and memory counted as the data is built — time and memory in
+proportion to the file's size), else ``UnsafePickleError``. ``read_torch_dump`` reads such a
+file — or PyTorch's JSON form of it (``_dump_fr_trace_json``) — as the ``Dump`` of the rank
+its name gives (``_dump_3``, ``nccl_trace_rank_3``: PyTorch's dumps do not hold their rank;
+``torch_dump_name``), checked like the runner's own.
 
 Reading, validated at the boundary: ``read_dump(path)`` decodes a dump with bounds
 (``schema.read_document``) and checks it against the typed records below (``Dump``,

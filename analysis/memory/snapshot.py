@@ -24,9 +24,11 @@ block and a log of its recent actions; ``torch.cuda.memory._dump_snapshot(path)`
 ``read(path)`` reads such a file — the pickle, or the same document as JSON — into a typed
 ``Snapshot``, and refuses anything else with ``SnapshotError`` naming the file and the field.
 A snapshot is a stranger's pickle: it is read by the one plain-data unpickler
-(``collectors/plain_pickle.py``), which walks the opcodes first and refuses any that names or
-calls code — a ``__reduce__`` to ``os.system`` is refused before anything is unpickled, and
-nothing runs. A file larger than the trace budget (``--max-trace-bytes``) is refused unread.
+(``collectors/plain_pickle.py``), which interprets the plain-data opcodes itself and refuses
+any that names or calls code — a ``__reduce__`` to ``os.system`` is refused when it is reached,
+and nothing runs — as well as non-str dict keys, integers beyond int64 and data that would
+take more time or memory than the file's size allows. A file larger than the trace budget
+(``--max-trace-bytes``) is refused unread.
 
 What is made of it (``analyse``), per device:
 
