@@ -56,7 +56,7 @@ def test_dask_engine_gives_the_local_report(which, synthetic16, tmp_path):
     local = analyze(run, engine="local", workers=2)
     dask = analyze(run, engine="dask", workers=2)
     _same(local, dask)
-    assert local.straggler is not None
+    assert local.summary.straggler is not None
 
 
 @pytest.fixture(scope="module")
