@@ -192,6 +192,28 @@ def _load(raw: bytes, budget: int, bound: int, stats: dict | None = None):
             big = start
         return v
 
+    def placed(at: int, places: int, height: int, target=None) -> tuple[int, int]:
+        """``places`` and ``height`` of a container that takes the stack's items from ``at``
+        (each marked placed): its children's places and one more level than the deepest;
+        refused past the bound or ``MAX_DEPTH``, or when ``target`` would hold itself."""
+        ms = sm[at:]
+        for mi in ms if any(ms) else ():
+            if mi:
+                if mi < 0:
+                    ci = -mi - 1
+                    if target is not None and memo[ci] is target:
+                        refuse(f"a {type(target).__name__} placed in itself")
+                    mi = mm[ci]
+                    mm[ci] = mi | _PLACED
+                places += (mi >> _SHIFT) - 1
+                h = ((mi >> 2) & 255) + 1
+                if h > height:
+                    height = h
+        if places > bound:
+            refuse(many)
+        if height > MAX_DEPTH:
+            refuse(f"nesting deeper than {MAX_DEPTH} levels")
+        return places, height
     def fill(op: int, at: int):
         """SETITEMS / APPENDS (and SETITEM, APPEND, DICT, LIST, whose items have been put
         above their container): the items above stack index ``at`` go into the container at
@@ -228,23 +250,7 @@ def _load(raw: bytes, budget: int, bound: int, stats: dict | None = None):
             refuse(f"APPENDS to a {type(target).__name__}: {_ONLY}")
         if k > 64:
             room(k * (_GROW_DICT if op == 0x75 else _GROW_LIST))
-        ms = sm[at:]
-        for mi in ms if any(ms) else ():
-            if mi:
-                if mi < 0:
-                    ci = -mi - 1
-                    if memo[ci] is target:
-                        refuse(f"a {type(target).__name__} placed in itself")
-                    mi = mm[ci]
-                    mm[ci] = mi | _PLACED
-                places += (mi >> _SHIFT) - 1
-                h = ((mi >> 2) & 255) + 1
-                if h > height:
-                    height = h
-        if places > bound:
-            refuse(many)
-        if height > MAX_DEPTH:
-            refuse(f"nesting deeper than {MAX_DEPTH} levels")
+        places, height = placed(at, places, height, target)
         before = getsizeof(target)
         if op == 0x75:
             target.update(zip(keys, st[at + 1::2]))
@@ -263,21 +269,7 @@ def _load(raw: bytes, budget: int, bound: int, stats: dict | None = None):
         if at < 0:
             refuse("more items taken than the stack holds")
         tup = tuple(st[at:])
-        places, height = len(tup) + 1, 1
-        for mi in sm[at:]:
-            if mi:
-                if mi < 0:
-                    ci = -mi - 1
-                    mi = mm[ci]
-                    mm[ci] = mi | _PLACED
-                places += (mi >> _SHIFT) - 1
-                h = ((mi >> 2) & 255) + 1
-                if h > height:
-                    height = h
-        if places > bound:
-            refuse(many)
-        if height > MAX_DEPTH:
-            refuse(f"nesting deeper than {MAX_DEPTH} levels")
+        places, height = placed(at, len(tup) + 1, 1)
         held += getsizeof(tup) + 15
         del st[at:], sm[at:]
         push(tup)
