@@ -24,17 +24,10 @@ from conftest import ROOT
 from meshscope.analysis.ingest import decode
 from meshscope.analysis.ingest import json_stream
 from meshscope.analysis.ingest import trace_file
+from test_hostile_memory import WRAPPER      # a command's peak RSS with its workers'
 
 SAMPLE = ROOT / "samples" / "dp2-pp2-1f1b"
 PAD = 200 << 20                  # white space added to the padded trace, in three runs
-WRAPPER = """
-import resource, subprocess, sys
-r = subprocess.run(sys.argv[1:], capture_output=True, text=True)
-sys.stdout.write(r.stdout)
-sys.stderr.write(r.stderr)
-print(f"MAXRSS_KB={resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}")
-sys.exit(r.returncode)
-"""
 
 
 def _analyze_measured(folder, out) -> int:
