@@ -114,3 +114,40 @@ def exposed_comm_id(dim: str) -> FindingId:
     if dim not in COMM_DIMS:
         raise ValueError(f"unknown communication dimension {dim!r}; one of {COMM_DIMS}")
     return FindingId(EXPOSED_COMM_PREFIX + dim)
+
+
+# -- trust: what a report's numbers rest on (analysis/trust/, docs/metrics.md "Trust") -------
+
+TrustVerdict = Literal["trusted", "usable with caveats", "not trustworthy"]
+TRUST_VERDICTS: tuple[TrustVerdict, ...] = get_args(TrustVerdict)
+
+#: A failed check's severity, and the verdict it gives its rank (or the run).
+TRUST_SEVERITIES: dict[str, TrustVerdict] = {"caveat": "usable with caveats",
+                                             "untrustworthy": "not trustworthy"}
+
+
+class TrustCheckId(StrEnum):
+    """Every check of the evidence (``analysis/trust/rank_checks.py`` per rank,
+    ``analysis/trust/run_checks.py`` across ranks; docs/metrics.md "Trust")."""
+    BAD_DURATIONS = "bad-durations"
+    ZERO_DURATIONS = "zero-durations"
+    OVER_LONG = "over-long"
+    LAUNCH_SKEW = "launch-skew"
+    STREAM_OVERLAP = "stream-overlap"
+    DROPPED_ACTIVITY = "dropped-activity"
+    CUT_SHORT = "cut-short"
+    TIMESTAMP_PRECISION = "timestamp-precision"
+    MISSING_RANKS = "missing-ranks"
+    DIFFERENT_STEPS = "different-steps"
+    COLLECTIVE_COUNTS = "collective-counts"
+    CLOCK_OFFSETS = "clock-offsets"
+
+
+TRUST_CHECK_IDS: tuple[str, ...] = tuple(c.value for c in TrustCheckId)
+
+#: The numbers a failed check can affect, as a caveat names them (``TrustCheck.affects``) and
+#: a finding's ``caveats`` are matched against them.
+TrustNumber = Literal["step breakdown", "kernel times", "GPU idle", "launch latency",
+                      "operators", "exposed communication", "waits and straggler",
+                      "pipeline bubble", "bandwidth", "step time", "memory"]
+TRUST_NUMBERS: tuple[TrustNumber, ...] = get_args(TrustNumber)

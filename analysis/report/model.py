@@ -23,6 +23,9 @@ what_if        ``step_time_us`` after the remedy and the ``assumption`` it rests
 symptoms       other observations this finding explains (the waits of the straggler's peers)
 peak_saving_   memory findings: by how much the remedy lowers the memory peak (bytes)
 bytes
+cites          the report tables and rows the finding rests on (``Citation``)
+caveats        the trust checks that failed on the numbers it rests on (``TrustCheck.check``:
+               ``analysis/trust/``); empty when they all passed
 ============== ============================================================================
 """
 from __future__ import annotations
@@ -32,14 +35,29 @@ from typing import Any
 
 from meshscope.vocabulary import IDLE_CAUSES, STEP_TIME_SOURCES, FindingId
 
-#: summary.json's schema version: 4 writes every record's every field (null where unknown) and
+#: summary.json's schema version: 5 adds ``trust`` (the evidence's verdict, docs/metrics.md
+#: "Trust") and each finding's ``cites`` and ``caveats``; 4 writes every record's every field (null where unknown) and
 #: no longer ``gpu_idle_per_rank_mean[].idle_us`` (the breakdown's ``per_rank_mean[].idle_us`` is
 #: the one idle total); 3 named the three step times apart; 2 wrote the replayed makespan as
 #: ``step_time_us``; 1 had no flight_recorder table. ``reader.read_summary`` reads them all.
-REPORT_SCHEMA_VERSION = 4
+REPORT_SCHEMA_VERSION = 5
 
 #: Short labels of the step-time sources, for a table's column or a chart's axis.
 SHORT = {"timer": "step timer", "replayed": "replayed", "window": "profiled window"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Citation:
+    """One piece of the evidence a finding rests on: rows of one report table. ``table`` is a
+    table of the registry (``tables.COLUMNS``: ``rank_waits``, ``breakdown``, ``kernels``…) or
+    ``summary`` for a field of summary.json; the rows are those whose ``rank`` and ``step``
+    (where given) and every column of ``keys`` equal the values given. ``page`` is the dashboard
+    page that shows them (``dashboard/state.PAGES``)."""
+    table: str
+    rank: int | None
+    step: int | None
+    keys: dict[str, Any]
+    page: str | None
 
 
 @dataclasses.dataclass
@@ -56,6 +74,8 @@ class Finding:
     what_if: dict[str, Any] = dataclasses.field(default_factory=dict)
     symptoms: list[Any] = dataclasses.field(default_factory=list)
     peak_saving_bytes: float | None = None
+    cites: list[Citation] = dataclasses.field(default_factory=list)
+    caveats: list[str] = dataclasses.field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.id = FindingId(self.id)          # ValueError for an id the vocabulary lacks
@@ -486,6 +506,45 @@ class MemorySummary:
 
 
 @dataclasses.dataclass(frozen=True)
+class TrustCheck:
+    """One check of the evidence that did not pass (``trust.caveats``; ``analysis/trust/``
+    defines each, docs/metrics.md "Trust" its threshold and why): what it counted, on which
+    ranks and steps, its size, and the numbers that rest on it."""
+    check: str                       # ``vocabulary.TrustCheckId``
+    severity: str                    # "caveat" | "untrustworthy"
+    ranks: list[int]                 # the ranks it concerns (empty: the run as a whole)
+    count: int                       # events, operations, steps or ranks counted
+    of: int | None                   # out of how many
+    size_us: float | None            # its size, where it has one (largest skew, excess…)
+    share_pct: float | None          # its share of what it rests on (events, step time…)
+    steps: list[int]                 # the profiled steps concerned (empty: all or none)
+    affects: list[str]               # the numbers resting on it (``vocabulary.TRUST_NUMBERS``)
+    text: str                        # one sentence: what was seen and what it means
+
+
+@dataclasses.dataclass(frozen=True)
+class RankTrust:
+    """One rank's verdict (``trust.ranks``) and the checks that did not pass on it."""
+    rank: int
+    verdict: str                     # ``vocabulary.TRUST_VERDICTS``
+    checks: list[str]
+
+
+@dataclasses.dataclass(frozen=True)
+class Trust:
+    """``trust``: what the report's numbers rest on — the verdict of the run (the worst of its
+    ranks' and its own checks, docs/metrics.md "Trust"), each rank's, the checks that did not
+    pass and every check that was run (``checked``)."""
+    verdict: str                     # "trusted" | "usable with caveats" | "not trustworthy"
+    ranks: list[RankTrust]
+    caveats: list[TrustCheck]
+    checked: list[str]
+
+    def of_rank(self, rank: int) -> RankTrust | None:
+        return next((r for r in self.ranks if r.rank == rank), None)
+
+
+@dataclasses.dataclass(frozen=True)
 class Summary:
     """summary.json: what a report says, in one document (docs/report-format.md). The
     analysis builds it (``analysis/report/summary.py``), ``codec.encode`` writes it, every
@@ -527,6 +586,8 @@ class Summary:
     gpu_idle_per_rank_mean: list[GpuIdle]   # where the GPU's idle time goes, per rank
     top_kernels: list[TopKernel]
     memory: MemorySummary
+    # What the numbers rest on (``Trust``); null: the report does not say (before schema 5).
+    trust: Trust | None = None
 
     @property
     def step_time(self) -> StepTime:
