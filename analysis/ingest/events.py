@@ -118,6 +118,9 @@ class RankTrace:
     # The allocator's [memory] events, one row each (``memory_events.py``): empty for a trace
     # recorded without ``profile_memory``.
     memory: pd.DataFrame = dataclasses.field(default_factory=memory_events.empty)
+    # What ingest dropped or ignored, by field and reason (``validate.Damage``): the trust
+    # checks count it (``analysis/trust/rank_checks.py``).
+    damage: Damage = dataclasses.field(default_factory=Damage)
 
     @property
     def on_gpu(self) -> bool:
@@ -367,5 +370,5 @@ def load_trace(path: pathlib.Path, *, comm_kernel_re: re.Pattern | None = None,
     owned, hit = [table], None
     del table
     return RankTrace(path=path, rank=rank, events=event_table.to_frame(owned, release=True),
-                     meta=meta, problems=problems, notes=notes,
+                     meta=meta, problems=problems, notes=notes, damage=damage,
                      memory=memory_events.to_frame(memory))

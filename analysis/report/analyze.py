@@ -20,7 +20,9 @@ operations and own-clock timeline once their replacements exist, ``RankStage``):
    ``pipeline/``) → ``records_of`` → ``Records`` (step-timer records and Flight Recorder
    verdicts, ``always_on.py``) → ``_whatif`` (each step's dependency graph, critical path and
    what-if savings, ``crossrank/``); the memory tables and snapshots (``memory_stage.py``).
-4. **Findings** (``_findings``, ``report/findings``) from every value above; bandwidth
+4. **Findings** (``_findings``, ``report/findings``) from every value above, and the trust
+   verdict (``analysis/trust/``: each rank's checks, the checks across ranks) whose failed
+   checks mark the findings resting on them; bandwidth
    (``comm/bandwidth_report``) and the aligned timeline go into the ``Report``
    (``result.py``), its tables in the registry's groups (``report/tables.py``).
 5. **Write**: ``Report.write(dir)`` stores every table of the registry as parquet and
@@ -60,6 +62,7 @@ from meshscope.analysis.report import spill
 from meshscope.analysis.report import tables as report_tables
 from meshscope.analysis.timeline import breakdown, segments
 from meshscope.analysis.timeline.rank_timeline import RankTimeline
+from meshscope.analysis.trust import run_checks, verdict
 from meshscope.collectors.run_info import RunInfo
 
 __all__ = ["REPORT_SCHEMA_VERSION", "AnalysisOptions", "analyze"]
@@ -223,6 +226,11 @@ def _cross_rank(stage: RankStage, layout_map, options: AnalysisOptions) -> Repor
                       resolution_us=resolution, on_gpu=on_gpu, memory=mem)
     run = inp.run
     expected = set(range(run.world_size)) if run is not None else set()
+    world = run.world_size if run is not None else \
+        max((r.identity.world_size or 0 for r in results), default=0) or None
+    trust = verdict.trust({r.rank: list(r.trust) for r in results}, run_checks.run_checks(
+        ranks, world, tables.breakdown, aligned.instances, aligned.offsets, st.us))
+    found = verdict.with_caveats(found, trust)
     bw = bandwidth_report.bandwidth_table(aligned.instances, aligned.collectives, aligned.p2p)
     groups = summary.Groups(
         steps=report_tables.StepTimeTables(
@@ -255,7 +263,7 @@ def _cross_rank(stage: RankStage, layout_map, options: AnalysisOptions) -> Repor
                     "resolution_us": resolution},
         straggler=wi.straggler if wi else None, imbalance=wi.imbalance if wi else None,
         findings=found, memory=memory_facts(mem), flight_recorder_ranks=list(inp.flight.ranks),
-        environments=[r.environment for r in results])
+        environments=[r.environment for r in results], trust=trust)
     return Report.of(facts, groups, on_gpu)
 
 

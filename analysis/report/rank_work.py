@@ -28,6 +28,8 @@ from meshscope.analysis.report.inputs import TraceIdentity, identity
 from meshscope.analysis.timeline import breakdown, operators
 from meshscope.analysis.timeline import rank_timeline as timeline
 from meshscope.analysis.timeline import step_windows
+from meshscope.analysis.trust import rank_checks
+from meshscope.analysis.trust.measured import Measured
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +65,8 @@ class RankResult:
     device_name: str | None = None
     # What the rank ran on and how it was recorded (``environment_of``).
     environment: dict = dataclasses.field(default_factory=dict)
+    # The checks of its trace (``analysis/trust/rank_checks.py``), passed or not.
+    trust: list[Measured] = dataclasses.field(default_factory=list)
 
     @property
     def rank(self) -> int:
@@ -107,6 +111,7 @@ def rank_work(path: pathlib.Path, opts: RankOptions) -> RankResult:
         gpu=gpu, notes=notes, operators=side["operators"], device_name=device_name(trace.meta),
         environment=environment_of(trace.meta, tl.window_source),
         memory=side["memory"],
+        trust=rank_checks.rank_checks(trace.rank, trace.events, trace.damage, tl.host_steps),
         implausible=validate.step_windows_problem(
             tl.host_steps if tl.window_source != "trace" else {}, tl.span))
 

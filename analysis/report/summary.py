@@ -162,6 +162,7 @@ class Facts:
     memory: dict                      # memory_stage.memory_facts: stages, snapshots, memory
     flight_recorder_ranks: list[int]  # the ranks whose Flight Recorder dump was read
     environments: list[dict] = dataclasses.field(default_factory=list)  # rank_work's, per rank
+    trust: model.Trust | None = None  # analysis/trust/verdict.trust; None: nothing was checked
 
 
 @dataclasses.dataclass(frozen=True)
@@ -222,7 +223,14 @@ def build(facts: Facts, t: Groups) -> Summary:
                           "memory.stages"),
             snapshots=_typed(list[model.MemorySnapshot], facts.memory.get("snapshots", []),
                              "memory.snapshots"),
-            device_memory_bytes=clean(facts.memory.get("device_memory_bytes"))))
+            device_memory_bytes=clean(facts.memory.get("device_memory_bytes"))),
+        trust=_clean_trust(facts.trust))
+
+
+def _clean_trust(t: model.Trust | None) -> model.Trust | None:
+    """``t`` with its numbers JSON-safe (numpy scalars unwrapped, NaN as None), checked
+    against the record as any other field is."""
+    return None if t is None else _typed(model.Trust, codec.encode(t), "trust")
 
 
 def environment(per_rank: list[dict], run: RunInfo | None) -> model.Environment:
