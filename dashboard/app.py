@@ -43,7 +43,7 @@ from .jobs import Analyses, Limits
 from .page_builds import PageBuilds, Pending
 from .pages import communication, compare, device, health, memory, overview, pipeline, \
     runs_list, stragglers, timeline
-from .pages.common import PageContext, pick_step, rank_label
+from .pages.common import PageContext, evidence_section, pick_step, rank_label
 from .runs import RunIndex
 
 log = logging.getLogger("meshscope.dashboard")
@@ -139,7 +139,7 @@ def _title(ctx: PageContext) -> list:
     if state.rank is not None and state.rank in rep.ranks:
         extra.append(html.Span(f"focus: {rank_label(state.rank, rep)}", id="rank-focus"))
     bits.append(html.Div(extra, style={"fontSize": "0.9em"}))
-    return bits
+    return bits + S.to_dash([evidence_section(rep)])
 
 
 def _building(run_id: str, report_dir: pathlib.Path, elapsed_s: float) -> list:

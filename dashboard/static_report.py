@@ -7,7 +7,9 @@ instruction that needs the server (no "click", no links). Plotly's JavaScript is
 
 The pages are the dashboard's own (``dashboard.pages``, rendered by ``sections.to_html``), so
 the file shows the same numbers as the dashboard for the same report. ``write_html(entry, out)``
-is what ``meshscope report RUN --html out.html`` calls.
+is what ``meshscope report RUN --html out.html`` calls. Its top says what the numbers rest on
+(the trust verdict and its caveats, ``pages.common.evidence_section``), as every dashboard
+page's header does.
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from . import sections as S
 from .data import RunReport, open_report
 from .pages import communication, device, health, memory, overview, pipeline, stragglers, \
     timeline
-from .pages.common import PageContext
+from .pages.common import PageContext, evidence_section
 from .runs import RunEntry
 from .state import TITLES, ViewState
 
@@ -76,7 +78,8 @@ def render_html(report: RunReport) -> str:
             f"<script>{plotly.offline.get_plotlyjs()}</script></head><body>"
             f"<h1>{title}</h1><p class=\"note\">Written {made} from the report of "
             f"{html.escape(report.typed.generated or '?')} (meshscope "
-            f"summary schema {report.schema_version}).</p><nav>{nav}</nav>"
+            f"summary schema {report.schema_version}).</p>"
+            f"{S.to_html([evidence_section(report)])}<nav>{nav}</nav>"
             + "\n".join(parts) + "</body></html>")
 
 

@@ -22,6 +22,8 @@ both sides, added in quadrature): a change within it is called so (``within_nois
 """
 from __future__ import annotations
 
+from meshscope.analysis.trust import verdict as trust_verdict
+
 import dataclasses
 import math
 
@@ -314,7 +316,9 @@ def _memory(before: Side, after: Side) -> list[MemoryDiff]:
 def _info(s: Side) -> SideInfo:
     return SideInfo(name=s.name, path=str(s.path), report_dir=str(s.report_dir),
                     device=s.summary.device, ranks=s.ranks, steps=s.steps, layout=s.layout,
-                    step_time_source=s.summary.step_time.source)
+                    step_time_source=s.summary.step_time.source,
+                    trust_verdict=s.summary.trust.verdict if s.summary.trust else None,
+                    evidence=trust_verdict.headline(s.summary.trust))
 
 
 #: The quantities every diff states (the gate may ask for any other, ``quantities``).

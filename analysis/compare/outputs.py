@@ -74,7 +74,8 @@ def text(d: RunDiff) -> str:
 
 def _step_lines(d: RunDiff) -> list[str]:
     """The head, the sentences, the step time and its parts with the window and the residual."""
-    out = [f"meshscope compare — {d.before.name} → {d.after.name}", ""]
+    out = [f"meshscope compare — {d.before.name} → {d.after.name}",
+           *(f"  evidence of {s.name}: {s.evidence}" for s in (d.before, d.after)), ""]
     out += [f"  {s}" for s in d.sentences]
     c = d.step_time
     out += ["", f"Step time (ms): {_ms(c.before)} → {_ms(c.after)}  Δ {_ms(c.delta, True)}"
@@ -244,6 +245,8 @@ def markdown(diffs: list[RunDiff], verdicts: list[tuple[str, Verdict]]) -> str:
         out.append("")
     for d in diffs:
         out += [f"### {_md(d.before.name)} → {_md(d.after.name)}", ""]
+        out += [f"Evidence of {_md(s.name)}: {_md(s.evidence)}  " for s in (d.before, d.after)]
+        out += [""]
         out += [f"- {_md(s)}" for s in d.sentences]
         out += ["", "| part | before ms | after ms | Δ ms | share | noise ms |",
                 "|---|---:|---:|---:|---:|---:|"]

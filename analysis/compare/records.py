@@ -235,6 +235,10 @@ class SideInfo:
     steps: list[int]
     layout: str | None
     step_time_source: str | None
+    # What the run's numbers rest on (``analysis/trust/``): its verdict (None: the report
+    # predates the checks) and the line every view shows.
+    trust_verdict: str | None = None
+    evidence: str = ""
 
 
 @dataclasses.dataclass

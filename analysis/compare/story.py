@@ -10,6 +10,8 @@ vanished; findings gained and lost.
 """
 from __future__ import annotations
 
+from meshscope.vocabulary import TRUST_VERDICTS
+
 from .records import Part, RunDiff
 
 TOP_PARTS = 3
@@ -193,6 +195,16 @@ def _unlike_sentence(d: RunDiff) -> str | None:
             "that in mind.")
 
 
+def _evidence_sentence(d: RunDiff) -> str | None:
+    """Where either run's numbers rest on evidence that failed a check (``analysis/trust/``):
+    each side's verdict, before any cause."""
+    sides = (d.before, d.after)
+    if all(s.trust_verdict == TRUST_VERDICTS[0] for s in sides):
+        return None
+    return ("Evidence — " + "; ".join(f"{s.name}: {s.evidence}" for s in sides)
+            + ": a cause resting on the numbers named there is no firmer than they are.")
+
+
 _OTHER_HARDWARE = " (on other hardware: the device changed)"
 
 
@@ -200,7 +212,7 @@ def sentences(d: RunDiff) -> list[str]:
     """The comparison in a few sentences (module docstring): first, where the runs are not
     alike, what differs; then the headline and the causes. Under a change of device every
     kernel-level sentence says the hardware changed."""
-    out = [s for s in (_unlike_sentence(d),) if s] + [_headline(d)]
+    out = [s for s in (_unlike_sentence(d), _evidence_sentence(d)) if s] + [_headline(d)]
     total = d.window.delta or 0.0
     for p in _moving_parts(d):
         text = _part_sentence(p, total)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from meshscope.analysis.report import reader
 from meshscope.analysis.report.printable import printable_tree
+from meshscope.analysis.trust import verdict as trust_verdict
 
 
 def _ms(us) -> str:
@@ -106,6 +107,8 @@ def _head_lines(typed: reader.Summary) -> list[str]:
                 rate += f", MFU {typed.mfu_pct:.1f}%"
         lines.append(f"  step time {st.text()}{rate} — {st.label}"
                      + (f"; also {', '.join(other)}" if other else ""))
+    lines.append(f"  evidence: {trust_verdict.headline(typed.trust)}")
+    lines += [f"    {c}" for c in trust_verdict.caveat_lines(typed.trust)]
     if typed.missing_ranks:
         lines.append(f"  MISSING ranks: {typed.missing_ranks}")
     for p in typed.problems:
@@ -121,11 +124,14 @@ def _per_rank_lines(typed: reader.Summary) -> list[str]:
     lines.append("Per rank, mean over profiled steps (ms):")
     lines.append("  rank    window   compute      comm overlapped   exposed    bubble      idle"
                  "  overlap%")
+    mark = trust_verdict.marks(typed.trust)
     for r in typed.per_rank_mean:
-        lines.append(f"  {r.rank:>4} {_ms(r.window_us)} {_ms(r.compute_us)} "
+        lines.append(f"  {r.rank:>4}{mark.get(r.rank, ' ')}{_ms(r.window_us)} {_ms(r.compute_us)} "
                      f"{_ms(r.comm_us)}  {_ms(r.overlapped_comm_us)} "
                      f"{_ms(r.exposed_comm_us)} {_ms(r.bubble_us)} {_ms(r.idle_us)}"
                      f"     {_pct(r.overlap_pct)}")
+    if mark:
+        lines.append("  † usable with caveats, ‡ not trustworthy: see 'evidence' above")
     for note in typed.notes:
         lines.append(f"  note: {note}")
     return lines
@@ -267,5 +273,7 @@ def _finding_lines(typed: reader.Summary) -> list[str]:
             if f.peak_saving_bytes:
                 cost += f" — lowers the peak by {_bytes(f.peak_saving_bytes).strip()}"
             lines.append(f"  {i}. [{f.severity}] {f.title}{cost}")
+            if f.caveats:
+                lines.append(f"     rests on evidence that failed: {', '.join(f.caveats)}")
             lines.append(f"     remedy: {f.remedy}")
     return lines

@@ -134,3 +134,41 @@ def marks(t: model.Trust | None) -> dict[int, str]:
         return {}
     sign = {TRUST_VERDICTS[1]: "†", TRUST_VERDICTS[2]: "‡"}
     return {r.rank: sign[r.verdict] for r in t.ranks if r.verdict in sign}
+
+
+def _ranks_text(ranks: list[int]) -> str:
+    shown = ", ".join(map(str, ranks[:8])) + ("…" if len(ranks) > 8 else "")
+    return f"rank{'s' * (len(ranks) != 1)} {shown}"
+
+
+def headline(t: model.Trust | None) -> str:
+    """The verdict in one line, as every view shows it first: the run's, and which ranks
+    are not trusted; for a report written before the checks existed, that it was not
+    checked."""
+    if t is None:
+        return ("evidence not checked: this report was written before meshscope checked its "
+                "evidence (meshscope analyze --no-cache checks it)")
+    if t.verdict == TRUST_VERDICTS[0]:
+        return (f"trusted — every check passed on {len(t.ranks)} "
+                f"rank{'s' * (len(t.ranks) != 1)} ({len(t.checked)} checks)")
+    parts = []
+    for v in TRUST_VERDICTS[1:]:
+        rs = [r.rank for r in t.ranks if r.verdict == v]
+        if rs:
+            parts.append(f"{v}: {_ranks_text(rs)}")
+    run_only = [c.check for c in t.caveats if not c.ranks or c.check in _RUN_CHECKS]
+    if run_only:
+        parts.append(f"across ranks: {', '.join(run_only)}")
+    return f"{t.verdict} — {'; '.join(parts)}"
+
+
+_RUN_CHECKS = {C.MISSING_RANKS.value, C.DIFFERENT_STEPS.value, C.COLLECTIVE_COUNTS.value,
+               C.CLOCK_OFFSETS.value}
+
+
+def caveat_lines(t: model.Trust | None) -> list[str]:
+    """One line per failed check: its severity, id, what it saw, the numbers it affects."""
+    if t is None:
+        return []
+    return [f"[{c.severity}] {c.check}: {c.text} — affects {', '.join(c.affects)}"
+            for c in t.caveats]

@@ -5,8 +5,10 @@ from __future__ import annotations
 import dataclasses
 
 
-from meshscope.vocabulary import EXPOSED_COMM_ORDER
+from meshscope.analysis.trust import verdict as trust_verdict
+from meshscope.vocabulary import EXPOSED_COMM_ORDER, TRUST_VERDICTS
 
+from .. import sections as S
 from ..data import RunReport
 from ..sections import Note, missing
 from ..state import ViewState
@@ -49,6 +51,18 @@ def absent(ctx: PageContext, table: str, id_: str, what: str, why: str | None = 
     return missing(id_, what, ctx.run_id,
                    schema_version=ctx.report.typed.schema_version if written else None,
                    why=why)
+
+
+def evidence_section(report: RunReport) -> S.Section:
+    """What the report's numbers rest on, as every page's header and the static report's top
+    show it: the trust verdict and each failed check with the numbers it affects — the
+    report's own words (``analysis/trust/verdict.py``), never re-derived here."""
+    t = report.typed.trust
+    head = S.Note("trust-verdict", f"Evidence: {trust_verdict.headline(t)}",
+                  warn=t is None or t.verdict != TRUST_VERDICTS[0])
+    return S.Section(None, [head, *(S.Note(f"trust-caveat-{i}", line, warn=True)
+                                    for i, line in enumerate(trust_verdict.caveat_lines(t)))],
+                     id="evidence")
 
 
 def pick_step(report: RunReport, step: int | None) -> int | None:

@@ -35,6 +35,8 @@ Then, for two runs or more:
 """
 from __future__ import annotations
 
+from meshscope.vocabulary import TRUST_VERDICTS
+
 import logging
 
 import plotly.graph_objects as go
@@ -216,6 +218,9 @@ def _steps_section(d: RunDiff) -> S.Section:
     """The sentences, the step time, its change and noise, the waterfall and the parts."""
     said = d.sentences[1:] if d.unlike else d.sentences
     items: list = [S.Note("compare-unlike", d.sentences[0], warn=True)] if d.unlike else []
+    items += [S.Note(f"compare-evidence-{k}", f"Evidence of {s.name}: {s.evidence}",
+                     warn=s.trust_verdict != TRUST_VERDICTS[0])
+              for k, s in (("before", d.before), ("after", d.after))]
     items += [S.Note(f"compare-sentence-{i}", text) for i, text in enumerate(said)]
     c = d.step_time
     facts = [("step time", f"{S.ms(c.before)} → {S.ms(c.after)}"),
