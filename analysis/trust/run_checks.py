@@ -6,9 +6,10 @@
   ranks present only. A caveat.
 - ``different-steps`` — ranks that profiled other steps than the rest: the cross-rank numbers
   of a step cover only the ranks that profiled it. A caveat.
-- ``collective-counts`` — ranks of one process group that issued different numbers of one
-  collective over the steps they all profiled: a group's ranks run the same collectives, so a
-  trace lost some (subsampled, or the activity buffer filled). A caveat.
+- ``collective-counts`` — ranks of one process group (those of its members that have a trace)
+  that issued different numbers of one collective over the steps they all profiled: a
+  group's ranks run the same collectives, so a trace lost some (subsampled, or the activity
+  buffer filled). A caveat.
 - ``clock-offsets`` — ranks whose clock differed from the reference rank's by more than twice
   the estimate's own uncertainty, so that it was corrected (``crossrank/clocks.py``): the
   cross-rank times rest on that correction, right to within its uncertainty. A caveat; not
@@ -76,8 +77,8 @@ def _counts(instances: pd.DataFrame, breakdown: pd.DataFrame) -> Measured:
     present = set(int(r) for r in instances["rank"].unique())
     uneven, groups, example = set(), 0, ""
     for group, g in coll.groupby("pg_ranks"):
-        members = [int(x) for x in str(group).split(",")]
-        if len(members) < 2 or not set(members) <= present:
+        members = [int(x) for x in str(group).split(",") if int(x) in present]
+        if len(members) < 2:
             continue
         groups += 1
         counts = g.groupby(["op", "rank"]).size().unstack("rank") \
