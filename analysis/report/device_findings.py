@@ -42,6 +42,12 @@ profiled steps (``_worst_per_step``); for one rank, its own mean.
   ``GEMM_COVERAGE_FULL`` of the GEMM kernel time its title says how much it covers
   (``gemm_coverage``; ``gemm_coverage_notes`` says it in the report's notes whatever the
   verdict).
+
+Each cites its rows (``F.cite``): the idle findings the ``idle`` rows of the rank they name
+(the sync stall also the ``sync_calls`` of its synchronisation), the copies and the exposed
+communication the ``breakdown`` (and ``kernels``, ``exposed_comm``) rows of their worst rank,
+arrival jitter the ``rank_waits`` and ``collectives`` its numbers come from, the GEMM verdict
+its ``gemms`` row and ``gpu-idle`` its rank's ``breakdown`` and ``idle`` rows.
 """
 from __future__ import annotations
 
@@ -125,8 +131,12 @@ def _idle_finding(inp: F.FindingInputs, fid: str, cols: list[str], title_fmt: st
     evidence.update(extra or {})
     title = title_fmt.format(ms=F.ms(cost), pct=100 * cost / inp.step_us, rank=worst,
                              ranks=_ranks_text(ranks))
+    cites = [F.cite("idle", rank=worst)]
+    if "sync_op" in evidence:
+        cites.append(F.cite("sync_calls", name=evidence["sync_op"]))
     return F.timed(fid, "all", cost, inp, title, evidence, remedy,
-                    f"no device idle from {', '.join(CAUSE_TEXT[c[5:-3]] for c in cols)}")
+                   f"no device idle from {', '.join(CAUSE_TEXT[c[5:-3]] for c in cols)}",
+                   cites=cites)
 
 
 def _ranks_text(ranks: list[int]) -> str:
@@ -197,12 +207,15 @@ def _memcpy(inp: F.FindingInputs) -> Finding | None:
     if not F.beats_noise(cost, inp.step_us, inp.noise_us):
         return None
     evidence = {"exposed_copy_us": cost, "worst_rank": worst}
+    cites = [F.cite("breakdown", rank=worst)]
     k = inp.kernels
     if k is not None and len(k):
         copies = k[k["category"] == "memcpy/memset"].sort_values("total_us", ascending=False)
         evidence["copies"] = [{"name": str(n), "count": int(c), "total_us": float(t)}
                               for n, c, t in zip(copies["name"], copies["count"],
                                                  copies["total_us"])][:3]
+        if len(copies):
+            cites.append(F.cite("kernels", category="memcpy/memset"))
     pageable = any("Pageable" in c["name"] for c in evidence.get("copies", []))
     title = (f"Memory copies on the critical path: {F.ms(cost)} per step of memcpy/memset "
              f"with no compute or communication beside it"
@@ -211,7 +224,7 @@ def _memcpy(inp: F.FindingInputs) -> Finding | None:
                     "copy from pinned host memory (DataLoader(pin_memory=True)) with "
                     "non_blocking=True, and overlap the copies with compute on a side stream "
                     "or prefetch the next batch to the GPU",
-                    "the copies overlapped with compute")
+                   "the copies overlapped with compute", cites=cites)
 
 
 def _exposed_single(inp: F.FindingInputs, have: set[str]) -> list[Finding]:
@@ -242,7 +255,9 @@ def _exposed_single(inp: F.FindingInputs, have: set[str]) -> list[Finding]:
                                  "collectives issued earlier) or find its process group "
                                  "(record_param_comms, `meshscope analyze --layout`) for a "
                                  "remedy that fits its dimension",
-                            f"every {dim} operation hidden behind compute"))
+                           f"every {dim} operation hidden behind compute",
+                           cites=[F.cite("exposed_comm", rank=worst, dim=dim),
+                                  F.cite("breakdown", rank=worst)]))
     return out
 
 
@@ -291,7 +306,9 @@ def _jitter(inp: F.FindingInputs) -> Finding | None:
                  f"{n_last} of {int(counts.sum())} collectives); making it as fast as its peers "
                  f"saves no more than the step-to-step noise, so it is not named a straggler")
         evidence["causing_rank"] = causer
+        cites = [F.cite("rank_waits", rank=causer)]
     else:
+        cites = [F.cite("rank_waits")]
         why = ("the last to arrive changes from collective to collective"
                if top_share < 0.75 else
                f"rank {int(counts.index[0])} arrives last most often, but making it as fast "
@@ -302,7 +319,8 @@ def _jitter(inp: F.FindingInputs) -> Finding | None:
                     evidence, "make the ranks' step times steadier: pin each rank to its own "
                     "cores, keep other work off the hosts, prefetch data so loading time does "
                     "not vary; and issue the collectives earlier so the waits overlap compute",
-                    "every rank arrives at each collective together")
+                   "every rank arrives at each collective together",
+                   cites=[*cites, F.cite("collectives")])
 
 
 def _gemm(inp: F.FindingInputs) -> Finding | None:
@@ -334,10 +352,13 @@ def _gemm(inp: F.FindingInputs) -> Finding | None:
         title += (f" — judged on {_pct(covered, total)} of the GEMM kernel time: the rest "
                   f"has no recorded shapes")
     return F.timed("low-gemm-efficiency", "all", cost, inp, title, evidence,
-                    "run them in bf16/fp16 on the tensor cores (autocast), with dimensions "
-                    "that are multiples of 8 (16 for fp8), larger batches, or fused kernels "
-                    "(torch.compile)",
-                    f"those multiplications at {TARGET_EFFICIENCY:.0%} of peak")
+                   "run them in bf16/fp16 on the tensor cores (autocast), with dimensions "
+                   "that are multiples of 8 (16 for fp8), larger batches, or fused kernels "
+                   "(torch.compile)",
+                   f"those multiplications at {TARGET_EFFICIENCY:.0%} of peak",
+                   cites=[F.cite("gemms", rank=top["rank"], op=top["op"],
+                                 shapes=top["shapes"], dtype=top["dtype"]),
+                          F.cite("gemms")])
 
 
 # Which finding claims which idle cause (the ``gpu-idle`` finding names them, and neither its
@@ -395,8 +416,10 @@ def _gpu_idle(inp: F.FindingInputs, explained_us: float,
         remedy = SLOW_LAUNCH_REMEDY
     elif top == "launch" and (inp.graph_captures or inp.graph_replays):
         remedy = _graph_remedy(inp)
+    cites = [F.cite("idle", rank=rank)] if rank in idle_means.index else []
+    cites.append(F.cite("breakdown", rank=rank))
     return F.timed("gpu-idle", "all", cost, inp, title, evidence, remedy,
-                    "the idle time no other finding explains removed")
+                   "the idle time no other finding explains removed", cites=cites)
 
 
 def _graph_remedy(inp: F.FindingInputs) -> str:

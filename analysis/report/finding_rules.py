@@ -2,6 +2,10 @@
 becomes a severity and beats the noise, the timed finding's record (``timed``), the remedies by
 dimension. ``findings.py`` (the cross-rank rules) and ``device_findings.py`` (one rank's own
 time) both build on it; neither imports the other's rules for them.
+
+Every finding cites the rows of the report's tables its numbers come from (``cite``: a
+``model.Citation``), so that a reader can check it and the dashboard can link to the page,
+rank and step that show them (issue 45).
 """
 from __future__ import annotations
 
@@ -9,7 +13,8 @@ import dataclasses
 
 import pandas as pd
 
-from meshscope.analysis.report.model import Finding
+from meshscope.analysis.report.model import Citation, Finding
+from meshscope.analysis.report.tables import COLUMNS
 from meshscope.vocabulary import CommDim
 
 REMEDIES: dict[CommDim, str] = {
@@ -21,6 +26,49 @@ REMEDIES: dict[CommDim, str] = {
     "unknown": "find which process group it belongs to (record_param_comms, run.json, or "
                "`meshscope analyze --layout`)",
 }
+#: The dashboard page that shows a table's rows (``dashboard/state.PAGES``): a citation's page
+#: unless it names another.
+TABLE_PAGES = {
+    "rank_waits": "stragglers", "step_heatmap": "stragglers", "collectives": "stragglers",
+    "breakdown": "overview", "exposed_comm": "communication", "bandwidth": "communication",
+    "flight_recorder": "health", "bubbles": "pipeline", "stage_imbalance": "pipeline",
+    "idle": "gpu", "sync_calls": "gpu", "kernels": "gpu", "gemms": "gpu",
+    "kernel_categories": "gpu", "memory_devices": "memory", "memory_steps": "memory",
+    "memory_live": "memory", "memory_segments": "memory", "memory_snapshot_live": "memory",
+}
+#: The table name of a citation of summary.json: ``keys["field"]`` is the field's dotted path
+#: (``stage_imbalance_without_straggler``, ``memory.snapshots``); the other keys pick the
+#: entries of a list there.
+SUMMARY = "summary"
+
+
+def _plain(v):
+    """A numpy scalar as the Python value JSON writes."""
+    return v.item() if hasattr(v, "item") else v
+
+
+def cite(table: str, rank=None, step=None, page: str | None = None, **keys) -> Citation:
+    """The rows of ``table`` whose ``rank``, ``step`` (where given) and ``keys`` columns equal
+    the values given — a ``Citation`` whose page is ``page``, else the table's
+    (``TABLE_PAGES``). A table the registry lacks, or a rank, step or key column the table
+    does not have, is a ``ValueError``: a finding cannot cite rows no reader can find."""
+    if table == SUMMARY:
+        if "field" not in keys or rank is not None or step is not None:
+            raise ValueError("a summary citation names its field (keys['field']) only")
+    else:
+        cols = COLUMNS.get(table)
+        if cols is None:
+            raise ValueError(f"no report table {table!r} to cite")
+        lacking = [c for c, v in (("rank", rank), ("step", step)) if v is not None
+                   and c not in cols] + [k for k in keys if k not in cols]
+        if lacking:
+            raise ValueError(f"table {table!r} has no column {', '.join(lacking)}")
+    return Citation(table, None if rank is None else int(rank),
+                    None if step is None else int(step),
+                    {k: _plain(v) for k, v in keys.items()},
+                    page if page is not None else TABLE_PAGES.get(table))
+
+
 NOISE_FACTOR = 3.0
 MIN_COST_PCT = 1.0
 
@@ -86,15 +134,15 @@ def beats_noise(cost_us: float, step_us: float, noise_us: float) -> bool:
 
 
 def timed(fid, dimension, cost_us, inp: FindingInputs, title, evidence, remedy, assumption,
-           symptoms=(), measured: bool = True) -> Finding:
+          symptoms=(), measured: bool = True, cites=()) -> Finding:
     """A timed finding; ``measured`` False for a cost that is not measured but follows from the
-    schedule's closed form (no noise to beat)."""
+    schedule's closed form (no noise to beat); ``cites``: the rows it rests on (``cite``)."""
     pct = 100 * cost_us / inp.step_us if inp.step_us else 0.0
     noise = inp.noise_us if measured else float("nan")
     return Finding(fid, severity(pct, cost_us, noise), dimension, float(cost_us),
                    float(pct), title, evidence, remedy,
                    {"step_time_us": float(inp.step_us - cost_us), "assumption": assumption},
-                   list(symptoms))
+                   list(symptoms), cites=list(cites))
 
 
 def ms(us: float) -> str:

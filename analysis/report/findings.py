@@ -8,7 +8,9 @@ saving per profiled step, and its share of the step; null for hangs and desyncs,
 job rather than slow it), ``title``, ``evidence`` (the numbers, ranks, group and steps behind
 it), ``remedy``, ``what_if`` (the step time were it fixed, and the assumption) and ``symptoms``
 (other observations it explains). A cost that does not beat the noise (nor 1% of the step) is
-no finding at all: a healthy run has none of the timing findings.
+no finding at all: a healthy run has none of the timing findings. Each finding's ``cites``
+name the rows of the report's tables its numbers come from (``finding_rules.cite``): the
+first names the rank and step the finding is about, where it names one.
 
 The findings, from ``FindingInputs``, in the order they are judged — each later one on the
 run *with the earlier causes fixed*, so that a symptom of one is not reported as another:
@@ -58,6 +60,7 @@ from meshscope.analysis.report.device_findings import device_findings
 from meshscope.analysis.report.finding_rules import (MIN_COST_PCT, NOISE_FACTOR, REMEDIES,  # noqa: F401
                                                      FindingInputs)
 from meshscope.analysis.report.finding_rules import beats_noise as _beats_noise
+from meshscope.analysis.report.finding_rules import cite
 from meshscope.analysis.report.finding_rules import ms as _ms
 from meshscope.analysis.report.finding_rules import timed as _timed
 from meshscope.analysis.report.model import Finding
@@ -121,8 +124,11 @@ def _hang(hangs: pd.DataFrame) -> Finding | None:
     if h.waiting_ranks:
         symptoms.append(f"{_ranks_text(h.waiting_ranks)} also never reached a later "
                         f"collective: they wait in one issued earlier")
+    # The verdict rows: per group, the first collective its hung ranks never reached.
+    cites = [cite("flight_recorder", process_group=f.process_group, seq=f.seq)
+             for f in h.first]
     return Finding("hang", "high", "all", None, None, title, evidence, HANG_REMEDY,
-                   {"step_time_us": None, "assumption": "no hang"}, symptoms)
+                   {"step_time_us": None, "assumption": "no hang"}, symptoms, cites=cites)
 
 
 def _flight_recorder(hangs: pd.DataFrame | None) -> list[Finding]:
@@ -139,7 +145,9 @@ def _flight_recorder(hangs: pd.DataFrame | None) -> list[Finding]:
         evidence["count"] = int(len(rows))
         out.append(Finding("desync", "high", "all", None, None, str(first["detail"]),
                            evidence, DESYNC_REMEDY, {"step_time_us": None,
-                                                     "assumption": "no desync"}))
+                                                     "assumption": "no desync"},
+                           cites=[cite("flight_recorder", process_group=first["process_group"],
+                                       seq=first["seq"], verdict="mismatch")]))
     return out
 
 
@@ -172,6 +180,8 @@ def _straggler(inp: FindingInputs) -> Finding | None:
                         + ", ".join(_ms(float(w)) for w in waited["wait_us"])
                         + " per step, charged to rank " + str(r))
     fid, remedy = "straggler", STRAGGLER_REMEDY
+    # Its saving, waits caused and critical-path share (rank_waits), its compute (breakdown).
+    cites = [cite("rank_waits", rank=r), cite("breakdown", rank=r)]
     title = (f"Rank {r} is the straggler: at its "
              f"{'peers' if peers else 'reference'}' pace the step would be "
              f"{_ms(st['saving_us'])} ({100 * st['saving_us'] / inp.step_us:.0f}% of its "
@@ -188,8 +198,11 @@ def _straggler(inp: FindingInputs) -> Finding | None:
             evidence.update(idle_us=mine, peer_idle_us=theirs)
             title = (f"Rank {r}'s GPU idles {_ms(mine - theirs)} per step more than its "
                      f"peers': its host does not launch work fast enough")
+            if inp.idle is not None and len(inp.idle) and (inp.idle["rank"] == r).any():
+                cites.append(cite("idle", rank=r))
     return _timed(fid, "all", st["saving_us"], inp, title, evidence, remedy,
-                  f"rank {r}'s own work at its reference pace ({st['reference']})", symptoms)
+                  f"rank {r}'s own work at its reference pace ({st['reference']})", symptoms,
+                  cites=cites)
 
 
 def _imbalance(inp: FindingInputs) -> Finding | None:
@@ -202,10 +215,14 @@ def _imbalance(inp: FindingInputs) -> Finding | None:
     slowest = imb["slowest_stage"]
     title = (f"Stage {slowest} is the slowest: {imb['max_over_mean']:.2f}× the mean work per "
              f"stage")
+    cites = [cite("summary", page="pipeline", field="stage_imbalance_without_straggler")]
+    if len(inp.bubbles) and (inp.bubbles["stage"] == slowest).any():
+        cites.append(cite("bubbles", stage=slowest))
     return _timed("stage-imbalance", "pp", cost, inp, title, dict(imb),
                   "rebalance layers across stages (--stage-layers)",
                   "every stage's work at the mean" + (" (with the straggler at its peers' "
-                                                      "pace)" if inp.straggler else ""))
+                                                      "pace)" if inp.straggler else ""),
+                  cites=cites)
 
 
 def _bubble(inp: FindingInputs, causes: list[str]) -> Finding | None:
@@ -242,7 +259,7 @@ def _bubble(inp: FindingInputs, causes: list[str]) -> Finding | None:
               f"or {other}")
     return _timed("pipeline-bubble", "pp", cost, inp, title, evidence, remedy,
                   "a schedule without bubble (zero-bubble), as the closed form counts it",
-                  measured=False)
+                  measured=False, cites=[cite("bubbles")])
 
 
 def _exposed_on_path(per_rank: pd.Series, bubbles: pd.DataFrame) -> float:
@@ -263,11 +280,14 @@ def _exposed(inp: FindingInputs) -> list[Finding]:
             continue
         col = f"exposed_comm_{dim}_us"
         evidence = {"saving_us": cost}
+        cites = [cite("exposed_comm", dim=dim)]
         if col in per_rank:
             worst = per_rank[col].idxmax()
             exposed = float(per_rank.loc[worst, col])
             evidence.update(rank=int(worst), exposed_us=exposed,
                             overlap_pct=float(per_rank.loc[worst, "overlap_pct"]))
+            # The rank whose exposed time it names: its rows of the dimension, its breakdown.
+            cites = [cite("exposed_comm", rank=worst, dim=dim), cite("breakdown", rank=worst)]
             # Full overlap cannot save more than the time that is exposed on the step's path:
             # a rank's, or one rank's per pipeline stage (the stages run one after another).
             bound = _exposed_on_path(per_rank[col], inp.bubbles)
@@ -277,6 +297,9 @@ def _exposed(inp: FindingInputs) -> list[Finding]:
                 continue
         timing = inp.dim_timing.get(dim, {})
         evidence.update(timing)
+        colls = inp.collectives
+        if timing and colls is not None and len(colls) and (colls["dim"] == dim).any():
+            cites.append(cite("collectives", dim=dim, page="communication"))
         title = (f"Exposed {dim} communication: finishing it as soon as its last rank arrives "
                  f"would save {_ms(cost)} per step")
         t, after = timing.get("transfer_us"), timing.get("after_last_us")
@@ -286,7 +309,8 @@ def _exposed(inp: FindingInputs) -> list[Finding]:
                       f"late — CPU contention, or a busy communication thread)")
         out.append(_timed(exposed_comm_id(dim), dim, cost, inp, title, evidence,
                           REMEDIES.get(dim, REMEDIES["unknown"]),
-                          f"every {dim} operation completes the moment its last rank arrives"))
+                          f"every {dim} operation completes the moment its last rank arrives",
+                          cites=cites))
     return out
 
 
@@ -305,7 +329,8 @@ def _slow_steps(inp: FindingInputs) -> Finding | None:
                   {"steps": inp.slow_steps, "median_step_us": inp.median_step_us,
                    "noise_us": inp.noise_us, "warmup_steps": inp.warmup_steps},
                   "look at what else ran then (checkpointing, evaluation, GC, another job)",
-                  "slow steps at the median step time")
+                  "slow steps at the median step time",
+                  cites=[cite("step_heatmap", step=s, slow=True) for s in inp.slow_steps[:8]])
 
 
 def findings(inp: FindingInputs) -> list[Finding]:
@@ -325,6 +350,7 @@ def findings(inp: FindingInputs) -> list[Finding]:
             straggler.symptoms.append(f.title)
             straggler.evidence.setdefault("causes", []).append(
                 {"id": f.id, "cost_us": f.cost_us})
+            straggler.cites.extend(c for c in f.cites if c not in straggler.cites)
             continue
         timed.append(f)
     timed.sort(key=lambda f: -(f.cost_us or 0.0))

@@ -37,6 +37,11 @@ peak, else the CPU), and fires only where its stated threshold is passed:
   in blocks live at it (``memory_live``); the remedy fits what made them (activations of the forward: recompute or
   smaller microbatches; the optimizer's state: shard it; the backward: shard gradients). Saving:
   at most its bytes.
+
+Each cites its rows (``finding_rules.cite``): the ``memory_devices`` row of the rank and
+device it names (``near-oom`` first its ``memory_steps`` row of the peak's step, growth that
+device's ``memory_steps``, the largest allocator its ``memory_live`` rows); an out-of-memory
+error of a snapshot its entry of summary.json's ``memory.snapshots``.
 """
 from __future__ import annotations
 
@@ -45,6 +50,7 @@ import math
 import pandas as pd
 
 from meshscope.analysis.memory.gather import main_devices
+from meshscope.analysis.report.finding_rules import cite
 from meshscope.analysis.report.model import Finding, human_bytes
 
 NEAR_OOM_MARGIN = 0.10
@@ -71,11 +77,18 @@ def _severity(saving: float, peak: float) -> str:
     return "high" if share >= 0.10 else "medium" if share >= 0.03 else "low"
 
 
-def _finding(fid, dim, title, evidence, remedy, saving, peak, assumption, severity=None):
+def _finding(fid, dim, title, evidence, remedy, saving, peak, assumption, severity=None,
+             cites=()):
     return Finding(fid, severity or _severity(saving or 0.0, peak), dim, None, None, title,
                    evidence, remedy, {"peak_bytes": peak - saving if saving is not None
                                       else None, "assumption": assumption},
-                   peak_saving_bytes=float(saving) if saving is not None else None)
+                   peak_saving_bytes=float(saving) if saving is not None else None,
+                   cites=list(cites))
+
+
+def _device(row) -> list:
+    """The citation of a ``memory_devices`` row (its rank and device)."""
+    return [cite("memory_devices", rank=row["rank"], device=str(row["device"]))]
 
 
 def _peak_of(row) -> float:
@@ -126,6 +139,10 @@ def near_oom(main: pd.DataFrame, snapshots: list[dict], live: pd.DataFrame) -> F
                      "activation recomputation, a ZeRO/FSDP stage that shards more, or a "
                      "smaller microbatch"))
         saving = max(shed, 0.0)
+        cites = [cite("memory_steps", rank=worst["rank"], step=worst["peak_step"],
+                      device=str(worst["device"]))] if _num(worst.get("peak_step")) is not None \
+            else []
+        cites += _device(worst)
     else:
         o = oom["oom"]
         peak = float(o.get("reserved_bytes") or 0)
@@ -141,9 +158,11 @@ def near_oom(main: pd.DataFrame, snapshots: list[dict], live: pd.DataFrame) -> F
                   "shards more, a smaller microbatch; expandable_segments when reserved is "
                   "well above allocated")
         saving = None
+        cites = [cite("summary", page="memory", field="memory.snapshots",
+                      source=oom["source"])]
     return _finding("near-oom", "all", title, evidence, remedy, saving, peak,
                     f"the peak {NEAR_OOM_MARGIN:.0%} below the device's memory",
-                    severity="high")
+                    severity="high", cites=cites)
 
 
 def imbalance(main: pd.DataFrame, stage_of: dict[int, int]) -> Finding | None:
@@ -156,6 +175,8 @@ def imbalance(main: pd.DataFrame, stage_of: dict[int, int]) -> Finding | None:
         unit, dim = "stage", "pp"
     else:
         by, unit, dim = peaks, "rank", "all"
+    holders = main[main["rank"] == by.idxmax()] if unit == "rank" else \
+        main[main["rank"].isin([r for r, s in staged.items() if s == by.idxmax()])]
     mean = float(by.mean())
     top = by.idxmax()
     ratio = float(by.max()) / mean if mean else 1.0
@@ -181,7 +202,10 @@ def imbalance(main: pd.DataFrame, stage_of: dict[int, int]) -> Finding | None:
     return _finding("memory-imbalance", dim, title,
                     {"by": unit, f"peak_bytes_per_{unit}": per, "largest": int(top),
                      "max_over_mean": ratio, "mean_bytes": mean}, remedy, saving,
-                    float(by.max()), f"the largest {unit}'s peak at the mean")
+                    float(by.max()), f"the largest {unit}'s peak at the mean",
+                    cites=[*_device(holders.sort_values("peak_allocated_bytes",
+                                                        ascending=False).iloc[0]),
+                           cite("memory_devices")])
 
 
 def growth(main: pd.DataFrame) -> Finding | None:
@@ -218,7 +242,9 @@ def growth(main: pd.DataFrame) -> Finding | None:
                     "find what each step keeps (tensors appended to a list, a loss accumulated "
                     "without .item() or .detach() keeping its graph, a cache that never "
                     "evicts); the growing operator is in memory_live at the last peak",
-                    saving, peak, "no growth across the profiled steps")
+                    saving, peak, "no growth across the profiled steps",
+                    cites=[*_device(row), cite("memory_steps", rank=row["rank"],
+                                               device=str(row["device"]))])
 
 
 def fragmentation(main: pd.DataFrame) -> Finding | None:
@@ -247,7 +273,7 @@ def fragmentation(main: pd.DataFrame) -> Finding | None:
                     "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (segments grow in place "
                     "instead of new ones being cut); or allocate the largest buffers first and "
                     "keep their sizes fixed", frag, float(row["reserved_at_peak_bytes"]),
-                    "the allocator holds no free memory at the peak")
+                    "the allocator holds no free memory at the peak", cites=_device(row))
 
 
 def _what(row) -> str:
@@ -299,7 +325,10 @@ def largest(main: pd.DataFrame, live: pd.DataFrame) -> Finding | None:
                      "annotation": top.get("annotation"), "bytes": float(top["bytes"]),
                      "blocks": _num(top.get("blocks")), "share": share, "peak_bytes": peak},
                     _remedy_of(top), float(top["bytes"]), peak,
-                    "none of these blocks live at the peak")
+                    "none of these blocks live at the peak",
+                    cites=[cite("memory_live", rank=row["rank"], step=top["step"],
+                                device=str(row["device"]), operator=top["operator"]),
+                           *_device(row)])
 
 
 def memory_findings(devices: pd.DataFrame, live: pd.DataFrame, snapshots: list[dict],
