@@ -338,3 +338,15 @@ def test_clock_offsets_corrected_and_graded_by_their_uncertainty():
     assert m.ranks == (1,) and m.size_us == 500.0 and m.severity == "caveat"
     unsure = offsets.assign(uncertainty_us=[0.0, 2_000.0, 30.0])    # 20% of a 10 ms step
     assert _run_fired(offsets=unsure)["clock-offsets"].severity == "untrustworthy"
+
+
+def test_a_report_written_before_the_checks_says_it_was_not_checked():
+    """Schema 4 had no trust verdict: it reads as not checked — never as trusted."""
+    from meshscope.analysis.trust.verdict import headline
+
+    doc = json.loads((pathlib.Path(__file__).parent / "data" / "summaries" /
+                      "v4-dp2-pp2-slow-rank1.json").read_text())
+    s = reader.read_summary(doc)
+    assert s.schema_version == 4 and s.trust is None
+    assert headline(s.trust).startswith("evidence not checked")
+    assert all(f.cites == [] and f.caveats == [] for f in s.findings)
