@@ -3,7 +3,8 @@
 
 A page is a list of ``Section`` (a heading and its items); an item is a ``Figure`` (a plotly
 figure), a ``Table`` (column names and rows of already formatted cells; a ``Cell`` is a cell
-whose full text shows as its tooltip, for names cut short), a ``Grid`` (a table of raw values
+whose full text shows as its tooltip, for names cut short; a ``LinkCell`` a cell that links to
+another view, shown as its text alone in the static report), a ``Grid`` (a table of raw values
 the reader sorts and filters), a ``Note`` (a sentence:
 what is missing, what to run) or a ``Facts`` line (label: value pairs). Every item has an ``id``
 that the browser tests find it by, in the dashboard and in the static report alike.
@@ -16,7 +17,9 @@ from typing import Sequence, Union
 
 import plotly.graph_objects as go
 
-from meshscope.analysis.report.model import REPORT_SCHEMA_VERSION
+from meshscope.analysis.report.model import REPORT_SCHEMA_VERSION, Citation, Finding
+
+from .state import TITLES, ViewState
 
 NOTE = {"color": "#555", "fontStyle": "italic"}
 WARN = {"background": "#fff4e5", "border": "1px solid #f0b36a", "borderRadius": "4px",
@@ -39,6 +42,17 @@ class Cell:
     """A table cell shown as ``text`` with ``title`` as its tooltip (a long name cut short)."""
     text: str
     title: str
+
+    def __str__(self) -> str:
+        return self.text
+
+
+@dataclasses.dataclass(frozen=True)
+class LinkCell:
+    """A table cell that links to another view of the dashboard (``href``); the static report,
+    which has no server behind it, shows its text alone."""
+    text: str
+    href: str
 
     def __str__(self) -> str:
         return self.text
@@ -191,6 +205,31 @@ def evidence_text(ev) -> str:
     return " ".join(f"{label}: {text}." for label, text in said.items())
 
 
+def shown_at(finding: Finding) -> Citation | None:
+    """The first of a finding's citations that names a dashboard page: where its evidence is
+    shown (None for a finding without one, or a report written before findings cited)."""
+    return next((c for c in finding.cites if c.page), None)
+
+
+def place_text(c: Citation) -> str:
+    """``"Stragglers, rank 3, step 5"``: the page, rank and step a citation names."""
+    return ", ".join([TITLES.get(c.page or "", str(c.page))]
+                     + ([f"rank {c.rank}"] if c.rank is not None else [])
+                     + ([f"step {c.step}"] if c.step is not None else []))
+
+
+def evidence_cell(finding: Finding, state: ViewState) -> LinkCell | str:
+    """A finding's evidence place as a table cell: a link to the page, rank and step of its
+    first citation with a page; in the static report (no server) the place as text, "see
+    Stragglers, rank 3"; "—" when it cites no page."""
+    c = shown_at(finding)
+    if c is None:
+        return "—"
+    if state.static:
+        return f"see {place_text(c)}"
+    return LinkCell(place_text(c), state.href(c.page, rank=c.rank, step=c.step))
+
+
 def _row(d: dict) -> str:
     """One row of a nested table ("stage 0, bubble 38.4%"), each value with its unit."""
     parts = []
@@ -227,9 +266,10 @@ def _dash_item(item: Item):
                                                               if i < item.left else {})})
                                    for i, c in enumerate(item.columns)]))
         body = html.Tbody([
-            html.Tr([html.Td(str(v), style={**CELL, **({"textAlign": "left"} if j < item.left
-                                                        else {}),
-                                            **(HIGHLIGHT if (i, j) in item.highlight else {})},
+            html.Tr([html.Td(html.A(v.text, href=v.href) if isinstance(v, LinkCell) else str(v),
+                             style={**CELL,
+                                    **({"textAlign": "left"} if j < item.left else {}),
+                                    **(HIGHLIGHT if (i, j) in item.highlight else {})},
                              **({"title": v.title} if isinstance(v, Cell) else {}))
                      for j, v in enumerate(row)])
             for i, row in enumerate(item.rows)])

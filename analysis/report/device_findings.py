@@ -31,8 +31,10 @@ profiled steps (``_worst_per_step``); for one rank, its own mean.
   changes); cost: the mean wait per rank and step. Where one rank causes most of the waiting
   (``CAUSED_MOST`` of the waits charged, ``wait_caused_us``, over at least
   ``CAUSED_MIN_COLLECTIVES`` matched collectives), the finding names it — the waits
-  are that rank's, not noise — and says why it is not a straggler; otherwise the waits are
-  noise in arrival times and the finding says no straggler is behind them.
+  are that rank's, not noise — and says why it is not a straggler; where one rank causes most
+  of it over fewer collectives, the finding gives its share and says that so few cannot tell
+  its delay from noise; otherwise the waits are noise in arrival times and the finding says no
+  straggler is behind them.
 - ``gpu-idle`` — a GPU idle for more than a third of the step always gets this finding, which
   says where the idle time went and which finding claims each cause (``CLAIMS``); its cost is
   the part no other finding explains, its remedy that of the largest cause no other claims.
@@ -306,6 +308,19 @@ def _jitter(inp: F.FindingInputs) -> Finding | None:
                  f"{n_last} of {int(counts.sum())} collectives); making it as fast as its peers "
                  f"saves no more than the step-to-step noise, so it is not named a straggler")
         evidence["causing_rank"] = causer
+        cites = [F.cite("rank_waits", rank=causer)]
+    elif causer is not None and cause_share >= CAUSED_MOST:
+        # One rank caused most of the waiting, over too few collectives to tell its delay from
+        # noise: the finding says so — never that no rank is behind the waits.
+        n_last = int(counts.get(causer, 0))
+        title = (f"Arrival jitter: ranks wait {F.ms(cost)} per step for each other at their "
+                 f"collectives, {cause_share:.0%} of it for rank {causer} (last to arrive at "
+                 f"{n_last} of {int(counts.sum())} collectives: too few, under "
+                 f"{CAUSED_MIN_COLLECTIVES}, to tell its delay from noise"
+                 + (f"; rank {int(counts.index[0])} arrives last most often"
+                    if top_share >= 0.75 else "")
+                 + "); making it as fast as its peers saves no more than the step-to-step "
+                   "noise")
         cites = [F.cite("rank_waits", rank=causer)]
     else:
         cites = [F.cite("rank_waits")]

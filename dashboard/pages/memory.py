@@ -6,7 +6,8 @@
 - ``memory-peaks-graph``: one group of bars per rank — its main device's peak allocated and
   peak reserved over the profiled steps (``memory_devices.parquet``), the device's memory as a
   line where it is known.
-- ``memory-findings-table``: the memory findings, as the analysis ranked them.
+- ``memory-findings-table``: the memory findings, as the analysis ranked them, each with a link
+  to the page, rank and step that show its evidence (the static report: that place as text).
 - About one rank (``?rank=``, else the one with the largest peak): ``memory-curve-graph``,
   allocated and reserved over time (``memory_curve.parquet``: a bounded envelope of every
   memory event, so every peak is drawn at its height), each profiled step a band, the peak
@@ -28,7 +29,9 @@ import plotly.graph_objects as go
 from meshscope.analysis.report.model import human_bytes
 
 from ..data import RunReport
-from ..sections import Cell, Figure, Note, Section, Table, clip, evidence_text, fmt
+from ..sections import (Cell, Figure, Note, Section, Table, clip, evidence_cell,
+                        evidence_text, fmt)
+from ..state import ViewState
 from .common import LAYOUT, PageContext, rank_label
 
 MEMORY_IDS = ("near-oom", "memory-imbalance", "memory-growth", "memory-fragmentation",
@@ -235,7 +238,9 @@ def terms_table(report: RunReport, rank: int) -> Table | None:
                          "--detail` sets them beside the planner's.", left=2)
 
 
-def findings_table(report: RunReport) -> Table | Note:
+def findings_table(report: RunReport, state: ViewState) -> Table | Note:
+    """The memory findings, each with a link to the page, rank and step that show its
+    evidence (``sections.evidence_cell``)."""
     found = [f for f in report.typed.findings if f.id in MEMORY_IDS]
     if not found:
         return Note("memory-findings-none", "No memory finding: no device near its memory, "
@@ -243,9 +248,11 @@ def findings_table(report: RunReport) -> Table | Note:
                     "above its threshold (docs/memory.md).")
     rows = [[f.severity, f.title, "—" if f.peak_saving_bytes is None else
              human_bytes(f.peak_saving_bytes), evidence_text(f.evidence), f.remedy,
-             clip("; ".join(map(str, f.symptoms)), 300)] for f in found]
+             clip("; ".join(map(str, f.symptoms)), 300), evidence_cell(f, state)]
+            for f in found]
     return Table("memory-findings-table", ["severity", "finding", "lowers the peak by",
-                                           "evidence", "remedy", "explains"], rows, left=6)
+                                           "evidence", "remedy", "explains", "shown on"],
+                 rows, left=7)
 
 
 def snapshot_sections(report: RunReport) -> list[Section]:
@@ -313,7 +320,7 @@ def sections(ctx: PageContext) -> list[Section]:
                    "held at once; peak reserved: the most the caching allocator held from the "
                    "device (what runs out). Over the profiled steps, per rank's main device.")
         ]))
-    out.append(Section("Memory findings", [findings_table(rep)]))
+    out.append(Section("Memory findings", [findings_table(rep, ctx.state)]))
     rank = focus_rank(ctx)
     if rank is not None:
         who = rank_label(rank, rep)

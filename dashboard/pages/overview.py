@@ -15,7 +15,10 @@ and the ranked findings with their evidence, cost and remedy.
 - ``overview-gpu`` (runs with GPU activity): where the GPU's idle time goes — one sentence,
   the per-rank idle bars by cause (``overview-idle-graph``, ``idle.parquet``) and a link to the
   GPU page (``pages/device.py``).
-- ``findings-table``: the findings in the order the analysis ranked them.
+- ``findings-table``: the findings in the order the analysis ranked them, each with a link
+  to the page, rank and step that show its evidence (its first citation with a page,
+  ``Finding.cites``; in the static report that place as text); the lead finding has the same
+  link (``lead-finding-evidence``).
 """
 from __future__ import annotations
 
@@ -25,7 +28,8 @@ import plotly.graph_objects as go
 from meshscope.analysis.report.model import human_bytes
 from meshscope.analysis.report import reader
 
-from ..sections import Facts, Figure, Note, Section, Table, clip, evidence_text, fmt
+from ..sections import (Facts, Figure, Link, Note, Section, Table, clip, evidence_cell,
+                        evidence_text, fmt, place_text, shown_at)
 from . import device
 from .common import COLOURS, DIMS, LAYOUT, absent, PageContext, rank_label, straggler_text
 
@@ -234,29 +238,42 @@ def findings_table(ctx: PageContext) -> Table | Note:
                      fmt(f.cost_pct, 1),
                      "—" if f.peak_saving_bytes is None else human_bytes(f.peak_saving_bytes),
                      evidence_text(f.evidence), f.remedy,
-                     clip("; ".join(map(str, f.symptoms)), 300)])
+                     clip("; ".join(map(str, f.symptoms)), 300),
+                     evidence_cell(f, ctx.state)])
     return Table("findings-table", ["#", "severity", "finding", "dim", "cost ms/step",
-                                    "cost %", "peak saving", "evidence", "remedy", "explains"],
+                                    "cost %", "peak saving", "evidence", "remedy", "explains",
+                                    "shown on"],
                  rows,
                  caption="Cost: the step time fixing it would save (the analysis' what-if), "
                          "mean per profiled step; cost % is of the headline step time (the "
                          "step timer's, else the profiled window). Peak "
                          "saving: by how much a memory finding's remedy lowers the memory "
-                         "peak. The raw numbers of each evidence are in summary.json.",
-                 left=10)
+                         "peak. The raw numbers of each evidence are in summary.json; the rows "
+                         "they come from are its cites, shown on the page named last.",
+                 left=11)
 
 
-def lead_finding(ctx: PageContext) -> list[Note]:
+def lead_finding(ctx: PageContext) -> list[Note | Link]:
     """The run's first finding, whatever its kind, at the head of the page (the findings
-    table below has them all)."""
+    table below has them all), and where its evidence is shown: a link to that page, rank and
+    step (in the static report, the place as text)."""
     found = ctx.report.typed.findings
     if not found:
         return []
     f = found[0]
     cost = "" if f.cost_us is None else \
         f" — costs {f.cost_us / 1e3:.1f} ms/step ({fmt(f.cost_pct, 1)}%)"
-    return [Note("lead-finding", f"First finding: [{f.severity}] {f.title}{cost}.",
-                 warn=f.severity == "high")]
+    out: list[Note | Link] = [Note("lead-finding", f"First finding: [{f.severity}] {f.title}"
+                                   f"{cost}.", warn=f.severity == "high")]
+    c = shown_at(f)
+    if c is not None:
+        if ctx.state.static:
+            out.append(Note("lead-finding-evidence", f"Its evidence: see {place_text(c)}."))
+        else:
+            out.append(Link("lead-finding-evidence", place_text(c),
+                            ctx.state.href(c.page, rank=c.rank, step=c.step),
+                            before="Its evidence: "))
+    return out
 
 
 def straggler_note(ctx: PageContext) -> Note:
