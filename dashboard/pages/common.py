@@ -60,9 +60,12 @@ def evidence_section(report: RunReport) -> S.Section:
     t = report.typed.trust
     head = S.Note("trust-verdict", f"Evidence: {trust_verdict.headline(t)}",
                   warn=t is None or t.verdict != TRUST_VERDICTS[0])
-    return S.Section(None, [head, *(S.Note(f"trust-caveat-{i}", line, warn=True)
-                                    for i, line in enumerate(trust_verdict.caveat_lines(t)))],
-                     id="evidence")
+    items = [head, *(S.Note(f"trust-caveat-{i}", line, warn=True)
+                     for i, line in enumerate(trust_verdict.caveat_lines(t)))]
+    if trust_verdict.marks(t):
+        items.append(S.Note("trust-marks", "A rank marked † is usable with caveats, ‡ not "
+                                           "trustworthy: its numbers rest on the checks above."))
+    return S.Section(None, items, id="evidence")
 
 
 def pick_step(report: RunReport, step: int | None) -> int | None:
@@ -74,9 +77,14 @@ def pick_step(report: RunReport, step: int | None) -> int | None:
 
 
 def rank_label(rank, report: RunReport) -> str:
-    """``rank 3 (pp1·dp1)`` from run.json's mesh coordinates; ``rank 3`` without them."""
+    """``rank 3 (pp1·dp1)`` from run.json's mesh coordinates; ``rank 3`` without them; marked
+    ``†`` (usable with caveats) or ``‡`` (not trustworthy) where the rank's evidence failed a
+    check (``trust_verdict.marks``), so that its numbers carry the mark wherever a page shows
+    them."""
     info = report.run_info
-    return info.rank_label(rank) if info is not None else f"rank {rank}"
+    label = info.rank_label(rank) if info is not None else f"rank {rank}"
+    mark = trust_verdict.marks(report.typed.trust).get(rank)
+    return f"{label} {mark}" if mark else label
 
 
 def straggler_text(report: RunReport) -> str | None:
