@@ -387,6 +387,8 @@ def test_static_html_report_opens_offline_with_the_same_numbers(driver, tmp_path
         for stage in s["pipeline_stages"]:
             assert f"{100 * stage['bubble_fraction']:.1f} %" in body
         assert s["findings"][0]["title"] in body
+        assert _texts(driver, "#trust-verdict")[0].startswith(
+            f"Evidence: {s['trust']['verdict']}")
         assert len(_css(driver, ".js-plotly-plot")) >= 6
     finally:
         driver.delete_network_conditions()
@@ -433,6 +435,53 @@ def test_gpu_page_draws_the_reports_idle_causes_and_kernels(gpu_server, driver):
     assert f"{kernels['total_us'].iloc[0] / 1e3:.2f}" in rows[0].text
     assert _css(driver, "#sync-table tbody tr") and _css(driver, "#gpu-headline")
     CONSOLE.extend(driver.get_log("browser"))
+
+
+def test_every_page_heads_with_the_reports_evidence(server, driver):
+    """Each page of a run opens with the report's own verdict (summary.json's ``trust``)."""
+    verdict = _summary(SLOW)["trust"]["verdict"]
+    for page in ("overview", "pipeline", "communication", "stragglers", "timeline", "health"):
+        _open(driver, f"{server}/{page}?run={SLOW}", "#trust-verdict")
+        assert _texts(driver, "#trust-verdict")[0].startswith(f"Evidence: {verdict}"), page
+
+
+@pytest.fixture(scope="module")
+def damaged_server(tmp_path_factory):
+    """A runs folder holding a real V100 trace with a third of its kernels removed
+    (``test_trust._third_removed``), analysed as a user would."""
+    from test_trust import TRACE, _load, _third_removed, _write
+
+    src = shared_trace(TRACE)
+    runs = tmp_path_factory.mktemp("damaged-dash") / "runs"
+    doc = _load(src)
+    _third_removed(doc)
+    _write(doc, runs / "third-removed", src.name)
+    meshscope("analyze", runs / "third-removed", check=True)
+    with served(runs, runs.parent / "server.log") as (_, port):
+        yield f"http://127.0.0.1:{port}", runs / "third-removed" / "report"
+
+
+def test_a_damaged_run_says_so_on_its_pages_and_marks_its_rank(damaged_server, driver):
+    url, report = damaged_server
+    trust = json.loads((report / "summary.json").read_text())["trust"]
+    assert trust["verdict"] == "not trustworthy"
+    _open(driver, f"{url}/gpu?run=third-removed", "#trust-verdict")
+    assert _texts(driver, "#trust-verdict")[0].startswith("Evidence: not trustworthy")
+    caveats = " ".join(_texts(driver, "[id^=trust-caveat-]"))
+    assert "dropped-activity" in caveats and "affects" in caveats
+    _open(driver, f"{url}/overview?run=third-removed", "#breakdown-graph .xtick text")
+    assert _texts(driver, "#breakdown-graph .xtick text") == ["rank 0 ‡"]
+
+
+def test_compare_page_says_each_sides_evidence(trace_pair_server, driver):
+    url, _ = trace_pair_server
+    _open(driver, f"{url}/compare?run=control&run=test", "#compare-evidence-before")
+    before = _texts(driver, "#compare-evidence-before")[0]
+    after = _texts(driver, "#compare-evidence-after")[0]
+    # one rank of an 8-rank A100 job against one of a 2-rank V100 job: each misses ranks
+    assert before.startswith("Evidence of control: usable with caveats") and \
+        "missing-ranks" in before
+    assert after.startswith("Evidence of test: usable with caveats")
 
 
 def test_browser_console_has_no_errors(server, driver):
