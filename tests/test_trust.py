@@ -84,7 +84,20 @@ def _thirty_seconds(doc: dict) -> int:
     return 1
 
 
+def _buffer_full(doc: dict) -> int:
+    """Every device event from the middle of the last step on removed, as when the
+    profiler's activity buffer fills: the host goes on launching, the device's record stops."""
+    st = _step(doc, 105)
+    cut = st["ts"] + st["dur"] / 2
+    gone = [e for e in doc["traceEvents"]
+            if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and e["ts"] > cut]
+    ids = {id(e) for e in gone}
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if id(e) not in ids]
+    return len(gone)
+
+
 DAMAGES = {"original": (lambda doc: 0, None, None),
+           "buffer-full": (_buffer_full, "cut-short", "caveat"),
            "negated": (_negate, "bad-durations", "caveat"),
            "before-launch": (_before_launch, "launch-skew", "untrustworthy"),
            "third-removed": (_third_removed, "dropped-activity", "untrustworthy"),
@@ -125,8 +138,10 @@ def test_each_damage_is_named_with_its_count_and_what_it_affects(damaged, name):
     _, check, severity = DAMAGES[name]
     caveat = next(c for c in s.trust.caveats if c.check == check)
     assert caveat.severity == severity
+    worst = "untrustworthy" if any(c.severity == "untrustworthy" for c in s.trust.caveats) \
+        else "caveat"
     assert s.trust.verdict == {"caveat": "usable with caveats",
-                               "untrustworthy": "not trustworthy"}[severity]
+                               "untrustworthy": "not trustworthy"}[worst]
     assert caveat.ranks == [0] and caveat.affects and caveat.text.startswith("rank 0: ")
     if name == "negated":
         assert caveat.count == n                          # the ten negated kernels
@@ -138,13 +153,15 @@ def test_each_damage_is_named_with_its_count_and_what_it_affects(damaged, name):
         assert 0.95 * n <= caveat.count <= n and 25.0 <= caveat.share_pct <= 40.0
     elif name == "far-future":
         assert caveat.size_us == float(np.spacing(1e18))   # 128 µs: float64's step there
+    elif name == "buffer-full":
+        assert caveat.steps == [105] and caveat.size_us > 1_000.0 and "buffer" in caveat.text
     elif name == "thirty-seconds":
         assert caveat.count == 1 and caveat.steps == [103]
         assert caveat.size_us > 29e6                          # 30 s less what the step held
     # the text's head says it, with the numbers it affects, and marks the rank's rows
     head = text.split("\nPer rank")[0]
     assert f"[{severity}] {check}" in head and "affects" in head
-    assert "\n     0" + ("†" if severity == "caveat" else "‡") in text
+    assert "\n     0" + ("†" if worst == "caveat" else "‡") in text
     # the other checks stay silent: each damage is one kind
     others = {c.check for c in s.trust.caveats} - {check}
     if name == "thirty-seconds":
@@ -152,6 +169,8 @@ def test_each_damage_is_named_with_its_count_and_what_it_affects(damaged, name):
     if name == "negated":               # the dropped kernels leave their launches alone
         lost = next(c for c in s.trust.caveats if c.check == "dropped-activity")
         assert lost.count == n
+        others -= {"dropped-activity"}
+    if name == "buffer-full":           # the kernels queued at the cut lost theirs too
         others -= {"dropped-activity"}
     if name == "far-future":            # times rounded to 128 µs: kernels seem to overlap,
         others -= {"stream-overlap", "zero-durations", "launch-skew", "over-long"}  # etc.
