@@ -130,18 +130,20 @@ def test_one_finding_record_from_analyser_to_reader():
         codec.decode(Finding, {**doc, "id": 3})
 
 
-def _jitter_inputs(caused: dict[int, float], last: list[int]) -> fm.FindingInputs:
-    """Eight collectives of a dp group of four ranks, ``last`` the last arriver of each; each
+def _jitter_inputs(caused: dict[int, float], last: list[int], ranks: int = 8
+                   ) -> fm.FindingInputs:
+    """Collectives of a dp group of ``ranks`` ranks, ``last`` the last arriver of each; each
     rank's waits suffered (9.6 ms a step each) and ``caused`` (charged by the dependency
     graph); no straggler (the what-if saving stays within the noise)."""
     colls = pd.DataFrame({"last_rank": last, "dim": ["dp"] * len(last),
                           "skew_us": [1_000.0] * len(last)})
-    savings = pd.DataFrame({"rank": [0, 1, 2, 3], "stage": [0] * 4,
-                            "saving_us": [100.0] * 4, "saving_pct": [0.1] * 4,
-                            "reference": ["stage peers"] * 4, "critical_path_share": [0.25] * 4,
-                            "wait_us": [9_600.0] * 4,
-                            "wait_caused_us": [caused.get(r, 0.0) for r in range(4)]})
-    bd = _breakdown({r: {"exposed_comm_us": 20_000.0} for r in range(4)})
+    savings = pd.DataFrame({"rank": list(range(ranks)), "stage": [0] * ranks,
+                            "saving_us": [100.0] * ranks, "saving_pct": [0.1] * ranks,
+                            "reference": ["stage peers"] * ranks,
+                            "critical_path_share": [1 / ranks] * ranks,
+                            "wait_us": [9_600.0] * ranks,
+                            "wait_caused_us": [caused.get(r, 0.0) for r in range(ranks)]})
+    bd = _breakdown({r: {"exposed_comm_us": 20_000.0} for r in range(ranks)})
     return _inputs(breakdown=bd, savings=savings, collectives=colls)
 
 
@@ -162,11 +164,17 @@ def test_arrival_jitter_without_one_cause_says_no_straggler_is_behind_it():
     """The healthy twin: the waits are charged to every rank alike and the last arriver
     changes — noise in arrival times, and the finding says so."""
     f = next(f for f in fm.findings(_jitter_inputs({r: 9_600.0 for r in range(4)},
-                                                   [0, 1, 2, 3, 0, 1, 2, 3]))
+                                                   [0, 1, 2, 3, 0, 1, 2, 3], ranks=4))
              if f.id == "arrival-jitter")
     assert "with no straggler behind it (the last to arrive changes" in f.title
     assert "causing_rank" not in f.evidence
-    # one rank charged with all the waiting, but over two collectives: too little to name it
-    few = _jitter_inputs({1: 9_600.0}, [1, 1])
+    # one rank charged with all the waiting, but over two collectives of four ranks: chance
+    # alone makes one rank last at both 4 × (1/4)² = 25% of the time — too little to name it
+    few = _jitter_inputs({1: 9_600.0}, [1, 1], ranks=4)
     f = next(f for f in fm.findings(few) if f.id == "arrival-jitter")
     assert "causing_rank" not in f.evidence and "rank 1 arrives last most often" in f.title
+    assert "as chance alone would make one of 4 ranks 25% of the time" in f.title
+    # last at 4 of 8 among 8 ranks, 72% of the waiting: 8 · P(B(8, 1/8) ≥ 4) ≈ 9% — chance
+    noisy = _jitter_inputs({5: 7_200.0, 0: 2_800.0}, [5, 5, 0, 1, 5, 2, 5, 3])
+    f = next(f for f in fm.findings(noisy) if f.id == "arrival-jitter")
+    assert "causing_rank" not in f.evidence and "72% of it for rank 5" in f.title

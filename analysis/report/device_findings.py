@@ -29,11 +29,11 @@ profiled steps (``_worst_per_step``); for one rank, its own mean.
 - ``arrival-jitter`` — the ranks wait for each other at their collectives, but no rank is the
   straggler (its what-if saving does not stand above the noise, or the last to arrive
   changes); cost: the mean wait per rank and step. Where one rank causes most of the waiting
-  (``CAUSED_MOST`` of the waits charged, ``wait_caused_us``, over at least
-  ``CAUSED_MIN_COLLECTIVES`` matched collectives), the finding names it — the waits
-  are that rank's, not noise — and says why it is not a straggler; where one rank causes most
-  of it over fewer collectives, the finding gives its share and says that so few cannot tell
-  its delay from noise; otherwise the waits are noise in arrival times and the finding says no
+  (``CAUSED_MOST`` of the waits charged, ``wait_caused_us``) and arrives last more often than
+  chance would make one of the ranks (``last_by_chance`` below ``CHANCE_AT_MOST``), the
+  finding names it — the waits are that rank's, not noise — and says why it is not a
+  straggler; where one rank causes most of it but is last no more often than chance would
+  make it, the finding gives its share and that chance; otherwise the waits are noise in arrival times and the finding says no
   straggler is behind them.
 - ``gpu-idle`` — a GPU idle for more than a third of the step always gets this finding, which
   says where the idle time went and which finding claims each cause (``CLAIMS``); its cost is
@@ -264,10 +264,25 @@ def _exposed_single(inp: F.FindingInputs, have: set[str]) -> list[Finding]:
 
 
 #: The share of the waiting one rank causes above which an arrival-jitter finding names it
-#: (the waits then have one cause, whatever the last arriver of each collective).
+#: (the waits then have one cause, whatever the last arriver of each collective) ...
 CAUSED_MOST = 0.5
-#: ... over at least this many matched collectives (fewer say too little to name a cause).
-CAUSED_MIN_COLLECTIVES = 8
+#: ... when it arrived last more often than chance would make one of the ranks: the chance
+#: that any of R ranks is last at n or more of N collectives, were the last arriver drawn at
+#: random, stays below this (``last_by_chance``).
+CHANCE_AT_MOST = 0.05
+
+
+def last_by_chance(n_last: int, collectives: int, ranks: int) -> float:
+    """The chance that one of ``ranks`` ranks arrives last at ``n_last`` or more of
+    ``collectives`` collectives when the last arriver of each is drawn at random: ``ranks``
+    times the binomial tail P(X ≥ n_last), X ~ B(collectives, 1/ranks) (a union bound over the
+    ranks, at most 1)."""
+    if ranks < 2 or collectives < 1:
+        return 1.0
+    p = 1.0 / ranks
+    tail = sum(math.comb(collectives, k) * p ** k * (1 - p) ** (collectives - k)
+               for k in range(max(n_last, 0), collectives + 1))
+    return min(1.0, ranks * tail)
 
 
 def _jitter(inp: F.FindingInputs) -> Finding | None:
@@ -299,8 +314,11 @@ def _jitter(inp: F.FindingInputs) -> Finding | None:
     top_share = counts.iloc[0] / counts.sum() if len(counts) else 0.0
     causer = max(caused, key=caused.get) if caused else None
     cause_share = caused[causer] / sum(caused.values()) if causer is not None else 0.0
-    if causer is not None and cause_share >= CAUSED_MOST and \
-            counts.sum() >= CAUSED_MIN_COLLECTIVES:
+    n_ranks = int(inp.savings["rank"].nunique())
+    chance = last_by_chance(int(counts.get(causer, 0)), int(counts.sum()), n_ranks) \
+        if causer is not None else 1.0
+    evidence["last_by_chance"] = chance
+    if causer is not None and cause_share >= CAUSED_MOST and chance < CHANCE_AT_MOST:
         # The waits have one cause: say so, and that the what-if does not make it a straggler.
         n_last = int(counts.get(causer, 0))
         title = (f"Arrival jitter: ranks wait {F.ms(cost)} per step for each other at their "
@@ -315,8 +333,9 @@ def _jitter(inp: F.FindingInputs) -> Finding | None:
         n_last = int(counts.get(causer, 0))
         title = (f"Arrival jitter: ranks wait {F.ms(cost)} per step for each other at their "
                  f"collectives, {cause_share:.0%} of it for rank {causer} (last to arrive at "
-                 f"{n_last} of {int(counts.sum())} collectives: too few, under "
-                 f"{CAUSED_MIN_COLLECTIVES}, to tell its delay from noise"
+                 f"{n_last} of {int(counts.sum())} collectives, as chance alone would make "
+                 f"one of {n_ranks} ranks {chance:.0%} of the time: too few to tell its delay "
+                 f"from noise"
                  + (f"; rank {int(counts.index[0])} arrives last most often"
                     if top_share >= 0.75 else "")
                  + "); making it as fast as its peers saves no more than the step-to-step "
