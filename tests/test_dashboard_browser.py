@@ -471,6 +471,12 @@ def test_a_damaged_run_says_so_on_its_pages_and_marks_its_rank(damaged_server, d
     assert "dropped-activity" in caveats and "affects" in caveats
     _open(driver, f"{url}/overview?run=third-removed", "#breakdown-graph .xtick text")
     assert _texts(driver, "#breakdown-graph .xtick text") == ["rank 0 ‡"]
+    # each finding whose numbers rest on the lost activity says so in the findings table
+    found = json.loads((report / "summary.json").read_text())["findings"]
+    marked = [f for f in found if "dropped-activity" in f["caveats"]]
+    assert marked
+    table = _css(driver, "#findings-table")[0].text
+    assert table.count("rests on evidence that failed: dropped-activity") == len(marked)
 
 
 def test_compare_page_says_each_sides_evidence(trace_pair_server, driver):

@@ -68,6 +68,14 @@ def evidence_section(report: RunReport) -> S.Section:
     return S.Section(None, items, id="evidence")
 
 
+def finding_title(f) -> str:
+    """A finding's title as the pages show it: with the trust checks that failed on the
+    numbers it rests on (``Finding.caveats``), where any did."""
+    if not f.caveats:
+        return f.title
+    return f"{f.title} — rests on evidence that failed: {', '.join(f.caveats)}"
+
+
 def pick_step(report: RunReport, step: int | None) -> int | None:
     """The step the URL names when the report has it, else the first profiled step."""
     steps = report.steps

@@ -32,7 +32,7 @@ from ..data import RunReport
 from ..sections import (Cell, Figure, Note, Section, Table, clip, evidence_cell,
                         evidence_text, fmt)
 from ..state import ViewState
-from .common import LAYOUT, PageContext, rank_label
+from .common import LAYOUT, PageContext, finding_title, rank_label
 
 MEMORY_IDS = ("near-oom", "memory-imbalance", "memory-growth", "memory-fragmentation",
               "largest-allocator")
@@ -246,7 +246,7 @@ def findings_table(report: RunReport, state: ViewState) -> Table | Note:
         return Note("memory-findings-none", "No memory finding: no device near its memory, "
                     "no growth across steps, no imbalance, fragmentation or single allocator "
                     "above its threshold (docs/memory.md).")
-    rows = [[f.severity, f.title, "—" if f.peak_saving_bytes is None else
+    rows = [[f.severity, finding_title(f), "—" if f.peak_saving_bytes is None else
              human_bytes(f.peak_saving_bytes), evidence_text(f.evidence), f.remedy,
              clip("; ".join(map(str, f.symptoms)), 300), evidence_cell(f, state)]
             for f in found]

@@ -31,7 +31,8 @@ from meshscope.analysis.report import reader
 from ..sections import (Facts, Figure, Link, Note, Section, Table, clip, evidence_cell,
                         evidence_text, fmt, place_text, shown_at)
 from . import device
-from .common import COLOURS, DIMS, LAYOUT, absent, PageContext, rank_label, straggler_text
+from .common import (COLOURS, DIMS, LAYOUT, PageContext, absent, finding_title, rank_label,
+                     straggler_text)
 
 # Mesh colourings: key -> (label, where the value comes from).
 COLOR_CHOICES = {"saving": "what-if saving (ms/step)", "compute": "compute (ms/step)",
@@ -233,7 +234,7 @@ def findings_table(ctx: PageContext) -> Table | Note:
                                      "its own noise.")
     rows = []
     for i, f in enumerate(found, 1):
-        rows.append([i, f.severity, f.title, f.dimension or "",
+        rows.append([i, f.severity, finding_title(f), f.dimension or "",
                      "—" if f.cost_us is None else f"{f.cost_us / 1e3:.2f}",
                      fmt(f.cost_pct, 1),
                      "—" if f.peak_saving_bytes is None else human_bytes(f.peak_saving_bytes),
@@ -263,7 +264,7 @@ def lead_finding(ctx: PageContext) -> list[Note | Link]:
     f = found[0]
     cost = "" if f.cost_us is None else \
         f" — costs {f.cost_us / 1e3:.1f} ms/step ({fmt(f.cost_pct, 1)}%)"
-    out: list[Note | Link] = [Note("lead-finding", f"First finding: [{f.severity}] {f.title}"
+    out: list[Note | Link] = [Note("lead-finding", f"First finding: [{f.severity}] {finding_title(f)}"
                                    f"{cost}.", warn=f.severity == "high")]
     c = shown_at(f)
     if c is not None:
