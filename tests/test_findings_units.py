@@ -172,7 +172,7 @@ def test_arrival_jitter_without_one_cause_says_no_straggler_is_behind_it():
     # alone makes one rank last at both 4 × (1/4)² = 25% of the time — too little to name it
     few = _jitter_inputs({1: 9_600.0}, [1, 1], ranks=4)
     f = next(f for f in fm.findings(few) if f.id == "arrival-jitter")
-    assert "causing_rank" not in f.evidence and "rank 1 arrives last most often" in f.title
+    assert "causing_rank" not in f.evidence and "100% of it for rank 1" in f.title
     assert "as chance alone would make one of 4 ranks 25% of the time" in f.title
     # last at 4 of 8 among 8 ranks, 72% of the waiting: 8 · P(B(8, 1/8) ≥ 4) ≈ 9% — chance
     noisy = _jitter_inputs({5: 7_200.0, 0: 2_800.0}, [5, 5, 0, 1, 5, 2, 5, 3])

@@ -337,7 +337,7 @@ def _jitter(inp: F.FindingInputs) -> Finding | None:
                  f"one of {n_ranks} ranks {chance:.0%} of the time: too few to tell its delay "
                  f"from noise"
                  + (f"; rank {int(counts.index[0])} arrives last most often"
-                    if top_share >= 0.75 else "")
+                    if top_share >= 0.75 and int(counts.index[0]) != causer else "")
                  + "); making it as fast as its peers saves no more than the step-to-step "
                    "noise")
         cites = [F.cite("rank_waits", rank=causer)]
