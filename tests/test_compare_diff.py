@@ -26,6 +26,7 @@ from meshscope.analysis.compare import diff, open_side
 from meshscope.analysis.compare import gate
 from meshscope.analysis.compare.names import kernel_key
 from meshscope.analysis.report import tables
+from meshscope.analysis.report.model import REPORT_SCHEMA_VERSION
 
 SAMPLES = ROOT / "samples"
 
@@ -232,7 +233,7 @@ def test_hollow_newer_and_foreign_reports_are_refused_not_compared(tmp_path):
     newer schema (99) was compared as if real ("Compute shrank 81.65 ms"). Each is exit 2
     naming why."""
     cases = {"newer": ({"schema_version": 99}, "schema version 99, newer than this meshscope "
-                                               "reads (up to 4)"),
+                                               f"reads (up to {REPORT_SCHEMA_VERSION})"),
              "none": ({}, "no schema_version: not a meshscope summary"),
              "hollow": ({"schema_version": 4}, "holds no step time and no per-rank breakdown")}
     for name, (doc, words) in cases.items():
@@ -452,10 +453,13 @@ def test_the_text_names_the_top_causes(hta_pair):
                     "compared by position: [3] → [1] (no rank id in common): read every cause "
                     "below with that in mind.")
     assert d["like_for_like"] is False and d["hardware_changed"] is True
-    assert s[1].startswith("Step time rose from 77.50 ms (control) to 124.09 ms (test)")
-    assert "beyond the step-to-step noise" in s[1]
-    assert s[2].startswith("Compute grew 44.44 ms a step (95% of the change)")
-    assert s[2].endswith("(on other hardware: the device changed).")
+    # then that each side is one rank of a larger job (the trust checks' missing ranks)
+    assert s[1].startswith("Evidence — control: usable with caveats — across ranks: "
+                           "missing-ranks; test: usable with caveats")
+    assert s[2].startswith("Step time rose from 77.50 ms (control) to 124.09 ms (test)")
+    assert "beyond the step-to-step noise" in s[2]
+    assert s[3].startswith("Compute grew 44.44 ms a step (95% of the change)")
+    assert s[3].endswith("(on other hardware: the device changed).")
     assert any(x.startswith("Other device work (copies, fills) grew") for x in s)
     assert d["residual_us"] == pytest.approx(0.0, abs=1e-6)
     assert sum(p["delta"] for p in d["parts"]) == pytest.approx(d["window"]["delta"])
@@ -616,7 +620,9 @@ def test_a_pair_that_is_not_alike_says_so_first_everywhere(hta_pair, tmp_path):
     same = diff(open_side(SAMPLES / "dp4-ddp"), open_side(SAMPLES / "dp4-ddp"))
     assert same.unlike == [] and not same.hardware_changed
     assert not same.sentences[0].startswith("Not like for like")
-    assert pair_sections(same)[0].items[0].id == "compare-sentence-0"
+    # each side's evidence, then the sentences (both trusted: no evidence sentence)
+    assert [i.id for i in pair_sections(same)[0].items[:3]] == [
+        "compare-evidence-before", "compare-evidence-after", "compare-sentence-0"]
 
 
 def test_what_makes_two_runs_unlike_is_named_field_by_field():

@@ -361,7 +361,7 @@ def test_clock_offsets_corrected_and_graded_by_their_uncertainty():
 
 def test_a_report_written_before_the_checks_says_it_was_not_checked():
     """Schema 4 had no trust verdict: it reads as not checked — never as trusted."""
-    from meshscope.analysis.trust.verdict import headline
+    from meshscope.analysis.report.model import trust_headline as headline
 
     doc = json.loads((pathlib.Path(__file__).parent / "data" / "summaries" /
                       "v4-dp2-pp2-slow-rank1.json").read_text())

@@ -22,7 +22,7 @@ both sides, added in quadrature): a change within it is called so (``within_nois
 """
 from __future__ import annotations
 
-from meshscope.analysis.trust import verdict as trust_verdict
+from meshscope.analysis.report.model import trust_headline
 
 import dataclasses
 import math
@@ -318,7 +318,7 @@ def _info(s: Side) -> SideInfo:
                     device=s.summary.device, ranks=s.ranks, steps=s.steps, layout=s.layout,
                     step_time_source=s.summary.step_time.source,
                     trust_verdict=s.summary.trust.verdict if s.summary.trust else None,
-                    evidence=trust_verdict.headline(s.summary.trust))
+                    evidence=trust_headline(s.summary.trust))
 
 
 #: The quantities every diff states (the gate may ask for any other, ``quantities``).

@@ -197,9 +197,10 @@ def _unlike_sentence(d: RunDiff) -> str | None:
 
 def _evidence_sentence(d: RunDiff) -> str | None:
     """Where either run's numbers rest on evidence that failed a check (``analysis/trust/``):
-    each side's verdict, before any cause."""
+    each side's verdict, before any cause. (A report that predates the checks says so in
+    the head of every view, not here: nothing was found against it.)"""
     sides = (d.before, d.after)
-    if all(s.trust_verdict == TRUST_VERDICTS[0] for s in sides):
+    if not any(s.trust_verdict in TRUST_VERDICTS[1:] for s in sides):
         return None
     return ("Evidence — " + "; ".join(f"{s.name}: {s.evidence}" for s in sides)
             + ": a cause resting on the numbers named there is no firmer than they are.")

@@ -62,7 +62,8 @@ from meshscope.analysis.report import spill
 from meshscope.analysis.report import tables as report_tables
 from meshscope.analysis.timeline import breakdown, segments
 from meshscope.analysis.timeline.rank_timeline import RankTimeline
-from meshscope.analysis.trust import run_checks, verdict
+from meshscope.analysis.report import trust_verdict as verdict
+from meshscope.analysis.trust import run_checks
 from meshscope.collectors.run_info import RunInfo
 
 __all__ = ["REPORT_SCHEMA_VERSION", "AnalysisOptions", "analyze"]

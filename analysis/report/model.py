@@ -33,7 +33,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from meshscope.vocabulary import IDLE_CAUSES, STEP_TIME_SOURCES, FindingId
+from meshscope.vocabulary import (IDLE_CAUSES, STEP_TIME_SOURCES, TRUST_VERDICTS, FindingId,
+                                  TrustCheckId)
 
 #: summary.json's schema version: 5 adds ``trust`` (the evidence's verdict, docs/metrics.md
 #: "Trust") and each finding's ``cites`` and ``caveats``; 4 writes every record's every field (null where unknown) and
@@ -542,6 +543,55 @@ class Trust:
 
     def of_rank(self, rank: int) -> RankTrust | None:
         return next((r for r in self.ranks if r.rank == rank), None)
+
+
+# -- the verdict in words, as every view shows it (CLI text, compare, dashboard, static report)
+
+_RUN_CHECKS = frozenset({TrustCheckId.MISSING_RANKS.value, TrustCheckId.DIFFERENT_STEPS.value,
+                         TrustCheckId.COLLECTIVE_COUNTS.value, TrustCheckId.CLOCK_OFFSETS.value})
+
+
+def _ranks_text(ranks: list[int]) -> str:
+    shown = ", ".join(map(str, ranks[:8])) + ("…" if len(ranks) > 8 else "")
+    return f"rank{'s' * (len(ranks) != 1)} {shown}"
+
+
+def trust_headline(t: Trust | None) -> str:
+    """The verdict in one line, as every view shows it first: the run's, and which ranks
+    are not trusted; for a report written before the checks existed, that it was not
+    checked."""
+    if t is None:
+        return ("evidence not checked: this report was written before meshscope checked its "
+                "evidence (meshscope analyze --no-cache checks it)")
+    if t.verdict == TRUST_VERDICTS[0]:
+        return (f"trusted — every check passed on {len(t.ranks)} "
+                f"rank{'s' * (len(t.ranks) != 1)} ({len(t.checked)} checks)")
+    parts = []
+    for v in TRUST_VERDICTS[1:]:
+        rs = [r.rank for r in t.ranks if r.verdict == v]
+        if rs:
+            parts.append(f"{v}: {_ranks_text(rs)}")
+    run_only = [c.check for c in t.caveats if not c.ranks or c.check in _RUN_CHECKS]
+    if run_only:
+        parts.append(f"across ranks: {', '.join(run_only)}")
+    return f"{t.verdict} — {'; '.join(parts)}"
+
+
+def trust_caveat_lines(t: Trust | None) -> list[str]:
+    """One line per failed check: its severity, id, what it saw, the numbers it affects."""
+    if t is None:
+        return []
+    return [f"[{c.severity}] {c.check}: {c.text} — affects {', '.join(c.affects)}"
+            for c in t.caveats]
+
+
+def trust_marks(t: Trust | None) -> dict[int, str]:
+    """rank -> the mark its numbers carry wherever they are shown: ``†`` usable with caveats,
+    ``‡`` not trustworthy; trusted ranks carry none."""
+    if t is None:
+        return {}
+    sign = {TRUST_VERDICTS[1]: "†", TRUST_VERDICTS[2]: "‡"}
+    return {r.rank: sign[r.verdict] for r in t.ranks if r.verdict in sign}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -162,7 +162,7 @@ class Facts:
     memory: dict                      # memory_stage.memory_facts: stages, snapshots, memory
     flight_recorder_ranks: list[int]  # the ranks whose Flight Recorder dump was read
     environments: list[dict] = dataclasses.field(default_factory=list)  # rank_work's, per rank
-    trust: model.Trust | None = None  # analysis/trust/verdict.trust; None: nothing was checked
+    trust: model.Trust | None = None  # analysis/report/trust_verdict.trust; None: nothing was checked
 
 
 @dataclasses.dataclass(frozen=True)

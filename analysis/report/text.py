@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from meshscope.analysis.report import reader
 from meshscope.analysis.report.printable import printable_tree
-from meshscope.analysis.trust import verdict as trust_verdict
+from meshscope.analysis.report.model import trust_caveat_lines, trust_headline, trust_marks
 
 
 def _ms(us) -> str:
@@ -107,8 +107,8 @@ def _head_lines(typed: reader.Summary) -> list[str]:
                 rate += f", MFU {typed.mfu_pct:.1f}%"
         lines.append(f"  step time {st.text()}{rate} — {st.label}"
                      + (f"; also {', '.join(other)}" if other else ""))
-    lines.append(f"  evidence: {trust_verdict.headline(typed.trust)}")
-    lines += [f"    {c}" for c in trust_verdict.caveat_lines(typed.trust)]
+    lines.append(f"  evidence: {trust_headline(typed.trust)}")
+    lines += [f"    {c}" for c in trust_caveat_lines(typed.trust)]
     if typed.missing_ranks:
         lines.append(f"  MISSING ranks: {typed.missing_ranks}")
     for p in typed.problems:
@@ -124,7 +124,7 @@ def _per_rank_lines(typed: reader.Summary) -> list[str]:
     lines.append("Per rank, mean over profiled steps (ms):")
     lines.append("  rank    window   compute      comm overlapped   exposed    bubble      idle"
                  "  overlap%")
-    mark = trust_verdict.marks(typed.trust)
+    mark = trust_marks(typed.trust)
     for r in typed.per_rank_mean:
         lines.append(f"  {r.rank:>4}{mark.get(r.rank, ' ')}{_ms(r.window_us)} {_ms(r.compute_us)} "
                      f"{_ms(r.comm_us)}  {_ms(r.overlapped_comm_us)} "

@@ -3,7 +3,7 @@
 Every check counts one kind of damage and grades it against two thresholds (a share of what
 it counts, or of the rank's step time): at or below the first it passes, above it the rank's
 numbers are *usable with caveats*, above the second they are *not trustworthy*.
-docs/metrics.md ("Trust") gives each threshold and why; ``analysis/trust/verdict.py`` what
+docs/metrics.md ("Trust") gives each threshold and why; ``analysis/report/trust_verdict.py`` what
 each failed check affects.
 
 - ``bad-durations`` — events ingest dropped for an impossible time: a negative or non-finite

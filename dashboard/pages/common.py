@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 
-from meshscope.analysis.trust import verdict as trust_verdict
+from meshscope.analysis.report.model import trust_caveat_lines, trust_headline, trust_marks
 from meshscope.vocabulary import EXPOSED_COMM_ORDER, TRUST_VERDICTS
 
 from .. import sections as S
@@ -56,13 +56,13 @@ def absent(ctx: PageContext, table: str, id_: str, what: str, why: str | None = 
 def evidence_section(report: RunReport) -> S.Section:
     """What the report's numbers rest on, as every page's header and the static report's top
     show it: the trust verdict and each failed check with the numbers it affects — the
-    report's own words (``analysis/trust/verdict.py``), never re-derived here."""
+    report's own words (``model.trust_headline``, ``trust_caveat_lines``), never re-derived here."""
     t = report.typed.trust
-    head = S.Note("trust-verdict", f"Evidence: {trust_verdict.headline(t)}",
+    head = S.Note("trust-verdict", f"Evidence: {trust_headline(t)}",
                   warn=t is None or t.verdict != TRUST_VERDICTS[0])
     items = [head, *(S.Note(f"trust-caveat-{i}", line, warn=True)
-                     for i, line in enumerate(trust_verdict.caveat_lines(t)))]
-    if trust_verdict.marks(t):
+                     for i, line in enumerate(trust_caveat_lines(t)))]
+    if trust_marks(t):
         items.append(S.Note("trust-marks", "A rank marked † is usable with caveats, ‡ not "
                                            "trustworthy: its numbers rest on the checks above."))
     return S.Section(None, items, id="evidence")
@@ -87,11 +87,11 @@ def pick_step(report: RunReport, step: int | None) -> int | None:
 def rank_label(rank, report: RunReport) -> str:
     """``rank 3 (pp1·dp1)`` from run.json's mesh coordinates; ``rank 3`` without them; marked
     ``†`` (usable with caveats) or ``‡`` (not trustworthy) where the rank's evidence failed a
-    check (``trust_verdict.marks``), so that its numbers carry the mark wherever a page shows
+    check (``model.trust_marks``), so that its numbers carry the mark wherever a page shows
     them."""
     info = report.run_info
     label = info.rank_label(rank) if info is not None else f"rank {rank}"
-    mark = trust_verdict.marks(report.typed.trust).get(rank)
+    mark = trust_marks(report.typed.trust).get(rank)
     return f"{label} {mark}" if mark else label
 
 
