@@ -610,9 +610,12 @@ def test_a_pair_that_is_not_alike_says_so_first_everywhere(hta_pair, tmp_path):
                             "A100-PG509-200 → Tesla V100-SXM2-16GB")
     assert md.index(md[2]) < next(i for i, ln in enumerate(md) if ln.startswith("**Gate"))
     suite = ET.parse(tmp_path / "j.xml").getroot().find("testsuite")
-    prop = suite.find("properties/property")
-    assert prop.get("name") == "not_like_for_like.test" and "world size: 8 → 2" in \
-        prop.get("value")
+    props = {p.get("name"): p.get("value") for p in suite.findall("properties/property")}
+    assert "world size: 8 → 2" in props["not_like_for_like.test"]
+    # and what each side's numbers rest on: one rank of a larger job each
+    assert props["evidence.control"].startswith("usable with caveats — across ranks: "
+                                                "missing-ranks")
+    assert props["evidence.test"].startswith("usable with caveats")
     assert suite.find("testcase/system-err").text.startswith("Not like for like — device")
     d = diff(open_side(control, reports_dir=reports), open_side(test, reports_dir=reports))
     first = pair_sections(d)[0].items[0]

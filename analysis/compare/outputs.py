@@ -14,6 +14,7 @@ from meshscope.analysis.comm.bandwidth import bucket_label
 
 from .records import Part, RunDiff
 from .gate import Verdict
+from .story import EVIDENCE_SENTENCE
 
 KERNEL_ROWS = 12
 
@@ -74,8 +75,10 @@ def text(d: RunDiff) -> str:
 
 def _step_lines(d: RunDiff) -> list[str]:
     """The head, the sentences, the step time and its parts with the window and the residual."""
+    said = any(s.startswith(EVIDENCE_SENTENCE) for s in d.sentences)
     out = [f"meshscope compare — {d.before.name} → {d.after.name}",
-           *(f"  evidence of {s.name}: {s.evidence}" for s in (d.before, d.after)), ""]
+           *([] if said else (f"  evidence of {s.name}: {s.evidence}"
+                              for s in (d.before, d.after))), ""]
     out += [f"  {s}" for s in d.sentences]
     c = d.step_time
     out += ["", f"Step time (ms): {_ms(c.before)} → {_ms(c.after)}  Δ {_ms(c.delta, True)}"
@@ -273,16 +276,19 @@ def _md(s: str) -> str:
 
 
 def junit(verdicts: list[tuple[str, Verdict]], diffs: list[RunDiff]) -> str:
-    """JUnit XML: a ``testsuite`` named ``meshscope compare``, a ``testcase`` per condition
+    """JUnit XML: a ``testsuite`` named ``meshscope compare`` (its properties: where the runs
+    are not alike, and each run's evidence), a ``testcase`` per condition
     and candidate (classname: the candidate run), a ``failure`` where the gate fails; with no
     condition, one case per comparison that always passes and carries its sentences."""
     suite = ET.Element("testsuite", name="meshscope compare")
     unlike = {d.after.name: d.unlike for d in diffs if d.unlike}
-    if unlike:          # said before any verdict: the runs are not alike
-        props = ET.SubElement(suite, "properties")
-        for name, what in unlike.items():
-            ET.SubElement(props, "property", name=f"not_like_for_like.{name}",
-                          value="; ".join(what))
+    props = ET.SubElement(suite, "properties")
+    for name, what in unlike.items():   # said before any verdict: the runs are not alike
+        ET.SubElement(props, "property", name=f"not_like_for_like.{name}",
+                      value="; ".join(what))
+    sides = {s.name: s.evidence for d in diffs for s in (d.before, d.after)}
+    for name, evidence in sides.items():     # what each run's numbers rest on
+        ET.SubElement(props, "property", name=f"evidence.{name}", value=evidence)
     failures = 0
     if verdicts:
         for name, v in verdicts:

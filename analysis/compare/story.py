@@ -195,6 +195,11 @@ def _unlike_sentence(d: RunDiff) -> str | None:
             "that in mind.")
 
 
+#: How the sentence on the runs' evidence begins (the text's head leaves its own lines out
+#: when the sentence says it).
+EVIDENCE_SENTENCE = "Evidence — "
+
+
 def _evidence_sentence(d: RunDiff) -> str | None:
     """Where either run's numbers rest on evidence that failed a check (``analysis/trust/``):
     each side's verdict, before any cause. (A report that predates the checks says so in
@@ -202,7 +207,7 @@ def _evidence_sentence(d: RunDiff) -> str | None:
     sides = (d.before, d.after)
     if not any(s.trust_verdict in TRUST_VERDICTS[1:] for s in sides):
         return None
-    return ("Evidence — " + "; ".join(f"{s.name}: {s.evidence}" for s in sides)
+    return (EVIDENCE_SENTENCE + "; ".join(f"{s.name}: {s.evidence}" for s in sides)
             + ": a cause resting on the numbers named there is no firmer than they are.")
 
 
