@@ -102,6 +102,13 @@ Count = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
 Rank = Annotated[int, msgspec.Meta(ge=0, lt=MAX_WORLD_SIZE)]
 
 
+class Frame(msgspec.Struct, gc=False):
+    """One Python frame of the stack an operation was issued from (the dump's ``frames``)."""
+    name: str | None = None
+    filename: str | None = None
+    line: Count | None = None
+
+
 class Entry(msgspec.Struct, gc=False):
     """One operation of PyTorch's Flight Recorder buffer (the fields meshscope reads; others
     are allowed). ``process_group``: (name, description); the sequence number that matters is
@@ -126,6 +133,7 @@ class Entry(msgspec.Struct, gc=False):
     retired: bool | None = None
     thread_id: str | None = None
     thread_name: str | None = None
+    frames: list[Frame] | None = None
 
 
 class GroupConfig(msgspec.Struct, gc=False):

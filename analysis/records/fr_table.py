@@ -23,7 +23,8 @@ an entry (``docs/benchmarks.md``, "Flight Recorder buffers of a long job").
 Beside it: ``ranks`` (every rank with a usable dump, also one whose buffer is empty),
 ``pg_ranks`` (process group name → ranks, from the dumps' ``pg_config``; the first dump that
 lists a group's ranks gives them), ``last_op`` (rank → its newest entry as one line, what a
-hang's message names), ``backends`` (the communication libraries the entries name, the part of
+hang's message names), ``last_frames`` (rank → the Python stack of that entry, where the dump
+holds frames), ``dumped`` (rank → the runner's reason, error and time of the dump), ``backends`` (the communication libraries the entries name, the part of
 ``profiling_name`` before its colon: ``nccl``, ``gloo``…) and ``world_size`` (the number of
 ranks of the default group, ``default_pg``, where a dump's ``pg_config`` lists them — NCCL's
 do, gloo's leave it empty — else None).
@@ -96,6 +97,16 @@ def _config_ranks(ranks) -> list[int] | None:
     return sorted(int(r) for r in ranks) if ranks else None
 
 
+#: Frames of the newest entry's stack kept per rank.
+FRAMES_KEPT = 16
+
+
+def _frames(e: Entry) -> list[str]:
+    """``e``'s stack as lines, innermost first (at most ``FRAMES_KEPT``)."""
+    return [f"{f.filename or '?'}:{'?' if f.line is None else f.line} in {f.name or '?'}"
+            for f in (e.frames or [])[:FRAMES_KEPT]]
+
+
 class FlightRecords:
     """The Flight Recorder buffers of a run (module docstring)."""
 
@@ -105,6 +116,12 @@ class FlightRecords:
         self.pg_ranks: dict[str, list[int]] = {}
         self.last_op: dict[int, str] = {}
         self.world_size: int | None = None
+        # rank -> the stack its newest entry was issued from ("file:line in name", innermost
+        # first, at most ``FRAMES_KEPT``; empty where the dump holds no frames).
+        self.last_frames: dict[int, list[str]] = {}
+        # rank -> why and when its dump was written: (reason, error, dumped_at_unix_s) as the
+        # runner's dump says them (None each for PyTorch's own dumps).
+        self.dumped: dict[int, tuple[str | None, str | None, float | None]] = {}
 
     @classmethod
     def of(cls, dumps: Iterable[Dump]) -> "FlightRecords":
@@ -164,6 +181,8 @@ class FlightRecords:
         self._columns[dump.rank] = {k: np.array(v, dtype=_DTYPES[k]) for k, v in cols.items()}
         self.last_op[dump.rank] = _describe(entries[-1]) if entries else \
             "no recorded operation"
+        self.last_frames[dump.rank] = _frames(entries[-1]) if entries else []
+        self.dumped[dump.rank] = (dump.reason, dump.error, dump.dumped_at_unix_s)
         for name, cfg in (fr.pg_config if fr is not None else {}).items():
             ranks = _config_ranks(cfg.ranks)
             if ranks and name not in self.pg_ranks:
