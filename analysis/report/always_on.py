@@ -3,7 +3,8 @@ dumps say, with or without a trace (``records/``).
 
 ``records_of(inp, warmup_steps)`` is the stage's value, ``Records``: the step timers' analysis
 (``steps.analyse``: warm-up, noise, slow steps, the heatmap), its report tables (the step
-heatmap, throughput per step, the Flight Recorder verdicts: ``tables.RecordTables``) and the
+heatmap, throughput per step, the Flight Recorder verdicts and the causes of a hang,
+``records/hang_causes.py``: ``tables.RecordTables``) and the
 throughput summary — the step timers' step time, tokens/s and MFU, computed here once for the
 findings' cost base and summary.json alike.
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from meshscope.analysis.records import flight_recorder, steps as step_records
+from meshscope.analysis.records import flight_recorder, hang_causes, steps as step_records
 from meshscope.analysis.report import inputs
 from meshscope.analysis.report.tables import RecordTables
 
@@ -32,11 +33,12 @@ def records_of(inp: inputs.Inputs, warmup_steps: int) -> Records:
     records = step_records.analyse(inp.steps, warmup_steps,
                                    run.profile_steps if run is not None else None)
     throughput = step_records.throughput(inp.steps, run)
+    fr: dict = {}
+    if inp.has_dumps:
+        fr["flight_recorder"] = flight_recorder.diagnose(inp.flight, run, inp.steps)
+        fr["hang_causes"] = hang_causes.causes(inp.flight, fr["flight_recorder"], run)
     return Records(
         records=records,
-        tables=RecordTables.empty(
-            step_heatmap=records.heatmap, throughput=throughput,
-            **({"flight_recorder": flight_recorder.diagnose(inp.flight, run, inp.steps)}
-               if inp.has_dumps else {})),
+        tables=RecordTables.empty(step_heatmap=records.heatmap, throughput=throughput, **fr),
         throughput_summary=step_records.throughput_summary(throughput, records.warmup_steps))
 

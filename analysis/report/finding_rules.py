@@ -31,7 +31,7 @@ REMEDIES: dict[CommDim, str] = {
 TABLE_PAGES = {
     "rank_waits": "stragglers", "step_heatmap": "stragglers", "collectives": "stragglers",
     "breakdown": "overview", "exposed_comm": "communication", "bandwidth": "communication",
-    "flight_recorder": "health", "bubbles": "pipeline", "stage_imbalance": "pipeline",
+    "flight_recorder": "health", "hang_causes": "health", "bubbles": "pipeline", "stage_imbalance": "pipeline",
     "idle": "gpu", "sync_calls": "gpu", "kernels": "gpu", "gemms": "gpu",
     "kernel_categories": "gpu", "memory_devices": "memory", "memory_steps": "memory",
     "memory_live": "memory", "memory_segments": "memory", "memory_snapshot_live": "memory",
@@ -117,6 +117,9 @@ class FindingInputs:
     kernel_categories: pd.DataFrame | None = None
     graph_captures: int = 0
     graph_replays: int = 0
+    # Why ranks stopped (``records/hang_causes.py``): the hang and desync findings' cause and
+    # remedy; None or empty: the verdicts alone.
+    hang_causes: pd.DataFrame | None = None
 
 
 def severity(pct: float, cost_us: float, noise_us: float) -> str:

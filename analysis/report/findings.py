@@ -131,23 +131,87 @@ def _hang(hangs: pd.DataFrame) -> Finding | None:
                    {"step_time_us": None, "assumption": "no hang"}, symptoms, cites=cites)
 
 
-def _flight_recorder(hangs: pd.DataFrame | None) -> list[Finding]:
+def _with_causes(f: Finding, causes: pd.DataFrame, kinds: tuple[str, ...],
+                 ranks: set[int] | None = None) -> Finding:
+    """``f`` told by its causes (``records/hang_causes.py``): the causes of ``kinds`` (those
+    of ``ranks`` where given) in its title and evidence, their remedies as its remedy, their
+    rows cited."""
+    if causes is None or causes.empty:
+        return f
+    mine = causes[causes["cause"].isin(kinds)]
+    if ranks is not None:
+        mine = mine[[c == "no-dump" or bool(set(int(r) for r in rs) & ranks)
+                     for c, rs in zip(mine["cause"], mine["ranks"])]]
+    if mine.empty:
+        return f
+    said = []
+    for c in mine.itertuples(index=False):
+        rs = [int(r) for r in c.ranks]
+        said.append(f"{c.cause.replace('-', ' ')} "
+                    f"(rank{'s' * (len(rs) != 1)} {', '.join(map(str, rs))})")
+    f.title += " — cause: " + "; ".join(dict.fromkeys(said))
+    f.remedy = "; then ".join(dict.fromkeys(str(c) for c in mine["remedy"]))
+    f.evidence["causes"] = [{"cause": str(c.cause), "ranks": [int(r) for r in c.ranks],
+                             "collective": str(c.collective), "evidence": str(c.evidence)}
+                            for c in mine.itertuples(index=False)]
+    f.cites = [*f.cites, *(cite("hang_causes", cause=str(c), page="health")
+                           for c in dict.fromkeys(mine["cause"]))]
+    return f
+
+
+#: The causes that explain ranks missing from a collective, and those that explain ranks
+#: disagreeing on one (``records/hang_causes.CAUSES``).
+_HANG_CAUSES = ("host-stopped", "divergence", "exited", "no-dump")
+_DESYNC_CAUSES = ("mismatch", "divergence")
+_STALL_CAUSES = ("device-stopped", "transport-stalled")
+
+
+def _stall(causes: pd.DataFrame | None) -> Finding | None:
+    """A hang no rank is missing from: a collective every rank issued and none completes,
+    because a device stopped before it or the transport stalls (``hang_causes``)."""
+    if causes is None or causes.empty:
+        return None
+    rows = causes[causes["cause"].isin(_STALL_CAUSES)]
+    if rows.empty:
+        return None
+    first = rows.iloc[0]
+    ranks = [int(r) for r in first["ranks"]]
+    title = (f"{_ranks_text(ranks)} never get through {first['collective']}: "
+             + ("their device stopped before it" if first["cause"] == "device-stopped" else
+                "it started on every member and completes on none"))
+    f = Finding("hang", "high", "all", None, None, title,
+                {"process_group": str(first["process_group"]), "seq": int(first["seq"]),
+                 "hung_ranks": ranks}, str(first["remedy"]),
+                {"step_time_us": None, "assumption": "no hang"}, [],
+                cites=[cite("hang_causes", cause=str(first["cause"]), page="health")])
+    return _with_causes(f, causes, _STALL_CAUSES)
+
+
+def _flight_recorder(hangs: pd.DataFrame | None,
+                     causes: pd.DataFrame | None = None) -> list[Finding]:
     out = []
     if hangs is None or hangs.empty:
-        return out
+        stalled = _stall(causes)
+        return [stalled] if stalled is not None else []
     found = _hang(hangs)
     if found is not None:
-        out.append(found)
+        hung = set(found.evidence.get("hung_ranks", []))
+        out.append(_with_causes(found, causes, _HANG_CAUSES, hung))
+    else:
+        stalled = _stall(causes)
+        if stalled is not None:
+            out.append(stalled)
     rows = hangs[hangs["verdict"] == "mismatch"]
     if not rows.empty:          # the earliest issued (the verdicts' order)
         first = rows.iloc[0]
         evidence = {k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in first.items()}
         evidence["count"] = int(len(rows))
-        out.append(Finding("desync", "high", "all", None, None, str(first["detail"]),
-                           evidence, DESYNC_REMEDY, {"step_time_us": None,
-                                                     "assumption": "no desync"},
-                           cites=[cite("flight_recorder", process_group=first["process_group"],
-                                       seq=first["seq"], verdict="mismatch")]))
+        desync = Finding("desync", "high", "all", None, None, str(first["detail"]),
+                         evidence, DESYNC_REMEDY, {"step_time_us": None,
+                                                   "assumption": "no desync"},
+                         cites=[cite("flight_recorder", process_group=first["process_group"],
+                                     seq=first["seq"], verdict="mismatch")])
+        out.append(_with_causes(desync, causes, _DESYNC_CAUSES))
     return out
 
 
@@ -335,7 +399,7 @@ def _slow_steps(inp: FindingInputs) -> Finding | None:
 
 def findings(inp: FindingInputs) -> list[Finding]:
     """The ranked findings (module docstring)."""
-    out = _flight_recorder(inp.hangs)
+    out = _flight_recorder(inp.hangs, inp.hang_causes)
     straggler, imbalance = _straggler(inp), _imbalance(inp)
     causes = [what for f, what in ((straggler, "the straggler"),
                                    (imbalance, "the stage imbalance")) if f is not None]

@@ -366,6 +366,21 @@ class Hang:
 
 
 @dataclasses.dataclass(frozen=True)
+class HangCause:
+    """One row of ``hang_causes`` (``hang_causes.parquet``; ``records/hang_causes.py``): why
+    ranks stopped, in words, with the collective it concerns as torch's analyser shows it."""
+    cause: str                       # host-stopped, device-stopped, transport-stalled, …
+    ranks: list[int]
+    process_group: str
+    group_desc: str
+    seq: int                         # -1: not about one collective (no-dump, exited)
+    op: str
+    collective: str                  # op, group, description, #seq, sizes and dtypes
+    evidence: str
+    remedy: str
+
+
+@dataclasses.dataclass(frozen=True)
 class BandwidthRow:
     """One row of ``bandwidth`` (``bandwidth_summary.parquet``'s medians per dimension, op,
     group size and size bucket)."""
@@ -631,6 +646,8 @@ class Summary:
     # The ranks whose Flight Recorder dump was read: empty, there is no record to judge hangs
     # and desyncs by; null, the report does not say (written before schema 4).
     flight_recorder_ranks: list[int] | None
+    # Why ranks stopped (``HangCause``): empty for a healthy job; null before schema 5.
+    hang_causes: list[HangCause] | None
     findings: list[Finding]
     bandwidth: list[BandwidthRow]   # bandwidth summary rows
     gpu_idle_per_rank_mean: list[GpuIdle]   # where the GPU's idle time goes, per rank

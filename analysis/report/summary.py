@@ -212,6 +212,7 @@ def build(facts: Facts, t: Groups) -> Summary:
         slow_steps=list(facts.step_records.slow_steps),
         hangs=rows(model.Hang, t.records.flight_recorder, "hangs"),
         flight_recorder_ranks=sorted(int(r) for r in facts.flight_recorder_ranks),
+        hang_causes=rows(model.HangCause, t.records.hang_causes, "hang_causes"),
         findings=list(facts.findings),
         bandwidth=rows(model.BandwidthRow, t.comm.bandwidth_summary, "bandwidth"),
         gpu_idle_per_rank_mean=rows(model.GpuIdle, _gpu_idle(t.steps.idle),

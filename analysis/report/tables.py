@@ -33,6 +33,7 @@ from meshscope.analysis.gpu import idle as gpu_idle
 from meshscope.analysis.memory.gather import TABLES as MEMORY_COLUMNS
 from meshscope.analysis.pipeline import bubble, schedule
 from meshscope.analysis.records import flight_recorder as fr_records
+from meshscope.analysis.records import hang_causes
 from meshscope.analysis.records import steps
 from meshscope.analysis.timeline import breakdown as step_breakdown
 from meshscope.analysis.timeline import operators, segments
@@ -79,6 +80,7 @@ class RecordTables(_Tables):
     step_heatmap: pd.DataFrame = _table(steps.HEATMAP_COLUMNS)
     throughput: pd.DataFrame = _table(steps.THROUGHPUT_COLUMNS)
     flight_recorder: pd.DataFrame = _table(fr_records.COLUMNS)
+    hang_causes: pd.DataFrame = _table(hang_causes.COLUMNS)     # why ranks stopped
 
 
 @dataclasses.dataclass(frozen=True)

@@ -228,15 +228,38 @@ def _cross_rank_lines(typed: reader.Summary) -> list[str]:
                          f"what the what-if resolves ({_ms(cross.resolution_us).strip()} ms: "
                          f"step noise {_ms(cross.noise_us).strip()} ms, what-if floor "
                          f"{_ms(cross.floor_us).strip()} ms).")
-    for h in (typed.hangs or [])[:5]:
-        if h.verdict in ("missing", "mismatch"):
-            lines.append(f"{'HANG' if h.verdict == 'missing' else 'DESYNC'}: {h.detail}")
+    lines += _hang_lines(typed)
     if typed.hangs_judged is False:
         lines.append("Flight Recorder: no records — hangs and desyncs cannot be judged.")
     elif typed.hangs_judged and not any(h.verdict in ("missing", "mismatch")
                                         for h in typed.hangs or []):
         lines.append(f"Flight Recorder: the records of {len(typed.flight_recorder_ranks or [])} "
                      f"rank(s) show no hang and no desync.")
+    return lines
+
+
+def _hang_lines(typed: reader.Summary) -> list[str]:
+    """What the Flight Recorder says, once: how many collectives some ranks never reached or
+    disagree on (the verdicts folded into one line each), then why — one line per cause with
+    the collective as torch's analyser shows it, the evidence and what to do next. A report
+    written before the causes existed prints its first verdicts as they are."""
+    verdicts = [h for h in typed.hangs or [] if h.verdict in ("missing", "mismatch")]
+    if typed.hang_causes is None:
+        return [f"{'HANG' if h.verdict == 'missing' else 'DESYNC'}: {h.detail}"
+                for h in verdicts[:5]]
+    lines = []
+    for verdict, word in (("missing", "some ranks never reached"),
+                          ("mismatch", "the ranks disagree on")):
+        these = [h for h in verdicts if h.verdict == verdict]
+        if these:
+            lines.append(f"Flight Recorder: {len(these)} collective{'s' * (len(these) != 1)} "
+                         f"{word} (flight_recorder.parquet); the first: {these[0].detail}")
+    for c in typed.hang_causes:
+        ranks = ", ".join(map(str, c.ranks))
+        at = f" at {c.collective}" if c.collective else ""
+        lines.append(f"Cause: {c.cause} — rank{'s' * (len(c.ranks) != 1)} {ranks}{at}")
+        lines.append(f"  evidence: {c.evidence}")
+        lines.append(f"  next: {c.remedy}")
     return lines
 
 

@@ -84,7 +84,8 @@ def records_only(inp: inputs.Inputs, warmup_steps: int) -> Report:
         microbatches=run.microbatches if run else 1,
         virtual_stages=run.virtual_stages if run else 1, straggler=None,
         savings=empty("rank_waits"), imbalance=None, dim_savings={},
-        hangs=recs.tables.flight_recorder, slow_steps=records.slow_steps,
+        hangs=recs.tables.flight_recorder, hang_causes=recs.tables.hang_causes,
+        slow_steps=records.slow_steps,
         warmup_steps=records.warmup_steps,
         step_times=step_records.slowest_rank_per_step(inp.steps),
         median_step_us=records.median_step_us))

@@ -1,0 +1,346 @@
+"""Why ranks stopped: a cause in words for each stopped rank, from the Flight Recorder's
+evidence (docs/hangs.md).
+
+``records/flight_recorder.py`` says *who* — the ranks missing from a collective, the ranks
+that disagree on one — as torch's own analyser does. This module says *why*, from what the
+dumps hold beyond that: the state of each rank's entries (``scheduled``: enqueued, never
+started on the device; ``started``; ``completed``), whether a rank issued anything after its
+last completed collective, what it issued instead, how its dump was written. One row per
+(cause, missed collective), ``COLUMNS``:
+
+- ``host-stopped`` — a hung rank whose buffer holds no entry, or whose newest entry, in every
+  group, completed with nothing after it: its host stopped issuing collectives (a lock, the
+  GIL, a deadlock, a data loader that never returns) while its peers issued the next one.
+  Evidence: its last entry, how much later its peers issued the collective it missed (``lag``),
+  the Python stack of its last entry where the dump holds one.
+- ``device-stopped`` — ranks whose entry of a collective is ``scheduled`` (never started on the
+  device) while their peers' same entry started, and whose earlier entries completed: the
+  device stopped before it (an earlier kernel that never finished, a GPU error).
+- ``transport-stalled`` — a group's newest collective started on every member and completed
+  on none, the newest entry of every member: each is inside the collective, none gets through
+  (the network, NCCL's transport).
+- ``mismatch`` — ranks that issued the same collective with other sizes or dtypes (the
+  ``mismatch`` verdict, not an op difference): all_to_all splits, shapes, dtypes.
+- ``divergence`` — ranks that issued different collectives at one sequence number of a group,
+  or a hung rank that went on to issue a collective its peers did not: the CPU-side code paths
+  differ. The first point of difference per rank: what it issued there, and where its peers
+  issued the same (an order swapped shows as the same collective at another sequence number).
+- ``exited`` — a rank whose dump was written as it raised (the runner's ``reason``
+  ``exception``): its error.
+- ``no-dump`` — ranks of the job (run.json's world, else the dumps' default group) that left
+  no dump at all: they exited, were killed, or their dump was lost; a hang among them cannot
+  be judged from their side.
+
+A healthy job — every entry completed, every rank with a dump — has no row.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pandas as pd
+
+from meshscope.collectors.run_info import RunInfo
+
+from .fr_table import FlightRecords, Signature
+from .flight_recorder import hang as hang_of
+
+COLUMNS = ["cause", "ranks", "process_group", "group_desc", "seq", "op", "collective",
+           "evidence", "remedy"]
+
+REMEDIES = {
+    "host-stopped": "see what the stopped rank's host was doing: its Python stack (py-spy dump "
+                    "--pid on the live process, the stack below where the dump holds one), a "
+                    "lock or the GIL held, a deadlock, a data loader or checkpoint that never "
+                    "returns",
+    "device-stopped": "look at the device of those ranks: the kernel enqueued before the "
+                      "collective never finished (a kernel that hangs, an illegal memory "
+                      "access, an Xid error in dmesg / nvidia-smi); CUDA_LAUNCH_BLOCKING=1 "
+                      "finds the kernel",
+    "transport-stalled": "look at the network between those ranks: NCCL_DEBUG=INFO logs, the "
+                         "links (InfiniBand / EFA errors), nccl-tests on the same ranks",
+    "mismatch": "make every rank issue the collective with the same sizes and dtypes "
+                "(all_to_all split sizes that the ranks agree on, padded shapes, one dtype)",
+    "divergence": "the ranks took different code paths: find the condition that differs per "
+                  "rank before the first point of difference (a data-dependent branch, an "
+                  "early exit, a collective inside an if, different compiled graphs)",
+    "exited": "the rank raised: its error below, and the job's logs around it",
+    "no-dump": "find why those ranks left no dump: their exit (the job's logs, the OOM killer in "
+               "dmesg), and that TORCH_FR_DUMP_TEMP_FILE is set on every rank",
+}
+CAUSES = tuple(REMEDIES)
+
+
+def collective_text(sig: Signature, name: str, desc: str, seq: int) -> str:
+    """A collective as torch's analyser shows it: op, group and its description, sequence
+    number, sizes and dtypes (``all_to_all on group 3 (mesh_ep) #9, in 64x8 Float → out 64x8
+    Float``)."""
+    def sizes(s, d) -> str:
+        if not s:
+            return "-"
+        dims = ", ".join("x".join(map(str, t)) if t else "scalar" for t in s)
+        types = sorted(set(d or []))
+        return dims + (f" {'/'.join(types)}" if types else "")
+    return (f"{sig.profiling_name} on group {name} ({desc}) #{seq}, in "
+            f"{sizes(sig.input_sizes, sig.input_dtypes)} → out "
+            f"{sizes(sig.output_sizes, sig.output_dtypes)}")
+
+
+def _ranks_text(ranks) -> str:
+    ranks = sorted(ranks)
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Entry:
+    """One entry of a rank's buffer, decoded."""
+    pos: int
+    group: str
+    desc: str
+    seq: int
+    sig: Signature
+    sig_id: int                      # the signature's code (``FlightRecords.signatures``)
+    state: str | None
+    created_ns: int
+
+
+class _Buffers:
+    """Each rank's collective entries by (group, seq), and its newest entry."""
+
+    def __init__(self, records: FlightRecords):
+        self.records = records
+        self._cache: dict[int, list[_Entry]] = {}
+
+    def entries(self, rank: int) -> list[_Entry]:
+        if rank not in self._cache:
+            c = self.records.entries_of(rank)
+            out = []
+            if c is not None:
+                groups, sigs, states = (self.records.groups, self.records.signatures,
+                                        self.records.states)
+                for i in np.flatnonzero(~c["p2p"]).tolist():
+                    name, desc = groups[c["pg"][i]]
+                    out.append(_Entry(i, name, desc, int(c["seq"][i]), sigs[c["sig"][i]],
+                                      int(c["sig"][i]), states[c["state"][i]],
+                                      int(c["created_ns"][i])))
+            self._cache[rank] = out
+        return self._cache[rank]
+
+    def at(self, rank: int, group: str, seq: int) -> _Entry | None:
+        return next((e for e in reversed(self.entries(rank))
+                     if e.group == group and e.seq == seq), None)
+
+    def newest(self, rank: int) -> _Entry | None:
+        es = self.entries(rank)
+        return max(es, key=lambda e: e.pos) if es else None
+
+
+def causes(records: FlightRecords, verdicts: pd.DataFrame, run: RunInfo | None) -> pd.DataFrame:
+    """The causes table (module docstring) of the dumps ``records`` and their verdicts
+    (``flight_recorder.diagnose``)."""
+    buf = _Buffers(records)
+    rows: list[dict] = []
+    rows += _no_dump(records, run)
+    exited = _exited(records)
+    rows += exited.values()
+    rows += _hung(records, verdicts, buf, set(exited))
+    rows += _disagreements(verdicts, buf)
+    rows += _device_stopped(verdicts, buf)
+    rows += _transport_stalled(records, verdicts, buf, run)
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _row(cause: str, ranks, group="", desc="", seq=-1, op="", collective="",
+         evidence="") -> dict:
+    return {"cause": cause, "ranks": sorted(int(r) for r in ranks), "process_group": group,
+            "group_desc": desc, "seq": int(seq), "op": op, "collective": collective,
+            "evidence": evidence, "remedy": REMEDIES[cause]}
+
+
+def _expected(records: FlightRecords, run: RunInfo | None) -> set[int]:
+    if run is not None:
+        return set(range(run.world_size))
+    if records.world_size:
+        return set(range(records.world_size))
+    return {r for ranks in records.pg_ranks.values() for r in ranks}
+
+
+def _no_dump(records: FlightRecords, run: RunInfo | None) -> list[dict]:
+    gone = sorted(_expected(records, run) - set(records.ranks))
+    if not gone:
+        return []
+    return [_row("no-dump", gone, evidence=f"{_ranks_text(gone)} of the job left no Flight "
+                                           f"Recorder dump: whatever stopped them cannot be "
+                                           f"read from their side")]
+
+
+def _exited(records: FlightRecords) -> dict[int, dict]:
+    out = {}
+    for r, (reason, error, _) in sorted(records.dumped.items()):
+        if reason == "exception":
+            out[r] = _row("exited", [r], evidence=f"rank {r}'s dump was written as it raised: "
+                                                  f"{(error or 'no message').strip()[:300]}")
+    return out
+
+
+def _hung(records: FlightRecords, verdicts: pd.DataFrame, buf: _Buffers,
+          exited: set[int]) -> list[dict]:
+    """Each hung rank's cause, judged once, at the earliest collective it never reached (the
+    verdicts' order): one row per cause, its ranks together, the collective the first of them
+    missed; each rank's own evidence in the row's ``evidence``."""
+    h = hang_of(verdicts)
+    if h is None:
+        return []
+    missing = verdicts[verdicts["verdict"] == "missing"]
+    first_of: dict[int, tuple] = {}           # rank -> (group, desc, seq, op, present)
+    for v in missing.itertuples(index=False):
+        for r in v.ranks_missing:
+            if int(r) in h.hung_ranks and int(r) not in first_of:
+                first_of[int(r)] = (str(v.process_group), str(v.group_desc), int(v.seq),
+                                    str(v.op), [int(x) for x in v.ranks_present])
+    by_cause: dict[str, list[tuple[int, str, str]]] = {}
+    for r in h.hung_ranks:
+        if r in exited or r not in first_of:
+            continue
+        group, desc, seq, op, present = first_of[r]
+        ref = next((e for p in present if (e := buf.at(p, group, seq))), None)
+        what = collective_text(ref.sig, group, desc, seq) if ref else f"{op} #{seq}"
+        issued = min((e.created_ns for p in present
+                      if (e := buf.at(p, group, seq)) and e.created_ns >= 0), default=-1)
+        head = f"rank {r} never issued {what}, which {_ranks_text(present)} issued"
+        newest = buf.newest(r)
+        if newest is None:
+            by_cause.setdefault("host-stopped", []).append(
+                (r, what, f"{head}; its buffer holds no collective at all"))
+        elif newest.state != "completed" and (newest.group, newest.seq) != (group, seq):
+            other = collective_text(newest.sig, newest.group, newest.desc, newest.seq)
+            by_cause.setdefault("divergence", []).append(
+                (r, what, f"{head}; it issued {other} instead ({newest.state}), which they "
+                          f"did not: the first point where their collectives differ"))
+        else:
+            lag = (f", {(issued - newest.created_ns) / 1e9:,.3g} s before its peers issued "
+                   f"the collective it missed" if issued >= 0 and newest.created_ns >= 0
+                   else "")
+            stack = records.last_frames.get(r) or []
+            by_cause.setdefault("host-stopped", []).append(
+                (r, what, f"{head}; its newest entry is {records.last_op[r]}{lag}, and "
+                          f"nothing after it"
+                          + (f"; its stack there: {' ← '.join(stack[:6])}" if stack else "")))
+    rows = []
+    for cause, found in by_cause.items():
+        r0, what, _ = found[0]
+        group, desc, seq, op, _ = first_of[r0]
+        rows.append(_row(cause, [r for r, _, _ in found], group, desc, seq, op, what,
+                         "; ".join(text for _, _, text in found)))
+    return rows
+
+
+def _disagreements(verdicts: pd.DataFrame, buf: _Buffers) -> list[dict]:
+    """``mismatch`` verdicts: different ops or an order swapped (divergence), else sizes or
+    dtypes (mismatch); for each, the ranks that differ from the most common entry."""
+    rows = []
+    seen: set[tuple[str, tuple]] = set()
+    for v in verdicts[verdicts["verdict"] == "mismatch"].itertuples(index=False):
+        group, seq = str(v.process_group), int(v.seq)
+        present = [int(r) for r in v.ranks_present]
+        entries = {r: e for r in present if (e := buf.at(r, group, seq)) is not None}
+        if len(entries) < 2:
+            continue
+        sigs = [e.sig_id for e in entries.values()]
+        common = max(sorted(set(sigs)), key=sigs.count)
+        odd = sorted(r for r, e in entries.items() if e.sig_id != common)
+        if not odd or sigs.count(common) == 1:
+            odd = sorted(entries)       # no entry most ranks share: the group disagrees
+        ref = next(e for e in entries.values() if e.sig_id == common)
+        what = collective_text(ref.sig, group, ref.desc, seq)
+        # Did the odd ranks issue, elsewhere in the group, what their peers issued here?
+        # Then it is an order swapped, not another collective.
+        peer = next(r for r, e in entries.items() if e.sig_id == common)
+        moved = []
+        for r in odd:
+            if r == peer:
+                continue
+            # A swap: at another sequence number this rank issued what its peers issued here,
+            # and its peers what this rank issued here.
+            mine = entries[r].sig_id
+            there = next((e.seq for e in buf.entries(r) if e.group == group and e.seq != seq
+                          and e.sig_id == common and (p := buf.at(peer, group, e.seq))
+                          is not None and p.sig_id == mine), None)
+            if there is not None:
+                moved.append(f"rank {r} issued it at #{there} instead")
+        ops = {e.sig.profiling_name for e in entries.values()}
+        key = ("divergence" if moved or len(ops) > 1 else "mismatch", tuple(odd))
+        if key in seen:
+            continue                     # an order swap shows at both sequence numbers
+        seen.add(key)
+        theirs = "; ".join(f"rank {r}: {collective_text(entries[r].sig, group, ref.desc, seq)}"
+                           for r in odd[:4])
+        if key[0] == "divergence":
+            evidence = (f"at {what} (the first point where the ranks' collectives differ) "
+                        f"{theirs}" + (f"; {'; '.join(moved)}: the order of their "
+                                       f"collectives differs" if moved else ""))
+        elif len(odd) == len(entries):
+            evidence = f"{v.detail}"
+        else:
+            evidence = f"{_ranks_text(present)} issued {what}, but {theirs}"
+        rows.append(_row(key[0], odd, group, ref.desc, seq, ref.sig.profiling_name, what,
+                         evidence))
+    return rows
+
+
+def _device_stopped(verdicts: pd.DataFrame, buf: _Buffers) -> list[dict]:
+    """``state`` verdicts whose scheduled ranks' earlier entries all completed while their
+    peers' same entry started."""
+    rows = []
+    for v in verdicts[verdicts["verdict"] == "state"].itertuples(index=False):
+        group, seq = str(v.process_group), int(v.seq)
+        entries = {int(r): e for r in v.ranks_present
+                   if (e := buf.at(int(r), group, seq)) is not None}
+        started = [r for r, e in entries.items() if e.state == "started"]
+        waiting = [r for r, e in entries.items() if e.state == "scheduled"]
+        if not started or not waiting:
+            continue
+        stopped = [r for r in waiting
+                   if all(e.state == "completed" for e in buf.entries(r)
+                          if e.pos < entries[r].pos)]
+        if not stopped:
+            continue
+        e = entries[stopped[0]]
+        what = collective_text(e.sig, group, e.desc, seq)
+        rows.append(_row("device-stopped", stopped, group, e.desc, seq, e.sig.profiling_name,
+                         what, f"{_ranks_text(stopped)} enqueued {what} but never started it on "
+                               f"the device, while {_ranks_text(started)} started it and wait; "
+                               f"every earlier entry of {_ranks_text(stopped)} completed"))
+    return rows
+
+
+def _transport_stalled(records: FlightRecords, verdicts: pd.DataFrame, buf: _Buffers,
+                       run: RunInfo | None) -> list[dict]:
+    """Per group, its newest collective started on every member and completed on none, each
+    member's newest entry."""
+    judged = {(str(v.process_group), int(v.seq)) for v in verdicts.itertuples(index=False)
+              if v.verdict in ("missing", "mismatch")}
+    members = dict(records.pg_ranks)
+    if run is not None:
+        members.setdefault("0", list(range(run.world_size)))
+        for g in run.process_groups:
+            if g.name is not None:
+                members.setdefault(g.name, list(g.ranks))
+    newest = {r: buf.newest(r) for r in records.ranks}
+    by_key: dict[tuple[str, int], list[int]] = {}
+    for r, e in newest.items():
+        if e is not None and e.state == "started":
+            by_key.setdefault((e.group, e.seq), []).append(r)
+    rows = []
+    for (group, seq), ranks in sorted(by_key.items()):
+        group_ranks = members.get(group) or ranks
+        if (group, seq) in judged or len(group_ranks) < 2 or sorted(ranks) != \
+                sorted(group_ranks):
+            continue
+        e = newest[ranks[0]]
+        assert e is not None
+        what = collective_text(e.sig, group, e.desc, seq)
+        rows.append(_row("transport-stalled", ranks, group, e.desc, seq, e.sig.profiling_name,
+                         what, f"every member of group {group} ({_ranks_text(ranks)}) started "
+                               f"{what} and none completed it; it is the newest entry of each"))
+    return rows
