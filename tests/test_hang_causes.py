@@ -140,9 +140,15 @@ CASES = {"healthy": (healthy, None, None),
 
 
 @pytest.fixture(scope="module")
-def analysed(tmp_path_factory):
-    """Each case's dumps written as PyTorch's pickles and analysed through the CLI."""
-    root = tmp_path_factory.mktemp("causes")
+def cases_root(tmp_path_factory):
+    return tmp_path_factory.mktemp("causes")
+
+
+@pytest.fixture(scope="module")
+def analysed(cases_root):
+    """Each case's dumps written as PyTorch's pickles and analysed through the CLI, each in
+    its own folder of ``cases_root``."""
+    root = cases_root
     out = {}
     for name, (make, _, _) in CASES.items():
         fr_fixtures.write_dumps(root / name, make())
@@ -219,3 +225,26 @@ def test_the_moe_hang_names_its_host_stopped_ranks_once():
     assert text.count("Flight Recorder: 4 collectives some ranks never reached") == 1
     assert "HANG:" not in text
 
+
+
+def test_the_health_page_shows_why_and_never_calls_a_stall_healthy(analysed, cases_root):
+    """A stall no rank is missing from (every rank inside the last collective) has no
+    verdict row: the Health page still shows its cause, never "No hang and no desync"."""
+    from meshscope.dashboard import state as st
+    from meshscope.dashboard.app import BUILDERS
+    from meshscope.dashboard.data import open_report
+    from meshscope.dashboard.pages.common import PageContext
+    from meshscope.dashboard.runs import RunIndex
+
+    index = RunIndex(cases_root)
+
+    def items(name):
+        ctx = PageContext(open_report(index.get(name)),
+                          st.ViewState(page="health", runs=(name,)))
+        return {i.id: i for s in BUILDERS["health"](ctx) for i in s.items}
+    stalled = items("transport-stalled")
+    assert "fr-healthy" not in stalled
+    table = stalled["hang-causes-table"]
+    assert table.rows[0][0] == "transport-stalled" and table.rows[0][1] == "0, 1, 2, 3"
+    healthy = items("healthy")
+    assert "fr-healthy" in healthy and "hang-causes-table" not in healthy

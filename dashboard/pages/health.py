@@ -7,6 +7,8 @@ inputs the analysis could not use.
   (the step the missing ranks last finished, their last operation); ``fr-healthy`` when the
   records hold none; ``fr-none`` when there are no records: then hangs and desyncs cannot be
   judged, and the page says so rather than that all is well.
+- ``hang-causes-table``: why ranks stopped (``hang_causes``): the cause, its ranks, the
+  collective as torch's analyser shows it, the evidence and what to do next.
 - ``problems-table``: every damaged, missing or refused input, one line each as the analysis
   named it (file, field, problem); ``missing-ranks``; ``notes`` (what the analysis did that a
   reader should know).
@@ -44,7 +46,8 @@ def verdicts(ctx: PageContext) -> list:
     if fr is None:
         return [Note("fr-none", "No Flight Recorder records: hangs and desyncs cannot be "
                                 "judged.", warn=True)]
-    if fr.empty:
+    causes = rep.typed.hang_causes or []
+    if fr.empty and not causes:
         ranks = rep.typed.flight_recorder_ranks
         of = f" in the records of {len(ranks)} rank(s)" if ranks else ""
         return [Note("fr-healthy", f"No hang and no desync{of}: every rank of every group "
@@ -60,6 +63,21 @@ def verdicts(ctx: PageContext) -> list:
     return [Note("fr-summary", f"Flight Recorder: {len(fr)} problem(s): {head}.{more}",
                  warn=True),
             Table("fr-table", [c.replace("_", " ") for c in cols], rows, left=len(cols))]
+
+
+def causes(ctx: PageContext) -> list:
+    """Why ranks stopped (summary.json's ``hang_causes``, ``records/hang_causes.py``): one row
+    per cause — its ranks, the collective as torch's analyser shows it, the evidence, what to
+    do next. Nothing where the report has none (a healthy job) or predates them."""
+    rows = ctx.report.typed.hang_causes or []
+    if not rows:
+        return []
+    return [Table("hang-causes-table", ["cause", "ranks", "collective", "evidence", "next"],
+                  [[c.cause, _cell(c.ranks), c.collective or "—", clip(c.evidence, 900),
+                    c.remedy] for c in rows],
+                  caption="Why ranks stopped, from the Flight Recorder's evidence "
+                          "(docs/hangs.md): each cause once, with the rows it rests on.",
+                  left=5)]
 
 
 def inputs(ctx: PageContext) -> list:
@@ -81,4 +99,7 @@ def inputs(ctx: PageContext) -> list:
 
 
 def sections(ctx: PageContext) -> list[Section]:
-    return [Section("Flight Recorder", verdicts(ctx)), Section("Inputs", inputs(ctx))]
+    why = causes(ctx)
+    return [Section("Flight Recorder", verdicts(ctx)),
+            *([Section("Why ranks stopped", why)] if why else []),
+            Section("Inputs", inputs(ctx))]
