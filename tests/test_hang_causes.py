@@ -248,3 +248,29 @@ def test_the_health_page_shows_why_and_never_calls_a_stall_healthy(analysed, cas
     assert table.rows[0][0] == "transport-stalled" and table.rows[0][1] == "0, 1, 2, 3"
     healthy = items("healthy")
     assert "fr-healthy" in healthy and "hang-causes-table" not in healthy
+
+
+def test_a_rank_that_exited_and_one_that_left_no_dump_are_told_by_their_errors(tmp_path):
+    """The dp4-ddp sample, edited as a crash leaves a run: rank 2's dump written as it raised,
+    rank 3's dump gone and its stderr log ending in a traceback. The causes quote each error."""
+    import shutil
+
+    from conftest import ROOT
+
+    run = tmp_path / "crashed"
+    shutil.copytree(ROOT / "samples" / "dp4-ddp", run, ignore=shutil.ignore_patterns("report"))
+    dump = json.loads((run / "comms" / "rank2.json").read_text())
+    dump.update(reason="exception", error="RuntimeError: CUDA error: an illegal memory access")
+    (run / "comms" / "rank2.json").write_text(json.dumps(dump))
+    (run / "comms" / "rank3.json").unlink()
+    (run / "logs" / "rank3.stderr.log").write_text(
+        "Traceback (most recent call last):\n  File \"worker.py\", line 9, in main\n"
+        "    step()\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
+    doc = json.loads(meshscope("analyze", run, "--json", check=True).stdout)
+    by = {c["cause"]: c for c in doc["hang_causes"]}
+    assert by["exited"]["ranks"] == [2]
+    assert "as it raised: RuntimeError: CUDA error: an illegal memory access" in \
+        by["exited"]["evidence"]
+    assert by["no-dump"]["ranks"] == [3]
+    assert "rank 3's log ends with torch.OutOfMemoryError: CUDA out of memory" in \
+        by["no-dump"]["evidence"]

@@ -26,20 +26,24 @@ last completed collective, what it issued instead, how its dump was written. One
   differ. The first point of difference per rank: what it issued there, and where its peers
   issued the same (an order swapped shows as the same collective at another sequence number).
 - ``exited`` — a rank whose dump was written as it raised (the runner's ``reason``
-  ``exception``): its error.
+  ``exception``): its error, and the last exception its stderr log names where the run has
+  logs (``RUN/logs/rank{R}.stderr.log``, ``last_error``).
 - ``no-dump`` — ranks of the job (run.json's world, else the dumps' default group) that left
   no dump at all: they exited, were killed, or their dump was lost; a hang among them cannot
-  be judged from their side.
+  be judged from their side. Their logs' last exception is the evidence where there is one.
 
 A healthy job — every entry completed, every rank with a dump — has no row.
 """
 from __future__ import annotations
 
 import dataclasses
+import pathlib
+import re
 
 import numpy as np
 import pandas as pd
 
+from meshscope.collectors.run_dir import log_paths
 from meshscope.collectors.run_info import RunInfo
 
 from .fr_table import FlightRecords, Signature
@@ -135,13 +139,53 @@ class _Buffers:
         return max(es, key=lambda e: e.pos) if es else None
 
 
-def causes(records: FlightRecords, verdicts: pd.DataFrame, run: RunInfo | None) -> pd.DataFrame:
+#: How much of the end of a rank's stderr log is read for its error.
+LOG_TAIL_BYTES = 64 * 1024
+_ERROR_LINE = re.compile(r"^(?:[\w.]+\.)?\w*(?:Error|Exception|Interrupt|Exit)\b.*$|"
+                         r"^torch\.\w+\.\w*Error\b.*$")
+
+
+def last_error(path: pathlib.Path) -> str | None:
+    """The last line of ``path`` (a rank's stderr log) that names an exception — a Python
+    traceback ends with it (``RuntimeError: …``) — read from its last ``LOG_TAIL_BYTES``;
+    None without one (or without the file)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - LOG_TAIL_BYTES))
+            tail = f.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    found = [ln.strip() for ln in tail.splitlines() if _ERROR_LINE.match(ln.strip())]
+    return found[-1][:300] if found else None
+
+
+def log_errors(run_path: pathlib.Path | None, ranks) -> dict[int, str]:
+    """rank -> the last exception its stderr log names (``RUN/logs/rank{R}.stderr.log``, the
+    runner's), for the ranks that have one."""
+    if run_path is None:
+        return {}
+    out = {}
+    for r in ranks:
+        err = last_error(log_paths(run_path, r)[1])
+        if err:
+            out[int(r)] = err
+    return out
+
+
+def causes(records: FlightRecords, verdicts: pd.DataFrame, run: RunInfo | None,
+           run_path: pathlib.Path | None = None) -> pd.DataFrame:
     """The causes table (module docstring) of the dumps ``records`` and their verdicts
-    (``flight_recorder.diagnose``)."""
+    (``flight_recorder.diagnose``); ``run_path``: the run directory whose ranks' logs name the
+    error of a rank that exited or left no dump."""
     buf = _Buffers(records)
     rows: list[dict] = []
-    rows += _no_dump(records, run)
-    exited = _exited(records)
+    gone = sorted(_expected(records, run) - set(records.ranks))
+    errors = log_errors(run_path, sorted({*gone, *(r for r, (reason, _, _) in
+                                                   records.dumped.items()
+                                                   if reason == "exception")}))
+    rows += _no_dump(records, run, errors)
+    exited = _exited(records, errors)
     rows += exited.values()
     rows += _hung(records, verdicts, buf, set(exited))
     rows += _disagreements(verdicts, buf)
@@ -165,21 +209,26 @@ def _expected(records: FlightRecords, run: RunInfo | None) -> set[int]:
     return {r for ranks in records.pg_ranks.values() for r in ranks}
 
 
-def _no_dump(records: FlightRecords, run: RunInfo | None) -> list[dict]:
+def _no_dump(records: FlightRecords, run: RunInfo | None, errors: dict[int, str]
+             ) -> list[dict]:
     gone = sorted(_expected(records, run) - set(records.ranks))
     if not gone:
         return []
+    said = "; ".join(f"rank {r}'s log ends with {errors[r]}" for r in gone if r in errors)
     return [_row("no-dump", gone, evidence=f"{_ranks_text(gone)} of the job left no Flight "
                                            f"Recorder dump: whatever stopped them cannot be "
-                                           f"read from their side")]
+                                           f"read from their side"
+                                           + (f"; {said}" if said else ""))]
 
 
-def _exited(records: FlightRecords) -> dict[int, dict]:
+def _exited(records: FlightRecords, errors: dict[int, str]) -> dict[int, dict]:
     out = {}
     for r, (reason, error, _) in sorted(records.dumped.items()):
         if reason == "exception":
+            log = f"; its log: {errors[r]}" if r in errors and errors[r] not in (error or "") \
+                else ""
             out[r] = _row("exited", [r], evidence=f"rank {r}'s dump was written as it raised: "
-                                                  f"{(error or 'no message').strip()[:300]}")
+                                                  f"{(error or 'no message').strip()[:300]}{log}")
     return out
 
 

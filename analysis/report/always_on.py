@@ -36,7 +36,8 @@ def records_of(inp: inputs.Inputs, warmup_steps: int) -> Records:
     fr: dict = {}
     if inp.has_dumps:
         fr["flight_recorder"] = flight_recorder.diagnose(inp.flight, run, inp.steps)
-        fr["hang_causes"] = hang_causes.causes(inp.flight, fr["flight_recorder"], run)
+        fr["hang_causes"] = hang_causes.causes(inp.flight, fr["flight_recorder"], run,
+                                               inp.path if run is not None else None)
     return Records(
         records=records,
         tables=RecordTables.empty(step_heatmap=records.heatmap, throughput=throughput, **fr),
