@@ -53,7 +53,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from . import plain_pickle, schema
+from . import fr_forms, plain_pickle, schema
 from .plain_pickle import UnsafePickleError
 from .run_dir import RunDirError, comms_path, write_json_atomic
 from .run_info import MAX_WORLD_SIZE
@@ -185,18 +185,25 @@ def _typed(data, kind, path: pathlib.Path, what: str):
                           f"{what})") from None
 
 
-def load_pickle_dump(path: pathlib.Path) -> dict:
+def load_pickle_dump(path: pathlib.Path, *, mapped: bool = False) -> dict:
     """A PyTorch Flight Recorder pickle, loaded as plain data only and checked against
-    ``TorchDump``; ``UnsafePickleError`` naming the file otherwise."""
+    ``TorchDump``; ``UnsafePickleError`` naming the file otherwise. ``mapped``: an older
+    format version's fields mapped onto today's first (``fr_forms.normalise``; ``RunDirError``
+    naming the file, the field and the version where they cannot be)."""
     path = pathlib.Path(path)
     try:
-        obj = plain_pickle.loads(path.read_bytes())
+        raw = path.read_bytes()
+        obj = plain_pickle.loads(raw)
     except UnsafePickleError as e:
+        if mapped and "a dict key of type int" in str(e):
+            raise fr_forms.refuse_int_keys(path, raw) from None
         raise UnsafePickleError(f"{path}: {e}") from None
     except OSError as e:
         raise UnsafePickleError(f"{path}: cannot read ({e.strerror})") from None
     if not isinstance(obj, dict):
         raise UnsafePickleError(f"{path}: expected a dict at the top level")
+    if mapped:
+        fr_forms.normalise(obj, path)
     try:
         _typed(obj, TorchDump, path, "Flight Recorder pickle")
     except RunDirError as e:
@@ -248,6 +255,8 @@ def read_torch_dump(path: pathlib.Path, rank: int, form: str) -> Dump:
     the field and the problem otherwise (both ``ValueError``)."""
     path = pathlib.Path(path)
     what = "Flight Recorder dump"
+    if form == "pickle" and fr_forms.sniff(path) == "json":    # TorchComms' dump_json, saved
+        form = "json"                                          # under a name of its own
     if not 0 <= rank < MAX_WORLD_SIZE:
         raise RunDirError(f"{path}: its name gives rank {rank}, beyond any job "
                           f"({MAX_WORLD_SIZE:,} ranks at most)")
@@ -255,12 +264,15 @@ def read_torch_dump(path: pathlib.Path, rank: int, form: str) -> Dump:
         raw = schema.read_bytes(path, what)
         try:
             fr = _TORCH_DECODER.decode(raw)
+            if fr.version is None or (fr_forms.version_of({"version": fr.version}) or
+                                      (9, 0))[0] > fr_forms.NEWEST_MAJOR:
+                raise msgspec.DecodeError("a version to check")
         except (msgspec.DecodeError, RecursionError):
             data = schema.read_document(path, what, raw)
             if not isinstance(data, dict):
                 raise RunDirError(f"{path}: $: expected PyTorch's Flight Recorder dump (an "
                                   f"object), got {schema.short(data)}") from None
-            fr = _typed(data, TorchDump, path, f"PyTorch {what}")
+            fr = _typed(fr_forms.normalise(data, path), TorchDump, path, f"PyTorch {what}")
     else:
         try:
             size = path.stat().st_size
@@ -269,7 +281,7 @@ def read_torch_dump(path: pathlib.Path, rank: int, form: str) -> Dump:
         if size > schema.MAX_BYTES[what]:
             raise RunDirError(f"{path}: {size:,} bytes, larger than any {what} "
                               f"({schema.MAX_BYTES[what] >> 20} MiB at most)")
-        fr = _typed(load_pickle_dump(path), TorchDump, path, f"PyTorch {what}")
+        fr = _typed(load_pickle_dump(path, mapped=True), TorchDump, path, f"PyTorch {what}")
     for e in fr.entries:            # PyTorch writes 0 where the backend measured nothing
         for key in EMPTY_WHEN_ZERO:
             if getattr(e, key) == 0:

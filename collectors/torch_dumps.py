@@ -62,6 +62,8 @@ def torch_dump_form(path: pathlib.Path, form: str) -> str | None:
         return f"cannot be read ({e.strerror})"
     if not head:
         return "an empty file"
+    if form == "pickle" and head.lstrip()[:1] == b"{":
+        form = "json"       # the JSON form under a name without .json (TorchComms' dump_json)
     if form == "pickle":
         if len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= pickle.HIGHEST_PROTOCOL and \
                 _first_pickle_key(head) in TORCH_KEYS:

@@ -193,3 +193,88 @@ class FlightRecords:
     def entries_of(self, rank: int) -> dict[str, np.ndarray] | None:
         """``rank``'s columns (module docstring), None when it left no usable dump."""
         return self._columns.get(rank)
+
+    # -- which ranks were expected, and a view of some groups and ranks (issue 47) ----------
+
+    def expected_ranks(self, world_size: int | None = None) -> list[int]:
+        """The ranks that should have left a dump: ``range(world_size)`` where it is known
+        (run.json's, else the default group's in ``pg_config``), with every rank a dump's
+        ``pg_config`` lists, and every rank that left one."""
+        world = world_size if world_size is not None else self.world_size
+        out = set(self.ranks)
+        for ranks in self.pg_ranks.values():
+            out.update(ranks)
+        if world is not None:
+            out.update(range(min(world, MAX_WORLD_SIZE)))
+        return sorted(out)
+
+    def missing_ranks(self, world_size: int | None = None) -> list[int]:
+        """``expected_ranks`` that left no usable dump."""
+        have = set(self.ranks)
+        return [r for r in self.expected_ranks(world_size) if r not in have]
+
+    def missing_note(self, world_size: int | None = None) -> str | None:
+        """One line naming the ranks expected but without a dump, and what that means for a
+        hang verdict (``ranks 4–7 left no dump: a hang among them cannot be judged``); None
+        when every expected rank left one (or none did)."""
+        missing = self.missing_ranks(world_size)
+        if not missing or not self.ranks:
+            return None
+        shown = ranges(missing)
+        total = len(self.expected_ranks(world_size))
+        word = "rank" if len(missing) == 1 else "ranks"
+        return (f"Flight Recorder: {word} {shown} left no dump ({len(self.ranks)} of {total} "
+                f"expected ranks read): a hang among them cannot be judged, and a verdict on "
+                f"the others holds only for what they recorded")
+
+    def only(self, groups: Iterable[str] = (), ranks: Iterable[int] = ()) -> "FlightRecords":
+        """A copy holding only the entries of ``groups`` (a process group's name or its
+        description; none given: all) and the dumps of ``ranks`` (none given: all) — what
+        ``meshscope analyze --fr-group / --fr-rank`` reads. Each rank's newest entry is the
+        newest one kept; the groups' ranks are those of the groups kept."""
+        groups, ranks = set(groups), set(ranks)
+        out = FlightRecords()
+        out._groups, out._signatures, out._states = self._groups, self._signatures, self._states
+        keep_pg = np.array([not groups or name in groups or desc in groups
+                            for name, desc in self.groups] or [True], dtype=bool)
+        out.world_size = self.world_size
+        out.pg_ranks = {g: r for g, r in self.pg_ranks.items()
+                        if not groups or g in groups or any(
+                            name == g and desc in groups for name, desc in self.groups)}
+        for rank, cols in self._columns.items():
+            if ranks and rank not in ranks:
+                continue
+            mask = keep_pg[cols["pg"]] if len(cols["pg"]) else np.zeros(0, dtype=bool)
+            kept = {k: v[mask] for k, v in cols.items()}
+            out._columns[rank] = kept
+            out.dumped[rank] = self.dumped.get(rank, (None, None, None))
+            n = len(kept["seq"])
+            if n == len(cols["seq"]):
+                out.last_op[rank] = self.last_op.get(rank, "no recorded operation")
+                out.last_frames[rank] = self.last_frames.get(rank, [])
+            elif n:
+                name, desc = self.groups[kept["pg"][-1]]
+                sig = self.signatures[kept["sig"][-1]]
+                out.last_op[rank] = (f"{sig.profiling_name} #{kept['seq'][-1]} in group {name} "
+                                     f"({desc}), {self.states[kept['state'][-1]]}")
+                out.last_frames[rank] = []
+            else:
+                out.last_op[rank] = "no recorded operation"
+                out.last_frames[rank] = []
+        return out
+
+
+def ranges(ranks: Iterable[int]) -> str:
+    """``[0, 1, 2, 5, 7, 8]`` → ``0–2, 5, 7–8``."""
+    out: list[str] = []
+    run: list[int] = []
+    for r in sorted(set(ranks)):
+        if run and r == run[-1] + 1:
+            run.append(r)
+            continue
+        if run:
+            out.append(f"{run[0]}–{run[-1]}" if len(run) > 1 else str(run[0]))
+        run = [r]
+    if run:
+        out.append(f"{run[0]}–{run[-1]}" if len(run) > 1 else str(run[0]))
+    return ", ".join(out)

@@ -61,9 +61,9 @@ from meshscope.analysis.errors import InputError
 from meshscope.analysis.ingest import validate
 from meshscope.analysis.ingest.events import RANKLESS_KEY
 from meshscope.analysis.ingest.rank_naming import NO_RANK, name_rank
-from meshscope.analysis.records.fr_table import FlightRecords
+from meshscope.analysis.records.fr_table import FlightRecords, ranges
 from meshscope.collectors import run_dir as rd, step_timer
-from meshscope.collectors import flight_recorder, torch_dumps
+from meshscope.collectors import flight_recorder, fr_forms, torch_dumps
 from meshscope.collectors.flight_recorder import read_dump
 from meshscope.collectors.run_dir import RunDirError
 from meshscope.collectors.run_info import RunInfo
@@ -385,11 +385,17 @@ def load_torch_dumps(found: Found) -> tuple[FlightRecords, list[str], list[str]]
             raise InputError(os.path.commonpath([str(d.path) for d in same]),
                              f"{len(same)} Flight Recorder dumps give rank {rank}: "
                              f"{', '.join(str(d.path) for d in same)}; keep one per rank")
+    torchcomms = 0
     for d in found.dumps:
         try:
-            records.add(flight_recorder.read_torch_dump(d.path, d.rank, d.form))
+            dump = flight_recorder.read_torch_dump(d.path, d.rank, d.form)
         except ValueError as e:
             problems.append(str(e))
+            continue
+        records.add(dump)
+        if dump.flight_recorder is not None and \
+                fr_forms.is_torchcomms(dump.flight_recorder.pg_config):
+            torchcomms += 1
     prefixes = {d.prefix for d in found.dumps}
     problems += [f"{f}: named like a Flight Recorder dump ({prefix}<rank>), but {why}; not read"
                  for f, prefix, why in found.not_dumps if prefix in prefixes]
@@ -400,7 +406,74 @@ def load_torch_dumps(found: Found) -> tuple[FlightRecords, list[str], list[str]]
         notes.append(f"Flight Recorder: {len(records.ranks)} of {len(found.dumps)} PyTorch "
                      f"dumps read ({shown}; {' and '.join(forms)}), each rank taken from its "
                      f"file name")
+    if torchcomms:
+        notes.append(f"Flight Recorder: {torchcomms} of the dumps written by TorchComms' "
+                     f"FlightRecorderHook (its pg_config's ranks are \"0,1,…\"; p2p sequence "
+                     f"numbers are not kept)")
     return records, problems, notes
+
+
+def load_debug_folder(fr_trace: pathlib.Path, stacks: pathlib.Path | None
+                      ) -> tuple[FlightRecords, list[str], list[str]]:
+    """The debug server's dump folder (``collectors/fr_forms.py``, 3.): each rank's entries
+    rebuilt from the newest ``fr_trace_<stamp>.txt``, its stack from the ``stacks`` file where
+    there is one; (records, problems, notes). A table that cannot be read is a problem and no
+    rank is read."""
+    records, problems, notes = FlightRecords(), [], []
+    try:
+        dumps, absent, block = fr_forms.read_debug_fr_trace(fr_trace)
+    except ValueError as e:
+        return records, [str(e)], notes
+    for rank, data in sorted(dumps.items()):
+        try:
+            records.add(flight_recorder.Dump(
+                schema_version=flight_recorder.FR_SCHEMA_VERSION, rank=rank,
+                flight_recorder=flight_recorder._typed(
+                    data, flight_recorder.TorchDump, fr_trace,
+                    f"debug server table (rank {rank})")))
+        except ValueError as e:
+            problems.append(str(e))
+    kept = 0
+    if stacks is not None:
+        try:
+            for rank, lines in fr_forms.read_debug_stacks(stacks).items():
+                if rank in records.last_frames and lines and not records.last_frames[rank]:
+                    records.last_frames[rank] = lines
+                    kept += 1
+        except ValueError as e:
+            problems.append(str(e))
+    notes.append(f"Flight Recorder: the debug server's dump folder, {fr_trace.name} ({block}, "
+                 f"{len(records.ranks)} ranks rebuilt from its Collectives table"
+                 + (f"; stacks of {kept} ranks from {stacks.name}" if kept else "") + ")")
+    if absent:
+        problems.append(f"{fr_trace}: the debug server says rank"
+                        f"{'s' if len(absent) > 1 else ''} {ranges(absent)} did not respond: "
+                        f"no Flight Recorder entries of {'them' if len(absent) > 1 else 'it'}")
+    return records, problems, notes
+
+
+def select_flight(inp: Inputs, groups=(), ranks=()) -> Inputs:
+    """``inp`` with only the Flight Recorder entries of ``groups`` (a group's name or
+    description) and the dumps of ``ranks`` (``--fr-group`` / ``--fr-rank``; none given:
+    all), a note saying what was kept; a group or rank that matches nothing is a problem."""
+    if not groups and not ranks:
+        return inp
+    flight = inp.flight.only(groups, ranks)
+    problems, notes = list(inp.problems), list(inp.notes)
+    known = {x for g in inp.flight.groups for x in g}
+    problems += [f"--fr-group {g}: no process group of that name or description in the Flight "
+                 f"Recorder dumps (groups: {', '.join(sorted(known)[:8]) or 'none'})"
+                 for g in groups if g not in known]
+    problems += [f"--fr-rank {r}: no Flight Recorder dump of rank {r}" for r in ranks
+                 if r not in inp.flight.ranks]
+    said = []
+    if groups:
+        said.append(f"group{'s' if len(groups) > 1 else ''} {', '.join(groups)}")
+    if ranks:
+        said.append(f"rank{'s' if len(ranks) > 1 else ''} {ranges(ranks)}")
+    notes.append(f"Flight Recorder: only {' and '.join(said)} read (--fr-group / --fr-rank): "
+                 f"{len(flight)} of {len(inp.flight)} entries")
+    return dataclasses.replace(inp, flight=flight, problems=problems, notes=notes)
 
 
 def flight_facts(flight: FlightRecords, run: RunInfo | None) -> dict:
@@ -483,9 +556,17 @@ def gather(path: pathlib.Path) -> Inputs:
         flight, unusable, read = load_torch_dumps(found)
         problems += unusable
         notes += read
+    elif path.is_dir() and (debug := fr_forms.debug_folder(path)) is not None:
+        flight, unusable, read = load_debug_folder(*debug)
+        problems += unusable
+        notes += read
+        has_comms = True
     elif not traces:        # nothing to analyse: name what looked like a dump but is none
         problems += [f"{f}: named like a Flight Recorder dump ({prefix}<rank>), but {why}; "
                      f"not read" for f, prefix, why in found.not_dumps]
+    missing = flight.missing_note(run.world_size if run is not None else None)
+    if missing:
+        notes.append(missing)
     return Inputs(path=path, run=run, trace_files=traces, flight=flight,
                   has_dumps=has_comms or bool(found.dumps), steps=steps, problems=problems,
                   notes=notes)
