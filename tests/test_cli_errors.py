@@ -194,7 +194,8 @@ def test_each_analysis_option_is_declared_once_with_its_flag_and_key():
         shown = {w for w in text.split() if w.startswith("--")}
         assert expected <= shown, (command, expected - shown)
     keyed = {flag.key for _, flag, _ in AnalysisOptions.flags() if flag.key}
-    opts = AnalysisOptions(snapshots=(pathlib.Path(__file__),), device_memory=1 << 30)
+    opts = AnalysisOptions(snapshots=(pathlib.Path(__file__),), device_memory=1 << 30,
+                           fr_groups=("default_pg",), fr_ranks=(0,))
     assert set(opts.key_fields("b")) == keyed
     # where and how fast the work runs changes no number: not in the key
     assert {"workers", "engine", "scheduler"} & set(opts.key_fields()) == set()

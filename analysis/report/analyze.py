@@ -80,7 +80,7 @@ def analyze(path: pathlib.Path, options: AnalysisOptions | None = None, **fields
     ``analyze(path, AnalysisOptions(warmup_steps=1))`` — for the notebook and the tests."""
     options = AnalysisOptions.of(options, **fields)
     with _budgets_in_force(options.budgets):
-        inp = inputs.gather(path)
+        inp = inputs.select_flight(inputs.gather(path), options.fr_groups, options.fr_ranks)
         if not inp.trace_files:
             if not inp.has_dumps and (options.snapshots or inputs.find_snapshots(inp.path)):
                 return without_traces.snapshots_only(inp, options)

@@ -42,6 +42,9 @@ Fields, one by one:
   are read too.
 - ``device_memory`` — bytes of memory of one device, for the near-OOM finding where the
   traces do not say (``--device-memory 80GiB``; ``analysis/memory/gather.py``).
+- ``fr_groups`` / ``fr_ranks`` — read only these process groups' Flight Recorder entries (a
+  group's name or description) and these ranks' dumps (``inputs.select_flight``); none given:
+  all; ``--fr-group NAME`` / ``--fr-rank R``, each repeatable.
 - ``budgets`` — the reading budgets of every trace (``analysis/ingest/budgets.py``: bytes,
   events, event size, rank memory, nesting). None: those this process' environment sets (the
   defaults where it sets none). Given, they are in force for the analysis alone — set in this
@@ -65,7 +68,8 @@ if TYPE_CHECKING:
 class Flag:
     """How an option is given on the command line, declared with the option
     (``AnalysisOptions``' field metadata): its flag, its help, what it takes (``kind``: text,
-    regex, path, int, count, size, choice, paths — a repeatable path), and ``key``: the name
+    regex, path, int, count, size, choice, paths — a repeatable path, texts / ints —
+    repeatable text / integers), and ``key``: the name
     the reuse key (``analysis/report/reuse.py``) holds it under, None for an option that
     changes no number (where and how fast the work runs). ``meshscope analyze`` and
     ``meshscope compare`` build their flags from these (``cli/analyze_cmd.analysis_flags``)."""
@@ -133,6 +137,13 @@ class AnalysisOptions:
         "--device-memory", "Memory of one device (e.g. 80GiB), for the near-OOM finding where "
         "the traces do not say (a CPU run's, a trace without deviceProperties).", "size",
         key="device_memory", metavar="SIZE"))
+    fr_groups: tuple[str, ...] = _option((), Flag(
+        "--fr-group", "Read only this process group's Flight Recorder entries (its name, as "
+        "the dumps give it, or its description, e.g. mesh_dp or default_pg); repeatable. As "
+        "torch's fr_trace --pg-filters.", "texts", key="fr_groups", metavar="NAME"))
+    fr_ranks: tuple[int, ...] = _option((), Flag(
+        "--fr-rank", "Read only this rank's Flight Recorder dump; repeatable.", "ints",
+        key="fr_ranks", metavar="RANK"))
 
     @classmethod
     def flags(cls) -> list[tuple[str, Flag, object]]:
@@ -168,6 +179,9 @@ class AnalysisOptions:
             elif name == "snapshots":       # named files: the key hashes their content
                 if value:
                     key[flag.key] = [str(f) for f in value]
+            elif name in ("fr_groups", "fr_ranks"):
+                if value:
+                    key[flag.key] = sorted(value)
             elif name == "device_memory":
                 if value is not None:
                     key[flag.key] = value

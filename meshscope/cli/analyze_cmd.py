@@ -88,6 +88,9 @@ def _flag_options() -> list:
         kw: dict = {"help": flag.help, "metavar": flag.metavar}
         if flag.kind == "paths":
             kw.update(multiple=True, type=click.Path(exists=True, dir_okay=False))
+        elif flag.kind in ("texts", "ints"):
+            kw.update(multiple=True, type=click.IntRange(min=0) if flag.kind == "ints"
+                      else str)
         elif flag.kind == "choice":
             kw.update(default=default, show_default=True, type=click.Choice(flag.choices))
         elif flag.kind == "int":
@@ -161,6 +164,8 @@ def analysis_options(flags: dict) -> AnalysisFlags:
                 fail(f"{flag.flag}: {e}")
         elif flag.kind == "paths":
             value = tuple(pathlib.Path(f) for f in value)
+        elif flag.kind in ("texts", "ints"):
+            value = tuple(value)
         elif name == "baseline":
             value = _load_baseline(value)
         fields[name] = value
