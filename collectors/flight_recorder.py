@@ -193,10 +193,8 @@ def load_pickle_dump(path: pathlib.Path, *, mapped: bool = False) -> dict:
     path = pathlib.Path(path)
     try:
         raw = path.read_bytes()
-        obj = plain_pickle.loads(raw)
+        obj = plain_pickle.loads(raw, int_keys=mapped)
     except UnsafePickleError as e:
-        if mapped and "a dict key of type int" in str(e):
-            raise fr_forms.refuse_int_keys(path, raw) from None
         raise UnsafePickleError(f"{path}: {e}") from None
     except OSError as e:
         raise UnsafePickleError(f"{path}: cannot read ({e.strerror})") from None

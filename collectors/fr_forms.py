@@ -10,9 +10,9 @@
      (``p2p_seq_id`` 0, ``is_p2p`` false: every operation of a group shared that one
      counter), ``pg_id`` as the group's name (``process_group`` = (``"<pg_id>"``, ``""``));
      no ``input_dtypes`` / ``output_dtypes``. Versions ``1.4``-``1.x`` key ``pg_config`` by
-     the group's integer id: the plain-data reader takes str keys only (an integer key can
-     be made to collide, ``plain_pickle``), so such a dump is refused naming the field and
-     the version (``refuse_int_keys``).
+     the group's integer id, each a list of its ranks: the plain-data reader takes such a
+     key as its text (``plain_pickle.loads(int_keys=True)``: converted before it is hashed,
+     so no file can make the keys collide), and each becomes ``{name, desc "", ranks}``.
    - ``2.0``-``2.1`` (``collective_seq_id`` / ``p2p_seq_id`` / ``process_group``; ``pg_config``
      by group name, ``{"name", "desc", "ranks"}``): no ``is_p2p`` — an entry is point-to-point
      when its ``p2p_seq_id`` is set and its ``profiling_name`` is a send or a receive.
@@ -53,9 +53,7 @@ from __future__ import annotations
 
 import ast
 import pathlib
-import pickletools
 import re
-import struct
 
 from .run_dir import RunDirError
 
@@ -117,34 +115,11 @@ def normalise(data: dict, path) -> dict:
                                   f"it (an entry's group, op and sequence number)")
     if old and isinstance(data.get("pg_config"), list):
         data["pg_config"] = {}
+    elif old and isinstance(data.get("pg_config"), dict):
+        # 1.4-1.x: group id (its text, ``plain_pickle``'s ``int_keys``) -> its ranks
+        data["pg_config"] = {k: {"name": k, "desc": "", "ranks": v} if isinstance(v, list)
+                             else v for k, v in data["pg_config"].items()}
     return data
-
-
-def refuse_int_keys(path, raw: bytes) -> RunDirError:
-    """The error for a pickle whose dicts have integer keys: a ``pg_config`` keyed by group
-    id, as format versions 1.4-1.x write it (module docstring), naming the version where the
-    pickle says it (read by ``pickletools.genops``, which only reads)."""
-    version = _pickled_version(raw)
-    said = f"format version {version}" if version else "a format version before 2.0"
-    return RunDirError(f"{path}: $.pg_config: keyed by integer process group ids, as Flight "
-                       f"Recorder dumps of {said} write it; meshscope reads str keys only (an "
-                       f"integer key can be made to collide): not read (format 1.1-1.3 and "
-                       f"2.0 onwards are read)")
-
-
-def _pickled_version(raw: bytes) -> str | None:
-    last = None
-    try:
-        for op, arg, _ in pickletools.genops(raw):
-            if op.name.endswith("UNICODE"):
-                if last == "version" and isinstance(arg, str) and len(arg) < 16:
-                    return arg
-                last = arg
-            elif op.name not in ("BINPUT", "LONG_BINPUT", "MEMOIZE", "FRAME"):
-                last = None
-    except (ValueError, EOFError, struct.error, IndexError, OverflowError):
-        pass
-    return None
 
 
 def sniff(path: pathlib.Path) -> str | None:

@@ -16,7 +16,8 @@ only plain data — dict, list, tuple, str, bytes, int, float, bool, None:
    reached — nothing of it is ever looked up, let alone run;
 2. a dict key must be a ``str``, checked before it is hashed (PyTorch's dumps and snapshots
    have no other keys; str hashes are randomised per process, so no file can make them
-   collide — an int, a float or a tuple key could); an integer must fit in 64 bits: one
+   collide — an int, a float or a tuple key could; with ``int_keys`` an int key is turned
+   into its text before it is hashed); an integer must fit in 64 bits: one
    written in more than 255 bytes (``LONG4``) or ``MAX_TEXT_NUMBER`` digits is refused as it
    is read, a smaller one beyond int64 (``2**70``) when the load ends, naming where it is as
    the schemas name a field (``$.segments[0].blocks[0].size``);
@@ -116,16 +117,20 @@ class _Refused(ValueError):
     pass
 
 
-def loads(raw: bytes, *, stats: dict | None = None):
+def loads(raw: bytes, *, stats: dict | None = None, int_keys: bool = False):
     """The plain data a pickle holds (module docstring); ``UnsafePickleError`` otherwise.
     ``stats``, a dict, receives what the load counted: ``bytes_held`` (objects, stack and
-    memo, as the budget counts them), ``budget`` and ``places`` (of the result)."""
+    memo, as the budget counts them), ``budget`` and ``places`` (of the result).
+    ``int_keys``: a dict key that is an ``int`` (not a bool) is taken as its decimal text —
+    converted before it is hashed, so it cannot collide — and refused where that text is
+    already a key of the same dict (older Flight Recorder dumps key ``pg_config`` by group
+    id)."""
     raw = bytes(raw)
     enabled = gc.isenabled()
     gc.disable()        # the loader's containers hold no cycles: nothing for it to collect
     try:
         return _load(raw, BYTES_PER_BYTE * len(raw) + BYTES_ALLOWANCE,
-                     PLACES_PER_BYTE * len(raw) + PLACES_ALLOWANCE, stats)
+                     PLACES_PER_BYTE * len(raw) + PLACES_ALLOWANCE, stats, int_keys)
     except UnsafePickleError:
         raise
     except (ValueError, OverflowError, MemoryError) as e:
@@ -135,7 +140,8 @@ def loads(raw: bytes, *, stats: dict | None = None):
             gc.enable()
 
 
-def _load(raw: bytes, budget: int, bound: int, stats: dict | None = None):
+def _load(raw: bytes, budget: int, bound: int, stats: dict | None = None,
+          int_keys: bool = False):
     n = len(raw)
     st: list = []           # the stack
     sm: list = []           # each stack item's bookkeeping (see _PLACED)
@@ -242,6 +248,12 @@ def _load(raw: bytes, budget: int, bound: int, stats: dict | None = None):
             if k & 1:
                 refuse("SETITEMS with a key and no value")
             keys = st[at::2]
+            if int_keys and any(type(key) is int for key in keys):
+                keys = [str(key) if type(key) is int else key for key in keys]
+                if len(set(keys)) < len(keys) or any(
+                        key in target for key, was in zip(keys, st[at::2])
+                        if type(was) is int):
+                    refuse("an integer dict key whose text is already a key of the dict")
             for key in keys:
                 if type(key) is not str:
                     refuse(f"a dict key of type {type(key).__name__} ({_short(key)}): only "
