@@ -233,8 +233,14 @@ def _cross_rank_lines(typed: reader.Summary) -> list[str]:
         lines.append("Flight Recorder: no records — hangs and desyncs cannot be judged.")
     elif typed.hangs_judged and not any(h.verdict in ("missing", "mismatch")
                                         for h in typed.hangs or []):
-        lines.append(f"Flight Recorder: the records of {len(typed.flight_recorder_ranks or [])} "
-                     f"rank(s) show no hang and no desync.")
+        if not typed.hang_causes:
+            lines.append(f"Flight Recorder: the records of "
+                         f"{len(typed.flight_recorder_ranks or [])} rank(s) show no hang and "
+                         f"no desync.")
+        else:       # no verdict row, but a cause: a stall, or ranks without a dump
+            lines.append(f"Flight Recorder: no rank of the {len(typed.flight_recorder_ranks)} "
+                         f"read is missing from a collective or disagrees on one — but see "
+                         f"the cause{'s' * (len(typed.hang_causes) != 1)} above.")
     return lines
 
 
