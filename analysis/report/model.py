@@ -582,10 +582,12 @@ def trust_headline(t: Trust | None) -> str:
         return (f"trusted — every check passed on {len(t.ranks)} "
                 f"rank{'s' * (len(t.ranks) != 1)} ({len(t.checked)} checks)")
     parts = []
-    for v in TRUST_VERDICTS[1:]:
-        rs = [r.rank for r in t.ranks if r.verdict == v]
+    for v in reversed(TRUST_VERDICTS[1:]):          # the worst first
+        rs = [r for r in t.ranks if r.verdict == v]
         if rs:
-            parts.append(f"{v}: {_ranks_text(rs)}")
+            checks = sorted({c for r in rs for c in r.checks})
+            parts.append(("" if v == t.verdict else f"{v}: ")
+                         + f"{_ranks_text([r.rank for r in rs])} ({', '.join(checks)})")
     run_only = [c.check for c in t.caveats if not c.ranks or c.check in _RUN_CHECKS]
     if run_only:
         parts.append(f"across ranks: {', '.join(run_only)}")
