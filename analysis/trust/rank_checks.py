@@ -141,11 +141,12 @@ def _over_long(rank: int, events: pd.DataFrame, host_steps) -> Measured:
     text = ""
     if n:
         i = int(np.argmax(np.where(long_, end - ts, -np.inf)))
-        text = (f"rank {rank}: {n:,} event{'s' * (n != 1)} last longer than the step they "
-                f"start in — the longest, {events['name'].iloc[i]!s:.60} in step {step[i]}, "
+        text = (f"rank {rank}: {n:,} event{'s' * (n != 1)} "
+                f"{'last' if n != 1 else 'lasts'} longer than the step "
+                f"{'they start' if n != 1 else 'it starts'} in — the longest, {events['name'].iloc[i]!s:.60} in step {step[i]}, "
                 f"lasts {(end[i] - ts[i]) / 1e3:,.1f} ms in a {(hi[i] - lo[i]) / 1e3:,.1f} ms "
-                f"step; {excess / 1e3:,.1f} ms past their steps' ends ({share:.0f}% of the "
-                f"profiled time) read as busy")
+                f"step; {excess / 1e3:,.1f} ms past {'their steps' if n != 1 else 'its step'}' "
+                f"end{'s' * (n != 1)} ({share:.0f}% of the profiled time) read as busy")
     return Measured(C.OVER_LONG, sev, (rank,), n, int(inside.sum()), excess or None, share,
                     tuple(sorted({int(s) for s in step[long_]})), text)
 
