@@ -15,6 +15,27 @@ exactly what only the Flight Recorder can show) and ``leak=R:MB`` (rank R keeps 
 mebibytes at every step: at the start of each step it allocates a tensor of MB MiB, zeroed,
 and keeps it to the end of the run — a leak of a known size, step after step, that the
 memory analysis must name and its healthy twin must not). Several may be given.
+
+Three more make, on CPU, the hang causes a CPU job can have (issue 47), each at step STEP on the
+world group, through collectives every rank joins at the start of the step, so that each is a
+known answer for the Flight Recorder and for torch's own analyser (``torchfrtrace``):
+
+- ``size-mismatch=R:STEP`` — every rank joins one extra ``all_reduce``, of 4 float32 elements,
+  but rank R's holds 8: the ranks disagree on the sizes of one sequence number. gloo does not
+  complete it (its transfers wait for bytes the other side never sends; a rank whose side did
+  complete goes on and waits in its next collective): ranks time out after the group timeout
+  (``--timeout``), and every rank dumps.
+- ``order-divergence=R:STEP`` — every rank joins two extra collectives, an ``all_reduce`` and
+  then a ``broadcast`` from rank 0 (4 float32 elements each), but rank R issues the
+  ``broadcast`` first: a CPU-side code path that diverged, the ranks' ops differing on one
+  sequence number. gloo never completes either; every rank times out and dumps.
+- ``host-stall=R:STEP`` — every rank joins one extra ``all_reduce`` (as ``hang`` does), but
+  rank R's host stops inside the wrapper around it, before it issues it: it waits for a lock
+  that another thread holds (``HOST_STALL_FACTOR`` times the group timeout, then gives up). Its
+  peers time out waiting in that all_reduce and raise; the launcher then stops rank R, which
+  dumps on SIGTERM (parallel/worker.py) — its newest entry is the previous step's, older than
+  its peers', and the all_reduce lacks it in every peer's dump. Unlike ``hang`` (rank R skips
+  the collective and runs on) the stalled rank issues nothing after it stopped.
 """
 from __future__ import annotations
 
@@ -28,10 +49,14 @@ if TYPE_CHECKING:
 # torch is imported where a fault acts, in the rank: the command parses and checks ``--inject``
 # before anything imports torch (parallel/options.py).
 
-KINDS = ("slow-rank", "fixed-work", "hang", "crash", "desync", "leak")
+KINDS = ("slow-rank", "fixed-work", "hang", "crash", "desync", "leak", "size-mismatch",
+         "order-divergence", "host-stall")
 # How each is written on the command line (the help of ``--inject`` and its error).
-FORMS = ("slow-rank=R:MS, fixed-work=R:MS, hang=R:STEP, crash=R:STEP, desync=R:STEP or "
-         "leak=R:MB")
+FORMS = ("slow-rank=R:MS, fixed-work=R:MS, hang=R:STEP, crash=R:STEP, desync=R:STEP, "
+         "leak=R:MB, size-mismatch=R:STEP, order-divergence=R:STEP or host-stall=R:STEP")
+# host-stall: how many group timeouts the stalled rank waits for its lock before it gives up
+# (its peers time out after one; the launcher stops it long before it would).
+HOST_STALL_FACTOR = 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,8 +125,10 @@ def _install_fixed_work(module: torch.nn.Module, delay: float) -> None:
 _LEAKED: list = []
 
 
-def before_step(faults: list[Fault], rank: int, step: int, device: torch.device) -> None:
-    """Crash, hang, desynchronise or leak as injected for this rank and step."""
+def before_step(faults: list[Fault], rank: int, step: int, device: torch.device, *,
+                timeout_s: float = 300.0) -> None:
+    """Crash, hang, desynchronise, leak, mismatch, diverge or stall as injected for this rank
+    and step; ``timeout_s`` is the process groups' timeout (how long a host stall lasts)."""
     import torch
     import torch.distributed as dist
 
@@ -120,3 +147,49 @@ def before_step(faults: list[Fault], rank: int, step: int, device: torch.device)
             send = torch.zeros(2 * world, 4, device=device)
             recv = torch.zeros(sum(out_splits), 4, device=device)
             dist.all_to_all_single(recv, send, out_splits, [2] * world)
+        if f.kind == "size-mismatch" and f.value == step:
+            n = 8 if rank == f.rank else 4                  # rank f.rank's is twice the size
+            dist.all_reduce(torch.ones(n, device=device))
+        if f.kind == "order-divergence" and f.value == step:
+            _diverging_pair(rank == f.rank, device)
+        if f.kind == "host-stall" and f.value == step:
+            _stalled_all_reduce(rank == f.rank, HOST_STALL_FACTOR * timeout_s, device)
+
+
+def _diverging_pair(reversed_order: bool, device: torch.device) -> None:
+    """An all_reduce and a broadcast from rank 0 on the world group, in that order — or, where
+    ``reversed_order``, the broadcast first (``order-divergence``). (A broadcast, not an
+    all_gather: torch's analyser wants an all_gather's first output to hold the group size
+    times its input, which a list all_gather's does not — it would flag every rank.)"""
+    import torch
+    import torch.distributed as dist
+
+    ops = [lambda: dist.all_reduce(torch.ones(4, device=device)),
+           lambda: dist.broadcast(torch.ones(4, device=device), src=0)]
+    for op in reversed(ops) if reversed_order else ops:
+        op()
+
+
+def _stalled_all_reduce(stall: bool, seconds: float, device: torch.device) -> None:
+    """One all_reduce on the world group through a wrapper that first takes a lock; where
+    ``stall``, another thread of this process holds that lock, and the host waits up to
+    ``seconds`` for it before it issues the all_reduce (``host-stall``)."""
+    import threading
+
+    import torch
+    import torch.distributed as dist
+
+    lock = threading.Lock()
+    if stall:
+        held = threading.Event()
+
+        def holder():
+            with lock:
+                held.set()
+                time.sleep(seconds)
+
+        threading.Thread(target=holder, name="meshscope-host-stall", daemon=True).start()
+        held.wait()
+    if lock.acquire(timeout=seconds):
+        lock.release()
+    dist.all_reduce(torch.zeros(1, device=device))

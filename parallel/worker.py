@@ -162,7 +162,7 @@ def _main(config_path: str) -> None:
                 if conf.memory_snapshot:
                     memory_snapshot.at_step_start(step, conf.profile_steps, device)
                 timer.start()
-                before_step(faults, rank, step, device)
+                before_step(faults, rank, step, device, timeout_s=conf.timeout_s)
                 opt.zero_grad(set_to_none=True)
                 with timer.phase("fwd_bwd"), record_function(annotations.PIPELINE):
                     if schedule is None:
