@@ -61,6 +61,18 @@ def world4_sweep(tmp_path_factory) -> pathlib.Path:
     return out
 
 
+@pytest.fixture(scope="session")
+def injected_runs(tmp_path_factory):
+    """Runner jobs with a known hang cause injected (tests/injected_runs.py), shared by the
+    session: ``injected_runs[name]`` runs the job of that name on first use — ``size-mismatch``,
+    ``order-divergence``, ``host-stall`` (issue 47), ``hang``, ``crash``, ``desync``,
+    ``healthy`` — and returns its ``InjectedRun`` (run folder, PyTorch's pickles, rank, step,
+    exit code)."""
+    from injected_runs import InjectedRuns
+
+    return InjectedRuns(tmp_path_factory.mktemp("injected-runs"))
+
+
 GPU_SETS_ROOT = SHARED_TRACES / "gpu"
 # The folders of ../shared/traces/gpu holding traces, by a flat name; a set analyse refuses as
 # a whole (two files that no rank names) is said so by analyze and is not a report to view.
