@@ -8,8 +8,9 @@ started on the device; ``started``; ``completed``), whether a rank issued anythi
 last completed collective, what it issued instead, how its dump was written. One row per
 (cause, missed collective), ``COLUMNS``:
 
-- ``host-stopped`` — a hung rank whose buffer holds no entry, or whose newest entry, in every
-  group, completed with nothing after it: its host stopped issuing collectives (a lock, the
+- ``host-stopped`` — a hung rank whose buffer holds no entry, or whose newest entry (in every
+  group) is done or is one its peers issued too (gloo leaves an async collective
+  ``scheduled`` after it is done), with nothing after it: its host stopped issuing collectives (a lock, the
   GIL, a deadlock, a data loader that never returns) while its peers issued the next one.
   Evidence: its last entry, how much later its peers issued the collective it missed (``lag``),
   the Python stack of its last entry where the dump holds one.
@@ -20,13 +21,16 @@ last completed collective, what it issued instead, how its dump was written. One
   on none, the newest entry of every member: each is inside the collective, none gets through
   (the network, NCCL's transport).
 - ``mismatch`` — ranks that issued the same collective with other sizes or dtypes (the
-  ``mismatch`` verdict, not an op difference): all_to_all splits, shapes, dtypes.
+  ``mismatch`` verdict, not an op difference): all_to_all splits, shapes, dtypes; a hung rank
+  that waits in such a collective (no rank of it completes) is told with it.
 - ``divergence`` — ranks that issued different collectives at one sequence number of a group,
-  or a hung rank that went on to issue a collective its peers did not: the CPU-side code paths
+  or a hung rank whose newest entry, not done, is a collective no other rank holds (it went on
+  to issue one its peers did not): the CPU-side code paths
   differ. The first point of difference per rank: what it issued there, and where its peers
   issued the same (an order swapped shows as the same collective at another sequence number).
 - ``exited`` — a rank whose dump was written as it raised (the runner's ``reason``
-  ``exception``): its error, and the last exception its stderr log names where the run has
+  ``exception``) — not a timeout nor a lost peer (``SYMPTOM_RE``: what a hang does to the
+  ranks that wait is its symptom): its error, and the last exception its stderr log names where the run has
   logs (``RUN/logs/rank{R}.stderr.log``, ``last_error``).
 - ``no-dump`` — ranks of the job (run.json's world, else the dumps' default group) that left
   no dump at all: they exited, were killed, or their dump was lost; a hang among them cannot
@@ -106,37 +110,69 @@ class _Entry:
     sig_id: int                      # the signature's code (``FlightRecords.signatures``)
     state: str | None
     created_ns: int
+    p2p: bool = False
 
 
 class _Buffers:
-    """Each rank's collective entries by (group, seq), and its newest entry."""
+    """Each rank's entries, looked up in the compact table (``fr_table``) and decoded one at a
+    time: a collective by (group, seq) (``at``), the newest entry (``newest``), whether another
+    rank holds one (``held_by_other``). Only the few ranks a cause names are ever decoded
+    whole (``entries``), so a job of a thousand ranks costs whole-array comparisons."""
 
     def __init__(self, records: FlightRecords):
         self.records = records
-        self._cache: dict[int, list[_Entry]] = {}
+        self._codes: dict[str, list[int]] = {}
+        for i, (name, _) in enumerate(records.groups):
+            self._codes.setdefault(name, []).append(i)
+
+    def _entry(self, rank: int, i: int) -> _Entry:
+        c = self.records.entries_of(rank)
+        assert c is not None
+        name, desc = self.records.groups[c["pg"][i]]
+        code = int(c["sig"][i])
+        return _Entry(int(i), name, desc, int(c["seq"][i]), self.records.signatures[code], code,
+                      self.records.states[c["state"][i]], int(c["created_ns"][i]),
+                      bool(c["p2p"][i]))
 
     def entries(self, rank: int) -> list[_Entry]:
-        if rank not in self._cache:
-            c = self.records.entries_of(rank)
-            out = []
-            if c is not None:
-                groups, sigs, states = (self.records.groups, self.records.signatures,
-                                        self.records.states)
-                for i in np.flatnonzero(~c["p2p"]).tolist():
-                    name, desc = groups[c["pg"][i]]
-                    out.append(_Entry(i, name, desc, int(c["seq"][i]), sigs[c["sig"][i]],
-                                      int(c["sig"][i]), states[c["state"][i]],
-                                      int(c["created_ns"][i])))
-            self._cache[rank] = out
-        return self._cache[rank]
+        """``rank``'s collective entries (point-to-point left out), in buffer order."""
+        c = self.records.entries_of(rank)
+        if c is None:
+            return []
+        return [self._entry(rank, i) for i in np.flatnonzero(~c["p2p"]).tolist()]
 
-    def at(self, rank: int, group: str, seq: int) -> _Entry | None:
-        return next((e for e in reversed(self.entries(rank))
-                     if e.group == group and e.seq == seq), None)
+    def at(self, rank: int, group: str, seq: int, p2p: bool = False) -> _Entry | None:
+        """``rank``'s newest entry of ``group``'s sequence number ``seq``, None without one."""
+        c = self.records.entries_of(rank)
+        if c is None or not len(c["seq"]):
+            return None
+        hit = np.flatnonzero(np.isin(c["pg"], self._codes.get(group, []))
+                             & (c["seq"] == seq) & (c["p2p"] == p2p))
+        return self._entry(rank, int(hit[-1])) if len(hit) else None
 
-    def newest(self, rank: int) -> _Entry | None:
-        es = self.entries(rank)
-        return max(es, key=lambda e: e.pos) if es else None
+    def newest(self, rank: int, p2p: bool = True) -> _Entry | None:
+        """``rank``'s newest entry (its collectives only when ``p2p`` is False)."""
+        c = self.records.entries_of(rank)
+        if c is None or not len(c["seq"]):
+            return None
+        idx = np.flatnonzero(np.ones(len(c["seq"]), dtype=bool) if p2p else ~c["p2p"])
+        return self._entry(rank, int(idx[-1])) if len(idx) else None
+
+    def done_before(self, rank: int, pos: int) -> bool:
+        """Whether every collective entry of ``rank`` before position ``pos`` completed."""
+        c = self.records.entries_of(rank)
+        if c is None:
+            return True
+        states = self.records.states
+        done = [i for i, x in enumerate(states) if x == "completed"]
+        before = ~c["p2p"][:pos]
+        return bool(np.isin(c["state"][:pos][before], done).all())
+
+    def held_by_other(self, rank: int, e: _Entry) -> bool:
+        """Whether another rank's buffer holds ``e`` of ``rank`` — its group and sequence
+        number, point-to-point or not: then a peer issued it too."""
+        return any(self.at(r, e.group, e.seq, e.p2p) is not None
+                   for r in self.records.ranks if r != rank)
 
 
 #: How much of the end of a rank's stderr log is read for its error.
@@ -187,11 +223,11 @@ def causes(records: FlightRecords, verdicts: pd.DataFrame, run: RunInfo | None,
     rows += _no_dump(records, run, errors)
     exited = _exited(records, errors)
     rows += exited.values()
-    rows += _hung(records, verdicts, buf, set(exited))
     rows += _disagreements(verdicts, buf)
+    rows += _hung(records, verdicts, buf, set(exited))
     rows += _device_stopped(verdicts, buf)
     rows += _transport_stalled(records, verdicts, buf, run)
-    return pd.DataFrame(rows, columns=COLUMNS)
+    return pd.DataFrame(_merged(rows), columns=COLUMNS)
 
 
 def _row(cause: str, ranks, group="", desc="", seq=-1, op="", collective="",
@@ -221,10 +257,20 @@ def _no_dump(records: FlightRecords, run: RunInfo | None, errors: dict[int, str]
                                            + (f"; {said}" if said else ""))]
 
 
+#: An error that says a rank timed out waiting, or lost a peer that had stopped: what a hang
+#: does to the ranks that wait, a symptom, not why the job stopped.
+SYMPTOM_RE = re.compile(r"timed out|time ?out|watchdog caught|connection closed by peer|"
+                        r"connection reset|remote worker|communicator was aborted|"
+                        r"\baborted\b", re.I)
+
+
 def _exited(records: FlightRecords, errors: dict[int, str]) -> dict[int, dict]:
+    """Ranks whose dump was written as they raised — but not those that raised because they
+    timed out waiting or lost a peer (``SYMPTOM_RE``: the hang's symptoms, told by the hang's
+    own cause)."""
     out = {}
     for r, (reason, error, _) in sorted(records.dumped.items()):
-        if reason == "exception":
+        if reason == "exception" and not SYMPTOM_RE.search(error or ""):
             log = f"; its log: {errors[r]}" if r in errors and errors[r] not in (error or "") \
                 else ""
             out[r] = _row("exited", [r], evidence=f"rank {r}'s dump was written as it raised: "
@@ -240,6 +286,8 @@ def _hung(records: FlightRecords, verdicts: pd.DataFrame, buf: _Buffers,
     h = hang_of(verdicts)
     if h is None:
         return []
+    disagreed = {(str(v.process_group), int(v.seq)) for v in verdicts.itertuples(index=False)
+                 if v.verdict == "mismatch"}
     missing = verdicts[verdicts["verdict"] == "missing"]
     first_of: dict[int, tuple] = {}           # rank -> (group, desc, seq, op, present)
     for v in missing.itertuples(index=False):
@@ -261,11 +309,20 @@ def _hung(records: FlightRecords, verdicts: pd.DataFrame, buf: _Buffers,
         if newest is None:
             by_cause.setdefault("host-stopped", []).append(
                 (r, what, f"{head}; its buffer holds no collective at all"))
-        elif newest.state != "completed" and (newest.group, newest.seq) != (group, seq):
+            continue
+        if (newest.group, newest.seq) in disagreed:
+            other = collective_text(newest.sig, newest.group, newest.desc, newest.seq)
+            by_cause.setdefault("mismatch", []).append(
+                (r, other, f"{head}; it waits in {other}, a collective its ranks issued with "
+                           f"different sizes, dtypes or ops: no rank of it completes"))
+            continue
+        if newest.state != "completed" and (newest.group, newest.seq) != (group, seq) \
+                and not _shared(buf, records, r, newest):
             other = collective_text(newest.sig, newest.group, newest.desc, newest.seq)
             by_cause.setdefault("divergence", []).append(
-                (r, what, f"{head}; it issued {other} instead ({newest.state}), which they "
-                          f"did not: the first point where their collectives differ"))
+                (r, what, f"{head}; it went on to issue {other} instead ({newest.state}), "
+                          f"which no other rank issued: the first point where their "
+                          f"collectives differ"))
         else:
             lag = (f", {(issued - newest.created_ns) / 1e9:,.3g} s before its peers issued "
                    f"the collective it missed" if issued >= 0 and newest.created_ns >= 0
@@ -275,13 +332,44 @@ def _hung(records: FlightRecords, verdicts: pd.DataFrame, buf: _Buffers,
                 (r, what, f"{head}; its newest entry is {records.last_op[r]}{lag}, and "
                           f"nothing after it"
                           + (f"; its stack there: {' ← '.join(stack[:6])}" if stack else "")))
+    if "host-stopped" in by_cause and "gloo" in records.backends:
+        r0, what, text = by_cause["host-stopped"][-1]
+        by_cause["host-stopped"][-1] = (r0, what, text + " (gloo records no send or recv: a rank "
+                                        "waiting in a point-to-point transfer shows so too)")
     rows = []
     for cause, found in by_cause.items():
         r0, what, _ = found[0]
         group, desc, seq, op, _ = first_of[r0]
+        if cause == "mismatch":         # told at the collective the ranks disagree on
+            e = buf.newest(r0)
+            assert e is not None
+            group, desc, seq, op = e.group, e.desc, e.seq, e.sig.profiling_name
         rows.append(_row(cause, [r for r, _, _ in found], group, desc, seq, op, what,
                          "; ".join(text for _, _, text in found)))
     return rows
+
+
+def _merged(rows: list[dict]) -> list[dict]:
+    """One row per (cause, group, sequence number): the ranks of rows that tell one cause at
+    one collective together, their evidence joined (a mismatch is told by its verdict and by
+    the hung ranks that wait in it)."""
+    out: dict[tuple, dict] = {}
+    for row in rows:
+        key = (row["cause"], row["process_group"], row["seq"])
+        if key not in out:
+            out[key] = dict(row)
+            continue
+        have = out[key]
+        have["ranks"] = sorted(set(have["ranks"]) | set(row["ranks"]))
+        have["evidence"] = f"{have['evidence']}; {row['evidence']}"
+    return list(out.values())
+
+
+def _shared(buf: _Buffers, records: FlightRecords, rank: int, e: _Entry) -> bool:
+    """Whether another rank's buffer holds ``e`` of ``rank`` (its group and sequence number):
+    then its peers issued it too, and ``rank`` waiting in it is no other path (gloo leaves an
+    async collective ``scheduled`` after it is done)."""
+    return buf.held_by_other(rank, e)
 
 
 def _disagreements(verdicts: pd.DataFrame, buf: _Buffers) -> list[dict]:
@@ -349,9 +437,7 @@ def _device_stopped(verdicts: pd.DataFrame, buf: _Buffers) -> list[dict]:
         waiting = [r for r, e in entries.items() if e.state == "scheduled"]
         if not started or not waiting:
             continue
-        stopped = [r for r in waiting
-                   if all(e.state == "completed" for e in buf.entries(r)
-                          if e.pos < entries[r].pos)]
+        stopped = [r for r in waiting if buf.done_before(r, entries[r].pos)]
         if not stopped:
             continue
         e = entries[stopped[0]]
@@ -375,7 +461,7 @@ def _transport_stalled(records: FlightRecords, verdicts: pd.DataFrame, buf: _Buf
         for g in run.process_groups:
             if g.name is not None:
                 members.setdefault(g.name, list(g.ranks))
-    newest = {r: buf.newest(r) for r in records.ranks}
+    newest = {r: buf.newest(r, p2p=False) for r in records.ranks}
     by_key: dict[tuple[str, int], list[int]] = {}
     for r, e in newest.items():
         if e is not None and e.state == "started":

@@ -161,7 +161,7 @@ def _with_causes(f: Finding, causes: pd.DataFrame, kinds: tuple[str, ...],
 
 #: The causes that explain ranks missing from a collective, and those that explain ranks
 #: disagreeing on one (``records/hang_causes.CAUSES``).
-_HANG_CAUSES = ("host-stopped", "divergence", "exited", "no-dump")
+_HANG_CAUSES = ("host-stopped", "divergence", "mismatch", "exited", "no-dump")
 _DESYNC_CAUSES = ("mismatch", "divergence")
 _STALL_CAUSES = ("device-stopped", "transport-stalled")
 
