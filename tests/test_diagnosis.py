@@ -191,6 +191,14 @@ def test_hang_diagnosis_agrees_with_torchfrtrace(hang_run, tmp_path):
     assert missing and missing[0]["ranks_missing"] == [2]
     assert missing[0]["group_desc"] == "default_pg" and summary["findings"][0]["id"] == "hang"
     assert summary["findings"][0]["evidence"]["hung_ranks"] == [2]
+    # Why (issue 47): rank 2 skipped the world all_reduce and runs on into its pipeline
+    # receive, which gloo's Flight Recorder does not record: its buffer ends with the last
+    # collective its peers hold too — a host that issued nothing more, and the evidence says
+    # a point-to-point wait looks the same on gloo. The ranks that timed out are no cause.
+    assert [(c["cause"], c["ranks"]) for c in summary["hang_causes"]] == \
+        [("host-stopped", [2])], summary["hang_causes"]
+    assert "gloo records no send or recv" in summary["hang_causes"][0]["evidence"]
+    assert "cause: host stopped (rank 2)" in summary["findings"][0]["title"]
     text = _torchfrtrace(run, 4, tmp_path)
     found = re.search(r"sequence number: (\d+).*?group info: \d+:(\S+).*?missing ranks: \{([\d, ]+)\}",
                       text, re.S)

@@ -223,3 +223,9 @@ def test_crashed_run_keeps_the_other_ranks_records(tmp_path):
         dump = json.loads((run / "comms" / f"rank{rank}.json").read_text())
         assert dump["flight_recorder"]["entries"]
         assert dump["reason"] in ("exception", "terminated")
+    # Why (issue 47): rank 1 exited with the injected error; the ranks that lost it or timed
+    # out waiting are not called a cause.
+    summary = json.loads(meshscope("analyze", run, "--json", check=True).stdout)
+    exited = [c for c in summary["hang_causes"] if c["cause"] == "exited"]
+    assert [c["ranks"] for c in exited] == [[1]], summary["hang_causes"]
+    assert "injected crash on rank 1 at step 3" in exited[0]["evidence"]

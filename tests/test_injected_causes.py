@@ -221,3 +221,36 @@ def test_host_stall_torch_and_meshscope_name_the_rank_missing(injected_runs, tor
     peers_last = {p: _entries(run.dump(p))[-1] for p in range(WORLD) if p != r}
     assert all(e["collective_seq_id"] == seq and tuple(e["process_group"]) == WORLD_GROUP
                for e in peers_last.values()), peers_last
+
+
+# -- why: the cause meshscope names for each job (issue 47, item 2) -----------------------
+
+CAUSE = {"size-mismatch": "mismatch", "order-divergence": "divergence",
+         "host-stall": "host-stopped"}
+
+
+@pytest.mark.parametrize("name", NEW)
+def test_each_job_is_told_by_its_cause(injected_runs, ours, name):
+    """Each injected job's cause is named for the injected rank, at the collective the
+    verdicts name (the world group, the injected sequence number), with what to do next —
+    and the ranks that only timed out waiting are not called a cause (they raised a timeout:
+    the hang's symptom)."""
+    run = injected_runs[name]
+    s = ours(name)
+    seq, r = _injected_seq(run), run.rank
+    rows = [c for c in s["hang_causes"] if c["cause"] == CAUSE[name]]
+    assert len(rows) == 1, s["hang_causes"]
+    row = rows[0]
+    assert r in row["ranks"] and row["remedy"]
+    assert (row["process_group"], row["group_desc"], row["seq"]) == ("0", "default_pg", seq)
+    assert row["collective"].startswith(f"gloo:") and f"on group 0 (default_pg) #{seq}, in " \
+        in row["collective"]
+    assert not [c for c in s["hang_causes"] if c["cause"] == "exited"], s["hang_causes"]
+    finding = next(f for f in s["findings"] if f["id"] in ("hang", "desync"))
+    assert f"cause: {CAUSE[name].replace('-', ' ')}" in finding["title"]
+    if name == "host-stall":
+        assert row["ranks"] == [r] and "nothing after it" in row["evidence"]
+    if name == "order-divergence":
+        assert row["ranks"] == [r] and "gloo:broadcast" in row["evidence"]
+    if name == "size-mismatch":
+        assert "8 Float" in row["evidence"] and "4 Float" in row["evidence"]
