@@ -48,6 +48,7 @@ import os
 import pathlib
 import re
 import sys
+import threading
 import time
 from typing import Annotated, Any, Literal
 
@@ -74,9 +75,33 @@ def _torch_dump() -> dict:
     return data
 
 
+# One dump at a time in a process: a rank that raises dumps from its main thread while the
+# launcher's SIGTERM may make its handler dump too; two writers at once shared one temporary
+# file (one rename failed, leaving it behind) and the later overwrote the error. The first
+# error a process dumped with stays its reason (``_FIRST``): what stopped it.
+_DUMP_LOCK = threading.RLock()
+DUMP_WAIT_S = 30.0
+_FIRST: dict[str, str | None] = {}
+
+
 def dump(run: pathlib.Path, rank: int, reason: str, error: str | None = None) -> pathlib.Path:
     """Write this rank's Flight Recorder buffer; never raises (a dump must not mask the error
-    that prompted it) — a failure to dump is recorded in the file instead."""
+    that prompted it) — a failure to dump is recorded in the file instead. Dumps of one
+    process are written one at a time; once it has dumped with an error, a later dump (on
+    SIGTERM, at the end) keeps that reason and error, with the newer buffer."""
+    held = _DUMP_LOCK.acquire(timeout=DUMP_WAIT_S)   # a dump that hangs must not hang this one
+    try:
+        if reason == "exception" and "reason" not in _FIRST:
+            _FIRST.update(reason=reason, error=error)
+        elif "reason" in _FIRST:
+            reason, error = _FIRST["reason"] or reason, _FIRST["error"]
+        return _dump(run, rank, reason, error)
+    finally:
+        if held:
+            _DUMP_LOCK.release()
+
+
+def _dump(run: pathlib.Path, rank: int, reason: str, error: str | None) -> pathlib.Path:
     import torch
 
     record = {"schema_version": FR_SCHEMA_VERSION, "rank": rank, "reason": reason,

@@ -229,3 +229,36 @@ def test_crashed_run_keeps_the_other_ranks_records(tmp_path):
     exited = [c for c in summary["hang_causes"] if c["cause"] == "exited"]
     assert [c["ranks"] for c in exited] == [[1]], summary["hang_causes"]
     assert "injected crash on rank 1 at step 3" in exited[0]["evidence"]
+
+
+def test_two_dumps_at_once_leave_one_file_and_keep_the_first_error(tmp_path):
+    """A rank that raises dumps from its main thread while the launcher's SIGTERM makes its
+    handler thread dump too (issue 47's injected jobs met it: a temporary file left in fr/ and
+    the error overwritten by "terminated"). Real dumps of a one-rank gloo group: the error
+    then SIGTERM's dump, which keeps the error; then from two threads at once, twenty times:
+    one file each, no temporary left, the error kept."""
+    script = tmp_path / "race.py"
+    script.write_text(f"""
+import json, os, pathlib, threading
+import torch, torch.distributed as dist
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29541",
+                  TORCH_FR_DUMP_TEMP_FILE=r"{tmp_path / 'fr' / '_dump_'}")
+dist.init_process_group("gloo", rank=0, world_size=1)
+dist.all_reduce(torch.ones(4))
+from meshscope.collectors import flight_recorder as fr
+run = pathlib.Path(r"{tmp_path / 'run'}"); (run / "comms").mkdir(parents=True)
+fr.dump(run, 0, "exception", "RuntimeError: boom")     # the error first, then SIGTERM's
+fr.dump(run, 0, "terminated", "stopped")
+assert json.loads((run / "comms" / "rank0.json").read_text())["reason"] == "exception"
+for _ in range(20):
+    ts = [threading.Thread(target=fr.dump, args=(run, 0, "exception", "RuntimeError: boom")),
+          threading.Thread(target=fr.dump, args=(run, 0, "terminated", "stopped"))]
+    [t.start() for t in ts]; [t.join() for t in ts]
+d = json.loads((run / "comms" / "rank0.json").read_text())
+print(d["reason"], "|", d["error"], "|", sorted(p.name for p in (run / "comms").iterdir()),
+      sorted(p.name for p in pathlib.Path(r"{tmp_path / 'fr'}").iterdir()))
+""")
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "TORCH_FR_BUFFER_SIZE": "100"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "exception | RuntimeError: boom | ['rank0.json'] ['_dump_0']"
