@@ -335,8 +335,10 @@ def read_debug_stacks(path: pathlib.Path) -> dict[int, list[str]]:
         if m:
             rank = int(m[1])
             out[rank] = []
-        elif rank is not None and line.strip() and len(out[rank]) < MAX_STACK_LINES:
-            s = line.strip()
-            fm = re.match(r'^File "(.*)", line (\d+) in (.*)$', s)
-            out[rank].append(f"{fm[1]}:{fm[2]} in {fm[3]}" if fm else s[:200])
+        elif rank is not None and len(out[rank]) < MAX_STACK_LINES:
+            # faulthandler's frame lines only (its thread headers and "<no Python frame>"
+            # say nothing of where the rank is)
+            fm = re.match(r'^File "(.*)", line (\d+) in (.*)$', line.strip())
+            if fm:
+                out[rank].append(f"{fm[1][:200]}:{fm[2]} in {fm[3][:100]}")
     return out
