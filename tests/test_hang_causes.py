@@ -274,3 +274,15 @@ def test_a_rank_that_exited_and_one_that_left_no_dump_are_told_by_their_errors(t
     assert by["no-dump"]["ranks"] == [3]
     assert "rank 3's log ends with torch.OutOfMemoryError: CUDA out of memory" in \
         by["no-dump"]["evidence"]
+
+
+def test_the_shipped_healthy_runs_have_no_cause():
+    """Every shipped sample — healthy runs of the runner, their Flight Recorder dumps read —
+    names no cause and no hang."""
+    from conftest import ROOT
+
+    for folder in sorted((ROOT / "samples").glob("*/report")):
+        doc = json.loads((folder / "summary.json").read_text())
+        assert doc["flight_recorder_ranks"], folder
+        assert doc["hang_causes"] == [], (folder, doc["hang_causes"])
+        assert not [f for f in doc["findings"] if f["id"] in ("hang", "desync")]
