@@ -286,3 +286,11 @@ def test_the_shipped_healthy_runs_have_no_cause():
         assert doc["flight_recorder_ranks"], folder
         assert doc["hang_causes"] == [], (folder, doc["hang_causes"])
         assert not [f for f in doc["findings"] if f["id"] in ("hang", "desync")]
+
+
+def test_a_report_of_dumps_alone_says_there_was_no_trace_to_check(analysed):
+    """A report of Flight Recorder dumps alone (no trace) has no trust verdict: it says
+    there was no trace to check — not that it was written before the checks."""
+    doc, text = analysed["healthy"]
+    assert doc["trust"] is None and doc["schema_version"] >= 5
+    assert "evidence: no trace to check" in text

@@ -318,7 +318,7 @@ def _info(s: Side) -> SideInfo:
                     device=s.summary.device, ranks=s.ranks, steps=s.steps, layout=s.layout,
                     step_time_source=s.summary.step_time.source,
                     trust_verdict=s.summary.trust.verdict if s.summary.trust else None,
-                    evidence=trust_headline(s.summary.trust))
+                    evidence=trust_headline(s.summary.trust, s.summary.schema_version))
 
 
 #: The quantities every diff states (the gate may ask for any other, ``quantities``).

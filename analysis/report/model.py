@@ -571,11 +571,18 @@ def _ranks_text(ranks: list[int]) -> str:
     return f"rank{'s' * (len(ranks) != 1)} {shown}"
 
 
-def trust_headline(t: Trust | None) -> str:
+#: The first summary schema whose reports carry a trust verdict wherever they have traces.
+TRUST_SINCE = 5
+
+
+def trust_headline(t: Trust | None, schema_version: int | None = None) -> str:
     """The verdict in one line, as every view shows it first: the run's, and which ranks
-    are not trusted; for a report written before the checks existed, that it was not
-    checked."""
+    are not trusted; for a report without one, why — written before the checks existed, or
+    (``schema_version`` of today's) made without a trace to check."""
     if t is None:
+        if schema_version is not None and schema_version >= TRUST_SINCE:
+            return ("no trace to check: the numbers come from the step timers, the Flight "
+                    "Recorder or a memory snapshot alone, which the trust checks do not cover")
         return ("evidence not checked: this report was written before meshscope checked its "
                 "evidence (meshscope analyze --no-cache checks it)")
     if t.verdict == TRUST_VERDICTS[0]:

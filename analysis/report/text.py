@@ -107,7 +107,7 @@ def _head_lines(typed: reader.Summary) -> list[str]:
                 rate += f", MFU {typed.mfu_pct:.1f}%"
         lines.append(f"  step time {st.text()}{rate} — {st.label}"
                      + (f"; also {', '.join(other)}" if other else ""))
-    lines.append(f"  evidence: {trust_headline(typed.trust)}")
+    lines.append(f"  evidence: {trust_headline(typed.trust, typed.schema_version)}")
     lines += [f"    {c}" for c in trust_caveat_lines(typed.trust)]
     if typed.missing_ranks:
         lines.append(f"  MISSING ranks: {typed.missing_ranks}")

@@ -58,7 +58,8 @@ def evidence_section(report: RunReport) -> S.Section:
     show it: the trust verdict and each failed check with the numbers it affects — the
     report's own words (``model.trust_headline``, ``trust_caveat_lines``), never re-derived here."""
     t = report.typed.trust
-    head = S.Note("trust-verdict", f"Evidence: {trust_headline(t)}",
+    head = S.Note("trust-verdict",
+                  f"Evidence: {trust_headline(t, report.typed.schema_version)}",
                   warn=t is None or t.verdict != TRUST_VERDICTS[0])
     items = [head, *(S.Note(f"trust-caveat-{i}", line, warn=True)
                      for i, line in enumerate(trust_caveat_lines(t)))]
