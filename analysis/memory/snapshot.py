@@ -13,6 +13,9 @@ block and a log of its recent actions; ``torch.cuda.memory._dump_snapshot(path)`
        {"address": int, "size": int, "requested_size": int,
         "state": "active_allocated" | "active_awaiting_free" | "inactive",
         "frames": [{"filename": str, "line": int, "name": str}, ...]}]}],
+                                     # torch 2.0: no "address", "frames" nor
+                                     # "requested_size" on a block, but "history":
+                                     # [{"addr": int, "real_size": int, "frames": [...]}]
  "device_traces": [                  # per device, the allocator's last actions, oldest first
    [{"action": "alloc" | "free_requested" | "free_completed" | "segment_alloc"
                | "segment_free" | "segment_map" | "segment_unmap" | "snapshot" | "oom",
@@ -78,12 +81,22 @@ class Frame(msgspec.Struct, gc=False):
     name: str = ""
 
 
+class History(msgspec.Struct, gc=False):
+    """PyTorch 2.0's record of what a block holds (``history``: the allocation's address,
+    its bytes and stack), where later formats give the block its ``address`` and
+    ``frames``."""
+    addr: Count | None = None
+    real_size: Count | None = None
+    frames: list[Frame] = []
+
+
 class Block(msgspec.Struct, gc=False):
     size: Count
     state: str
     address: Count | None = None
     requested_size: Count | None = None
     frames: list[Frame] = []
+    history: list[History] = []
 
 
 DeviceIndex = Annotated[int, msgspec.Meta(ge=0, le=1 << 16)]
@@ -227,8 +240,8 @@ def _replay(snap: Snapshot, device: int) -> tuple[list[TraceEntry], list[int], l
     replayed backwards from the snapshot's state (module docstring); and the end state's live
     blocks."""
     segs = [s for s in snap.segments if s.device == device]
-    live = {b.address: (b.size, b.frames) for s in segs for b in s.blocks
-            if b.state in LIVE_STATES and b.address is not None}
+    live = {address: (b.size, frames) for s in segs for address, b, frames in _placed(s)
+            if b.state in LIVE_STATES}
     allocated = sum(v[0] for v in live.values())
     reserved = sum(s.total_size for s in segs)
     log = snap.device_traces[device] if device < len(snap.device_traces) else []
@@ -245,6 +258,22 @@ def _replay(snap: Snapshot, device: int) -> tuple[list[TraceEntry], list[int], l
         elif e.action in ("segment_free", "segment_unmap"):
             reserved += e.size
     return log, after_alloc, after_res, live
+
+
+def _placed(seg: Segment) -> list[tuple[int, Block, list[Frame]]]:
+    """Each block of ``seg`` with its address and stack, in every snapshot format: the block's
+    own (torch ≥ 2.1), else its ``history``'s first record (torch 2.0), else — a block's place
+    in its segment — the segment's address plus the sizes of the blocks before it (a segment
+    is cut into its blocks in order)."""
+    out = []
+    at = seg.address
+    for b in seg.blocks:
+        first = b.history[0] if b.history else None
+        address = b.address if b.address is not None else \
+            first.addr if first is not None and first.addr is not None else at
+        out.append((address, b, b.frames or (first.frames if first is not None else [])))
+        at += b.size
+    return out
 
 
 def _live_after(log: list[TraceEntry], index: int, end_live: dict) -> dict:
