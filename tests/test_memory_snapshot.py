@@ -293,3 +293,26 @@ def test_a_number_beyond_int64_is_refused_at_read(tmp_path, field, value):
     assert f"$.segments[0]{'.blocks[0]' if field == 'size' else ''}.{field}" in proc.stderr
     assert "Traceback" not in proc.stderr and not out.exists()
     assert not list(tmp_path.glob(".out.new-*"))
+
+
+def test_blocks_that_disagree_with_their_segment_are_a_stated_caveat(tmp_path):
+    """Segment A says 16 MiB allocated (allocated_size) where its blocks in use add up to 14:
+    the allocator's own totals are reported — 17 MiB with B's 1 — and the disagreement is said;
+    the snapshot whose blocks agree has no caveat."""
+    doc = hand_made()
+    doc["segments"][0]["allocated_size"] = 16 * MiB
+    path = tmp_path / "rank0.pickle"
+    path.write_bytes(pickle.dumps(doc))
+    _, _, (s,) = snapshot.analyse(0, snapshot.read(path), path.name)
+    assert s["allocated_bytes"] == 17 * MiB
+    assert s["caveat"] == ("the blocks in use add up to 15.00 MiB but the segments' own totals "
+                           "(allocated_size) to 17.00 MiB: the segment totals are reported, "
+                           "the live blocks by site are the blocks'")
+    path.write_bytes(pickle.dumps(hand_made()))
+    assert snapshot.analyse(0, snapshot.read(path), path.name)[2][0]["caveat"] is None
+    proc = meshscope("analyze", path, "--out", tmp_path / "report")
+    assert proc.returncode == 0, proc.stderr[-1500:]
+    doc["segments"][0]["allocated_size"] = 16 * MiB
+    (tmp_path / "bad.pickle").write_bytes(pickle.dumps(doc))
+    text = meshscope("analyze", tmp_path / "bad.pickle", "--out", tmp_path / "bad").stdout
+    assert "caveat: the blocks in use add up to 15.00 MiB" in text

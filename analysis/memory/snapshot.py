@@ -68,6 +68,7 @@ SEGMENT_COLUMNS = ["rank", "device", "source", "address", "segment_type", "strea
 LIVE_COLUMNS = ["rank", "device", "source", "site", "frames", "bytes", "blocks", "share"]
 LIVE_STATES = ("active_allocated", "active_awaiting_free")
 FRAMES_SHOWN = 3
+MiB = 1 << 20
 TOP_LIVE = 30
 
 
@@ -232,6 +233,7 @@ class DeviceSummary:
     largest: Moment
     entries: int
     oom: Oom | None
+    caveat: str | None = None        # where the blocks and the segments' totals disagree
 
 
 def _replay(snap: Snapshot, device: int) -> tuple[list[TraceEntry], list[int], list[int],
@@ -242,7 +244,7 @@ def _replay(snap: Snapshot, device: int) -> tuple[list[TraceEntry], list[int], l
     segs = [s for s in snap.segments if s.device == device]
     live = {address: (b.size, frames) for s in segs for address, b, frames in _placed(s)
             if b.state in LIVE_STATES}
-    allocated = sum(v[0] for v in live.values())
+    allocated = _allocated(segs, live)[0]
     reserved = sum(s.total_size for s in segs)
     log = snap.device_traces[device] if device < len(snap.device_traces) else []
     after_alloc, after_res = [0] * len(log), [0] * len(log)
@@ -276,6 +278,22 @@ def _placed(seg: Segment) -> list[tuple[int, Block, list[Frame]]]:
     return out
 
 
+def _allocated(segs: list[Segment], live: dict) -> tuple[int, str | None]:
+    """The bytes allocated at the snapshot: the allocator's own segment totals
+    (``allocated_size``) where every segment has one, else the blocks in use; and, where the
+    blocks in use add up to another number than the totals, a caveat saying so."""
+    blocks = sum(v[0] for v in live.values())
+    totals = [s.allocated_size for s in segs]
+    if not segs or any(t is None for t in totals):
+        return blocks, None
+    total = sum(t for t in totals if t is not None)
+    if total == blocks:
+        return total, None
+    return total, (f"the blocks in use add up to {blocks / MiB:,.2f} MiB but the segments' own "
+                   f"totals (allocated_size) to {total / MiB:,.2f} MiB: the segment totals are "
+                   f"reported, the live blocks by site are the blocks'")
+
+
 def _live_after(log: list[TraceEntry], index: int, end_live: dict) -> dict:
     """The live blocks after action ``index``: the end state with the later actions undone,
     each block with the frames of the ``alloc`` that made it where the log has it."""
@@ -297,7 +315,7 @@ def _live_after(log: list[TraceEntry], index: int, end_live: dict) -> dict:
 def summarise(snap: Snapshot, device: int) -> DeviceSummary:
     segs = [s for s in snap.segments if s.device == device]
     log, after_alloc, after_res, end_live = _replay(snap, device)
-    end_alloc = sum(v[0] for v in end_live.values())
+    end_alloc, caveat = _allocated(segs, end_live)
     end_res = sum(s.total_size for s in segs)
     best = max(range(len(log)), key=lambda i: (after_alloc[i], -i), default=None)
     if best is None or after_alloc[best] <= end_alloc:
@@ -316,7 +334,7 @@ def summarise(snap: Snapshot, device: int) -> DeviceSummary:
     free = sum(b.size for s in segs for b in s.blocks if b.state == "inactive")
     return DeviceSummary(device=device_name(device), reserved_bytes=end_res,
                          allocated_bytes=end_alloc, free_in_segments_bytes=free,
-                         largest=largest, entries=len(log), oom=oom)
+                         largest=largest, entries=len(log), oom=oom, caveat=caveat)
 
 
 def live_rows(rank: int, summary: DeviceSummary, source: str) -> list[dict]:
@@ -356,5 +374,5 @@ def analyse(rank: int, snap: Snapshot, source: str) -> tuple[list[dict], list[di
             "largest_allocated_bytes": s.largest.allocated_bytes,
             "largest_reserved_bytes": s.largest.reserved_bytes,
             "largest_at_us": s.largest.time_us, "trace_entries": s.entries,
-            "oom": dataclasses.asdict(s.oom) if s.oom else None})
+            "oom": dataclasses.asdict(s.oom) if s.oom else None, "caveat": s.caveat})
     return segments, live, summaries

@@ -498,6 +498,9 @@ class MemorySnapshot:
     largest_at_us: float | None
     trace_entries: int | None
     oom: Oom | None
+    # Where the blocks in use and the allocator's segment totals disagree: what was reported
+    # (the totals) and by how much (``analysis/memory/snapshot._allocated``); null: they agree.
+    caveat: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
