@@ -316,3 +316,65 @@ def test_blocks_that_disagree_with_their_segment_are_a_stated_caveat(tmp_path):
     (tmp_path / "bad.pickle").write_bytes(pickle.dumps(doc))
     text = meshscope("analyze", tmp_path / "bad.pickle", "--out", tmp_path / "bad").stdout
     assert "caveat: the blocks in use add up to 15.00 MiB" in text
+
+
+def _oom_2_0(weights: int, activations: int, free: int, asked: int) -> dict:
+    """Issue 48's case, built to PyTorch 2.0's layout: one 2 GiB-aligned segment holding the
+    weights a model's loader placed (frames of ``load_state_dict``) and the activations a
+    forward made, then an ``oom`` asking for ``asked`` bytes with ``free`` free."""
+    base = 0x7F0000000000
+    w = [{"filename": "/venv/torch/nn/modules/module.py", "line": 2153,
+          "name": "load_state_dict"}, {"filename": "/app/load.py", "line": 20, "name": "load"}]
+    a = [{"filename": "/app/model.py", "line": 77, "name": "forward"}]
+    blocks = [{"size": weights, "state": "active_allocated",
+               "history": [{"addr": base, "real_size": weights, "frames": w}]},
+              {"size": activations, "state": "active_allocated",
+               "history": [{"addr": base + weights, "real_size": activations, "frames": a}]}]
+    total = weights + activations
+    seg = {"device": 0, "address": base, "total_size": total, "stream": 0,
+           "segment_type": "large", "allocated_size": total, "active_size": total,
+           "blocks": blocks}
+    log = [{"action": "segment_alloc", "addr": base, "size": total, "stream": 0},
+           {"action": "alloc", "addr": base, "size": weights, "stream": 0, "frames": w},
+           {"action": "alloc", "addr": base + weights, "size": activations, "stream": 0,
+            "frames": a},
+           {"action": "oom", "size": asked, "stream": 0, "device_free": free, "frames": a}]
+    return {"segments": [seg], "device_traces": [log]}
+
+
+def test_an_oom_snapshot_is_explained_by_what_the_device_held(tmp_path):
+    """Weights fill the device (7 GiB of an 11 GiB one), activations 3 GiB; the forward asks
+    for 1.5 GiB with 0.5 GiB free: 1 GiB from fitting. The explanation names the weights and
+    the activations by the stacks that made them, the 1 GiB, and that shrinking either by it
+    — with the change an engineer makes for each — makes it fit."""
+    GiB = 1 << 30
+    path = tmp_path / "rank0.pickle"
+    path.write_bytes(pickle.dumps(_oom_2_0(7 * GiB, 3 * GiB, GiB // 2, 3 * GiB // 2)))
+    doc = json.loads(meshscope("analyze", path, "--json", "--out", tmp_path / "r",
+                               check=True).stdout)
+    o = doc["memory"]["snapshots"][0]["oom"]
+    assert o["held_bytes"]["weights"] == 7 * GiB and o["held_bytes"]["activations"] == 3 * GiB
+    assert o["held_bytes"]["optimizer"] == 0 and o["held_bytes"]["allocator cache"] == 0
+    assert o["shortfall_bytes"] == GiB
+    assert o["explained"].startswith("the device held weights 7.00 GiB, activations 3.00 GiB; "
+                                     "it was 1.00 GiB from fitting")
+    assert [f.split(" (")[0] for f in o["fits_if"]] == ["weights", "activations"]
+    assert "shard the weights" in o["fits_if"][0] and "recompute" in o["fits_if"][1]
+    f = next(f for f in doc["findings"] if f["id"] == "near-oom")
+    assert "weights 7.00 GiB" in f["title"] and f["remedy"].startswith("weights (7.00 GiB held)")
+
+
+@pytest.mark.parametrize("frames, kind", [
+    ([("/venv/torch/optim/adam.py", 120, "_init_group"), ("/app/train.py", 9, "step")],
+     "optimizer"),
+    ([("/venv/torch/autograd/graph.py", 824, "_engine_run_backward")], "gradients"),
+    ([("/venv/torch/nn/modules/module.py", 942, "_apply"), ("/app/main.py", 3, "main")],
+     "weights"),
+    ([("/app/model.py", 40, "forward"), ("/venv/torch/nn/modules/module.py", 1773,
+                                         "_call_impl")], "activations"),
+    ([("/app/metrics.py", 5, "log")], "other"), ([], "other")])
+def test_a_blocks_kind_is_told_by_its_stack(frames, kind):
+    from meshscope.analysis.memory import oom
+    from meshscope.analysis.memory.snapshot import Frame
+
+    assert oom.kind_of([Frame(f, line, name) for f, line, name in frames]) == kind

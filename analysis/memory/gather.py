@@ -21,7 +21,7 @@ import pathlib
 import pandas as pd
 
 from meshscope.analysis.ingest.rank_naming import name_rank
-from meshscope.analysis.memory import curve, rank_memory, snapshot, steps, terms
+from meshscope.analysis.memory import curve, oom, rank_memory, snapshot, steps, terms
 
 TABLES: dict[str, list[str]] = {
     "memory_steps": steps.COLUMNS,
@@ -87,6 +87,12 @@ def gather(per_rank: dict[int, dict[str, pd.DataFrame]], run, snapshot_files:
         rank = name_rank(path)
         rank = 0 if rank is None else rank
         seg, lv, summ = snapshot.analyse(rank, snap, path.name)
+        for row, d in zip(summ, snapshot._devices(snap)):
+            why = oom.explain(snap, d) if row["oom"] else None
+            if why is not None:
+                row["oom"].update(explained=why.text(), shortfall_bytes=why.shortfall_bytes,
+                                  held_bytes=dict(why.held_bytes), fits_if=list(why.fits_if),
+                                  sites=[f"{s} ({k}): {b:,} bytes" for s, k, b in why.sites])
         segments += seg
         live += lv
         summaries += summ

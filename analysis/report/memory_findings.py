@@ -153,7 +153,10 @@ def near_oom(main: pd.DataFrame, snapshots: list[dict], live: pd.DataFrame) -> F
                  f"{human_bytes(o.get('reserved_bytes'))} reserved; snapshot {oom['source']})")
         evidence = {"rank": oom["rank"], "device": oom["device"], "snapshot": oom["source"],
                     **o}
-        remedy = ("free what the snapshot's live blocks show at the largest moment "
+        if o.get("explained"):          # analysis/memory/oom.py: what was held, what fits
+            title += f": {o['explained'].split('; it fits if')[0]}"
+        remedy = ("; or ".join(o["fits_if"]) if o.get("fits_if") else
+                  "free what the snapshot's live blocks show at the largest moment "
                   "(memory_snapshot_live), or activation recomputation, a ZeRO/FSDP stage that "
                   "shards more, a smaller microbatch; expandable_segments when reserved is "
                   "well above allocated")

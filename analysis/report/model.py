@@ -481,6 +481,15 @@ class Oom:
     reserved_bytes: int | None
     time_us: int | None
     site: str | None
+    # What the device held then and what would make the request fit (analysis/memory/oom.py):
+    # the whole in words; what each kind held (optimizer, gradients, weights, activations,
+    # other, allocator cache); requested less free; the changes that cover it; the largest
+    # sites. Null / empty in a report written before them.
+    explained: str | None = None
+    held_bytes: dict[str, float] | None = None
+    shortfall_bytes: int | None = None
+    fits_if: list[str] = dataclasses.field(default_factory=list)
+    sites: list[str] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass(frozen=True)
