@@ -17,7 +17,7 @@ from typing import Sequence, Union
 
 import plotly.graph_objects as go
 
-from meshscope.analysis.report.model import REPORT_SCHEMA_VERSION, Citation, Finding
+from meshscope.analysis.report.model import REPORT_SCHEMA_VERSION, Citation, Finding, human_bytes
 
 from .state import TITLES, ViewState
 
@@ -157,8 +157,10 @@ def clip(text, n: int) -> str:
     return (cut[:space] if space > n // 2 else cut).rstrip(" ,;:") + "…"
 
 
+# Bytes in binary units, as every view writes them (``model.human_bytes``: KiB, MiB, GiB).
+BYTES = "bytes"
 _UNITS = (("_us", "ms", 1e-3), ("_pct", "%", 1.0), ("_gbps", "GB/s", 1.0),
-          ("_bytes", "MB", 1e-6), ("_fraction", "%", 100.0))
+          ("_bytes", BYTES, 1.0), ("_fraction", "%", 100.0))
 # Evidence keys holding a fraction of 1 whose name carries no unit suffix (``*_share``, and
 # pipeline-bubble evidence): shown in % like the ``_fraction`` ones.
 _FRACTION_KEYS = frozenset({"theory_at_twice_the_microbatches"})
@@ -176,10 +178,10 @@ def _value(v) -> str:
 
 def evidence_text(ev) -> str:
     """A finding's evidence as short labelled sentences with units ("Exposed on path:
-    13.70 ms. Rank: 1. Steps: 4, 5."): ``_us`` in ms, ``_pct`` and fractions in %, bytes in MB,
-    nested tables as "key value" pairs; one quantity in two units (``saving_us`` and
-    ``saving_pct``) is one sentence ("Saving: 63.14 ms (20.5%)."); the raw numbers stay in
-    summary.json."""
+    13.70 ms. Rank: 1. Steps: 4, 5."): ``_us`` in ms, ``_pct`` and fractions in %, bytes in
+    binary units (``human_bytes``: MiB, GiB), nested tables as "key value" pairs; one quantity
+    in two units (``saving_us`` and ``saving_pct``) is one sentence ("Saving: 63.14 ms
+    (20.5%)."); the raw numbers stay in summary.json."""
     if not isinstance(ev, dict):
         return "" if ev is None else clip(ev, 300)
     said: dict[str, str] = {}          # label -> its sentence's text, in order
@@ -244,6 +246,8 @@ def _row(d: dict) -> str:
 
 
 def _num(v, scale: float, unit: str) -> str:
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and unit == BYTES:
+        return human_bytes(v)
     if isinstance(v, (int, float)) and not isinstance(v, bool) and unit:
         x = v * scale
         return f"{x:,.2f} {unit}" if unit != "%" else f"{x:.1f}%"
