@@ -46,6 +46,7 @@ error of a snapshot its entry of summary.json's ``memory.snapshots``.
 from __future__ import annotations
 
 import math
+import re
 
 import pandas as pd
 
@@ -279,17 +280,38 @@ def fragmentation(main: pd.DataFrame) -> Finding | None:
                     "the allocator holds no free memory at the peak", cites=_device(row))
 
 
+def _text(v) -> str:
+    """A cell as text: empty for None, NaN and pandas' missing values."""
+    return "" if v is None or v is pd.NA or (isinstance(v, float) and v != v) else str(v)
+
+
 def _what(row) -> str:
     parts = [str(row["operator"])]
-    if row.get("module"):
-        parts.append(f"in {row['module']}")
-    if row.get("annotation"):
-        parts.append(f"under {row['annotation']}")
+    if _text(row.get("module")):
+        parts.append(f"in {_text(row['module'])}")
+    if _text(row.get("annotation")):
+        parts.append(f"under {_text(row['annotation'])}")
     return " ".join(parts)
 
 
+#: The operators that, holding a large block in a transformer, hold the attention scores
+#: unfused attention materialises ([batch × heads, seq, seq]): the batched matmuls around the
+#: softmax, and the softmax itself (and its backward).
+ATTENTION_SCORE_OPS = re.compile(r"^aten::(?:bmm|baddbmm|_?softmax|_softmax_backward_data|"
+                                 r"_?masked_softmax)$")
+
+
 def _remedy_of(row) -> str:
-    note = str(row.get("annotation") or "")
+    """What an engineer does about the memory a live group holds, by what made it: attention
+    scores (a batched matmul or softmax), activations kept for the backward, optimizer state,
+    gradients; else free it earlier."""
+    if ATTENTION_SCORE_OPS.match(str(row["operator"])):
+        return (f"attention scores, most likely (unfused attention materialises them, "
+                f"[batch × heads, seq, seq], through {row['operator']}): fused attention — "
+                f"torch.nn.functional.scaled_dot_product_attention with the flash or "
+                f"memory-efficient kernel — never keeps them, freeing these "
+                f"{human_bytes(row['bytes'])}")
+    note = _text(row.get("annotation"))
     if "forward" in note:
         return ("activations kept for the backward: activation recomputation "
                 "(torch.utils.checkpoint), or smaller microbatches")
@@ -322,13 +344,20 @@ def largest(main: pd.DataFrame, live: pd.DataFrame) -> Finding | None:
     share = float(top["bytes"]) / peak
     title = (f"{_what(top)} holds {human_bytes(top['bytes'])} ({share:.0%}) of rank "
              f"{int(row['rank'])}'s {human_bytes(peak)} peak on {row['device']}")
+    # Severity against the device's memory where it is known (a block that is most of a
+    # small peak on a device with room to spare is no emergency), else against the peak.
+    total = _num(row.get("device_total_bytes"))
+    basis, of = (total, "the device's memory") if total else (peak, "the peak (the device's "
+                                                                    "memory is not known)")
     return _finding("largest-allocator", "all", title,
                     {"rank": int(row["rank"]), "device": row["device"], "step": int(top["step"]),
                      "operator": top["operator"], "module": top.get("module"),
                      "annotation": top.get("annotation"), "bytes": float(top["bytes"]),
-                     "blocks": _num(top.get("blocks")), "share": share, "peak_bytes": peak},
+                     "blocks": _num(top.get("blocks")), "share": share, "peak_bytes": peak,
+                     "severity_of": of},
                     _remedy_of(top), float(top["bytes"]), peak,
                     "none of these blocks live at the peak",
+                    severity=_severity(float(top["bytes"]), basis),
                     cites=[cite("memory_live", rank=row["rank"], step=top["step"],
                                 device=str(row["device"]), operator=top["operator"]),
                            *_device(row)])
