@@ -378,3 +378,40 @@ def test_a_blocks_kind_is_told_by_its_stack(frames, kind):
     from meshscope.analysis.memory.snapshot import Frame
 
     assert oom.kind_of([Frame(f, line, name) for f, line, name in frames]) == kind
+
+
+def test_two_devices_and_an_expandable_segment_each_total_as_the_allocator_says(tmp_path):
+    """A snapshot of two devices (torch ≥ 2.1 layout, PyTorch's own keys): device 0 as
+    ``hand_made``; device 1 one expandable segment (``is_expandable``, grown by
+    ``segment_map``) of 64 MiB holding 40 MiB asked as 39. Each device's reserved, allocated,
+    active and requested bytes equal a scan of the segments written here, and the largest
+    moment of device 1 follows its own log."""
+    doc = hand_made()
+    C = 0x7F1000000000
+    blocks = [{"address": C, "size": 40 * MiB, "requested_size": 39 * MiB,
+               "state": "active_allocated", "frames": F2},
+              {"address": C + 40 * MiB, "size": 24 * MiB, "requested_size": 0,
+               "state": "inactive", "frames": []}]
+    doc["segments"].append({"device": 1, "address": C, "total_size": 64 * MiB, "stream": 0,
+                            "segment_type": "large", "allocated_size": 40 * MiB,
+                            "active_size": 40 * MiB, "requested_size": 39 * MiB,
+                            "is_expandable": True, "blocks": blocks})
+    doc["device_traces"].append([
+        {"action": "segment_map", "addr": C, "size": 64 * MiB, "stream": 0, "time_us": 1},
+        {"action": "alloc", "addr": C, "size": 40 * MiB, "stream": 0, "time_us": 2,
+         "frames": F2}])
+    path = tmp_path / "rank0.pickle"
+    path.write_bytes(pickle.dumps(doc))
+    _, _, summaries = snapshot.analyse(0, snapshot.read(path), path.name)
+    by_device = {s["device"]: s for s in summaries}
+    for device, index in (("cuda:0", 0), ("cuda:1", 1)):
+        segs = [s for s in doc["segments"] if s["device"] == index]
+        live = [b for s in segs for b in s["blocks"] if b["state"] != "inactive"]
+        scan = (sum(s["total_size"] for s in segs), sum(s["allocated_size"] for s in segs),
+                sum(s["active_size"] for s in segs), sum(b["requested_size"] for b in live))
+        got = by_device[device]
+        assert (got["reserved_bytes"], got["allocated_bytes"], got["active_bytes"],
+                got["requested_bytes"]) == scan, device
+        assert got["caveat"] is None
+    assert (by_device["cuda:1"]["largest_allocated_bytes"],
+            by_device["cuda:1"]["largest_reserved_bytes"]) == (40 * MiB, 64 * MiB)

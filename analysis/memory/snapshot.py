@@ -234,6 +234,8 @@ class DeviceSummary:
     entries: int
     oom: Oom | None
     caveat: str | None = None        # where the blocks and the segments' totals disagree
+    active_bytes: int = 0            # allocated or awaiting free (the segments' active_size)
+    requested_bytes: int = 0         # what the live blocks' callers asked for
 
 
 def _replay(snap: Snapshot, device: int) -> tuple[list[TraceEntry], list[int], list[int],
@@ -276,6 +278,15 @@ def _placed(seg: Segment) -> list[tuple[int, Block, list[Frame]]]:
         out.append((address, b, b.frames or (first.frames if first is not None else [])))
         at += b.size
     return out
+
+
+def _requested(b: Block) -> int:
+    """What a live block's caller asked for: its ``requested_size`` (torch ≥ 2.1), else its
+    history's ``real_size`` (torch 2.0), else its size."""
+    if b.requested_size is not None:
+        return b.requested_size
+    sizes = [h.real_size for h in b.history if h.real_size is not None]
+    return sum(sizes) if sizes else b.size
 
 
 def _allocated(segs: list[Segment], live: dict) -> tuple[int, str | None]:
@@ -332,8 +343,13 @@ def summarise(snap: Snapshot, device: int) -> DeviceSummary:
                   allocated_bytes=after_alloc[i], reserved_bytes=after_res[i],
                   time_us=e.time_us, site=_site(e.frames))
     free = sum(b.size for s in segs for b in s.blocks if b.state == "inactive")
+    active = sum(s.active_size for s in segs) if segs and all(
+        s.active_size is not None for s in segs) else \
+        sum(b.size for s in segs for b in s.blocks if b.state in LIVE_STATES)
+    requested = sum(_requested(b) for s in segs for b in s.blocks if b.state in LIVE_STATES)
     return DeviceSummary(device=device_name(device), reserved_bytes=end_res,
                          allocated_bytes=end_alloc, free_in_segments_bytes=free,
+                         active_bytes=active, requested_bytes=requested,
                          largest=largest, entries=len(log), oom=oom, caveat=caveat)
 
 
@@ -371,6 +387,7 @@ def analyse(rank: int, snap: Snapshot, source: str) -> tuple[list[dict], list[di
             "rank": rank, "device": s.device, "source": source,
             "reserved_bytes": s.reserved_bytes, "allocated_bytes": s.allocated_bytes,
             "free_in_segments_bytes": s.free_in_segments_bytes,
+            "active_bytes": s.active_bytes, "requested_bytes": s.requested_bytes,
             "largest_allocated_bytes": s.largest.allocated_bytes,
             "largest_reserved_bytes": s.largest.reserved_bytes,
             "largest_at_us": s.largest.time_us, "trace_entries": s.entries,

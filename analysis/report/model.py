@@ -507,6 +507,8 @@ class MemorySnapshot:
     largest_at_us: float | None
     trace_entries: int | None
     oom: Oom | None
+    active_bytes: float | None = None      # the segments' active_size (allocated + freeing)
+    requested_bytes: float | None = None   # what the live blocks' callers asked for
     # Where the blocks in use and the allocator's segment totals disagree: what was reported
     # (the totals) and by how much (``analysis/memory/snapshot._allocated``); null: they agree.
     caveat: str | None = None

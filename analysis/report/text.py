@@ -64,6 +64,8 @@ def memory_lines(mem: reader.MemorySummary) -> list[str]:
         lines.append(f"  snapshot {s.source} (rank {s.rank}, {s.device}): reserved "
                      f"{b['reserved']}, allocated {b['allocated']}, free in segments "
                      f"{b['free']}; largest moment {b['largest']} allocated")
+        if s.oom and s.oom.explained:
+            lines.append(f"    why: {s.oom.explained}")
         if s.caveat:
             lines.append(f"    caveat: {s.caveat}")
         if s.oom:
