@@ -14,6 +14,7 @@ shipped sample dp4-ddp's report with memory written into it — ranks 0 and 1 ea
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import pathlib
 import re
@@ -22,7 +23,7 @@ import shutil
 import pandas as pd
 import pytest
 
-from meshscope.analysis.report import tables
+from meshscope.analysis.report import model, tables
 from meshscope.dashboard import state as st
 from meshscope.dashboard.app import BUILDERS
 from meshscope.dashboard.data import open_report
@@ -54,6 +55,21 @@ DEVICES = [_device(0, "cuda:0", 6 * GiB, 8 * GiB, 80 * GiB, "trace"),
            _device(1, "cpu", 100 * MiB, None, 110 * MiB, "--device-memory", "since-start")]
 
 
+# A snapshot's record with every field the report's model has (those not given null), as
+# summary.json writes it.
+SNAPSHOT = {f.name: None for f in dataclasses.fields(model.MemorySnapshot)} | {"rank": 0, "device": "cuda:0", "source": "handmade/memory/rank0.pickle",
+            "reserved_bytes": float(8 * GiB), "allocated_bytes": float(6 * GiB),
+            "free_in_segments_bytes": float(2 * GiB), "largest_allocated_bytes": float(6 * GiB),
+            "largest_reserved_bytes": float(8 * GiB), "largest_at_us": None,
+            "trace_entries": 0, "caveat": None,
+            "oom": {"requested_bytes": 4 * GiB, "device_free_bytes": 1 * GiB,
+                    "allocated_bytes": 6 * GiB, "reserved_bytes": 8 * GiB, "time_us": None,
+                    "site": None, "explained": "the weights held 6.00 GiB.",
+                    "held_bytes": {"weights": float(6 * GiB)}, "shortfall_bytes": 3 * GiB,
+                    "fits_if": ["weights in bf16 (saves 3.00 GiB)"], "sites": []}}
+assert set(SNAPSHOT) == {f.name for f in dataclasses.fields(model.MemorySnapshot)}
+
+
 def _write(report: pathlib.Path, name: str, rows: list[dict]) -> None:
     df = pd.DataFrame(rows, columns=tables.COLUMNS[name])
     df.to_parquet(report / f"{name}.parquet", index=False)
@@ -68,7 +84,7 @@ def report(tmp_path_factory):
     shutil.copytree(SAMPLE / "report", run / "report")
     rep = run / "report"
     summary = json.loads((rep / "summary.json").read_text())
-    summary["memory"] = {"devices": DEVICES, "stages": [], "snapshots": [],
+    summary["memory"] = {"devices": DEVICES, "stages": [], "snapshots": [SNAPSHOT],
                          "device_memory_bytes": float(110 * MiB)}
     summary["findings"].append({
         "id": "largest-allocator", "severity": "medium", "dimension": None, "cost_us": None,
@@ -230,3 +246,15 @@ def test_the_bars_are_the_reports_numbers(report):
     assert memory.unit_for(1023 * KiB) == ("KiB", KiB)
     assert memory.unit_for(36.75 * MiB) == ("MiB", MiB)
     assert memory.unit_for(80 * GiB) == ("GiB", GiB)
+
+
+def test_an_out_of_memory_explanation_opens_the_page(report):
+    first = BUILDERS["memory"](PageContext(report, st.ViewState(
+        page="memory", runs=("handmade",))))[0]
+    (note,) = first.items
+    assert note.id == "memory-oom-0" and note.warn
+    assert note.text == ("Out of memory on rank 0, cuda:0 (handmade/memory/rank0.pickle): the "
+                         "weights held 6.00 GiB. It fits if: weights in bf16 (saves 3.00 GiB).")
+    (row,) = _items(report)["memory-snapshots-table"].rows
+    assert row[3:] == ["8.00 GiB", "6.00 GiB", "2.00 GiB", "6.00 GiB",
+                       "asked 4.00 GiB, 1.00 GiB free"]

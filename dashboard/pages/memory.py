@@ -8,6 +8,9 @@ its largest value needs), every axis ending a margin above the largest value it 
 device's memory a dashed line inside it or named above it — never an axis stretched to the
 device's memory that draws the peaks as slivers.
 
+- ``memory-oom-<i>`` on top: an out-of-memory snapshot's explanation as the report wrote it
+  (what the device held, how far from fitting, what makes it fit); a snapshot's caveat where
+  its blocks and segments disagree.
 - ``memory-headline``: the largest peak of each device kind, where it falls, its share of its
   device's memory, and the stage that holds the most (``memory.devices`` / ``memory.stages``
   of summary.json).
@@ -472,6 +475,24 @@ def snapshot_sections(report: RunReport) -> list[Section]:
     return [Section("Memory snapshots", items, id="memory-snapshots")]
 
 
+def oom_notes(report: RunReport) -> list[Note]:
+    """Each out-of-memory snapshot's explanation, as the report wrote it (``Oom.explained``,
+    ``fits_if``), and each snapshot's caveat where its blocks and segments disagree: the page
+    opens with them."""
+    out = []
+    for i, s in enumerate(report.typed.memory.snapshots):
+        oom = s.oom
+        if oom is not None and oom.explained:
+            text = f"Out of memory on rank {s.rank}, {s.device} ({s.source}): {oom.explained}"
+            if oom.fits_if:
+                text += " It fits if: " + "; ".join(oom.fits_if) + "."
+            out.append(Note(f"memory-oom-{i}", text, warn=True))
+        if getattr(s, "caveat", None):
+            out.append(Note(f"memory-snapshot-caveat-{i}", f"{s.source}: {s.caveat}",
+                            warn=True))
+    return out
+
+
 def sections(ctx: PageContext) -> list[Section]:
     rep = ctx.report
     if not has_memory(rep):
@@ -480,7 +501,8 @@ def sections(ctx: PageContext) -> list[Section]:
                                     "profile_memory=True (meshscope run does by default; "
                                     "docs/memory.md), or pass a snapshot to meshscope "
                                     "analyze --snapshot.")])]
-    out = []
+    oom = oom_notes(rep)
+    out = [Section(None, oom, id="memory-oom")] if oom else []
     line = headline(rep)
     fig = peaks_figure(rep)
     if fig is not None:
