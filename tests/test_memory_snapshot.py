@@ -356,8 +356,9 @@ def test_an_oom_snapshot_is_explained_by_what_the_device_held(tmp_path):
     assert o["held_bytes"]["weights"] == 7 * GiB and o["held_bytes"]["activations"] == 3 * GiB
     assert o["held_bytes"]["optimizer"] == 0 and o["held_bytes"]["allocator cache"] == 0
     assert o["shortfall_bytes"] == GiB
-    assert o["explained"].startswith("the device held weights 7.00 GiB, activations 3.00 GiB; "
-                                     "it was 1.00 GiB from fitting")
+    assert o["explained"].startswith("the device held weights 7.00 GiB, activations 3.00 GiB "
+                                     "(of about 10.50 GiB: reserved and free at the error")
+    assert "; it was 1.00 GiB from fitting" in o["explained"]
     assert [f.split(" (")[0] for f in o["fits_if"]] == ["weights", "activations"]
     assert "shard the weights" in o["fits_if"][0] and "recompute" in o["fits_if"][1]
     f = next(f for f in doc["findings"] if f["id"] == "near-oom")

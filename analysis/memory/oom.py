@@ -69,10 +69,14 @@ class OomExplained:
     held_bytes: dict[str, int]           # kind (and "allocator cache") -> bytes held then
     sites: list[tuple[str, str, int]]    # (site, kind, bytes), largest first (5 at most)
     fits_if: list[str]                   # the changes that would cover the shortfall
+    capacity_bytes: int | None = None    # reserved + free at the error: what this process saw
 
     def text(self) -> str:
         """One paragraph: what was held, by kind, and what would make it fit."""
         held = ", ".join(f"{k} {_mib(v)}" for k, v in self.held_bytes.items() if v)
+        if self.capacity_bytes:
+            held += (f" (of about {_mib(self.capacity_bytes)}: reserved and free at the "
+                     f"error; other processes' memory is not seen)")
         far = "" if self.shortfall_bytes is None else \
             f"; it was {_mib(self.shortfall_bytes)} from fitting"
         fits = f"; it fits if: {'; or '.join(self.fits_if)}" if self.fits_if else ""
@@ -109,4 +113,6 @@ def explain(snap: Snapshot, device: int) -> OomExplained | None:
                 fits.append(f"{kind} ({_mib(nbytes)} held) shrink by {_mib(shortfall)}: "
                             f"{REMEDIES[kind]}")
     sites = sorted(((s, k, b) for (s, k), b in by_site.items()), key=lambda t: -t[2])[:5]
-    return OomExplained(o.requested_bytes, o.device_free_bytes, shortfall, held, sites, fits)
+    capacity = None if o.device_free_bytes is None else o.reserved_bytes + o.device_free_bytes
+    return OomExplained(o.requested_bytes, o.device_free_bytes, shortfall, held, sites, fits,
+                        capacity)
