@@ -117,8 +117,21 @@ def test_a_torch_2_0_snapshot_is_read_from_its_blocks_history(tmp_path, addresse
     The same snapshot in that layout gives the same answers, to the byte — with the history's
     addresses, and with none (each block placed after the blocks before it in its segment)."""
     path = tmp_path / "rank0.pickle"
-    path.write_bytes(pickle.dumps(torch_2_0(hand_made(), addresses)))
+    doc = torch_2_0(hand_made(), addresses)
+    path.write_bytes(pickle.dumps(doc))
     _check(*snapshot.analyse(0, snapshot.read(path), path.name))
+    # torch's own reader of snapshots (torch/cuda/_memory_viz.py: segsum, which reads 2.0's
+    # history through _block_extra_legacy) totals them alike
+    import copy
+    import re
+
+    from torch.cuda import _memory_viz
+
+    said = _memory_viz.segsum(copy.deepcopy(doc))
+    totals = dict(re.findall(r"^total_(reserved|allocated): ([\d.]+)MiB$", said, re.M))
+    _, _, (s,) = snapshot.analyse(0, snapshot.read(path), path.name)
+    assert float(totals["reserved"]) * MiB == s["reserved_bytes"] == 22 * MiB
+    assert float(totals["allocated"]) * MiB == s["allocated_bytes"] == 15 * MiB
 
 
 def test_analyze_a_snapshot_alone(tmp_path):
