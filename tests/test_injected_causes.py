@@ -243,7 +243,7 @@ def test_each_job_is_told_by_its_cause(injected_runs, ours, name):
     row = rows[0]
     assert r in row["ranks"] and row["remedy"]
     assert (row["process_group"], row["group_desc"], row["seq"]) == ("0", "default_pg", seq)
-    assert row["collective"].startswith(f"gloo:") and f"on group 0 (default_pg) #{seq}, in " \
+    assert row["collective"].startswith("gloo:") and f"on group 0 (default_pg) #{seq}, in " \
         in row["collective"]
     assert not [c for c in s["hang_causes"] if c["cause"] == "exited"], s["hang_causes"]
     finding = next(f for f in s["findings"] if f["id"] in ("hang", "desync"))
