@@ -294,3 +294,12 @@ def test_a_report_of_dumps_alone_says_there_was_no_trace_to_check(analysed):
     doc, text = analysed["healthy"]
     assert doc["trust"] is None and doc["schema_version"] >= 5
     assert "evidence: no trace to check" in text
+
+
+def test_ranks_left_out_by_fr_rank_are_not_called_missing(cases_root, analysed):
+    """``--fr-rank`` reads the dumps of the ranks asked for: the others were not read, not
+    lost — no no-dump cause names them."""
+    doc = json.loads(meshscope("analyze", cases_root / "host-stopped-after", "--json",
+                               "--no-cache", "--fr-rank", "0", "--fr-rank", "1",
+                               check=True).stdout)
+    assert not [c for c in doc["hang_causes"] if c["cause"] == "no-dump"], doc["hang_causes"]

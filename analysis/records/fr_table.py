@@ -122,6 +122,8 @@ class FlightRecords:
         # rank -> why and when its dump was written: (reason, error, dumped_at_unix_s) as the
         # runner's dump says them (None each for PyTorch's own dumps).
         self.dumped: dict[int, tuple[str | None, str | None, float | None]] = {}
+        # The ranks a reader chose to read (``only``'s ``ranks``: ``--fr-rank``); None: all.
+        self.selected: set[int] | None = None
 
     @classmethod
     def of(cls, dumps: Iterable[Dump]) -> "FlightRecords":
@@ -238,6 +240,7 @@ class FlightRecords:
         keep_pg = np.array([not groups or name in groups or desc in groups
                             for name, desc in self.groups] or [True], dtype=bool)
         out.world_size = self.world_size
+        out.selected = set(ranks) or self.selected
         out.pg_ranks = {g: r for g, r in self.pg_ranks.items()
                         if not groups or g in groups or any(
                             name == g and desc in groups for name, desc in self.groups)}

@@ -238,11 +238,15 @@ def _row(cause: str, ranks, group="", desc="", seq=-1, op="", collective="",
 
 
 def _expected(records: FlightRecords, run: RunInfo | None) -> set[int]:
+    """The ranks whose dumps the records should hold: the job's, or those chosen
+    (``--fr-rank``: the others were not asked for, they are not missing)."""
     if run is not None:
-        return set(range(run.world_size))
-    if records.world_size:
-        return set(range(records.world_size))
-    return {r for ranks in records.pg_ranks.values() for r in ranks}
+        out = set(range(run.world_size))
+    elif records.world_size:
+        out = set(range(records.world_size))
+    else:
+        out = {r for ranks in records.pg_ranks.values() for r in ranks}
+    return out & records.selected if records.selected is not None else out
 
 
 def _no_dump(records: FlightRecords, run: RunInfo | None, errors: dict[int, str]
