@@ -33,7 +33,6 @@ Where each file comes from:
 from __future__ import annotations
 
 import json
-import os
 import pickle
 
 import pandas as pd
@@ -404,58 +403,3 @@ def test_the_cli_flags_reach_the_analysis(tmp_path):
     summary = json.loads(result.output[result.output.index("{"):])
     assert summary["flight_recorder_ranks"] == [0, 3]
 
-
-DEBUG_JOB = """
-import os, sys, time
-import torch, torch.distributed as dist
-dist.init_process_group("gloo")
-from torch.distributed.debug import start_debug_server, stop_debug_server
-start_debug_server(port=int(sys.argv[2]), dump_dir=sys.argv[1], dump_interval=0.5)
-for _ in range(4):
-    dist.all_reduce(torch.ones(8))
-time.sleep(3)                                   # the line the stacks must show
-dist.barrier()
-if dist.get_rank() == 0:
-    stop_debug_server()             # its frontend is a process of rank 0's: ended with it
-os._exit(0)
-"""
-
-
-@pytest.mark.slow
-def test_the_debug_servers_own_stacks_are_read(tmp_path):
-    """The debug server itself (torch 2.13's ``start_debug_server(dump_dir=…)``) on a 2-rank
-    gloo job: its ``stacks_<stamp>.txt`` files are read, each rank's frames naming the line it
-    sleeps on. On gloo the server writes no ``fr_trace`` file — torch's own ``build_db``
-    fails on the empty ``pg_config`` gloo leaves (``KeyError: ('0', 0)``) — so the folder's
-    Flight Recorder tables are tested on files built to the server's format (above)."""
-    pytest.importorskip("aiohttp")
-    pytest.importorskip("jinja2")
-    import socket
-    import subprocess
-    import sys
-
-    from meshscope.collectors import fr_forms
-
-    job = tmp_path / "job.py"
-    job.write_text(DEBUG_JOB)
-    ports = []
-    for _ in range(2):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            ports.append(s.getsockname()[1])
-    dump = tmp_path / "dump"
-    proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-         "--master_port", str(ports[0]), str(job), str(dump), str(ports[1])],
-        capture_output=True, text=True, timeout=180,
-        env={**os.environ, "OMP_NUM_THREADS": "1", "TORCH_FR_BUFFER_SIZE": "1000"})
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    stacks = sorted(dump.glob("stacks_*.txt"))
-    assert stacks, sorted(p.name for p in dump.iterdir())
-    assert not list(dump.glob("fr_trace_*.txt"))        # gloo: the server's build_db fails
-    sleeping = [fr_forms.read_debug_stacks(p) for p in stacks]
-    line = 1 + DEBUG_JOB.splitlines().index(        # lines count from 1
-        "time.sleep(3)                                   # the line the stacks must show")
-    want = f"{job}:{line} in <module>"
-    assert any(st.get(0) and st.get(1) and want in st[0] and want in st[1] for st in sleeping), \
-        sleeping[-1]

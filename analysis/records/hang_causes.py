@@ -268,13 +268,28 @@ SYMPTOM_RE = re.compile(r"timed out|time ?out|watchdog caught|connection closed 
                         r"\baborted\b", re.I)
 
 
+#: torch's pipelining wraps the error of a stage's step in this, its cause only in the chained
+#: exception (most often a peer's send or receive that failed): a symptom, unless the rank's
+#: log names another error.
+WRAPPER_RE = re.compile(r"Failed to run stage (?:backward|forward)", re.I)
+
+
+def _symptom(error: str, logged: str | None) -> bool:
+    """Whether a rank's error is what the hang did to it, not why the job stopped."""
+    if SYMPTOM_RE.search(error):
+        return True
+    if WRAPPER_RE.search(error):
+        return logged is None or bool(SYMPTOM_RE.search(logged) or WRAPPER_RE.search(logged))
+    return False
+
+
 def _exited(records: FlightRecords, errors: dict[int, str]) -> dict[int, dict]:
     """Ranks whose dump was written as they raised — but not those that raised because they
-    timed out waiting or lost a peer (``SYMPTOM_RE``: the hang's symptoms, told by the hang's
-    own cause)."""
+    timed out waiting, lost a peer, or had a pipeline stage's step fail on it (``_symptom``:
+    the hang's symptoms, told by the hang's own cause)."""
     out = {}
     for r, (reason, error, _) in sorted(records.dumped.items()):
-        if reason == "exception" and not SYMPTOM_RE.search(error or ""):
+        if reason == "exception" and not _symptom(error or "", errors.get(r)):
             log = f"; its log: {errors[r]}" if r in errors and errors[r] not in (error or "") \
                 else ""
             out[r] = _row("exited", [r], evidence=f"rank {r}'s dump was written as it raised: "
