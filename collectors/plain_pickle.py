@@ -340,17 +340,8 @@ def _load(raw: bytes, budget: int, bound: int, stats: dict | None = None,
                 if m > 0 and m & 1:         # _RECORD: the memo's own list or dict
                     m = -(i + 1)
                 mpush(m)
-            elif op == 0x94:                                    # MEMOIZE
-                if not st:
-                    refuse("a memo entry with nothing on the stack")
-                top = st[-1]
-                m = sm[-1]
-                memo.append(top)
-                if m > 0 and (type(top) is list or type(top) is dict):
-                    mm.append(m | _RECORD)
-                    sm[-1] = -len(memo)
-                else:
-                    mm.append(m)
+            elif op == 0x94:                                    # MEMOIZE: the next index
+                put(len(memo))
             elif op == 0x8c:                                    # SHORT_BINUNICODE
                 end = pos + 1 + raw[pos]
                 if end > n:
