@@ -29,6 +29,7 @@ FLOP/s count.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 from meshscope.theory.flops import (attention_core_forward_flops_per_token,
                                     layer_forward_flops_per_token)
@@ -187,6 +188,11 @@ class MicrobatchWork:
     def compute_us(self) -> float:
         return self.gemm_us + self.attention_us + self.memory_bound_us
 
+    def add(self, other: "MicrobatchWork", times: int = 1) -> None:
+        """Add ``times`` × ``other``'s every term to this one."""
+        for f in dataclasses.fields(self):
+            setattr(self, f.name, getattr(self, f.name) + times * getattr(other, f.name))
+
 
 def microbatch_work(spec: ModelSpec, cand: Candidate, t: Training, dev: DeviceSpec, r: int,
                     derate: float) -> MicrobatchWork:
@@ -210,36 +216,15 @@ def microbatch_work(spec: ModelSpec, cand: Candidate, t: Training, dev: DeviceSp
     if last:
         layers += [spec.n_layers - 1] * spec.mtp_layers    # MTP modules: one layer each
     attn_rate = dev.peak_bf16 * dev.attention_efficiency * derate
+    # layers of one kind (dense or MoE, the attention's span) cost the same: each kind is
+    # timed once and counted as many times as the rank holds it
+    kinds: dict[tuple[bool, int], list[int]] = {}
     for i in layers:
-        for g in layer_gemms(spec, i, T, tp, ep, cf):
-            us, fp8 = gemm_time_us(g, t, dev, derate)
-            w.gemm_us += us * (3.0 + fwd_extra)
-            if g.op == "experts":
-                w.expert_gemm_us += us * (3.0 + fwd_extra)
-            elif g.op == "router":
-                w.router_gemm_us += us * (3.0 + fwd_extra)
-            w.gemm_flops += g.flops * (3.0 + fwd_extra)
-            if fp8:
-                w.fp8_flops += g.flops * (3.0 + fwd_extra)
-                # the input cast each forward, the output gradient each backward, the
-                # weight once a microbatch
-                elements = g.m * g.k * (1 + fwd_extra) + g.m * g.n + g.n * g.k
-                w.memory_bound_us += elements * g.count * cast / bw * 1e6
-        span_flops = attention_core_forward_flops_per_token(spec.shape, i) * T / tp
-        if spec.shape.attention_span(i) >= spec.seq_len:
-            span_flops *= CAUSAL
-        attn_passes = 1.0 + 2.5 + (1.0 if t.recompute in ("full", "selective") else 0.0)
-        w.attention_forward_us += span_flops / attn_rate * 1e6
-        w.attention_us += span_flops * attn_passes / attn_rate * 1e6
-        w.attention_flops += span_flops * attn_passes
-        elem = elementwise_bytes_per_token(spec, t, tp, sp, i, cf) * T
-        if not t.fused_kernels:
-            elem *= EAGER_ELEMENTWISE
-        elem_passes = passes(t) if t.recompute != "op" else 3.5
-        w.memory_bound_us += elem * elem_passes / bw * 1e6
-        if spec.is_moe_layer(i):
-            w.moe_permute_us += permute_bytes_per_token(spec, t, tp, sp, cf) * T \
-                * (1.0 if t.fused_kernels else EAGER_ELEMENTWISE) * elem_passes / bw * 1e6
+        kinds.setdefault((spec.is_moe_layer(i), spec.shape.attention_span(i)), []).append(i)
+    for same in kinds.values():
+        one = _layer_work(spec, same[0], t, dev, derate, T, tp, ep, sp, cf, attn_rate, bw,
+                          cast, fwd_extra)
+        w.add(one, len(same))
     if last:
         head = Gemm("head", T, spec.vocab_size / tp, spec.dim)
         us, fp8 = gemm_time_us(head, t, dev, derate)
@@ -252,6 +237,43 @@ def microbatch_work(spec: ModelSpec, cand: Candidate, t: Training, dev: DeviceSp
     return w
 
 
+def _layer_work(spec: ModelSpec, i: int, t: Training, dev: DeviceSpec, derate: float,
+                T: float, tp: int, ep: int, sp: bool, cf: float, attn_rate: float,
+                bw: float, cast: float, fwd_extra: float) -> MicrobatchWork:
+    """Layer ``i``'s share of ``microbatch_work``."""
+    w = MicrobatchWork()
+    for g in layer_gemms(spec, i, T, tp, ep, cf):
+        us, fp8 = gemm_time_us(g, t, dev, derate)
+        w.gemm_us += us * (3.0 + fwd_extra)
+        if g.op == "experts":
+            w.expert_gemm_us += us * (3.0 + fwd_extra)
+        elif g.op == "router":
+            w.router_gemm_us += us * (3.0 + fwd_extra)
+        w.gemm_flops += g.flops * (3.0 + fwd_extra)
+        if fp8:
+            w.fp8_flops += g.flops * (3.0 + fwd_extra)
+            # the input cast each forward, the output gradient each backward, the
+            # weight once a microbatch
+            elements = g.m * g.k * (1 + fwd_extra) + g.m * g.n + g.n * g.k
+            w.memory_bound_us += elements * g.count * cast / bw * 1e6
+    span_flops = attention_core_forward_flops_per_token(spec.shape, i) * T / tp
+    if spec.shape.attention_span(i) >= spec.seq_len:
+        span_flops *= CAUSAL
+    attn_passes = 1.0 + 2.5 + (1.0 if t.recompute in ("full", "selective") else 0.0)
+    w.attention_forward_us += span_flops / attn_rate * 1e6
+    w.attention_us += span_flops * attn_passes / attn_rate * 1e6
+    w.attention_flops += span_flops * attn_passes
+    elem = elementwise_bytes_per_token(spec, t, tp, sp, i, cf) * T
+    if not t.fused_kernels:
+        elem *= EAGER_ELEMENTWISE
+    elem_passes = passes(t) if t.recompute != "op" else 3.5
+    w.memory_bound_us += elem * elem_passes / bw * 1e6
+    if spec.is_moe_layer(i):
+        w.moe_permute_us += permute_bytes_per_token(spec, t, tp, sp, cf) * T \
+            * (1.0 if t.fused_kernels else EAGER_ELEMENTWISE) * elem_passes / bw * 1e6
+    return w
+
+
 def model_flops_per_token(spec: ModelSpec, t: Training) -> float:
     """6 × active parameters (no lookups) + attention's products: what MFU counts."""
     return spec.flops_per_token()
@@ -259,13 +281,20 @@ def model_flops_per_token(spec: ModelSpec, t: Training) -> float:
 
 def hardware_flops_per_token(spec: ModelSpec, t: Training) -> float:
     """Model FLOPs plus recomputation's (Megatron-LM's throughput definition)."""
+    return model_flops_per_token(spec, t) + _recomputed_flops_per_token(spec, t.recompute)
+
+
+@functools.lru_cache(maxsize=64)
+def _recomputed_flops_per_token(spec: ModelSpec, recompute: str) -> float:
+    """The FLOPs a token's recomputation adds over every layer (a layout search asks for
+    the same model's many times: kept)."""
     extra = 0.0
     for i in range(spec.n_layers):
-        if t.recompute == "full":
+        if recompute == "full":
             extra += layer_forward_flops_per_token(spec.shape, i)
-        elif t.recompute == "selective":
+        elif recompute == "selective":
             extra += attention_core_forward_flops_per_token(spec.shape, i)
-        elif t.recompute == "op":
+        elif recompute == "op":
             extra += 0.5 * (layer_forward_flops_per_token(spec.shape, i)
                             - attention_core_forward_flops_per_token(spec.shape, i))
-    return model_flops_per_token(spec, t) + extra
+    return extra

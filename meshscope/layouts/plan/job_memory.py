@@ -45,6 +45,7 @@ Per pipeline rank r, over the stages it holds:
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 from meshscope.theory.schedules import in_flight
 
@@ -66,20 +67,33 @@ def local_weights(spec: ModelSpec, cand: Candidate, pp_rank: int) -> tuple[float
     tp, ep = cand.layout.size("tp"), cand.layout.size("ep")
     layers_of = cand.stage_layers(spec.n_layers)
     dense = experts = 0.0
-    units = []
+    units: list[float] = []
     for stage in cand.stages_of(pp_rank):
-        groups = spec.stage_params(layers_of[stage], first=stage == 0,
-                                   last=stage == cand.n_stages - 1)
-        for g in groups:
-            unit = 0.0
-            for p in g:
-                if is_expert(p):
-                    experts += p.numel / (tp * ep)
-                else:
-                    unit += p.local_numel(tp)
-            dense += unit
-            units.append(unit)
+        d, e, u = _stage_weights(spec, tuple(layers_of[stage]), stage == 0,
+                                 stage == cand.n_stages - 1, tp, ep)
+        dense += d
+        experts += e
+        units += u
     return dense, experts, units
+
+
+@functools.lru_cache(maxsize=4096)
+def _stage_weights(spec: ModelSpec, layers: tuple[int, ...], first: bool, last: bool,
+                   tp: int, ep: int) -> tuple[float, float, tuple[float, ...]]:
+    """``local_weights`` of one stage (a layout search asks for the same stages many
+    times: kept)."""
+    dense = experts = 0.0
+    units = []
+    for g in spec.stage_params(list(layers), first=first, last=last):
+        unit = 0.0
+        for p in g:
+            if is_expert(p):
+                experts += p.numel / (tp * ep)
+            else:
+                unit += p.local_numel(tp)
+        dense += unit
+        units.append(unit)
+    return dense, experts, tuple(units)
 
 
 def fp8_weights(spec: ModelSpec, cand: Candidate, pp_rank: int, t: Training) -> float:
@@ -187,10 +201,15 @@ def job_memory(spec: ModelSpec, cand: Candidate, t: Training) -> list:
         buffers = _buffers(spec, cand, t, r, dense, units, terms, experts)
         acts = 0.0
         last = False
+        per_kind: dict[tuple[bool, int], float] = {}   # a layer's, by its kind
         for stage in cand.stages_of(r):
             for i in layers_of[stage]:
-                acts += layer_activation_bytes(spec, i, tokens=sh.tokens, tp=tp, sp=sp, t=t,
-                                               s_local=sh.s, b=sh.b_mb, capacity_factor=cf)
+                kind = (spec.is_moe_layer(i), spec.shape.attention_span(i))
+                if kind not in per_kind:
+                    per_kind[kind] = layer_activation_bytes(
+                        spec, i, tokens=sh.tokens, tp=tp, sp=sp, t=t, s_local=sh.s,
+                        b=sh.b_mb, capacity_factor=cf)
+                acts += per_kind[kind]
             if stage == 0:
                 acts += first_stage_extra_bytes(spec, tokens=sh.tokens, tp=tp, sp=sp, t=t)
             if stage == cand.n_stages - 1:

@@ -370,6 +370,7 @@ class ModelSpec:
     def mtp_params(self) -> int:
         return mtp_params(self.shape)
 
+    @functools.lru_cache(maxsize=8)
     def flops_per_token(self) -> int:
         """Training FLOPs per token, the runner's definition
         (``meshscope.theory.flops.training_flops_per_token``): 6 × active parameters without
