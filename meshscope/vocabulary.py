@@ -72,6 +72,13 @@ STEP_TIME_SOURCES: dict[StepTimeSource, str] = {
     "window": "the longest rank's profiled step window (mean over profiled steps)",
 }
 
+#: What a memory block was made in (``memory_live.phase``, ``analysis/memory/rank_memory.py``):
+#: the forward (a module or a forward range), the backward (the autograd engine's functions),
+#: the optimizer (its step or zero_grad); a block made elsewhere in a step has none.
+MemoryPhase = Literal["forward", "backward", "optimizer"]
+MEMORY_PHASES: tuple[MemoryPhase, ...] = get_args(MemoryPhase)
+
+
 class FindingId(StrEnum):
     """Every finding a report can hold, by its id (``analysis/report/findings.py``,
     ``device_findings.py`` and ``memory_findings.py`` define when each fires). A member is its

@@ -179,9 +179,9 @@ def test_gpu_and_cpu_apart_each_share_against_its_own_memory(report):
     # its 100 % a share of the CPU's own peak, said so.
     live = items["memory-live-table"]
     assert {r[0] for r in live.rows} == {"cuda:0"} and len(live.rows) == 2
-    assert [r[4] for r in live.rows] == ["3.00 GiB", "3.00 GiB"]
+    assert [r[5] for r in live.rows] == ["3.00 GiB", "3.00 GiB"]
     other = items["memory-live-table-cpu"]
-    assert [(r[0], r[4], r[6]) for r in other.rows] == [("cpu", "36.75 MiB", "100.0")]
+    assert [(r[0], r[5], r[7]) for r in other.rows] == [("cpu", "36.75 MiB", "100.0")]
     assert other.columns[-1] == "share of cpu's peak %"
     steps = items["memory-steps-table"]
     assert [r[0] for r in steps.rows] == ["cuda:0", "cpu"]        # GPUs first

@@ -279,18 +279,133 @@ def test_largest_allocator_over_its_share_and_symptom_of_growth():
     d["peak_allocated_bytes"] = [100 * MiB]
     live_rows = pd.DataFrame([
         {"rank": 0, "device": "cuda:0", "step": 2, "operator": "aten::mm", "module": "Linear",
-         "annotation": "meshscope/forward stage=0", "bytes": 40 * MiB, "blocks": 4,
-         "share": 0.4},
+         "annotation": "meshscope/forward stage=0", "phase": "forward", "bytes": 40 * MiB,
+         "blocks": 4, "share": 0.4},
         {"rank": 0, "device": "cuda:0", "step": 2, "operator": "aten::add", "module": None,
-         "annotation": None, "bytes": 20 * MiB, "blocks": 2, "share": 0.2}])
+         "annotation": None, "phase": None, "bytes": 20 * MiB, "blocks": 2, "share": 0.2}])
     (f,) = [x for x in mf.memory_findings(d, live_rows, [], {}) if x.id == "largest-allocator"]
-    assert f.peak_saving_bytes == 40 * MiB and "recomputation" in f.remedy
+    # activations: a microbatch of half the size keeps half of them
+    assert f.peak_saving_bytes == 20 * MiB and "recomputation" in f.remedy
+    assert f.evidence["made_by"] == "activations"
     spread = live_rows.assign(bytes=[20 * MiB, 20 * MiB])
     assert "largest-allocator" not in _ids(d, spread)
     leak = d.assign(growth_per_step_bytes=8 * MiB, growth_steps=2, growth_monotone=True)
     found = mf.memory_findings(leak, live_rows, [], {})
     assert [x.id for x in found] == ["memory-growth"]
     assert any("aten::mm" in s for s in found[0].symptoms)
+
+
+def test_allocations_in_the_backward_are_marked_by_the_autograd_engines_ranges():
+    """PyTorch's profiler wraps every backward node in ``autograd::engine::evaluate_function``
+    on the thread that runs it; an allocation inside one (here on the autograd thread,
+    ``cpu:1:2``) was made by the backward, one outside it by something else."""
+    ev = pd.DataFrame({
+        "name": ["ProfilerStep#0", "autograd::engine::evaluate_function: MmBackward0",
+                 "aten::mm", "aten::mm"],
+        "cat": ["user_annotation", "cpu_op", "cpu_op", "cpu_op"],
+        "ts_us": [0.0, 40, 41, 10], "end_us": [100.0, 60, 50, 20],
+        "lane": ["cpu:1:1", "cpu:1:2", "cpu:1:2", "cpu:1:1"]})
+    got = operators.in_backward(ev, np.array(["cpu:1:2", "cpu:1:1", "cpu:1:2"], dtype=object),
+                                np.array([45.0, 45.0, 70.0]))
+    assert got.tolist() == [True, False, False]
+
+
+def test_rank_tables_say_which_phase_made_each_group():
+    ev = pd.DataFrame({
+        "name": ["ProfilerStep#0", "nn.Module: Linear_0", "aten::mm",
+                 "autograd::engine::evaluate_function: MmBackward0", "aten::mm",
+                 "Optimizer.step#AdamW.step", "aten::zeros_like", "aten::empty"],
+        "cat": ["user_annotation", "python_function", "cpu_op", "cpu_op", "cpu_op",
+                "user_annotation", "cpu_op", "cpu_op"],
+        "ts_us": [0.0, 10, 11, 30, 31, 50, 51, 70], "end_us": [100.0, 20, 12, 40, 32, 60, 52, 71],
+        "lane": ["cpu:1:1"] * 8})
+    mem = _mem([(11.5, 4 * MiB, 1), (31.5, 3 * MiB, 2), (51.5, 2 * MiB, 3), (70.5, MiB, 4)])
+    out = rank_memory.rank_tables(0, mem, ev, {}, {0: (0.0, 100.0)})
+    liv = out["memory_live"].set_index("bytes")
+    assert liv.loc[4 * MiB, "phase"] == "forward" and liv.loc[4 * MiB, "module"] == "Linear_0"
+    assert liv.loc[3 * MiB, "phase"] == "backward"
+    assert liv.loc[2 * MiB, "phase"] == "optimizer"
+    assert liv.loc[MiB, "operator"] == "aten::empty" and pd.isna(liv.loc[MiB, "phase"])
+
+
+def _group(operator, phase, nbytes, module=None, annotation="ProfilerStep"):
+    return pd.Series({"rank": 0, "device": "cuda:0", "step": 1, "operator": operator,
+                      "module": module, "annotation": annotation, "phase": phase,
+                      "bytes": float(nbytes), "blocks": 1, "share": 0.5})
+
+
+@pytest.mark.parametrize("operator,phase,replicas,made_by,names,saved", [
+    # what the remedy names, and the bytes of 64 MiB it saves under its stated model
+    ("aten::bmm", "forward", 8, "attention scores", "scaled_dot_product_attention", 64),
+    ("aten::mm", "forward", 8, "activations", "recomputation", 32),
+    ("aten::mm", "backward", 8, "gradients", "ZeRO-2", 56),
+    ("aten::mm", "backward", 1, "gradients", "optimizer in the backward", 64),
+    ("aten::zeros_like", "optimizer", 4, "optimizer state", "ZeRO-1", 48),
+    ("aten::zeros_like", "optimizer", 1, "optimizer state", "offload", 64),
+    ("(before the trace)", None, 4, "the model's state", "FSDP", 48),
+    ("(before the trace)", None, 1, "the model's state", "bf16", 32),
+    ("aten::empty", None, 8, "unknown", "with_stack=True", None),
+])
+def test_each_remedy_is_chosen_by_what_made_the_memory(operator, phase, replicas, made_by,
+                                                        names, saved):
+    fix = mf.remedy_of(_group(operator, phase, 64 * MiB), replicas)
+    assert fix.made_by == made_by and names in fix.text
+    assert fix.saving_bytes == (saved * MiB if saved is not None else None)
+
+
+def test_the_model_state_from_before_the_trace_gets_the_weights_remedy():
+    """[memory] events built by hand on a GPU (the allocator's absolute totals): 100 MiB live
+    before the first event (the weights and optimizer state of a model built before the
+    profiler started), 12 MiB of activations made in the trace. The largest allocator is the
+    model's state; sharded over 4 data-parallel ranks it keeps a quarter."""
+    ev = pd.DataFrame({"name": ["ProfilerStep#0", "nn.Module: Linear_0", "aten::mm"],
+                       "cat": ["user_annotation", "python_function", "cpu_op"],
+                       "ts_us": [0.0, 10, 11], "end_us": [100.0, 20, 12],
+                       "lane": ["cpu:1:1"] * 3})
+    mem = _mem([(11.5, 12 * MiB, 1), (90, -12 * MiB, 1)])
+    out = rank_memory.rank_tables(0, mem, ev, {}, {0: (0.0, 100.0)})
+    devices = out["memory_devices"]
+    (f,) = [x for x in mf.memory_findings(devices, out["memory_live"], [], {}, replicas=4)
+            if x.id == "largest-allocator"]
+    assert f.evidence["made_by"] == "the model's state" and "FSDP" in f.remedy
+    assert f.title.startswith("Memory allocated before the trace began holds 100.00 MiB")
+    assert f.peak_saving_bytes == 75 * MiB
+    # the same on a 1 GiB device, which its 112 MiB peak leaves nine-tenths free: no finding
+    roomy = devices.assign(device_total_bytes=float(1 << 30))
+    assert "largest-allocator" not in [x.id for x in mf.memory_findings(
+        roomy, out["memory_live"], [], {}, replicas=4)]
+    # a run whose trace saw its model made: no model state from before it, no such remedy
+    fresh = _mem([(5, 100 * MiB, 9), (11.5, 12 * MiB, 1), (90, -12 * MiB, 1)])
+    fresh["total_allocated"] = fresh["total_allocated"] - 100 * MiB
+    out = rank_memory.rank_tables(0, fresh, ev, {}, {0: (0.0, 100.0)})
+    assert not (out["memory_live"]["operator"] == "(before the trace)").any()
+
+
+def test_a_buffer_of_the_step_itself_is_named_how_to_find_not_guessed():
+    """``aten::empty under ProfilerStep`` (no module, no phase): the trace cannot say what it
+    is; the remedy says how to find out and claims no saving model."""
+    d = _devices(a={})
+    d["rank"] = [0]
+    d["peak_allocated_bytes"] = [100 * MiB]
+    live_rows = pd.DataFrame([_group("aten::empty", None, 73 * MiB)])
+    (f,) = [x for x in mf.memory_findings(d, live_rows, [], {}) if x.id == "largest-allocator"]
+    assert "with_stack=True" in f.remedy and "_record_memory_history" in f.remedy
+    assert f.evidence["made_by"] == "unknown" and f.evidence["remedy_model"].startswith("none")
+
+
+def test_severity_moves_with_the_runs_headroom():
+    """4 GiB saved on an 80 GiB device is 5% of it: medium on a run at 50 GiB (30 GiB free);
+    high on a run at 70 GiB (12.5% free: under the 20% headroom); low on a run at 10 GiB (88%
+    free). Against the peak where the device is not known: 8% of 50 GiB, medium."""
+    GiB = 1 << 30
+    even = mf.severity(4 * GiB, 50 * GiB, 80 * GiB)
+    tight = mf.severity(4 * GiB, 70 * GiB, 80 * GiB)
+    roomy = mf.severity(4 * GiB, 10 * GiB, 80 * GiB)
+    assert (even.level, even.headroom_bytes, even.adjusted) == ("medium", 30 * GiB, None)
+    assert tight.level == "high" and tight.adjusted.startswith("one level up")
+    assert roomy.level == "low" and roomy.adjusted.startswith("one level down")
+    unknown = mf.severity(4 * GiB, 50 * GiB, None)
+    assert unknown.level == "medium" and unknown.of.startswith("the peak")
 
 
 def test_findings_rank_near_oom_first_and_memory_after_time():

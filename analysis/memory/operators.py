@@ -9,7 +9,11 @@ innermost range covering a time is the latest-started of those still open then: 
 thread over its ranges and the queried times, both in time order (``innermost``).
 
 ``context(events, lanes, times)`` returns, for each queried (thread, time), the three names
-(None where nothing covers it).
+(None where nothing covers it); ``in_backward(events, lanes, times)`` whether the autograd
+engine was running a backward function there (``autograd::engine::evaluate_function: …``, the
+range PyTorch's profiler records around every node of the backward graph, on whichever thread
+runs it — so a trace without any ``record_function`` of its own still says which allocations
+the backward made).
 """
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ import pandas as pd
 MODULE_PREFIX = "nn.Module: "
 OPERATOR_CATS = ("cpu_op",)
 ANNOTATION_CATS = ("user_annotation",)
+BACKWARD_PREFIX = "autograd::engine::evaluate_function"
 
 
 def innermost(starts: np.ndarray, ends: np.ndarray, names: list, times: np.ndarray) -> list:
@@ -83,3 +88,27 @@ def context(events: pd.DataFrame, lanes: np.ndarray, times: np.ndarray
             for i, name in zip(idx, found):
                 out[i] = name[len(strip):] if (name is not None and strip) else name
     return ops, mods, notes
+
+
+def in_backward(events: pd.DataFrame, lanes: np.ndarray, times: np.ndarray) -> np.ndarray:
+    """For each (``lanes[i]``, ``times[i]``), whether an ``autograd::engine::evaluate_function``
+    operator range covers it on that thread (module docstring)."""
+    n = len(times)
+    out = np.zeros(n, dtype=bool)
+    if n == 0 or events is None or events.empty:
+        return out
+    mask = (events["cat"].isin(OPERATOR_CATS)
+            & events["name"].astype(str).str.startswith(BACKWARD_PREFIX)).to_numpy()
+    if not mask.any():
+        return out
+    lanes = np.asarray(lanes, dtype=object)
+    times = np.asarray(times, dtype=np.float64)
+    for lane in pd.unique(lanes):
+        idx = np.flatnonzero(lanes == lane)
+        idx = idx[np.argsort(times[idx], kind="stable")]
+        s, e, names = _of_kind(events, lane, mask)
+        if not len(s):
+            continue
+        found = innermost(s, e, names, times[idx])
+        out[idx] = [f is not None for f in found]
+    return out

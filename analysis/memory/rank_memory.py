@@ -8,15 +8,21 @@
   largest peaks and the step, operator and module they fall at, reserved − allocated there,
   the growth across steps and the device's memory where the trace says it;
 - ``memory_live`` — the blocks live at the device's largest allocated peak, grouped by the
-  operator, module and user range that allocated them (``LIVE_COLUMNS``; a runner microbatch
-  range without its microbatch, so the blocks of every microbatch in flight are one group; the
-  ``TOP_LIVE`` largest groups, then one ``(other)`` row);
+  operator, module and user range that allocated them and the phase of the step they were
+  made in (``LIVE_COLUMNS``; a runner microbatch range without its microbatch, so the blocks of
+  every microbatch in flight are one group; the ``TOP_LIVE`` largest groups, then one
+  ``(other)`` row). ``phase`` (``vocabulary.MemoryPhase``): ``backward`` where the autograd
+  engine ran a backward function (or a runner backward range), ``optimizer`` inside the
+  optimizer's step or zero_grad, ``forward`` inside a module or a forward range, else none
+  (made in the step itself: the batch, a buffer, a workspace);
 - ``memory_curve`` — the bounded series (``curve.COLUMNS``);
 - ``memory_terms`` — the model states the trace shows (``terms.COLUMNS``).
 
 Only small tables leave the worker; the memory events themselves stay there.
 """
 from __future__ import annotations
+
+import re
 
 import numpy as np
 import pandas as pd
@@ -30,8 +36,9 @@ DEVICE_COLUMNS = ["rank", "device", "totals", "events", "steps", "peak_allocated
                   "peak_reserved_bytes", "reserved_at_peak_bytes", "fragmentation_bytes",
                   "growth_per_step_bytes", "growth_steps", "growth_monotone",
                   "device_total_bytes", "device_total_source"]
-LIVE_COLUMNS = ["rank", "device", "step", "operator", "module", "annotation", "bytes",
-                "blocks", "share"]
+LIVE_COLUMNS = ["rank", "device", "step", "operator", "module", "annotation", "phase",
+                "bytes", "blocks", "share"]
+OPTIMIZER_NOTE = re.compile(r"^Optimizer\.|optimizer", re.IGNORECASE)
 TOP_LIVE = 30
 OTHER = "(other)"
 
@@ -57,6 +64,9 @@ def rank_tables(rank: int, memory: pd.DataFrame, events: pd.DataFrame, meta: dic
         op_of = dict(zip(queries.tolist(), ops))
         mod_of = dict(zip(queries.tolist(), mods))
         note_of = dict(zip(queries.tolist(), notes))
+        backward = operators.in_backward(events, s.lane[queries], s.ts_us[queries])
+        phase_of = {q: phase(mods[i], notes[i], bool(backward[i]))
+                    for i, q in enumerate(queries.tolist())}
         rows = steps.step_rows(rank, s, host_steps, peaks, op_of)
         out["memory_steps"] += rows
         g = steps.growth(rows)
@@ -76,7 +86,7 @@ def rank_tables(rank: int, memory: pd.DataFrame, events: pd.DataFrame, meta: dic
             "growth_monotone": g.monotone, "device_total_bytes": total,
             "device_total_source": "trace" if total is not None else None})
         out["memory_live"] += live_rows(rank, s, top.step, live[top.step], op_of, mod_of,
-                                        note_of, top_row["peak_allocated_bytes"])
+                                        note_of, phase_of, top_row["peak_allocated_bytes"])
         out["memory_terms"] += terms.event_terms(
             rank, s, events, peaks, {k: v.index for k, v in live.items()})
         out["memory_terms"] += terms.census_terms(rank, s.device, meta)
@@ -91,28 +101,43 @@ def rank_tables(rank: int, memory: pd.DataFrame, events: pd.DataFrame, meta: dic
     }
 
 
+def phase(module: str | None, note: str | None, in_backward: bool) -> str | None:
+    """The phase of the step a block was made in (module docstring): backward, optimizer,
+    forward, or None."""
+    mb = annotations.parse_microbatch(note) if note else None
+    if in_backward or (mb is not None and mb["phase"] == "backward"):
+        return "backward"
+    if note and OPTIMIZER_NOTE.search(note):
+        return "optimizer"
+    if module or (mb is not None and mb["phase"] == "forward") or \
+            (note and "forward" in note.lower()):
+        return "forward"
+    return None
+
+
 def live_rows(rank: int, s: series.Series, step: int, live, op_of: dict, mod_of: dict,
-              note_of: dict, peak: int) -> list[dict]:
-    """The live blocks at one peak grouped by (operator, module, annotation), largest first:
+              note_of: dict, phase_of: dict, peak: int) -> list[dict]:
+    """The live blocks at one peak grouped by (operator, module, annotation, phase), largest first:
     ``TOP_LIVE`` groups, the rest as one ``(other)`` row, and the bytes live at the peak that
     the trace never saw allocated as ``(before the trace)``."""
     groups: dict[tuple, list[int]] = {}
     for i in live.index.tolist():
-        key = (op_of.get(i), mod_of.get(i), _group(note_of.get(i)))
+        key = (op_of.get(i), mod_of.get(i), _group(note_of.get(i)), phase_of.get(i))
         g = groups.setdefault(key, [0, 0])
         g[0] += int(s.bytes[i])
         g[1] += 1
     ranked = sorted(groups.items(), key=lambda kv: (-kv[1][0], str(kv[0])))
     rows = []
-    for (op, mod, note), (nbytes, blocks) in ranked[:TOP_LIVE]:
-        rows.append(_live(rank, s, step, op or "(no operator)", mod, note, nbytes, blocks, peak))
+    for (op, mod, note, ph), (nbytes, blocks) in ranked[:TOP_LIVE]:
+        rows.append(_live(rank, s, step, op or "(no operator)", mod, note, ph, nbytes, blocks,
+                          peak))
     rest = ranked[TOP_LIVE:]
     if rest:
-        rows.append(_live(rank, s, step, OTHER, None, None, sum(v[0] for _, v in rest),
+        rows.append(_live(rank, s, step, OTHER, None, None, None, sum(v[0] for _, v in rest),
                           sum(v[1] for _, v in rest), peak))
     if live.before_bytes:
-        rows.append(_live(rank, s, step, BEFORE_TRACE, None, None, live.before_bytes, None,
-                          peak))
+        rows.append(_live(rank, s, step, BEFORE_TRACE, None, None, None, live.before_bytes,
+                          None, peak))
     return rows
 
 
@@ -128,7 +153,7 @@ def _group(note: str | None) -> str | None:
     return note
 
 
-def _live(rank, s, step, op, mod, note, nbytes, blocks, peak) -> dict:
+def _live(rank, s, step, op, mod, note, ph, nbytes, blocks, peak) -> dict:
     return {"rank": rank, "device": s.device, "step": step, "operator": op, "module": mod,
-            "annotation": note, "bytes": int(nbytes), "blocks": blocks,
+            "annotation": note, "phase": ph, "bytes": int(nbytes), "blocks": blocks,
             "share": nbytes / peak if peak > 0 else None}

@@ -222,13 +222,14 @@ def _cross_rank(stage: RankStage, layout_map, options: AnalysisOptions) -> Repor
         tables.breakdown["step"].nunique() if len(tables.breakdown) else 1)
     on_gpu = any(r.on_gpu for r in results)
     mem = memory_of(results, inp, options)
-    found = _findings(inp, tables, recs, aligned, wi,
-                      step_us=st.us if st.us is not None else float("nan"),
-                      resolution_us=resolution, on_gpu=on_gpu, memory=mem)
     run = inp.run
-    expected = set(range(run.world_size)) if run is not None else set()
     world = run.world_size if run is not None else \
         max((r.identity.world_size or 0 for r in results), default=0) or None
+    found = _findings(inp, tables, recs, aligned, wi,
+                      step_us=st.us if st.us is not None else float("nan"),
+                      resolution_us=resolution, on_gpu=on_gpu, memory=mem,
+                      replicas=run.size("dp") if run is not None else world)
+    expected = set(range(run.world_size)) if run is not None else set()
     trust = verdict.trust({r.rank: list(r.trust) for r in results}, run_checks.run_checks(
         ranks, world, tables.breakdown, aligned.instances, aligned.offsets, st.us))
     found = verdict.with_caveats(found, trust)
@@ -393,7 +394,8 @@ def _whatif(aligned: Aligned, run: RunInfo | None,
 
 def _findings(inp: inputs.Inputs, tables: StepTables, recs: Records, aligned: Aligned,
               wi: whatif.WhatIf | None, *, step_us: float, resolution_us: float,
-              on_gpu: bool, memory: memory_gather.Memory) -> list[findings_mod.Finding]:
+              on_gpu: bool, memory: memory_gather.Memory,
+              replicas: int | None) -> list[findings_mod.Finding]:
     """The ranked findings (``report/findings``, ``report/memory_findings``) from every
     stage's value."""
     run, records = inp.run, recs.records
@@ -417,7 +419,7 @@ def _findings(inp: inputs.Inputs, tables: StepTables, recs: Records, aligned: Al
         gemms=tables.gpu.gemms, collectives=colls,
         whatif_dims=_matched_dims(colls, p2p) if wi is not None else set(),
         memory=memory_findings(memory.tables["memory_devices"], memory.tables["memory_live"],
-                               memory.snapshots, memory.stage_of),
+                               memory.snapshots, memory.stage_of, replicas=replicas),
         kernel_categories=tables.gpu.kernel_categories,
         graph_captures=sum(tl.graph_captures for tl in aligned.timelines.values()),
         graph_replays=sum(tl.graph_replays for tl in aligned.timelines.values())))

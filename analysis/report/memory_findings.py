@@ -5,7 +5,11 @@ after a hang or desync (a job about to fail outranks one that is slow), the othe
 time findings, largest peak saving first. A memory finding has no time cost (``cost_us``
 null); ``peak_saving_bytes`` is by how much its remedy would lower the peak where that can be
 computed, and ``what_if.peak_bytes`` the peak it would leave. Severity: ``near-oom`` is high;
-the others by the share of the peak they would save — high ≥ 10%, medium ≥ 3%, low below.
+the others by the share they would save (``severity``) of the device's memory where it is known
+(the trace's ``deviceProperties`` or ``--device-memory``), else of the peak, said in the
+evidence (``severity_of``) — high ≥ 10%, medium ≥ 3%, low below — and one level higher when
+the run has little headroom: its peak within ``TIGHT_HEADROOM`` (20%) of the device's memory,
+where any saving is what the next batch size or sequence length needs.
 
 Each is judged on ``memory_devices`` (one row per rank and device, ``analysis/memory/
 rank_memory.py``), one device per rank (its ``main`` device: the accelerator with the largest
@@ -32,11 +36,22 @@ peak, else the CPU), and fires only where its stated threshold is passed:
   of the reserved and at least ``MIN_FRAGMENTATION_BYTES``; remedy
   ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``, which lowers the peak reserved by up to
   that much.
-- ``largest-allocator`` — on the rank with the largest peak, one (operator, module, range)
-  group holds at least ``LARGEST_SHARE`` (25%) of the peak, and ``MIN_LARGEST_BYTES`` (1 MiB),
-  in blocks live at it (``memory_live``); the remedy fits what made them (activations of the forward: recompute or
-  smaller microbatches; the optimizer's state: shard it; the backward: shard gradients). Saving:
-  at most its bytes.
+- ``largest-allocator`` — on the rank with the largest peak, one (operator, module, range,
+  phase) group holds at least ``LARGEST_SHARE`` (25%) of the peak, and ``MIN_LARGEST_BYTES``
+  (1 MiB), in blocks live at it (``memory_live``), or the memory live at it that was allocated
+  before the trace began (not on a run that leaves over ``ROOMY_HEADROOM`` of its device free:
+  sharding the model's state trades communication for memory the run does not need). The remedy is by what made the memory (``remedy_of``), each with the
+  saving of a stated model (``evidence.remedy_model``): attention scores (a batched matmul or
+  softmax) → fused attention, which never materialises them (saves all of it); activations of
+  the forward → recomputation or a smaller microbatch (halving it saves half); gradients (the
+  backward) → ZeRO-2/FSDP over the data-parallel ranks (keeps 1/N); optimizer state → ZeRO-1
+  (keeps 1/N), else CPU offload; the model's state held from before the trace (weights, and
+  the optimizer state and gradients kept between steps) → FSDP/ZeRO-3 (keeps 1/N), else bf16
+  (half of fp32); a tensor made in the step itself, outside forward, backward and optimizer →
+  how to name it (``with_stack=True``, a memory snapshot's frames), no saving claimed. N is the
+  run's data-parallel size (run.json), else the trace's world size (every rank a replica,
+  stated). ``peak_saving_bytes`` is the modelled saving; with no model, the group's bytes (at
+  most what freeing it saves).
 
 Each cites its rows (``finding_rules.cite``): the ``memory_devices`` row of the rank and
 device it names (``near-oom`` first its ``memory_steps`` row of the peak's step, growth that
@@ -45,12 +60,14 @@ error of a snapshot its entry of summary.json's ``memory.snapshots``.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 
 import pandas as pd
 
 from meshscope.analysis.memory.gather import main_devices
+from meshscope.analysis.memory.live import BEFORE_TRACE
 from meshscope.analysis.report.finding_rules import cite
 from meshscope.analysis.report.model import Finding, human_bytes
 
@@ -63,6 +80,9 @@ FRAGMENTATION_SHARE = 0.25
 MIN_FRAGMENTATION_BYTES = 64 << 20
 LARGEST_SHARE = 0.25
 MIN_LARGEST_BYTES = 1 << 20
+TIGHT_HEADROOM = 0.20
+ROOMY_HEADROOM = 0.50
+LEVELS = ("low", "medium", "high")
 
 
 def _num(x) -> float | None:
@@ -73,14 +93,49 @@ def _num(x) -> float | None:
     return None if math.isnan(v) else v
 
 
-def _severity(saving: float, peak: float) -> str:
-    share = saving / peak if peak else 0.0
-    return "high" if share >= 0.10 else "medium" if share >= 0.03 else "low"
+@dataclasses.dataclass(frozen=True)
+class Severity:
+    """A finding's severity, what it was judged against and how the run's headroom moved it
+    (module docstring)."""
+    level: str
+    of: str                       # "the device's memory" or "the peak (…)"
+    headroom_bytes: float | None  # the device's memory less the peak, where known
+    adjusted: str | None          # why the headroom moved the level, if it did
 
 
-def _finding(fid, dim, title, evidence, remedy, saving, peak, assumption, severity=None,
-             cites=()):
-    return Finding(fid, severity or _severity(saving or 0.0, peak), dim, None, None, title,
+def severity(saving: float, peak: float, device_total: float | None) -> Severity:
+    """The severity of saving ``saving`` bytes on a device whose peak is ``peak`` (module
+    docstring): by its share of the device's memory where known, else of the peak; one level
+    higher when the peak leaves less than ``TIGHT_HEADROOM`` of the device free, one lower
+    when it leaves more than ``ROOMY_HEADROOM``."""
+    basis = device_total if device_total else peak
+    share = saving / basis if basis else 0.0
+    level = 2 if share >= 0.10 else 1 if share >= 0.03 else 0
+    if not device_total:
+        return Severity(LEVELS[level], "the peak (the device's memory is not known)", None,
+                        None)
+    headroom = device_total - peak
+    adjusted = None
+    if headroom < TIGHT_HEADROOM * device_total and level < 2:
+        level, adjusted = level + 1, (f"one level up: the run leaves under "
+                                      f"{TIGHT_HEADROOM:.0%} of the device free")
+    elif headroom > ROOMY_HEADROOM * device_total and level > 0:
+        level, adjusted = level - 1, (f"one level down: the run leaves over "
+                                      f"{ROOMY_HEADROOM:.0%} of the device free")
+    return Severity(LEVELS[level], "the device's memory", headroom, adjusted)
+
+
+def _finding(fid, dim, title, evidence, remedy, saving, peak, assumption, level=None,
+             cites=(), device_total=None):
+    """A memory finding; its severity ``level`` as given (``near-oom``: high), else judged by
+    ``severity`` on ``saving``, with what it was judged against in the evidence."""
+    if level is None:
+        judged = severity(saving or 0.0, peak, device_total)
+        level = judged.level
+        evidence = {**evidence, "severity_of": judged.of,
+                    "headroom_bytes": judged.headroom_bytes,
+                    "severity_adjusted": judged.adjusted}
+    return Finding(fid, level, dim, None, None, title,
                    evidence, remedy, {"peak_bytes": peak - saving if saving is not None
                                       else None, "assumption": assumption},
                    peak_saving_bytes=float(saving) if saving is not None else None,
@@ -99,7 +154,8 @@ def _peak_of(row) -> float:
     return res if res is not None else float(row["peak_allocated_bytes"])
 
 
-def near_oom(main: pd.DataFrame, snapshots: list[dict], live: pd.DataFrame) -> Finding | None:
+def near_oom(main: pd.DataFrame, snapshots: list[dict], live: pd.DataFrame,
+             replicas: int | None = None) -> Finding | None:
     worst, worst_share = None, 0.0
     for _, row in main.iterrows():
         total = _num(row.get("device_total_bytes"))
@@ -126,7 +182,7 @@ def near_oom(main: pd.DataFrame, snapshots: list[dict], live: pd.DataFrame) -> F
         top = _top_live(live, int(worst["rank"]), str(worst["device"]))
         if top is not None:
             options.append(f"the largest allocator, {_what(top)}, holds "
-                           f"{human_bytes(top['bytes'])}: {_remedy_of(top)}")
+                           f"{human_bytes(top['bytes'])}: {remedy_of(top, replicas).text}")
         title = (f"Rank {int(worst['rank'])} peaks at {human_bytes(peak)} of its "
                  f"{human_bytes(total)} {worst['device']} ({worst_share:.0%}): within "
                  f"{NEAR_OOM_MARGIN:.0%} of running out")
@@ -166,7 +222,7 @@ def near_oom(main: pd.DataFrame, snapshots: list[dict], live: pd.DataFrame) -> F
                       source=oom["source"])]
     return _finding("near-oom", "all", title, evidence, remedy, saving, peak,
                     f"the peak {NEAR_OOM_MARGIN:.0%} below the device's memory",
-                    severity="high", cites=cites)
+                    level="high", cites=cites)
 
 
 def imbalance(main: pd.DataFrame, stage_of: dict[int, int]) -> Finding | None:
@@ -187,6 +243,7 @@ def imbalance(main: pd.DataFrame, stage_of: dict[int, int]) -> Finding | None:
     if ratio <= IMBALANCE_RATIO or float(by.max()) - mean < MIN_BYTES:
         return None
     saving = float(by.max()) - mean
+    largest_row = holders.sort_values("peak_allocated_bytes", ascending=False).iloc[0]
     per = {str(int(k)): float(v) for k, v in by.items()}
     title = (f"{unit.capitalize()} {int(top)} holds the most memory: its peak "
              f"{human_bytes(by.max())} is {ratio:.2f}× the mean of the {unit}s "
@@ -207,9 +264,8 @@ def imbalance(main: pd.DataFrame, stage_of: dict[int, int]) -> Finding | None:
                     {"by": unit, f"peak_bytes_per_{unit}": per, "largest": int(top),
                      "max_over_mean": ratio, "mean_bytes": mean}, remedy, saving,
                     float(by.max()), f"the largest {unit}'s peak at the mean",
-                    cites=[*_device(holders.sort_values("peak_allocated_bytes",
-                                                        ascending=False).iloc[0]),
-                           cite("memory_devices")])
+                    cites=[*_device(largest_row), cite("memory_devices")],
+                    device_total=_num(largest_row.get("device_total_bytes")))
 
 
 def growth(main: pd.DataFrame) -> Finding | None:
@@ -248,7 +304,8 @@ def growth(main: pd.DataFrame) -> Finding | None:
                     "evicts); the growing operator is in memory_live at the last peak",
                     saving, peak, "no growth across the profiled steps",
                     cites=[*_device(row), cite("memory_steps", rank=row["rank"],
-                                               device=str(row["device"]))])
+                                               device=str(row["device"]))],
+                    device_total=total)
 
 
 def fragmentation(main: pd.DataFrame) -> Finding | None:
@@ -277,7 +334,8 @@ def fragmentation(main: pd.DataFrame) -> Finding | None:
                     "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (segments grow in place "
                     "instead of new ones being cut); or allocate the largest buffers first and "
                     "keep their sizes fixed", frag, float(row["reserved_at_peak_bytes"]),
-                    "the allocator holds no free memory at the peak", cites=_device(row))
+                    "the allocator holds no free memory at the peak", cites=_device(row),
+                    device_total=_num(row.get("device_total_bytes")))
 
 
 def _text(v) -> str:
@@ -286,11 +344,15 @@ def _text(v) -> str:
 
 
 def _what(row) -> str:
+    if row["operator"] == BEFORE_TRACE:
+        return "memory allocated before the trace began"
     parts = [str(row["operator"])]
     if _text(row.get("module")):
         parts.append(f"in {_text(row['module'])}")
     if _text(row.get("annotation")):
         parts.append(f"under {_text(row['annotation'])}")
+    if _text(row.get("phase")):
+        parts.append(f"({_text(row['phase'])})")
     return " ".join(parts)
 
 
@@ -301,38 +363,100 @@ ATTENTION_SCORE_OPS = re.compile(r"^aten::(?:bmm|baddbmm|_?softmax|_softmax_back
                                  r"_?masked_softmax)$")
 
 
-def _remedy_of(row) -> str:
-    """What an engineer does about the memory a live group holds, by what made it: attention
-    scores (a batched matmul or softmax), activations kept for the backward, optimizer state,
-    gradients; else free it earlier."""
-    if ATTENTION_SCORE_OPS.match(str(row["operator"])):
-        return (f"attention scores, most likely (unfused attention materialises them, "
-                f"[batch × heads, seq, seq], through {row['operator']}): fused attention — "
-                f"torch.nn.functional.scaled_dot_product_attention with the flash or "
-                f"memory-efficient kernel — never keeps them, freeing these "
-                f"{human_bytes(row['bytes'])}")
-    note = _text(row.get("annotation"))
-    if "forward" in note:
-        return ("activations kept for the backward: activation recomputation "
-                "(torch.utils.checkpoint), or smaller microbatches")
-    if note.startswith("Optimizer.step") or "optimizer" in note:
-        return "optimizer state: shard it over the data-parallel ranks (ZeRO-1/2, FSDP)"
-    if "backward" in note:
-        return "gradients: shard them (ZeRO-2, FSDP) or accumulate fewer at once"
-    return "free it earlier, or keep no reference to it past its last use"
+@dataclasses.dataclass(frozen=True)
+class Remedy:
+    """What made a group of live memory, what an engineer changes about it, and the bytes
+    that change saves under a stated model (None: no model — the trace does not say what the
+    memory is)."""
+    made_by: str
+    text: str
+    saving_bytes: float | None
+    model: str
+
+
+def _sharded(nbytes: float, replicas: int | None, what: str, stage: str) -> tuple[float, str]:
+    """The saving of sharding ``nbytes`` over the data-parallel ranks, and its model."""
+    n = replicas or 1
+    return nbytes * (1 - 1 / n), (f"{stage} over the {n} data-parallel ranks keeps 1/{n} of "
+                                  f"the {what} on each")
+
+
+def remedy_of(row, replicas: int | None = None) -> Remedy:
+    """The remedy of the memory a ``memory_live`` group holds, by what made it (module
+    docstring); ``replicas`` is the number of data-parallel ranks it could be sharded over."""
+    nbytes = float(row["bytes"])
+    op = str(row["operator"])
+    ph = _text(row.get("phase"))
+    many = bool(replicas and replicas > 1)
+    if op == BEFORE_TRACE:
+        if many:
+            saving, model = _sharded(nbytes, replicas, "model's state", "FSDP (ZeRO-3)")
+        else:
+            saving, model = nbytes / 2, "held in fp32, bf16 halves the state"
+        return Remedy(
+            "the model's state", "the model's state held from before the trace (its weights; "
+            "in training also the optimizer state and gradients kept between steps): shard it "
+            "— FSDP "
+            "(ZeRO-3) over the data-parallel ranks, tensor or pipeline parallelism for the "
+            "weights —, keep it in lower precision (bf16 weights, an 8-bit optimizer), or "
+            f"offload the optimizer state to the CPU — saves {human_bytes(saving)} ({model})",
+            saving, model)
+    if ATTENTION_SCORE_OPS.match(op):
+        return Remedy(
+            "attention scores",
+            f"attention scores, most likely (unfused attention materialises them, [batch × "
+            f"heads, seq, seq], through {op}): fused attention — torch.nn.functional."
+            f"scaled_dot_product_attention with the flash or memory-efficient kernel — never "
+            f"keeps them, freeing these {human_bytes(nbytes)}", nbytes,
+            "fused attention never materialises the scores")
+    if ph == "optimizer":
+        if many:
+            saving, model = _sharded(nbytes, replicas, "optimizer state", "ZeRO-1")
+            text = ("optimizer state: shard it over the data-parallel ranks (ZeRO-1, or "
+                    "FSDP)")
+        else:
+            saving, model = nbytes, "offloaded to the CPU, none of it stays on the device"
+            text = "optimizer state: offload it to the CPU, or use an 8-bit optimizer"
+        return Remedy("optimizer state", f"{text} — saves {human_bytes(saving)} ({model})",
+                      saving, model)
+    if ph == "backward":
+        if many:
+            saving, model = _sharded(nbytes, replicas, "gradients", "ZeRO-2 or FSDP")
+            text = "gradients: shard them over the data-parallel ranks (ZeRO-2, FSDP)"
+        else:
+            saving, model = nbytes, "each gradient freed once its parameter is updated"
+            text = ("gradients: apply the optimizer in the backward (per-parameter "
+                    "post-accumulate-grad hooks) so each gradient is freed once used")
+        return Remedy("gradients", f"{text} — saves {human_bytes(saving)} ({model})",
+                      saving, model)
+    if ph == "forward":
+        saving, model = nbytes / 2, "halving the microbatch halves the activations"
+        return Remedy(
+            "activations", "activations kept for the backward: activation recomputation "
+            "(torch.utils.checkpoint; full recomputation keeps only each block's input), a "
+            "smaller microbatch, or sequence/context parallelism to split the sequence — "
+            f"halving the microbatch saves {human_bytes(saving)}", saving, model)
+    return Remedy(
+        "unknown", f"made by {op} in the step itself, outside the model's forward, backward "
+        "and the optimizer (no module or range covers it): the batch, a buffer, a workspace or "
+        "a cache. The trace does not say which: profile with with_stack=True (the Python line "
+        "that made it) or take a memory snapshot (torch.cuda.memory._record_memory_history) "
+        "whose frames name it; then make it once before the loop and reuse it, or free it "
+        "after its last use", None, "none: what the memory is is not in the trace")
 
 
 def _top_live(live: pd.DataFrame, rank: int, device: str):
     if live is None or live.empty:
         return None
     mine = live[(live["rank"] == rank) & (live["device"] == device)
-                & ~live["operator"].isin(["(other)", "(before the trace)"])]
+                & (live["operator"] != "(other)")]
     if mine.empty:
         return None
     return mine.sort_values("bytes", ascending=False).iloc[0]
 
 
-def largest(main: pd.DataFrame, live: pd.DataFrame) -> Finding | None:
+def largest(main: pd.DataFrame, live: pd.DataFrame, replicas: int | None = None
+            ) -> Finding | None:
     if main.empty:
         return None
     row = main.sort_values("peak_allocated_bytes", ascending=False).iloc[0]
@@ -342,29 +466,33 @@ def largest(main: pd.DataFrame, live: pd.DataFrame) -> Finding | None:
             float(top["bytes"]) < MIN_LARGEST_BYTES:
         return None
     share = float(top["bytes"]) / peak
-    title = (f"{_what(top)} holds {human_bytes(top['bytes'])} ({share:.0%}) of rank "
-             f"{int(row['rank'])}'s {human_bytes(peak)} peak on {row['device']}")
-    # Severity against the device's memory where it is known (a block that is most of a
-    # small peak on a device with room to spare is no emergency), else against the peak.
     total = _num(row.get("device_total_bytes"))
-    basis, of = (total, "the device's memory") if total else (peak, "the peak (the device's "
-                                                                    "memory is not known)")
+    if top["operator"] == BEFORE_TRACE and total and total - peak > ROOMY_HEADROOM * total:
+        return None     # the model's state, on a run that leaves most of its device free
+    what = "Memory allocated before the trace began" if top["operator"] == BEFORE_TRACE \
+        else _what(top)
+    title = (f"{what} holds {human_bytes(top['bytes'])} ({share:.0%}) "
+             f"of rank {int(row['rank'])}'s {human_bytes(peak)} peak on {row['device']}")
+    fix = remedy_of(top, replicas)
+    saving = fix.saving_bytes if fix.saving_bytes is not None else float(top["bytes"])
     return _finding("largest-allocator", "all", title,
                     {"rank": int(row["rank"]), "device": row["device"], "step": int(top["step"]),
                      "operator": top["operator"], "module": top.get("module"),
-                     "annotation": top.get("annotation"), "bytes": float(top["bytes"]),
-                     "blocks": _num(top.get("blocks")), "share": share, "peak_bytes": peak,
-                     "severity_of": of},
-                    _remedy_of(top), float(top["bytes"]), peak,
-                    "none of these blocks live at the peak",
-                    severity=_severity(float(top["bytes"]), basis),
+                     "annotation": top.get("annotation"), "phase": top.get("phase"),
+                     "bytes": float(top["bytes"]), "blocks": _num(top.get("blocks")),
+                     "share": share, "peak_bytes": peak, "made_by": fix.made_by,
+                     "remedy_model": fix.model, "data_parallel_ranks": replicas},
+                    fix.text, saving, peak,
+                    "none of these blocks live at the peak" if fix.saving_bytes is None
+                    else fix.model,
                     cites=[cite("memory_live", rank=row["rank"], step=top["step"],
                                 device=str(row["device"]), operator=top["operator"]),
-                           *_device(row)])
+                           *_device(row)],
+                    device_total=total)
 
 
 def memory_findings(devices: pd.DataFrame, live: pd.DataFrame, snapshots: list[dict],
-                    stage_of: dict[int, int]) -> list[Finding]:
+                    stage_of: dict[int, int], *, replicas: int | None = None) -> list[Finding]:
     """Every memory finding (module docstring), ``near-oom`` first, then by peak saving. A
     growing rank explains what its growth causes: an imbalance whose largest stage or rank
     holds it, and a largest allocator on it, are symptoms of ``memory-growth``, not findings
@@ -372,14 +500,14 @@ def memory_findings(devices: pd.DataFrame, live: pd.DataFrame, snapshots: list[d
     main = main_devices(devices)
     out = []
     if not main.empty or snapshots:
-        f = near_oom(main, snapshots, live)
+        f = near_oom(main, snapshots, live, replicas)
         if f:
             out.append(f)
     if main.empty:
         return out
     grow = growth(main)
     rest = [f for f in (fragmentation(main),) if f is not None]
-    imb, big = imbalance(main, stage_of), largest(main, live)
+    imb, big = imbalance(main, stage_of), largest(main, live, replicas)
     if grow is not None:
         rest.append(grow)
         growing = set(grow.evidence["ranks"])

@@ -355,20 +355,22 @@ def live_tables(report: RunReport, rank: int) -> list[Table]:
         rows_of = mine[mine["device"] == device]
         step = int(rows_of["step"].iloc[0])
         rows = [[device, _cell(r["operator"]), _cell(r["module"] or "—"),
-                 _cell(r["annotation"] or "—"), human_bytes(r["bytes"]),
+                 _cell(r["annotation"] or "—"), _cell(r["phase"] if isinstance(r.get("phase"), str) else "—"),
+                 human_bytes(r["bytes"]),
                  "—" if r["blocks"] != r["blocks"] else int(r["blocks"]),
                  fmt(None if r["share"] != r["share"] else 100 * r["share"], 1)]
                 for _, r in rows_of.iterrows()]
         kind = KIND_TEXT.get(device_kind(device), device_kind(device))
         out.append(Table("memory-live-table" if device == devices[0] else
                          f"memory-live-table-{device.replace(':', '-')}",
-                         ["device", "operator", "module", "range", "bytes", "blocks",
+                         ["device", "operator", "module", "range", "phase", "bytes", "blocks",
                           f"share of {device}'s peak %"], rows,
                          caption=f"{kind} · {device}: the blocks live at rank {rank}'s largest "
                                  f"peak on this device (step {step}), grouped by the operator "
                                  f"that allocated them, the module (with with_modules / "
                                  f"with_stack) and the user range (a microbatch's forward, the "
-                                 f"optimizer's step) it ran in; each share is of this device's "
+                                 f"optimizer's step) it ran in, and the phase of the step that made "
+                                 f"it (forward, backward, optimizer); each share is of this device's "
                                  f"own peak. '(before the trace)': bytes live then that the "
                                  f"trace never saw allocated.", left=4))
     return out
