@@ -30,6 +30,15 @@ def pytest_configure(config):
             "MESHSCOPE_REQUIRE_CORPUS to skip the tests that read it)")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def run_index_in_tmp(tmp_path_factory):
+    """Every report the suite writes is registered (``meshscope analyze``, issue 50) in an
+    index under the session's tmp folder, never the user's cache (``MESHSCOPE_INDEX``; the
+    CLI's subprocesses inherit it)."""
+    os.environ["MESHSCOPE_INDEX"] = str(tmp_path_factory.mktemp("index") / "index.sqlite")
+    yield
+
+
 def meshscope(*args, timeout=600, check=False, env=None) -> subprocess.CompletedProcess:
     """Run ``meshscope ARGS`` in a fresh interpreter (``env``: variables to add); returns the
     completed process."""

@@ -212,12 +212,16 @@ def ensure_report(path, target, flags: AnalysisFlags):
               help="Report directory (default: PATH/report; for a file analysed alone, "
                    "such as a memory snapshot, PATH.report beside it).")
 @click.option("--json", "as_json", is_flag=True, help="Print summary.json instead of text.")
+@click.option("--index", "index_path", default=None, type=click.Path(dir_okay=False),
+              help="Register the report in this index (default: $MESHSCOPE_INDEX, else "
+                   "~/.cache/meshscope/index.sqlite; docs/history.md).")
 @analysis_flags
-def analyze(path, out, as_json, **flags):
+def analyze(path, out, as_json, index_path, **flags):
     """Analyse a run directory or any folder of Kineto traces."""
     parsed = analysis_options(flags)
     target = report_dir(path, out)
     done = ensure_report(path, target, parsed)
+    _register(target, index_path)
     summary = done.summary
     verb = "unchanged (its inputs are; --no-cache computes it afresh)" if done.reused \
         else "written"
@@ -231,6 +235,16 @@ def analyze(path, out, as_json, **flags):
             click.echo(f"meshscope: warning: {printable(p)}", err=True)
         click.echo(render(summary))
         click.echo(f"\nreport {verb}: {printable(target)}")
+
+
+def _register(target: pathlib.Path, index_path: str | None) -> None:
+    """The finished report into the index of runs (``meshscope.history.index``); a report
+    that cannot be registered is said on stderr and does not fail the analysis."""
+    from meshscope.history.index import register_report
+
+    why = register_report(target, pathlib.Path(index_path) if index_path else None)
+    if why:
+        click.echo(f"meshscope: note: not registered in the index: {why}", err=True)
 
 
 COMMANDS = (analyze,)
