@@ -57,7 +57,7 @@ BUILDERS = {"overview": overview.sections, "gpu": device.sections,
             "communication": communication.sections, "stragglers": stragglers.sections,
             "timeline": timeline.sections, "health": health.sections}
 # Which pickers each page offers.
-PICKERS = {"pipeline": ("step",), "timeline": ("step",), "overview": ("color",),
+PICKERS = {"pipeline": ("step",), "timeline": ("step", "rank"), "overview": ("color",),
            "gpu": ("rank",), "memory": ("rank",)}
 
 
@@ -110,8 +110,10 @@ def _pickers(ctx: PageContext) -> list:
                 style={"width": "120px", "display": "inline-block", "verticalAlign": "middle"})],
                 style={"marginRight": "24px"}))
         if kind == "rank" and len(rep.ranks) > 1 and (
-                device.is_gpu(rep) if state.page == "gpu" else memory.has_memory(rep)):
-            focus = device.focus_rank(ctx) if state.page == "gpu" else memory.focus_rank(ctx)
+                device.is_gpu(rep) if state.page == "gpu" else
+                memory.has_memory(rep) if state.page == "memory" else True):
+            focus = memory.focus_rank(ctx) if state.page == "memory" else \
+                device.focus_rank(ctx)
             out.append(html.Label(["rank ", dcc.Dropdown(
                 id="rank-select", options=[{"label": rank_label(r, rep), "value": r}
                                            for r in rep.ranks],
@@ -262,22 +264,33 @@ class _Pages:
             id="page-error", style=S.WARN)], False
 
 
-def _register_url_controls(app: Dash) -> None:
-    """The controls that write the view into the URL: the step, colour and rank pickers, and
-    a click on a rank's bar or mesh cell (``rank=R``)."""
-    def _rewrite(key):
-        def update(value, pathname, search):
-            state = st.parse(pathname, search)
-            if value is None or getattr(state, key) == value or not callback_context.triggered:
-                return no_update
-            return state.query(**{key: value})
-        return update
+# A picker's choice replaces the URL's entry in the browser's history instead of adding one
+# (Dash's Location only pushes): the page's own state is not a page to go Back to, so Back
+# leaves the page in one press. The Location hears the change through the event its own
+# links raise, and the page callback draws the new view.
+REPLACE_QUERY = """
+function(value) {
+    const nu = window.dash_clientside.no_update;
+    if (value === null || value === undefined) { return nu; }
+    const url = new URL(window.location.href);
+    if (url.searchParams.get("%s") === String(value)) { return nu; }
+    url.searchParams.set("%s", value);
+    window.history.replaceState(window.history.state, "", url.pathname + url.search + url.hash);
+    window.dispatchEvent(new CustomEvent("_dashprivate_pushstate"));
+    return nu;
+}
+"""
 
+
+def _register_url_controls(app: Dash) -> None:
+    """The controls that write the view into the URL: the step, colour and rank pickers (in
+    the browser, replacing the history entry: ``REPLACE_QUERY``), and a click on a rank's bar
+    or mesh cell (``rank=R``)."""
     for key, component in (("step", "step-select"), ("color", "color-select"),
                            ("rank", "rank-select")):
-        app.callback(Output("url", "search", allow_duplicate=True),
-                     Input(component, "value"), State("url", "pathname"),
-                     State("url", "search"), prevent_initial_call=True)(_rewrite(key))
+        app.clientside_callback(REPLACE_QUERY % (key, key),
+                                Output(component, "className"), Input(component, "value"),
+                                prevent_initial_call=True)
 
     @app.callback(Output("url", "search", allow_duplicate=True),
                   Input("breakdown-graph", "clickData"), Input("mesh-graph", "clickData"),

@@ -106,7 +106,17 @@ class Link:
     before: str = ""
 
 
-Item = Union[Figure, Table, Grid, Note, Facts, Link]
+@dataclasses.dataclass
+class Search:
+    """A box to search the figure ``target`` by name (the dashboard's text input, its
+    matches said in ``<id>-result``; the page registers what a search does). The static
+    report, with no server and no callback behind it, leaves it out."""
+    id: str
+    target: str
+    placeholder: str = "search by name"
+
+
+Item = Union[Figure, Table, Grid, Note, Facts, Link, Search]
 
 
 @dataclasses.dataclass
@@ -313,6 +323,12 @@ def _dash_item(item: Item):
                          for k, v in item.items], id=item.id, style={"margin": "4px 0"})
     if isinstance(item, Link):
         return html.P([item.before, html.A(item.text, href=item.href, id=item.id)])
+    if isinstance(item, Search):
+        return html.Div([dcc.Input(id=item.id, type="search", debounce=True,
+                                   placeholder=item.placeholder,
+                                   style={"width": "320px", "marginRight": "12px"}),
+                         html.Span(id=f"{item.id}-result", style=NOTE)],
+                        style={"margin": "6px 0"})
     raise TypeError(type(item))
 
 
@@ -368,7 +384,7 @@ def _html_item(item: Item) -> str:
     if isinstance(item, Facts):
         return f'<div id="{_esc(item.id)}" class="facts">' + "".join(
             f"<span><b>{_esc(k)}:</b> {_esc(v)}</span>" for k, v in item.items) + "</div>"
-    if isinstance(item, Link):
+    if isinstance(item, (Link, Search)):
         return ""
     raise TypeError(type(item))
 

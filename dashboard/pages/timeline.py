@@ -20,23 +20,63 @@ Chrome/Perfetto trace to download (``/export/perfetto?run=ID``, ``meshscope expo
 - ``?rank=R`` marks rank R's lane across the whole figure (an outlined band behind the bars,
   and the lane's label in bold).
 
-Segments are kept per run and step (``_CACHE``) while the report is unchanged.
+- ``timeline-events-graph``: one rank's trace in the step (``?rank=R``, else the first
+  rank), a lane per CPU thread and GPU stream, every event with its name on hover (kernels,
+  operators, collectives with their collective), nested events drawn one level down in their
+  lane, and an arrow from each host launch to the GPU work it launched (the trace's
+  correlation ids). The events are read from the rank's trace (``analysis/timeline/
+  named_lanes.py``; through the analysis' parquet cache where there is one), never from the
+  report, moved by the rank's applied clock offset onto the step's axis; only the
+  ``named_lanes.MAX_EVENTS`` longest of a step are drawn (the others are narrower than a pixel
+  at that scale: the note says how many) and the Perfetto download has every one. A trace
+  larger than ``TRACE_BYTES_LIMIT`` on disk is not read here (the note says so). The static
+  report, made of the report's tables alone, leaves this figure out.
+- ``timeline-search``: a name typed there dims every event of the events figure that does
+  not hold it (case-insensitive) and says how many match and the first (a clientside
+  callback: nothing is asked of the server).
+- Both figures show the whole step from its window's start (0: the earliest rank's step
+  start, the table's own origin) to its end (``step_extent_us``), so time at the start of a
+  step with nothing drawn — a data loader the GPU waits for — shows as the gap it is, not
+  cut away by the axis' autorange.
+
+Segments are kept per run and step (``_CACHE``) while the report is unchanged, the rank's
+events per run, rank and step (``_EVENTS``).
 """
 from __future__ import annotations
 
+import logging
+import pathlib
 import threading
 
+import dash
 import pandas as pd
 import plotly.graph_objects as go
+from dash import Input, Output, State
 
+from meshscope.analysis.crossrank import clocks
+from meshscope.analysis.errors import InputError
+from meshscope.analysis.ingest.events import RankTrace, load_trace
+from meshscope.analysis.ingest.rank_naming import name_rank
 from meshscope.analysis.report import reader
+from meshscope.analysis.report.inputs import find_traces
+from meshscope.analysis.timeline import named_lanes
+from meshscope.collectors import run_dir as rd
 
-from ..sections import Facts, Figure, Link, Note, Section
+from ..sections import Facts, Figure, Link, Note, Search, Section
 from .common import COLOURS, absent, lanes_layout, PageContext, pick_step, rank_label
 
+log = logging.getLogger("meshscope.dashboard")
+
 MAX_ARROWS = 24
+MAX_FLOWS = 600              # launch → GPU arrows drawn (the earliest); the rest are in Perfetto
+TRACE_BYTES_LIMIT = 256 << 20   # a trace file larger than this is not read by the page
 _CACHE: dict[tuple, tuple[pd.DataFrame, list, dict]] = {}
+_EVENTS: dict[tuple, object] = {}
 _LOCK = threading.Lock()
+# Colours of the events figure by the event table's kind: compute and communication as on the
+# segments above; the rest in greys and browns.
+EVENT_COLOURS = {"compute": COLOURS["compute"], "communication": COLOURS["comm"],
+                 "memory": "#9D755D", "annotation": "#D8B5A5", "other": "#BAB0AC"}
 
 
 def _from_report(ctx: PageContext, step: int):
@@ -50,7 +90,8 @@ def _from_report(ctx: PageContext, step: int):
     dim = seg["dim"].astype("string").fillna("")
     kind = seg["kind"].where(~((seg["kind"] == "comm") & (dim != "")), "comm " + dim)
     out = pd.DataFrame({"rank": seg["rank"].astype(int), "kind": kind,
-                        "start_us": seg["start_us"], "end_us": seg["end_us"]})
+                        "start_us": seg["start_us"], "end_us": seg["end_us"],
+                        "step_start_us": seg["step_start_us"]})
     cause = pd.to_numeric(seg["cause"], errors="coerce")
     waits = seg[(seg["kind"] == "wait") & (cause >= 0) & (cause != seg["rank"])]
     waits = waits.assign(_len=waits["end_us"] - waits["start_us"]).nlargest(MAX_ARROWS, "_len")
@@ -78,7 +119,8 @@ def _segments(ctx: PageContext, step: int):
     return out
 
 
-def timeline_figure(ctx: PageContext, seg: pd.DataFrame, arrows: list, step: int) -> go.Figure:
+def timeline_figure(ctx: PageContext, seg: pd.DataFrame, arrows: list, step: int,
+                    end_us: float | None = None) -> go.Figure:
     ranks = sorted(seg["rank"].unique())
     label = {r: rank_label(int(r), ctx.report) for r in ranks}
     order = [label[r] for r in ranks]
@@ -115,9 +157,191 @@ def timeline_figure(ctx: PageContext, seg: pd.DataFrame, arrows: list, step: int
                            arrowhead=2, arrowwidth=1.2, arrowcolor="#333", text="")
     lanes_layout(fig, f"Step {step} on the aligned clock",
                  "ms from the earliest rank's step start", order, 34)
+    if end_us is not None:         # the whole step, from its window's start
+        fig.update_xaxes(range=[0, end_us / 1e3])
     if ctx.state.rank in label:    # ?rank=R: that rank's lane marked across the figure
         _highlight(fig, order, label[ctx.state.rank])
     return fig
+
+
+def step_extent_us(ctx: PageContext, seg: pd.DataFrame, step: int) -> float:
+    """The end of the step on the segments' axis (µs from the earliest rank's step start):
+    the later of the last segment's end and the longest rank's step window (the breakdown's
+    ``window_us``), so the axis holds the whole step, its empty start and end included."""
+    bd = ctx.report.table("breakdown")
+    windows = pd.to_numeric(bd.loc[bd["step"] == step, "window_us"], errors="coerce").dropna()
+    ends = [float(seg["end_us"].max())] if len(seg) else []
+    return max(ends + ([float(windows.max())] if len(windows) else []) + [0.0])
+
+
+def _rank_trace_file(path: pathlib.Path, rank: int) -> pathlib.Path | None:
+    """The trace file of ``rank`` among the run's: the one whose name gives that rank, else
+    the only one; None when neither settles it (the caller then reads them in turn)."""
+    files = find_traces(path)
+    named = [f for f in files if name_rank(f) == rank]
+    if len(named) == 1:
+        return named[0]
+    return files[0] if len(files) == 1 else None
+
+
+def _load_rank(ctx: PageContext, rank: int) -> RankTrace | str:
+    """The rank's trace (``load_trace``, through the report's parquet cache when the analysis
+    left one), or why it is not read here."""
+    path = ctx.report.entry.path
+    try:
+        found = _rank_trace_file(path, rank)
+        candidates = [found] if found is not None else find_traces(path)[:16]
+    except (InputError, OSError, ValueError) as e:
+        return f"its traces cannot be listed ({e})"
+    cache = rd.ReportDir(ctx.report.report_dir).cache
+    for f in candidates:
+        try:
+            if f.stat().st_size > TRACE_BYTES_LIMIT:
+                return (f"its trace {f.name} is larger than {TRACE_BYTES_LIMIT >> 20} MiB, "
+                        f"more than this page reads")
+            tr = load_trace(f, cache_dir=cache if cache.is_dir() else None)
+        except (InputError, OSError) as e:
+            log.warning("timeline events of %s rank %d: %s", ctx.run_id, rank, e)
+            continue
+        if tr.rank == rank:
+            return tr
+    return f"no trace of rank {rank} could be read"
+
+
+def rank_events(ctx: PageContext, rank: int, step: int, seg: pd.DataFrame,
+                end_us: float) -> named_lanes.NamedEvents | str:
+    """The named events and launch flows of ``rank`` in ``step`` on the segments' axis, or why
+    there are none: the rank's trace moved by its applied clock offset
+    (``clocks.to_aligned_us``) and the step's anchor (``step_start_us``) and cut to
+    [0, ``end_us``)."""
+    key = (str(ctx.report.entry.path), ctx.run_id, ctx.report.mtime_ns, rank, step)
+    with _LOCK:
+        if key in _EVENTS:
+            return _EVENTS[key]  # type: ignore[return-value]
+    anchor = pd.to_numeric(seg["step_start_us"], errors="coerce").dropna() \
+        if "step_start_us" in seg.columns else pd.Series(dtype=float)
+    if anchor.empty:
+        out: object = "the report's timeline table has no step anchor (re-run `meshscope " \
+                      "analyze`)"
+    else:
+        tr = _load_rank(ctx, rank)
+        if isinstance(tr, str):
+            out = tr
+        else:
+            applied = {c.rank: c.applied_us
+                       for c in reader.clock_offsets(ctx.report.table("clock_offsets"))}
+            # event time on the step's axis = aligned time − the step's start
+            shift = -clocks.to_aligned_us(0.0, applied.get(rank, 0.0)) + float(anchor.iloc[0])
+            named = named_lanes.named_events(tr.events, 0.0, end_us, shift_us=shift)
+            out = named
+    with _LOCK:
+        if len(_EVENTS) > 16:
+            _EVENTS.clear()
+        _EVENTS[key] = out
+    return out  # type: ignore[return-value]
+
+
+def events_figure(named: pd.DataFrame, flows: pd.DataFrame, who: str, step: int,
+                  end_us: float) -> go.Figure:
+    """The rank's lanes (``named_lanes.lane_order``: CPU threads, then GPU streams), each event
+    a bar with its name on hover, nested events one level down in their lane; the launch →
+    GPU arrows as one line trace."""
+    order = [named_lanes.lane_label(x) for x in named_lanes.lane_order(named["lane"])]
+    levels = named.groupby("lane_label")["depth"].max().clip(upper=5) + 1
+    fig = go.Figure()
+    kinds = [k for k in EVENT_COLOURS if k in set(named["kind"])] + \
+        sorted(set(named["kind"]) - set(EVENT_COLOURS))
+    for kind in kinds:
+        g = named[named["kind"] == kind]
+        n = g["lane_label"].map(levels).to_numpy()
+        d = g["depth"].clip(upper=5).to_numpy()
+        width = 0.84 / n
+        fig.add_bar(name=kind, orientation="h", y=g["lane_label"].tolist(),
+                    base=(g["start_us"] / 1e3).round(4).tolist(),
+                    x=((g["end_us"] - g["start_us"]) / 1e3).round(4).tolist(),
+                    # depth 0 at the top of the lane (the category axis runs upwards)
+                    offset=(0.42 - (d + 1) * width).round(4).tolist(),
+                    width=width.round(4).tolist(),
+                    marker_color=EVENT_COLOURS.get(kind, "#79706E"), marker_line_width=0,
+                    customdata=g["name"].tolist(), meta="named",
+                    hovertemplate="%{customdata}<br>%{y} · " + kind +
+                                  "<br>%{base:.3f} ms, %{x:.4f} ms long<extra></extra>")
+    if not flows.empty:
+        f = flows.head(MAX_FLOWS)
+        xs, ys = [], []
+        for r in f.itertuples():
+            xs += [r.launch_us / 1e3, r.gpu_us / 1e3, None]
+            ys += [named_lanes.lane_label(r.launch_lane), named_lanes.lane_label(r.gpu_lane),
+                   None]
+        fig.add_scatter(name="launch → GPU", mode="lines", x=xs, y=ys, hoverinfo="skip",
+                        line={"color": "rgba(80, 80, 80, 0.35)", "width": 1})
+    lanes_layout(fig, f"{who} in step {step}: its threads and streams, by name",
+                 "ms from the earliest rank's step start", order, 46)
+    fig.update_layout(bargap=0, hoverlabel={"namelength": -1})
+    fig.update_xaxes(range=[0, end_us / 1e3])
+    return fig
+
+
+def _events_items(ctx: PageContext, seg: pd.DataFrame, step: int, end_us: float) -> list:
+    ranks = sorted(int(r) for r in seg["rank"].unique())
+    rank = ctx.state.rank if ctx.state.rank in ranks else ranks[0]
+    who = rank_label(rank, ctx.report)
+    got = rank_events(ctx, rank, step, seg, end_us)
+    if isinstance(got, str):
+        return [Note("timeline-events-none", f"{who}'s events are not drawn here: {got}. The "
+                                             f"Perfetto download below holds them.")]
+    named, flows = got, got.flows
+    if named.events.empty:
+        return [Note("timeline-events-none", f"{who}'s trace has no event in step {step}.")]
+    more = [f"only its {len(named.events)} longest events are drawn: {named.dropped} shorter "
+            f"ones (narrower than a pixel at this scale) are in the Perfetto download"] \
+        if named.dropped else []
+    if len(flows) > MAX_FLOWS:
+        more.append(f"the first {MAX_FLOWS} of its {len(flows)} launch → GPU arrows are drawn")
+    caption = (f"{who}'s trace in step {step} (?rank=R shows another rank): a lane per CPU "
+               "thread and GPU stream, nested events one level down, grey lines from each "
+               "launch to the GPU work it launched; hover an event for its name, zoom by "
+               "dragging. " + (_sentence("; ".join(more)) if more else ""))
+    return [Search("timeline-search", "timeline-events-graph",
+                   "search events by name (kernel, operator, collective)"),
+            Figure("timeline-events-graph",
+                   events_figure(named.events, flows, who, step, end_us), caption)]
+
+
+def _sentence(text: str) -> str:
+    return text[:1].upper() + text[1:] + "."
+
+
+# The search box: every bar of the events figure whose name does not hold the text (any case)
+# dimmed; the matches counted and the first named. In the browser only.
+dash.clientside_callback(
+    """
+    function(text, fig) {
+        const nu = window.dash_clientside.no_update;
+        if (!fig || !fig.data) { return [nu, ""]; }
+        const q = (text || "").trim().toLowerCase();
+        let n = 0, first = null;
+        const data = fig.data.map(t => {
+            if (t.meta !== "named") { return t; }
+            const op = (t.customdata || []).map((name, i) => {
+                const hit = q !== "" && String(name).toLowerCase().includes(q);
+                if (hit) {
+                    n += 1;
+                    if (first === null || t.base[i] < first[1]) { first = [name, t.base[i]]; }
+                }
+                return q === "" || hit ? 1 : 0.12;
+            });
+            return Object.assign({}, t, {marker: Object.assign({}, t.marker, {opacity: op})});
+        });
+        const said = q === "" ? "" : n === 0 ? `no event holds “${text}”` :
+            `${n} event${n === 1 ? "" : "s"} hold “${text}”; the first: ${first[0]} at ` +
+            `${first[1].toFixed(3)} ms`;
+        return [Object.assign({}, fig, {data: data}), said];
+    }
+    """,
+    Output("timeline-events-graph", "figure"), Output("timeline-search-result", "children"),
+    Input("timeline-search", "value"), State("timeline-events-graph", "figure"),
+    prevent_initial_call=True)
 
 
 # Grey, not yellow: the bubble is yellow, and a marked lane must not read as one.
@@ -155,10 +379,15 @@ def sections(ctx: PageContext) -> list[Section]:
         return [Section("Timeline", [Note("timeline-none", f"No trace holds step {step}."),
                                      export])]
     moved = {r: a for r, a in applied.items() if a}
-    items = [Figure("timeline-graph", timeline_figure(ctx, seg, arrows, step),
+    end_us = step_extent_us(ctx, seg, step)
+    items = [Figure("timeline-graph", timeline_figure(ctx, seg, arrows, step, end_us),
                     "Arrows run, at the end of a wait, from the rank the dependency graph "
                     "charges it to into the rank that waited." if arrows else None),
              Facts("clock-applied", [("clocks moved", ", ".join(
                  f"rank {r} by {a / 1e3:.3f} ms" for r, a in sorted(moved.items())) or
                  "none (every offset within its uncertainty)")]), export]
-    return [Section(f"Step {step}", items)]
+    if ctx.state.static:    # the static report is the report's tables alone: no trace read
+        return [Section(f"Step {step}", items)]
+    return [Section(f"Step {step}", items),
+            Section("Threads and streams, by name", _events_items(ctx, seg, step, end_us),
+                    id="timeline-events")]
