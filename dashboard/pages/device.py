@@ -49,12 +49,17 @@ IDLE_COLOURS = {"dataloader": "#F58518", "sync": "#B279A2", "wait_rank": "#E4575
                 "startup": "#9D755D", "launch": "#72B7B2", "cpu": "#54A24B", "queued": "#EECA3B",
                 "other": "#BAB0AC"}
 # step_categories.parquet's categories (the plugin's names), in its priority order.
+# The plugin's "Communication" is its own category (a communication kernel running with no
+# compute kernel), not the overview's exposed communication (the breakdown's M \ C \ B): it is
+# named as a category, drawn hatched in a colour no "exposed"/"comm" bar uses, and the page
+# says both numbers where they differ (``category_note``).
 STEP_CATEGORIES = {"kernel": "Kernel", "memcpy": "Memcpy", "memset": "Memset",
-                   "communication": "Communication", "runtime": "Runtime",
+                   "communication": "Communication (category)", "runtime": "Runtime",
                    "dataloader": "DataLoader", "cpu_exec": "CPU Exec", "other": "Other"}
 CATEGORY_COLOURS = {"kernel": "#4C78A8", "memcpy": "#9D755D", "memset": "#D8B5A5",
-                    "communication": "#E45756", "runtime": "#72B7B2",
+                    "communication": "#F4A582", "runtime": "#72B7B2",
                     "dataloader": "#F58518", "cpu_exec": "#54A24B", "other": "#BAB0AC"}
+CATEGORY_PATTERNS = {"communication": "/"}
 NAME_CHARS = 70          # kernel names and call sites longer than this are cut
 # Namespaces a cut kernel name can do without (the tooltip keeps the whole name).
 NAMESPACES = re.compile(r"at::native::|at::detail::|c10::|\(anonymous namespace\)::")
@@ -256,6 +261,7 @@ def categories_figure(report: RunReport, rank: int) -> go.Figure | None:
             continue
         fig.add_bar(name=label, x=x, y=(mine[col] / 1e3).round(4).tolist(),
                     marker_color=CATEGORY_COLOURS[key],
+                    marker_pattern_shape=CATEGORY_PATTERNS.get(key, ""),
                     hovertemplate=f"%{{x}}<br>{label}: %{{y:.2f}} ms<extra></extra>")
     fig.update_layout(**LAYOUT, barmode="stack", height=400,
                       title=f"Each profiled step of {rank_label(rank, report)} in the "
@@ -263,6 +269,33 @@ def categories_figure(report: RunReport, rank: int) -> go.Figure | None:
                       yaxis_title="ms per step", xaxis={"type": "category"},
                       legend={"traceorder": "reversed"})
     return fig
+
+
+def category_note(report: RunReport, rank: int) -> Note | None:
+    """Where the plugin's Communication category and the breakdown's exposed communication of
+    ``rank`` differ in a profiled step (by more than 1 µs): one sentence giving both, each
+    named by what it measures — two quantities (docs/metrics.md), never one number drawn
+    twice. None where they agree or either is missing."""
+    cats = report.table("step_categories")
+    bd = report.table("breakdown")
+    both = cats[cats["rank"] == rank][["step", "communication_us"]].merge(
+        bd[bd["rank"] == rank][["step", "exposed_comm_us"]], on="step")
+    both = both.dropna()
+    differ = both[(both["communication_us"] - both["exposed_comm_us"]).abs() > 1.0]
+    if differ.empty:
+        return None
+    r = differ.iloc[0]
+    more = f" (and in {len(differ) - 1} other profiled step{'s' if len(differ) > 2 else ''})" \
+        if len(differ) > 1 else ""
+    return Note("categories-vs-exposed",
+                f"Two different quantities: Communication (category) here is the TensorBoard "
+                f"plugin's — time a communication kernel runs while no compute kernel, copy "
+                f"or memset does, in the plugin's step window — "
+                f"{r['communication_us'] / 1e3:.2f} ms in step {int(r['step'])}{more}; the "
+                f"overview's exposed communication is the step breakdown's — communication "
+                f"that neither compute nor the pipeline bubble hides, in the breakdown's "
+                f"step window — {r['exposed_comm_us'] / 1e3:.2f} ms in that step "
+                f"(docs/metrics.md).")
 
 
 def kernels_table(report: RunReport, rank: int) -> Table | Note | None:
@@ -394,13 +427,16 @@ def sections(ctx: PageContext) -> list[Section]:
         return out
     who = rank_label(rank, rep)
     cats = categories_figure(rep, rank)
+    differ = category_note(rep, rank)
     out.append(Section(f"Step categories · {who}", [
         Figure("categories-graph", cats, "The former TensorBoard profiler plugin's split of "
                "each step: Kernel where a compute kernel runs, else Memcpy, Memset, "
-               "Communication, Runtime (the host in a CUDA runtime call), DataLoader, CPU "
+               "Communication (the plugin's category: a communication kernel and no compute "
+               "kernel; hatched), Runtime (the host in a CUDA runtime call), DataLoader, CPU "
                "Exec, Other; the parts add up to the step's device window.")
         if cats is not None else absent(ctx, "step_categories", "categories-none",
-                                        "step categories table")]))
+                                        "step categories table")] +
+        ([differ] if differ is not None and cats is not None else [])))
     kt = kernels_table(rep, rank)
     kc = kernel_categories_table(rep, rank)
     out.append(Section(f"Kernels · {who}", [
