@@ -183,6 +183,7 @@ def test_plan_command_for_a_7b_model(tmp_path):
     path = tmp_path / "llama.json"
     path.write_text(json.dumps(LLAMA2_7B))
     proc = meshscope("plan", "--model-json", path, "--world", 8, "--dp-modes", "ddp,zero1",
+                     "--microbatches", 4, "--recompute", "none",   # nothing searched
                      "--precision", "mixed", "--framework", "torch", "--global-batch", 64,
                      "--seq-len", 2048,
                      "--device", "H100", "--device-memory-gb", 80, "--json", check=True)

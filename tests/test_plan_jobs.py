@@ -129,12 +129,13 @@ def test_custom_device_from_toml_and_flags(tmp_path):
     assert dev.source("peak_bf16") == str(toml) and dev.source("peak_fp8") == \
         H100.source("peak_fp8")
     p = plan_json("--model-json", LLAMA70B, "--world", 64, "--device-file", toml,
-                  "--layouts", "dp=8,tp=8", "--global-batch", 64, "--seq-len", 4096)
+                  "--layouts", "dp=8,tp=8", "--global-batch", 64, "--seq-len", 4096,
+                  "--microbatches", 4, "--dp-modes", "ddp", "--recompute", "none")
     values = {v["value"]: v for v in p["device"]}
     assert values["memory"]["is"] == "95 GiB" and values["memory"]["source"] == str(toml)
     flags = plan_json("--model-json", LLAMA70B, "--world", 64, "--bf16-tflops", 500,
                       "--device-memory-gb", 48, "--memory-tbps", 1.5, "--layouts",
-                      "dp=8,tp=8", "--global-batch", 64, "--seq-len", 4096)
+                      "dp=8,tp=8", "--global-batch", 64, "--seq-len", 4096, "--microbatches", 4, "--dp-modes", "ddp", "--recompute", "none")
     values = {v["value"]: v for v in flags["device"]}
     assert values["peak bf16"] == {"value": "peak bf16", "is": "500 TFLOP/s",
                                    "source": "--bf16-tflops"}
@@ -352,7 +353,7 @@ def test_deepep_dispatch_is_faster_only_across_nodes():
     The copies are shown as terms."""
     common = ("--model-json", MODELS / "deepseek-v3.json", "--seq-len", 4096,
               "--framework", "torch", "--device", "H100", "--recompute", "full",
-              "--moe-routing", "uniform")
+              "--moe-routing", "uniform", "--microbatches", 4, "--dp-modes", "ddp")
 
     def run(world, layout, gbs, dispatcher):
         p = plan_json(*common, "--world", world, "--layouts", layout, "--global-batch", gbs,
@@ -374,7 +375,8 @@ def test_deepep_dispatch_is_faster_only_across_nodes():
 def test_ranking_fitting_first_with_ties_full_names_and_top():
     common = ("--model-json", LLAMA70B, "--world", 64, "--seq-len", 8192, "--global-batch",
               128, "--micro-batch-size", 1, "--dp-modes", "zero1", "--schedules",
-              "1f1b,interleaved-1f1b", "--precision", "fp8", "--device", "H100")
+              "1f1b,interleaved-1f1b", "--precision", "fp8", "--device", "H100",
+              "--recompute", "none")        # every knob pinned: every layout, ranked
     p = plan_json(*common)
     rows = p["rows"]
     fits = [r["fits"] for r in rows]
@@ -403,7 +405,8 @@ def test_explicit_layouts_take_their_microbatches_from_the_microbatch_size():
     p = plan_json("--model-json", LLAMA70B, "--world", 64, "--seq-len", 8192,
                   "--global-batch", 128, "--micro-batch-size", 1, "--dp-modes", "zero1",
                   "--schedules", "interleaved-1f1b", "--virtual-stages", 5, "--precision",
-                  "fp8", "--device", "H100", "--layouts", "dp=2,tp=4,pp=8;dp=4,tp=8,pp=2")
+                  "fp8", "--device", "H100", "--layouts", "dp=2,tp=4,pp=8;dp=4,tp=8,pp=2",
+                  "--recompute", "none")
     got = {r["name"]: r["candidate"]["microbatches"] for r in p["rows"]}
     assert got == {"dp2-tp4-pp8-zero1-interleaved-1f1b-v5-mb64": 64,
                    "dp4-tp8-pp2-zero1-interleaved-1f1b-v5-mb32": 32}

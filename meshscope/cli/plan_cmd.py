@@ -19,6 +19,15 @@ from meshscope.layouts.plan.enumerate import ChoiceError, enumerate_candidates
 from meshscope.layouts.plan.job_candidates import job_candidates
 from meshscope.layouts.plan.job_step import JobOptions, uncertainty_of
 from meshscope.layouts.plan.render import render_plan
+from meshscope.layouts.plan.devices import lookup
+from meshscope.layouts.plan.enumerate import divisors
+from meshscope.layouts.plan.planner import Plan, plan_one, rank
+from meshscope.layouts.plan.search import (FSDP_RECOMPUTE, MIN_CP_TOKENS,
+                                           SEARCHED_RECOMPUTE, SEARCHED_SCHEDULES,
+                                           SEARCHED_VIRTUAL, STYLE_DP_MODES, Knobs, Try, fastest,
+                                           fit_advice, search, searched_dims,
+                                           step_lower_bound_us)
+from meshscope.theory.schedules import SCHEDULES
 from meshscope.layouts.plan.serial import plan_to_dict
 from meshscope.parallel.layout import LayoutError, parse_layout
 from meshscope.vocabulary import PARALLEL_DIMS
@@ -40,10 +49,13 @@ from .plan_inputs import apply_pipeline_options, job_setup, model_spec, training
 @choice_options
 @click.option("--micro-batch-size", type=int, default=None,
               help="Sequences per microbatch: each layout's microbatches = global batch / "
-                   "(dp × this), instead of --microbatches.")
-@click.option("--dp-modes", default="ddp", show_default=True,
-              help="ddp, zero1, zero2, fsdp (comma-separated; zero1 = the distributed "
-                   "optimizer, planning only).")
+                   "(dp × this), instead of --microbatches. A GPU job given neither searches "
+                   "every size from 1 up to what fits.")
+@click.option("--dp-modes", default=None,
+              help="ddp, zero1, zero2, fsdp, fsdp_noreshard (comma-separated; zero1 = the "
+                   "distributed optimizer, planning only; fsdp_noreshard keeps a stage "
+                   "gathered through the step). Default: ddp for the runner; a GPU job "
+                   "searches its style's (all without --style; fsdp: fsdp,fsdp_noreshard).")
 @click.option("--virtual-stages", type=int, default=None,
               help="Stages per pipeline rank for interleaved schedules.")
 @click.option("--stage-layers", default=None,
@@ -70,8 +82,10 @@ from .plan_inputs import apply_pipeline_options, job_setup, model_spec, training
 @click.option("--optimizer-states", type=click.Choice(["fp32", "bf16"]), default="fp32",
               show_default=True, help="The optimizer's moments in fp32 or bf16.")
 @click.option("--recompute", type=click.Choice(["none", "selective", "op", "full"]),
-              default="none", show_default=True,
-              help="Activation recomputation (op: torchtitan's op-level selective).")
+              default=None,
+              help="Activation recomputation (op: torchtitan's op-level selective). Default: "
+                   "none for the runner; a GPU job searches none, selective (op with --style "
+                   "fsdp) and full, keeping each layout's least that fits.")
 @click.option("--attention", type=click.Choice(["flash", "eager"]), default="flash",
               show_default=True, help="eager keeps the s × s scores (Korthikanti's 5as²b).")
 @click.option("--block", type=click.Choice(["llama", "gpt"]), default="llama",
@@ -163,7 +177,9 @@ def plan_cmd(ctx, world, model, model_json, seq_len, dims, layouts, schedules, m
 
     if top is not None and top < 1:
         fail(f"--top {top}: at least 1")
-    training = training_setup(framework, style, precision, optimizer, recompute, attention,
+    searched_recompute = recompute is None
+    training = training_setup(framework, style, precision, optimizer, recompute or "none",
+                              attention,
                               block, offload, fp32_grads, model_json, from_runs, fp8_ops,
                               fp8_recipe, fp8_params, optimizer_states, overlap, fsdp_prefetch,
                               allocator_reserve, capacity_factor, fused, ep_dispatcher,
@@ -202,21 +218,34 @@ def plan_cmd(ctx, world, model, model_json, seq_len, dims, layouts, schedules, m
         rates, comm, notes = cal.rates, cal.comm, cal.notes
     if world is None:
         fail("plan needs --world N (or --from RUN)")
-    cands = _candidates(job, world, spec, dims=dims, schedules=schedules,
-                        microbatches=microbatches, micro_batch_size=micro_batch_size,
-                        dp_modes=dp_modes, global_batch=global_batch, no_sp=no_sp,
-                        layouts=layouts)
-    cands = apply_pipeline_options(cands, virtual_stages, stage_layers, spec.n_layers)
-    cands = _offloadable(cands, training)
     memory_bytes = dev.memory_bytes if dev is not None else (
         device_memory_gb * 2 ** 30 if device_memory_gb else None)
     band, band_source = uncertainty_of(spec, training) if dev is not None else (None, "")
+    options = JobOptions(dp_overlap=dp_overlap, tp_overlap=tp_overlap,
+                         step_overhead_us=overhead_us)
+    knobs = Knobs(micro_batch=not (given("microbatches") or micro_batch_size),
+                  dp_mode=dp_modes is None, recompute=searched_recompute)
+    if job and dev is not None and knobs.any:
+        ask = _Ask(world=world, dims=dims if given("dims") else None,
+                   schedules=schedules if given("schedules") else None,
+                   microbatches=microbatches, micro_batch_size=micro_batch_size,
+                   dp_modes=dp_modes, global_batch=global_batch, no_sp=no_sp, layouts=layouts,
+                   virtual_stages=virtual_stages, stage_layers=stage_layers,
+                   recompute=recompute)
+        p = _searched_plan(spec, training, dev, topo, ask, memory_bytes, options, notes,
+                           band, band_source, style, knobs, top or SHOWN)
+        _print(p, as_json, detail, top or SHOWN)
+        return
+    cands = _candidates(job, world, spec, dims=dims, schedules=schedules,
+                        microbatches=microbatches, micro_batch_size=micro_batch_size,
+                        dp_modes=dp_modes or "ddp", global_batch=global_batch, no_sp=no_sp,
+                        layouts=layouts)
+    cands = apply_pipeline_options(cands, virtual_stages, stage_layers, spec.n_layers)
+    cands = _offloadable(cands, training)
     try:
         p = plan(spec, cands, precision=training.as_precision() if job else training.precision,
                  rates=rates, comm=comm, device_memory_bytes=memory_bytes, notes=notes,
-                 training=training, device=dev, topology=topo,
-                 job_options=JobOptions(dp_overlap=dp_overlap, tp_overlap=tp_overlap,
-                                        step_overhead_us=overhead_us),
+                 training=training, device=dev, topology=topo, job_options=options,
                  uncertainty=band, uncertainty_source=band_source)
     except ValueError as e:
         fail(str(e))
@@ -365,11 +394,12 @@ def _layout_microbatches(texts, global_batch, micro_batch_size):
 
 
 def _candidates(job, world, spec, *, dims, schedules, microbatches, micro_batch_size,
-                dp_modes, global_batch, no_sp, layouts) -> list:
+                dp_modes, global_batch, no_sp, layouts, raising: bool = False) -> list:
     """The candidate layouts of ``world`` ranks that the choices allow and ``_layout_check``
     passes (``job_candidates`` for a GPU job, ``enumerate_candidates`` for the runner's),
     before the pipeline options; with --layouts and --micro-batch-size each layout's
-    microbatches follow from its own dp. A refused choice ends the command (exit 2)."""
+    microbatches follow from its own dp. A refused choice ends the command (exit 2), or with
+    ``raising`` raises ``ChoiceError``."""
     kv_check = _layout_check(spec, micro_batch_size)
     mb_choices = _microbatch_choices(microbatches, micro_batch_size, global_batch)
 
@@ -395,8 +425,174 @@ def _candidates(job, world, spec, *, dims, schedules, microbatches, micro_batch_
         else:
             cands = enumerate_for(layouts_of(layouts), mb_choices)
     except ChoiceError as e:
+        if raising:
+            raise
         fail(str(e))
     return cands
+
+
+# Rows a searched plan prints without --top; layouts listed (marked) when none fits.
+SHOWN = 20
+SHOWN_NO_FIT = 5
+
+
+@dataclasses.dataclass(frozen=True)
+class _Ask:
+    """The layout choices as given on the command line (None: not given, searched)."""
+    world: int
+    dims: str | None
+    schedules: str | None
+    microbatches: str
+    micro_batch_size: int | None
+    dp_modes: str | None
+    global_batch: int
+    no_sp: bool
+    layouts: str | None
+    virtual_stages: int | None
+    stage_layers: str | None
+    recompute: str | None
+
+
+def _search_bases(spec, ask: _Ask, knobs: Knobs, raising: bool = False) -> list:
+    """One candidate per layout, schedule, virtual stages and microbatch count (every count
+    that divides the global batch when the micro-batch size is searched) with the pinned
+    knobs' values: what ``search`` varies."""
+    def of(layouts, counts, mbs, raising):
+        return _candidates(True, ask.world, spec,
+                           dims=ask.dims or ",".join(searched_dims(spec)),
+                           schedules=ask.schedules or ",".join(SEARCHED_SCHEDULES),
+                           microbatches=counts, micro_batch_size=mbs,
+                           dp_modes="ddp" if knobs.dp_mode else ask.dp_modes,
+                           global_batch=ask.global_batch, no_sp=ask.no_sp, layouts=layouts,
+                           raising=raising)
+
+    if not knobs.micro_batch:
+        cands = of(ask.layouts, ask.microbatches, ask.micro_batch_size, raising)
+    elif ask.layouts:           # each layout at every micro-batch size it can take
+        cands = []
+        for text in layouts_of(ask.layouts):
+            mine = []
+            for size in divisors(ask.global_batch):
+                try:
+                    mine += of(text, "1", size, True)
+                except ChoiceError:
+                    continue
+            if not mine:        # none: the layout's own refusal, at one sequence
+                mine = of(text, "1", 1, raising)
+            cands += mine
+    else:
+        cands = of(None, ",".join(map(str, divisors(ask.global_batch))), None, raising)
+    if ask.dims is None:      # context parallelism where a rank keeps enough tokens
+        cands = [c for c in cands if c.layout.size("cp") == 1
+                 or spec.seq_len // c.layout.size("cp") >= MIN_CP_TOKENS]
+    if ask.virtual_stages is None:
+        widened = []
+        for c in cands:
+            if c.pp > 1 and SCHEDULES[c.schedule].fixed_virtual is None:
+                widened += [dataclasses.replace(c, virtual=v) for v in SEARCHED_VIRTUAL
+                            if c.pp * v <= spec.n_layers]
+            else:
+                widened.append(c)
+        cands = widened
+    return apply_pipeline_options(cands, ask.virtual_stages, ask.stage_layers, spec.n_layers)
+
+
+def _search_modes(training, style, ask: _Ask, knobs: Knobs) -> tuple[tuple, tuple]:
+    """(data-parallel modes, recomputations) the search tries: the style's, or as given."""
+    modes = STYLE_DP_MODES[style] if knobs.dp_mode else tuple(csv_values(ask.dp_modes))
+    if training.offload == "all":
+        modes = tuple(m for m in modes if m in ("fsdp", "fsdp_noreshard")) or ("fsdp",)
+    rcs = FSDP_RECOMPUTE if training.job_style == "fsdp" else SEARCHED_RECOMPUTE
+    return modes, (rcs if knobs.recompute else (ask.recompute or training.recompute,))
+
+
+def _searched_plan(spec, training, dev, topo, ask: _Ask, memory_bytes, options, notes,
+                   band, band_source, style, knobs: Knobs, keep: int):
+    """The plan of a GPU job whose unpinned knobs are searched (``layouts.plan.search``):
+    every variant that fits, timed and ranked; when none fits, the most frugal layouts,
+    marked, and the single changes that make one fit."""
+    prec = training.as_precision()
+    modes, rcs = _search_modes(training, style, ask, knobs)
+    found = search(spec, _search_bases(spec, ask, knobs), training, memory_bytes, knobs,
+                   modes, rcs)
+    searched = tuple(name for name, on in (("micro-batch size", knobs.micro_batch),
+                                           ("recompute", knobs.recompute),
+                                           ("dp mode", knobs.dp_mode)) if on)
+    notes = notes + [f"searched {found.layouts} layouts ({len(found.fitting)} variants fit; "
+                     f"{found.memory_checked} memory estimates)"]
+    def time_one(c):
+        return plan_one(spec, c, precision=prec, device_memory_bytes=memory_bytes,
+                        training=training, device=dev, topology=topo, job_options=options)
+
+    changes = []
+    try:
+        if found.fitting:
+            rows, untimed = fastest(
+                found.fitting, lambda c: step_lower_bound_us(spec, c, training, dev, options),
+                time_one, keep, band or 0.0)
+            if untimed:
+                notes.append(f"{untimed} more variants fit, each slower than the "
+                             f"{keep} shown by its compute alone (not timed)")
+        else:
+            rows = [time_one(c) for _, c in found.frugal[:SHOWN_NO_FIT]]
+            changes = fit_advice(found.smallest_peak_bytes or 0.0,
+                                 _fit_tries(spec, training, ask, knobs, style, memory_bytes))
+    except ValueError as e:
+        fail(str(e))
+    rows, warnings = rank(rows, band)
+    return Plan(model=spec, precision=prec, rates=None, comm=None, rows=rows, notes=notes,
+                training=training, topology=topo, device=dev, uncertainty=band,
+                uncertainty_source=band_source, warnings=warnings, searched=searched,
+                fit_changes=changes, not_shown_over_memory=found.layouts_over_memory)
+
+
+def _fit_tries(spec, training, ask: _Ask, knobs: Knobs, style, memory_bytes) -> list:
+    """The single changes ``fit_advice`` tries, the least disruptive first: a pinned knob
+    set to its most frugal value, the optimizer's states in bf16, the optimizer offloaded,
+    more GPUs (2×, 4×, 8×: the first that fits), a device with more memory."""
+    def run(ask2=ask, knobs2=knobs, training2=training, memory2=memory_bytes):
+        def go():
+            try:
+                bases = _search_bases(spec, ask2, knobs2, raising=True)
+            except ChoiceError:
+                return None
+            modes, rcs = _search_modes(training2, style, ask2, knobs2)
+            return search(spec, bases, training2, memory2, knobs2, modes, rcs,
+                          memory_only=True)
+        return go
+
+    r = dataclasses.replace
+    tries = []
+    if not knobs.recompute and ask.recompute != "full":
+        tries.append(Try("--recompute", "full", run(ask2=r(ask, recompute="full")),
+                         memory_bytes))
+    if not knobs.dp_mode and "fsdp" not in csv_values(ask.dp_modes):
+        tries.append(Try("--dp-modes", "fsdp", run(ask2=r(ask, dp_modes="fsdp")),
+                         memory_bytes))
+    if not knobs.micro_batch and ask.micro_batch_size != 1:
+        tries.append(Try("--micro-batch-size", "1",
+                         run(ask2=r(ask, micro_batch_size=1, microbatches="1")),
+                         memory_bytes))
+    if ask.dims is not None and not ask.layouts:
+        wide = ",".join(searched_dims(spec))
+        if set(csv_values(ask.dims)) != set(wide.split(",")):
+            tries.append(Try("--dims", wide, run(ask2=r(ask, dims=wide)), memory_bytes))
+    if training.optimizer_states == "fp32" and training.optimizer != "sgd":
+        tries.append(Try("--optimizer-states", "bf16",
+                         run(training2=r(training, optimizer_states="bf16")), memory_bytes))
+    if training.offload == "none":
+        tries.append(Try("--offload", "optimizer",
+                         run(training2=r(training, offload="optimizer")), memory_bytes))
+    if not ask.layouts:
+        for k in (2, 4, 8):
+            tries.append(Try("--world", str(ask.world * k), run(ask2=r(ask, world=ask.world * k)),
+                             memory_bytes, group="world"))
+    for name in ("H200", "B200"):
+        bigger = lookup(name)
+        if bigger is not None and bigger.memory_bytes > memory_bytes:
+            tries.append(Try("--device", name, run(memory2=bigger.memory_bytes),
+                             bigger.memory_bytes, group="device"))
+    return tries
 
 
 def _offloadable(cands, training) -> list:

@@ -16,9 +16,19 @@ from meshscope.theory.schedules import SCHEDULES, stages_of_rank
 from meshscope.vocabulary import PARALLEL_DIMS
 
 # ZeRO stage of each data-parallel mode (Rajbhandari et al., 2020): what is sharded over the
-# data-parallel ranks — 1: optimizer state, 2: + gradients, 3: + parameters.
-ZERO_STAGE = {"ddp": 0, "zero1": 1, "zero2": 2, "fsdp": 3}
+# data-parallel ranks — 1: optimizer state, 2: + gradients, 3: + parameters. ``fsdp``
+# reshards each unit after its forward (FSDP2's reshard_after_forward=True, torch's default;
+# with a pipeline torchtitan keeps the stage gathered, ``traffic.py``); ``fsdp_noreshard``
+# keeps a stage's weights gathered, and its gradients unsharded, from the first
+# microbatch's forward to the step's end (reshard_after_forward=False and no gradient sync
+# until the last microbatch): one gather and one reduce-scatter a step, the stage whole in
+# memory.
+ZERO_STAGE = {"ddp": 0, "zero1": 1, "zero2": 2, "fsdp": 3, "fsdp_noreshard": 3}
 RUNNER_DP_MODES = ("ddp", "zero2", "fsdp")
+DP_MODES = tuple(ZERO_STAGE)
+# recomputation a candidate may carry (None: the plan's Training's); its short name in
+# ``Candidate.name``
+RECOMPUTE_NAMES = {"none": "rcnone", "selective": "rcsel", "op": "rcop", "full": "rcfull"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,6 +41,12 @@ class Candidate:
     global_batch: int = 16
     virtual: int | None = None          # stages per pipeline rank; None: the schedule's default
     stage_layer_counts: tuple[int, ...] | None = None
+    recompute: str | None = None        # None: the plan's (``Training.recompute``)
+
+    @property
+    def micro_batch_size(self) -> int:
+        """Sequences in one microbatch on one data-parallel rank."""
+        return self.global_batch // self.layout.size("dp") // self.microbatches
 
     @property
     def pp(self) -> int:
@@ -83,6 +99,8 @@ class Candidate:
             if self.virtual is not None and self.v > 1:
                 parts.append(f"v{self.v}")
         parts.append(f"mb{self.microbatches}")
+        if self.recompute is not None:
+            parts.append(RECOMPUTE_NAMES[self.recompute])
         return "-".join(parts)
 
     @property
@@ -103,7 +121,8 @@ class Candidate:
                 "microbatches": self.microbatches,
                 "dp_mode": self.dp_mode, "sp": self.sp, "global_batch": self.global_batch,
                 "stage_layers": list(self.stage_layer_counts) if self.stage_layer_counts
-                else None}
+                else None, "recompute": self.recompute,
+                "micro_batch_size": self.micro_batch_size}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Candidate":
@@ -112,4 +131,4 @@ class Candidate:
                    sp=bool(d.get("sp", True)), global_batch=int(d["global_batch"]),
                    virtual=d.get("virtual"),
                    stage_layer_counts=tuple(d["stage_layers"]) if d.get("stage_layers")
-                   else None)
+                   else None, recompute=d.get("recompute"))

@@ -18,6 +18,9 @@ Per pipeline rank r, over the stages it holds:
     largest 1 + prefetch units are whole at once (16-bit, or 1 byte with fp8 weights); in
     backward a unit's unsharded 16-bit gradients and their fp32 copy for the reduce-scatter
     (FSDP2's ``reduce_dtype`` fp32, torchtitan's default) beside the next unit's gradients;
+    with a pipeline, or ``fsdp_noreshard`` (any framework), the stage's weights whole and
+    its gradients accumulated unsharded (fp32 with more than one microbatch) through the
+    step;
   - ``ddp_bucket_copy`` (``torch``, ZeRO-0): DDP copies every gradient into its buckets;
   - ``zero3_gather_buffer`` and ``deepspeed_prefetch_bucket`` (``deepspeed``, ZeRO-3): the
     largest layer gathered with its gradients (DeepSpeed's estimator) and
@@ -149,12 +152,12 @@ def _buffers(spec, cand, t, r, dense, units, terms, experts_local=0.0) -> float:
             elif zero >= 1:
                 add("deepspeed_reduce_bucket", t.reduce_bucket * 2)
                 add("deepspeed_allgather_bucket", t.allgather_bucket * 2)
-    elif t.framework == "torch" and n_d > 1:
+    elif n_d > 1 and (t.framework == "torch" or cand.dp_mode == "fsdp_noreshard"):
         if zero == 3:
             big = sorted(units, reverse=True)
             wbytes = 1 if t.fp8_params else 2
             grad16 = 4 if t.precision == "fp32" else 2
-            if cand.pp > 1:
+            if cand.pp > 1 or cand.dp_mode == "fsdp_noreshard":
                 # with a pipeline FSDP keeps the stage gathered through the step and
                 # accumulates unsharded (fp32) gradients until the last microbatch
                 whole = dense + experts_local
@@ -179,7 +182,9 @@ def _buffers(spec, cand, t, r, dense, units, terms, experts_local=0.0) -> float:
     return total
 
 
-def job_memory(spec: ModelSpec, cand: Candidate, t: Training) -> list:
+def job_memory(spec: ModelSpec, cand: Candidate, t: Training,
+               pp_ranks: tuple[int, ...] | None = None) -> list:
+    """One ``MemoryEstimate`` per pipeline rank (or per rank of ``pp_ranks``)."""
 
     tp, ep = cand.layout.size("tp"), cand.layout.size("ep")
     sp = cand.sp and tp > 1
@@ -188,7 +193,7 @@ def job_memory(spec: ModelSpec, cand: Candidate, t: Training) -> list:
     layers_of = cand.stage_layers(spec.n_layers)
     cf = t.capacity_factor or 1.0
     out = []
-    for r in range(cand.pp):
+    for r in (range(cand.pp) if pp_ranks is None else pp_ranks):
         dense, experts, units = local_weights(spec, cand, r)
         ds = model_states_by_term(dense, zero, n_d, t)
         es = model_states_by_term(experts, zero, max(1, n_d // ep), t)
@@ -225,11 +230,12 @@ def job_memory(spec: ModelSpec, cand: Candidate, t: Training) -> list:
             # the layer being recomputed holds its whole forward's activations again while
             # its backward runs
             keep = dataclasses.replace(t, recompute="none")
-            layers = [i for s in cand.stages_of(r) for i in layers_of[s]]
+            kinds = {(spec.is_moe_layer(i), spec.shape.attention_span(i)): i
+                     for s in cand.stages_of(r) for i in layers_of[s]}   # one of each kind
             terms["recompute_working_set"] = max(
                 (layer_activation_bytes(spec, i, tokens=sh.tokens, tp=tp, sp=sp, t=keep,
                                         s_local=sh.s, b=sh.b_mb, capacity_factor=cf)
-                 for i in layers), default=0.0)
+                 for i in kinds.values()), default=0.0)
             buffers += terms["recompute_working_set"]
         if last:
             logits = logits_loss_bytes(spec, tokens=sh.tokens, tp=tp) * (1 + spec.mtp_layers)

@@ -186,7 +186,9 @@ def _dp_comm_us(cand: Candidate, t: Training, topo: Topology, opts: JobOptions,
     if fsdp:
         g = fsdp[0]
         comm = topo.comm_for(cand, g.dim, g.op)
-        first = comm.time_us(g.op, g.group_size, g.msg_bytes) * 2   # forward, backward
+        # the first unit's gather before the forward and (resharded) the backward
+        first = comm.time_us(g.op, g.group_size, g.msg_bytes) * \
+            (1 if cand.dp_mode == "fsdp_noreshard" else 2)
         g_total = sum(_t(topo, cand, x) for x in fsdp)
         hide = min(max(0.0, g_total - first) * frac, compute_mb_us * cand.microbatches)
         dp_exposed += g_total - hide
@@ -262,11 +264,13 @@ def _terms(spec: ModelSpec, device: DeviceSpec, opts: JobOptions, dispatch: Disp
 
 
 def predict_job(spec: ModelSpec, cand: Candidate, t: Training, device: DeviceSpec,
-                topo: Topology, opts: JobOptions = JobOptions()):
+                topo: Topology, opts: JobOptions = JobOptions(),
+                trs: list[Transfer] | None = None):
     """The step of a GPU job's layout (the module docstring), its slowest pipeline rank's,
-    with every term."""
+    with every term (``trs``: its transfers, when the caller has them already)."""
     derate = opts.derate if opts.derate is not None else TRAINING_DERATE
-    trs = transfers(spec, cand, training=t)
+    if trs is None:
+        trs = transfers(spec, cand, training=t)
     dispatch = dispatch_of(spec, cand, t, topo)
     m, p, v = cand.microbatches, cand.pp, cand.v
     per_rank = [_rank_step(spec, cand, t, device, topo, opts, trs, dispatch, derate, r)

@@ -152,13 +152,14 @@ def memory(spec: ModelSpec, cand: Candidate, precision: Precision | str = "fp32"
         # stored sharded as under fsdp (the gathered copy is a runtime buffer, below), not
         # whole as classic ZeRO-2 keeps them.
         states = model_states(dense, 3 if cand.dp_mode == "zero2" else zero, n_d, prec)
+        # (fsdp_noreshard, which the runner does not launch, is its zero2 by another name)
         expert_states = model_states(experts, 0, 1, prec)
         buffers = 0.0
         if n_d > 1:
             if cand.dp_mode == "ddp":
                 buffers += dense * prec.grad_bytes
-            elif cand.dp_mode in ("zero2", "fsdp"):
-                gathered = dense if cand.dp_mode == "zero2" else sum(sorted(units)[-2:])
+            elif cand.dp_mode in ("zero2", "fsdp", "fsdp_noreshard"):
+                gathered = dense if cand.dp_mode != "fsdp" else sum(sorted(units)[-2:])
                 buffers += gathered * prec.param_bytes
                 if cand.microbatches > 1:
                     buffers += dense * prec.grad_bytes

@@ -12,6 +12,7 @@ Without ``rates`` the plan has memory and traffic only (no ranking).
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 from meshscope.theory.schedules import bubble_fraction as theory_fraction
 
@@ -78,6 +79,9 @@ class Plan:
     uncertainty: float | None = None          # the predicted step's relative uncertainty
     uncertainty_source: str = ""
     warnings: list[str] = dataclasses.field(default_factory=list)
+    searched: tuple[str, ...] = ()            # the knobs searched within each layout
+    fit_changes: list = dataclasses.field(default_factory=list)   # search.Change, none fits
+    not_shown_over_memory: int = 0            # layouts of the search that fit no variant
 
     def row(self, name: str) -> PlanRow | None:
         return next((r for r in self.rows if r.name == name), None)
@@ -99,7 +103,10 @@ class Plan:
                             for f, v, src in self.device.values()] if self.device else None),
                 "uncertainty": self.uncertainty,
                 "uncertainty_source": self.uncertainty_source,
-                "warnings": self.warnings,
+                "warnings": self.warnings, "searched": list(self.searched),
+                "fit_changes": [dataclasses.asdict(c) | {"text": c.text}
+                                for c in self.fit_changes],
+                "layouts_over_memory": self.not_shown_over_memory,
                 "notes": self.notes, "rows": [r.as_dict() for r in self.rows]}
 
 
@@ -130,10 +137,12 @@ def plan_one(spec: ModelSpec, cand: Candidate, *, precision: Precision | str = "
     and a ``topology``: the job model (``job_memory``, ``job_step``); otherwise the runner's."""
     prec = precision_of(precision)
     job = training is not None and training.framework != "runner"
+    training = training_of(training, cand)
     mem = memory(spec, cand, prec, training=training)
     trs = transfers(spec, cand, prec, training=training)
     if job and device is not None and topology is not None:
-        est = predict_job(spec, cand, training, device, topology, job_options or JobOptions())
+        est = predict_job(spec, cand, training, device, topology, job_options or JobOptions(),
+                          trs=trs)
     else:
         est = predict(spec, cand, rates, comm or CommModel(), prec) if rates else None
     peak = max(m.total_bytes for m in mem)
@@ -151,10 +160,23 @@ def plan_one(spec: ModelSpec, cand: Candidate, *, precision: Precision | str = "
                    fits=(peak <= device_memory_bytes) if device_memory_bytes else None)
 
 
+def training_of(training: Training | None, cand: Candidate) -> Training | None:
+    """The training a candidate runs: the plan's, with the candidate's own recomputation
+    where it carries one (the default search tries none, selective and full)."""
+    if training is None or cand.recompute is None or cand.recompute == training.recompute:
+        return training
+    return _with_recompute(training, cand.recompute)
+
+
+@functools.lru_cache(maxsize=64)
+def _with_recompute(training: Training, recompute: str) -> Training:
+    return dataclasses.replace(training, recompute=recompute)
+
+
 def rank(rows: list[PlanRow], uncertainty: float | None) -> tuple[list[PlanRow], list[str]]:
     """Fitting layouts first (those whose fit is unknown with them), each group by predicted
     step time; the layouts whose step is within ``uncertainty`` of the fastest fitting one
-    are ties (``PlanRow.tie``). A warning when no layout fits."""
+    are ties (``PlanRow.tie``; none when no layout fits). A warning when no layout fits."""
     warnings = []
     if rows and all(r.fits is False for r in rows):
         warnings.append(f"no layout fits the device's memory: the smallest needs "
@@ -163,10 +185,10 @@ def rank(rows: list[PlanRow], uncertainty: float | None) -> tuple[list[PlanRow],
     if not all(r.estimate for r in rows):
         return rows, warnings
     rows = sorted(rows, key=lambda r: (r.fits is False, r.estimate.step_time_us))
-    if uncertainty is not None and rows:
-        pool = [r for r in rows if r.fits is not False] or rows
+    pool = [r for r in rows if r.fits is not False]
+    if uncertainty is not None and pool:      # no ties among layouts none of which fit
         best = pool[0].estimate.step_time_us
-        rows = [dataclasses.replace(r, tie=(r.fits is not False or r in pool)
+        rows = [dataclasses.replace(r, tie=r.fits is not False
                                     and r.estimate.step_time_us <= best * (1 + uncertainty))
                 for r in rows]
     return rows, warnings

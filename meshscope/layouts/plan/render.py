@@ -1,15 +1,19 @@
 """A plan as the text ``meshscope plan`` prints: the ranked table and, with ``detail``, every
 term, every operation and every device value with its source.
 
-The table keeps each layout's full name (its width follows the longest), marks the layouts
-that do not fit the device's memory, and — when the plan has an uncertainty — shows the
-predicted step's ± band and marks the layouts within it of the fastest as ties (``≈``).
+The table keeps each layout's full name (its width follows the longest), gives each its
+micro-batch size, recomputation and data-parallel mode, marks the layouts that do not fit
+the device's memory, and — when the plan has an uncertainty — shows the predicted step's ±
+band and marks the layouts within it of the fastest that fits as ties (``≈``; none when no
+layout fits). When nothing fits, the changes that make a layout fit follow the warning.
+Byte counts are binary (KiB, MiB, GiB), as a device's memory is given.
 """
 from __future__ import annotations
 
 
 def fmt_bytes(b: float) -> str:
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+    """Bytes in binary units: ``80.0 GiB``, ``1.5 MiB``."""
+    for unit, scale in (("TiB", 2 ** 40), ("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
         if b >= scale:
             return f"{b / scale:.1f} {unit}"
     return f"{b:.0f} B"
@@ -21,8 +25,9 @@ def _header(p) -> list[str]:
         t = p.training
         prec = t.precision + (f" ({', '.join(t.fp8_ops)} in fp8, {t.fp8_recipe} scaling)"
                               if t.precision == "fp8" else "")
+        rc = "searched" if "recompute" in p.searched else t.recompute
         what = (f"{t.framework} ({t.job_style} style), {prec}, {t.optimizer} "
-                f"(states {t.optimizer_states}), recompute {t.recompute}")
+                f"(states {t.optimizer_states}), recompute {rc}")
     else:
         what = f"precision {p.precision.name}"
     m = p.model
@@ -38,14 +43,43 @@ def _header(p) -> list[str]:
     return lines
 
 
+def _fit_changes(p) -> list[str]:
+    """The lines that say what makes a layout fit, when none does."""
+    if not p.warnings or not any(r.fits is False for r in p.rows) or \
+            any(r.fits for r in p.rows):
+        return []
+    if not p.fit_changes:
+        return ["no single change tried (recomputation, data-parallel mode, micro-batch "
+                "size, optimizer states, offload, more GPUs, a larger device) makes a layout "
+                "fit"]
+    out = ["to make a layout fit, change one of:"]
+    for c in p.fit_changes:
+        if c.frees_bytes > 0:
+            out.append(f"  {c.text:<28} frees {fmt_bytes(c.frees_bytes):>10}  (the smallest "
+                       f"layout then needs {fmt_bytes(c.peak_bytes)} a GPU)")
+        else:
+            out.append(f"  {c.text:<28} {fmt_bytes(c.memory_bytes)} a GPU holds the "
+                       f"smallest layout's {fmt_bytes(c.peak_bytes)}")
+    return out
+
+
 def render_plan(p, detail: bool = False, top: int | None = None) -> str:
     lines = _header(p)
     lines += [f"WARNING: {w}" for w in p.warnings]
+    lines += _fit_changes(p)
+    if p.searched:
+        lines.append(f"searched within each layout: {', '.join(p.searched)} (memory first: "
+                     f"only what fits is timed)"
+                     + (f"; {p.not_shown_over_memory} layouts fit no variant and are not "
+                        f"shown" if p.not_shown_over_memory and any(r.fits for r in p.rows)
+                        else ""))
     rows = p.rows[:top] if top else p.rows
     width = max([len(r.name) for r in rows] + [6])
     band = p.uncertainty
-    head = (f"{'#':>3}  {'layout':<{width}} {'peak mem':>9} {'fits':>4} {'params':>9} "
-            f"{'grads':>9} {'optim':>9} {'buffers':>9} {'activ':>9}  {'bubble':>6} "
+    job = p.training is not None and p.training.framework != "runner"
+    head = (f"{'#':>3}  {'layout':<{width}} {'mbs':>4} {'recompute':>9} {'dp mode':>14} "
+            f"{'peak mem':>10} {'fits':>4} {'params':>10} "
+            f"{'grads':>10} {'optim':>10} {'buffers':>10} {'activ':>10}  {'bubble':>6} "
             f"{'step ms':>10} {'±':>5} {'tok/s/GPU':>10} {'MFU':>5} {'fp8 TF/s':>8}  "
             f"comm/step sent (* between nodes)")
     lines.append(head)
@@ -67,20 +101,24 @@ def render_plan(p, detail: bool = False, top: int | None = None) -> str:
                        else f" {'-':>8}"))
         else:
             tail = f"{'-':>10} {'-':>5} {'-':>10} {'-':>5} {'-':>8}"
+        c = r.candidate
+        rc = c.recompute or (p.training.recompute if job else "-")
         lines.append(
-            f"{i:>2}{mark} {r.name:<{width}} {fmt_bytes(m.total_bytes):>9} {fits:>4} "
-            f"{fmt_bytes(m.params_bytes):>9} {fmt_bytes(m.grads_bytes):>9} "
-            f"{fmt_bytes(m.optimizer_bytes):>9} {fmt_bytes(m.buffers_bytes):>9} "
-            f"{fmt_bytes(m.activations_bytes):>9}  {r.theory_bubble_fraction * 100:5.0f}% "
+            f"{i:>2}{mark} {r.name:<{width}} {c.micro_batch_size:>4} {rc:>9} "
+            f"{c.dp_mode:>14} {fmt_bytes(m.total_bytes):>10} {fits:>4} "
+            f"{fmt_bytes(m.params_bytes):>10} {fmt_bytes(m.grads_bytes):>10} "
+            f"{fmt_bytes(m.optimizer_bytes):>10} {fmt_bytes(m.buffers_bytes):>10} "
+            f"{fmt_bytes(m.activations_bytes):>10}  {r.theory_bubble_fraction * 100:5.0f}% "
             f"{tail}  {comm}")
         if detail:
             lines += _detail(r)
     if top and len(p.rows) > top:
         lines.append(f"({len(p.rows) - top} more layouts not shown: --top)")
-    lines.append("(memory per GPU, the fullest pipeline rank; comm = bytes each rank sends "
+    lines.append("(mbs = sequences a microbatch on a data-parallel rank; memory per GPU, "
+                 "the fullest pipeline rank, GiB = 2^30 bytes; comm = bytes each rank sends "
                  "per step, mean over ranks; bubble = the schedule's closed form; MFU against "
                  "the bf16 peak, fp8 TF/s the FLOP/s of the fp8 GEMMs)")
-    if band is not None:
+    if band is not None and any(r.tie for r in p.rows):
         ties = sum(1 for r in p.rows if r.tie)
         lines.append(f"(± {band * 100:.0f}%: {p.uncertainty_source}; ≈ marks the {ties} "
                      f"layout{'s' if ties != 1 else ''} within it of the fastest that fits)")

@@ -14,7 +14,9 @@ and all-reduces each bucket once per step (``no_sync`` on all but the last micro
 tensor-parallel (DTensor) weights FSDP2's ``replicate`` does one all-reduce of all local
 gradients. ``fsdp`` (ZeRO-3): each layer and the stage's remaining weights are one FSDP unit,
 all-gathered before every microbatch's forward and again before its backward; ``zero2``: once
-per microbatch; each unit's gradients are reduce-scattered once per step. FSDP pads every
+per microbatch; each unit's gradients are reduce-scattered once per step.
+``fsdp_noreshard`` (reshard_after_forward=False, no gradient sync until the last
+microbatch): each unit gathered once a step and its gradients reduce-scattered once a step. FSDP pads every
 weight's first dimension to a multiple of the shard count. Experts of an expert-parallel MoE
 are left out and all-reduced one tensor at a time over the ``ep_replica`` group.
 
@@ -238,6 +240,8 @@ def _sharded_transfers(cand, prec, r, stage, groups, sh, job: bool) -> list[Tran
             gathers = 1.0 / sh.m          # once a step
         else:
             reduces, reduce_phase = sh.m, "microbatch"
+    elif cand.dp_mode == "fsdp_noreshard":
+        gathers = 1.0 / sh.m              # kept gathered: once a step, reduced once a step
     for i, g in enumerate(groups):
         unit = f"layer {i}" if i < len(groups) - 1 else "stage weights"
         parts = [("dp", [p for p in g if not (job and ep > 1 and _is_expert(p))], n, 1)]
