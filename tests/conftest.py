@@ -88,6 +88,22 @@ def world4_sweep(tmp_path_factory) -> pathlib.Path:
 
 
 @pytest.fixture(scope="session")
+def memory_twins(tmp_path_factory) -> tuple[pathlib.Path, pathlib.Path]:
+    """(healthy, leaking) runner runs recorded with memory, analysed, made once a session and
+    shared by the memory tests and the Memory page's browser test: pp=2, the ``balanced``
+    model, 5 steps (2-4 profiled); the second with rank 1 keeping 8 MiB more at every step
+    (``--inject leak=1:8``). Both in one folder (a runs folder the dashboard can serve)."""
+    root = tmp_path_factory.mktemp("memory-twins")
+    common = ("--layout", "pp=2", "--model", "balanced", "--steps", "5")
+    out = []
+    for name, extra in (("healthy", ()), ("leak", ("--inject", "leak=1:8"))):
+        meshscope("run", *common, *extra, "--out", root / name, timeout=900, check=True)
+        meshscope("analyze", root / name, check=True)
+        out.append(root / name)
+    return out[0], out[1]
+
+
+@pytest.fixture(scope="session")
 def injected_runs(tmp_path_factory):
     """Runner jobs with a known hang cause injected (tests/injected_runs.py), shared by the
     session: ``injected_runs[name]`` runs the job of that name on first use — ``size-mismatch``,

@@ -1,5 +1,5 @@
 """The Memory page in a real headless Chromium, over a runs folder holding one CPU run of the
-runner recorded with memory (pp=2 with ``--inject leak=1:8``): the per-rank peak bars, the
+runner recorded with memory (pp=2 with ``--inject leak=1:8``, ``conftest.memory_twins``): the per-rank peak bars, the
 allocated curve and the live-at-peak table hold the report's numbers (read back from plotly's
 figure data and the rendered tables), the rank picker moves the view to another rank, the
 navigation links to the page, and the browser console stays free of errors.
@@ -13,23 +13,22 @@ from urllib.parse import parse_qs, urlsplit
 import pandas as pd
 import pytest
 
-from conftest import meshscope
 from test_dashboard_browser import CONSOLE, _css, _open, _texts, _wait, driver  # noqa: F401
 from test_dashboard_server import served
 
-RUN = "pp2-leak"
+RUN = "leak"
 MiB = 1 << 20
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
-def memory_server(tmp_path_factory):
-    runs = tmp_path_factory.mktemp("memory-dash") / "runs"
-    meshscope("run", "--layout", "pp=2", "--steps", "5", "--inject", "leak=1:8", "--out",
-              runs / RUN, timeout=900, check=True)
-    meshscope("analyze", runs / RUN, check=True)
-    with served(runs, runs.parent / "server.log") as (_, port):
-        yield f"http://127.0.0.1:{port}", runs / RUN / "report"
+def memory_server(memory_twins, tmp_path_factory):
+    """The dashboard over the folder of ``conftest.memory_twins`` (the leaking run and its
+    healthy twin, shared with tests/test_memory_runs.py)."""
+    _, leak = memory_twins
+    with served(leak.parent, tmp_path_factory.mktemp("memory-dash") / "server.log") as \
+            (_, port):
+        yield f"http://127.0.0.1:{port}", leak / "report"
 
 
 def _data(driver, graph):

@@ -48,12 +48,10 @@ def _ids(summary: dict) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def twins(tmp_path_factory):
-    """(healthy, leaking): pp=2, balanced model, 5 steps (2-4 profiled); the second with
-    rank 1 keeping 8 MiB more at every step."""
-    root = tmp_path_factory.mktemp("memory-twins")
-    common = ("--layout", "pp=2", "--model", "balanced", "--steps", "5")
-    return _run(root / "healthy", *common), _run(root / "leak", *common, "--inject", "leak=1:8")
+def twins(memory_twins):
+    """(healthy, leaking): ``conftest.memory_twins``, shared with the Memory page's browser
+    test."""
+    return memory_twins
 
 
 def test_the_leak_is_named_and_its_healthy_twin_is_not(twins):
