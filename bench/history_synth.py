@@ -79,7 +79,7 @@ def analyse(run: pathlib.Path) -> pathlib.Path:
 
 def make_series(out: pathlib.Path, n: int = 30, *, slow_from: int | None = 12,
                 compute_from: int | None = 20, memory_from: int | None = 25,
-                other_device: bool = True) -> list[pathlib.Path]:
+                other_device: bool = True, events_per_step: int = 300) -> list[pathlib.Path]:
     """The runs of the series (module docstring), analysed; the other-device run last."""
     out = pathlib.Path(out)
 
@@ -87,12 +87,13 @@ def make_series(out: pathlib.Path, n: int = 30, *, slow_from: int | None = 12,
         return since is not None and i >= since
 
     runs = [make_run(out / f"run{i:02d}", i, slow=on(slow_from, i),
-                     compute=on(compute_from, i), memory=on(memory_from, i))
+                     compute=on(compute_from, i), memory=on(memory_from, i),
+                     events_per_step=events_per_step)
             for i in range(1, n + 1)]
     if other_device:
         runs.append(make_run(out / f"run{n + 1:02d}", n + 1, slow=on(slow_from, n + 1),
                              compute=on(compute_from, n + 1), memory=on(memory_from, n + 1),
-                             device=OTHER_DEVICE))
+                             device=OTHER_DEVICE, events_per_step=events_per_step))
     for run in runs:
         analyse(run)
     return runs

@@ -22,7 +22,7 @@ COMMAND_MODULES = {"run": "run_cmd", "bench-comm": "run_cmd", "demo": "run_cmd",
                    "report": "dashboard_cmd", "export": "dashboard_cmd",
                    "compare": "compare_cmd", "sweep": "sweep_cmd", "plan": "plan_cmd",
                    "schema": "schema_cmd", "index": "history_cmd", "query": "history_cmd",
-                   "history": "history_cmd"}
+                   "history": "history_cmd", "mcp": "mcp_cmd"}
 
 
 class _Commands(click.Group):
