@@ -171,17 +171,15 @@ def _torchfrtrace(run: pathlib.Path, world: int, tmp_path: pathlib.Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def hang_run(tmp_path_factory):
-    """``--inject hang=2:3`` on dp=2,pp=2: at step 3 every rank but 2 joins an extra world
-    all_reduce. With ``TORCH_FR_DUMP_TEMP_FILE`` set, each rank also leaves its buffer in
-    PyTorch's own format (``fr/_dump_<R>``, the pickle of ``_dump_fr_trace()``)."""
-    root = tmp_path_factory.mktemp("hang")
-    run, fr = root / "run", root / "fr"
-    proc = meshscope("run", "--layout", "dp=2,pp=2", "--inject", "hang=2:3", "--timeout", 20,
-                     "--steps", 5, "--out", run, timeout=180,
-                     env={"TORCH_FR_DUMP_TEMP_FILE": f"{fr}/_dump_"})
-    assert proc.returncode != 0
-    return run, fr
+def hang_run(injected_runs):
+    """``--inject hang=2:2`` on dp=2,pp=2 (``injected_runs["hang"]``, tests/injected_runs.py,
+    made once a session and shared with tests/test_failures.py): at step 2 every rank but 2
+    joins an extra world all_reduce. With ``TORCH_FR_DUMP_TEMP_FILE`` set, each rank also
+    leaves its buffer in PyTorch's own format (``fr/_dump_<R>``, the pickle of
+    ``_dump_fr_trace()``)."""
+    job = injected_runs["hang"]
+    assert job.returncode != 0 and job.rank == 2
+    return job.run, job.fr
 
 
 def test_hang_diagnosis_agrees_with_torchfrtrace(hang_run, tmp_path):

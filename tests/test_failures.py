@@ -44,12 +44,13 @@ def test_crash_ends_the_job_naming_the_rank(tmp_path, start):
     assert ended_s - dumps[1]["dumped_at_unix_s"] < timeout_s / 2, (desc["end_time"], dumps[1])
 
 
-def test_hang_times_out_and_every_rank_dumps_its_flight_recorder(tmp_path):
-    run = tmp_path / "hang"
-    proc = meshscope("run", "--layout", "dp=2,pp=2", "--inject", "hang=1:2", "--timeout", 20,
-                     "--out", run, timeout=180)
-    assert proc.returncode != 0
-    assert "Timed out" in proc.stderr or "timed out" in proc.stderr.lower()
+def test_hang_times_out_and_every_rank_dumps_its_flight_recorder(injected_runs):
+    """``--inject hang=2:2`` on dp=2,pp=2 with a 15 s collective timeout
+    (``injected_runs["hang"]``, shared with tests/test_diagnosis.py)."""
+    job = injected_runs["hang"]
+    run = job.run
+    assert job.returncode != 0 and job.rank == 2
+    assert "Timed out" in job.stderr or "timed out" in job.stderr.lower()
     assert processes_under(run) == []
     for r in range(4):
         dump = json.loads((run / "comms" / f"rank{r}.json").read_text())
@@ -59,8 +60,8 @@ def test_hang_times_out_and_every_rank_dumps_its_flight_recorder(tmp_path):
         # gloo measures no start/completion times: they stay empty, not invented.
         assert all(e["time_discovered_started_ns"] is None for e in entries)
         joined_world = any(e["process_group"][1] == "default_pg" for e in entries)
-        # Every rank but 1 joined the extra world all-reduce; rank 1 skipped it.
-        assert joined_world == (r != 1), r
+        # Every rank but 2 joined the extra world all-reduce; rank 2 skipped it.
+        assert joined_world == (r != 2), r
 
 
 def _free_port() -> int:
