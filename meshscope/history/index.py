@@ -262,6 +262,10 @@ class RunIndex:
     def columns(self, table: str) -> list[str]:
         return [r[1] for r in self._db.execute(f"PRAGMA table_info({table})")]
 
+    def types(self, table: str) -> dict[str, str]:
+        """Each column of ``table`` and its declared SQLite type (TEXT, INTEGER, REAL)."""
+        return {r[1]: r[2] for r in self._db.execute(f"PRAGMA table_info({table})")}
+
     def rows(self, table: str) -> tuple[list[str], list[tuple]]:
         """A whole table of the index (``runs`` or ``findings``): its columns and rows."""
         cur = self._db.execute(f"SELECT * FROM {table}")

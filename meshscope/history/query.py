@@ -31,7 +31,9 @@ from meshscope.collectors.run_dir import ReportDir
 from .index import RunIndex
 
 VIEWS_VERSION = 1
-LINK = "run"                 # the column of every table view that names its runs.id
+LINK = "run"
+#: The DuckDB type of each SQLite column type of the index (its declared types).
+_SQL_TYPES = {"TEXT": "VARCHAR", "INTEGER": "BIGINT", "REAL": "DOUBLE"}                 # the column of every table view that names its runs.id
 
 
 class QueryError(ValueError):
@@ -82,7 +84,10 @@ def connect(index: RunIndex, sql: str = "", within: list[pathlib.Path] | None = 
     f_rows = [r for r in f_rows if r[f_cols.index("run")] in kept]
     for name, cols, rows in (("runs", run_cols, run_rows), ("findings", f_cols, f_rows)):
         con.register(f"_{name}", pd.DataFrame.from_records(rows, columns=cols))
-        con.execute(f"CREATE VIEW {name} AS SELECT * FROM _{name}")
+        types = index.types(name)
+        typed = ", ".join(f'CAST("{c}" AS {_SQL_TYPES.get(types[c], "VARCHAR")}) AS "{c}"'
+                          for c in cols)
+        con.execute(f"CREATE VIEW {name} AS SELECT {typed} FROM _{name}")
     allowed: list[str] = []
     ids = [dict(zip(run_cols, r)) for r in run_rows]
     for table in (_named_tables(sql) if sql else list(TABLE_COLUMNS)):
