@@ -225,13 +225,12 @@ def plan_cmd(ctx, world, model, model_json, seq_len, dims, layouts, schedules, m
                          step_overhead_us=overhead_us)
     knobs = Knobs(micro_batch=not (given("microbatches") or micro_batch_size),
                   dp_mode=dp_modes is None, recompute=searched_recompute)
+    ask = _Ask(world=world, dims=dims if given("dims") else None,
+               schedules=schedules if given("schedules") else None,
+               microbatches=microbatches, micro_batch_size=micro_batch_size,
+               dp_modes=dp_modes, global_batch=global_batch, no_sp=no_sp, layouts=layouts,
+               virtual_stages=virtual_stages, stage_layers=stage_layers, recompute=recompute)
     if job and dev is not None and knobs.any:
-        ask = _Ask(world=world, dims=dims if given("dims") else None,
-                   schedules=schedules if given("schedules") else None,
-                   microbatches=microbatches, micro_batch_size=micro_batch_size,
-                   dp_modes=dp_modes, global_batch=global_batch, no_sp=no_sp, layouts=layouts,
-                   virtual_stages=virtual_stages, stage_layers=stage_layers,
-                   recompute=recompute)
         p = _searched_plan(spec, training, dev, topo, ask, memory_bytes, options, notes,
                            band, band_source, style, knobs, top or SHOWN)
         _print(p, as_json, detail, top or SHOWN)
@@ -249,6 +248,10 @@ def plan_cmd(ctx, world, model, model_json, seq_len, dims, layouts, schedules, m
                  uncertainty=band, uncertainty_source=band_source)
     except ValueError as e:
         fail(str(e))
+    if job and dev is not None and p.rows and all(r.fits is False for r in p.rows):
+        p.fit_changes = fit_advice(min(r.peak_memory_bytes for r in p.rows),
+                                   _fit_tries(spec, training, ask, knobs, style,
+                                              memory_bytes))
     _print(p, as_json, detail, top)
 
 

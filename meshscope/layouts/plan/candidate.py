@@ -10,6 +10,7 @@ directory in a sweep.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 from meshscope.parallel.layout import Layout, parse_layout, stage_layers, virtual_stages
 from meshscope.theory.schedules import SCHEDULES, stages_of_rank
@@ -52,7 +53,7 @@ class Candidate:
     def pp(self) -> int:
         return self.layout.size("pp")
 
-    @property
+    @functools.cached_property
     def v(self) -> int:
         """Stages per pipeline rank (1 without pipeline parallelism)."""
         return virtual_stages(self.schedule, self.virtual) if self.pp > 1 else 1
@@ -83,8 +84,8 @@ class Candidate:
         return next(r for r in range(self.pp) if stage in self.stages_of(r))
 
     def stage_layers(self, n_layers: int) -> list[list[int]]:
-        counts = list(self.stage_layer_counts) if self.stage_layer_counts else None
-        return stage_layers(n_layers, self.n_stages, counts)
+        return [list(s) for s in _stage_layers(n_layers, self.n_stages,
+                                               self.stage_layer_counts)]
 
     @property
     def name(self) -> str:
@@ -132,3 +133,11 @@ class Candidate:
                    virtual=d.get("virtual"),
                    stage_layer_counts=tuple(d["stage_layers"]) if d.get("stage_layers")
                    else None, recompute=d.get("recompute"))
+
+
+@functools.lru_cache(maxsize=1024)
+def _stage_layers(n_layers: int, n_stages: int, counts: tuple[int, ...] | None
+                  ) -> tuple[tuple[int, ...], ...]:
+    """``parallel.layout.stage_layers``, kept (a layout search asks it thousands of times)."""
+    return tuple(tuple(s) for s in stage_layers(n_layers, n_stages,
+                                                list(counts) if counts else None))

@@ -36,6 +36,7 @@ from meshscope.theory.flops import (attention_core_forward_flops_per_token,
 
 from .candidate import Candidate
 from .devices import DeviceSpec
+from .job_memory import layer_kind
 from .spec import ModelSpec
 from .traffic import shape_of
 from .training import Training
@@ -220,7 +221,7 @@ def microbatch_work(spec: ModelSpec, cand: Candidate, t: Training, dev: DeviceSp
     # timed once and counted as many times as the rank holds it
     kinds: dict[tuple[bool, int], list[int]] = {}
     for i in layers:
-        kinds.setdefault((spec.is_moe_layer(i), spec.shape.attention_span(i)), []).append(i)
+        kinds.setdefault(layer_kind(spec, i), []).append(i)
     for same in kinds.values():
         one = _layer_work(spec, same[0], t, dev, derate, T, tp, ep, sp, cf, attn_rate, bw,
                           cast, fwd_extra)

@@ -64,6 +64,17 @@ from .training import Training
 FP8_LINEAR = ("wq", "wk", "wv", "wo", "w1", "w2", "w3", "wq_a", "wq_b", "wkv_a", "wkv_b")
 
 
+def layer_kind(spec: ModelSpec, i: int) -> tuple[bool, int]:
+    """What makes layers cost alike: MoE or dense, and the attention's span."""
+    return _layer_kinds(spec)[i]
+
+
+@functools.lru_cache(maxsize=16)
+def _layer_kinds(spec: ModelSpec) -> tuple[tuple[bool, int], ...]:
+    return tuple((spec.is_moe_layer(i), spec.shape.attention_span(i))
+                 for i in range(spec.n_layers))
+
+
 def local_weights(spec: ModelSpec, cand: Candidate, pp_rank: int) -> tuple[float, float, list]:
     """(dense, expert) parameters on a rank of pipeline coordinate ``pp_rank``, and each
     layer's (unit's) local dense size."""
@@ -209,7 +220,7 @@ def job_memory(spec: ModelSpec, cand: Candidate, t: Training,
         per_kind: dict[tuple[bool, int], float] = {}   # a layer's, by its kind
         for stage in cand.stages_of(r):
             for i in layers_of[stage]:
-                kind = (spec.is_moe_layer(i), spec.shape.attention_span(i))
+                kind = layer_kind(spec, i)
                 if kind not in per_kind:
                     per_kind[kind] = layer_activation_bytes(
                         spec, i, tokens=sh.tokens, tp=tp, sp=sp, t=t, s_local=sh.s,
@@ -230,7 +241,7 @@ def job_memory(spec: ModelSpec, cand: Candidate, t: Training,
             # the layer being recomputed holds its whole forward's activations again while
             # its backward runs
             keep = dataclasses.replace(t, recompute="none")
-            kinds = {(spec.is_moe_layer(i), spec.shape.attention_span(i)): i
+            kinds = {layer_kind(spec, i): i
                      for s in cand.stages_of(r) for i in layers_of[s]}   # one of each kind
             terms["recompute_working_set"] = max(
                 (layer_activation_bytes(spec, i, tokens=sh.tokens, tp=tp, sp=sp, t=keep,

@@ -33,6 +33,7 @@ class Topology:
     intra: CommModel            # inside a node
     inter: CommModel            # between nodes, one GPU's NIC
     _rails: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
+    _links: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def for_device(cls, device, gpus_per_node: int | None = None, *,
@@ -100,6 +101,19 @@ class Topology:
         per-GPU figure, up to the in-node one — nccl-tests' busbw of a full-node all-reduce
         across nodes is about the node's NIC bandwidth. An all-to-all or a send sends each
         GPU's own bytes through its own NIC: the per-GPU figure."""
+        # a layout search asks the same layout's dimensions thousands of times: kept per
+        # layout object (held in the value, so that its id is not reused while cached)
+        # (and the links it was made with: a topology's levels may be replaced)
+        key = (id(cand.layout), dim, op in ("all_to_all", "send", "recv", "send_recv"))
+        hit = self._links.get(key)
+        if hit is not None and hit[0] is cand.layout and hit[1] is self.intra \
+                and hit[2] is self.inter:
+            return hit[3]
+        model = self._comm_for(cand, dim, op)
+        self._links[key] = (cand.layout, self.intra, self.inter, model)
+        return model
+
+    def _comm_for(self, cand: Candidate, dim: str, op: str | None) -> CommModel:
         if self.level_of(cand, dim) == "intra":
             return self.intra
         if op in ("all_to_all", "send", "recv", "send_recv"):
