@@ -50,6 +50,8 @@ def analysed(path: pathlib.Path, target: pathlib.Path, options: AnalysisOptions,
     ``InputError`` for a folder the report may not be written to (``report/target.py``:
     checked before any work), and ``OSError`` when the report cannot be written."""
     path, target = pathlib.Path(path), pathlib.Path(target)
+    if not path.exists() and not path.is_symlink():     # before the lock makes its folder
+        raise InputError(path, "no such file or directory")
     why = report_target.problem(target, path)
     if why is not None:             # refused before anything is made, the lock included
         raise InputError(target, why)
