@@ -1,9 +1,20 @@
 """What the pages share: the context a page is built from, the labels of ranks and the
-straggler, and the colours every page uses for the same thing."""
+straggler, the colours every page uses for the same thing, and how a page of many ranks
+draws them.
+
+Many ranks (more than ``MANY_RANKS``): one bar or lane per rank is unreadable and slow to draw
+(1,024 bars, labels skipping every other rank), so a page draws the distribution of the
+per-rank value over every rank (``distribution_figure``: a histogram, each bin's ranks on
+hover) and the ``TOP_K`` ranks that matter most for it (``top_ranks``: the largest values, and
+the rank the URL focuses on), saying how many of how many it shows. The rank picker still
+lists every rank, so any rank can be looked at.
+"""
 from __future__ import annotations
 
 import dataclasses
+import math
 
+import plotly.graph_objects as go
 
 from meshscope.analysis.report.model import trust_caveat_lines, trust_headline, trust_marks
 from meshscope.vocabulary import EXPOSED_COMM_ORDER, TRUST_VERDICTS
@@ -124,3 +135,59 @@ def lanes_layout(fig, title: str, xaxis_title: str, order: list[str], row_px: in
                       title=title, xaxis_title=xaxis_title,
                       yaxis={"categoryorder": "array", "categoryarray": order[::-1]},
                       legend={"orientation": "h", "y": -0.22})
+
+
+MANY_RANKS = 48     # above this, pages draw distributions and the top ranks (module docstring)
+TOP_K = 16
+
+
+def many_ranks(report: RunReport) -> bool:
+    return len(report.ranks) > MANY_RANKS
+
+
+def top_ranks(values: dict[int, float | None], k: int = TOP_K, focus: int | None = None
+              ) -> list[int]:
+    """The ``k`` ranks with the largest values (ties: the lower rank), and ``focus`` when it
+    has a value, in rank order."""
+    known = {r: v for r, v in values.items() if v is not None and not math.isnan(v)}
+    chosen = sorted(known, key=lambda r: (-known[r], r))[:k]
+    if focus is not None and focus in values and focus not in chosen:
+        chosen.append(focus)
+    return sorted(chosen)
+
+
+def _ranges(ranks: list[int]) -> str:
+    """``[0, 1, 2, 5, 7, 8]`` → ``0–2, 5, 7–8``."""
+    out: list[str] = []
+    for r in sorted(ranks):
+        if out and out[-1][1] == r - 1:
+            out[-1][1] = r
+        else:
+            out.append([r, r])  # type: ignore[arg-type]
+    return ", ".join(f"{a}" if a == b else f"{a}–{b}" for a, b in out)  # type: ignore[misc]
+
+
+def distribution_figure(values_ms: dict[int, float | None], title: str, xaxis_title: str,
+                        bins: int = 40) -> go.Figure:
+    """The distribution of a per-rank value (ms) over every rank: a histogram whose bars say,
+    on hover, their range, how many ranks and which (``0–15, 17``)."""
+    known = {r: v for r, v in values_ms.items() if v is not None and not math.isnan(v)}
+    fig = go.Figure()
+    if known:
+        lo, hi = min(known.values()), max(known.values())
+        width = (hi - lo) / bins if hi > lo else 1.0
+        edges = [lo + i * width for i in range(bins + 1)]
+        members: list[list[int]] = [[] for _ in range(bins)]
+        for r, v in known.items():
+            members[min(int((v - lo) / width), bins - 1) if hi > lo else 0].append(r)
+        keep = [i for i in range(bins) if members[i]]
+        fig.add_bar(x=[round((edges[i] + edges[i + 1]) / 2, 4) for i in keep],
+                    y=[len(members[i]) for i in keep], width=width * 0.95,
+                    marker_color="#4C78A8", name="ranks",
+                    customdata=[[round(edges[i], 3), round(edges[i + 1], 3),
+                                 _ranges(members[i])[:160]] for i in keep],
+                    hovertemplate="%{customdata[0]}–%{customdata[1]} ms: %{y} ranks"
+                                  "<br>ranks %{customdata[2]}<extra></extra>")
+    fig.update_layout(**LAYOUT, height=300, title=title, xaxis_title=xaxis_title,
+                      yaxis_title="ranks", bargap=0, showlegend=False)
+    return fig

@@ -32,7 +32,8 @@ from meshscope.analysis.report import reader
 
 from ..data import RunReport
 from ..sections import Cell, Figure, Link, Note, Section, Table, fmt
-from .common import LAYOUT, absent, PageContext, rank_label
+from .common import (LAYOUT, TOP_K, absent, distribution_figure, many_ranks, PageContext,
+                     rank_label, top_ranks)
 
 # idle.parquet's causes, in the order the analysis charges them, in words.
 IDLE_CAUSES = {
@@ -147,12 +148,21 @@ def _causes(means: pd.DataFrame) -> list[str]:
     return [c[5:-3] for c in means.columns if c.startswith("idle_") and c != "idle_us"]
 
 
-def idle_figure(report: RunReport, height_per_rank: int = 34, title: bool = True
-                ) -> go.Figure | None:
-    """One horizontal bar per rank: its mean idle per step, stacked by cause (ms)."""
+def idle_figure(report: RunReport, height_per_rank: int = 34, title: bool = True,
+                focus: int | None = None) -> go.Figure | None:
+    """One horizontal bar per rank: its mean idle per step, stacked by cause (ms). Of many
+    ranks (``common.many_ranks``), the ``TOP_K`` with the most idle and ``focus``."""
     means = idle_means(report)
     if means.empty:
         return None
+    heading = "GPU idle time per rank by cause (mean per profiled step)"
+    if many_ranks(report) and len(means) > TOP_K:
+        shown = top_ranks(means["idle_us"].to_dict(), focus=focus)
+        heading = f"GPU idle by cause of the {TOP_K} ranks with the most idle, of " \
+                  f"{len(means)}" + (f", and rank {focus}" if focus in shown and
+                                     focus not in top_ranks(means["idle_us"].to_dict())
+                                     else "") + " (mean per profiled step)"
+        means = means.loc[shown]
     labels = [rank_label(r, report) for r in means.index]
     idle_ms = (means["idle_us"] / 1e3).tolist()
     fig = go.Figure()
@@ -173,8 +183,7 @@ def idle_figure(report: RunReport, height_per_rank: int = 34, title: bool = True
                                               "b": 50}},
                       barmode="stack", height=150 + row * n + (30 if title else 0),
                       uniformtext={"minsize": 10, "mode": "hide"},
-                      title="GPU idle time per rank by cause (mean per profiled step)"
-                      if title else None,
+                      title=heading if title else None,
                       xaxis_title="ms of GPU idle per step",
                       yaxis={"type": "category", "autorange": "reversed"},
                       legend={"orientation": "h", "y": -0.5 if n < 3 else -0.15,
@@ -183,6 +192,16 @@ def idle_figure(report: RunReport, height_per_rank: int = 34, title: bool = True
         fig.update_layout(height=fig.layout.height + 60, margin_b=110,
                           legend={"y": -0.35 - 0.1 * (3 - n)})
     return fig
+
+
+def idle_distribution(report: RunReport) -> go.Figure | None:
+    """Of many ranks: the distribution of every rank's mean GPU idle per step."""
+    means = idle_means(report)
+    if means.empty or not many_ranks(report):
+        return None
+    return distribution_figure((means["idle_us"] / 1e3).to_dict(),
+                               f"GPU idle per step over all {len(means)} ranks",
+                               "ms of GPU idle per step (mean over the profiled steps)")
 
 
 def headline(report: RunReport) -> Note | None:
@@ -236,9 +255,12 @@ def overview_section(ctx: PageContext) -> Section | None:
     rep = ctx.report
     if not is_gpu(rep):
         return None
-    fig = idle_figure(rep, height_per_rank=26, title=False)
+    fig = idle_figure(rep, height_per_rank=26, title=many_ranks(rep), focus=ctx.state.rank)
     line = headline(rep)
     items = [line] if line else []
+    spread = idle_distribution(rep)
+    if spread is not None:
+        items.append(Figure("overview-idle-distribution", spread))
     items.append(Figure("overview-idle-graph", fig) if fig is not None else
                  absent(ctx, "idle", "overview-idle-none", "GPU idle breakdown"))
     items.append(Link("gpu-link", "the GPU page", ctx.state.href("gpu", color=None),
@@ -392,8 +414,12 @@ def sync_table(report: RunReport, rank: int) -> Table | Note | None:
                          "idle charged to them (the synchronisation cause)." + more, left=3)
 
 
-def stream_idle_table(report: RunReport) -> Table | None:
-    streams = reader.stream_idle(report.table("stream_idle"))
+def stream_idle_table(report: RunReport, rank: int | None = None) -> Table | None:
+    """HTA's idle breakdown per stream, of ``rank`` (the page's rank picker) when given."""
+    table = report.table("stream_idle")
+    if rank is not None:
+        table = table[table["rank"] == rank]
+    streams = reader.stream_idle(table)
     if not streams:
         return None
     rows = [[s.rank, s.stream] + [fmt(None if v is None else v / 1e3, 2) for v in
@@ -417,12 +443,14 @@ def sections(ctx: PageContext) -> list[Section]:
                                     f"{rep.typed.device or 'unknown'}).")])]
     out = []
     line = headline(rep)
-    fig = idle_figure(rep)
+    rank = focus_rank(ctx)
+    fig = idle_figure(rep, focus=ctx.state.rank)
+    spread = idle_distribution(rep)
     out.append(Section("Where the GPU's idle time goes",
                        ([line] if line else []) +
+                       ([Figure("idle-distribution", spread)] if spread is not None else []) +
                        [Figure("idle-graph", fig, IDLE_CAPTION) if fig is not None else
                         absent(ctx, "idle", "idle-none", "GPU idle breakdown (idle.parquet)")]))
-    rank = focus_rank(ctx)
     if rank is None:
         return out
     who = rank_label(rank, rep)
@@ -449,7 +477,7 @@ def sections(ctx: PageContext) -> list[Section]:
     out.append(Section(f"Synchronisations · {who}", [
         st_ if st_ is not None else absent(ctx, "sync_calls", "sync-missing",
                                            "synchronisation table")]))
-    si = stream_idle_table(rep)
+    si = stream_idle_table(rep, rank)
     if si is not None:
-        out.append(Section("Idle per stream (HTA's breakdown)", [si]))
+        out.append(Section(f"Idle per stream (HTA's breakdown) · {who}", [si]))
     return out

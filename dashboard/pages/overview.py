@@ -11,7 +11,12 @@ and the ranked findings with their evidence, cost and remedy.
   each cell.
 - ``breakdown-graph``: per-rank stacked bars of summary.json's ``per_rank_mean`` (compute,
   overlapped comm, exposed comm per dimension, bubble, other, idle; they add up to the step
-  window, analysis/timeline/breakdown.py).
+  window, analysis/timeline/breakdown.py). Of many ranks (``common.many_ranks``): the bars of
+  the ``TOP_K`` ranks with the longest step window (and the focused rank), beside
+  ``step-distribution``, the distribution of every rank's step window.
+- Of many ranks the mesh keeps its grid of dimensions, each pipeline stage's (dp, cp, tp)
+  columns folded into a block of rows ``MESH_WIDTH`` wide (``_fold``), the cells without
+  text (the hover names each rank and its coordinates).
 - ``overview-gpu`` (runs with GPU activity): where the GPU's idle time goes — one sentence,
   the per-rank idle bars by cause (``overview-idle-graph``, ``idle.parquet``) and a link to the
   GPU page (``pages/device.py``).
@@ -31,8 +36,8 @@ from meshscope.analysis.report import reader
 from ..sections import (Facts, Figure, Link, Note, Section, Table, clip, evidence_cell,
                         evidence_text, fmt, place_text, shown_at)
 from . import device
-from .common import (COLOURS, DIMS, LAYOUT, PageContext, absent, finding_title, rank_label,
-                     straggler_text)
+from .common import (COLOURS, DIMS, LAYOUT, TOP_K, PageContext, absent, distribution_figure,
+                     finding_title, many_ranks, rank_label, straggler_text, top_ranks)
 
 # Mesh colourings: key -> (label, where the value comes from).
 COLOR_CHOICES = {"saving": "what-if saving (ms/step)", "compute": "compute (ms/step)",
@@ -104,6 +109,18 @@ def color_key(ctx: PageContext) -> str:
     return "compute"
 
 
+MESH_WIDTH = 32          # columns of a folded mesh row
+MESH_TEXT_CELLS = 256    # above this many cells, the values are on hover only
+
+
+def _fold(rows: list, cols: list) -> tuple[int, int]:
+    """(blocks per stage, columns per block row): a stage with more than ``MESH_WIDTH``
+    columns is folded into rows of ``MESH_WIDTH`` (one row: no fold)."""
+    if len(cols) <= MESH_WIDTH:
+        return 1, len(cols)
+    return -(-len(cols) // MESH_WIDTH), MESH_WIDTH
+
+
 def mesh_figure(ctx: PageContext) -> go.Figure | None:
     """The mesh as a grid: rows pp stages, columns the (dp, cp, tp) coordinates in that order;
     None when there is nothing to colour."""
@@ -131,22 +148,40 @@ def mesh_figure(ctx: PageContext) -> go.Figure | None:
         col_dims = []
     rows = sorted(set(row_of.values()))
     cols = sorted(set(col_key.values()))
-    z = [[None] * len(cols) for _ in rows]
-    text = [[""] * len(cols) for _ in rows]
-    who = [[None] * len(cols) for _ in rows]
+    row_i = {v: i for i, v in enumerate(rows)}
+    col_i = {v: j for j, v in enumerate(cols)}
+    fold, width = _fold(rows, cols)
+    z = [[None] * width for _ in range(len(rows) * fold)]
+    text = [[""] * width for _ in range(len(rows) * fold)]
+    hover = [[""] * width for _ in range(len(rows) * fold)]
+    who = [[None] * width for _ in range(len(rows) * fold)]
+    idx = {"dp": 0, "cp": 1, "tp": 2}
+
+    def col_label(c) -> str:
+        if col_dims:
+            return "·".join(f"{d}{c[idx[d]]}" for d in col_dims)
+        return f"rank {c[0]}" if not all(coords.values()) else ""
+
     for r in ranks:
-        i, j = rows.index(row_of[r]), cols.index(col_key[r])
+        j = col_i[col_key[r]]
+        i, j = row_i[row_of[r]] * fold + j // width, j % width
         v = values.get(r)
         z[i][j] = v
         who[i][j] = r
         value = "—" if v is None else f"{v:.2f} ms"
-        text[i][j] = ("▶ " if r == ctx.state.rank else "") + f"rank {r}<br>{value}" + \
+        cell = ("▶ " if r == ctx.state.rank else "") + f"rank {r}<br>{value}" + \
             (f"<br>ep group {ep_of[r]}" if r in ep_of else "")
-    if col_dims:
-        idx = {"dp": 0, "cp": 1, "tp": 2}
-        xlabels = ["·".join(f"{d}{c[idx[d]]}" for d in col_dims) for c in cols]
+        hover[i][j] = cell + (f"<br>{col_label(col_key[r])}" if fold > 1 else "")
+        text[i][j] = cell if len(ranks) <= MESH_TEXT_CELLS else ""
+    if fold > 1:    # folded: a row is a stage's block of columns, named by its first and last
+        xlabels = [f"+{j}" for j in range(width)]
+        ylabels = [f"{'stage ' + str(s) + ' · ' if info and info.size('pp') > 1 else ''}"
+                   f"{col_label(cols[b * width])}–"
+                   f"{col_label(cols[min(len(cols), (b + 1) * width) - 1])}"
+                   for s in rows for b in range(fold)]
     else:
-        xlabels = [f"rank {c[0]}" if not all(coords.values()) else "" for c in cols]
+        xlabels = [col_label(c) for c in cols]
+        ylabels = [f"stage {s}" if info and info.size("pp") > 1 else "" for s in rows]
     scale, colours = {}, "Blues"
     if key == "saving":
         # Savings diverge around zero (a negative saving: the step gets longer at the reference
@@ -162,13 +197,20 @@ def mesh_figure(ctx: PageContext) -> go.Figure | None:
                                           [1.0, "#7f7f7f"]]
     elif not any(v for v in values.values() if v is not None):
         scale = {"zmin": 0.0, "zmax": 1.0}   # all zero: white, not the middle of the scale
-    fig = go.Figure(go.Heatmap(z=z, x=xlabels, y=[f"stage {s}" if info and info.size("pp") > 1
-                                                  else "" for s in rows],
-                               text=text, texttemplate="%{text}", hoverinfo="text",
+    gap = 3 if len(ranks) <= MESH_TEXT_CELLS else 1
+    fig = go.Figure(go.Heatmap(z=z, x=xlabels, y=ylabels, text=text, texttemplate="%{text}",
+                               hovertext=hover, hoverinfo="text",
                                customdata=who, colorscale=colours, colorbar={"title": "ms"},
-                               xgap=3, ygap=3, **scale))
-    fig.update_layout(**LAYOUT, title=f"The mesh, coloured by {COLOR_CHOICES[key]}",
-                      height=120 + 90 * len(rows), yaxis={"autorange": "reversed"})
+                               xgap=gap, ygap=gap, **scale))
+    n_rows = len(rows) * fold
+    fig.update_layout(**LAYOUT, title=f"The mesh, coloured by {COLOR_CHOICES[key]}" +
+                      (f" ({len(cols)} columns of each stage folded into rows of {width})"
+                       if fold > 1 else ""),
+                      height=120 + (90 if fold == 1 else 22) * n_rows,
+                      yaxis={"autorange": "reversed", "type": "category"},
+                      xaxis={"type": "category"})
+    if fold > 1:
+        fig.update_layout(margin={**LAYOUT["margin"], "l": 190})
     return fig
 
 
@@ -206,6 +248,14 @@ def breakdown_figure(ctx: PageContext) -> go.Figure | None:
             "idle_us")
     if not rows or not all(any(getattr(r, f) is not None for r in rows) for f in need):
         return None
+    title = "Step breakdown per rank (mean over profiled steps)"
+    if many_ranks(ctx.report) and len(rows) > TOP_K:
+        window = {r.rank: r.window_us for r in rows}
+        shown = set(top_ranks(window, focus=ctx.state.rank))
+        title = f"Step breakdown of the {TOP_K} ranks with the longest step, of {len(rows)}" + \
+            (f", and rank {ctx.state.rank}" if ctx.state.rank in shown and
+             ctx.state.rank not in top_ranks(window) else "") + " (mean over profiled steps)"
+        rows = [r for r in rows if r.rank in shown]
     x = [rank_label(r.rank, ctx.report) for r in rows]
     focus = [2.5 if r.rank == ctx.state.rank else 0 for r in rows]
     fig = go.Figure()
@@ -220,11 +270,21 @@ def breakdown_figure(ctx: PageContext) -> go.Figure | None:
                     customdata=[r.rank for r in rows], hovertext=extra,
                     hovertemplate=f"%{{x}}<br>{label}: %{{y:.2f}} ms%{{hovertext}}"
                                   "<extra></extra>")
-    fig.update_layout(**LAYOUT, barmode="stack", height=420,
-                      title="Step breakdown per rank (mean over profiled steps)",
+    fig.update_layout(**LAYOUT, barmode="stack", height=420, title=title,
                       yaxis_title="ms per step", xaxis={"type": "category"},
                       legend={"traceorder": "reversed"})
     return fig
+
+
+def step_distribution(ctx: PageContext) -> go.Figure | None:
+    """Of many ranks: the distribution of every rank's step window (``per_rank_mean``)."""
+    rows = ctx.report.typed.per_rank_mean
+    if not many_ranks(ctx.report) or not rows:
+        return None
+    return distribution_figure({r.rank: None if r.window_us is None else r.window_us / 1e3
+                                for r in rows},
+                               f"Step window per rank over all {len(rows)} ranks",
+                               "ms per step (mean over the profiled steps)")
 
 
 def findings_table(ctx: PageContext) -> Table | Note:
@@ -305,9 +365,11 @@ def sections(ctx: PageContext) -> list[Section]:
                + ("" if ctx.state.static else " Click a rank (here or in the bars) to focus "
                   "the view on it."))
         if mesh else Note("mesh-none", "No per-rank figures to draw the mesh with.")]))
-    out.append(Section("Step breakdown", [Figure("breakdown-graph", bars) if bars else
-                                          absent(ctx, "breakdown", "breakdown-none",
-                                                 "step breakdown")]))
+    spread = step_distribution(ctx)
+    out.append(Section("Step breakdown", ([Figure("step-distribution", spread)]
+                                          if spread is not None else []) +
+                       [Figure("breakdown-graph", bars) if bars else
+                        absent(ctx, "breakdown", "breakdown-none", "step breakdown")]))
     gpu = device.overview_section(ctx)
     if gpu is not None:
         out.append(gpu)

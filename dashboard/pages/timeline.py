@@ -63,7 +63,8 @@ from meshscope.analysis.timeline import named_lanes
 from meshscope.collectors import run_dir as rd
 
 from ..sections import Facts, Figure, Link, Note, Search, Section
-from .common import COLOURS, absent, lanes_layout, PageContext, pick_step, rank_label
+from .common import (COLOURS, TOP_K, absent, lanes_layout, many_ranks, PageContext, pick_step,
+                     rank_label, top_ranks)
 
 log = logging.getLogger("meshscope.dashboard")
 
@@ -121,7 +122,15 @@ def _segments(ctx: PageContext, step: int):
 
 def timeline_figure(ctx: PageContext, seg: pd.DataFrame, arrows: list, step: int,
                     end_us: float | None = None) -> go.Figure:
-    ranks = sorted(seg["rank"].unique())
+    title = f"Step {step} on the aligned clock"
+    ranks = sorted(int(r) for r in seg["rank"].unique())
+    shown = lane_ranks(ctx, seg)
+    if len(shown) < len(ranks):
+        title += f" — {len(shown)} of its {len(ranks)} ranks: the most waiting, and " \
+                 f"the focused rank"
+        seg = seg[seg["rank"].isin(shown)]
+        arrows = [a for a in arrows if a[0] in shown and a[1] in shown]
+        ranks = shown
     label = {r: rank_label(int(r), ctx.report) for r in ranks}
     order = [label[r] for r in ranks]
     fig = go.Figure()
@@ -155,13 +164,27 @@ def timeline_figure(ctx: PageContext, seg: pd.DataFrame, arrows: list, step: int
         fig.add_annotation(x=b / 1e3, y=label.get(waiter), ax=b / 1e3, ay=label.get(culprit),
                            xref="x", yref="y", axref="x", ayref="y", showarrow=True,
                            arrowhead=2, arrowwidth=1.2, arrowcolor="#333", text="")
-    lanes_layout(fig, f"Step {step} on the aligned clock",
-                 "ms from the earliest rank's step start", order, 34)
+    lanes_layout(fig, title, "ms from the earliest rank's step start", order, 34)
     if end_us is not None:         # the whole step, from its window's start
         fig.update_xaxes(range=[0, end_us / 1e3])
     if ctx.state.rank in label:    # ?rank=R: that rank's lane marked across the figure
         _highlight(fig, order, label[ctx.state.rank])
     return fig
+
+
+def lane_ranks(ctx: PageContext, seg: pd.DataFrame) -> list[int]:
+    """The ranks the segments figure draws a lane for: every rank, but of many ranks
+    (``common.many_ranks``) the ``TOP_K`` that waited longest in the step (ties: the later
+    last segment) and the focused rank."""
+    ranks = sorted(int(r) for r in seg["rank"].unique())
+    if not many_ranks(ctx.report) or len(ranks) <= TOP_K:
+        return ranks
+    length = seg["end_us"] - seg["start_us"]
+    waited = length[seg["kind"] == "wait"].groupby(seg["rank"]).sum()
+    last = seg.groupby("rank")["end_us"].max()
+    # waits first; the last segment's end (µs) only breaks ties between equal waits
+    score = {r: float(waited.get(r, 0.0)) * 1e6 + float(last.get(r, 0.0)) for r in ranks}
+    return top_ranks(score, focus=ctx.state.rank)  # type: ignore[arg-type]
 
 
 def step_extent_us(ctx: PageContext, seg: pd.DataFrame, step: int) -> float:
