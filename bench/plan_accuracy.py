@@ -348,9 +348,12 @@ def ranking_checks(rows) -> dict:
         mine = ranked[idx]
         top = next((r for r in ranked if r.fits is not False), ranked[0])
         gap = mine.estimate.step_time_us / top.estimate.step_time_us - 1
-        hits += mine.tie
+        # where no layout fits the planner's memory (the plan then marks no ties), within
+        # the band of the fastest of them all
+        within = mine.tie if any(r.fits is not False for r in ranked) else gap <= band
+        hits += within
         print(f"| {row.id} | {len(ranked)} | {cand.name} | {idx + 1} | {gap * 100:+.0f}% | "
-              f"±{band * 100:.0f}% | {'yes' if mine.tie else 'no'} |")
+              f"±{band * 100:.0f}% | {'yes' if within else 'no'} |")
     print(f"\n{hits}/{len(rows)} published layouts within the tie band of the top")
     return {"within": hits, "rows": len(rows)}
 

@@ -504,7 +504,10 @@ def _search_modes(training, style, ask: _Ask, knobs: Knobs) -> tuple[tuple, tupl
     """(data-parallel modes, recomputations) the search tries: the style's, or as given."""
     modes = STYLE_DP_MODES[style] if knobs.dp_mode else tuple(csv_values(ask.dp_modes))
     if training.offload == "all":
-        modes = tuple(m for m in modes if m in ("fsdp", "fsdp_noreshard")) or ("fsdp",)
+        modes = tuple(m for m in modes if m in ("fsdp", "fsdp_noreshard")) or \
+            (("fsdp",) if knobs.dp_mode else ())
+        if not modes:
+            fail("--offload all moves the weights to the host, which needs --dp-modes fsdp")
     rcs = FSDP_RECOMPUTE if training.job_style == "fsdp" else SEARCHED_RECOMPUTE
     return modes, (rcs if knobs.recompute else (ask.recompute or training.recompute,))
 
@@ -516,8 +519,11 @@ def _searched_plan(spec, training, dev, topo, ask: _Ask, memory_bytes, options, 
     marked, and the single changes that make one fit."""
     prec = training.as_precision()
     modes, rcs = _search_modes(training, style, ask, knobs)
-    found = search(spec, _search_bases(spec, ask, knobs), training, memory_bytes, knobs,
-                   modes, rcs)
+    try:
+        found = search(spec, _search_bases(spec, ask, knobs), training, memory_bytes, knobs,
+                       modes, rcs)
+    except ValueError as e:
+        fail(str(e))
     searched = tuple(name for name, on in (("micro-batch size", knobs.micro_batch),
                                            ("recompute", knobs.recompute),
                                            ("dp mode", knobs.dp_mode)) if on)

@@ -138,7 +138,10 @@ def search(spec: ModelSpec, bases: list[Candidate], training: Training,
         first = sizes[0]
         modes = (dp_modes if first.dp_shards > 1 else ("ddp",)) if knobs.dp_mode \
             else (first.dp_mode,)
-        modes = tuple(m for m in modes if m in ZERO_STAGE)
+        modes = tuple(m for m in modes if m in ZERO_STAGE
+                      and (training.offload != "all" or ZERO_STAGE[m] == 3))
+        if not modes:           # --offload all: only layouts that shard their weights
+            continue
         thrifty = max(modes, key=lambda m: (ZERO_STAGE[m], m == "fsdp"))
         least = dataclasses.replace(first, dp_mode=thrifty, recompute=rcs[-1])
         least_peak = peak(least)
