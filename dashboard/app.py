@@ -9,7 +9,8 @@ keeps the selected run.
 Pages (``dashboard.pages``): runs list (``/``), overview, GPU (``/gpu``: idle causes,
 step categories, kernels, GEMMs, synchronisations), memory (``/memory``: peaks per rank,
 allocated and reserved over time, what is live at the peak, snapshots), pipeline, communication, stragglers,
-timeline, health, compare. Each is built on the server from the run's written
+timeline, health, compare, history (``/history``: a series of comparable runs, its trends and
+change points, ``meshscope.history``). Each is built on the server from the run's written
 report (``dashboard.data``) into sections (``dashboard.sections``): the browser receives
 figures of aggregated data only. A run that has not been analysed yet is analysed when it is
 first opened (``dashboard.jobs``), the page showing the progress. Pages are built in a pool of
@@ -41,8 +42,8 @@ from . import state as st
 from .data import ReportUnreadable, open_report, read_summary
 from .jobs import Analyses, Limits
 from .page_builds import PageBuilds, Pending
-from .pages import communication, compare, device, health, memory, overview, pipeline, \
-    runs_list, stragglers, timeline
+from .pages import communication, compare, device, health, history, memory, overview, \
+    pipeline, runs_list, stragglers, timeline
 from .pages.common import PageContext, evidence_section, pick_step, rank_label
 from .runs import RunIndex
 
@@ -187,6 +188,7 @@ def create_app(runs_dir: pathlib.Path, limits: Limits | None = None,
     _register_url_controls(app)
     runs_list.register(app)
     compare.register(app)
+    history.register(app)
     _register_exports(app, index, analyses)
     from .errors import install_error_page
     install_error_page(app.server)
@@ -206,10 +208,12 @@ class _Pages:
         if state.page == "runs":
             self.index.refresh()
             return S.to_dash(runs_list.sections(self.index, state)) + runs_list.controls(), False
-        if state.page == "compare":
-            built = self.builds.build(state, lambda: compare.render(self.index, state))
+        if state.page in ("compare", "history"):
+            page = compare if state.page == "compare" else history
+            built = self.builds.build(state, lambda: page.render(self.index, state))
             if isinstance(built, Pending):
-                return [html.P(f"This comparison is still being built ({built.elapsed_s:.0f} s "
+                return [html.P(f"This {'comparison' if page is compare else 'history'} is still "
+                               f"being built ({built.elapsed_s:.0f} s "
                                f"so far).", id="page-building", style=S.NOTE)], True
             return built, False
         entry = self.index.get(state.run)

@@ -3,7 +3,8 @@
 ``/PAGE?run=ID[&run=ID2…][&rank=R][&step=S][&color=METRIC]``: the page is the path
 (``/overview``, ``/gpu``, ``/memory``, ``/pipeline``…; ``/`` is the runs list), ``run`` names the run by its id (the
 compare page takes it several times, or ``sweep=ID`` for a whole sweep folder), ``rank`` and
-``step`` select what the page zooms on, ``color`` what the mesh is coloured by. ``parse`` reads
+``step`` select what the page zooms on, ``color`` what the mesh is coloured by, ``quantity``
+what the history page draws (``/history``). ``parse`` reads
 any query string without failing: a value that is not what it should be is dropped (and the
 fields after the first ``MAX_FIELDS``), and the page then falls back to its default (the first
 profiled step, no rank).
@@ -11,16 +12,19 @@ profiled step, no rank).
 from __future__ import annotations
 
 import dataclasses
+import re
 from urllib.parse import parse_qs, urlencode
 
 PAGES = ("overview", "gpu", "memory", "pipeline", "communication", "stragglers", "timeline",
-         "health", "compare")
+         "health", "compare", "history")
 TITLES = {"runs": "Runs", "overview": "Overview", "gpu": "GPU", "memory": "Memory",
           "pipeline": "Pipeline", "communication": "Communication", "stragglers": "Stragglers",
-          "timeline": "Timeline", "health": "Health", "compare": "Compare"}
+          "timeline": "Timeline", "health": "Health", "compare": "Compare",
+          "history": "History"}
 MAX_RUNS = 16          # runs one compare view takes
 MAX_FIELDS = 64        # query fields read; the rest of a longer query string is ignored
 MAX_INT = 1 << 31
+_QUANTITY = re.compile(r"[a-z_]+(?:\.[a-z_/]+){0,2}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,6 +35,7 @@ class ViewState:
     rank: int | None = None
     step: int | None = None
     color: str | None = None
+    quantity: str | None = None      # the history page's quantity (compare's names)
     # True when the page is rendered into the static HTML report (no server behind it: no
     # instruction to click, no link); never part of a URL.
     static: bool = dataclasses.field(default=False, compare=False)
@@ -43,7 +48,7 @@ class ViewState:
         """The query string of this state with ``change`` applied (None removes a key)."""
         s = dataclasses.replace(self, **change)
         pairs: list[tuple[str, object]] = [("run", r) for r in s.runs]
-        for key in ("sweep", "rank", "step", "color"):
+        for key in ("sweep", "rank", "step", "color", "quantity"):
             v = getattr(s, key)
             if v is not None:
                 pairs.append((key, v))
@@ -71,6 +76,9 @@ def parse(pathname: str | None, search: str | None) -> ViewState:
     runs = tuple(dict.fromkeys(r for r in q.get("run", []) if r and len(r) < 512))[:MAX_RUNS]
     sweep = (q.get("sweep") or [None])[0]
     color = (q.get("color") or [None])[0]
+    quantity = (q.get("quantity") or [None])[0]
     return ViewState(page=page, runs=runs, sweep=sweep if sweep and len(sweep) < 512 else None,
                      rank=_int(q.get("rank", [])), step=_int(q.get("step", [])),
-                     color=color if color and len(color) < 32 else None)
+                     color=color if color and len(color) < 32 else None,
+                     quantity=quantity if quantity and len(quantity) < 64
+                     and _QUANTITY.fullmatch(quantity) else None)

@@ -125,3 +125,55 @@ def test_the_command_exits_as_compare_gate(series_runs, tmp_path):
     nothing = meshscope("history", empty)
     assert nothing.returncode == 2 and "holds no analysed report" in nothing.stderr
     assert "Traceback" not in nothing.stderr
+
+
+def _page(app, search: str) -> dict:
+    from meshscope.dashboard.app import page_request
+
+    r = app.server.test_client().post("/_dash-update-component",
+                                      json=page_request(app, "/history", search))
+    assert r.status_code == 200
+    return r.get_json()["response"]["page"]
+
+
+def _by_id(node, found=None) -> dict:
+    found = {} if found is None else found
+    if isinstance(node, list):
+        for x in node:
+            _by_id(x, found)
+    elif isinstance(node, dict):
+        props = node.get("props")
+        if isinstance(props, dict) and isinstance(props.get("id"), str):
+            found[props["id"]] = props
+        for v in node.values():
+            _by_id(v, found)
+    return found
+
+
+def test_the_history_page_marks_the_change_points_and_links_their_compare(series_runs):
+    """The dashboard over the 31 runs: /history?quantity=peak_memory draws the trend with a
+    noise band and one change point, at run 25, whose click and link open the compare of
+    runs 24 and 25; the run on another device is listed as kept apart; the quantity is in
+    the URL (a link per quantity)."""
+    from meshscope.dashboard.app import create_app
+
+    app = create_app(series_runs)
+    ids = _by_id(_page(app, "?quantity=peak_memory"))
+    fig = ids["history-trend"]["figure"]
+    marks = [t for t in fig["data"] if t.get("name") == "change point"]
+    assert [m["x"] for m in marks] == [[MEMORY]]
+    assert marks[0]["customdata"] == ["/compare?run=run24&run=run25"]
+    assert any(t.get("fill") == "tonexty" for t in fig["data"])      # the noise band
+    links = {i: p["href"] for i, p in ids.items() if i.startswith("history-change-")
+             and "href" in p}
+    assert sorted(links.values()) == ["/compare?run=run11&run=run12",
+                                      "/compare?run=run19&run=run20",
+                                      "/compare?run=run24&run=run25"]
+    assert ids["history-q-step_time"]["href"] == "/history?quantity=step_time"
+    assert "history-kept-apart" in ids
+    first = "&".join(f"run=run{i:02d}" for i in range(1, SLOW))
+    healthy = _by_id(_page(app, f"?{first}&quantity=step_time"))
+    assert healthy["history-series"]["children"]
+    assert not [t for t in healthy["history-trend"]["figure"]["data"]
+                if t.get("name") == "change point"]
+    assert "history-no-change" in healthy
