@@ -178,3 +178,23 @@ def test_the_default_index_is_in_the_users_cache_folder(monkeypatch, tmp_path):
     assert I.default_path() == tmp_path / "meshscope" / "index.sqlite"
     monkeypatch.setenv(I.ENV_INDEX, os.fspath(tmp_path / "x.sqlite"))
     assert I.default_path() == tmp_path / "x.sqlite"
+
+
+def _add_in_child(args):
+    path, folder = args
+    with I.RunIndex(path) as idx:
+        res = idx.add([folder])
+    return len(res.added) + len(res.unchanged) + len(res.updated)
+
+
+def test_processes_registering_at_once_leave_one_row_per_report(runs, tmp_path):
+    """Four processes creating and filling one new index together (as analyses finishing at
+    once do): no error, each report once."""
+    import multiprocessing as mp
+
+    path = tmp_path / "index.sqlite"
+    with mp.get_context("fork").Pool(4) as pool:
+        seen = pool.map(_add_in_child, [(path, runs[0].parent)] * 4)
+    assert seen == [3, 3, 3, 3]
+    with I.RunIndex(path) as idx:
+        assert sorted(r.entry.run_path for r in idx.runs()) == sorted(map(str, runs))

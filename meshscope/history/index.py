@@ -19,6 +19,7 @@ updates; the reports' own tables are queried in place by DuckDB (``query.py``).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import pathlib
@@ -100,7 +101,8 @@ class RunIndex:
                               f"creates one)")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(self.path, timeout=30.0)
+            # Autocommit: every write is in an explicit ``_writing`` transaction.
+            self._db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
             self._db.execute("PRAGMA foreign_keys = ON")
             self._migrate()
         except sqlite3.DatabaseError as e:
@@ -123,18 +125,37 @@ class RunIndex:
     def version(self) -> int:
         return int(self._db.execute("PRAGMA user_version").fetchone()[0])
 
+    def _newer(self, have: int) -> IndexError_:
+        return IndexError_(f"{self.path}: index schema version {have} is newer than this "
+                           f"meshscope's ({SCHEMA_VERSION}): upgrade meshscope or use "
+                           f"another --index")
+
+    @contextlib.contextmanager
+    def _writing(self):
+        """One write transaction that holds the file's write lock from its start (BEGIN
+        IMMEDIATE): two processes registering at once (two ``analyze`` finishing together)
+        wait for each other instead of both reading "absent" and both inserting."""
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
     def _migrate(self) -> None:
-        have = self.version
-        if have > SCHEMA_VERSION:
-            raise IndexError_(f"{self.path}: index schema version {have} is newer than this "
-                              f"meshscope's ({SCHEMA_VERSION}): upgrade meshscope or use "
-                              f"another --index")
-        if have < SCHEMA_VERSION:
-            with self._db:
-                for step in range(have, SCHEMA_VERSION):
-                    for sql in MIGRATIONS[step]:
-                        self._db.execute(sql)
-                    self._db.execute(f"PRAGMA user_version = {step + 1}")
+        if self.version > SCHEMA_VERSION:
+            raise self._newer(self.version)
+        if self.version == SCHEMA_VERSION:
+            return
+        with self._writing():
+            have = self.version                  # again, under the lock
+            if have > SCHEMA_VERSION:
+                raise self._newer(have)
+            for step in range(have, SCHEMA_VERSION):
+                for sql in MIGRATIONS[step]:
+                    self._db.execute(sql)
+                self._db.execute(f"PRAGMA user_version = {step + 1}")
 
     # -- writing -----------------------------------------------------------------------------
     def _row_of(self, column: str, value: str) -> tuple | None:
@@ -167,7 +188,7 @@ class RunIndex:
         """Register every report at or under each of ``folders`` (``entry.reports_under``);
         ``label`` set on each (None: kept). A folder with no report is refused, said why."""
         res = AddResult([], [], [], [], [])
-        with self._db:
+        with self._writing():
             for folder in folders:
                 folder = pathlib.Path(folder)
                 if not folder.is_dir():
@@ -214,7 +235,7 @@ class RunIndex:
         """Re-read the reports that changed and drop those that are gone; (updated,
         dropped) report paths."""
         updated, dropped = [], []
-        with self._db:
+        with self._writing():
             for row_id, path, mtime in self._db.execute(
                     "SELECT id, report_path, summary_mtime_ns FROM runs").fetchall():
                 summary = pathlib.Path(path) / "summary.json"
@@ -236,7 +257,7 @@ class RunIndex:
     def remove(self, report_paths) -> int:
         """Forget the given reports (their folders are not touched); how many rows went."""
         n = 0
-        with self._db:
+        with self._writing():
             for p in report_paths:
                 n += self._db.execute("DELETE FROM runs WHERE report_path = ?",
                                       (str(pathlib.Path(p).resolve()),)).rowcount
@@ -280,4 +301,6 @@ def register_report(report: pathlib.Path, index_path: pathlib.Path | None = None
             res = idx.add([report])
     except IndexError_ as e:
         return str(e)
+    except (sqlite3.Error, OSError, RuntimeError) as e:   # RuntimeError: no home folder
+        return f"{index_path or 'the index'}: {e}"
     return "; ".join(res.refused) or None
