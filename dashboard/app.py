@@ -58,7 +58,7 @@ BUILDERS = {"overview": overview.sections, "gpu": device.sections,
             "communication": communication.sections, "stragglers": stragglers.sections,
             "timeline": timeline.sections, "health": health.sections}
 # Which pickers each page offers.
-PICKERS = {"pipeline": ("step",), "timeline": ("step", "rank"), "overview": ("color",),
+PICKERS = {"pipeline": ("step", "rank"), "timeline": ("step", "rank"), "overview": ("color",),
            "gpu": ("rank",), "memory": ("rank",)}
 
 
@@ -70,12 +70,36 @@ def nav_pages(index: RunIndex, state: st.ViewState) -> tuple[str, ...]:
     recorded with memory events, or a snapshot: ``Summary.memory``). ``/gpu`` and
     ``/memory`` themselves still answer, with that explanation."""
     entry = index.get(state.run) if state.run else None
-    doc = read_summary(entry) if entry is not None and entry.analysed else None
-    typed = reader.read_summary(doc) if doc is not None else None
-    gpu = typed is not None and typed.device == "gpu"
-    mem = typed is not None and bool(typed.memory.devices or typed.memory.snapshots)
+    gpu, mem = _nav_facts(entry) if entry is not None and entry.analysed else (False, False)
     return ("runs",) + tuple(p for p in st.PAGES
                              if (p != "gpu" or gpu) and (p != "memory" or mem))
+
+
+# (summary.json's path, mtime, size) → (GPU run, memory to show): a 1,024-rank summary.json
+# is megabytes, and decoding it on every page request cost most of a second (issue 51).
+_NAV_FACTS: dict[tuple, tuple[bool, bool]] = {}
+
+
+def _nav_facts(entry) -> tuple[bool, bool]:
+    """Whether the run's report says GPU, and whether it has memory to show: read from
+    summary.json once per version of the file."""
+    path = rd.ReportDir(entry.report_dir).summary
+    try:
+        st_ = path.stat()
+    except OSError:
+        return False, False
+    key = (str(path), st_.st_mtime_ns, st_.st_size)
+    hit = _NAV_FACTS.get(key)
+    if hit is not None:
+        return hit
+    doc = read_summary(entry)
+    typed = reader.read_summary(doc) if doc is not None else None
+    facts = (typed is not None and typed.device == "gpu",
+             typed is not None and bool(typed.memory.devices or typed.memory.snapshots))
+    if len(_NAV_FACTS) > 256:
+        _NAV_FACTS.clear()
+    _NAV_FACTS[key] = facts
+    return facts
 
 
 def _nav(state: st.ViewState, pages: tuple[str, ...]) -> list:

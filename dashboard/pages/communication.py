@@ -24,7 +24,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from ..sections import Figure, Note, Section, Table, ms
-from .common import COLOURS, LAYOUT, absent, PageContext, rank_label
+from .common import (COLOURS, LAYOUT, TOP_K, absent, many_ranks, PageContext, rank_label,
+                     top_ranks)
 
 TOP = 12
 _NO_TRANSFER = ("No collective of this run has a measurable transfer (none at all, or only "
@@ -153,7 +154,7 @@ def matrix_figure(ops: pd.DataFrame) -> go.Figure:
                         horizontal_spacing=0.12)
     for col, (z, unit, scale) in enumerate(((nbytes, "MB", 1e6), (time_us, "ms", 1e3)), 1):
         zz = np.where(z > 0, z / scale, np.nan).round(3)
-        fig.add_trace(go.Heatmap(z=zz.tolist(), x=labels, y=labels, colorscale="Blues",
+        fig.add_trace(go.Heatmap(z=zz.astype(np.float32), x=labels, y=labels, colorscale="Blues",
                                  colorbar={"title": unit, "x": 0.44 if col == 1 else 1.0,
                                            "len": 0.9},
                                  hovertemplate="%{y} ↔ %{x}: %{z} " + unit
@@ -197,7 +198,16 @@ def overlap_table(ctx: PageContext) -> Table | None:
     typed = ctx.report.typed
     whole = {t.rank: t.overlap_pct for t in typed.trace_overlap}
     rows = []
-    for m in typed.per_rank_mean:
+    means = typed.per_rank_mean
+    shown = None
+    if many_ranks(ctx.report) and len(means) > TOP_K:
+        # of many ranks: the ranks with the most communication left unhidden, and the
+        # focused rank
+        shown = set(top_ranks({m.rank: None if m.comm_us is None else
+                               m.comm_us - (m.overlapped_comm_us or 0.0) for m in means},
+                              focus=ctx.state.rank))
+        means = [m for m in means if m.rank in shown]
+    for m in means:
         t_pct = whole.get(m.rank)
         rows.append([rank_label(m.rank, ctx.report), ms(m.comm_us), ms(m.overlapped_comm_us),
                      "—" if m.overlap_pct is None else f"{m.overlap_pct:.1f}%",
@@ -210,7 +220,11 @@ def overlap_table(ctx: PageContext) -> Table | None:
                  rows, caption="Per step, mean over the profiled steps: the share of "
                                "communication time with compute beside it (HTA's definition). "
                                "The last column is over the whole trace, the events HTA's "
-                               "get_comm_comp_overlap reads.")
+                               "get_comm_comp_overlap reads." +
+                               ("" if shown is None else
+                                f" The {TOP_K} ranks with the most communication not hidden, "
+                                f"of {len(typed.per_rank_mean)}, and the rank the URL "
+                                f"focuses on (?rank=)."))
 
 
 def sections(ctx: PageContext) -> list[Section]:

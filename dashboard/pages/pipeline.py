@@ -12,6 +12,10 @@ theory, and stage imbalance.
   (summary.json ``pipeline_stages``).
 - ``imbalance-table``: compute per microbatch of each stage against the mean.
 - ``phases-table``: warm-up / steady / cool-down of each rank in the step.
+
+Of many ranks (``common.many_ranks``) the Gantt and the phases table show one pipeline
+(``pipeline_ranks``): the pp group of the focused rank (``?rank=``, the rank picker), else the
+one holding the rank whose work ends last in the step; the title says which, of how many.
 """
 from __future__ import annotations
 
@@ -22,7 +26,8 @@ from meshscope.analysis.report import reader
 from meshscope.analysis.report.reader import Stage
 
 from ..sections import Facts, Figure, Note, Section, Table, fmt, ms
-from .common import COLOURS, LAYOUT, absent, lanes_layout, PageContext, pick_step, rank_label
+from .common import (COLOURS, LAYOUT, absent, lanes_layout, many_ranks, PageContext, pick_step,
+                     rank_label)
 
 PHASES = ("forward", "backward", "weight-grad")
 
@@ -33,9 +38,35 @@ def _critical_path(ctx: PageContext, step: int) -> pd.DataFrame | None:
     return cp if not cp.empty else None
 
 
+def pipeline_ranks(ctx: PageContext, step: int) -> tuple[list[int], int] | None:
+    """Of many ranks: (the ranks of the pipeline shown, how many pipelines there are) — the
+    pp group of the focused rank, else of the rank whose microbatches end last in ``step``;
+    None when every rank is shown (few ranks, or no pp groups in run.json)."""
+    info = ctx.report.run_info
+    if not many_ranks(ctx.report) or info is None:
+        return None
+    groups = [g for g in info.groups_along("pp") if g.size > 1]
+    if not groups:
+        return None
+    rank = ctx.state.rank
+    if rank is None or not any(rank in g.ranks for g in groups):
+        mb = ctx.report.table("microbatches")
+        mb = mb[mb["step"] == step]
+        if mb.empty:
+            return None
+        rank = int(mb.loc[mb["end_us"].idxmax(), "rank"])
+    mine = next((g for g in groups if rank in g.ranks), None)
+    return (sorted(int(r) for r in mine.ranks), len(groups)) if mine is not None else None
+
+
 def gantt_figure(ctx: PageContext, step: int) -> go.Figure | None:
     mb = ctx.report.table("microbatches")
     mb = mb[mb["step"] == step]
+    one = pipeline_ranks(ctx, step)
+    title = f"Microbatch schedule of step {step}"
+    if one is not None:
+        mb = mb[mb["rank"].isin(one[0])]
+        title += f" — one pipeline of {one[1]}: ranks {', '.join(map(str, one[0]))}"
     if mb.empty:
         return None
     # One lane per rank, named by its pipeline stage — the smallest of its (virtual) stages,
@@ -60,8 +91,7 @@ def gantt_figure(ctx: PageContext, step: int) -> go.Figure | None:
                     customdata=list(zip(g["mb"].astype(int), chunk.astype(int))),
                     hovertemplate=f"{phase} mb %{{customdata[0]}} chunk %{{customdata[1]}}"
                                   "<br>%{base:.2f} → %{x:.2f} ms long<extra></extra>")
-    lanes_layout(fig, f"Microbatch schedule of step {step}",
-                 "ms from the pipeline window's start", order, 38)
+    lanes_layout(fig, title, "ms from the pipeline window's start", order, 38)
     return fig
 
 
@@ -151,6 +181,9 @@ def imbalance(ctx: PageContext) -> list:
 def phases(ctx: PageContext, step: int) -> list:
     tab = ctx.report.table("pipeline_phases")
     tab = tab[tab["step"] == step].sort_values("rank")
+    one = pipeline_ranks(ctx, step)
+    if one is not None:      # of many ranks: the pipeline the Gantt shows
+        tab = tab[tab["rank"].isin(one[0])]
     if tab.empty:
         return []
     cols = [c for c in ("warmup_us", "steady_us", "cooldown_us") if tab[c].notna().any()]
@@ -159,7 +192,8 @@ def phases(ctx: PageContext, step: int) -> list:
                                               for c in cols],
                   [[rank_label(int(r["rank"]), ctx.report)] + [ms(r[c]) for c in cols]
                    for _, r in tab.iterrows()],
-                  caption=f"The schedule's phases in step {step}, as each rank saw them.")]
+                  caption=f"The schedule's phases in step {step}, as each rank saw them"
+                          + (" (the ranks of the pipeline drawn above)." if one else "."))]
 
 
 def sections(ctx: PageContext) -> list[Section]:

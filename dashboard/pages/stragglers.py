@@ -10,6 +10,11 @@
   ``waits-graph``, the wait each rank suffered and caused (``rank_waits.parquet``).
 - ``skew-graph``: arrival skew and holdup per matched collective (``collectives.parquet``).
 - ``clock-graph``: each rank's clock offset with its uncertainty, and whether it was applied.
+
+Of many ranks (``common.many_ranks``): the saving, waits and clock figures and the clock table
+show the ``TOP_K`` ranks with the largest value (|saving|, waited + made wait, |offset|) and
+the focused rank, the saving's distribution over every rank beside them
+(``saving-distribution``); the heatmap, one cell per rank and step, keeps every rank.
 """
 from __future__ import annotations
 
@@ -20,9 +25,21 @@ import plotly.graph_objects as go
 from meshscope.analysis.report import reader
 
 from ..sections import Facts, Figure, Note, Section, Table, clip, evidence_text, ms
-from .common import COLOURS, LAYOUT, absent, PageContext, rank_label, straggler_text
+from .common import (COLOURS, LAYOUT, TOP_K, absent, distribution_figure, many_ranks,
+                     PageContext, rank_label, straggler_text, top_ranks)
 
 MAX_SKEW_BARS = 200
+
+
+def _top(ctx: PageContext, values: dict[int, float | None]) -> set[int] | None:
+    """Of many ranks, the ranks a per-rank figure shows (``common.top_ranks``); None: all."""
+    if not many_ranks(ctx.report) or len(values) <= TOP_K:
+        return None
+    return set(top_ranks(values, focus=ctx.state.rank))
+
+
+def _of(shown: set[int] | None, n: int, what: str) -> str:
+    return "" if shown is None else f" — the {TOP_K} ranks with the largest {what}, of {n}"
 
 
 def verdict(ctx: PageContext) -> list:
@@ -64,10 +81,12 @@ def heatmap_figure(ctx: PageContext) -> go.Figure | None:
               + (" (profiled)" if any(s in profiled for s in range(int(a), int(b) + 1)) else "")
               for a, b, w in zip(cols["first_step"], cols["last_step"], cols["warmup"])]
     flag = np.where(cols["slow"] & ~cols["warmup"], "slow", "")
-    text = np.broadcast_to(flag, grid.shape).tolist()
+    # numpy arrays, not nested lists: plotly validates a list cell by cell (a 1,024-rank
+    # heatmap spent half a second there)
+    text = np.broadcast_to(flag, grid.shape)
     many = len(grid.index) > 64 or len(grid.columns) > 64
     fig = go.Figure(go.Heatmap(
-        z=(grid / 1e3).round(2).values.tolist(), x=labels,
+        z=(grid / 1e3).round(2).to_numpy(dtype=np.float32), x=labels,
         y=[rank_label(int(r), ctx.report) for r in grid.index], text=text,
         texttemplate="%{text}", colorbar={"title": "ms"},
         # Red only where the analysis found slow steps: no alarm colour without a finding.
@@ -102,6 +121,10 @@ def saving_figure(ctx: PageContext) -> go.Figure | None:
     if not rows:
         return None
     named = typed.straggler.rank if typed.straggler is not None else None
+    n = len(rows)
+    shown = _top(ctx, {r.rank: abs(r.saving_us) for r in rows})
+    if shown is not None:
+        rows = [r for r in rows if r.rank in shown or r.rank == named]
     ys = [r.saving_us / 1e3 for r in rows]
     colours = [COLOURS["saving negative"] if y < 0 else
                COLOURS["saving straggler"] if r.rank == named else COLOURS["saving"]
@@ -116,8 +139,19 @@ def saving_figure(ctx: PageContext) -> go.Figure | None:
     fig.update_layout(**LAYOUT, height=340, yaxis_title="ms per step (below 0: slower)",
                       yaxis_range=[-1.1 * top, 1.1 * top],
                       title="What-if saving: the step time saved with that rank at its "
-                            "reference pace", xaxis={"type": "category"})
+                            "reference pace" + _of(shown, n, "|saving|"),
+                      xaxis={"type": "category"})
     return fig
+
+
+def saving_distribution(ctx: PageContext) -> go.Figure | None:
+    """Of many ranks: the distribution of every rank's what-if saving."""
+    rows = [r for r in ctx.report.typed.cross_rank.rank_savings if r.saving_us is not None]
+    if not rows or not many_ranks(ctx.report):
+        return None
+    return distribution_figure({r.rank: r.saving_us / 1e3 for r in rows},
+                               f"What-if saving over all {len(rows)} ranks",
+                               "ms per step saved with the rank at its reference pace")
 
 
 def waits_figure(ctx: PageContext) -> go.Figure | None:
@@ -125,6 +159,11 @@ def waits_figure(ctx: PageContext) -> go.Figure | None:
     if w.empty:
         return None
     w = w.sort_values("rank")
+    n = len(w)
+    shown = _top(ctx, {int(r): float(np.nansum([a, b])) for r, a, b in
+                       zip(w["rank"], w["wait_us"], w["wait_caused_us"])})
+    if shown is not None:
+        w = w[w["rank"].isin(shown)]
     x = [rank_label(int(r), ctx.report) for r in w["rank"]]
     fig = go.Figure()
     for col, name, colour in (("wait_us", "waited", COLOURS["wait"]),
@@ -135,7 +174,8 @@ def waits_figure(ctx: PageContext) -> go.Figure | None:
     if not fig.data:
         return None
     fig.update_layout(**LAYOUT, barmode="group", height=320, yaxis_title="ms",
-                      title="Waiting per rank", xaxis={"type": "category"})
+                      title="Waiting per rank" + _of(shown, n, "waits suffered and caused"),
+                      xaxis={"type": "category"})
     return fig
 
 
@@ -169,6 +209,10 @@ def clock_section(ctx: PageContext) -> list:
     if not offsets:
         return [absent(ctx, "clock_offsets", "clock-none", "clock-offset table",
                        _why_unmatched(ctx, "clocks"))]
+    n = len(offsets)
+    shown = _top(ctx, {c.rank: abs(c.offset_us) for c in offsets})
+    if shown is not None:
+        offsets = [c for c in offsets if c.rank in shown]
     x = [rank_label(c.rank, ctx.report) for c in offsets]
     known = any(c.uncertainty_us is not None for c in offsets)
     err = [None if c.uncertainty_us is None else round(c.uncertainty_us / 1e3, 4)
@@ -177,7 +221,8 @@ def clock_section(ctx: PageContext) -> list:
                            error_y={"type": "data", "array": err, "visible": True}
                            if err else None, marker_color="#72B7B2"))
     fig.update_layout(**LAYOUT, height=300, yaxis_title="ms", xaxis={"type": "category"},
-                      title="Clock offset per rank (± uncertainty)")
+                      title="Clock offset per rank (± uncertainty)" +
+                            _of(shown, n, "|offset|"))
     rows = [[rank_label(c.rank, ctx.report), f"{c.offset_us / 1e3:.3f} ms",
              ms(c.uncertainty_us, 3), f"{c.applied_us / 1e3:.3f} ms", c.source or ""]
             for c in offsets]
@@ -185,7 +230,11 @@ def clock_section(ctx: PageContext) -> list:
                                                               "applied", "from"], rows,
                                               caption="An offset is applied (subtracted "
                                                       "from that rank's times) when it "
-                                                      "exceeds twice its uncertainty.")]
+                                                      "exceeds twice its uncertainty." +
+                                              ("" if shown is None else
+                                               " The ranks of the figure above; the rank "
+                                               "picker's rank (?rank=) is always among "
+                                               "them."))]
 
 
 def _why_unmatched(ctx: PageContext, what: str) -> str:
@@ -207,9 +256,11 @@ def sections(ctx: PageContext) -> list[Section]:
                                               "No step timers in this run (steps/): no rank × "
                                               "step heatmap, no step-to-step noise.")]))
     saving, waits = saving_figure(ctx), waits_figure(ctx)
-    items = [Figure("saving-graph", saving) if saving else
-             absent(ctx, "rank_waits", "saving-none", "what-if saving per rank",
-                    _why_unmatched(ctx, "what-if savings"))]
+    spread = saving_distribution(ctx)
+    items = ([Figure("saving-distribution", spread)] if spread is not None else []) + [
+        Figure("saving-graph", saving) if saving else
+        absent(ctx, "rank_waits", "saving-none", "what-if saving per rank",
+               _why_unmatched(ctx, "what-if savings"))]
     if waits:
         items.append(Figure("waits-graph", waits))
     out.append(Section("Who holds whom up", items))
