@@ -156,7 +156,8 @@ from .plan_inputs import apply_pipeline_options, job_setup, model_spec, training
 @click.option("--from", "from_runs", multiple=True, type=click.Path(file_okay=False),
               help="Calibrate from this measured run (repeatable); without --model or "
                    "--model-json predicts the run's own model.")
-@click.option("--top", type=int, default=None, help="Print the first N layouts.")
+@click.option("--top", type=int, default=None, help="Print the first N layouts (a searched "
+                                                    "GPU plan: 20 unless given).")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON, every term.")
 @click.option("--detail", is_flag=True, help="Every term and operation of every layout, and "
                                              "every device value with its source.")

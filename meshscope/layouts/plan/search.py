@@ -87,9 +87,9 @@ class Knobs:
 class Searched:
     """What the search kept: ``fitting`` (every variant that fits, each with the least
     recomputation that fits at its micro-batch size and mode), how many layouts were tried
-    and how many fit no variant; ``frugal`` the most frugal variant of every layout, the
-    smallest peak first (what is shown, marked, when nothing fits), and ``estimates`` the
-    memory estimates made (``memory_checked`` of them)."""
+    and how many fit no variant; ``frugal`` the most frugal variant of every layout with its
+    peak bytes, the smallest first (what is shown, marked, when nothing fits), and
+    ``memory_checked`` the number of memory estimates made."""
     fitting: list[Candidate]
     layouts: int
     layouts_over_memory: int
