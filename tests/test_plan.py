@@ -16,7 +16,7 @@ from meshscope.layouts.plan.traffic import ddp_buckets
 from meshscope.parallel.config import PRESETS
 from meshscope.parallel.layout import parse_layout
 from meshscope.theory import params as theory_params
-from meshscope.theory.schedules import SCHEDULES, in_flight
+from meshscope.theory.schedules import in_flight
 
 # meta-llama/Llama-2-7b-hf's config.json (Hugging Face), the fields the planner reads.
 LLAMA2_7B = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008,
@@ -96,16 +96,76 @@ def test_spec_errors_name_the_field(tmp_path):
         ModelSpec.from_json(bad)
 
 
-@pytest.mark.parametrize("schedule", sorted(SCHEDULES))
-def test_bubble_closed_form_agrees_with_the_analysis(schedule):
-    """The planner's closed form and the one the report compares measured bubbles with are the
-    same numbers wherever the analysis defines one."""
-    for p, m, v in ((2, 4, 1), (4, 8, 1), (4, 8, 2)):
-        if SCHEDULES[schedule].fixed_virtual not in (None, v):
-            continue
-        theirs = analysis_theory(schedule, p, m, v)
-        if theirs == theirs:   # not NaN
-            assert theory_fraction(schedule, p, m, v) == pytest.approx(theirs)
+def _torch_order(schedule: str, p: int, m: int, v: int) -> dict:
+    """The action order torch.distributed.pipelining gives each of ``p`` ranks, read without
+    starting processes: ScheduleInterleaved1F1B's own per-rank calculation (the order its
+    runtime executes; with one stage per rank it is 1F1B), ScheduleGPipe's pipeline order.
+    (Schedule1F1B's ``_get_pipeline_order`` is not used: in torch 2.13 it gives the last rank
+    F1 before F0 and a microbatch m that does not exist — its executor does not read it.)"""
+    from torch.distributed.pipelining import schedules as ts
+
+    if schedule == "gpipe":
+        s = ts.ScheduleGPipe.__new__(ts.ScheduleGPipe)
+        s._num_stages, s._n_microbatches = p, m
+        return s._get_pipeline_order()
+    s = ts.ScheduleInterleaved1F1B.__new__(ts.ScheduleInterleaved1F1B)
+    s.pp_group_size, s.n_local_stages, s._n_microbatches = p, v, m
+    s.number_of_rounds = max(1, m // p)                 # as its __init__ sets them
+    s.microbatches_per_round = m // s.number_of_rounds
+    return {rank: s._calculate_single_rank_operations(rank) for rank in range(p)}
+
+
+def _replayed_bubble(order: dict, stages: int, fwd: float, bwd: float) -> float:
+    """Each rank runs its actions in torch's order, each as soon as its rank is free and its
+    input is there (a forward after the previous stage's forward of that microbatch, a
+    backward after the next stage's backward, the last stage's after its own forward):
+    the share of the makespan a rank waits."""
+    from torch.distributed.pipelining.schedules import _ComputationType as kind
+
+    todo = {r: [a for a in ops if a is not None and a.computation_type in
+                (kind.FORWARD, kind.FULL_BACKWARD)] for r, ops in order.items()}
+    done: dict[tuple, float] = {}
+    free = dict.fromkeys(todo, 0.0)
+    busy = dict.fromkeys(todo, 0.0)
+    moved = True
+    while moved:
+        moved = False
+        for r, actions in todo.items():
+            while actions:
+                a = actions[0]
+                st, mb = a.stage_index, a.microbatch_index
+                if a.computation_type == kind.FORWARD:
+                    key, need, took = ("F", st, mb), [("F", st - 1, mb)] if st else [], fwd
+                else:
+                    key, took = ("B", st, mb), bwd
+                    need = [("B", st + 1, mb)] if st < stages - 1 else [("F", st, mb)]
+                if any(n not in done for n in need):
+                    break
+                done[key] = free[r] = max([free[r], *(done[n] for n in need)]) + took
+                busy[r] += took
+                actions.pop(0)
+                moved = True
+    assert not any(todo.values()), "torch's order deadlocks"
+    makespan = max(free.values())
+    assert max(busy.values()) - min(busy.values()) < 1e-9      # every rank: the same work
+    return 1 - busy[0] / makespan
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b", "interleaved-1f1b"])
+def test_bubble_closed_form_agrees_with_torchs_own_schedules(schedule):
+    """The planner's and the analysis' closed forms of the bubble against torch's own pipeline
+    schedules (an independent reference): torch's action order for 2–4 stages replayed with a
+    backward twice a forward, each rank's chunk 1/v of its stage's work."""
+    for p in (2, 3, 4):
+        for m in (p, 2 * p, 3 * p):
+            for v in ((2, 3) if schedule == "interleaved-1f1b" else (1,)):
+                torch_says = _replayed_bubble(_torch_order(schedule, p, m, v), p * v,
+                                              1 / v, 2 / v)
+                assert torch_says > 0
+                assert theory_fraction(schedule, p, m, v) == pytest.approx(torch_says), \
+                    (schedule, p, m, v)
+                assert analysis_theory(schedule, p, m, v) == pytest.approx(torch_says), \
+                    (schedule, p, m, v)
 
 
 def test_bubble_closed_form_values():
