@@ -151,9 +151,9 @@ def _pg_config(run: pathlib.Path, world: int) -> dict:
     return pg_config
 
 
-def _torchfrtrace(run: pathlib.Path, world: int, tmp_path: pathlib.Path) -> str:
-    """PyTorch's own Flight Recorder analyser on the run's dumps, as the pickles it reads,
-    with the process groups of run.json (``_pg_config``)."""
+def _torch_dumps(run: pathlib.Path, world: int, tmp_path: pathlib.Path) -> pathlib.Path:
+    """The run's Flight Recorder buffers as the pickles PyTorch's analyser reads, with the
+    process groups of run.json (``_pg_config``): the folder, files ``rank<R>``."""
     pg_config = _pg_config(run, world)
     dumps = tmp_path / "fr"
     dumps.mkdir()
@@ -164,6 +164,12 @@ def _torchfrtrace(run: pathlib.Path, world: int, tmp_path: pathlib.Path) -> str:
             for key in ("time_discovered_started_ns", "time_discovered_completed_ns"):
                 e[key] = e[key] or 0
         (dumps / f"rank{r}").write_bytes(pickle.dumps(fr))
+    return dumps
+
+
+def _torchfrtrace(run: pathlib.Path, world: int, tmp_path: pathlib.Path) -> str:
+    """PyTorch's own Flight Recorder analyser (``torchfrtrace``) on the run's dumps: its text."""
+    dumps = _torch_dumps(run, world, tmp_path)
     frtrace = pathlib.Path(sys.executable).parent / "torchfrtrace"
     out = subprocess.run([str(frtrace), str(dumps), "--prefix", "rank"], capture_output=True,
                          text=True, timeout=120)
@@ -255,8 +261,24 @@ def test_a_true_desync_is_caught_and_torchfrtrace_agrees(tmp_path):
     assert "split sizes disagree" in bad[0]["detail"]
     assert summary["findings"][0]["id"] == "desync"
     assert not [h for h in summary["hangs"] if h["verdict"] == "missing"]
-    text = _torchfrtrace(run, 2, tmp_path)
-    assert "all_to_all" in text and re.search(r"mismatch|Mismatch|MISMATCH", text), text[-2000:]
+    # PyTorch's analyser (build_db, the records behind torchfrtrace's text) on the same
+    # buffers: exactly one collective fails its check — the all_to_all meshscope names, by
+    # its group and sequence number — and what it found is a size mismatch on a rank.
+    from torch.distributed.flight_recorder.components.builder import build_db
+    from torch.distributed.flight_recorder.components.config_manager import JobConfig
+    from torch.distributed.flight_recorder.components.loader import read_dir
+    from torch.distributed.flight_recorder.components.types import MatchState
+
+    args = JobConfig().parse_args([str(_torch_dumps(run, 2, tmp_path)), "--prefix", "rank"])
+    details, version = read_dir(args)
+    failed = [c for c in build_db(details, args, version).collectives if not c.pass_check]
+    assert len(failed) == 1, failed
+    (theirs,) = failed
+    assert "all_to_all" in theirs.collective_name
+    assert (theirs.group_id, theirs.collective_seq_id) == (bad[0]["process_group"],
+                                                          bad[0]["seq"])
+    assert {m.type_of_mismatch.state for m in theirs.mismatch_collectives.values()} == \
+        {MatchState.SIZE_OR_SYNTAX_MISMATCH}, theirs.mismatch_collectives
 
 
 def test_subsampled_real_traces_are_not_matched(tmp_path):
