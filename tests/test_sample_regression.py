@@ -1,8 +1,11 @@
-"""Regression on the samples (issue 23, item 6): each sample analysed afresh by
-``meshscope analyze --no-cache`` equals its committed ``samples/*/report`` — every table, every
-summary field (but the time it was generated). A change of behaviour shows here as a diff, and
-the samples' reports are then regenerated on purpose (``meshscope analyze --no-cache
-samples/X``; never ``samples/regenerate.sh``, which retrains) and committed with it."""
+"""A CHANGE ALARM, not a correctness test (issue 23 item 6; named so by issue 52): each sample
+analysed afresh by ``meshscope analyze --no-cache`` equals its committed ``samples/*/report`` —
+every table, every summary field (but the time it was generated). The committed reports were
+written by this same code, so this detects change, never wrongness: a change of behaviour shows
+here as a diff, and the samples' reports are then regenerated on purpose (``meshscope analyze
+--no-cache samples/X``; never ``samples/regenerate.sh``, which retrains) and committed with it.
+Whether the samples' numbers are right is held elsewhere, against scans of the raw traces
+written in the test (tests/test_samples_against_raw_traces.py; docs/testing.md)."""
 from __future__ import annotations
 
 import json
