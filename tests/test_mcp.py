@@ -44,6 +44,7 @@ def served(tmp_path_factory):
         idx.add([root / "series"])
     outside = base / "outside"
     shutil.copytree(runs[0], outside)
+    (root / "link").symlink_to(outside)          # a symbolic link out of the root
     reports = base / "server-reports"
     calls = {
         "analyze": ("analyze", {"path": str(runs[0])}),
@@ -55,6 +56,7 @@ def served(tmp_path_factory):
         "plan": ("plan", {"world": 2}),
         "outside": ("analyze", {"path": str(outside)}),
         "escape": ("analyze", {"path": str(root / ".." / "outside")}),
+        "link": ("compare", {"before": str(runs[0]), "after": str(root / "link")}),
     }
 
     async def session():
@@ -197,7 +199,7 @@ def test_plan_rows_are_the_planners(served):
         assert row["step_time_us"]["value"] == rows[row["name"]]["estimate"]["step_time_us"]
 
 
-@pytest.mark.parametrize("key", ["outside", "escape"])
+@pytest.mark.parametrize("key", ["outside", "escape", "link"])
 def test_a_path_outside_the_roots_is_refused(served, key):
     error, text = served["results"][key]
     assert error and "outside the folders this server reads" in text
