@@ -622,9 +622,7 @@ def _print(p, as_json, detail, top) -> None:
     if as_json:
         for w in p.warnings:
             click.echo(f"meshscope: warning: {w}", err=True)
-        d = plan_to_dict(p)
-        if top:
-            d["rows"] = d["rows"][:top]
+        d = plan_to_dict(dataclasses.replace(p, rows=p.rows[:top]) if top else p)
         click.echo(json.dumps(d, indent=2))
     else:
         click.echo(render_plan(p, detail, top))

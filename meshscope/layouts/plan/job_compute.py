@@ -36,7 +36,7 @@ from meshscope.theory.flops import (attention_core_forward_flops_per_token,
 
 from .candidate import Candidate
 from .devices import DeviceSpec
-from .job_memory import layer_kind
+from .job_memory import layer_kinds
 from .spec import ModelSpec
 from .traffic import shape_of
 from .training import Training
@@ -220,8 +220,9 @@ def microbatch_work(spec: ModelSpec, cand: Candidate, t: Training, dev: DeviceSp
     # layers of one kind (dense or MoE, the attention's span) cost the same: each kind is
     # timed once and counted as many times as the rank holds it
     kinds: dict[tuple[bool, int], list[int]] = {}
+    kinds_of = layer_kinds(spec)
     for i in layers:
-        kinds.setdefault(layer_kind(spec, i), []).append(i)
+        kinds.setdefault(kinds_of[i], []).append(i)
     for same in kinds.values():
         one = _layer_work(spec, same[0], t, dev, derate, T, tp, ep, sp, cf, attn_rate, bw,
                           cast, fwd_extra)

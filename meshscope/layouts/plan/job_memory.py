@@ -64,13 +64,11 @@ from .training import Training
 FP8_LINEAR = ("wq", "wk", "wv", "wo", "w1", "w2", "w3", "wq_a", "wq_b", "wkv_a", "wkv_b")
 
 
-def layer_kind(spec: ModelSpec, i: int) -> tuple[bool, int]:
-    """What makes layers cost alike: MoE or dense, and the attention's span."""
-    return _layer_kinds(spec)[i]
-
-
 @functools.lru_cache(maxsize=16)
-def _layer_kinds(spec: ModelSpec) -> tuple[tuple[bool, int], ...]:
+def layer_kinds(spec: ModelSpec) -> tuple[tuple[bool, int], ...]:
+    """Each layer's kind — what makes layers cost alike: MoE or dense, and the attention's
+    span (kept: hashing the model costs more than reading it, so callers take the tuple
+    once)."""
     return tuple((spec.is_moe_layer(i), spec.shape.attention_span(i))
                  for i in range(spec.n_layers))
 
@@ -204,6 +202,7 @@ def job_memory(spec: ModelSpec, cand: Candidate, t: Training,
     layers_of = cand.stage_layers(spec.n_layers)
     cf = t.capacity_factor or 1.0
     out = []
+    kinds_of = layer_kinds(spec)
     for r in (range(cand.pp) if pp_ranks is None else pp_ranks):
         dense, experts, units = local_weights(spec, cand, r)
         ds = model_states_by_term(dense, zero, n_d, t)
@@ -220,7 +219,7 @@ def job_memory(spec: ModelSpec, cand: Candidate, t: Training,
         per_kind: dict[tuple[bool, int], float] = {}   # a layer's, by its kind
         for stage in cand.stages_of(r):
             for i in layers_of[stage]:
-                kind = layer_kind(spec, i)
+                kind = kinds_of[i]
                 if kind not in per_kind:
                     per_kind[kind] = layer_activation_bytes(
                         spec, i, tokens=sh.tokens, tp=tp, sp=sp, t=t, s_local=sh.s,
@@ -241,7 +240,7 @@ def job_memory(spec: ModelSpec, cand: Candidate, t: Training,
             # the layer being recomputed holds its whole forward's activations again while
             # its backward runs
             keep = dataclasses.replace(t, recompute="none")
-            kinds = {layer_kind(spec, i): i
+            kinds = {kinds_of[i]: i
                      for s in cand.stages_of(r) for i in layers_of[s]}   # one of each kind
             terms["recompute_working_set"] = max(
                 (layer_activation_bytes(spec, i, tokens=sh.tokens, tp=tp, sp=sp, t=keep,
