@@ -118,7 +118,10 @@ PAGE_IMPORTS = {"*": {"meshscope.analysis.report.reader", "meshscope.analysis.re
                       "meshscope.analysis.report", "meshscope.vocabulary"},
                 "compare.py": {"meshscope.analysis.compare", "meshscope.analysis.compare.diff",
                                "meshscope.analysis.compare.ranking", "meshscope.layouts"},
-                "runs_list.py": {"meshscope.collectors.run_dir", "meshscope.collectors.run_json"}}
+                "runs_list.py": {"meshscope.collectors.run_dir", "meshscope.collectors.run_json"},
+                # a series of runs: the history's own review (issue 50), compare's sides
+                "history.py": {"meshscope.analysis.compare", "meshscope.history.review",
+                               "meshscope.history.series"}}
 
 
 def _meshscope_imports(path):

@@ -26,8 +26,8 @@ import logging
 import plotly.graph_objects as go
 from dash import Input, Output, html
 
+from meshscope.analysis.compare import CompareError, Side, open_side
 from meshscope.analysis.compare import quantities as Q
-from meshscope.analysis.compare.sides import CompareError, Side, open_side
 from meshscope.history.review import Review, review
 from meshscope.history.series import HistoryError, ordered
 

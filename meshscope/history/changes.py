@@ -6,8 +6,8 @@ permutation, no seed). The penalty is not a threshold of ours but the noise's:
 
 - the series is put in units of its noise ``sigma``: the larger of the runs' own step-to-step
   noise of the quantity (their median; compare's noise, ``analysis/compare/quantities``) and
-  the run-to-run scatter (1.4826 × the median absolute first difference / √2, a robust scale
-  that a few level shifts do not move);
+  the run-to-run scatter (the same robust noise, ``records.steps.noise``, of
+  the first differences, / √2: a few level shifts do not move it);
 - in those units a split costs ``PENALTY_PER_LOG_N`` × ln(n): a Bayesian-information penalty
   scaled by compare's noise rule (``NOISE_FACTOR``² = 4: a change must stand out by twice the
   noise), so n runs of pure noise give no change;
@@ -24,6 +24,7 @@ import math
 import numpy as np
 
 from meshscope.analysis.compare.records import NOISE_FACTOR
+from meshscope.analysis.records.steps import noise as robust_noise
 
 from .series import Trend
 
@@ -53,10 +54,11 @@ class ChangePoint:
 
 
 def _robust_scale(x: np.ndarray) -> float:
-    if len(x) < 3:
-        return 0.0
-    d = np.abs(np.diff(x))
-    return float(1.4826 * np.median(d) / math.sqrt(2.0))
+    """The run-to-run scatter: the robust noise (``records.steps.noise``, the one estimator
+    of the run's own noise) of the first differences, over √2 (a difference holds two runs'
+    scatter); a few level shifts are outliers to it."""
+    s = robust_noise(np.diff(x)) if len(x) >= 4 else math.nan
+    return 0.0 if math.isnan(s) else s / math.sqrt(2.0)
 
 
 def sigma_of(values: np.ndarray, noises: list[float]) -> float:
