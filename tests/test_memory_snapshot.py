@@ -429,3 +429,33 @@ def test_two_devices_and_an_expandable_segment_each_total_as_the_allocator_says(
         assert got["caveat"] is None
     assert (by_device["cuda:1"]["largest_allocated_bytes"],
             by_device["cuda:1"]["largest_reserved_bytes"]) == (40 * MiB, 64 * MiB)
+
+
+def test_a_block_awaiting_free_is_held_not_free_as_torchs_own_reading_says(tmp_path):
+    """A block freed by its tensor but still in use by another stream (``record_stream``: the
+    allocator's ``active_awaiting_free``) is memory held, not free. Against torch's own reading
+    of the same file (``torch.cuda._memory_viz.segments``, each block written under its state
+    as the allocator named it): free in the segments is what torch writes as ``inactive``; the
+    requested bytes of the live blocks, what it writes under an ``active_`` state (issue 52:
+    a mutant counting awaiting-free blocks as free passed every snapshot test before)."""
+    from torch.cuda import _memory_viz
+
+    doc = hand_made()
+    seg_a = doc["segments"][0]
+    seg_a["blocks"][1]["state"] = "active_awaiting_free"   # the 4 MiB temporary, on a stream
+    seg_a["blocks"][1]["frames"] = F4
+    seg_a["active_size"] = 18 * MiB                         # allocated 14 + awaiting free 4
+    path = tmp_path / "rank0.pickle"
+    path.write_bytes(pickle.dumps(doc))
+    _, _, (s,) = snapshot.analyse(0, snapshot.read(path), path.name)
+
+    by_state: dict[str, int] = {}
+    for line in _memory_viz.segments(doc, format_flamegraph=lambda text: text).splitlines():
+        stack, size = line.rsplit(" ", 1)
+        state = stack.split(";")[2]
+        by_state[state] = by_state.get(state, 0) + int(size)
+    assert by_state == {"active_allocated": 15 * MiB, "active_awaiting_free": 4 * MiB,
+                        "inactive": 3 * MiB}
+    assert s["free_in_segments_bytes"] == by_state["inactive"]
+    assert s["requested_bytes"] == by_state["active_allocated"] + by_state["active_awaiting_free"]
+    assert s["active_bytes"] == 19 * MiB and s["allocated_bytes"] == 15 * MiB
