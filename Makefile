@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.setup-stamp
 # pinned version comes from the package index as usual.
 TORCH  ?= torch==2.13.0
 
-.PHONY: setup bytecode demo test test-fast samples schema clean
+.PHONY: setup bytecode demo test test-fast mutate samples schema clean
 
 setup: $(STAMP)
 
@@ -41,6 +41,20 @@ test: bytecode
 # The loop while developing: the suite without its multi-process (slow) and browser tests.
 test-fast: bytecode
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q -rs -m "not slow and not browser"
+
+# Mutation testing (docs/testing.md; not in CI: it takes an hour and more). mutmut works on a copy
+# of the working tree in MUTATE_DIR (results kept there between runs: a second run only tests
+# what changed), never in this checkout; `make mutate MUTANTS='meshscope.analysis.compare.gate*'`
+# runs one module's mutants. Then: cd $(MUTATE_DIR) && mutmut results / mutmut show ID.
+MUTATE_DIR ?= /tmp/meshscope-mutate
+MUTANTS ?=
+mutate: setup
+	$(PY) -m pip install --quiet 'mutmut>=3.8,<4'
+	mkdir -p $(MUTATE_DIR)
+	git ls-files -co --exclude-standard -z | tar --null -T - -cf - | tar -xf - -C $(MUTATE_DIR)
+	cd $(MUTATE_DIR) && MESHSCOPE_SHARED_TRACES=/nonexistent OMP_NUM_THREADS=1 \
+		nice -n 19 $(CURDIR)/$(VENV)/bin/mutmut run --max-children 2 $(MUTANTS)
+	cd $(MUTATE_DIR) && $(CURDIR)/$(VENV)/bin/mutmut results
 
 # Regenerate the bundled sample run directories (see samples/README.md).
 samples: setup
