@@ -24,8 +24,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from ..sections import Figure, Note, Section, Table, ms
-from .common import (COLOURS, LAYOUT, TOP_K, absent, many_ranks, PageContext, rank_label,
-                     top_ranks)
+from .common import (COLOURS, LAYOUT, MANY_RANKS, TOP_K, absent, many_ranks, PageContext,
+                     rank_label, top_ranks)
 
 TOP = 12
 _NO_TRANSFER = ("No collective of this run has a measurable transfer (none at all, or only "
@@ -130,10 +130,15 @@ def rank_matrix(ops: pd.DataFrame) -> tuple[list[int], np.ndarray, np.ndarray]:
     return ranks, nbytes, time_us
 
 
+MAX_MATRIX_MANY = 64      # … and of many ranks (common.many_ranks): two heatmaps of 128² cells
+#                          took a third of a second to draw
+
+
 def _blocks(ranks: list[int], *mats: np.ndarray) -> tuple[list[str], list[np.ndarray]]:
     """Labels and matrices summed over blocks of consecutive ranks, at most ``MAX_MATRIX``
-    per side (a 512-rank matrix would send a quarter of a million cells)."""
-    size = -(-len(ranks) // MAX_MATRIX)
+    per side (a 512-rank matrix would send a quarter of a million cells), ``MAX_MATRIX_MANY``
+    above ``MANY_RANKS`` ranks."""
+    size = -(-len(ranks) // (MAX_MATRIX_MANY if len(ranks) > MANY_RANKS else MAX_MATRIX))
     if size == 1:
         return [f"rank {r}" for r in ranks], list(mats)
     n = -(-len(ranks) // size)
