@@ -108,23 +108,22 @@ def test_the_baseline_sees_what_the_run_before_alone_does_not(sides):
     assert not baseline.evaluate(cond, sides[:COMPUTE + 4], n=1).failed
 
 
-def test_the_command_exits_as_compare_gate(series_runs, tmp_path):
+def test_the_command_exits_as_compare_gate(series_runs):
+    """Exit 1 through the real executable on the run where rank 1 slowed; 0 (in-process) on the
+    healthy runs before it. The command's bad inputs (exit 2) are test_exit_code_grid's."""
+    from click.testing import CliRunner
+
+    from meshscope.cli import main
+
     runs = sorted(p for p in series_runs.iterdir())
     failed = meshscope("history", *runs[:SLOW], "--fail-if", "step_time>+5%")
     assert failed.returncode == 1, failed.stderr
     assert "FAIL: step_time>+5%" in failed.stdout
-    passed = meshscope("history", *runs[:SLOW - 1], "--fail-if", "step_time>+5%",
-                       "--json")
-    assert passed.returncode == 0, passed.stderr
+    passed = CliRunner().invoke(main, ["history", *map(str, runs[:SLOW - 1]), "--fail-if",
+                                       "step_time>+5%", "--json"])
+    assert passed.exit_code == 0, passed.output
     doc = json.loads(passed.stdout)
     assert [g["failed"] for g in doc["gate"]] == [False] and not doc["change_points"]
-    bad = meshscope("history", *runs[:3], "--fail-if", "step_tme>+5%")
-    assert bad.returncode == 2 and "did you mean 'step_time'" in bad.stderr
-    empty = tmp_path / "empty"
-    empty.mkdir()
-    nothing = meshscope("history", empty)
-    assert nothing.returncode == 2 and "holds no analysed report" in nothing.stderr
-    assert "Traceback" not in nothing.stderr
 
 
 def _page(app, search: str) -> dict:

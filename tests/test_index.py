@@ -103,9 +103,9 @@ def test_an_index_of_version_1_is_migrated_and_a_newer_one_refused(tmp_path):
     db.execute("PRAGMA user_version = 99")
     db.commit()
     db.close()
-    proc = meshscope("index", "list", "--index", path)
-    assert proc.returncode == 2
-    assert "index schema version 99 is newer" in proc.stderr and "Traceback" not in proc.stderr
+    proc = _cli("index", "list", "--index", path)
+    assert proc.exit_code == 2
+    assert "index schema version 99 is newer" in proc.stderr and "Traceback" not in proc.output
 
 
 def test_query_answers_over_the_reports_own_tables(runs, tmp_path):
@@ -145,19 +145,32 @@ def test_bad_or_writing_sql_exits_2(runs, tmp_path, sql, said):
     assert not (ROOT / "out.csv").exists()
 
 
+def _cli(*args):
+    """``meshscope ARGS`` in this process (click's runner: the command's own exit code and
+    its stdout and stderr apart)."""
+    from click.testing import CliRunner
+
+    from meshscope.cli import main
+
+    result = CliRunner().invoke(main, [str(a) for a in args])
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
+    return result
+
+
 def test_query_command_and_its_errors(runs, tmp_path):
     path = tmp_path / "index.sqlite"
-    ok = meshscope("index", "add", runs[0].parent, "--index", path, "--label", "x")
-    assert ok.returncode == 0, ok.stderr
-    answer = meshscope("query", "SELECT count(*) AS n FROM runs WHERE label = 'x'",
-                       "--index", path, "--format", "json")
-    assert answer.returncode == 0 and json.loads(answer.stdout) == [{"n": 3}]
-    bad = meshscope("query", "SELECT nope FROM runs", "--index", path)
-    assert bad.returncode == 2 and bad.stderr.startswith("meshscope: error: SQL:")
-    missing = meshscope("query", "SELECT 1", "--index", tmp_path / "none.sqlite")
-    assert missing.returncode == 2 and "no index here" in missing.stderr
-    refused = meshscope("index", "add", tmp_path / "no-such", "--index", path)
-    assert refused.returncode == 2 and "not a folder" in refused.stderr
+    ok = _cli("index", "add", runs[0].parent, "--index", path, "--label", "x")
+    assert ok.exit_code == 0, ok.output
+    answer = _cli("query", "SELECT count(*) AS n FROM runs WHERE label = 'x'",
+                  "--index", path, "--format", "json")
+    assert answer.exit_code == 0 and json.loads(answer.stdout) == [{"n": 3}]
+    bad = _cli("query", "SELECT nope FROM runs", "--index", path)
+    assert bad.exit_code == 2 and bad.stderr.startswith("meshscope: error: SQL:")
+    assert "Traceback" not in bad.output
+    missing = _cli("query", "SELECT 1", "--index", tmp_path / "none.sqlite")
+    assert missing.exit_code == 2 and "no index here" in missing.stderr
+    refused = _cli("index", "add", tmp_path / "no-such", "--index", path)
+    assert refused.exit_code == 2 and "not a folder" in refused.stderr
 
 
 def test_analyze_registers_the_report_it_writes(runs, tmp_path):

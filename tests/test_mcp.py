@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-import subprocess
 import sys
 
 import pandas as pd
@@ -189,8 +188,13 @@ def test_plan_rows_are_the_planners(served):
     assert doc["predicted"] is True and doc["rows"]
     cmd = doc["rows"][0]["peak_memory_bytes"]["cite"]["plan"].split()
     assert cmd[:2] == ["meshscope", "plan"]
-    plan = json.loads(subprocess.run([sys.executable, "-m", *cmd[0:1], *cmd[1:]], cwd=ROOT,
-                                     capture_output=True, text=True, check=True).stdout)
+    from click.testing import CliRunner
+
+    from meshscope.cli import main
+
+    ran = CliRunner().invoke(main, cmd[1:])                # the cited command, in-process
+    assert ran.exit_code == 0, ran.output
+    plan = json.loads(ran.stdout)
     rows = {r["name"]: r for r in plan["rows"]}
     for row in doc["rows"]:
         cited = row["peak_memory_bytes"]
