@@ -162,10 +162,10 @@ def sections(index: RunIndex, state: ViewState) -> list[S.Section]:
     if r.series.kept_apart:
         head.append(S.Table("history-kept-apart", ["run kept apart", "why"],
                             [[n, "; ".join(w)] for n, w in r.series.kept_apart]))
-    picks = [S.Link(f"history-q-{t.name.replace('.', '-')}", t.name,
-                    state.href("history", quantity=t.name),
-                    before="▸ " if t.name == quantity else "")
-             for t in r.trends]
+    picks: list[S.Item] = [S.Link(f"history-q-{t.name.replace('.', '-')}", t.name,
+                                  state.href("history", quantity=t.name),
+                                  before="▸ " if t.name == quantity else "")
+                           for t in r.trends]
     rows = [{"position": i + 1, "run": s.name,
              "layout": s.layout or "", "start": (s.info.start_time if s.info else "") or "",
              "step_time_ms": None if s.summary.step_time_us is None

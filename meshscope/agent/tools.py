@@ -13,6 +13,7 @@ import json
 import pathlib
 import subprocess
 import sys
+from typing import Any
 
 from meshscope.analysis.compare import alike
 from meshscope.analysis.compare.sides import CompareError, Side, is_report_dir, open_side
@@ -103,7 +104,7 @@ class Tools:
                 if getattr(m, col) is not None}})
         findings = []
         for f in typed.findings:
-            item = {"id": f.id.value, "severity": f.severity, "title": f.title,
+            item: dict[str, Any] = {"id": f.id.value, "severity": f.severity, "title": f.title,
                     "cites": [dataclasses.asdict(c) for c in f.cites]}
             if f.cost_us is not None:
                 item["cost_us"] = C.summary_field(rep, "findings", f.cost_us, "us",

@@ -97,8 +97,8 @@ def connect(index: RunIndex, sql: str = "", within: list[pathlib.Path] | None = 
             if f.is_file():
                 files.append((row["id"], str(f)))
         if not files:
-            cols = ", ".join(f'NULL AS "{c}"' for c in TABLE_COLUMNS[table])
-            con.execute(f"CREATE VIEW {table} AS SELECT NULL::BIGINT AS {LINK}, {cols} "
+            nulls = ", ".join(f'NULL AS "{c}"' for c in TABLE_COLUMNS[table])
+            con.execute(f"CREATE VIEW {table} AS SELECT NULL::BIGINT AS {LINK}, {nulls} "
                         f"WHERE false")
             continue
         con.register(f"_files_{table}",

@@ -6,6 +6,7 @@ agent server and the dashboard.
 from __future__ import annotations
 
 import dataclasses
+from typing import Sequence
 
 from meshscope.analysis.compare import diff as compare_diff
 from meshscope.analysis.compare import gate
@@ -53,7 +54,7 @@ def shifts_of(runs: list[Side], ts: list[Trend], explain: bool = True) -> list[S
 
 
 def review(sides: list[Side], *, quantities: list[str] | None = None,
-           conditions: list[gate.Condition] = (), baseline_runs: int = baseline.DEFAULT_RUNS,
+           conditions: Sequence[gate.Condition] = (), baseline_runs: int = baseline.DEFAULT_RUNS,
            allow_unmeasured: bool = False, explain: bool = True) -> Review:
     """The history of ``sides`` (already in order): its longest series reviewed, the others
     listed. GateError as compare's gate for a condition that cannot be judged."""
