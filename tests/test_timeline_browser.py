@@ -21,7 +21,7 @@ import shutil
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
-from conftest import meshscope, shared_trace
+from conftest import SHARED_TRACES, meshscope, shared_trace
 from meshscope.dashboard.pages.common import COLOURS
 from test_dashboard_browser import _choose, _css, _open, driver  # noqa: F401  (the browser)
 from test_dashboard_server import served
@@ -37,8 +37,22 @@ pytestmark = pytest.mark.browser
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    with served(SAMPLES, tmp_path_factory.mktemp("dash") / "server.log") as (_, port):
+def runs(tmp_path_factory) -> pathlib.Path:
+    """One runs folder for the module's one server: the two samples, and the PyTorch 1.8
+    trace of the shared corpus analysed beside them when the corpus is there."""
+    root = tmp_path_factory.mktemp("timeline-runs")
+    for run in (SLOW, TP_PP):
+        shutil.copytree(SAMPLES / run, root / run)
+    trace = SHARED_TRACES / "gpu" / "kineto_tb_samples" / KINETO
+    if trace.is_dir():
+        shutil.copytree(trace, root / KINETO)
+        meshscope("analyze", root / KINETO, check=True)
+    return root
+
+
+@pytest.fixture(scope="module")
+def server(runs, tmp_path_factory):
+    with served(runs, tmp_path_factory.mktemp("dash") / "server.log") as (_, port):
         yield f"http://127.0.0.1:{port}"
 
 
@@ -150,20 +164,11 @@ def test_back_leaves_the_timeline_after_a_step_is_picked(server, driver):  # noq
     WebDriverWait(driver, 30).until(lambda d: _css(d, "#breakdown-graph .point"))
 
 
-@pytest.fixture(scope="module")
-def kineto_server(tmp_path_factory):
-    trace = shared_trace(f"gpu/kineto_tb_samples/{KINETO}")
-    runs = tmp_path_factory.mktemp("kineto")
-    shutil.copytree(trace, runs / KINETO)
-    meshscope("analyze", runs / KINETO, check=True)
-    with served(runs, tmp_path_factory.mktemp("dash") / "server.log") as (_, port):
-        yield f"http://127.0.0.1:{port}", runs / KINETO / "report"
-
-
-def test_the_step_shows_from_its_start_with_streams_and_flows(kineto_server, driver):  # noqa: F811,E501
+def test_the_step_shows_from_its_start_with_streams_and_flows(server, runs, driver):  # noqa: F811,E501
     import pandas as pd
 
-    url, report = kineto_server
+    shared_trace(f"gpu/kineto_tb_samples/{KINETO}")     # skips without the shared corpus
+    url, report = server, runs / KINETO / "report"
     segs = pd.read_parquet(report / "timeline.parquet")
     step = int(segs["step"].min())
     first_ms = segs.loc[segs["step"] == step, "start_us"].min() / 1e3
