@@ -25,6 +25,10 @@ body of the page callback's response as the browser received it (Resource Timing
     flock /tmp/meshscope-cpu.lock .venv/bin/python -m bench.dashboard_latency \\
         --ranks 64 512 1024 --out /tmp/dash-bench [--browser --repeat 3]
 
+``--gpu-trace TRACE`` (with ``--browser``): a GPU job instead — one GPU rank's Kineto trace
+copied to each rank count, each copy named its rank in ``distributedInfo`` — for the GPU page
+(``../shared/traces/gpu/kineto_tb_samples/resnet50_num_workers_0/worker0.pt.trace.json.gz``).
+
 Results go to stdout as a Markdown table (docs/benchmarks.md, "Dashboard latency").
 """
 from __future__ import annotations
@@ -71,13 +75,41 @@ def _layout(ranks: int) -> str:
     return f"dp={ranks // 2},pp=2"
 
 
-def _prepare(ranks: int, out: pathlib.Path, events: int) -> tuple[pathlib.Path, pathlib.Path]:
-    """(runs folder, run) of ``ranks`` synthetic ranks, generated and analysed once."""
+def gpu_copies(trace: pathlib.Path, folder: pathlib.Path, ranks: int) -> None:
+    """``ranks`` copies of one GPU rank's Kineto trace under ``folder``, each named a rank by
+    its ``distributedInfo`` where the trace is an object, by its file name (``rank3.json.gz``)
+    where it is a bare array of events (PyTorch 1.8's); a plain folder of traces: no
+    run.json, no collectives."""
+    import gzip
+    import json
+
+    doc = json.loads(gzip.decompress(trace.read_bytes()))
+    folder.mkdir(parents=True, exist_ok=True)
+    for r in range(ranks):
+        if isinstance(doc, dict):
+            doc["distributedInfo"] = {**doc.get("distributedInfo", {}), "rank": r,
+                                      "world_size": ranks}
+            data = gzip.compress(json.dumps(doc).encode(), compresslevel=1)
+        else:
+            data = trace.read_bytes()
+        (folder / f"rank{r}.json.gz").write_bytes(data)
+
+
+def _prepare(ranks: int, out: pathlib.Path, events: int,
+             gpu_trace: pathlib.Path | None = None) -> tuple[pathlib.Path, pathlib.Path]:
+    """(runs folder, run) of ``ranks`` synthetic ranks — or, with ``gpu_trace``, of that GPU
+    trace copied ``ranks`` times (``gpu_copies``) — generated and analysed once."""
     from bench.synth import make_run
 
-    root = out / f"r{ranks}"
-    run_dir = root / f"synth-{ranks}"
-    if not (run_dir / "run.json").is_file():
+    if gpu_trace is not None:
+        root = out / f"gpu{ranks}"
+        run_dir = root / f"gpu-{ranks}"
+        if not run_dir.is_dir():
+            gpu_copies(gpu_trace, run_dir, ranks)
+    else:
+        root = out / f"r{ranks}"
+        run_dir = root / f"synth-{ranks}"
+    if gpu_trace is None and not (run_dir / "run.json").is_file():
         t0 = time.perf_counter()
         make_run(run_dir, ranks=ranks, events_per_step=events, layout=_layout(ranks),
                  slow_rank=1, slow_ms=20)
@@ -134,13 +166,14 @@ def _drawn(d, url: str, timeout_s: float = 120.0) -> tuple[float, int, int]:
     raise SystemExit(f"{url}: not drawn in {timeout_s:.0f} s")
 
 
-def browser_run(ranks: int, out: pathlib.Path, events: int, repeat: int) -> list[dict]:
+def browser_run(ranks: int, out: pathlib.Path, events: int, repeat: int,
+                gpu_trace: pathlib.Path | None = None) -> list[dict]:
     """Every page of the ``ranks`` run drawn in headless Chromium, served by ``meshscope
     dashboard`` (module docstring)."""
     import socket
     import tempfile
 
-    root, run_dir = _prepare(ranks, out, events)
+    root, run_dir = _prepare(ranks, out, events, gpu_trace)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -166,7 +199,8 @@ def browser_run(ranks: int, out: pathlib.Path, events: int, repeat: int) -> list
                     url = f"http://127.0.0.1:{port}/{page}?run={run_dir.name}"
                     cold, size, figs = _drawn(d, url)
                     warm = [_drawn(d, url)[0] for _ in range(repeat)]
-                    rows.append({"ranks": ranks, "page": page, "cold_s": cold,
+                    rows.append({"ranks": f"{ranks} GPU" if gpu_trace else ranks,
+                                 "page": page, "cold_s": cold,
                                  "warm_s": statistics.median(warm), "warm_max_s": max(warm),
                                  "bytes": size, "figures": figs})
                     print(f"# {ranks} {page}: {statistics.median(warm):.2f} s", file=sys.stderr)
@@ -184,6 +218,9 @@ def main(argv=None) -> None:
     ap.add_argument("--out", type=pathlib.Path, default=pathlib.Path("/tmp/dash-bench"))
     ap.add_argument("--events-per-step", type=int, default=3000)
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--gpu-trace", type=pathlib.Path,
+                    help="with --browser: instead of synthetic CPU runs, this one GPU rank's "
+                         "Kineto trace copied to each rank count (a GPU job for the GPU page)")
     ap.add_argument("--browser", action="store_true",
                     help="time each page drawn in headless Chromium instead of the server's "
                          "answer alone")
@@ -191,7 +228,8 @@ def main(argv=None) -> None:
     rows = []
     if args.browser:
         for n in args.ranks:
-            rows += browser_run(n, args.out, args.events_per_step, args.repeat)
+            rows += browser_run(n, args.out, args.events_per_step, args.repeat,
+                                args.gpu_trace)
         print("| ranks | page | first load, drawn (s) | warm loads, median (s) | warm, slowest "
               "(s) | figures | page callback bytes |")
         print("|---:|---|---:|---:|---:|---:|---:|")

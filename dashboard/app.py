@@ -44,7 +44,7 @@ from .jobs import Analyses, Limits
 from .page_builds import PageBuilds, Pending
 from .pages import communication, compare, device, health, history, memory, overview, \
     pipeline, runs_list, stragglers, timeline
-from .pages.common import PageContext, evidence_section, pick_step, rank_label
+from .pages.common import PageContext, evidence_section, many_ranks, pick_step, rank_label
 from .runs import RunIndex
 
 log = logging.getLogger("meshscope.dashboard")
@@ -58,8 +58,12 @@ BUILDERS = {"overview": overview.sections, "gpu": device.sections,
             "communication": communication.sections, "stragglers": stragglers.sections,
             "timeline": timeline.sections, "health": health.sections}
 # Which pickers each page offers.
-PICKERS = {"pipeline": ("step", "rank"), "timeline": ("step", "rank"), "overview": ("color",),
-           "gpu": ("rank",), "memory": ("rank",)}
+PICKERS = {"pipeline": ("step", "rank"), "timeline": ("step", "rank"),
+           "overview": ("color", "rank"), "gpu": ("rank",), "memory": ("rank",),
+           "stragglers": ("rank",), "communication": ("rank",)}
+# Pages whose rank picker shows only for many ranks (``common.many_ranks``): there it reaches
+# the ranks their figures leave out (the top ranks and the distribution, docs/dashboard.md).
+RANK_PICKER_IF_MANY = ("overview", "stragglers", "communication")
 
 
 def nav_pages(index: RunIndex, state: st.ViewState) -> tuple[str, ...]:
@@ -136,7 +140,8 @@ def _pickers(ctx: PageContext) -> list:
                 style={"marginRight": "24px"}))
         if kind == "rank" and len(rep.ranks) > 1 and (
                 device.is_gpu(rep) if state.page == "gpu" else
-                memory.has_memory(rep) if state.page == "memory" else True):
+                memory.has_memory(rep) if state.page == "memory" else
+                many_ranks(rep) if state.page in RANK_PICKER_IF_MANY else True):
             focus = memory.focus_rank(ctx) if state.page == "memory" else \
                 device.focus_rank(ctx)
             out.append(html.Label(["rank ", dcc.Dropdown(

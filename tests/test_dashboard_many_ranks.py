@@ -123,3 +123,29 @@ def test_a_few_ranks_keep_one_bar_and_lane_per_rank(sample):
     seg, arrows, _ = timeline._segments(_ctx(sample, "timeline"), sample.steps[0])
     fig = timeline.timeline_figure(_ctx(sample, "timeline"), seg, arrows, sample.steps[0])
     assert len(fig.layout.yaxis.categoryarray) == len(sample.ranks)
+
+
+def _rank_picker(report: RunReport, page: str):
+    from meshscope.dashboard.app import _pickers
+
+    found = []
+
+    def walk(node):
+        if getattr(node, "id", None) == "rank-select":
+            found.append(node)
+        children = getattr(node, "children", None)
+        for child in children if isinstance(children, list) else [children]:
+            if child is not None and not isinstance(child, str):
+                walk(child)
+    for node in _pickers(_ctx(report, page)):
+        walk(node)
+    return found[0] if found else None
+
+
+def test_a_rank_picker_reaches_every_rank_of_many(many, sample):
+    for page in ("overview", "stragglers", "communication", "timeline", "pipeline"):
+        picker = _rank_picker(many, page)
+        assert picker is not None, page
+        assert [o["value"] for o in picker.options] == list(range(RANKS))
+    # a few ranks: every rank is drawn already, the overview needs no picker
+    assert _rank_picker(sample, "overview") is None
