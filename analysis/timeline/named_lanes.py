@@ -48,7 +48,7 @@ import pandas as pd
 NAMED_COLUMNS = ["lane", "lane_label", "name", "kind", "start_us", "end_us", "depth",
                  "correlation"]
 FLOW_COLUMNS = ["correlation", "launch_lane", "launch_us", "gpu_lane", "gpu_us", "name"]
-MAX_EVENTS = 2500
+MAX_EVENTS = 1500
 _LANE = re.compile(r"^(cpu|gpu):([^:]*):(.*)$")
 
 

@@ -12,7 +12,8 @@ Chrome/Perfetto trace to download (``/export/perfetto?run=ID``, ``meshscope expo
   here: a report without that table (an older schema) says so and asks for a re-analysis. The
   browser gets segments, never the event table. The step's critical path
   (``critical_path.parquet``, on the same axis; the path through the replayed dependency
-  graph) is drawn over the lanes as one line. Colours are the dashboard's ``COLOURS``:
+  graph) is drawn over the lanes as one line. Stretches of one kind closer than 1/800 of the
+  step are drawn as one bar (``_drawn``; the table merged them at 1/2000). Colours are the dashboard's ``COLOURS``:
   communication per dimension (``comm pp`` …) and ``wait`` never share one. Compute, bubble
   and communication are the breakdown's own sets (its ``compute_us``, ``bubble_us`` and
   ``exposed_comm_<dim>_us``, ``analysis/timeline/segments.py``); the waits, a part of the
@@ -120,6 +121,28 @@ def _segments(ctx: PageContext, step: int):
     return out
 
 
+DRAW_RESOLUTION = 800    # stretches of one kind closer than 1/this of the step drawn as one
+
+
+def _drawn(seg: pd.DataFrame) -> pd.DataFrame:
+    """``seg`` with the stretches of one kind on one rank that lie closer than 1/
+    ``DRAW_RESOLUTION`` of the step joined (waits kept as they are): what a figure about a
+    thousand pixels wide can show, in a fraction of the bars (each bar is an SVG path the
+    browser draws)."""
+    if seg.empty:
+        return seg
+    span = float(seg["end_us"].max() - seg["start_us"].min())
+    gap = span / DRAW_RESOLUTION
+    keep = seg[seg["kind"] == "wait"]
+    parts = seg[seg["kind"] != "wait"].sort_values(["rank", "kind", "start_us"])
+    prev_end = parts.groupby(["rank", "kind"])["end_us"].cummax().shift()
+    first = (parts["rank"] != parts["rank"].shift()) | (parts["kind"] != parts["kind"].shift())
+    run = (first | (parts["start_us"] - prev_end >= gap)).cumsum()
+    joined = parts.groupby(run).agg(rank=("rank", "first"), kind=("kind", "first"),
+                                    start_us=("start_us", "min"), end_us=("end_us", "max"))
+    return pd.concat([joined, keep[joined.columns]], ignore_index=True)
+
+
 def timeline_figure(ctx: PageContext, seg: pd.DataFrame, arrows: list, step: int,
                     end_us: float | None = None) -> go.Figure:
     title = f"Step {step} on the aligned clock"
@@ -133,6 +156,7 @@ def timeline_figure(ctx: PageContext, seg: pd.DataFrame, arrows: list, step: int
         ranks = shown
     label = {r: rank_label(int(r), ctx.report) for r in ranks}
     order = [label[r] for r in ranks]
+    seg = _drawn(seg)
     fig = go.Figure()
     # Compute, bubble and communication are disjoint (the breakdown's sets); a wait lies in
     # communication or bubble, so it is drawn last, over them.
