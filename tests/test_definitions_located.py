@@ -121,7 +121,10 @@ PAGE_IMPORTS = {"*": {"meshscope.analysis.report.reader", "meshscope.analysis.re
                 "runs_list.py": {"meshscope.collectors.run_dir", "meshscope.collectors.run_json"},
                 # a series of runs: the history's own review (issue 50), compare's sides
                 "history.py": {"meshscope.analysis.compare", "meshscope.history.review",
-                               "meshscope.history.series"}}
+                               "meshscope.history.series"},
+                # the trace view's named events: not a report table, read for one rank and
+                # step from the run's trace by the report side (issue 51 item 4)
+                "timeline.py": {"meshscope.analysis.report.trace_view"}}
 
 
 def _meshscope_imports(path):

@@ -25,12 +25,12 @@ Chrome/Perfetto trace to download (``/export/perfetto?run=ID``, ``meshscope expo
   rank), a lane per CPU thread and GPU stream, every event with its name on hover (kernels,
   operators, collectives with their collective), nested events drawn one level down in their
   lane, and an arrow from each host launch to the GPU work it launched (the trace's
-  correlation ids). The events are read from the rank's trace (``analysis/timeline/
-  named_lanes.py``; through the analysis' parquet cache where there is one), never from the
-  report, moved by the rank's applied clock offset onto the step's axis; only the
-  ``named_lanes.MAX_EVENTS`` longest of a step are drawn (the others are narrower than a pixel
+  correlation ids). The events are not a report table: the report side reads them from the
+  rank's trace (``analysis/report/trace_view.py``, through the analysis' parquet cache where
+  there is one), moved by the rank's applied clock offset onto the step's axis; only the
+  ``trace_view.MAX_EVENTS`` longest of a step are drawn (the others are narrower than a pixel
   at that scale: the note says how many) and the Perfetto download has every one. A trace
-  larger than ``TRACE_BYTES_LIMIT`` on disk is not read here (the note says so). The static
+  larger than ``trace_view.TRACE_BYTES_LIMIT`` on disk is not read (the note says so). The static
   report, made of the report's tables alone, leaves this figure out.
 - ``timeline-search``: a name typed there dims every event of the events figure that does
   not hold it (case-insensitive) and says how many match and the first (a clientside
@@ -46,7 +46,6 @@ events per run, rank and step (``_EVENTS``).
 from __future__ import annotations
 
 import logging
-import pathlib
 import threading
 
 import dash
@@ -54,14 +53,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from dash import Input, Output, State
 
-from meshscope.analysis.crossrank import clocks
-from meshscope.analysis.errors import InputError
-from meshscope.analysis.ingest.events import RankTrace, load_trace
-from meshscope.analysis.ingest.rank_naming import name_rank
+import meshscope.analysis.report.trace_view as trace_view
 from meshscope.analysis.report import reader
-from meshscope.analysis.report.inputs import find_traces
-from meshscope.analysis.timeline import named_lanes
-from meshscope.collectors import run_dir as rd
 
 from ..sections import Facts, Figure, Link, Note, Search, Section
 from .common import (COLOURS, TOP_K, absent, lanes_layout, many_ranks, PageContext, pick_step,
@@ -71,7 +64,6 @@ log = logging.getLogger("meshscope.dashboard")
 
 MAX_ARROWS = 24
 MAX_FLOWS = 600              # launch → GPU arrows drawn (the earliest); the rest are in Perfetto
-TRACE_BYTES_LIMIT = 256 << 20   # a trace file larger than this is not read by the page
 _CACHE: dict[tuple, tuple[pd.DataFrame, list, dict]] = {}
 _EVENTS: dict[tuple, object] = {}
 _LOCK = threading.Lock()
@@ -221,79 +213,39 @@ def step_extent_us(ctx: PageContext, seg: pd.DataFrame, step: int) -> float:
     return max(ends + ([float(windows.max())] if len(windows) else []) + [0.0])
 
 
-def _rank_trace_file(path: pathlib.Path, rank: int) -> pathlib.Path | None:
-    """The trace file of ``rank`` among the run's: the one whose name gives that rank, else
-    the only one; None when neither settles it (the caller then reads them in turn)."""
-    files = find_traces(path)
-    named = [f for f in files if name_rank(f) == rank]
-    if len(named) == 1:
-        return named[0]
-    return files[0] if len(files) == 1 else None
-
-
-def _load_rank(ctx: PageContext, rank: int) -> RankTrace | str:
-    """The rank's trace (``load_trace``, through the report's parquet cache when the analysis
-    left one), or why it is not read here."""
-    path = ctx.report.entry.path
-    try:
-        found = _rank_trace_file(path, rank)
-        candidates = [found] if found is not None else find_traces(path)[:16]
-    except (InputError, OSError, ValueError) as e:
-        return f"its traces cannot be listed ({e})"
-    cache = rd.ReportDir(ctx.report.report_dir).cache
-    for f in candidates:
-        try:
-            if f.stat().st_size > TRACE_BYTES_LIMIT:
-                return (f"its trace {f.name} is larger than {TRACE_BYTES_LIMIT >> 20} MiB, "
-                        f"more than this page reads")
-            tr = load_trace(f, cache_dir=cache if cache.is_dir() else None)
-        except (InputError, OSError) as e:
-            log.warning("timeline events of %s rank %d: %s", ctx.run_id, rank, e)
-            continue
-        if tr.rank == rank:
-            return tr
-    return f"no trace of rank {rank} could be read"
-
-
 def rank_events(ctx: PageContext, rank: int, step: int, seg: pd.DataFrame,
-                end_us: float) -> named_lanes.NamedEvents | str:
+                end_us: float) -> trace_view.NamedEvents | str:
     """The named events and launch flows of ``rank`` in ``step`` on the segments' axis, or why
-    there are none: the rank's trace moved by its applied clock offset
-    (``clocks.to_aligned_us``) and the step's anchor (``step_start_us``) and cut to
-    [0, ``end_us``)."""
+    there are none (``trace_view.step_events``: the rank's trace moved by its applied clock
+    offset and the step's anchor, cut to [0, ``end_us``)), kept while the report is
+    unchanged."""
     key = (str(ctx.report.entry.path), ctx.run_id, ctx.report.mtime_ns, rank, step)
     with _LOCK:
         if key in _EVENTS:
             return _EVENTS[key]  # type: ignore[return-value]
     anchor = pd.to_numeric(seg["step_start_us"], errors="coerce").dropna() \
         if "step_start_us" in seg.columns else pd.Series(dtype=float)
-    if anchor.empty:
-        out: object = "the report's timeline table has no step anchor (re-run `meshscope " \
-                      "analyze`)"
-    else:
-        tr = _load_rank(ctx, rank)
-        if isinstance(tr, str):
-            out = tr
-        else:
-            applied = {c.rank: c.applied_us
-                       for c in reader.clock_offsets(ctx.report.table("clock_offsets"))}
-            # event time on the step's axis = aligned time − the step's start
-            shift = -clocks.to_aligned_us(0.0, applied.get(rank, 0.0)) + float(anchor.iloc[0])
-            named = named_lanes.named_events(tr.events, 0.0, end_us, shift_us=shift)
-            out = named
+    applied = {c.rank: c.applied_us
+               for c in reader.clock_offsets(ctx.report.table("clock_offsets"))}
+    out = trace_view.step_events(
+        ctx.report.entry.path, ctx.report.report_dir, rank,
+        applied_offset_us=applied.get(rank, 0.0),
+        step_start_us=float(anchor.iloc[0]) if len(anchor) else None, end_us=end_us)
+    if isinstance(out, str):
+        log.warning("timeline events of %s rank %d: %s", ctx.run_id, rank, out)
     with _LOCK:
         if len(_EVENTS) > 16:
             _EVENTS.clear()
         _EVENTS[key] = out
-    return out  # type: ignore[return-value]
+    return out
 
 
 def events_figure(named: pd.DataFrame, flows: pd.DataFrame, who: str, step: int,
                   end_us: float) -> go.Figure:
-    """The rank's lanes (``named_lanes.lane_order``: CPU threads, then GPU streams), each event
+    """The rank's lanes (``trace_view.lane_order``: CPU threads, then GPU streams), each event
     a bar with its name on hover, nested events one level down in their lane; the launch →
     GPU arrows as one line trace."""
-    order = [named_lanes.lane_label(x) for x in named_lanes.lane_order(named["lane"])]
+    order = [trace_view.lane_label(x) for x in trace_view.lane_order(named["lane"])]
     levels = named.groupby("lane_label")["depth"].max().clip(upper=5) + 1
     fig = go.Figure()
     kinds = [k for k in EVENT_COLOURS if k in set(named["kind"])] + \
@@ -318,7 +270,7 @@ def events_figure(named: pd.DataFrame, flows: pd.DataFrame, who: str, step: int,
         xs, ys = [], []
         for r in f.itertuples():
             xs += [r.launch_us / 1e3, r.gpu_us / 1e3, None]
-            ys += [named_lanes.lane_label(r.launch_lane), named_lanes.lane_label(r.gpu_lane),
+            ys += [trace_view.lane_label(r.launch_lane), trace_view.lane_label(r.gpu_lane),
                    None]
         fig.add_scatter(name="launch → GPU", mode="lines", x=xs, y=ys, hoverinfo="skip",
                         line={"color": "rgba(80, 80, 80, 0.35)", "width": 1})
