@@ -185,6 +185,19 @@ def test_analyze_registers_the_report_it_writes(runs, tmp_path):
     assert not any(p.suffix == ".sqlite" for p in run.rglob("*"))
 
 
+def test_compare_registers_every_report_it_compares(runs, tmp_path):
+    """A run compare analyses first and a report it reads both land in the index it is
+    pointed at (``MESHSCOPE_INDEX``)."""
+    fresh = tmp_path / "fresh"
+    shutil.copytree(runs[2], fresh, ignore=shutil.ignore_patterns("report"))
+    path = tmp_path / "compare-index.sqlite"
+    done = meshscope("compare", runs[0], fresh, env={I.ENV_INDEX: str(path)})
+    assert done.returncode == 0, done.stderr
+    with I.RunIndex(path, create=False) as idx:
+        got = sorted(r.entry.report_path for r in idx.runs())
+    assert got == sorted([str(runs[0] / "report"), str(fresh / "report")])
+
+
 def test_the_default_index_is_in_the_users_cache_folder(monkeypatch, tmp_path):
     monkeypatch.delenv(I.ENV_INDEX, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))

@@ -7,7 +7,7 @@ import pathlib
 
 import click
 
-from .common import fail
+from .common import fail, register
 
 def _load_baseline(path: str | None):
     """``--baseline``: a bandwidth baseline (``nccl_tests.read_baseline``), or a clear error."""
@@ -221,7 +221,7 @@ def analyze(path, out, as_json, index_path, **flags):
     parsed = analysis_options(flags)
     target = report_dir(path, out)
     done = ensure_report(path, target, parsed)
-    _register(target, index_path)
+    register(target, index_path)
     summary = done.summary
     verb = "unchanged (its inputs are; --no-cache computes it afresh)" if done.reused \
         else "written"
@@ -235,16 +235,6 @@ def analyze(path, out, as_json, index_path, **flags):
             click.echo(f"meshscope: warning: {printable(p)}", err=True)
         click.echo(render(summary))
         click.echo(f"\nreport {verb}: {printable(target)}")
-
-
-def _register(target: pathlib.Path, index_path: str | None) -> None:
-    """The finished report into the index of runs (``meshscope.history.index``); a report
-    that cannot be registered is said on stderr and does not fail the analysis."""
-    from meshscope.history.index import register_report
-
-    why = register_report(target, pathlib.Path(index_path) if index_path else None)
-    if why:
-        click.echo(f"meshscope: note: not registered in the index: {why}", err=True)
 
 
 COMMANDS = (analyze,)

@@ -22,3 +22,14 @@ def default_runs_dir() -> pathlib.Path:
     in a source checkout, else ``./runs`` (where ``meshscope demo`` writes)."""
     checkout = pathlib.Path(__file__).resolve().parents[2] / "samples"
     return checkout if checkout.is_dir() else pathlib.Path("runs")
+
+
+def register(report: pathlib.Path, index_path: str | None = None) -> None:
+    """A report just written into the index of runs (``meshscope.history.index``; the given
+    index, else ``$MESHSCOPE_INDEX``, else the user's cache); one that cannot be registered is
+    said on stderr and fails nothing."""
+    from meshscope.history.index import register_report
+
+    why = register_report(report, pathlib.Path(index_path) if index_path else None)
+    if why:
+        click.echo(f"meshscope: note: not registered in the index: {why}", err=True)

@@ -17,7 +17,7 @@ import pathlib
 import click
 
 from .analyze_cmd import analysis_flags, analysis_options, before_analysis
-from .common import fail
+from .common import fail, register
 from .layout_choices import assumed_rates, baseline_model
 
 EXIT_GATE_FAILED = 1
@@ -107,6 +107,8 @@ def compare_cmd(paths, conditions, allow_unmeasured, junit_out, markdown_out, as
                         reports_dir=pathlib.Path(reports_dir) if reports_dir else None,
                         before_analysis=before_analysis(parsed.options))
         sides = table.sides
+        for side in sides:          # the reports compare wrote or read, into the index of runs
+            register(side.report_dir)
         diffs = [] if sweep else [diff(sides[0], s) for s in sides[1:]]
         verdicts = [(d.after.name, gate.evaluate(c, sides[0], s, d,
                                                  allow_unmeasured=allow_unmeasured))
