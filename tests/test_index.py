@@ -198,6 +198,28 @@ def test_compare_registers_every_report_it_compares(runs, tmp_path):
     assert got == sorted([str(runs[0] / "report"), str(fresh / "report")])
 
 
+def test_a_fifo_is_never_opened(runs, tmp_path):
+    """A run whose run.json is a FIFO (a damaged run the analysis reads without it) is
+    registered from its summary alone; a report whose summary.json is a FIFO is refused with
+    its name — opening either would hang the registration."""
+    run = tmp_path / "fifo-run"
+    shutil.copytree(runs[0], run)
+    (run / "run.json").unlink()
+    os.mkfifo(run / "run.json")
+    path = tmp_path / "fifo.sqlite"
+    with I.RunIndex(path) as idx:
+        res = idx.add([run])
+        assert len(res.added) == 1, res
+        (entry,) = [r.entry for r in idx.runs()]
+    assert entry.run_path == str(run.resolve())            # its facts from the summary
+    bad = tmp_path / "fifo-summary"
+    shutil.copytree(runs[1], bad)
+    (bad / "report" / "summary.json").unlink()
+    os.mkfifo(bad / "report" / "summary.json")
+    done = meshscope("index", "add", bad, "--index", path, timeout=60)
+    assert done.returncode == 2 and "summary.json: skipped, a FIFO" in done.stderr
+
+
 def test_the_default_index_is_in_the_users_cache_folder(monkeypatch, tmp_path):
     monkeypatch.delenv(I.ENV_INDEX, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))

@@ -13,7 +13,8 @@ import json
 import pathlib
 
 from meshscope.analysis.report import reader
-from meshscope.collectors.run_dir import CACHE, REPORT, SUMMARY, ReportDir, RunDirError
+from meshscope.collectors.run_dir import (CACHE, REPORT, RUN_JSON, SUMMARY, ReportDir,
+                                         RunDirError, unusable_file)
 from meshscope.collectors.run_json import read_run_info
 
 
@@ -86,6 +87,10 @@ def entry_of(report: pathlib.Path) -> RunEntry:
     """The ``RunEntry`` of the report folder ``report``; EntryError when it is not one."""
     report = pathlib.Path(report).resolve()
     files = ReportDir(report)
+    for path in (files.summary, files.key):      # never open a FIFO or a device (it hangs)
+        why = unusable_file(path)
+        if why and (path == files.summary or path.exists() or path.is_symlink()):
+            raise EntryError(f"{path}: {why}")
     try:
         mtime = files.summary.stat().st_mtime_ns
         doc = reader.read_summary_file(report)
@@ -96,12 +101,16 @@ def entry_of(report: pathlib.Path) -> RunEntry:
         raise EntryError(str(e)) from None
     info = None
     run_path = None
-    if report.name == REPORT:
+    # run.json is read only where it is a regular file inside the run (a FIFO would hang
+    # the reader, as a damaged run's may be): else the summary's own run facts stand alone.
+    if report.name == REPORT and unusable_file(report.parent / RUN_JSON, report.parent) is None:
         run_path = str(report.parent)
         try:
             info = read_run_info(report.parent)
         except RunDirError as e:
             raise EntryError(str(e)) from None
+    elif report.name == REPORT:
+        run_path = str(report.parent)
     run = s.run
     env = s.environment
     torch = (info.versions.get("torch") if info is not None else None) or \
