@@ -3,7 +3,6 @@ slowed from the third; the page draws the step time's trend with its change poin
 and a click on that point opens the compare of runs 2 and 3."""
 from __future__ import annotations
 
-import os
 import sys
 import time
 
@@ -16,13 +15,9 @@ from test_dashboard_server import served
 sys.path.insert(0, str(ROOT))
 from bench import history_synth  # noqa: E402
 
-# It costs 16–25 s on the project's 2 shared cores (a server, Chromium, two page builds): over
-# the suite's budget for it (15 s), so it runs only when asked (MESHSCOPE_HISTORY_BROWSER=1);
-# the page's numbers and links are checked without a browser in test_history.py.
-pytestmark = [pytest.mark.browser,
-              pytest.mark.skipif(os.environ.get("MESHSCOPE_HISTORY_BROWSER") != "1",
-                                 reason="over the suite's time budget: "
-                                        "MESHSCOPE_HISTORY_BROWSER=1 runs it")]
+# About 12 s on this 2-core machine when nothing else runs (a server, Chromium, two page
+# builds); the page's numbers and links are also checked without a browser in test_history.py.
+pytestmark = [pytest.mark.browser]
 
 
 @pytest.fixture(scope="module")
