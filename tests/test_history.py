@@ -80,6 +80,23 @@ def test_the_run_on_another_device_is_kept_apart_and_said(whole):
     assert [o.names for o in whole.others] == [["run31"]]
 
 
+def test_a_series_spans_a_layout_only_when_told_and_never_a_device(sides):
+    """Two shipped samples of one model and world differ in layout (dp=4 against dp=2,pp=2):
+    apart by default, one series with ``--across layout schedule``; the run on another device
+    stays apart whatever the history is told."""
+    from meshscope.analysis.compare.sides import open_side
+    from meshscope.history.series import ACROSS, split, unlike
+
+    a, b = (open_side(ROOT / "samples" / name) for name in ("dp4-ddp", "dp2-pp2-1f1b"))
+    plain = unlike(a, b)
+    assert any(line.startswith("layout: dp=4 → dp=2,pp=2") for line in plain), plain
+    told = unlike(a, b, ("layout", "schedule"))
+    assert not [x for x in told if x.startswith(("layout:", "schedule:"))]
+    assert set(told) <= set(plain)
+    everything = split(sides, tuple(ACROSS))
+    assert [x.names for x in everything[1:]] == [["run31"]]
+
+
 def test_healthy_runs_have_no_change_point(sides):
     healthy = sides[:SLOW - 1]
     assert not [cp for t in trends(healthy) for cp in change_points(t)]

@@ -154,12 +154,16 @@ def query_cmd(sql, show_schema, fmt, index_path):
 @click.option("--allow-unmeasured", is_flag=True,
               help="A --fail-if condition on a quantity a run does not measure is reported "
                    "as not checked instead of refused (exit 2).")
+@click.option("--across", multiple=True,
+              type=click.Choice(["layout", "schedule", "model", "world", "versions"]),
+              help="Let a series span this kind of difference (repeatable); by default a "
+                   "series holds runs of one model, layout, schedule, world and versions.")
 @click.option("--label", default=None,
               help="With no PATHS: the indexed runs of this label.")
 @click.option("--json", "as_json", is_flag=True, help="Print the history as JSON.")
 @_index_option
-def history_cmd(paths, order, quantities, conditions, baseline_runs, allow_unmeasured, label,
-                as_json, index_path):
+def history_cmd(paths, order, quantities, conditions, baseline_runs, allow_unmeasured, across,
+                label, as_json, index_path):
     """Trends, change points and a gate over a series of comparable runs: PATHS (reports,
     runs, folders of them), else the indexed runs."""
     from meshscope.analysis.compare import gate
@@ -184,7 +188,8 @@ def history_cmd(paths, order, quantities, conditions, baseline_runs, allow_unmea
     try:
         sides = ordered(open_runs(paths), order)
         r = review(sides, quantities=list(quantities) or None, conditions=cond,
-                   baseline_runs=baseline_runs, allow_unmeasured=allow_unmeasured)
+                   baseline_runs=baseline_runs, allow_unmeasured=allow_unmeasured,
+                   across=tuple(across))
     except HistoryError as e:
         fail(str(e))
     except gate.GateError as e:

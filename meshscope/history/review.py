@@ -55,10 +55,12 @@ def shifts_of(runs: list[Side], ts: list[Trend], explain: bool = True) -> list[S
 
 def review(sides: list[Side], *, quantities: list[str] | None = None,
            conditions: Sequence[gate.Condition] = (), baseline_runs: int = baseline.DEFAULT_RUNS,
-           allow_unmeasured: bool = False, explain: bool = True) -> Review:
+           allow_unmeasured: bool = False, explain: bool = True,
+           across: tuple[str, ...] = ()) -> Review:
     """The history of ``sides`` (already in order): its longest series reviewed, the others
-    listed. GateError as compare's gate for a condition that cannot be judged."""
-    all_series = split(sides)
+    listed (``across``: the differences a series may span, ``series.ACROSS``). GateError as
+    compare's gate for a condition that cannot be judged."""
+    all_series = split(sides, across)
     main = all_series[0]
     ts = trends(main.runs, quantities)
     verdicts = [baseline.evaluate(c, main.runs, baseline_runs, allow_unmeasured)

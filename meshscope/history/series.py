@@ -6,7 +6,9 @@ puts them, in order (run.json's start time, else as given), into series: a run j
 first series whose first run it compares like for like with — compare's own comparability
 (``analysis/compare/alike.differences``: device, versions, profiler settings, step
 definition, world size, layout, schedule) plus the model (run.json's preset) and the device
-run.json names — and the rest are kept apart with the differences said.
+run.json names — and the rest are kept apart with the differences said. Told so
+(``--across layout`` …, ``ACROSS``), a series spans layouts, schedules, models, world sizes
+or framework versions; never devices (a run on another device is never like for like).
 
 ``trends(series)`` measures each quantity (``analysis/compare/quantities``) on every run: its
 value and the run's step-to-step noise of it.
@@ -80,9 +82,16 @@ def _rank_match(a: Side, b: Side) -> str:
     return "position" if len(a.ranks) == len(b.ranks) else "none"
 
 
-def unlike(reference: Side, side: Side) -> list[str]:
+#: What a user may tell a history to follow a series across (``--across``): each a kind of
+#: difference ``unlike`` names by the words before its colon.
+ACROSS = {"layout": ("layout",), "schedule": ("schedule",), "model": ("model",),
+          "world": ("world size", "ranks compared by position", "ranks"),
+          "versions": ("PyTorch", "NCCL version", "CUDA runtime", "CUDA driver", "backend")}
+
+
+def unlike(reference: Side, side: Side, across: tuple[str, ...] = ()) -> list[str]:
     """What keeps ``side`` out of the series ``reference`` starts, one line each (empty:
-    like for like)."""
+    like for like); the kinds of difference named in ``across`` (``ACROSS``) do not."""
     out = list(alike.differences(reference, side, _rank_match(reference, side)))
     for what, of in (("model", lambda s: s.summary.model_preset),
                      ("device (run.json)",
@@ -90,7 +99,8 @@ def unlike(reference: Side, side: Side) -> list[str]:
         x, y = of(reference), of(side)
         if x != y and x is not None and y is not None:
             out.append(f"{what}: {x} → {y}")
-    return out
+    allowed = {w for a in across for w in ACROSS[a]}
+    return [line for line in out if line.split(":")[0] not in allowed]
 
 
 @dataclasses.dataclass
@@ -105,20 +115,21 @@ class Series:
         return [s.name for s in self.runs]
 
 
-def split(sides: list[Side]) -> list[Series]:
+def split(sides: list[Side], across: tuple[str, ...] = ()) -> list[Series]:
     """The series of ``sides`` (module docstring), the longest first; each series lists the
-    runs kept out of it and why."""
+    runs kept out of it and why. ``across``: the kinds of difference (``ACROSS``) a series
+    may span, as the user said."""
     series: list[Series] = []
     for s in sides:
         for one in series:
-            if not unlike(one.runs[0], s):
+            if not unlike(one.runs[0], s, across):
                 one.runs.append(s)
                 break
         else:
             series.append(Series([s]))
     series.sort(key=lambda x: -len(x.runs))
     for one in series:
-        one.kept_apart = [(s.name, unlike(one.runs[0], s)) for other in series
+        one.kept_apart = [(s.name, unlike(one.runs[0], s, across)) for other in series
                           if other is not one for s in other.runs]
     return series
 
