@@ -7,9 +7,11 @@ null); ``peak_saving_bytes`` is by how much its remedy would lower the peak wher
 computed, and ``what_if.peak_bytes`` the peak it would leave. Severity: ``near-oom`` is high;
 the others by the share they would save (``severity``) of the device's memory where it is known
 (the trace's ``deviceProperties`` or ``--device-memory``), else of the peak, said in the
-evidence (``severity_of``) — high ≥ 10%, medium ≥ 3%, low below — and one level higher when
-the run has little headroom: its peak within ``TIGHT_HEADROOM`` (20%) of the device's memory,
-where any saving is what the next batch size or sequence length needs.
+evidence (``severity_of``) — high ≥ 10%, medium ≥ 3%, low below — then moved by the run's
+headroom where the device's memory is known (``severity_adjusted``): one level higher when its
+peak leaves under ``TIGHT_HEADROOM`` (20%) of the device free, where any saving is what the
+next batch size or sequence length needs; one level lower when it leaves over
+``ROOMY_HEADROOM`` (50%) free, where saving memory buys nothing until the job grows.
 
 Each is judged on ``memory_devices`` (one row per rank and device, ``analysis/memory/
 rank_memory.py``), one device per rank (its ``main`` device: the accelerator with the largest
@@ -40,8 +42,8 @@ peak, else the CPU), and fires only where its stated threshold is passed:
   phase) group holds at least ``LARGEST_SHARE`` (25%) of the peak, and ``MIN_LARGEST_BYTES``
   (1 MiB), in blocks live at it (``memory_live``), or the memory live at it that was allocated
   before the trace began (not on a run that leaves over ``ROOMY_HEADROOM`` of its device free:
-  sharding the model's state trades communication for memory the run does not need). The remedy is by what made the memory (``remedy_of``), each with the
-  saving of a stated model (``evidence.remedy_model``): attention scores (a batched matmul or
+  sharding the model's state trades communication for memory the run does not need). The
+  remedy is by what made the memory (``remedy_of``), each with the saving of a stated model (``evidence.remedy_model``): attention scores (a batched matmul or
   softmax) → fused attention, which never materialises them (saves all of it); activations of
   the forward → recomputation or a smaller microbatch (halving it saves half); gradients (the
   backward) → ZeRO-2/FSDP over the data-parallel ranks (keeps 1/N); optimizer state → ZeRO-1
