@@ -34,7 +34,7 @@ LAYOUT = "dp=2,pp=2"
 WORLD = 4
 STEPS = 3
 STEP = 2
-TIMEOUT_S = 15
+TIMEOUT_S = 10
 
 # name → the rank the fault is on (None: no fault).
 FAULT_RANK: dict[str, int | None] = {

@@ -45,7 +45,7 @@ def test_crash_ends_the_job_naming_the_rank(tmp_path, start):
 
 
 def test_hang_times_out_and_every_rank_dumps_its_flight_recorder(injected_runs):
-    """``--inject hang=2:2`` on dp=2,pp=2 with a 15 s collective timeout
+    """``--inject hang=2:2`` on dp=2,pp=2 with a 10 s collective timeout
     (``injected_runs["hang"]``, shared with tests/test_diagnosis.py)."""
     job = injected_runs["hang"]
     run = job.run
