@@ -1,0 +1,423 @@
+"""compare's oracle by construction, the report tables beyond the breakdown (issue 52 item 1:
+the survivors of ``make mutate`` in ``quantities.measure`` and ``diff``'s kernels,
+collectives, operators, bandwidth, memory and findings were the GPU families, held only by the
+corpus tests, blind under mutation).
+
+Two GPU runs of two ranks and three profiled steps, every table written here, each number
+chosen so that the quantity compare reports is known by construction and differs from what
+a neighbouring column, a wrong divisor or a wrong filter would give:
+
+- ``idle.<cause>``: each cause moves by its own amount (1…8 ms), rank 1 one ms more;
+- ``kernels.<category>``: two gemm kernels (one grows +2 ms), an attention kernel unchanged, a
+  kernel gone, one new, NCCL's all-reduce under two generations' names (paired), a copy;
+- ``exposed_comm.<dim>.<op>``: a dp all-gather on rank 0 only and not on step 2 (a rank or a
+  step without a row counts 0);
+- ``busbw.*``: three instances per step of known bus bandwidth per dimension (medians by hand);
+- the step timers (a warm-up step with an outlying peak), the allocator peaks (a rank's CPU rows
+  larger than its GPU's, which must not count), collectives (an instance outside the profiled
+  steps, one of unknown bytes), operators, bandwidth buckets and findings."""
+from __future__ import annotations
+
+import json
+import math
+
+import pandas as pd
+import pytest
+
+from meshscope.analysis.compare import diff, gate, open_side
+from meshscope.analysis.compare import quantities as Q
+from meshscope.analysis.report import tables
+from meshscope.vocabulary import IDLE_CAUSES
+
+RANKS = (0, 1)
+STEPS = (0, 1, 2)
+JITTER = (-0.1, 0.0, 0.1)           # ms, step by step
+GIB = 1 << 30
+MIB = 1 << 20
+
+IDLE_BEFORE = {c: 1.0 + i for i, c in enumerate(IDLE_CAUSES)}        # ms, rank 0
+IDLE_MOVED = {c: 1.0 + i for i, c in enumerate(IDLE_CAUSES)}         # 1 … 8 ms
+
+
+def _df(name: str, rows: list[dict]) -> pd.DataFrame:
+    df = pd.DataFrame(rows)
+    for c in tables.COLUMNS[name]:
+        if c not in df:
+            df[c] = math.nan
+    return df[tables.COLUMNS[name]]
+
+
+def _kernels(after: bool) -> list[dict]:
+    """(name, category, count, ms) per rank and step; rank 1's gemm_a one ms longer."""
+    k = [("gemm_a", "gemm", 3 if after else 2, 6.0 if after else 4.0),
+         ("gemm_b", "gemm", 1, 1.0),
+         ("attn_fwd", "attention", 1, 3.0),
+         ("ncclDevKernel_AllReduce_Sum_f32_RING_LL" if after else
+          "ncclKernel_AllReduce_RING_LL_Sum_float", "communication", 2, 2.5 if after else 2.0),
+         ("Memcpy DtoD (Device -> Device)", "memcpy/memset", 4, 1.3 if after else 0.3)]
+    k.append(("new_reduce", "reduction", 1, 0.7) if after else ("old_kernel", "other", 1, 0.5))
+    rows = []
+    for r in RANKS:
+        for s, j in zip(STEPS, JITTER):
+            for name, cat, count, ms in k:
+                extra = (r + j) if name == "gemm_a" else 0.0
+                rows.append({"rank": r, "step": s, "name": name, "category": cat,
+                             "count": count, "total_us": (ms + extra) * 1e3})
+    return rows
+
+
+def _exposed(after: bool) -> list[dict]:
+    rows = []
+    for s in STEPS:
+        for r in RANKS:
+            rows.append({"rank": r, "step": s, "dim": "dp", "op": "all_reduce",
+                         "exposed_us": (2.0 + r + (2.0 if after else 0.0)) * 1e3})
+        if s != 2:
+            rows.append({"rank": 0, "step": s, "dim": "dp", "op": "all_gather",
+                         "exposed_us": 1.0e3})
+        rows.append({"rank": 1, "step": s, "dim": "tp", "op": "all_reduce",
+                     "exposed_us": 0.8e3})
+    return rows
+
+
+def _bandwidth(after: bool) -> list[dict]:
+    rows = []
+    for s in STEPS:
+        for dim, base in (("dp", (10.0, 20.0, 90.0)), ("tp", (100.0, 200.0, 300.0))):
+            for i, b in enumerate(base):
+                bw = b + s + (5.0 if after and dim == "dp" else 0.0)
+                rows.append({"rank": i % 2, "step": s, "dim": dim, "op": "all_reduce",
+                             "msg_bytes": MIB, "busbw_gbps": bw})
+        # an instance of unknown bytes: no bus bandwidth, left out of every median
+        rows.append({"rank": 0, "step": s, "dim": "dp", "op": "all_reduce",
+                     "msg_bytes": math.nan, "busbw_gbps": math.nan})
+    return rows
+
+
+def _instances(after: bool) -> list[dict]:
+    rows = []
+    n = 6 if after else 4
+    for r in RANKS:
+        for s in STEPS:
+            rows += [{"rank": r, "step": s, "op": "all_reduce", "dim": "dp",
+                      "msg_bytes": MIB} for _ in range(n)]
+            rows.append({"rank": r, "step": s, "op": "all_gather", "dim": "dp",
+                         "msg_bytes": math.nan})
+        # outside the profiled steps: not counted
+        rows += [{"rank": r, "step": 9, "op": "all_reduce", "dim": "dp", "msg_bytes": MIB}] * 5
+    return rows
+
+
+def _operators(after: bool) -> list[dict]:
+    rows = []
+    for r in RANKS:
+        for s in STEPS:
+            rows.append({"rank": r, "step": s, "name": "aten::mm", "count": 5 if after else 3,
+                         "total_us": 900.0})
+            rows.append({"rank": r, "step": s, "name": "aten::add", "count": 2,
+                         "total_us": 100.0})
+    return rows
+
+
+def _memory_steps(after: bool) -> list[dict]:
+    grow = GIB if after else 0
+    rows = []
+    for s, (g0, c1) in enumerate(zip((3, 4, 5), (1, 1, 6))):
+        # rank 0: its GPU (the main device) and its CPU, whose peaks are larger
+        rows.append({"rank": 0, "device": "cuda:0", "step": s,
+                     "peak_allocated_bytes": g0 * GIB + grow,
+                     "peak_reserved_bytes": (g0 + 2) * GIB + grow})
+        rows.append({"rank": 0, "device": "cpu", "step": s, "peak_allocated_bytes": 9 * GIB,
+                     "peak_reserved_bytes": 12 * GIB})
+        # rank 1 recorded no GPU: its CPU is its main device
+        rows.append({"rank": 1, "device": "cpu", "step": s, "peak_allocated_bytes": c1 * GIB,
+                     "peak_reserved_bytes": c1 * GIB})
+    return rows
+
+
+def _breakdown(after: bool) -> list[dict]:
+    rows = []
+    for r in RANKS:
+        for s, j in zip(STEPS, JITTER):
+            dp = (2.0 + r + (2.0 if after else 0.0)) + (1.0 if r == 0 and s != 2 else 0.0)
+            tp = 0.8 if r == 1 else 0.0
+            compute = 20.0 + r + j + (2.0 if after else 0.0)
+            idle = sum(IDLE_BEFORE[c] + r + j + (IDLE_MOVED[c] if after else 0.0)
+                       for c in IDLE_CAUSES)
+            row = {c: 0.0 for c in tables.COLUMNS["breakdown"]}
+            row.update({"rank": r, "step": s, "compute_us": compute * 1e3,
+                        "exposed_comm_dp_us": dp * 1e3, "exposed_comm_tp_us": tp * 1e3,
+                        "exposed_comm_us": (dp + tp) * 1e3, "idle_us": idle * 1e3,
+                        "overlap_pct": math.nan})
+            row["window_us"] = row["compute_us"] + row["exposed_comm_us"] + row["idle_us"]
+            rows.append(row)
+    return rows
+
+
+def _idle(after: bool) -> list[dict]:
+    rows = []
+    for r in RANKS:
+        for s, j in zip(STEPS, JITTER):
+            row = {"rank": r, "step": s}
+            for c in IDLE_CAUSES:
+                row[f"idle_{c}_us"] = (IDLE_BEFORE[c] + r + j
+                                       + (IDLE_MOVED[c] if after else 0.0)) * 1e3
+            row["idle_us"] = sum(row[f"idle_{c}_us"] for c in IDLE_CAUSES)
+            rows.append(row)
+    return rows
+
+
+def _throughput(after: bool) -> list[dict]:
+    """Five timer steps, step 0 the warm-up (slow, and the largest peak of all)."""
+    tokens = (100.0, 1000.0, 1010.0, 990.0, 1000.0)
+    peaks = (5, 2, 2, 3, 2)
+    times = (90.0, 40.0, 41.0, 39.0, 40.0)
+    more = 1.0 if after else 0.0
+    return [{"step": s, "loss": math.nan, "step_time_us": (t + more) * 1e3,
+             "tokens_per_s": tok - 10 * more, "mfu_pct": 30.0 + s - more,
+             "peak_memory_bytes": (p + more) * GIB}
+            for s, (tok, p, t) in enumerate(zip(tokens, peaks, times))]
+
+
+def _finding(fid: str, title: str, cost_ms: float) -> dict:
+    return {"id": fid, "severity": "medium", "dimension": None, "cost_us": cost_ms * 1e3,
+            "cost_pct": cost_ms, "title": title, "evidence": {}, "remedy": "-"}
+
+
+def _run(folder, after: bool):
+    folder.mkdir(parents=True)
+    writers = {"breakdown": _breakdown, "idle": _idle, "kernel_totals": _kernels,
+               "exposed_comm": _exposed, "bandwidth": _bandwidth, "instances": _instances,
+               "operator_totals": _operators, "memory_steps": _memory_steps,
+               "throughput": _throughput}
+    for name, rows in writers.items():
+        df = _df(name, rows(after))
+        if name == "throughput":
+            df["peak_memory_bytes"] = df["peak_memory_bytes"].astype("Int64")
+        df.to_parquet(folder / f"{name}.parquet")
+    buckets = [{"dim": "dp", "op": "all_reduce", "group_size": 2, "size_bucket": MIB,
+                "busbw_gbps": 26.0 if after else 21.0, "transfer_us": 50.0}]
+    if after:
+        buckets.append({"dim": "tp", "op": "all_gather", "group_size": 2, "size_bucket": 4096,
+                        "busbw_gbps": 3.0, "transfer_us": 7.0})
+    _df("bandwidth_summary", buckets).to_parquet(folder / "bandwidth_summary.parquet")
+    findings = [_finding("gpu-idle", "GPU idle", 9.0 if after else 4.0)]
+    findings.append(_finding("straggler", "A straggler", 3.0) if after else
+                    _finding("host-bound", "Host bound", 2.0))
+    more = 1.0 if after else 0.0
+    (folder / "summary.json").write_text(json.dumps({
+        "schema_version": 3, "device": "gpu", "ranks": list(RANKS), "steps": list(STEPS),
+        "step_time_us": (40.0 + more) * 1e3, "step_time_source": "timer",
+        "step_time_timer_us": (40.0 + more) * 1e3, "step_time_replayed_us": None,
+        "window_us": 50e3,
+        "throughput": {"step_time_us": (40.0 + more) * 1e3,
+                       "tokens_per_s": 1000.0 - 10 * more, "mfu_pct": 32.5 - more,
+                       "steps": [1, 2, 3, 4]},
+        "cross_rank": {"noise_us": 250.0}, "warmup_steps": [0], "findings": findings}))
+    return open_side(folder)
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tables")
+    return _run(root / "before", False), _run(root / "after", True)
+
+
+@pytest.fixture(scope="module")
+def run_diff(pair):
+    return diff(*pair)
+
+
+def _value(side, name):
+    m = Q.measure(side, name)
+    return None if m is None else m.value
+
+
+def test_each_idle_cause_moves_by_what_was_built(pair, run_diff):
+    before, after = pair
+    parts = {p.name: p for p in run_diff.parts}
+    for cause in IDLE_CAUSES:
+        name = f"idle.{cause}"
+        # the mean of rank 0's and rank 1's (one ms more) over the steps, whose jitter cancels
+        assert _value(before, name) == pytest.approx((IDLE_BEFORE[cause] + 0.5) * 1e3), name
+        assert parts[name].delta_us == pytest.approx(IDLE_MOVED[cause] * 1e3), name
+        # noise: 1.4826 × MAD of the per-step means (0.1 ms) on each side
+        assert parts[name].change.noise == pytest.approx(math.hypot(148.26, 148.26)), name
+    # both runs on GPUs with an idle table: idle is split by cause, not one part
+    assert "idle" not in parts
+    assert parts["idle.dataloader"].label == "GPU idle: data loader"
+    assert parts["idle.wait_rank"].label == "GPU idle: waiting for another rank"
+    # the parts add up to the window's change
+    assert sum(p.delta_us for p in run_diff.parts) == pytest.approx(run_diff.window.delta)
+
+
+def test_kernel_categories_are_their_kernels_per_rank_and_step(pair):
+    before, after = pair
+    # gemm: gemm_a 4 ms (rank 1: 5) + gemm_b 1 ms → 5.5 ms; after gemm_a 6 (7) → 7.5 ms
+    assert _value(before, "kernels.gemm") == pytest.approx(5.5e3)
+    assert _value(after, "kernels.gemm") == pytest.approx(7.5e3)
+    assert Q.measure(before, "kernels.gemm").noise == pytest.approx(148.26)
+    assert _value(before, "kernels.attention") == pytest.approx(3e3)
+    assert _value(after, "kernels.attention") == pytest.approx(3e3)
+    assert _value(before, "kernels.communication") == pytest.approx(2e3)
+    assert _value(after, "kernels.communication") == pytest.approx(2.5e3)
+    assert _value(before, "kernels.memcpy/memset") == pytest.approx(0.3e3)
+    # a category with no kernel on a side is 0 there, not unmeasured
+    assert _value(before, "kernels.reduction") == 0.0
+    assert _value(after, "kernels.reduction") == pytest.approx(0.7e3)
+    assert _value(after, "kernels.other") == 0.0
+    assert Q.measure(before, "kernels.reduction").per_step == (0.0, 0.0, 0.0)
+
+
+def test_the_kernel_differences_pair_kernels_and_count_per_rank_and_step(run_diff):
+    k = {x.key: x for x in run_diff.kernels}
+    a = k["gemm_a"]
+    assert (a.count_before, a.count_after) == (2.0, 3.0)
+    assert (a.total_before_us, a.total_after_us) == pytest.approx((4.5e3, 6.5e3))
+    assert a.category == "gemm" and a.names_before == ("gemm_a",)
+    # NCCL's all-reduce under two generations' names is one kernel
+    nccl = k["nccl:all_reduce"]
+    assert nccl.names_before == ("ncclKernel_AllReduce_RING_LL_Sum_float",)
+    assert nccl.names_after == ("ncclDevKernel_AllReduce_Sum_f32_RING_LL",)
+    assert (nccl.total_before_us, nccl.total_after_us) == pytest.approx((2e3, 2.5e3))
+    gone, new = k["old_kernel"], k["new_reduce"]
+    assert (gone.count_before, gone.count_after, gone.total_after_us) == (1.0, 0.0, 0.0)
+    assert (new.count_before, new.count_after, new.total_before_us) == (0.0, 1.0, 0.0)
+    assert new.category == "reduction" and gone.category == "other"
+    assert new.names_before == () and new.names_after == ("new_reduce",)
+    # largest change first
+    assert [x.key for x in run_diff.kernels][:3] == [
+        "gemm_a", "Memcpy DtoD (Device -> Device)", "new_reduce"]
+    parts = {p.name: p for p in run_diff.parts}
+    # compute's items: kernels, neither communication nor copies, largest change first
+    assert parts["compute"].items_are == "kernels"
+    assert [i.name for i in parts["compute"].items] == [
+        "gemm_a", "new_reduce", "old_kernel", "attn_fwd", "gemm_b"]
+    # other device work's items: the copies
+    assert parts["other"].items_are == "copies"
+    (copy,) = parts["other"].items
+    assert (copy.before_us, copy.after_us, copy.count_after) == pytest.approx((300, 1300, 4))
+
+
+def test_exposed_communication_of_one_operation(pair, run_diff):
+    before, after = pair
+    # all-reduce: rank 0 2 ms, rank 1 3 ms → 2.5 ms; after 4.5 ms
+    assert _value(before, "exposed_comm.dp.all_reduce") == pytest.approx(2.5e3)
+    assert _value(after, "exposed_comm.dp.all_reduce") == pytest.approx(4.5e3)
+    # all-gather: rank 0 only (rank 1 counts 0), steps 0 and 1 only (step 2 counts 0)
+    m = Q.measure(before, "exposed_comm.dp.all_gather")
+    assert m.per_step == pytest.approx((500.0, 500.0, 0.0))
+    assert m.value == pytest.approx(1e3 / 3)
+    assert _value(before, "exposed_comm.tp.all_reduce") == pytest.approx(0.4e3)
+    assert _value(before, "exposed_comm.dp.send") == 0.0
+    parts = {p.name: p for p in run_diff.parts}
+    dp = parts["exposed_comm.dp"]
+    assert dp.label == "exposed dp communication"
+    assert [s.name for s in dp.sub] == ["exposed_comm.dp.all_gather", "exposed_comm.dp.all_reduce"]
+    assert [s.delta_us for s in dp.sub] == pytest.approx([0.0, 2e3])
+    assert [s.label for s in dp.sub] == ["all_gather", "all_reduce"]
+    assert dp.delta_us == pytest.approx(2e3)
+    assert parts["exposed_comm.tp"].delta_us == pytest.approx(0.0)
+    assert "exposed_comm.pp" not in parts         # no run has any
+    # the collectives whose count changed: dp all-reduce, 4 → 6 per rank and step
+    assert dp.items_are == "collectives"
+    assert [(i.name, i.count_before, i.count_after) for i in dp.items] == [
+        ("all_reduce", 4.0, 6.0)]
+
+
+def test_bus_bandwidth_is_the_median_of_the_instances(pair):
+    before, after = pair
+    # dp: 10, 20, 90 (+ step) → per step medians 20, 21, 22; all nine → 21
+    m = Q.measure(before, "busbw.dp.all_reduce")
+    assert m.value == pytest.approx(21.0)
+    assert m.per_step == pytest.approx((20.0, 21.0, 22.0))
+    assert _value(after, "busbw.dp.all_reduce") == pytest.approx(26.0)
+    assert _value(before, "busbw.tp.all_reduce") == pytest.approx(201.0)
+    # every dimension's eighteen instances: the median is (92 + 100) / 2
+    assert _value(before, "busbw.all_reduce") == pytest.approx(96.0)
+    assert Q.measure(before, "busbw.all_gather") is None
+    assert Q.measure(before, "busbw.pp.all_reduce") is None
+
+
+def test_the_step_timers_leave_out_the_warm_up_step(pair):
+    before, after = pair
+    t = Q.measure(before, "tokens_per_s")
+    assert t.value == 1000.0                       # the summary's median
+    assert t.per_step == (1000.0, 1010.0, 990.0, 1000.0)
+    assert Q.measure(after, "mfu_pct").value == 31.5
+    assert Q.measure(before, "mfu_pct").per_step == (31.0, 32.0, 33.0, 34.0)
+    p = Q.measure(before, "peak_memory")
+    # the largest step of all (the warm-up's 5 GiB); the noise from the others
+    assert p.value == 5 * GIB
+    assert p.per_step == (2 * GIB, 2 * GIB, 3 * GIB, 2 * GIB)
+    st = Q.measure(before, "step_time")
+    assert st.value == 40e3 and st.noise == 250.0          # the report's noise_us
+    assert st.per_step == (40e3, 41e3, 39e3, 40e3)
+
+
+def test_allocator_peaks_are_each_ranks_main_device(pair, run_diff):
+    before, after = pair
+    # rank 0's GPU 3, 4, 5 GiB; rank 1's CPU (it has no GPU) 1, 1, 6 GiB; rank 0's CPU
+    # (9 GiB) is not its main device
+    a = Q.measure(before, "peak_allocated")
+    assert a.per_step == (3 * GIB, 4 * GIB, 6 * GIB) and a.value == 6 * GIB
+    r = Q.measure(before, "peak_reserved")
+    assert r.per_step == (5 * GIB, 6 * GIB, 7 * GIB) and r.value == 7 * GIB
+    assert _value(after, "peak_allocated") == 6 * GIB       # rank 1's 6 GiB still the max
+    mem = {m.rank_before: m for m in run_diff.memory}
+    assert mem[0].device == "cuda:0"
+    assert (mem[0].allocated_before_bytes, mem[0].allocated_after_bytes) == (5 * GIB, 6 * GIB)
+    assert (mem[0].reserved_before_bytes, mem[0].reserved_after_bytes) == (7 * GIB, 8 * GIB)
+    assert mem[1].device == "cpu"
+    assert (mem[1].allocated_before_bytes, mem[1].reserved_after_bytes) == (6 * GIB, 6 * GIB)
+
+
+def test_collectives_operators_buckets_and_findings(run_diff):
+    c = {(x.dim, x.op): x for x in run_diff.collectives}
+    ar = c[("dp", "all_reduce")]
+    # per rank and profiled step; step 9's instances are outside the profiled steps
+    assert (ar.count_before, ar.count_after) == (4.0, 6.0)
+    assert (ar.bytes_before, ar.bytes_after) == (4.0 * MIB, 6.0 * MIB)
+    ag = c[("dp", "all_gather")]
+    assert (ag.count_before, ag.count_after) == (1.0, 1.0)
+    assert ag.bytes_before is None                       # its bytes are unknown
+    assert [(o.name, o.count_before, o.count_after) for o in run_diff.operators] == [
+        ("aten::mm", 3.0, 5.0)]                           # aten::add's count did not change
+    b = {(x.dim, x.op, x.size_bucket): x for x in run_diff.bandwidth}
+    assert (b[("dp", "all_reduce", MIB)].busbw_before_gbps,
+            b[("dp", "all_reduce", MIB)].busbw_after_gbps) == (21.0, 26.0)
+    new = b[("tp", "all_gather", 4096)]
+    assert (new.busbw_before_gbps, new.busbw_after_gbps, new.transfer_after_us) == \
+        (None, 3.0, 7.0)
+    f = {x.id: x for x in run_diff.findings}
+    assert (f["gpu-idle"].status, f["gpu-idle"].cost_before_us, f["gpu-idle"].cost_after_us) \
+        == ("both", 4e3, 9e3)
+    assert (f["straggler"].status, f["straggler"].cost_before_us) == ("new", None)
+    assert (f["host-bound"].status, f["host-bound"].cost_after_pct,
+            f["host-bound"].cost_before_pct, f["host-bound"].title) == \
+        ("gone", None, 2.0, "Host bound")
+    assert [x.id for x in run_diff.findings] == ["gpu-idle", "straggler", "host-bound"]
+
+
+def test_ranks_are_matched_by_id_with_their_means(run_diff):
+    assert run_diff.rank_match == "id"
+    r1 = next(r for r in run_diff.ranks if r.rank_before == 1)
+    # rank 1's compute: 21 ms → 23 ms (mean over steps; the jitter cancels)
+    assert (r1.before["compute"], r1.after["compute"]) == pytest.approx((21e3, 23e3))
+    assert r1.delta("compute") == pytest.approx(2e3)
+    assert r1.after["exposed_comm"] == pytest.approx((5.0 + 0.8) * 1e3)
+
+
+def test_the_gate_judges_the_table_families(pair):
+    before, after = pair
+    for cond, failed in (("idle.queued>+6.5ms", True), ("idle.queued>+7.5ms", False),
+                         ("kernels.gemm>+1.5ms", True), ("kernels.attention>+0.1ms", False),
+                         ("exposed_comm.dp.all_reduce>+1.5ms", True),
+                         ("busbw.dp.all_reduce>+2GB/s", True),
+                         ("busbw.dp.all_reduce>20GB/s", True),
+                         ("busbw.dp.all_reduce>25GB/s", False),    # holds, within the noise
+                         ("busbw.tp.all_reduce<-1GB/s", False),
+                         ("peak_allocated>5.5GiB", False),     # holds, within ±1.48 GiB
+                         ("peak_reserved>1GiB", True)):
+        v = gate.evaluate(gate.parse(cond), before, after)
+        assert v.failed is failed, (cond, v.message)
