@@ -31,9 +31,10 @@ from meshscope.collectors.run_dir import ReportDir
 from .index import RunIndex
 
 VIEWS_VERSION = 1
+#: The column of every table view that names its ``runs.id``.
 LINK = "run"
 #: The DuckDB type of each SQLite column type of the index (its declared types).
-_SQL_TYPES = {"TEXT": "VARCHAR", "INTEGER": "BIGINT", "REAL": "DOUBLE"}                 # the column of every table view that names its runs.id
+_SQL_TYPES = {"TEXT": "VARCHAR", "INTEGER": "BIGINT", "REAL": "DOUBLE"}
 
 
 class QueryError(ValueError):
