@@ -184,6 +184,9 @@ class MicrobatchWork:
     expert_gemm_us: float = 0.0
     router_gemm_us: float = 0.0
     moe_permute_us: float = 0.0
+    # the weight-gradient GEMMs of the column-parallel linears (QKV, the MLP's first), once:
+    # what Megatron's asynchronous input-gradient collective hides behind
+    column_wgrad_us: float = 0.0
 
     @property
     def compute_us(self) -> float:
@@ -251,6 +254,8 @@ def _layer_work(spec: ModelSpec, i: int, t: Training, dev: DeviceSpec, derate: f
             w.expert_gemm_us += us * (3.0 + fwd_extra)
         elif g.op == "router":
             w.router_gemm_us += us * (3.0 + fwd_extra)
+        if g.op in ("qkv", "fc1"):
+            w.column_wgrad_us += us
         w.gemm_flops += g.flops * (3.0 + fwd_extra)
         if fp8:
             w.fp8_flops += g.flops * (3.0 + fwd_extra)

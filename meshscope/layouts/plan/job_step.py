@@ -126,15 +126,41 @@ def _fsdp_copy_us(mine: list[Transfer], m: int, device: DeviceSpec) -> float:
     return copies / m / device.memory_achieved_bytes_s * 1e6
 
 
+def _async_dgrad_us(cand: Candidate, t: Training, topo: Topology, opts: JobOptions,
+                    rows: list[Transfer]) -> float:
+    """The time a step of Megatron's asynchronous tensor-parallel input-gradient collectives
+    among tp's ``rows``: of each layer's four activation collectives of a kind (all-reduces
+    without sequence parallelism, reduce-scatters with it), the two in the backward of the
+    column-parallel linears (QKV, the MLP's first), which Megatron-Core launches
+    asynchronously and runs beside the weight-gradient GEMM
+    (``LinearWithGradAccumulationAndAsyncCommunication``; ``async_tensor_model_parallel_
+    allreduce`` defaults to True, ``model_parallel_config.py``). 0 for other styles, with
+    ``--overlap tp=…`` given (the user's fraction then covers all of tp) or a whole
+    overlap already."""
+    if t.job_style != "megatron" or "tp" in dict(t.overlap) or _overlap(t, opts, "tp") >= 1:
+        return 0.0
+    op = "reduce_scatter" if cand.sp else "all_reduce"
+    m = cand.microbatches
+    total = 0.0
+    for x in rows:
+        if x.op != op or "activations" not in x.what or "recomputed" in x.what:
+            continue
+        per_mb = x.count // m       # 4 a layer, one more on the first and the last stage
+        total += _t(topo, cand, x) * (per_mb // 4 * 2) / per_mb if per_mb else 0.0
+    return total
+
+
 def _microbatch_comm_us(cand: Candidate, t: Training, topo: Topology, opts: JobOptions,
                         mine: list[Transfer], dispatch: Dispatch | None,
-                        attention_forward_us: float, compute_mb_us: float
-                        ) -> tuple[dict[str, float], float]:
+                        attention_forward_us: float, compute_mb_us: float,
+                        column_wgrad_us: float = 0.0) -> tuple[dict[str, float], float]:
     """(the exposed time a microbatch of each dimension that communicates inside the
     microbatches — tp, cp, ep, pp; one without such operations is absent —, the time hidden
     behind compute) on a rank whose transfers are ``mine``: each dimension's overlap
     fraction of its time is hidden, at most its window (cp: the attention it feeds; the
-    others: the microbatch's compute)."""
+    others: the microbatch's compute). Megatron's asynchronous input-gradient collectives
+    of tp (``_async_dgrad_us``) hide behind the column-parallel weight-gradient GEMMs
+    (``column_wgrad_us`` a microbatch) first."""
     m, v = cand.microbatches, cand.v
     exposed: dict[str, float] = {}
     hidden = 0.0
@@ -145,13 +171,31 @@ def _microbatch_comm_us(cand: Candidate, t: Training, topo: Topology, opts: JobO
         per_mb = sum(_t(topo, cand, x, dispatch) for x in rows) / m \
             * (0.5 if dim == "pp" else 1.0)
         frac = _overlap(t, opts, dim)
-        if dim == "pp" and v > 1 and t.job_style == "megatron" and not dict(t.overlap):
+        if dim == "pp" and v > 1 and t.job_style == "megatron" and "pp" not in dict(t.overlap):
             frac = 1.0      # Megatron overlaps the interleaved schedule's sends
         window = attention_forward_us * 3.5 if dim == "cp" else compute_mb_us
-        hide = min(per_mb * frac, window)
+        behind_wgrad = 0.0
+        if dim == "tp":
+            behind_wgrad = min(_async_dgrad_us(cand, t, topo, opts, rows) / m,
+                               column_wgrad_us)
+        hide = behind_wgrad + min((per_mb - behind_wgrad) * frac, window - behind_wgrad)
         exposed[dim] = per_mb - hide
         hidden += hide
     return exposed, hidden
+
+
+def _chunked_hidden_us(total_us: float, bucket_us: float, frac: float, pass_us: float,
+                       p: int, v: int) -> float:
+    """The time hidden of a data-parallel operation that Megatron's interleaved schedule
+    runs one model chunk at a time (``_dp_comm_us``): ``total_us`` over ``v`` chunks; the
+    last chunk's share behind its own microbatch's pass (``pass_us`` / v: the backward for
+    a reduction, the forward for a gather) but for ``bucket_us``, the other chunks' behind
+    the pass of the p microbatches of each chunk that follow, at most ``frac`` of each."""
+    chunk_pass = pass_us / v
+    last = total_us / v
+    hide_last = min(max(0.0, last - bucket_us) * frac, chunk_pass)
+    hide_rest = min((total_us - last) * frac, (v - 1) * p * chunk_pass)
+    return hide_last + hide_rest
 
 
 def _dp_comm_us(cand: Candidate, t: Training, topo: Topology, opts: JobOptions,
@@ -172,15 +216,27 @@ def _dp_comm_us(cand: Candidate, t: Training, topo: Topology, opts: JobOptions,
     gathers = [x for x in dp_rows if x.phase == "step" and x.op == "all_gather"]
     fsdp = [x for x in dp_rows if x.phase == "microbatch"]
     red_t = sum(_t(topo, cand, x) for x in reduce)
+    # Megatron's interleaved schedule syncs each model chunk apart (schedules.py,
+    # forward_backward_pipelining_with_interleaving: grad_sync_func[chunk] once the chunk's
+    # last microbatch is back, param_sync_func[chunk] before its first forward): all but
+    # one chunk's reduction (gather) run behind the other chunks' backwards (forwards), p
+    # microbatches of a chunk apart; the last (first) chunk's behind its own microbatch
+    chunked = t.job_style == "megatron" and cand.pp > 1 and cand.v > 1
     if red_t:
         bw = max(1.0, topo.comm_for(cand, "dp").busbw_gbps * 1e3)
         bucket = min(red_t, 25e6 / bw)      # the last bucket waits for the backward
-        hide = min(max(0.0, red_t - bucket) * frac, backward)
+        if chunked:
+            hide = _chunked_hidden_us(red_t, bucket, frac, backward, cand.pp, cand.v)
+        else:
+            hide = min(max(0.0, red_t - bucket) * frac, backward)
         dp_exposed += red_t - hide
         dp_hidden += hide
     gat_t = sum(_t(topo, cand, x) for x in gathers)
     if gat_t:       # the distributed optimizer's weight gather: behind the forward
-        hide = min(gat_t * frac, forward)
+        if chunked:
+            hide = _chunked_hidden_us(gat_t, 0.0, frac, forward, cand.pp, cand.v)
+        else:
+            hide = min(gat_t * frac, forward)
         dp_exposed += gat_t - hide
         dp_hidden += hide
     if fsdp:
@@ -224,7 +280,8 @@ def _rank_step(spec: ModelSpec, cand: Candidate, t: Training, device: DeviceSpec
     w.memory_bound_us += _fsdp_copy_us(mine, cand.microbatches, device)
     compute_mb = w.compute_us
     exposed, hidden = _microbatch_comm_us(cand, t, topo, opts, mine, dispatch,
-                                          w.attention_forward_us, compute_mb)
+                                          w.attention_forward_us, compute_mb,
+                                          w.column_wgrad_us)
     opt_comm = sum(_t(topo, cand, x) for x in mine if x.phase == "optimizer")
     dp_exposed, dp_hidden = _dp_comm_us(cand, t, topo, opts, mine, compute_mb)
     contention = CONTENTION * hidden
