@@ -241,6 +241,26 @@ def test_megatron_interleaved_sends_stay_hidden_with_another_dimension_overlap_g
     assert hidden.exposed_comm_us["pp"] == 0.0 < shown.exposed_comm_us["pp"]
 
 
+def test_megatron_interleaved_reduces_each_model_chunk_behind_the_others():
+    """Megatron's interleaved schedule starts a model chunk's gradient reduction once its
+    last microbatch is back and gathers its weights before its first forward: the chunks
+    other than the last hide behind the other chunks' passes, so less of the distributed
+    optimizer's traffic shows than with one stage a rank (1F1B), where only the last
+    microbatch's backward hides it; with --overlap dp=0 all of it shows in both."""
+    spec = ModelSpec.from_json(LLAMA70B, seq_len=4096)
+    t = Training(framework="megatron", precision="mixed")
+    kw = dict(gbs=32, m=8)      # dp across nodes (tp fills them), few microbatches
+    lay = "dp=4,tp=8,pp=4"
+    inter = _predict(spec, lay, t, schedule="interleaved-1f1b", virtual=5, **kw)
+    plain = _predict(spec, lay, t, schedule="1f1b", **kw)
+    assert 0 < inter.exposed_comm_us["dp"] < plain.exposed_comm_us["dp"] / 2
+    off = dataclasses.replace(t, overlap=(("dp", 0.0),))
+    inter_off = _predict(spec, lay, off, schedule="interleaved-1f1b", virtual=5, **kw)
+    plain_off = _predict(spec, lay, off, schedule="1f1b", **kw)
+    assert inter_off.exposed_comm_us["dp"] == pytest.approx(plain_off.exposed_comm_us["dp"],
+                                                            rel=0.01)
+
+
 def test_distributed_optimizer_gathers_are_hidden_behind_the_forward():
     """Megatron's overlap-grad-reduce and overlap-param-gather hide ZeRO-1's gradient
     reduce-scatter behind the backward and its weight all-gather behind the next forward: 8B
