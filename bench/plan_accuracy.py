@@ -246,6 +246,14 @@ def _stats(errors):
             f"{sum(1 for e in a if e <= 0.25)}/{len(a)}")
 
 
+def moe_error_percentiles(held) -> tuple[float, float]:
+    """The 10th and 90th percentile of predicted / published − 1 over the MoE rows of
+    ``held`` ((row, error) pairs, fitted rows apart)."""
+    import statistics
+    deciles = statistics.quantiles(sorted(e for r, e in held if "moe" in r.families), n=10)
+    return deciles[0], deciles[-1]
+
+
 def references(with_ranking: bool = False) -> dict:
     """Print predicted against published for every reference row, the error per family, and
     memory; with ``with_ranking`` the ranking check of the rows that publish their choice.
@@ -276,6 +284,10 @@ def references(with_ranking: bool = False) -> dict:
         med, mx, within = _stats(errs)
         fam[key] = {"jobs": len(errs), "median": med, "max": mx, "within_25": within}
         print(f"| {label} | {len(errs)} | {med} | {mx} | {within} |")
+    lo, hi = moe_error_percentiles(held)
+    print(f"\nMoE jobs' error, 10th and 90th percentile: {lo * 100:+.1f}%, {hi * 100:+.1f}% "
+          f"(job_step.MOE_ERROR_PERCENTILES: the range a MoE plan prints)")
+    summary["moe_error_percentiles"] = [lo, hi]
     mems = [(r, mem, r.memory_gib) for r, _, _, _, mem, _ in rows if r.memory_gib]
     print("\n### Memory per GPU where published\n")
     print("| job | published GiB | predicted GiB | error |")

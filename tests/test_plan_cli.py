@@ -2,6 +2,7 @@
 --json, calibration that transfers or refuses, and one-line refusals (exit 2). The numbers
 checked here hold by construction (the published comparisons are in test_plan_published.py)."""
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -60,6 +61,8 @@ def test_70b_plan_has_every_term(llama70b):
         assert t in terms
     est = row["estimate"]
     assert 0 < est["mfu_pct"] < 100 and est["hw_tflops_per_gpu"] > 0
+    # a dense job's throughput is a point: no range
+    assert p["throughput_range"] is None and "tokens_per_s_per_gpu_range" not in row
 
 
 def test_stage_layers_and_recompute_change_memory(llama70b):
@@ -122,6 +125,27 @@ def test_moe_with_tensor_and_expert_parallelism(tmp_path):
     assert tp4["memory"][0]["terms"][m] == pytest.approx(
         ep_only["memory"][0]["terms"][m] / 4 * 8 / 2)
     assert "ep" in tp4["wire_bytes"] and "ep_replica" in tp4["wire_bytes"]
+
+
+def test_a_moe_plan_prints_its_throughput_as_a_range_with_the_reason(tmp_path):
+    """Without a trace a MoE job's throughput is a range around the predicted point, with
+    the reason: in --json and in the text table (tok/s/GPU as low–high and the line saying
+    what the range is); a dense job's stays a point (test_70b_plan_has_every_term)."""
+    path = tmp_path / "mixtral.json"
+    path.write_text(json.dumps(MIXTRAL))
+    args = ("--model-json", path, "--world", 64, "--seq-len", 4096, "--global-batch", 256,
+            "--layouts", "dp=64,ep=8", "--dp-modes", "zero1", "--microbatches", 4,
+            "--device", "H100")
+    p = plan_json(*args)
+    rng = p["throughput_range"]
+    assert rng["low_factor"] < 1 < rng["high_factor"] and "host" in rng["reason"]
+    (row,) = p["rows"]
+    low, high = row["tokens_per_s_per_gpu_range"]
+    assert low < row["estimate"]["tokens_per_s"] / 64 < high
+    out = meshscope("plan", *args, check=True).stdout
+    row = next(line for line in out.splitlines() if "dp64-ep8-zero1-mb4" in line)
+    assert re.search(r" \d[\d,]*–\d[\d,]* ", row)      # low–high, not a point
+    assert "tok/s/GPU is a range for this MoE job" in out and "kernel launches" in out
 
 
 def test_from_a_run_with_another_model_plans_that_model(llama70b, tmp_path):

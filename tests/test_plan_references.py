@@ -13,6 +13,7 @@ from conftest import ROOT
 sys.path.insert(0, str(ROOT))
 from bench import plan_accuracy  # noqa: E402
 from bench.plan_references import jobs as references  # noqa: E402
+from meshscope.layouts.plan.job_step import MOE_ERROR_PERCENTILES  # noqa: E402
 
 ROWS = references.load()
 
@@ -71,6 +72,9 @@ def test_accuracy_on_the_rows_no_constant_was_fitted_on(evaluated):
     dense = [abs(e) for r, e in held if "dense_bf16" in r.families]
     assert max(dense) <= 0.25             # every dense BF16 row within 25%
     assert sum(abs(e) <= 0.25 for _, e in held) >= 88
+    # the range a MoE plan prints is the spread of these rows' errors
+    assert plan_accuracy.moe_error_percentiles(held) == pytest.approx(
+        MOE_ERROR_PERCENTILES, abs=0.001)
     mem = [abs(m / r.memory_gib - 1) for r, _, _, _, m, _ in evaluated if r.memory_gib]
     assert statistics.median(mem) <= 0.09
     assert sum(e <= 0.15 for e in mem) >= 15

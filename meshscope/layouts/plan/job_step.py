@@ -391,6 +391,39 @@ def scale_device(device: DeviceSpec, factor: float, source: str) -> DeviceSpec:
 UNCERTAINTY = {"dense": 0.07, "fp8": 0.09, "moe": 0.24, "fsdp": 0.09}
 
 
+# The spread of the planner's error on the published reference set's MoE jobs, fitted rows
+# apart: the 10th and 90th percentile of predicted / published − 1
+# (``python bench/plan_accuracy.py --references`` prints them under the family table).
+MOE_ERROR_PERCENTILES = (-0.139, 1.713)
+MOE_RANGE_REASON = (
+    "a dropless MoE layer waits on the host — a sync for its token counts each forward, "
+    "then a few hundred small kernel launches — which the planner does not time (no public "
+    "per-launch host time); the range holds the measured throughput of 8 in 10 of the "
+    "published MoE jobs (bench/plan_references), the planner being faster than measured "
+    "up to {hi:.1f}× and slower up to {lo:.2f}×")
+
+
+@dataclasses.dataclass(frozen=True)
+class ThroughputRange:
+    """Where a job's measured throughput is expected instead of the predicted point: from
+    ``low_factor`` to ``high_factor`` times it, and why."""
+    low_factor: float
+    high_factor: float
+    reason: str
+
+    def as_dict(self) -> dict[str, object]:
+        return dataclasses.asdict(self)
+
+
+def throughput_range_of(spec: ModelSpec, t: Training | None) -> ThroughputRange | None:
+    """A MoE GPU job's throughput range (``MOE_ERROR_PERCENTILES``); None for other jobs."""
+    if t is None or t.framework == "runner" or not spec.moe_experts:
+        return None
+    lo_err, hi_err = MOE_ERROR_PERCENTILES
+    return ThroughputRange(low_factor=1 / (1 + hi_err), high_factor=1 / (1 + lo_err),
+                           reason=MOE_RANGE_REASON.format(hi=1 + hi_err, lo=1 + lo_err))
+
+
 def family_of(spec: ModelSpec, t: Training) -> str:
     if spec.moe_experts:
         return "moe"

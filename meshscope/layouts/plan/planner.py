@@ -19,7 +19,7 @@ from meshscope.theory.schedules import bubble_fraction as theory_fraction
 from .candidate import Candidate
 from .comm_model import CommModel
 from .cost import Rates, StepEstimate, predict
-from .job_step import JobOptions, predict_job
+from .job_step import JobOptions, ThroughputRange, predict_job
 from .memory import MemoryEstimate, memory
 from .precision import Precision, precision_of
 from .spec import ModelSpec
@@ -82,6 +82,7 @@ class Plan:
     searched: tuple[str, ...] = ()            # the knobs searched within each layout
     fit_changes: list = dataclasses.field(default_factory=list)   # search.Change, none fits
     not_shown_over_memory: int = 0            # layouts of the search that fit no variant
+    throughput_range: ThroughputRange | None = None   # a MoE job's, instead of a point
 
     def row(self, name: str) -> PlanRow | None:
         return next((r for r in self.rows if r.name == name), None)
@@ -107,7 +108,17 @@ class Plan:
                 "fit_changes": [dataclasses.asdict(c) | {"text": c.text}
                                 for c in self.fit_changes],
                 "layouts_over_memory": self.not_shown_over_memory,
-                "notes": self.notes, "rows": [r.as_dict() for r in self.rows]}
+                "throughput_range": (self.throughput_range.as_dict()
+                                     if self.throughput_range else None),
+                "notes": self.notes, "rows": [self._row_dict(r) for r in self.rows]}
+
+    def _row_dict(self, r: PlanRow) -> dict:
+        d = r.as_dict()
+        if self.throughput_range and r.estimate:
+            per_gpu = r.estimate.tokens_per_s / r.candidate.layout.world_size
+            d["tokens_per_s_per_gpu_range"] = [per_gpu * self.throughput_range.low_factor,
+                                               per_gpu * self.throughput_range.high_factor]
+        return d
 
 
 def comm_bytes_by_dim(spec: ModelSpec, cand: Candidate, precision, training=None,

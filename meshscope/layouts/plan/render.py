@@ -4,7 +4,7 @@ term, every operation and every device value with its source.
 The table keeps each layout's full name (its width follows the longest), gives each its
 micro-batch size, recomputation and data-parallel mode, marks the layouts that do not fit
 the device's memory, and — when the plan has an uncertainty — shows the predicted step's ±
-band and marks the layouts within it of the fastest that fits as ties (``≈``; none when no
+band (a MoE job's tokens/s as a low–high range, with the reason) and marks the layouts within it of the fastest that fits as ties (``≈``; none when no
 layout fits). When nothing fits, the changes that make a layout fit follow the warning.
 Byte counts are binary (KiB, MiB, GiB), as a device's memory is given.
 """
@@ -76,11 +76,13 @@ def render_plan(p, detail: bool = False, top: int | None = None) -> str:
     rows = p.rows[:top] if top else p.rows
     width = max([len(r.name) for r in rows] + [6])
     band = p.uncertainty
+    rng = p.throughput_range
     job = p.training is not None and p.training.framework != "runner"
+    tok_w = 15 if rng else 10
     head = (f"{'#':>3}  {'layout':<{width}} {'mbs':>4} {'recompute':>9} {'dp mode':>14} "
             f"{'peak mem':>10} {'fits':>4} {'params':>10} "
             f"{'grads':>10} {'optim':>10} {'buffers':>10} {'activ':>10}  {'bubble':>6} "
-            f"{'step ms':>10} {'±':>5} {'tok/s/GPU':>10} {'MFU':>5} {'fp8 TF/s':>8}  "
+            f"{'step ms':>10} {'±':>5} {'tok/s/GPU':>{tok_w}} {'MFU':>5} {'fp8 TF/s':>8}  "
             f"comm/step sent (* between nodes)")
     lines.append(head)
     for i, r in enumerate(rows, 1):
@@ -93,14 +95,17 @@ def render_plan(p, detail: bool = False, top: int | None = None) -> str:
         mark = "≈" if r.tie else " "
         world = r.candidate.layout.world_size
         if est:
+            per_gpu = est.tokens_per_s / world
+            tok = (f"{per_gpu * rng.low_factor:,.0f}–{per_gpu * rng.high_factor:,.0f}"
+                   if rng else f"{per_gpu:.0f}")
             tail = (f"{est.step_time_us / 1e3:10.1f} "
                     + (f"{band * 100:4.0f}%" if band is not None else f"{'-':>5}")
-                    + f" {est.tokens_per_s / world:10.0f} "
+                    + f" {tok:>{tok_w}} "
                     + (f"{est.mfu_pct:5.1f}" if est.mfu_pct is not None else f"{'-':>5}")
                     + (f" {est.fp8_tflops_per_gpu:8.0f}" if est.fp8_tflops_per_gpu
                        else f" {'-':>8}"))
         else:
-            tail = f"{'-':>10} {'-':>5} {'-':>10} {'-':>5} {'-':>8}"
+            tail = f"{'-':>10} {'-':>5} {'-':>{tok_w}} {'-':>5} {'-':>8}"
         c = r.candidate
         rc = c.recompute or (p.training.recompute if job else "-")
         lines.append(
@@ -118,6 +123,9 @@ def render_plan(p, detail: bool = False, top: int | None = None) -> str:
                  "the fullest pipeline rank, GiB = 2^30 bytes; comm = bytes each rank sends "
                  "per step, mean over ranks; bubble = the schedule's closed form; MFU against "
                  "the bf16 peak, fp8 TF/s the FLOP/s of the fp8 GEMMs)")
+    if rng is not None:
+        lines.append(f"(tok/s/GPU is a range for this MoE job, {rng.low_factor:.2f}–"
+                     f"{rng.high_factor:.2f}× the predicted point: {rng.reason})")
     if band is not None and any(r.tie for r in p.rows):
         ties = sum(1 for r in p.rows if r.tie)
         lines.append(f"(± {band * 100:.0f}%: {p.uncertainty_source}; ≈ marks the {ties} "
