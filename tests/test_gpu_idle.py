@@ -52,6 +52,10 @@ def loader_trace(steps=3) -> Trace:
 
 
 def test_data_loader_stall(tmp_path):
+    """A hand-made trace whose GPU waits exactly the 30 ms the data loader runs each step: the
+    independent reference (by construction) that kills the idle mutations of docs/testing.md —
+    the data-loader and synchronisation parts swapped in ``gpu/idle.causes``, and every gap
+    charged as queued work (the host part of a gap dropped) — issue 52."""
     loader_trace().write(tmp_path / "run")
     rep = run(tmp_path / "run")
     idle_adds_up(rep)
