@@ -421,3 +421,64 @@ def test_the_gate_judges_the_table_families(pair):
                          ("peak_reserved>1GiB", True)):
         v = gate.evaluate(gate.parse(cond), before, after)
         assert v.failed is failed, (cond, v.message)
+
+
+# -- what the diff notes, and CPU runs' compute by operator ----------------------------------
+
+def _cpu(folder, ranks, compute_ms, steps=3, timer=None, ops=None):
+    from test_compare_diff import _report, _steps
+
+    n = steps
+    _report(folder, _steps([compute_ms + i for i in range(n)], [compute_ms + 10 + i
+                                                                 for i in range(n)]),
+            ranks=ranks, timer=timer)
+    if ops:
+        _df("operator_totals", [{"rank": r, "step": s, "name": name, "count": c,
+                                 "total_us": us} for r in ranks for s in range(n)
+                                for name, c, us in ops]).to_parquet(
+            folder / "operator_totals.parquet")
+    return open_side(folder)
+
+
+def test_the_notes_say_how_the_runs_differ(tmp_path, pair):
+    gpu_before, _ = pair
+    one = _cpu(tmp_path / "one", (0,), 10)
+    three = _cpu(tmp_path / "three", (3,), 12)
+    two = _cpu(tmp_path / "two", (0, 1), 10, steps=2)
+    timed = _cpu(tmp_path / "timed", (5, 6), 10, timer=[20, 21, 22, 21])
+    d = diff(one, three)
+    assert d.rank_match == "position"
+    assert [(r.rank_before, r.rank_after) for r in d.ranks] == [(0, 3)]
+    assert d.ranks[0].delta("compute") == pytest.approx(2e3)
+    assert d.notes == ["the runs share no rank id: ranks matched by position (0→3)"]
+    d = diff(three, timed)
+    assert d.rank_match == "none" and d.ranks == []
+    assert d.notes[:3] == [
+        "the runs share no rank id and have different rank counts: no per-rank deltas",
+        "the runs have different rank counts (1 and 2): their parts are means over each run's "
+        "own ranks",
+        f"the step times come from different sources ({three.summary.step_time.short} and "
+        f"{timed.summary.step_time.short})"]
+    d = diff(gpu_before, two)
+    assert "one run is on gpu, the other on cpu" in d.notes
+    assert d.notes[-1] == ("two: 2 profiled step(s): the noise of its profiled-step figures "
+                           "is unknown (it needs three)")
+    # a run against itself is noted once
+    assert sum("profiled step(s)" in n for n in diff(two, two).notes) == 1
+
+
+def test_a_cpu_runs_compute_items_are_its_operators_without_communication(tmp_path):
+    ops_a = [("aten::mm", 3, 900.0), ("gloo:all_reduce", 1, 500.0), ("aten::add", 2, 100.0)]
+    ops_b = [("aten::mm", 3, 1900.0), ("gloo:all_reduce", 1, 5500.0), ("aten::add", 2, 400.0)]
+    a = _cpu(tmp_path / "a", (0, 1), 10, ops=ops_a)
+    b = _cpu(tmp_path / "b", (0, 1), 12, ops=ops_b)
+    d = diff(a, b)
+    compute = next(p for p in d.parts if p.name == "compute")
+    assert compute.items_are == "operators"
+    assert [(i.name, i.before_us, i.after_us) for i in compute.items] == [
+        ("aten::mm", 900.0, 1900.0), ("aten::add", 100.0, 400.0)]
+    # its share of the window's change (+2 ms): all of it
+    assert compute.share == pytest.approx(1.0)
+    assert d.operators == []                   # no operator's count changed
+    # both CPU runs: idle is one part, not split by cause
+    assert [p.name for p in d.parts][-1] == "idle"
