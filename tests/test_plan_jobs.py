@@ -15,6 +15,7 @@ from meshscope.layouts.plan import Candidate, ModelSpec, memory
 from meshscope.layouts.plan.devices import CATALOGUE, DeviceError, DeviceSpec, lookup
 from meshscope.layouts.plan.job_step import JobOptions, predict_job
 from meshscope.layouts.plan.topology import Topology
+from meshscope.layouts.plan.traffic import transfers
 from meshscope.layouts.plan.training import Training
 from meshscope.parallel.layout import parse_layout
 
@@ -259,6 +260,30 @@ def test_megatron_interleaved_reduces_each_model_chunk_behind_the_others():
     plain_off = _predict(spec, lay, off, schedule="1f1b", **kw)
     assert inter_off.exposed_comm_us["dp"] == pytest.approx(plain_off.exposed_comm_us["dp"],
                                                             rel=0.01)
+
+
+def test_torchtitan_float8_tensor_parallelism_gathers_the_forward_in_float8():
+    """torchtitan's Float8 TP casts before the sequence-parallel all-gathers into attention
+    and the FFN: a torch fp8 job's forward gathers move one byte an element, so its tp
+    all-gathers send a little over 3/4 of its bf16 twin's bytes (the backward's and the
+    head's stay 16-bit) and the reduce-scatters the same; full recomputation repeats the
+    float8 gathers. A Megatron fp8 job (not claimed) gathers in 16 bits."""
+    cand = Candidate(parse_layout("dp=8,tp=8"), microbatches=1, global_batch=8,
+                     dp_mode="fsdp")
+
+    def tp_bytes(t, op):
+        return sum(x.bytes for x in transfers(L8, cand, training=t)
+                   if x.dim == "tp" and x.op == op and x.phase == "microbatch")
+
+    for recompute in ("none", "full"):
+        bf16 = Training(framework="torch", precision="mixed", recompute=recompute)
+        fp8 = dataclasses.replace(bf16, precision="fp8")
+        ratio = tp_bytes(fp8, "all_gather") / tp_bytes(bf16, "all_gather")
+        assert 0.75 < ratio < 0.8 if recompute == "none" else 0.66 < ratio < 0.7
+        assert tp_bytes(fp8, "reduce_scatter") == tp_bytes(bf16, "reduce_scatter")
+    meg = Training(framework="megatron", precision="mixed")
+    assert tp_bytes(dataclasses.replace(meg, precision="fp8"), "all_gather") == \
+        tp_bytes(meg, "all_gather")
 
 
 def test_distributed_optimizer_gathers_are_hidden_behind_the_forward():

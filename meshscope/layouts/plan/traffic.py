@@ -304,8 +304,13 @@ def _dp_transfers(spec, cand, prec, r, stage, groups, sh, training=None) -> list
     return out
 
 
-def _tp_transfers(spec, cand, prec, r, stage, groups, sh, loss_parallel=False
-                  ) -> list[Transfer]:
+def _tp_transfers(spec, cand, prec, r, stage, groups, sh, loss_parallel=False,
+                  fp8_gather=False) -> list[Transfer]:
+    """tp's operations of one stage (module docstring). With ``fp8_gather`` (torchtitan's
+    Float8 tensor parallelism) the forward's sequence-parallel all-gathers into attention
+    and the FFN move float8, one byte an element: ``PrepareFloat8ModuleInput`` casts before
+    it gathers (torchtitan docs/float8.md: float8 all-gather for TP, by default for
+    Float8Linear); the backward's gathers and every reduce-scatter stay 16-bit."""
     tp = cand.layout.size("tp")
     if tp == 1:
         return []
@@ -314,7 +319,17 @@ def _tp_transfers(spec, cand, prec, r, stage, groups, sh, loss_parallel=False
     act = sh.tokens * spec.dim * prec.act_bytes
     per_mb = 4 * n_layers + int(first) + int(last)
     out = []
-    if cand.sp:
+    if cand.sp and fp8_gather:
+        out += [Transfer(r, "tp", "all_gather", f"stage {stage} activations (sequence "
+                         "parallel entry into attention / FFN, forward, in float8)",
+                         "microbatch", 2 * n_layers * sh.m, sh.tokens * spec.dim, tp),
+                Transfer(r, "tp", "all_gather", f"stage {stage} activations (sequence "
+                         "parallel, backward / head)", "microbatch",
+                         (per_mb - 2 * n_layers) * sh.m, act, tp),
+                Transfer(r, "tp", "reduce_scatter", f"stage {stage} activations (sequence "
+                         "parallel exit from attention / FFN / embedding)", "microbatch",
+                         per_mb * sh.m, act, tp)]
+    elif cand.sp:
         out += [Transfer(r, "tp", "all_gather", f"stage {stage} activations (sequence "
                          "parallel entry into attention / FFN / head)", "microbatch",
                          per_mb * sh.m, act, tp),
@@ -419,13 +434,22 @@ def transfers(spec: ModelSpec, cand: Candidate, precision: Precision | str = "fp
             groups = spec.stage_params(layers_of[stage], first=first, last=last)
             out += _dp_transfers(spec, cand, prec, r, stage, groups, sh,
                                  training if job else None)
-            tp_rows = _tp_transfers(spec, cand, prec, r, stage, groups, sh, loss_parallel=job)
+            fp8_gather = job and training.job_style == "fsdp" and \
+                training.uses_fp8("qkv") and training.uses_fp8("fc1")
+            tp_rows = _tp_transfers(spec, cand, prec, r, stage, groups, sh, loss_parallel=job,
+                                    fp8_gather=fp8_gather)
             if job and training.recompute == "full":
                 extra = []
                 for t in tp_rows:
-                    if t.phase == "microbatch" and "logits" not in t.what:
-                        extra.append(dataclasses.replace(
-                            t, what=t.what + " — recomputed forward", count=t.count // 2))
+                    if t.phase != "microbatch" or "logits" in t.what:
+                        continue
+                    # the recomputed forward repeats the forward's collectives: the float8
+                    # gathers all (when split out), the others half of theirs
+                    if "backward / head" in t.what:
+                        continue
+                    count = t.count if "in float8" in t.what else t.count // 2
+                    extra.append(dataclasses.replace(
+                        t, what=t.what + " — recomputed forward", count=count))
                 tp_rows += extra
             out += tp_rows
             out += _pp_transfers(spec, cand, prec, r, stage, sh,
