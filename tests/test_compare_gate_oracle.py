@@ -237,3 +237,61 @@ def test_the_diffs_own_change_is_what_the_gate_judges(cpu):
     v = gate.evaluate(gate.parse("exposed_comm.dp>+0.1ms"), base, slower, diff=d)
     assert v.change.name == "exposed_comm.dp" and not v.holds
     assert GIB == 1 << 30
+
+
+def _with_summary(side_folder, tmp_path, name, *, unknown_us=None, bandwidth_dims=(),
+                  layout=None):
+    """A copy of a hand-made report whose summary.json says, per rank, ``unknown_us`` of
+    communication filed under no dimension, bandwidth rows of ``bandwidth_dims`` and the
+    run's ``layout``."""
+    import shutil
+
+    folder = tmp_path / name
+    shutil.copytree(side_folder, folder)
+    summary = json.loads((folder / "summary.json").read_text())
+    fields = ("window", "compute", "comm", "overlapped_comm", "exposed_comm", "bubble", "other",
+              "idle", "exposed_comm_pp", "exposed_comm_tp", "exposed_comm_cp", "exposed_comm_ep",
+              "exposed_comm_dp")
+    summary["per_rank_mean"] = [{"rank": r, "overlap_pct": None,
+                                 "exposed_comm_unknown_us": unknown_us,
+                                 **{f"{f}_us": None for f in fields}} for r in (0, 1)]
+    summary["bandwidth"] = [{"dim": d, "op": "all_reduce", "group_size": 2, "size_bucket": 4096,
+                             "instances": 3, "msg_bytes": 4096.0, "transfer_us": 10.0,
+                             "busbw_gbps": 1.0, "busbw_max_gbps": 1.0,
+                             "baseline_busbw_gbps": None, "efficiency": None}
+                            for d in bandwidth_dims]
+    if layout is not None:
+        summary["run"] = {"run_id": name, "layout_str": name, "layout": layout}
+    (folder / "summary.json").write_text(json.dumps(summary))
+    return open_side(folder)
+
+
+def test_only_communication_filed_under_no_dimension_makes_a_dimension_unmeasured(gpu,
+                                                                                   tmp_path):
+    """``quantities.unattributed`` on the GPU runs: a run whose communication all carries mesh
+    names (0 ms unknown; bandwidth rows of dp) measures exposed_comm.dp — 2 ms more after;
+    one with unknown bandwidth rows or unknown time does not; a quantity of another family is
+    never refused for it; a layout with dp = 1 measures dp whatever else it says."""
+    before, after = gpu
+    src = after.report_dir
+    named = _with_summary(src, tmp_path, "named", unknown_us=0.0, bandwidth_dims=("dp",))
+    assert gate.evaluate(gate.parse("exposed_comm.dp.all_reduce>+1.5ms"), before, named).failed
+    assert gate.evaluate(gate.parse("exposed_comm.dp>+1.5ms"), before, named).failed
+    for name, kw in (("bw-unknown", {"bandwidth_dims": ("dp", "unknown")}),
+                     ("time-unknown", {"unknown_us": 5.0})):
+        blind = _with_summary(src, tmp_path, name, **kw)
+        for cond in ("exposed_comm.dp>+1.5ms", "exposed_comm.dp.all_reduce>+1.5ms"):
+            with pytest.raises(gate.GateError) as e:
+                gate.evaluate(gate.parse(cond), before, blind)
+            assert "so none of it can be told to be dp: it is filed under 'unknown'" in \
+                str(e.value), (name, cond)
+        # other families, and the unknown dimension itself, are measured
+        assert gate.evaluate(gate.parse("idle.sync>+1.5ms"), before, blind).failed
+        assert gate.evaluate(gate.parse("kernels.gemm>+1.5ms"), before, blind).failed
+        assert not gate.evaluate(gate.parse("exposed_comm.unknown>+1ms"), before, blind).holds
+    single = _with_summary(src, tmp_path, "dp1", unknown_us=5.0, bandwidth_dims=("unknown",),
+                           layout={"dp": 1, "tp": 2})
+    assert gate.evaluate(gate.parse("exposed_comm.dp.all_reduce>+1.5ms"), before,
+                         single).failed
+    with pytest.raises(gate.GateError):      # tp is 2: its time may be inside unknown
+        gate.evaluate(gate.parse("exposed_comm.tp>+1ms"), before, single)
