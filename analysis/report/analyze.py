@@ -433,24 +433,30 @@ def _concat(tables: list, columns: list[str]) -> pd.DataFrame:
     return pd.concat(tables, ignore_index=True)[columns]
 
 
-# Ranks whose instance rows are made into one table at a time: a table per rank cost 5 s of
-# the cross-rank stage's 55 at 512 ranks (profiled), one table of every rank's rows would hold
-# them all as Python dicts at once.
-RANKS_PER_TABLE = 64
+# Instance rows made into one table at a time, whole ranks each: a table per rank cost 5 s of
+# the cross-rank stage's 55 at 512 ranks of a few dozen rows (profiled), and the rows as
+# Python dicts take about 1.3 kB each — 64 ranks of a 1.73M-event GPU trace (16,160
+# collectives a rank) held a million of them at once, 21 MB a rank (issue 51). A table is made
+# once its ranks' rows reach this count.
+ROWS_PER_TABLE = 20_000
 
 
 def _instance_tables(results: list[rank_work.RankResult], inp: inputs.Inputs, run,
                      layout_map):
-    """The instance tables (``instances.finalize``) of ``RANKS_PER_TABLE`` ranks at a time; a
-    rank's raw operations are let go once its rows are made, so they are not held twice while
-    every rank's are joined."""
-    for lo in range(0, len(results), RANKS_PER_TABLE):
-        rows: list[dict] = []
-        for r in results[lo:lo + RANKS_PER_TABLE]:
-            rows += instances.finalize_rows(r.operations, rank=r.rank, meta=r.meta,
-                                            timeline=r.timeline, run=run,
-                                            flight=inp.flight, layout_map=layout_map)
-            r.operations = None
+    """The instance tables (``instances.finalize``) of whole ranks, a table once their rows
+    reach ``ROWS_PER_TABLE``; a rank's raw operations are let go once its rows are made, so
+    they are not held twice while every rank's are joined."""
+    rows: list[dict] = []
+    made = 0
+    for r in results:
+        rows += instances.finalize_rows(r.operations, rank=r.rank, meta=r.meta,
+                                        timeline=r.timeline, run=run,
+                                        flight=inp.flight, layout_map=layout_map)
+        r.operations = None
+        if len(rows) >= ROWS_PER_TABLE:
+            yield instances.table_of(rows)
+            rows, made = [], made + 1
+    if rows or not made:
         yield instances.table_of(rows)
 
 
