@@ -482,3 +482,16 @@ def test_a_cpu_runs_compute_items_are_its_operators_without_communication(tmp_pa
     assert d.operators == []                   # no operator's count changed
     # both CPU runs: idle is one part, not split by cause
     assert [p.name for p in d.parts][-1] == "idle"
+
+
+def test_each_measure_carries_its_name_and_documented_unit(pair):
+    """The units of the module docstring's table of ``quantities``, written here."""
+    before, _ = pair
+    documented = {"step_time": "us", "window": "us", "compute": "us", "idle.sync": "us",
+                  "exposed_comm.dp": "us", "exposed_comm.dp.all_reduce": "us",
+                  "kernels.gemm": "us", "busbw.all_reduce": "gbps",
+                  "busbw.dp.all_reduce": "gbps", "tokens_per_s": "per_s", "mfu_pct": "pct",
+                  "peak_memory": "bytes", "peak_allocated": "bytes", "peak_reserved": "bytes"}
+    for name, unit in documented.items():
+        m = Q.measure(before, name)
+        assert (m.name, m.unit) == (name, unit), name
