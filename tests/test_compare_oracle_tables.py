@@ -495,3 +495,37 @@ def test_each_measure_carries_its_name_and_documented_unit(pair):
     for name, unit in documented.items():
         m = Q.measure(before, name)
         assert (m.name, m.unit) == (name, unit), name
+
+
+def test_the_step_time_per_step_is_its_sources(tmp_path):
+    """Each headline's per-step values and noise: the replayed makespan of each step (the
+    what-if table's, one per step whatever the rank), the longest rank's window of each
+    profiled step, the timer's non-warm-up steps (noise from them when the report states
+    none: 1.4826 × MAD)."""
+    from test_compare_diff import _report, _steps
+
+    folder = _report(tmp_path / "replayed", _steps([10, 11, 12], [20, 21, 22]), ranks=(0, 1))
+    summary = json.loads((folder / "summary.json").read_text())
+    summary.update(step_time_source="replayed", step_time_us=33e3, step_time_replayed_us=33e3)
+    (folder / "summary.json").write_text(json.dumps(summary))
+    _df("whatif", [{"rank": r, "step": s, "makespan_us": ms * 1e3, "whatif_us": 0.0,
+                    "saving_us": 0.0} for r in (0, 1)
+                   for s, ms in enumerate((30.0, 33.0, 34.0))]).to_parquet(
+        folder / "whatif.parquet")
+    m = Q.measure(open_side(folder), "step_time")
+    assert (m.value, m.per_step) == (33e3, (30e3, 33e3, 34e3))
+    assert m.noise == pytest.approx(1482.6)          # MAD of 30, 33, 34 ms: 1 ms
+    # the window: per step the longest rank's (rank 1 is 4 ms longer on step 1)
+    steps = _steps([10, 11, 12], [20, 21, 22])
+    folder = _report(tmp_path / "window", steps, ranks=(0, 1))
+    bd = pd.read_parquet(folder / "breakdown.parquet")
+    bd.loc[(bd["rank"] == 1) & (bd["step"] == 1), "window_us"] = 25e3
+    bd.to_parquet(folder / "breakdown.parquet")
+    m = Q.measure(open_side(folder), "step_time")
+    assert m.per_step == (20e3, 25e3, 22e3)
+    assert m.noise == pytest.approx(2 * 1482.6)      # MAD of 20, 25, 22 ms: 2 ms
+    # the timer, the report stating no noise: from the timer's steps
+    folder = _report(tmp_path / "timer", steps, timer=[20, 21, 23, 21])
+    m = Q.measure(open_side(folder), "step_time")
+    assert m.per_step == (20e3, 21e3, 23e3, 21e3)
+    assert m.noise == pytest.approx(0.5 * 1482.6)    # MAD of 20, 21, 23, 21 ms: 0.5 ms
