@@ -529,3 +529,27 @@ def test_the_step_time_per_step_is_its_sources(tmp_path):
     m = Q.measure(open_side(folder), "step_time")
     assert m.per_step == (20e3, 21e3, 23e3, 21e3)
     assert m.noise == pytest.approx(0.5 * 1482.6)    # MAD of 20, 21, 23, 21 ms: 0.5 ms
+
+
+def test_each_side_is_described_and_a_cpu_pair_has_no_device_lists(pair, tmp_path):
+    before, after = pair
+    d = diff(before, after)
+    info = d.before
+    assert (info.name, info.path, info.report_dir) == ("before", str(before.path),
+                                                       str(before.report_dir))
+    assert (info.device, info.ranks, info.steps, info.step_time_source) == (
+        "gpu", [0, 1], [0, 1, 2], "timer")
+    assert (info.layout, info.trust_verdict) == (None, None)
+    assert d.after.name == "after"
+    # two CPU runs with a breakdown only: nothing under kernels, collectives, buckets, memory
+    a = _cpu(tmp_path / "a", (0,), 10)
+    b = _cpu(tmp_path / "b", (0,), 11)
+    d = diff(a, b)
+    assert (d.kernels, d.collectives, d.bandwidth, d.memory, d.operators, d.findings) == \
+        ([], [], [], [], [], [])
+    assert d.quantities["peak_allocated"].before is None
+    assert d.quantities["compute"].delta == pytest.approx(1e3)
+    # one side with memory rows, the other without: that rank's row, the other side empty
+    d = diff(before, a)
+    (row,) = [m for m in d.memory if m.rank_before == 0]
+    assert (row.allocated_before_bytes, row.allocated_after_bytes) == (5 * GIB, None)
