@@ -48,13 +48,44 @@ CHROMIUM, CHROMEDRIVER = pathlib.Path("/usr/bin/chromium"), pathlib.Path("/usr/b
 DRAWN_JS = """
 const page = document.getElementById('page');
 if (!page || !page.querySelector('#run-title') ||
-    document.querySelector('[data-dash-is-loading]')) return null;
+    document.querySelector('[data-dash-is-loading="true"]')) return null;
 if (page.querySelector('#page-building, #analysis-progress')) return null;
 const plots = page.querySelectorAll('.dash-graph');
 for (const g of plots) { if (!g.querySelector('.js-plotly-plot .main-svg')) return null; }
 const sizes = performance.getEntriesByType('resource')
     .filter(e => e.name.includes('_dash-update-component')).map(e => e.encodedBodySize);
 return [performance.now(), Math.max(0, ...sizes), plots.length];
+"""
+# Where a drawn page's time went (``--profile``): the page's scripts ready (DOMContentLoaded),
+# the page callback answered (its response's end), then each figure of the page drawn again
+# alone into a hidden element of the same width (Plotly.newPlot), with its traces, points
+# (the longest of x, y, z, base per trace, summed) and the bytes of its figure JSON.
+PROFILE_JS = """
+const done = arguments[arguments.length - 1];
+const nav = performance.getEntriesByType('navigation')[0];
+const cb = performance.getEntriesByType('resource')
+    .filter(e => e.name.includes('_dash-update-component'))
+    .sort((a, b) => b.encodedBodySize - a.encodedBodySize)[0];
+const figs = [];
+(async () => {
+  for (const g of document.querySelectorAll('#page .dash-graph')) {
+    const gd = g.querySelector('.js-plotly-plot');
+    const json = JSON.stringify({data: gd.data, layout: gd.layout});
+    const len = a => (a && a.length) || 0;
+    const points = gd.data.reduce((n, t) => n + Math.max(len(t.x), len(t.y), len(t.z),
+                                                          len(t.base)), 0);
+    const div = document.createElement('div');
+    div.style.width = gd.offsetWidth + 'px';
+    document.body.appendChild(div);
+    const fig = JSON.parse(json);
+    const t0 = performance.now();
+    await Plotly.newPlot(div, fig.data, fig.layout);
+    const ms = performance.now() - t0;
+    Plotly.purge(div); div.remove();
+    figs.push([g.id, gd.data.length, points, json.length, ms]);
+  }
+  done([nav.domContentLoadedEventEnd, cb ? cb.responseEnd : null, figs]);
+})();
 """
 
 
@@ -166,49 +197,148 @@ def _drawn(d, url: str, timeout_s: float = 120.0) -> tuple[float, int, int]:
     raise SystemExit(f"{url}: not drawn in {timeout_s:.0f} s")
 
 
-def browser_run(ranks: int, out: pathlib.Path, events: int, repeat: int,
-                gpu_trace: pathlib.Path | None = None) -> list[dict]:
-    """Every page of the ``ranks`` run drawn in headless Chromium, served by ``meshscope
-    dashboard`` (module docstring)."""
-    import socket
-    import tempfile
+# A page of tabs (``sections.Section.tabs``) draws its open tab's figures only; each other tab
+# is timed from its click until its figures are drawn.
+CLICK_TAB_JS = """
+const tab = document.getElementById(arguments[0]);
+window.__tabClick = performance.now();
+tab.click();
+"""
+TAB_DRAWN_JS = """
+const tab = document.getElementById(arguments[0]);
+if (!tab.className.includes('tab--selected') ||
+    document.querySelector('[data-dash-is-loading="true"]')) return null;
+for (const g of document.querySelectorAll('#page .dash-graph')) {
+  if (!g.querySelector('.js-plotly-plot .main-svg')) return null;
+}
+return [performance.now() - window.__tabClick,
+        document.querySelectorAll('#page .dash-graph').length];
+"""
 
-    root, run_dir = _prepare(ranks, out, events, gpu_trace)
+
+def _tabs(d, timeout_s: float = 60.0) -> list[tuple[str, float, int]]:
+    """Each tab of the drawn page after the first: (its label, seconds from its click until
+    its figures are drawn, its figures)."""
+    tabs = d.execute_script("return [...document.querySelectorAll('#page .tab')]"
+                            ".map(t => [t.id, t.innerText])")
+    out = []
+    for tab_id, label in tabs[1:]:
+        d.execute_script(CLICK_TAB_JS, tab_id)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            got = d.execute_script(TAB_DRAWN_JS, tab_id)
+            if got:
+                out.append((label, got[0] / 1e3, int(got[1])))
+                break
+            if time.monotonic() > deadline:
+                raise SystemExit(f"tab {label}: not drawn in {timeout_s:.0f} s")
+            time.sleep(0.01)
+    return out
+
+
+def _profile(d, url: str, label: str) -> None:
+    """Where the time of one more load of ``url`` went (``PROFILE_JS``), to stderr."""
+    drawn_s = _drawn(d, url)[0]
+    d.set_script_timeout(120)
+    scripts_ms, answered_ms, figs = d.execute_async_script(PROFILE_JS)
+    print(f"## {label}: scripts ready {scripts_ms / 1e3:.2f} s, callback answered "
+          f"{(answered_ms or 0) / 1e3:.2f} s, drawn {drawn_s:.2f} s", file=sys.stderr)
+    for fid, traces, points, size, ms in figs:
+        print(f"##   {fid}: {traces} traces, {points} points, {size / 1e3:.0f} kB, "
+              f"drawn alone in {ms:.0f} ms", file=sys.stderr)
+
+
+def _serve(root: pathlib.Path, source: pathlib.Path | None = None):
+    """(process, port) of ``meshscope dashboard root`` once it answers; ``source``: a folder
+    holding another version's ``meshscope`` package (``_baseline``), imported instead of this
+    checkout's."""
+    import socket
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    if source is not None:      # its folder first on the path, and the working directory
+        env["PYTHONPATH"] = str(source)
     server = subprocess.Popen([sys.executable, "-m", "meshscope", "dashboard", str(root),
                                "--port", str(port)], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, env={**os.environ,
-                                                              "OMP_NUM_THREADS": "1"})
+                              stderr=subprocess.DEVNULL, env=env, cwd=source)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return server, port
+        except OSError:
+            if time.monotonic() > deadline or server.poll() is not None:
+                server.terminate()
+                raise SystemExit("the dashboard did not start")
+            time.sleep(0.2)
+
+
+def _baseline(rev: str, out: pathlib.Path) -> pathlib.Path:
+    """The ``meshscope`` package of commit ``rev`` exported (``git archive``, the checkout
+    untouched) under ``out``, with the top-level folders its links name (``analysis/``,
+    ``dashboard/``…): the version to time beside this one."""
+    folder = out / f"baseline-{rev}"
+    if not (folder / "meshscope" / "dashboard" / "app.py").is_file():
+        folder.mkdir(parents=True, exist_ok=True)
+        root = pathlib.Path(__file__).resolve().parents[1]
+        linked = [p.name for p in (root / "meshscope").iterdir() if p.is_symlink()]
+        tar = subprocess.run(["git", "-C", str(root), "archive", rev, "meshscope", *linked],
+                             check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(folder)], input=tar, check=True)
+    return folder
+
+
+def browser_run(ranks: int, out: pathlib.Path, events: int, repeat: int,
+                gpu_trace: pathlib.Path | None = None, profile: bool = False,
+                pages: tuple[str, ...] = PAGES, baseline: str | None = None) -> list[dict]:
+    """Every page of the ``ranks`` run drawn in headless Chromium, served by ``meshscope
+    dashboard`` (module docstring). ``baseline``: a commit whose dashboard serves the same
+    report beside this one's, each load of a page taken in turn from one and the other in the
+    same browser, so that both see the same load on the machine."""
+    import tempfile
+
+    root, run_dir = _prepare(ranks, out, events, gpu_trace)
+    versions = {"now": None} if baseline is None else \
+        {baseline: _baseline(baseline, out), "now": None}
+    servers = {}
     rows = []
     try:
-        deadline = time.monotonic() + 60
-        while True:
+        for name, source in versions.items():
+            servers[name] = _serve(root, source)
+        with tempfile.TemporaryDirectory() as user_dir:
+            d = _driver(pathlib.Path(user_dir))
             try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or server.poll() is not None:
-                    raise SystemExit("the dashboard did not start")
-                time.sleep(0.2)
-        with tempfile.TemporaryDirectory() as profile:
-            d = _driver(pathlib.Path(profile))
-            try:
-                for page in PAGES:
-                    url = f"http://127.0.0.1:{port}/{page}?run={run_dir.name}"
-                    cold, size, figs = _drawn(d, url)
-                    warm = [_drawn(d, url)[0] for _ in range(repeat)]
-                    rows.append({"ranks": f"{ranks} GPU" if gpu_trace else ranks,
-                                 "page": page, "cold_s": cold,
-                                 "warm_s": statistics.median(warm), "warm_max_s": max(warm),
-                                 "bytes": size, "figures": figs})
-                    print(f"# {ranks} {page}: {statistics.median(warm):.2f} s", file=sys.stderr)
+                for page in pages:
+                    urls = {name: f"http://127.0.0.1:{port}/{page}?run={run_dir.name}"
+                            for name, (_, port) in servers.items()}
+                    cold = {name: _drawn(d, url) for name, url in urls.items()}
+                    warm: dict[str, list[float]] = {name: [] for name in urls}
+                    for _ in range(repeat):
+                        for name, url in urls.items():
+                            warm[name].append(_drawn(d, url)[0])
+                    tabs = {}
+                    for name, url in urls.items():      # the tabs of a drawn page, opened
+                        _drawn(d, url)
+                        tabs[name] = _tabs(d)
+                    for name in urls:
+                        rows.append({"tabs": tabs[name],"ranks": f"{ranks} GPU" if gpu_trace else ranks,
+                                     "page": page, "version": name,
+                                     "cold_s": cold[name][0],
+                                     "warm_s": statistics.median(warm[name]),
+                                     "warm_max_s": max(warm[name]),
+                                     "bytes": cold[name][1], "figures": cold[name][2]})
+                        print(f"# {ranks} {page} ({name}): "
+                              f"{statistics.median(warm[name]):.2f} s", file=sys.stderr)
+                        if profile:
+                            _profile(d, urls[name], f"{ranks} {page} ({name})")
             finally:
                 d.quit()
     finally:
-        server.terminate()
-        server.wait(timeout=30)
+        for server, _ in servers.values():
+            server.terminate()
+            server.wait(timeout=30)
     return rows
 
 
@@ -224,18 +354,32 @@ def main(argv=None) -> None:
     ap.add_argument("--browser", action="store_true",
                     help="time each page drawn in headless Chromium instead of the server's "
                          "answer alone")
+    ap.add_argument("--baseline", metavar="REV",
+                    help="with --browser: also serve the report with the dashboard of commit "
+                         "REV (git archive), its loads taken in turn with this checkout's, "
+                         "and report both")
+    ap.add_argument("--pages", nargs="+", choices=PAGES, default=list(PAGES),
+                    help="with --browser: these pages only")
+    ap.add_argument("--profile", action="store_true",
+                    help="with --browser: after each page's loads, where one more load's time "
+                         "went and each figure drawn alone (traces, points, bytes, ms), to "
+                         "stderr")
     args = ap.parse_args(argv)
     rows = []
     if args.browser:
         for n in args.ranks:
             rows += browser_run(n, args.out, args.events_per_step, args.repeat,
-                                args.gpu_trace)
-        print("| ranks | page | first load, drawn (s) | warm loads, median (s) | warm, slowest "
-              "(s) | figures | page callback bytes |")
-        print("|---:|---|---:|---:|---:|---:|---:|")
+                                args.gpu_trace, args.profile, tuple(args.pages),
+                                args.baseline)
+        print("| ranks | page | version | first load, drawn (s) | warm loads, median (s) | "
+              "warm, slowest (s) | figures | page callback bytes | other tabs: opened → "
+              "drawn (s, figures) |")
+        print("|---:|---|---|---:|---:|---:|---:|---:|---|")
         for r in rows:
-            print(f"| {r['ranks']} | {r['page']} | {r['cold_s']:.2f} | {r['warm_s']:.2f} | "
-                  f"{r['warm_max_s']:.2f} | {r['figures']} | {r['bytes'] / 1e3:,.0f} kB |")
+            tabs = "; ".join(f"{label} {t:.2f} ({n})" for label, t, n in r["tabs"]) or "—"
+            print(f"| {r['ranks']} | {r['page']} | {r['version']} | {r['cold_s']:.2f} | "
+                  f"{r['warm_s']:.2f} | {r['warm_max_s']:.2f} | {r['figures']} | "
+                  f"{r['bytes'] / 1e3:,.0f} kB | {tabs} |")
         return
     for n in args.ranks:
         rows += run(n, args.out, args.events_per_step, args.repeat)
