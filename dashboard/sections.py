@@ -19,6 +19,7 @@ import plotly.graph_objects as go
 
 from meshscope.analysis.report.model import REPORT_SCHEMA_VERSION, Citation, Finding, human_bytes
 
+from .figure_margins import fit_margins
 from .state import TITLES, ViewState
 
 NOTE = {"color": "#555", "fontStyle": "italic"}
@@ -121,9 +122,13 @@ Item = Union[Figure, Table, Grid, Note, Facts, Link, Search]
 
 @dataclasses.dataclass
 class Section:
+    """A heading and its items. Consecutive sections of one ``tabs`` name are the tabs of one
+    tab bar in the dashboard (``to_dash``: only the open tab's figures are drawn, the others
+    when their tab is opened), one after the other in the static report."""
     title: str | None
     items: list[Item]
     id: str | None = None
+    tabs: str | None = None
 
 
 def missing(id_: str, what: str, run_id: str | None = None, *,
@@ -270,7 +275,7 @@ def _dash_item(item: Item):
     from dash import dcc, html
 
     if isinstance(item, Figure):
-        out = [dcc.Graph(id=item.id, figure=item.figure,
+        out = [dcc.Graph(id=item.id, figure=fit_margins(item.figure),
                          config={"displaylogo": False, "responsive": True})]
         if item.caption:
             out.append(html.P(item.caption, style={**NOTE, "fontSize": "0.9em"}))
@@ -332,13 +337,29 @@ def _dash_item(item: Item):
     raise TypeError(type(item))
 
 
-def to_dash(sections: list[Section]) -> list:
-    from dash import html
+TAB = {"padding": "6px 14px"}
 
-    out = []
+
+def to_dash(sections: list[Section]) -> list:
+    from dash import dcc, html
+
+    out: list = []
     for s in sections:
         children = ([html.H3(s.title)] if s.title else []) + [_dash_item(i) for i in s.items]
-        out.append(html.Section(children, id=s.id) if s.id else html.Section(children))
+        section = html.Section(children, id=s.id) if s.id else html.Section(children)
+        if s.tabs is None:
+            out.append(section)
+            continue
+        # dcc.Tabs mounts the open tab's children only: a closed tab's figures are drawn
+        # when it is opened
+        if not (out and isinstance(out[-1], dcc.Tabs) and out[-1].id == s.tabs):
+            out.append(dcc.Tabs(id=s.tabs, value="0", children=[],
+                                style={"margin": "10px 0 4px"}))
+        bar = out[-1]
+        i = len(bar.children)
+        bar.children.append(dcc.Tab(label=s.title or f"{i + 1}", value=str(i),
+                                    id=f"{s.tabs}-{i}", children=[section], style=TAB,
+                                    selected_style={**TAB, "fontWeight": "600"}))
     return out
 
 
@@ -354,7 +375,7 @@ def _title(v) -> str:
 
 def _html_item(item: Item) -> str:
     if isinstance(item, Figure):
-        div = item.figure.to_html(full_html=False, include_plotlyjs=False, div_id=item.id,
+        div = fit_margins(item.figure).to_html(full_html=False, include_plotlyjs=False, div_id=item.id,
                                   config={"displaylogo": False, "responsive": True})
         cap = f'<p class="note">{_esc(item.caption)}</p>' if item.caption else ""
         return f'<div class="figure">{div}{cap}</div>'

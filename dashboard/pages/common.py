@@ -156,7 +156,7 @@ def top_ranks(values: dict[int, float | None], k: int = TOP_K, focus: int | None
     return sorted(chosen)
 
 
-def _ranges(ranks: list[int]) -> str:
+def rank_ranges(ranks: list[int]) -> str:
     """``[0, 1, 2, 5, 7, 8]`` → ``0–2, 5, 7–8``."""
     out: list[str] = []
     for r in sorted(ranks):
@@ -185,7 +185,7 @@ def distribution_figure(values_ms: dict[int, float | None], title: str, xaxis_ti
                     y=[len(members[i]) for i in keep], width=width * 0.95,
                     marker_color="#4C78A8", name="ranks",
                     customdata=[[round(edges[i], 3), round(edges[i + 1], 3),
-                                 _ranges(members[i])[:160]] for i in keep],
+                                 rank_ranges(members[i])[:160]] for i in keep],
                     hovertemplate="%{customdata[0]}–%{customdata[1]} ms: %{y} ranks"
                                   "<br>ranks %{customdata[2]}<extra></extra>")
     fig.update_layout(**LAYOUT, height=300, title=title, xaxis_title=xaxis_title,

@@ -15,8 +15,15 @@ fabric can do, how much of their time was transfer and how much waiting, and who
   ranks took part in together (a send/recv counts for its two ranks, a collective for every
   pair of its group).
 - ``costly-table``: the costliest collectives (longest time on their slowest rank).
+
+Of many ranks (``common.many_ranks``) the sections are tabs (``communication-tabs``: overlap
+and bandwidth, transfer vs wait, rank × rank, costliest collectives), a tab's figures drawn
+when it is opened (the three figures drawn one after the other took 2–3 s in the browser at
+1,024 ranks, docs/benchmarks.md).
 """
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 import pandas as pd
@@ -157,14 +164,23 @@ def matrix_figure(ops: pd.DataFrame) -> go.Figure:
     labels, (nbytes, time_us) = _blocks(ranks, nbytes, time_us)
     fig = make_subplots(rows=1, cols=2, subplot_titles=("MB exchanged", "ms spent"),
                         horizontal_spacing=0.12)
+    # Of many ranks, numeric axes (a rank block's first rank): a few ticks, where a category
+    # label per row and column (4 × 64 of them) was most of the figure's 0.4–1 s to draw
+    many = len(ranks) > MANY_RANKS
+    size = -(-len(ranks) // len(labels))
+    axis = [ranks[k * size] for k in range(len(labels))] if many else labels
+    who = ("rank %{y} ↔ rank %{x}" if size == 1 else
+           f"ranks %{{y}}… ↔ ranks %{{x}}… ({size} each)") if many else "%{y} ↔ %{x}"
     for col, (z, unit, scale) in enumerate(((nbytes, "MB", 1e6), (time_us, "ms", 1e3)), 1):
         zz = np.where(z > 0, z / scale, np.nan).round(3)
-        fig.add_trace(go.Heatmap(z=zz.astype(np.float32), x=labels, y=labels, colorscale="Blues",
+        fig.add_trace(go.Heatmap(z=zz.astype(np.float32), x=axis, y=axis, colorscale="Blues",
                                  colorbar={"title": unit, "x": 0.44 if col == 1 else 1.0,
                                            "len": 0.9},
-                                 hovertemplate="%{y} ↔ %{x}: %{z} " + unit
-                                 + "<extra></extra>", xgap=1 if len(labels) <= 64 else 0,
+                                 hovertemplate=who + ": %{z} " + unit + "<extra></extra>",
+                                 xgap=1 if len(labels) <= 64 else 0,
                                  ygap=1 if len(labels) <= 64 else 0), row=1, col=col)
+    if many:
+        fig.update_xaxes(title_text="rank" if size == 1 else f"first rank of {size}")
     layout = {**LAYOUT, "margin": {**LAYOUT["margin"], "t": 90}}   # title above the
     fig.update_layout(**layout, height=min(950, 210 + 22 * len(labels)),   # subplot titles
                       title="Who talks to whom (rows: the rank that saw it"
@@ -233,6 +249,17 @@ def overlap_table(ctx: PageContext) -> Table | None:
 
 
 def sections(ctx: PageContext) -> list[Section]:
+    out = _sections(ctx)
+    if many_ranks(ctx.report):      # a tab per section (module docstring)
+        first = [s for s in out if s.title in ("Overlap", "Bandwidth")]
+        head = Section(" and ".join(s.title or "" for s in first), [
+            i for s in first for i in s.items])
+        out = [dataclasses.replace(s, tabs="communication-tabs")
+               for s in [head, *[s for s in out if s not in first]]]
+    return out
+
+
+def _sections(ctx: PageContext) -> list[Section]:
     out = []
     overlap = overlap_table(ctx)
     if overlap is not None:

@@ -198,7 +198,9 @@ def mesh_figure(ctx: PageContext) -> go.Figure | None:
     elif not any(v for v in values.values() if v is not None):
         scale = {"zmin": 0.0, "zmax": 1.0}   # all zero: white, not the middle of the scale
     gap = 3 if len(ranks) <= MESH_TEXT_CELLS else 1
-    fig = go.Figure(go.Heatmap(z=z, x=xlabels, y=ylabels, text=text, texttemplate="%{text}",
+    written = len(ranks) <= MESH_TEXT_CELLS      # else no text at all: none for plotly to lay out
+    fig = go.Figure(go.Heatmap(z=z, x=xlabels, y=ylabels, text=text if written else None,
+                               texttemplate="%{text}" if written else None,
                                hovertext=hover, hoverinfo="text",
                                customdata=who, colorscale=colours, colorbar={"title": "ms"},
                                xgap=gap, ygap=gap, **scale))

@@ -14,9 +14,14 @@
 Of many ranks (``common.many_ranks``): the saving, waits and clock figures and the clock table
 show the ``TOP_K`` ranks with the largest value (|saving|, waited + made wait, |offset|) and
 the focused rank, the saving's distribution over every rank beside them
-(``saving-distribution``); the heatmap, one cell per rank and step, keeps every rank.
+(``saving-distribution``); the heatmap, one cell per rank and step, keeps every rank. Below the
+verdict each section is a tab (``stragglers-tabs``: step timers, who holds whom up, arrival
+skew, clocks), its figures drawn when it is opened: the six figures of the page, drawn one
+after the other, took 2–3.5 s in the browser at 1,024 ranks (docs/benchmarks.md).
 """
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 import pandas as pd
@@ -26,9 +31,10 @@ from meshscope.analysis.report import reader
 
 from ..sections import Facts, Figure, Note, Section, Table, clip, evidence_text, ms
 from .common import (COLOURS, LAYOUT, TOP_K, absent, distribution_figure, many_ranks,
-                     PageContext, rank_label, straggler_text, top_ranks)
+                     PageContext, rank_label, rank_ranges, straggler_text, top_ranks)
 
 MAX_SKEW_BARS = 200
+MAX_TEXT_CELLS = 2000     # the heatmap's cells that say "slow" in the cell (heatmap_figure)
 
 
 def _top(ctx: PageContext, values: dict[int, float | None]) -> set[int] | None:
@@ -80,15 +86,20 @@ def heatmap_figure(ctx: PageContext) -> go.Figure | None:
     labels = [(str(a) if a == b else f"{a}–{b}") + (" (warm-up)" if w else "")
               + (" (profiled)" if any(s in profiled for s in range(int(a), int(b) + 1)) else "")
               for a, b, w in zip(cols["first_step"], cols["last_step"], cols["warmup"])]
-    flag = np.where(cols["slow"] & ~cols["warmup"], "slow", "")
+    slow = (cols["slow"] & ~cols["warmup"]).to_numpy()
+    # A slow column says so in each cell; above MAX_TEXT_CELLS cells (each a text the browser
+    # lays out: 1,024 ranks took 0.2 s more to draw) in its label instead.
+    per_cell = grid.size <= MAX_TEXT_CELLS
+    if not per_cell:
+        labels = [x + (" (slow)" if s else "") for x, s in zip(labels, slow)]
     # numpy arrays, not nested lists: plotly validates a list cell by cell (a 1,024-rank
     # heatmap spent half a second there)
-    text = np.broadcast_to(flag, grid.shape)
+    text = np.broadcast_to(np.where(slow, "slow", ""), grid.shape) if per_cell else None
     many = len(grid.index) > 64 or len(grid.columns) > 64
     fig = go.Figure(go.Heatmap(
         z=(grid / 1e3).round(2).to_numpy(dtype=np.float32), x=labels,
         y=[rank_label(int(r), ctx.report) for r in grid.index], text=text,
-        texttemplate="%{text}", colorbar={"title": "ms"},
+        texttemplate="%{text}" if per_cell and slow.any() else None, colorbar={"title": "ms"},
         # Red only where the analysis found slow steps: no alarm colour without a finding.
         colorscale="YlOrRd" if bool((cols["slow"] & ~cols["warmup"]).any()) else "Blues",
         hovertemplate="%{y}, step %{x}: %{z:.2f} ms<extra></extra>",
@@ -184,23 +195,34 @@ def skew_figure(ctx: PageContext) -> go.Figure | None:
     if c.empty or c["skew_us"].isna().all():
         return None
     c = c.sort_values("skew_us", ascending=False).head(MAX_SKEW_BARS)
-    label = [f"step {s} · {op} [{g}] #{k}" for s, op, g, k in
+    label = [f"step {s} · {op} [{_group(g)}] #{k}" for s, op, g, k in
              zip(c["step"], c["op"], c["pg_ranks"], c["k"])]
     last = c["last_rank"].notna().any()
+    hidden = len(label) > 40        # no tick labels: the bars' order, the label on hover
+    x = list(range(1, len(label) + 1)) if hidden else label
+    who = [[name, "" if pd.isna(r) else f"<br>last: rank {int(r)}"]
+           for name, r in zip(label, c["last_rank"] if last else [None] * len(label))]
     fig = go.Figure()
-    fig.add_bar(name="arrival skew", x=label, y=(c["skew_us"] / 1e3).round(3).tolist(),
-                marker_color="#F58518",
-                customdata=c["last_rank"].tolist() if last else None,
-                hovertemplate="%{x}<br>skew %{y:.3f} ms" + ("<br>last: rank %{customdata}"
-                                                            if last else "")
-                + "<extra></extra>")
+    fig.add_bar(name="arrival skew", x=x, y=(c["skew_us"] / 1e3).round(3).tolist(),
+                marker_color="#F58518", customdata=who,
+                hovertemplate="%{customdata[0]}<br>skew %{y:.3f} ms%{customdata[1]}"
+                              "<extra></extra>")
     if c["holdup_us"].notna().any():
-        fig.add_bar(name="holdup (last rank alone)", x=label,
-                    y=(c["holdup_us"] / 1e3).round(3).tolist(), marker_color="#E45756")
+        fig.add_bar(name="holdup (last rank alone)", x=x,
+                    y=(c["holdup_us"] / 1e3).round(3).tolist(), marker_color="#E45756",
+                    customdata=who,
+                    hovertemplate="%{customdata[0]}<br>holdup %{y:.3f} ms<extra></extra>")
     fig.update_layout(**LAYOUT, barmode="group", height=380, yaxis_title="ms",
                       title="Arrival skew per matched collective (largest first)",
-                      xaxis={"type": "category", "showticklabels": len(label) <= 40})
+                      xaxis={"type": "category", "showticklabels": not hidden})
     return fig
+
+
+def _group(ranks) -> str:
+    """A collective's group as its ranks' runs (``0–511``), not 512 numbers in every bar's
+    label."""
+    members = [int(x) for x in str(ranks).split(",") if x.strip().isdigit()]
+    return rank_ranges(members) if members else str(ranks)
 
 
 def clock_section(ctx: PageContext) -> list:
@@ -269,4 +291,6 @@ def sections(ctx: PageContext) -> list[Section]:
                                         Note("skew-none", "No matched collectives to measure "
                                              "arrival skew on.")]))
     out.append(Section("Clocks", clock_section(ctx)))
+    if many_ranks(ctx.report):      # one section at a time: a tab each (module docstring)
+        out[1:] = [dataclasses.replace(sec, tabs="stragglers-tabs") for sec in out[1:]]
     return out
