@@ -145,9 +145,8 @@ def _pickers(ctx: PageContext) -> list:
             focus = memory.focus_rank(ctx) if state.page == "memory" else \
                 device.focus_rank(ctx)
             out.append(html.Label(["rank ", dcc.Dropdown(
-                id="rank-select", options=[{"label": rank_label(r, rep), "value": r}
-                                           for r in rep.ranks],
-                value=focus, clearable=False,
+                id="rank-select", options=rank_options(rep, focus), value=focus,
+                clearable=False, placeholder="type a rank",
                 style={"width": "200px", "display": "inline-block", "verticalAlign": "middle"})],
                 style={"marginRight": "24px"}))
         if kind == "color":
@@ -159,6 +158,26 @@ def _pickers(ctx: PageContext) -> list:
                     clearable=False, style={"width": "260px", "display": "inline-block",
                                             "verticalAlign": "middle"})]))
     return [html.Div(out, id="pickers", style={"margin": "6px 0 10px"})] if out else []
+
+
+MAX_RANK_OPTIONS = 48     # the rank picker's list; the others are found by typing
+
+
+def rank_options(rep, focus: int | None, typed: str | None = None) -> list[dict]:
+    """The rank picker's choices: every rank, but of more than ``MAX_RANK_OPTIONS`` ranks
+    those whose label holds ``typed`` (the picker's search text, any case; none typed: the
+    first ranks) — at most ``MAX_RANK_OPTIONS``, and the focused rank always, so the picker
+    can show it. The browser's dropdown indexed every option it was given on every page load
+    (1,024 options: 0.3–0.5 s of script, docs/benchmarks.md); the search asks the server
+    (``_register_rank_search``), so typing reaches every rank."""
+    ranks = rep.ranks
+    if len(ranks) > MAX_RANK_OPTIONS:
+        text = (typed or "").strip().lower()
+        hit = [r for r in ranks if text in rank_label(r, rep).lower()] if text else ranks
+        ranks = hit[:MAX_RANK_OPTIONS]
+        if focus is not None and focus in rep.ranks and focus not in ranks:
+            ranks = [focus, *ranks]
+    return [{"label": rank_label(r, rep), "value": r} for r in ranks]
 
 
 def _title(ctx: PageContext) -> list:
@@ -194,8 +213,12 @@ def create_app(runs_dir: pathlib.Path, limits: Limits | None = None,
     index = RunIndex(pathlib.Path(runs_dir))
     analyses = Analyses(index.root, limits)
     builds = PageBuilds(page_timeout_s, workers=2)
+    # eager_loading: plotly.js and the other components' scripts in the page's own script
+    # tags, under versioned URLs the browser keeps a year, instead of fetched when the first
+    # figure arrives — where every load asked the server again for the 4.8 MB plotly.js
+    # (unversioned; about 0.2 s of a warm load on a busy machine, docs/benchmarks.md)
     app = Dash(__name__, title="meshscope", suppress_callback_exceptions=True,
-               update_title=None, serve_locally=True)
+               update_title=None, serve_locally=True, eager_loading=True)
     app.layout = html.Div(style=PAGE, children=[
         dcc.Location(id="url", refresh=False),
         html.Nav(id="nav", style=NAV),
@@ -215,6 +238,7 @@ def create_app(runs_dir: pathlib.Path, limits: Limits | None = None,
         return _nav(state, nav_pages(index, state)), body, not polling
 
     _register_url_controls(app)
+    _register_rank_search(app, index)
     runs_list.register(app)
     compare.register(app)
     history.register(app)
@@ -338,6 +362,25 @@ def _register_url_controls(app: Dash) -> None:
             return no_update
         state = st.parse(pathname, search)
         return no_update if state.rank == rank else state.query(rank=rank)
+
+
+def _register_rank_search(app: Dash, index: RunIndex) -> None:
+    """The rank picker of many ranks searched on the server (``rank_options``): its choices
+    are the ranks whose label holds what is typed."""
+    @app.callback(Output("rank-select", "options"), Input("rank-select", "search_value"),
+                  State("rank-select", "value"), State("url", "pathname"),
+                  State("url", "search"), prevent_initial_call=True)
+    def search_ranks(typed, value, pathname, search):
+        entry = index.get(st.parse(pathname, search).run)
+        if not typed or entry is None or not entry.analysed:
+            return no_update
+        try:
+            rep = open_report(entry)
+        except ReportUnreadable:
+            return no_update
+        if len(rep.ranks) <= MAX_RANK_OPTIONS:
+            return no_update        # every rank is a choice already
+        return rank_options(rep, value, typed)
 
 
 def page_request(app: Dash, pathname: str, search: str) -> dict:

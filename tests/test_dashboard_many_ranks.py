@@ -143,9 +143,19 @@ def _rank_picker(report: RunReport, page: str):
 
 
 def test_a_rank_picker_reaches_every_rank_of_many(many, sample):
+    from meshscope.dashboard.app import MAX_RANK_OPTIONS, rank_options
+
+    assert RANKS > MAX_RANK_OPTIONS
     for page in ("overview", "stragglers", "communication", "timeline", "pipeline"):
         picker = _rank_picker(many, page)
         assert picker is not None, page
-        assert [o["value"] for o in picker.options] == list(range(RANKS))
+        # the first ranks listed (the browser indexes every option it is given), …
+        assert [o["value"] for o in picker.options] == list(range(MAX_RANK_OPTIONS))
+    # … every other rank one search away (the picker's text searched on the server), and
+    # the focused rank listed whatever is typed
+    for r in range(RANKS):
+        assert r in [o["value"] for o in rank_options(many, None, f"rank {r}")]
+    assert [o["value"] for o in rank_options(many, 60, "rank 1")][0] == 60
+    assert {o["value"] for o in rank_options(many, None, "rank 6")} == {6, 60, 61, 62, 63}
     # a few ranks: every rank is drawn already, the overview needs no picker
     assert _rank_picker(sample, "overview") is None
