@@ -154,9 +154,11 @@ from .plan_inputs import apply_pipeline_options, job_setup, model_spec, training
 @click.option("--baseline", default=None, type=click.Path(exists=True),
               help="bench-comm baseline.parquet or nccl-tests output for communication (GPU "
                    "jobs: the network between nodes).")
-@click.option("--from", "from_runs", multiple=True, type=click.Path(file_okay=False),
+@click.option("--from", "from_runs", multiple=True, type=click.Path(),
               help="Calibrate from this measured run (repeatable); without --model or "
-                   "--model-json predicts the run's own model.")
+                   "--model-json predicts the run's own model. A GPU job also takes anyone's "
+                   "Kineto trace file (record_shapes=True): its GEMMs' achieved rate "
+                   "replaces the device curve's.")
 @click.option("--top", type=int, default=None, help="Print the first N layouts (a searched "
                                                     "GPU plan: 20 unless given).")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON, every term.")
@@ -323,6 +325,11 @@ def _calibrated(from_runs, given, spec, world, global_batch, dims, rates, base_c
     calibration measures, or a run it cannot read, ends the command (exit 2)."""
     # imported only with --from (pandas, 0.4 s; as plan_inputs._calibrated_device does)
     from meshscope.layouts.ranked import CompareError, calibrated_planner, measured
+    traces = [r for r in from_runs if pathlib.Path(r).is_file()]
+    if traces:
+        fail(f"--from {traces[0]}: a trace file calibrates a GPU job's GEMMs; give the model "
+             f"(--model-json) and a GPU --framework (megatron, deepspeed, torch), or a run "
+             f"folder of the runner")
     for flag in ("tflops", "devices", "bandwidth_gbps", "latency_us"):
         if given(flag):
             fail(f"--{flag.replace('_', '-')} with --from: the calibration measures it; "

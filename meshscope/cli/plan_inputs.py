@@ -17,6 +17,7 @@ from meshscope.layouts.plan.cost import rank_flops
 from meshscope.layouts.plan.devices import CATALOGUE, CUSTOM_BASE, DeviceError, DeviceSpec, \
     intensity, lookup
 from meshscope.layouts.plan.job_step import scale_device
+from meshscope.layouts.plan.trace_gemms import TraceError, gemm_rate_factor, read_trace
 from meshscope.layouts.plan.model_file import MODEL_TYPES
 from meshscope.layouts.plan.topology import Topology
 from meshscope.layouts.plan.training import ALLOCATOR_RESERVE, DEFAULT_FP8_OPS, Training, \
@@ -86,7 +87,8 @@ def training_setup(framework, style, precision, optimizer, recompute, attention,
         if style:
             framework = {"fsdp": "torch", "deepspeed": "deepspeed"}.get(style, "megatron")
         else:
-            framework = "megatron" if model_json and not from_runs else "runner"
+            runs = [r for r in from_runs if not pathlib.Path(r).is_file()]  # traces apart
+            framework = "megatron" if model_json and not runs else "runner"
     if precision is None:
         precision = "fp32" if framework == "runner" else "mixed"
     try:
@@ -194,6 +196,8 @@ def _calibrated_device(from_runs, dev, training, notes):
     run = pathlib.Path(from_runs[0])
     if len(from_runs) > 1:
         fail("--from with a GPU framework takes one GPU run (its achieved GEMM rate)")
+    if run.is_file():
+        return _trace_calibrated_device(run, dev, notes), None, 1, 0.0
     try:
         info = read_run_info(run)
         m = measured(run)
@@ -225,6 +229,42 @@ def _calibrated_device(from_runs, dev, training, notes):
                    - (m.bubble_fraction or 0.0) * m.step_time_us)
     notes.append(f"a fixed {overhead / 1e3:.1f} ms a step of overhead measured in {run.name}")
     return dev, comm, cand.layout.world_size, overhead
+
+
+def _trace_calibrated_device(path: pathlib.Path, dev: DeviceSpec | None,
+                             notes: list[str]) -> DeviceSpec:
+    """The device with its GEMM curves scaled through the achieved rate of the 16-bit GEMMs
+    in anyone's Kineto trace (``plan --from TRACE``, ``layouts.plan.trace_gemms``); the notes
+    say which term was replaced and by what, and what was measured but has no term."""
+    try:
+        t = read_trace(path)
+    except TraceError as e:
+        fail(str(e))
+    traced = lookup(t.device_name)
+    if dev is not None and traced is not None and traced.name != dev.name:
+        fail(f"--from {path}: the trace ran on {t.device_name}, the plan is for {dev.name}; "
+             f"a GEMM rate does not carry across devices (drop --device or give a trace "
+             f"of {dev.name})")
+    base = dev or traced
+    if base is None:
+        fail(f"--from {path}: the trace's device ({t.device_name or 'not recorded'}) is not "
+             f"in the device catalogue; name it with --device")
+    try:
+        factor, measured_eta, expected_eta = gemm_rate_factor(t, base)
+    except TraceError as e:
+        fail(str(e))
+    curves = {p: c.scaled(factor, f"{c.source}; × {factor:.3f} through the GEMMs of "
+                                  f"{path.name}") for p, c in base.curves.items()}
+    notes.append(f"replaced from {path.name} ({t.device_name or base.name}): the GEMM rate — "
+                 f"every GEMM curve × {factor:.3f}: its {len(t.gemms)} 16-bit GEMMs ran at "
+                 f"{t.gemm_flops / (t.gemm_kernel_us * 1e-6) / 1e12:.0f} TFLOP/s (η "
+                 f"{measured_eta:.3f} of the bf16 peak) where the curve expects η "
+                 f"{expected_eta:.3f} at their shapes; the training derate still applies")
+    if t.launches:
+        notes.append(f"measured in {path.name}, not used: {t.launch_host_us:.1f} µs of host "
+                     f"time a kernel launch ({t.launches} launches) — the planner has no "
+                     f"host-launch term yet, so a MoE job's range stays")
+    return dataclasses.replace(base, curves=curves)
 
 
 def apply_pipeline_options(cands, virtual_stages, stage_layers, n_layers):
