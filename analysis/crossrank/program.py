@@ -16,6 +16,8 @@ the rank's own.
 """
 from __future__ import annotations
 
+from typing import Iterator, Mapping
+
 import numpy as np
 import pandas as pd
 
@@ -79,24 +81,50 @@ def operations(collectives: pd.DataFrame, p2p: pd.DataFrame, step: int) -> dict[
     return out
 
 
-def step_graphs(timelines: dict, inst: pd.DataFrame, collectives: pd.DataFrame,
-                p2p: pd.DataFrame) -> dict[int, StepGraph]:
-    """step → its graph over every rank that has that step (timelines and ``inst`` aligned)."""
-    steps = sorted(set().union(*(tl.steps for tl in timelines.values()))) if timelines else []
-    # Each rank's rows of each step taken when its program is built, from the columns it
-    # reads: a table per rank and step held all at once grew with the rank count.
-    slim = inst[["match_id", "arrival_us", "end_us"]]
-    rows = inst.groupby(["rank", "step"]).indices if len(inst) else {}
-    empty = slim.iloc[:0]
-    out = {}
-    for step in steps:
+class StepGraphs(Mapping):
+    """step → its graph over every rank that has that step (timelines and ``inst`` aligned),
+    each built when it is asked for and not kept: every step's graph held at once was every
+    rank's points of the whole profile (a 1.73M-event GPU rank: about 11 MB a rank, issue 51),
+    one step's is the ranks' points of that step. ``operations(step)``: the step's matched
+    operations alone, without building its graph."""
+
+    def __init__(self, timelines: Mapping, inst: pd.DataFrame, collectives: pd.DataFrame,
+                 p2p: pd.DataFrame):
+        self._timelines, self._collectives, self._p2p = timelines, collectives, p2p
+        self._steps = sorted(set().union(*(tl.steps for tl in timelines.values()))) \
+            if timelines else []
+        # Each rank's rows of each step taken when its program is built, from the columns it
+        # reads: a table per rank and step held all at once grew with the rank count.
+        self._slim = inst[["match_id", "arrival_us", "end_us"]]
+        self._rows = inst.groupby(["rank", "step"]).indices if len(inst) else {}
+
+    def operations(self, step: int) -> dict[str, Operation]:
+        return operations(self._collectives, self._p2p, step)
+
+    def __getitem__(self, step: int) -> StepGraph:
+        if step not in self._steps:
+            raise KeyError(step)
+        empty = self._slim.iloc[:0]
         ranks = {}
-        for r, tl in sorted(timelines.items()):
+        for r, tl in sorted(self._timelines.items()):
             if step not in tl.steps:
                 continue
-            mine = rows.get((r, step))
-            ranks[r] = rank_step(r, tl.steps[step], slim.iloc[mine] if mine is not None
+            mine = self._rows.get((r, step))
+            ranks[r] = rank_step(r, tl.steps[step], self._slim.iloc[mine] if mine is not None
                                  else empty, tl.waits, tl.wait_until)
-        ops = operations(collectives, p2p, step)
-        out[step] = StepGraph(step, ranks, ops)
-    return out
+        return StepGraph(step, ranks, self.operations(step))
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._steps)
+
+    def __len__(self) -> int:
+        return len(self._steps)
+
+    def __contains__(self, step: object) -> bool:
+        return step in self._steps
+
+
+def step_graphs(timelines: Mapping, inst: pd.DataFrame, collectives: pd.DataFrame,
+                p2p: pd.DataFrame) -> StepGraphs:
+    """step → its graph over every rank that has that step, built on access (``StepGraphs``)."""
+    return StepGraphs(timelines, inst, collectives, p2p)

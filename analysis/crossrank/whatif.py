@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
+from typing import Mapping
 
 import numpy as np
 import pandas as pd
@@ -59,8 +60,9 @@ from meshscope.collectors.run_info import ModelInfo, RunInfo
 from meshscope.theory.flops import head_training_flops_per_token, layer_training_flops_per_token
 from meshscope.theory.params import DecoderShape
 
-from meshscope.analysis.crossrank.graph import (CALL, PATH_COLUMNS, RankStep, StepGraph,
-                                               waits_charged)
+from meshscope.analysis.crossrank.graph import (CALL, PATH_COLUMNS, Operation, RankStep,
+                                               StepGraph, waits_charged)
+from meshscope.analysis.crossrank.program import StepGraphs
 
 NOISE_FACTOR = 2.0
 MIN_SAVING_PCT = 5.0
@@ -267,19 +269,21 @@ def _stage_balance(g: StepGraph, run: RunInfo | None, base_scale: dict[int, np.n
     return per_stage, factors
 
 
-def analyse(graphs: dict[int, StepGraph], run: RunInfo | None, ops: dict[str, str],
+def analyse(graphs: Mapping[int, StepGraph], run: RunInfo | None, ops: dict[str, str],
             out_bytes: dict[tuple[int, str], float], noise_us: float | None) -> WhatIf:
     """Savings, the straggler, per-dimension savings and the stage balance over every step's
-    graph (module docstring)."""
+    graph (module docstring). ``graphs`` is read a step at a time (``program.StepGraphs``
+    builds each on access): one step's graph is held at once, never every step's."""
     rows, paths, charged = [], [], []
     charged_us: dict[int, float] = {}
     suffered: dict[int, float] = {}
     share: dict[int, list[float]] = {}
     refs: dict[int, tuple[str, list[int]]] = {}
     scales_by_step: dict[int, dict[int, np.ndarray]] = {}
-    dims = sorted({op.dim for g in graphs.values() for op in g.ops.values()})
+    dims = sorted({op.dim for step in graphs for op in _operations(graphs, step).values()})
     dim_saved: dict[str, list[float]] = {d: [] for d in dims}
-    for step, g in sorted(graphs.items()):
+    for step in sorted(graphs):
+        g = graphs[step]
         measured = g.replay()       # one replay of the measured step, read three ways
         base = measured[0]
         if not np.isfinite(base) or base <= 0:
@@ -371,12 +375,22 @@ def _straggler(table: pd.DataFrame, savings: pd.DataFrame,
             "wait_caused_us": float(top["wait_caused_us"])}, floor_us
 
 
+def _operations(graphs: Mapping[int, StepGraph], step: int) -> dict[str, Operation]:
+    """A step's matched operations, without building its graph where ``graphs`` can."""
+    if isinstance(graphs, StepGraphs):
+        return graphs.operations(step)
+    return graphs[step].ops
+
+
 def _imbalance(graphs, run, scales_by_step, straggler) -> dict | None:
     """The stage balance what-if on the run with the straggler (if any) at its peers' pace:
     ``saving_us`` (mean per step), ``max_over_mean`` and ``slowest_stage`` of the stages' mean
     own work, ``stage_work_us`` per stage."""
+    if run is None or run.pipeline_stages < 2:
+        return None         # no stages to balance (``_stage_balance``): no graph built
     savings, ratios, per_stage_all = [], [], {}
-    for step, g in sorted(graphs.items()):
+    for step in sorted(graphs):
+        g = graphs[step]
         base_scale = {}
         if straggler is not None and straggler["rank"] in scales_by_step.get(step, {}):
             base_scale = {straggler["rank"]: scales_by_step[step][straggler["rank"]]}
