@@ -66,3 +66,14 @@ def test_the_slowest_rank_not_the_first_is_named():
     assert res.straggler["rank"] == 1
     # fixing rank 1 leaves rank 0's 1 ms: the saving is the difference, 3 ms
     assert res.straggler["saving_us"] == pytest.approx(3_000.0)
+
+
+def test_a_straggler_must_be_the_slowest_in_two_steps_of_three():
+    """Rank 2 slowed 5 ms in three steps of five, rank 1 8 ms in the other two: rank 2's median
+    saving (5 ms) is the largest, but it is the slowest in 3 of 5 steps, fewer than two
+    thirds — nobody is named; in four of five it is."""
+    res = _analyse([{2: 5_000.0}] * 3 + [{1: 8_000.0}] * 2, noise_us=0.0)
+    assert res.savings.set_index("rank")["saving_us"][2] == pytest.approx(5_000.0)
+    assert res.straggler is None
+    res = _analyse([{2: 5_000.0}] * 4 + [{1: 8_000.0}], noise_us=0.0)
+    assert res.straggler["rank"] == 2 and res.straggler["saving_us"] == pytest.approx(5_000.0)
