@@ -2,7 +2,6 @@
 rank slowed by a known amount, a clock shifted by a known offset, a rank that skipped a
 collective (checked with PyTorch's own torchfrtrace), and real subsampled traces."""
 import json
-import os
 import pathlib
 import pickle
 import re
@@ -13,7 +12,7 @@ import sys
 import pandas as pd
 import pytest
 
-from conftest import ROOT, meshscope, shared_trace
+from conftest import meshscope, shared_trace
 from diagnosis_helpers import assert_healthy
 
 pytestmark = pytest.mark.slow
@@ -43,46 +42,20 @@ def fixed_pp2_args(ms: int = 150) -> list:
             "--inject", f"fixed-work=0:{ms}", "--inject", f"fixed-work=1:{ms}"]
 
 
-# The runs the bubble tests read, (schedule, stage work in ms, extra arguments), in groups run
-# side by side.
-FIXED_PP2_RUNS = ((("gpipe", 150, ()), ("1f1b", 150, ())),
-                  (("interleaved-1f1b", 300, ("--virtual-stages", 2)),))
-
-
 @pytest.fixture(scope="module")
 def fixed_pp2(tmp_path_factory):
-    """``get(schedule, *extra, ms=150)`` → the run of ``fixed_pp2_args(ms)`` with that schedule
-    (one of ``FIXED_PP2_RUNS``), analysed; made once per module, so the closed-form test and
-    the interleaving test share the 1F1B run.
-
-    GPipe and 1F1B run side by side (four ranks on two cores): their stage work is a wait,
-    not compute, so they hardly compete — the premise of equal stages is built into each
-    job, not borrowed from an idle machine, and the runs' own replays, which the test checks,
-    say whether it held (one after the other they took 21 + 21 s; side by side they passed
-    on a machine at load average 9). The interleaved run goes alone: its chunks cross between
-    the ranks three times as often, each crossing paying the receiver's scheduling delay, so
-    it is the run most sensitive to load (at load average 9 it measured 0.153 against 1/9)."""
-    runs = {}
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    for group in FIXED_PP2_RUNS:
-        started = []
-        for schedule, ms, extra in group:
-            run = tmp_path_factory.mktemp(f"pp2-{schedule}") / "run"
-            argv = [*fixed_pp2_args(ms), "--schedule", schedule, *extra, "--out", run]
-            log = (run.parent / "run.log").open("w")
-            started.append((argv, log, subprocess.Popen(
-                [sys.executable, "-m", "meshscope", "run", *map(str, argv)], cwd=ROOT,
-                env=env, stdout=log, stderr=subprocess.STDOUT)))
-            runs[(schedule, ms, *extra)] = run
-        for argv, log, proc in started:
-            code = proc.wait(timeout=600)
-            log.close()
-            assert code == 0, (argv, pathlib.Path(log.name).read_text()[-3000:])
-    for run in runs.values():
-        meshscope("analyze", run, check=True)
+    """``get(schedule, *extra, ms=150)`` → the run of ``fixed_pp2_args(ms)`` with that schedule,
+    analysed; made once per module, so the closed-form test and the interleaving test share
+    the 1F1B run."""
+    made: dict = {}
 
     def get(schedule: str, *extra, ms: int = 150) -> pathlib.Path:
-        return runs[(schedule, ms, *extra)]
+        key = (schedule, ms, *extra)
+        if key not in made:
+            run = tmp_path_factory.mktemp(f"pp2-{schedule}") / "run"
+            _run_and_analyze(run, *fixed_pp2_args(ms), "--schedule", schedule, *extra)
+            made[key] = run
+        return made[key]
 
     return get
 
