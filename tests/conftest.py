@@ -51,6 +51,30 @@ def meshscope(*args, timeout=600, check=False, env=None) -> subprocess.Completed
     return proc
 
 
+def runs_side_by_side(*argvs, timeout=600) -> None:
+    """``meshscope run ARGV`` for each of ``argvs`` at once, each a fresh interpreter (its
+    output in ``<--out>.log`` beside its folder); fails naming the one that failed. For jobs
+    whose work is mostly a fixed wait (``--inject fixed-work``), which hardly compete for the
+    cores: what one run after the other would take in sum, side by side takes about the
+    longest."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    started = []
+    for argv in argvs:
+        out = pathlib.Path(argv[list(map(str, argv)).index("--out") + 1])
+        log = out.parent / f"{out.name}.log"
+        with log.open("w") as f:
+            started.append((argv, log, subprocess.Popen(
+                [sys.executable, "-m", "meshscope", "run", *map(str, argv)], cwd=ROOT,
+                env=env, stdout=f, stderr=subprocess.STDOUT)))
+    for argv, log, proc in started:
+        try:
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise
+        assert code == 0, (argv, log.read_text()[-3000:])
+
+
 def processes_under(folder) -> list[psutil.Process]:
     """Live processes working in ``folder``: named in their command line (a launcher, a rank
     started as torchrun does), or holding a file in it open — a rank forked from the fork

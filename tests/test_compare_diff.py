@@ -21,7 +21,7 @@ import xml.etree.ElementTree as ET
 import pandas as pd
 import pytest
 
-from conftest import ROOT, meshscope, shared_trace
+from conftest import ROOT, meshscope, runs_side_by_side, shared_trace
 from meshscope.analysis.compare import diff, open_side
 from meshscope.analysis.compare import gate
 from meshscope.analysis.compare.names import kernel_key
@@ -538,13 +538,17 @@ FIXED = [a for r in range(4) for a in ("--inject", f"fixed-work={r}:150")] + \
 @pytest.fixture(scope="module")
 def own_runs(tmp_path_factory):
     """dp=4 DDP twice (healthy repeats) and dp=4 FSDP, the same model and seed; 8 steps, the
-    last three profiled (the timers' noise from the four unprofiled steps after warm-up)."""
+    last three profiled (the timers' noise from the four unprofiled steps after warm-up).
+
+    The three run side by side: their steps are mostly the fixed waits, and whatever load
+    the machine puts on the two repeats, they now share it (one after the other they took
+    30 s)."""
     root = tmp_path_factory.mktemp("own")
-    runs = {}
-    for name, extra in (("ddp-a", []), ("ddp-b", []), ("fsdp", ["--dp-mode", "fsdp"])):
-        runs[name] = root / name
-        meshscope("run", "--layout", "dp=4", "--steps", 8, "--profile-steps", "5-7", *FIXED,
-                  *extra, "--out", runs[name], check=True)
+    runs = {name: root / name for name in ("ddp-a", "ddp-b", "fsdp")}
+    runs_side_by_side(*[["--layout", "dp=4", "--steps", 8, "--profile-steps", "5-7", *FIXED,
+                         *extra, "--out", runs[name]]
+                        for name, extra in (("ddp-a", []), ("ddp-b", []),
+                                            ("fsdp", ["--dp-mode", "fsdp"]))])
     return runs
 
 
