@@ -312,6 +312,7 @@ def analyse(graphs: Mapping[int, StepGraph], run: RunInfo | None, ops: dict[str,
             what, _, _ = g.replay(transfer_factor={d: 0.0})
             if np.isfinite(what):
                 dim_saved[d].append(base - what)
+    g = None        # the last step's graph let go before the stage balance builds them again
     table = pd.DataFrame(rows, columns=WHATIF_COLUMNS)
     n_steps = max(table["step"].nunique(), 1) if len(table) else 1
     step_time = float(table.groupby("step")["makespan_us"].first().mean()) if len(table) else \
