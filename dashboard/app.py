@@ -213,12 +213,8 @@ def create_app(runs_dir: pathlib.Path, limits: Limits | None = None,
     index = RunIndex(pathlib.Path(runs_dir))
     analyses = Analyses(index.root, limits)
     builds = PageBuilds(page_timeout_s, workers=2)
-    # eager_loading: plotly.js and the other components' scripts in the page's own script
-    # tags, under versioned URLs the browser keeps a year, instead of fetched when the first
-    # figure arrives — where every load asked the server again for the 4.8 MB plotly.js
-    # (unversioned; about 0.2 s of a warm load on a busy machine, docs/benchmarks.md)
     app = Dash(__name__, title="meshscope", suppress_callback_exceptions=True,
-               update_title=None, serve_locally=True, eager_loading=True)
+               update_title=None, serve_locally=True)
     app.layout = html.Div(style=PAGE, children=[
         dcc.Location(id="url", refresh=False),
         html.Nav(id="nav", style=NAV),

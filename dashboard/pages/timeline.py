@@ -40,6 +40,10 @@ Chrome/Perfetto trace to download (``/export/perfetto?run=ID``, ``meshscope expo
   step with nothing drawn — a data loader the GPU waits for — shows as the gap it is, not
   cut away by the axis' autorange.
 
+Of many ranks (``common.many_ranks``) the two figures are two tabs (``timeline-tabs``), the
+events figure drawn when its tab is opened: the 64-GPU-rank Timeline drew both, 16 lanes of
+1,792 segments and 1,500 named events, in 1.9–2.8 s (docs/benchmarks.md).
+
 Segments are kept per run and step (``_CACHE``) while the report is unchanged, the rank's
 events per run, rank and step (``_EVENTS``).
 """
@@ -387,6 +391,8 @@ def sections(ctx: PageContext) -> list[Section]:
                  "none (every offset within its uncertainty)")]), export]
     if ctx.state.static:    # the static report is the report's tables alone: no trace read
         return [Section(f"Step {step}", items)]
-    return [Section(f"Step {step}", items),
+    # of many ranks, the two figures are two tabs: the second drawn when it is opened
+    tabs = "timeline-tabs" if many_ranks(ctx.report) else None
+    return [Section(f"Step {step}", items, tabs=tabs),
             Section("Threads and streams, by name", _events_items(ctx, seg, step, end_us),
-                    id="timeline-events")]
+                    id="timeline-events", tabs=tabs)]
