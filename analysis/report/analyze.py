@@ -387,8 +387,12 @@ def _whatif(aligned: Aligned, run: RunInfo | None,
     inst = aligned.instances
     graphs = program.step_graphs(aligned.timelines, inst, aligned.collectives, aligned.p2p)
     ops = dict(zip(inst["match_id"], inst["op"]))
+    # The bytes of the operations ``ops`` calls all-to-alls alone: the what-if reads no other
+    # (``whatif.reference_scales``, expert parallelism); a key per instance row of every rank
+    # was ~3 MB a rank of 16,160 collectives (issue 51).
+    a2a = inst[inst["match_id"].isin([m for m, op in ops.items() if op == "all_to_all"])]
     out_bytes = {(int(r), m): float(b) for r, m, b in
-                 zip(inst["rank"], inst["match_id"], inst["out_bytes"]) if not pd.isna(b)}
+                 zip(a2a["rank"], a2a["match_id"], a2a["out_bytes"]) if not pd.isna(b)}
     return whatif.analyse(graphs, run, ops, out_bytes, records.noise_us)
 
 
