@@ -442,7 +442,7 @@ def _concat(tables: list, columns: list[str]) -> pd.DataFrame:
 # Python dicts take about 1.3 kB each — 64 ranks of a 1.73M-event GPU trace (16,160
 # collectives a rank) held a million of them at once, 21 MB a rank (issue 51). A table is made
 # once its ranks' rows reach this count.
-ROWS_PER_TABLE = 20_000
+ROWS_PER_TABLE = 10_000
 
 
 def _instance_tables(results: list[rank_work.RankResult], inp: inputs.Inputs, run,
