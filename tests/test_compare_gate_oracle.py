@@ -148,12 +148,12 @@ def test_the_messages_of_the_other_units(gpu):
     assert v.holds and not v.failed
     assert "peak_reserved changed +1024.0 MiB (7168.0 MiB → 8192.0 MiB)" in v.message
     v = gate.evaluate(gate.parse("busbw.dp.all_reduce>+2GB/s"), before, after)
-    assert "busbw.dp.all_reduce changed +5.00 GB/s (21.00 GB/s → 26.00 GB/s); noise " \
+    assert "busbw.dp.all_reduce changed +5.00 GB/s (21.50 GB/s → 26.50 GB/s); noise " \
            "±2.10 GB/s" in v.message
-    v = gate.evaluate(gate.parse("mfu_pct<-0.5"), before, after)          # 32.5 → 31.5
-    assert v.holds and "mfu_pct changed -1.00 (32.50 → 31.50)" in v.message
-    v = gate.evaluate(gate.parse("tokens_per_s<995"), before, after)
-    assert "tokens_per_s is 990.0 in after" in v.message and v.holds
+    v = gate.evaluate(gate.parse("mfu_pct<-0.5"), before, after)          # 36.5 → 35.5
+    assert v.holds and "mfu_pct changed -1.00 (36.50 → 35.50)" in v.message
+    v = gate.evaluate(gate.parse("tokens_per_s<1000"), before, after)
+    assert "tokens_per_s is 995.0 in after" in v.message and v.holds
 
 
 @pytest.mark.parametrize("cond,why", [

@@ -88,6 +88,9 @@ def _bandwidth(after: bool) -> list[dict]:
                 bw = b + s + (5.0 if after and dim == "dp" else 0.0)
                 rows.append({"rank": i % 2, "step": s, "dim": dim, "op": "all_reduce",
                              "msg_bytes": MIB, "busbw_gbps": bw})
+        if s == 2:          # a fourth dp instance: step 2's median 57, not the middle of all
+            rows.append({"rank": 1, "step": s, "dim": "dp", "op": "all_reduce",
+                         "msg_bytes": MIB, "busbw_gbps": 95.0 + (5.0 if after else 0.0)})
         # an instance of unknown bytes: no bus bandwidth, left out of every median
         rows.append({"rank": 0, "step": s, "dim": "dp", "op": "all_reduce",
                      "msg_bytes": math.nan, "busbw_gbps": math.nan})
@@ -169,12 +172,12 @@ def _idle(after: bool) -> list[dict]:
 
 def _throughput(after: bool) -> list[dict]:
     """Five timer steps, step 0 the warm-up (slow, and the largest peak of all)."""
-    tokens = (100.0, 1000.0, 1010.0, 990.0, 1000.0)
+    tokens = (100.0, 1000.0, 1010.0, 990.0, 1040.0)
     peaks = (5, 2, 2, 3, 2)
     times = (90.0, 40.0, 41.0, 39.0, 40.0)
     more = 1.0 if after else 0.0
     return [{"step": s, "loss": math.nan, "step_time_us": (t + more) * 1e3,
-             "tokens_per_s": tok - 10 * more, "mfu_pct": 30.0 + s - more,
+             "tokens_per_s": tok - 10 * more, "mfu_pct": 30.0 + s * s - more,
              "peak_memory_bytes": (p + more) * GIB}
             for s, (tok, p, t) in enumerate(zip(tokens, peaks, times))]
 
@@ -211,7 +214,7 @@ def _run(folder, after: bool):
         "step_time_timer_us": (40.0 + more) * 1e3, "step_time_replayed_us": None,
         "window_us": 50e3,
         "throughput": {"step_time_us": (40.0 + more) * 1e3,
-                       "tokens_per_s": 1000.0 - 10 * more, "mfu_pct": 32.5 - more,
+                       "tokens_per_s": 1005.0 - 10 * more, "mfu_pct": 36.5 - more,
                        "steps": [1, 2, 3, 4]},
         "cross_rank": {"noise_us": 250.0}, "warmup_steps": [0], "findings": findings}))
     return open_side(folder)
@@ -327,14 +330,15 @@ def test_exposed_communication_of_one_operation(pair, run_diff):
 
 def test_bus_bandwidth_is_the_median_of_the_instances(pair):
     before, after = pair
-    # dp: 10, 20, 90 (+ step) → per step medians 20, 21, 22; all nine → 21
+    # dp: 10, 20, 90 (+ step), and 95 on step 2 → per step medians 20, 21, 57; the median of
+    # all ten instances (not of the steps' medians, 21, nor their mean, 32.7) → 21.5
     m = Q.measure(before, "busbw.dp.all_reduce")
-    assert m.value == pytest.approx(21.0)
-    assert m.per_step == pytest.approx((20.0, 21.0, 22.0))
-    assert _value(after, "busbw.dp.all_reduce") == pytest.approx(26.0)
+    assert m.value == pytest.approx(21.5)
+    assert m.per_step == pytest.approx((20.0, 21.0, 57.0))
+    assert _value(after, "busbw.dp.all_reduce") == pytest.approx(26.5)
     assert _value(before, "busbw.tp.all_reduce") == pytest.approx(201.0)
-    # every dimension's eighteen instances: the median is (92 + 100) / 2
-    assert _value(before, "busbw.all_reduce") == pytest.approx(96.0)
+    # every dimension's nineteen instances: the tenth is 95
+    assert _value(before, "busbw.all_reduce") == pytest.approx(95.0)
     assert Q.measure(before, "busbw.all_gather") is None
     assert Q.measure(before, "busbw.pp.all_reduce") is None
 
@@ -342,10 +346,11 @@ def test_bus_bandwidth_is_the_median_of_the_instances(pair):
 def test_the_step_timers_leave_out_the_warm_up_step(pair):
     before, after = pair
     t = Q.measure(before, "tokens_per_s")
-    assert t.value == 1000.0                       # the summary's median
-    assert t.per_step == (1000.0, 1010.0, 990.0, 1000.0)
-    assert Q.measure(after, "mfu_pct").value == 31.5
-    assert Q.measure(before, "mfu_pct").per_step == (31.0, 32.0, 33.0, 34.0)
+    # the summary's median (1005), not the mean of the steps (1010)
+    assert t.value == 1005.0
+    assert t.per_step == (1000.0, 1010.0, 990.0, 1040.0)
+    assert Q.measure(after, "mfu_pct").value == 35.5            # the steps' mean: 36.5
+    assert Q.measure(before, "mfu_pct").per_step == (31.0, 34.0, 39.0, 46.0)
     p = Q.measure(before, "peak_memory")
     # the largest step of all (the warm-up's 5 GiB); the noise from the others
     assert p.value == 5 * GIB
