@@ -17,9 +17,11 @@ def _cell(x, width: int, fmt: str, scale: float = 1.0, suffix: str = "") -> str:
 
 
 def _beside(row: RunRow) -> list[str]:
-    """``measured / planned`` for every number the planner predicts, one line each."""
+    """``measured / planned`` for every number the planner predicts, one line each; none
+    for a run without run.json (anyone's traces: its terms, with why one is not measured,
+    are ``layouts.job_vs_plan``'s block under the table)."""
     p = row.predicted
-    if p is None:
+    if p is None or row.layout is None:
         return []
 
     def pair(label, meas, plan, scale, unit):

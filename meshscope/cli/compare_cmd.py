@@ -71,13 +71,39 @@ def _write(path: str, text: str) -> None:
               help="Write the reports of paths that need analysing here (one folder each) "
                    "instead of PATH/report — for trace folders you cannot or would rather not "
                    "write into.")
-@click.option("--from", "from_runs", multiple=True, type=click.Path(file_okay=False),
-              help="Predict with the planner calibrated from this run (repeatable).")
+@click.option("--from", "from_runs", multiple=True, type=click.Path(),
+              help="Predict with the planner calibrated from this run (repeatable); a GPU job "
+                   "described with --model-json also takes anyone's Kineto trace file, whose "
+                   "GEMMs' achieved rate scales the device's (as plan --from TRACE).")
 @click.option("--detail", is_flag=True,
               help="Under each run of the table, every planned number beside the measured one.")
+@click.option("--model-json", default=None, type=click.Path(exists=True, dir_okay=False),
+              help="Anyone's traces (no run.json): the GPU job's model, as plan takes it; with "
+                   "--layout, --global-batch and the flags below, each such run is planned "
+                   "and --detail puts every planned term beside the measured one.")
+@click.option("--seq-len", type=int, default=None,
+              help="With --model-json: the sequence length trained (overrides the model's).")
+@click.option("--global-batch", type=int, default=None,
+              help="With --model-json: sequences a step, over every data-parallel rank.")
+@click.option("--micro-batch-size", type=int, default=1, show_default=True,
+              help="With --model-json: sequences a microbatch on a data-parallel rank.")
+@click.option("--device", "job_device", default=None,
+              help="With --model-json: the device of the catalogue (default: the --from "
+                   "trace's); without one, memory and traffic only.")
+@click.option("--style", type=click.Choice(["megatron", "fsdp", "deepspeed"]), default=None,
+              help="With --model-json: how the job runs, as plan --style.")
+@click.option("--dp-modes", "dp_mode", default="ddp", show_default=True,
+              type=click.Choice(["ddp", "zero1", "zero2", "fsdp", "fsdp_noreshard"]),
+              help="With --model-json: the job's data-parallel mode.")
+@click.option("--recompute", type=click.Choice(["none", "selective", "op", "full"]),
+              default="none", show_default=True,
+              help="With --model-json: the job's activation recomputation.")
+@click.option("--precision", type=click.Choice(["fp32", "mixed", "bf16", "fp8"]),
+              default="mixed", show_default=True, help="With --model-json: as plan --precision.")
 @analysis_flags
 def compare_cmd(paths, conditions, allow_unmeasured, junit_out, markdown_out, as_json,
-                csv_out, reports_dir, from_runs, detail, **flags):
+                csv_out, reports_dir, from_runs, detail, model_json, seq_len, global_batch,
+                micro_batch_size, job_device, style, dp_mode, recompute, precision, **flags):
     """Compare runs: what changed from the first (BEFORE) to the others, and why; or rank a
     sweep folder's runs."""
     # Here, not above: comparing reads reports with pandas (0.4 s), which ``meshscope
@@ -98,11 +124,18 @@ def compare_cmd(paths, conditions, allow_unmeasured, junit_out, markdown_out, as
              f"folder")
     if sweep and cond:
         fail("--fail-if compares runs against the first: give BEFORE AFTER, not a sweep")
-    planner = None
+    planner = job = None
     try:
-        if from_runs:
+        if model_json:
+            job = _job(model_json, seq_len, global_batch, micro_batch_size, job_device, style,
+                       dp_mode, recompute, precision, flags["layout"], from_runs)
+        elif from_runs:
+            traces = [r for r in from_runs if pathlib.Path(r).is_file()]
+            if traces:
+                fail(f"--from {traces[0]}: a trace file calibrates a GPU job's GEMMs; "
+                     f"describe the job with --model-json (and --layout, --global-batch)")
             planner = _calibrated(from_runs, flags["baseline"])
-        table = compare(paths, planner=planner, options=parsed.options,
+        table = compare(paths, planner=planner, job=job, options=parsed.options,
                         baseline_path=parsed.baseline_path, reuse=not parsed.no_cache,
                         reports_dir=pathlib.Path(reports_dir) if reports_dir else None,
                         before_analysis=before_analysis(parsed.options))
@@ -129,13 +162,15 @@ def compare_cmd(paths, conditions, allow_unmeasured, junit_out, markdown_out, as
         doc["gate"] = [{"run": name, "condition": v.condition.text, "failed": v.failed,
                         "checked": v.checked, "holds": v.holds, "measured": v.measured,
                         "noise": v.noise, "message": v.message} for name, v in verdicts]
+        if detail and job is not None:
+            doc["job_vs_plan"] = [j.to_dict() for j in _job_terms(table, job).values()]
         click.echo(json.dumps(doc, indent=2))
     elif csv_out != "-" and markdown_out != "-":
         blocks = [outputs.text(d) for d in diffs]
         if sweep or len(paths) > 2 or detail:
             blocks.append(render(table, detail))
         if detail:
-            blocks += _memory_vs_plan(table)
+            blocks += _memory_vs_plan(table, job)
         if verdicts:
             blocks.append(outputs.gate_text(verdicts))
         click.echo("\n\n".join(blocks))
@@ -143,13 +178,25 @@ def compare_cmd(paths, conditions, allow_unmeasured, junit_out, markdown_out, as
         raise SystemExit(EXIT_GATE_FAILED)
 
 
-def _memory_vs_plan(table) -> list[str]:
+def _memory_vs_plan(table, job=None) -> list[str]:
     """Under ``--detail``: each run's memory, the planner's terms beside what its ranks
-    measured (meshscope/layouts/memory_vs_plan.py)."""
-    from meshscope.layouts import memory_vs_plan    # --detail only: it reads reports
+    measured (meshscope/layouts/memory_vs_plan.py); for anyone's traces (no run.json), the
+    described GPU job's terms beside the report's (meshscope/layouts/job_vs_plan.py), or
+    what to give for them."""
+    from meshscope.layouts import job_vs_plan, memory_vs_plan    # --detail only: reads reports
 
     out = []
+    jobs = _job_terms(table, job) if job is not None else {}
+    foreign = {s.name for s in table.sides if s.info is None}
     for row in table.rows:
+        if row.name in jobs:
+            out.append(f"{row.name}:\n{job_vs_plan.render(jobs[row.name])}")
+            continue
+        if row.name in foreign:
+            out.append(f"{row.name}: planned against measured: not planned — its traces do "
+                       f"not say the model or layout; describe the job with --model-json, "
+                       f"--layout and --global-batch (plan's flags)")
+            continue
         try:
             m = memory_vs_plan.memory_vs_plan(pathlib.Path(row.path))
         except memory_vs_plan.PlanMemoryError as e:
@@ -157,6 +204,67 @@ def _memory_vs_plan(table) -> list[str]:
             continue
         out.append(f"{row.name}:\n{memory_vs_plan.render(m)}")
     return out
+
+
+def _job_terms(table, job) -> dict:
+    """run name → ``JobVsPlan`` of each compared run without run.json (anyone's traces),
+    planned as the described GPU job (meshscope/layouts/job_vs_plan.py)."""
+    from meshscope.layouts.job_vs_plan import job_vs_plan
+
+    rows = {r.name: r for r in table.rows}
+    return {s.name: job_vs_plan(s, rows[s.name], job) for s in table.sides
+            if s.info is None and s.name in rows}
+
+
+def _job(model_json, seq_len, global_batch, micro_batch_size, device, style, dp_mode,
+         recompute, precision, layout, from_runs):
+    """The GPU job that anyone's traces ran, as the user describes it with plan's flags
+    (``plan_inputs``: the model, the training setup, the device, calibrated by a ``--from``
+    trace file as ``plan --from TRACE``), and the analysis' ``--layout``. A flag missing or
+    refused ends the command (exit 2, naming it)."""
+    from meshscope.layouts.job_vs_plan import JobDescription
+    from meshscope.layouts.plan.job_step import JobOptions
+    from meshscope.parallel.layout import LayoutError, parse_layout
+
+    from .plan_inputs import job_setup, model_spec, training_setup
+
+    if not layout:
+        fail("--model-json describes a GPU job's model; give its layout with --layout "
+             "(e.g. dp=8,tp=4)")
+    try:
+        parse_layout(layout)
+    except LayoutError as e:
+        fail(f"--layout {layout!r}: {e}")
+    if global_batch is None:
+        fail("--model-json describes a GPU job's model; give its --global-batch (sequences a "
+             "step, over every data-parallel rank)")
+    if micro_batch_size < 1:
+        fail(f"--micro-batch-size {micro_batch_size}: at least 1")
+    runs = [r for r in from_runs if not pathlib.Path(r).is_file()]
+    if runs or len(from_runs) > 1:
+        fail(f"--from {(runs or from_runs)[0]}: with --model-json, --from takes one trace file "
+             f"(its GEMMs' achieved rate calibrates the device)")
+    notes: list[str] = []
+    training = training_setup(None, style, precision, "adam", recompute, "flash", "llama",
+                              "none", None, model_json, (), None, "delayed", False, "fp32",
+                              None, 1, None, None)
+    spec = model_spec("tiny", model_json, seq_len, (), notes, "llama")
+    dev, topo, overhead_us = job_setup(training, device, None, {}, None, None, None, None,
+                                       None, None, None, list(from_runs), notes)
+    for n in notes:
+        click.echo(f"meshscope: note: {n}", err=True)
+    source = "plan (no device: memory and traffic)" if dev is None else \
+        f"plan ({dev.name}, GEMM rate from {pathlib.Path(from_runs[0]).name})" if from_runs \
+        else f"plan ({dev.name} curves)"
+    job = JobDescription(spec=spec, training=training, device=dev, topology=topo,
+                         options=JobOptions(step_overhead_us=overhead_us), layout_text=layout,
+                         global_batch=global_batch, micro_batch_size=micro_batch_size,
+                         dp_mode=dp_mode, source=source)
+    try:
+        job.candidate()
+    except (ValueError, LayoutError) as e:
+        fail(str(e))
+    return job
 
 
 def _calibrated(from_runs, baseline: str | None):

@@ -78,11 +78,15 @@ def spec_of(info: RunInfo):
         return None
 
 
-def predictor(planner):
+def predictor(planner, job=None):
     """``predict(side) -> Predicted | None`` for ``analysis.compare.rank``: the planner's
-    numbers for the side's layout (None for a run without run.json or a full description)."""
+    numbers for the side's layout (None for a run without run.json or a full description);
+    a run without run.json (anyone's traces) gets the described GPU job's (``job``, a
+    ``layouts.job_vs_plan.JobDescription``), when given."""
     def predict(side: Side) -> Predicted | None:
-        return _predicted(side.info, planner) if side.info is not None else None
+        if side.info is None:
+            return job.predicted() if job is not None else None
+        return _predicted(side.info, planner)
     return predict
 
 
@@ -180,12 +184,13 @@ def _sweep_runs(folder: pathlib.Path) -> tuple[list[tuple[str, pathlib.Path]], l
     return runs, failed
 
 
-def compare(paths, *, planner=None, **open_kw) -> Comparison:
+def compare(paths, *, planner=None, job=None, **open_kw) -> Comparison:
     """Compare run directories, folders of traces and reports, or the runs of one sweep folder
     (``paths`` a folder holding sweep.json), ranked (``analysis.compare.rank``).
     ``planner(spec, candidate) -> PlanRow | None`` adds predictions (default: the sweep's own
-    plan.json when comparing a sweep, else memory and traffic only); ``open_kw`` go to
-    ``analysis.compare.open_side`` (how a path that is not analysed yet is analysed)."""
+    plan.json when comparing a sweep, else memory and traffic only); ``job`` (a
+    ``layouts.job_vs_plan.JobDescription``) predicts the runs without run.json; ``open_kw``
+    go to ``analysis.compare.open_side`` (how a path that is not analysed yet is analysed)."""
     if isinstance(paths, (str, pathlib.Path)):
         paths = [paths]
     paths = [pathlib.Path(p) for p in paths]
@@ -210,7 +215,7 @@ def compare(paths, *, planner=None, **open_kw) -> Comparison:
     sides = [open_side(p, name=(f"{p.resolve().parent.name}/{n}" if n in dup else n),
                        **open_kw)
              for n, p in named]
-    return rank(sides, predict=predictor(planner), failed=failed, source=source)
+    return rank(sides, predict=predictor(planner, job), failed=failed, source=source)
 
 
 class _Planner:
