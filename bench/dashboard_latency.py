@@ -25,6 +25,16 @@ body of the page callback's response as the browser received it (Resource Timing
     flock /tmp/meshscope-cpu.lock .venv/bin/python -m bench.dashboard_latency \\
         --ranks 64 512 1024 --out /tmp/dash-bench [--browser --repeat 3]
 
+``--baseline REV`` (with ``--browser``): the same report also served by the dashboard of commit
+REV (``git archive`` of ``meshscope/`` and the folders it links, under ``--out``; the checkout
+untouched), each load of a page taken in turn from REV's server and this checkout's in the same
+browser, so that before and after see the same load of a shared machine; both are reported.
+A page of tabs (``sections.Section.tabs``) draws its open tab only: each other tab is then
+opened and timed from its click until its figures are drawn. ``--profile``: after a page's
+loads, where one more load's time went (scripts ready, page callback answered, drawn) and each
+figure drawn again alone (traces, points, bytes of its JSON, ms), to stderr. ``--pages``: only
+these pages.
+
 ``--gpu-trace TRACE`` (with ``--browser``): a GPU job instead — one GPU rank's Kineto trace
 copied to each rank count, each copy named its rank in ``distributedInfo`` — for the GPU page
 (``../shared/traces/gpu/kineto_tb_samples/resnet50_num_workers_0/worker0.pt.trace.json.gz``).

@@ -20,12 +20,17 @@ and the ranked findings with their evidence, cost and remedy.
 - ``overview-gpu`` (runs with GPU activity): where the GPU's idle time goes — one sentence,
   the per-rank idle bars by cause (``overview-idle-graph``, ``idle.parquet``) and a link to the
   GPU page (``pages/device.py``).
+- Of many ranks the mesh, the step breakdown and the GPU's idle are tabs (``overview-tabs``),
+  each tab's figures drawn when it is opened (docs/benchmarks.md: the 64- and 1,024-rank
+  overviews drew their three figures in 1.9–2.3 s on the shared machine); the findings follow.
 - ``findings-table``: the findings in the order the analysis ranked them, each with a link
   to the page, rank and step that show its evidence (its first citation with a page,
   ``Finding.cites``; in the static report that place as text); the lead finding has the same
   link (``lead-finding-evidence``).
 """
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 import plotly.graph_objects as go
@@ -375,5 +380,7 @@ def sections(ctx: PageContext) -> list[Section]:
     gpu = device.overview_section(ctx)
     if gpu is not None:
         out.append(gpu)
+    if many_ranks(ctx.report):     # the mesh, the breakdown and the GPU's idle: tabs
+        out[2:] = [dataclasses.replace(sec, tabs="overview-tabs") for sec in out[2:]]
     out.append(Section("Findings", [findings_table(ctx)]))
     return out
