@@ -226,8 +226,10 @@ def pair(tmp_path_factory):
     return _run(root / "before", False), _run(root / "after", True)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def run_diff(pair):
+    """The diff, made in each test that reads it (not once a module): ``make mutate`` runs
+    for a mutant only the tests during which the mutated function ran."""
     return diff(*pair)
 
 
