@@ -66,6 +66,8 @@ def test_each_comparison_is_read(text, op):
     ("idle.nap>1ms", "no quantity 'idle.nap'"),
     ("", "not QUANTITY OP THRESHOLD"),
     ("step_time>>5ms", "not QUANTITY OP THRESHOLD"),
+    ("step_time>5ms\x7f", "not QUANTITY OP THRESHOLD"),         # DEL is ASCII: not "pasted"
+    ("step_time>+5", "step_time needs a unit (us, ms, s)"),
 ])
 def test_a_bad_condition_names_its_problem(text, words):
     with pytest.raises(gate.GateError) as e:
@@ -90,6 +92,7 @@ def test_a_misspelt_quantity_lists_what_the_runs_have():
     ("step_time>+5\u2013", "U+2013 EN DASH", ": write '-'"),
     ("step_time\u2265+5ms", "U+2265 GREATER-THAN OR EQUAL TO", ": write '>='"),
     ("step_time>+5ms\u00e9", "U+00E9 LATIN SMALL LETTER E WITH ACUTE", ""),
+    ("step_time>+5ms\ue000", "U+E000 unnamed", ""),                   # private use: no name
 ])
 def test_a_non_ascii_character_is_named(text, char, hint):
     with pytest.raises(gate.GateError) as e:
@@ -158,6 +161,7 @@ def test_the_messages_of_the_other_units(gpu):
 
 @pytest.mark.parametrize("cond,why", [
     ("tokens_per_s<-5%", "it has no step timers, or they did not record it"),
+    ("mfu_pct<-1", "it has no step timers, or they did not record it"),
     ("peak_memory>+1GiB", "it has no step timers, or they did not record it"),
     ("idle.sync>+1ms", "it is not a GPU run"),
     ("kernels.gemm>+1ms", "it is not a GPU run"),
@@ -224,8 +228,10 @@ def test_a_change_relative_to_zero_is_refused(cpu, tmp_path):
         gate.evaluate(gate.parse("bubble>+10%"), base, base)
     assert str(e.value) == ("--fail-if 'bubble>+10%': bubble is 0 in base: a change relative "
                             "to it has no meaning")
-    # an absolute change from zero is fine
-    assert not gate.evaluate(gate.parse("bubble>+1ms"), base, base).holds
+    # an absolute change from zero is fine, and no change is shown with its sign
+    v = gate.evaluate(gate.parse("bubble>+1ms"), base, base)
+    assert not v.holds
+    assert "bubble changed +0.000 ms (0.000 ms → 0.000 ms)" in v.message
 
 
 def test_the_diffs_own_change_is_what_the_gate_judges(cpu):
