@@ -17,7 +17,8 @@ One ``TermRow`` a term, per step:
 =============== =============================================================================
 term            ``step``, ``compute``, ``exposed <dim>`` for each dimension of the layout and
                 each the trace measures (``unknown``: communication without mesh names),
-                ``bubble``, ``peak memory``, and ``GEMMs`` (the calibration's own term)
+                ``bubble``, ``peak memory`` (allocated: the plan's peak less the allocator's
+                reserve), and ``GEMMs`` (the calibration's own term)
 measured        the report's number (the compare row's: summary.json's per-rank means, its
                 pipeline stages, the allocator's peak; never derived again here); None where
                 the trace cannot measure it, ``not_measured`` saying why
@@ -158,11 +159,18 @@ def trace_files(folder: pathlib.Path) -> list[pathlib.Path]:
 def _gemms(side: Side, job: JobDescription) -> TermRow:
     """The trace's 16-bit GEMMs: their kernels' time against the (calibrated) device curve's
     at their shapes."""
-    from meshscope.layouts.plan.trace_gemms import TraceError, read_trace
+    from meshscope.layouts.plan.trace_gemms import SIXTEEN_BIT, TraceError, read_trace
 
     label = "GEMMs (whole trace)"
     if job.device is None:
         return TermRow(label, "us", None, None, not_planned=NO_DEVICE)
+    unshaped = TermRow(label, "us", None, None,
+                       not_measured="no 16-bit aten::mm / addmm / bmm with input shapes and "
+                                    "kernels (record the trace with record_shapes=True)",
+                       not_planned="nothing measured to plan")
+    if side.has_table("gemms") and "dtype" in side.table("gemms") \
+            and not side.table("gemms")["dtype"].isin(SIXTEEN_BIT).any():
+        return unshaped         # the report's GEMM table has none: no trace read again
     # the compared folder, or for a report folder the run's beside it or the one its
     # summary names (``source``)
     folders = [pathlib.Path(side.path), pathlib.Path(side.report_dir).parent]
@@ -184,10 +192,7 @@ def _gemms(side: Side, job: JobDescription) -> TermRow:
         measured += t.gemm_kernel_us
         planned += sum(curve.time_us(g.m, g.n, g.k, peak) * g.count for g in t.gemms)
     if not measured:
-        return TermRow(label, "us", None, None,
-                       not_measured="no 16-bit aten::mm / addmm / bmm with input shapes and "
-                                    "kernels (record the trace with record_shapes=True)",
-                       not_planned="nothing measured to plan")
+        return unshaped
     return TermRow(label, "us", measured, planned)
 
 
@@ -227,8 +232,12 @@ def job_vs_plan(side: Side, row: RunRow, job: JobDescription) -> JobVsPlan:
                             not_measured=None if row.bubble_fraction is not None else
                             "the report has no pipeline stages (send/recv without mesh names: "
                             "give --layout)", not_planned=no_est))
+    # allocated against allocated: a trace of anyone's has no step timers, so the report's
+    # peak is the allocator's allocated peak (quantities.measure "peak_memory"); the plan's
+    # peak less the caching allocator's reserve it adds (job_memory.py)
+    peak = plan.peak
     rows.append(TermRow("peak memory", "bytes", row.peak_memory_bytes,
-                        plan.peak_memory_bytes,
+                        peak.total_bytes - float(peak.terms.get("allocator_reserve", 0.0)),
                         not_measured=None if row.peak_memory_bytes is not None else
                         "the traces hold no memory events (record with profile_memory=True)"))
     rows.append(_gemms(side, job))
