@@ -20,7 +20,7 @@ import re
 
 import plotly.graph_objects as go
 
-CHAR_PX = 7.0           # plotly's 12 px default font: a character's width, generously
+CHAR_PX = 7.3           # plotly's 12 px default font: a character's width, generously
 LINE_PX = 16            # a line of 12 px text
 PLOT_WIDTH_PX = 1000    # the drawing area of a page's figure (a 1,300 px window)
 MAX_EVERY_LABEL = 24    # plotly labels every category of an axis up to about this many
@@ -35,7 +35,7 @@ def _text_px(label) -> float:
 def _labels(fig: go.Figure, axis: str) -> tuple[list, bool]:
     """(the tick labels the traces on ``axis`` ('x', 'x2', 'y'…) put there, whether they are
     categories): a category axis' labels are the trace's own values, a numeric axis' a guess of
-    six characters (``1.25k``, ``-10``)."""
+    seven characters (``-1.250k``)."""
     letter = axis[0]
     values: list = []
     for t in fig.data:
@@ -47,7 +47,7 @@ def _labels(fig: go.Figure, axis: str) -> tuple[list, bool]:
         v = list(v) if not isinstance(v, (str, bytes)) else [v]
         values += [x for x in v if x is not None]
     category = any(isinstance(x, str) for x in values)
-    return (list(dict.fromkeys(values)) if category else ["-0.00k"]), category
+    return (list(dict.fromkeys(values)) if category else ["-0.000k"]), category
 
 
 def _axes(fig: go.Figure, letter: str) -> list[str]:
@@ -96,14 +96,32 @@ def fit_margins(fig: go.Figure) -> go.Figure:
                 ax.tickangle = angle
         slant = math.radians(abs(angle or 0))
         need = wide * math.sin(slant) + LINE_PX * math.cos(slant) + 12
+        if category and labels and 0 < abs(angle or 0) < 90:
+            # a slanted label ends under its tick and reaches left: the first one past the
+            # axis' start by its slanted length less half a category
+            reach = wide * math.cos(slant) - PLOT_WIDTH_PX / len(labels) / 2 + 12
+            left = max(left, math.ceil(reach))
         if ax.title.text:
             need += LINE_PX + 14
         bottom = max(bottom, math.ceil(need))
     named = [t.name for t in fig.data if t.name and t.showlegend is not False]
     legend = fig.layout.legend
     show = fig.layout.showlegend
-    if (show or (show is None and len(named) > 1)) and legend.orientation != "h":
-        right = max(right, math.ceil(max(_text_px(n) for n in named) + 60))
+    shown = bool(show or (show is None and len(named) > 1))
+    if shown and legend.orientation != "h":
+        # a legend entry: its symbol (40 px) and padding beside the name
+        right = max(right, math.ceil(max(_text_px(n) for n in named) + 80))
+    elif shown and (legend.y if legend.y is not None else 1) < 0:
+        # rows of entries under the axis, at ``y`` (a fraction of the plot's height) below it
+        # (``common.lanes_layout``): as many rows as their names take of the figure's width,
+        # each a line of text and its padding; the plot's height is the figure's less its
+        # margins, so b ≥ |y|·(height − t − b) + rows
+        rows = math.ceil(sum(_text_px(n) + 50 for n in named) / PLOT_WIDTH_PX)
+        below = abs(legend.y)
+        height = fig.layout.height or 450
+        top = m.t if m.t is not None else 100
+        need = (below * (height - top) + rows * (LINE_PX + 10) + 20) / (1 + below)
+        bottom = max(bottom + rows * (LINE_PX + 8), math.ceil(need))
     if any(getattr(t, "showscale", None) is not False and t.type == "heatmap" and
            (t.colorbar.x is None or t.colorbar.x >= 1) for t in fig.data):
         right = max(right, 110)

@@ -4,8 +4,9 @@ slowed by 20 ms), small in events so that generating and analysing them fits thi
 budget, served by ``meshscope dashboard`` (waitress).
 
 Each page opens with no error in the browser's console and its main figure drawn (the figure
-above 48 ranks: the distribution and top-ranks figures, the first tab of a page of tabs), each
-other tab of a page of tabs draws its figures when opened, the rank picker's search finds a
+above 48 ranks: the distribution and top-ranks figures, the first tab of a page of tabs), every
+figure drawn with the margins the page sent (plotly's automargin found nothing to grow, so it
+drew the figure once: ``dashboard/figure_margins.py``), each other tab of a page of tabs draws its figures when opened, the rank picker's search finds a
 rank it does not list (typed, asked of the server) and focuses the Timeline on it, and Back
 then leaves the Timeline at once (the picker replaces the history entry). A 4-rank sample —
 the healthy input, below ``MANY_RANKS`` — has no tabs.
@@ -72,6 +73,21 @@ def _drawn(d, url: str) -> None:
     WebDriverWait(d, 60).until(lambda x: x.execute_script(DRAWN_JS))
 
 
+# Drawn once: the margins plotly drew each figure with (``_fullLayout._size``, after its
+# automargin) are the ones the page sent (``dashboard/figure_margins.py``), not grown.
+GROWN_JS = """
+return [...document.querySelectorAll('#page .dash-graph .js-plotly-plot')].flatMap(gd => {
+  const sent = gd.layout.margin, drawn = gd._fullLayout._size;
+  return ['l', 'r', 'b'].filter(k => Math.round(drawn[k]) > sent[k])
+    .map(k => `${gd.parentElement.id}: margin ${k} ${sent[k]} grown to ${drawn[k]}`);
+});
+"""
+
+
+def _grown(d) -> list[str]:
+    return d.execute_script(GROWN_JS)
+
+
 def _severe(d) -> list[str]:
     return [e["message"] for e in d.get_log("browser") if e["level"] == "SEVERE"]
 
@@ -86,11 +102,13 @@ def test_every_page_of_many_ranks_draws_its_main_figure_and_tabs(server, driver)
         assert _css(driver, main), (page, main)
         for graph in _css(driver, "#page .dash-graph"):
             assert _css(graph, ".main-svg"), (page, graph.get_attribute("id"))
+        assert _grown(driver) == [], page
         tabs = [t.get_attribute("id") for t in _css(driver, "#page .tab")]
         tabbed[page] = len(tabs)
         for tab in tabs[1:]:          # each other tab drawn when it is opened
             driver.execute_script("document.getElementById(arguments[0]).click();", tab)
             WebDriverWait(driver, 60).until(lambda x: x.execute_script(TAB_DRAWN_JS, tab))
+            assert _grown(driver) == [], (page, tab)
         assert _severe(driver) == [], page
     # the pages of many figures are tabs (the overview's: the mesh, the step breakdown; a
     # CPU job has no GPU idle tab)
