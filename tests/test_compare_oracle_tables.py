@@ -106,6 +106,9 @@ def _instances(after: bool) -> list[dict]:
                       "msg_bytes": MIB} for _ in range(n)]
             rows.append({"rank": r, "step": s, "op": "all_gather", "dim": "dp",
                          "msg_bytes": math.nan})
+            if not after:           # a tp broadcast the second run no longer makes
+                rows.append({"rank": r, "step": s, "op": "broadcast", "dim": "tp",
+                             "msg_bytes": 64})
         # outside the profiled steps: not counted
         rows += [{"rank": r, "step": 9, "op": "all_reduce", "dim": "dp", "msg_bytes": MIB}] * 5
     return rows
@@ -119,6 +122,9 @@ def _operators(after: bool) -> list[dict]:
                          "total_us": 900.0})
             rows.append({"rank": r, "step": s, "name": "aten::add", "count": 2,
                          "total_us": 100.0})
+            if not after:           # gone after
+                rows.append({"rank": r, "step": s, "name": "aten::old", "count": 1,
+                             "total_us": 50.0})
     return rows
 
 
@@ -290,6 +296,7 @@ def test_the_kernel_differences_pair_kernels_and_count_per_rank_and_step(run_dif
     assert (new.count_before, new.count_after, new.total_before_us) == (0.0, 1.0, 0.0)
     assert new.category == "reduction" and gone.category == "other"
     assert new.names_before == () and new.names_after == ("new_reduce",)
+    assert gone.names_after == () and gone.names_before == ("old_kernel",)
     # largest change first
     assert [x.key for x in run_diff.kernels][:3] == [
         "gemm_a", "Memcpy DtoD (Device -> Device)", "new_reduce"]
@@ -298,10 +305,13 @@ def test_the_kernel_differences_pair_kernels_and_count_per_rank_and_step(run_dif
     assert parts["compute"].items_are == "kernels"
     assert [i.name for i in parts["compute"].items] == [
         "gemm_a", "new_reduce", "old_kernel", "attn_fwd", "gemm_b"]
+    assert [(i.count_before, i.count_after) for i in parts["compute"].items[:3]] == [
+        (2.0, 3.0), (0.0, 1.0), (1.0, 0.0)]
     # other device work's items: the copies
     assert parts["other"].items_are == "copies"
     (copy,) = parts["other"].items
-    assert (copy.before_us, copy.after_us, copy.count_after) == pytest.approx((300, 1300, 4))
+    assert (copy.before_us, copy.after_us, copy.count_before, copy.count_after) == \
+        pytest.approx((300, 1300, 4, 4))
 
 
 def test_exposed_communication_of_one_operation(pair, run_diff):
@@ -321,6 +331,8 @@ def test_exposed_communication_of_one_operation(pair, run_diff):
     assert [s.name for s in dp.sub] == ["exposed_comm.dp.all_gather", "exposed_comm.dp.all_reduce"]
     assert [s.delta_us for s in dp.sub] == pytest.approx([0.0, 2e3])
     assert [s.label for s in dp.sub] == ["all_gather", "all_reduce"]
+    # each operation's share of the window's change
+    assert dp.sub[1].share == pytest.approx(2e3 / run_diff.window.delta)
     assert dp.delta_us == pytest.approx(2e3)
     assert parts["exposed_comm.tp"].delta_us == pytest.approx(0.0)
     assert "exposed_comm.pp" not in parts         # no run has any
@@ -375,6 +387,7 @@ def test_allocator_peaks_are_each_ranks_main_device(pair, run_diff):
     assert mem[0].device == "cuda:0"
     assert (mem[0].allocated_before_bytes, mem[0].allocated_after_bytes) == (5 * GIB, 6 * GIB)
     assert (mem[0].reserved_before_bytes, mem[0].reserved_after_bytes) == (7 * GIB, 8 * GIB)
+    assert (mem[0].rank_before, mem[0].rank_after) == (0, 0)
     assert mem[1].device == "cpu"
     assert (mem[1].allocated_before_bytes, mem[1].reserved_after_bytes) == (6 * GIB, 6 * GIB)
 
@@ -388,8 +401,11 @@ def test_collectives_operators_buckets_and_findings(run_diff):
     ag = c[("dp", "all_gather")]
     assert (ag.count_before, ag.count_after) == (1.0, 1.0)
     assert ag.bytes_before is None                       # its bytes are unknown
+    bc = c[("tp", "broadcast")]
+    assert (bc.count_before, bc.count_after, bc.bytes_before, bc.bytes_after) == \
+        (1.0, 0.0, 64.0, None)
     assert [(o.name, o.count_before, o.count_after) for o in run_diff.operators] == [
-        ("aten::mm", 3.0, 5.0)]                           # aten::add's count did not change
+        ("aten::mm", 3.0, 5.0), ("aten::old", 1.0, 0.0)]   # aten::add's count did not change
     b = {(x.dim, x.op, x.size_bucket): x for x in run_diff.bandwidth}
     assert (b[("dp", "all_reduce", MIB)].busbw_before_gbps,
             b[("dp", "all_reduce", MIB)].busbw_after_gbps) == (21.0, 26.0)
@@ -399,6 +415,7 @@ def test_collectives_operators_buckets_and_findings(run_diff):
     f = {x.id: x for x in run_diff.findings}
     assert (f["gpu-idle"].status, f["gpu-idle"].cost_before_us, f["gpu-idle"].cost_after_us) \
         == ("both", 4e3, 9e3)
+    assert (f["gpu-idle"].cost_before_pct, f["gpu-idle"].cost_after_pct) == (4.0, 9.0)
     assert (f["straggler"].status, f["straggler"].cost_before_us) == ("new", None)
     assert (f["host-bound"].status, f["host-bound"].cost_after_pct,
             f["host-bound"].cost_before_pct, f["host-bound"].title) == \
