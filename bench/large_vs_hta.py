@@ -1,8 +1,8 @@
 """Benchmark: the trace sets that need a large machine elsewhere, meshscope and HTA side by side.
 
     flock /tmp/meshscope-cpu.lock .venv/bin/python bench/large_vs_hta.py \\
-        [--only single,cold,ranks16,ranks1024] [-n 3] [--root /tmp/meshscope-large] [--keep] \\
-        [--write]
+        [--only single,cold,ranks,ranks1024] [-n 3] [--rank-counts 16,48,128] \\
+        [--root /tmp/meshscope-large] [--keep] [--write]
 
 Every measurement is a fresh process started the way a user starts it, timed from launch to
 exit, its peak memory taken for its largest process and for its whole process tree
@@ -23,14 +23,17 @@ other on the same inputs, so that the machine's load falls on both. What is run:
   Beside them the **import floor**: a cold process that only imports the libraries every
   analysis here reads with (numpy, pandas, pyarrow, msgspec) and exits — no meshscope code,
   no event read. Target: ≥ 10× HTA.
-- **ranks16** — 16 ranks of the 1.73M-event trace (~6 GB of JSON): the repeated trace with
-  each rank's ``distributedInfo.rank`` rewritten, each file three gzip members — the rank's
-  header, the events (the same compressed bytes in every file), the closing brackets — which
-  every gzip reader inflates as one stream. ``meshscope analyze --no-cache`` of a folder of
-  one of them and of the folder of all 16. Targets: peak memory ≤ 3 GB; time linear in the
-  ranks: per rank and core, the 16-rank run within ±15% of the one-rank run (both use every
-  core: one trace in parts, many traces a worker each). HTA is not run on them: at its ~2 GB
-  a rank above, 16 ranks need about 32 GB, more than this machine has.
+- **ranks** — 16, 48 and 128 ranks (``--rank-counts``) of the 1.73M-event trace (~6, 18 and
+  49 GB of JSON): the repeated trace with each rank's ``distributedInfo.rank`` and
+  ``world_size`` rewritten, each file three gzip members — the rank's header, the events (the
+  same compressed bytes in every file), the closing brackets — which every gzip reader
+  inflates as one stream; each set written, analysed and removed before the next (128 ranks
+  are 3.9 GB of gzip). ``meshscope analyze --no-cache`` of a folder of one of them and of each
+  set. Targets: peak memory ≤ 3 GB at 16 ranks; memory flat in the rank count: the largest
+  count's peak (largest process and all processes) within 10% of the smallest's; time linear
+  in the ranks: per rank and core, the 16-rank run within ±15% of the one-rank run (both use
+  every core: one trace in parts, many traces a worker each). HTA is not run on them: at its
+  ~2 GB a rank above, 16 ranks need about 32 GB, more than this machine has.
 - **ranks1024** — 1,024 synthetic ranks of 100k events (``bench/scale.py``'s run, dp = 512 ×
   pp = 2). Target: the whole report in under 5 minutes on 2 cores. (HTA is not run: 2.5 GB of
   gzipped traces, over 100 GB in its frames.)
@@ -59,7 +62,7 @@ from bench.report_vs_hta import DEFAULT_TRACE, HTA_SCRIPT  # noqa: E402
 HEADING = "## Large traces and many ranks vs HTA"
 COPIES = 8
 TARGETS = {"single_speed": 20.0, "single_rss": 0.2, "decode": 3.0, "cold_speed": 10.0,
-           "ranks16_gb": 3.0, "linear": 0.15, "ranks1024_s": 300.0}
+           "ranks16_gb": 3.0, "linear": 0.15, "ranks1024_s": 300.0, "flat": 0.10}
 
 # The decode limit (module docstring): inflate once, cut with the ingest's own cutter, decode
 # each part with msgspec on every core, keep nothing.
@@ -232,38 +235,54 @@ def _member(data: bytes) -> bytes:
     return c.compress(data) + c.flush()
 
 
-def ranks16(root: pathlib.Path) -> tuple[list[str], list[str]]:
-    folder = root / "ranks16" / "traces"
-    if not (folder / "rank15.json.gz").exists():
-        print("  ranks16: writing 16 ranks …", file=sys.stderr, flush=True)
-        text_bytes, gz_bytes = write_ranks(folder, 16, root / "single" / "rank1.json.gz")
-    else:
-        gz_bytes = (folder / "rank0.json.gz").stat().st_size
-        text_bytes = None
+def ranks(root: pathlib.Path, counts: list[int]) -> tuple[list[str], list[str]]:
+    """One rank, then each of ``counts`` ranks of the 1.73M-event trace (each set written,
+    analysed and removed before the next: 128 ranks are 3.9 GB of gzip)."""
+    base = root / "single" / "rank1.json.gz"
     one = root / "ranks1" / "traces"
-    one.mkdir(parents=True, exist_ok=True)
-    shutil.copy(folder / "rank0.json.gz", one / "rank0.json.gz")
-    print("  ranks16: one rank …", file=sys.stderr, flush=True)
-    m1 = _analyze(one.parent, root / "ranks1-report")
-    print(f"  ranks16: one rank {m1.wall_s:.1f} s; 16 ranks …", file=sys.stderr, flush=True)
-    m16 = _analyze(folder.parent, root / "ranks16-report")
-    print(f"  ranks16: 16 ranks {m16.wall_s:.1f} s", file=sys.stderr, flush=True)
-    per = m16.wall_s / (16 * m1.wall_s)
+    write_ranks(one, 1, base)
+    print("  ranks: one rank …", file=sys.stderr, flush=True)
+    runs = {1: _analyze(one.parent, root / "ranks1-report")}
+    shutil.rmtree(one.parent, ignore_errors=True)
+    text_bytes = gz_bytes = 0
+    for n in counts:
+        folder = root / f"ranks{n}" / "traces"
+        print(f"  ranks: writing {n} ranks …", file=sys.stderr, flush=True)
+        text_bytes, gz_bytes = write_ranks(folder, n, base)
+        print(f"  ranks: {n} ranks …", file=sys.stderr, flush=True)
+        runs[n] = _analyze(folder.parent, root / f"ranks{n}-report")
+        shutil.rmtree(folder.parent, ignore_errors=True)
+        print(f"  ranks: {n} ranks {runs[n].wall_s:.1f} s, largest process "
+              f"{runs[n].peak_rss_mb:,.0f} MB, all {runs[n].peak_tree_rss_mb:,.0f} MB",
+              file=sys.stderr, flush=True)
     lines = ["| traces | JSON | `analyze --no-cache` | per rank | peak RSS, largest process | "
              "peak RSS, all processes | peak PSS, all processes |",
              "|---:|---:|---:|---:|---:|---:|---:|"]
-    for n, m in ((1, m1), (16, m16)):
-        json_size = f"{n * text_bytes / 1e9:.1f} GB" if text_bytes else "—"
-        lines.append(f"| {n} | {json_size} | {m.wall_s:.1f} s | {m.wall_s / n:.2f} s | "
-                     f"{m.peak_rss_mb:,.0f} MB | {m.peak_tree_rss_mb:,.0f} MB | "
-                     f"{m.peak_tree_pss_mb:,.0f} MB |")
-    return lines, [
-        f"- 16 × 1.73M events, peak memory ≤ {TARGETS['ranks16_gb']:.0f} GB: "
-        f"{_gb(m16.peak_tree_rss_mb)} (all processes), {_gb(m16.peak_rss_mb)} (largest) — "
-        f"{met(m16.peak_tree_rss_mb <= TARGETS['ranks16_gb'] * 1024)}",
-        f"- time linear in ranks: per rank and core, 16 ranks take {per:.2f}× the one-rank "
-        f"run ({gz_bytes / 2**20:.0f} MB gzipped a rank) — "
+    for n, m in runs.items():
+        lines.append(f"| {n} | {n * text_bytes / 1e9:.1f} GB | {m.wall_s:.1f} s | "
+                     f"{m.wall_s / n:.2f} s | {m.peak_rss_mb:,.0f} MB | "
+                     f"{m.peak_tree_rss_mb:,.0f} MB | {m.peak_tree_pss_mb:,.0f} MB |")
+    first, last = min(counts), max(counts)
+    m_first, m_last = runs[first], runs[last]
+    per = m_first.wall_s / (first * runs[1].wall_s)
+    verdicts = [
+        f"- {first} × 1.73M events, peak memory ≤ {TARGETS['ranks16_gb']:.0f} GB: "
+        f"{_gb(m_first.peak_tree_rss_mb)} (all processes), {_gb(m_first.peak_rss_mb)} "
+        f"(largest) — {met(m_first.peak_tree_rss_mb <= TARGETS['ranks16_gb'] * 1024)}",
+        f"- time linear in ranks: per rank and core, {first} ranks take {per:.2f}× the "
+        f"one-rank run ({gz_bytes / 2**20:.0f} MB gzipped a rank) — "
         f"{met(abs(per - 1) <= TARGETS['linear'])}"]
+    if last != first:
+        grow_tree = m_last.peak_tree_rss_mb / m_first.peak_tree_rss_mb - 1
+        grow_big = m_last.peak_rss_mb / m_first.peak_rss_mb - 1
+        verdicts.append(
+            f"- memory flat in the rank count, {last} ranks within "
+            f"{TARGETS['flat'] * 100:.0f}% of {first}: {grow_big * 100:+.0f}% (largest "
+            f"process), {grow_tree * 100:+.0f}% (all processes) — "
+            f"{met(max(grow_big, grow_tree) <= TARGETS['flat'])}; "
+            f"{(m_last.peak_tree_rss_mb - m_first.peak_tree_rss_mb) / (last - first):.1f} MB "
+            f"a rank beyond {first} (all processes)")
+    return lines, verdicts
 
 
 def ranks1024(root: pathlib.Path) -> tuple[list[str], list[str]]:
@@ -286,7 +305,7 @@ def ranks1024(root: pathlib.Path) -> tuple[list[str], list[str]]:
 
 PARTS = {"single": "One rank of 1.73M events (the reference trace 8× in time)",
          "cold": "The 54 MB reference trace, cold",
-         "ranks16": "16 ranks of 1.73M events",
+         "ranks": "16, 48 and 128 ranks of 1.73M events",
          "ranks1024": "1,024 synthetic ranks of 100k events"}
 
 
@@ -296,6 +315,8 @@ def main() -> None:
     ap.add_argument("-n", type=int, default=3, help="rounds of the cold comparison")
     ap.add_argument("--root", type=pathlib.Path, default=pathlib.Path("/tmp/meshscope-large"))
     ap.add_argument("--keep", action="store_true", help="keep the generated traces")
+    ap.add_argument("--rank-counts", default="16,48,128",
+                    help="the rank counts of the ranks part (comma-separated)")
     ap.add_argument("--write", action="store_true", help="write docs/benchmarks.md")
     a = ap.parse_args()
     parts = [p for p in a.only.split(",") if p]
@@ -304,19 +325,24 @@ def main() -> None:
         raise SystemExit(f"unknown parts {sorted(unknown)} (known: {', '.join(PARTS)})")
     if not DEFAULT_TRACE.exists():
         raise SystemExit(f"{DEFAULT_TRACE}: no such file (the shared trace corpus is missing?)")
+    counts = sorted({int(x) for x in a.rank_counts.split(",") if x})
+    if "ranks" in parts:
+        PARTS["ranks"] = f"{', '.join(map(str, counts))} ranks of 1.73M events"
     a.root.mkdir(parents=True, exist_ok=True)
     note = load_note()
     body = []
     try:
         for part in parts:
             lines, verdicts = {"single": single, "cold": lambda r: cold(r, a.n),
-                               "ranks16": ranks16, "ranks1024": ranks1024}[part](a.root)
+                               "ranks": lambda r: ranks(r, counts),
+                               "ranks1024": ranks1024}[part](a.root)
             body += [f"**{PARTS[part]}**", "", *lines, "", *verdicts, ""]
     finally:
         if not a.keep:
             shutil.rmtree(a.root, ignore_errors=True)
     command = "bench/large_vs_hta.py" + (f" --only {a.only}" if set(parts) != set(PARTS)
-                                         else "") + (f" -n {a.n}" if a.n != 3 else "")
+                                         else "") + (f" -n {a.n}" if a.n != 3 else "") + \
+        (f" --rank-counts {a.rank_counts}" if a.rank_counts != "16,48,128" else "")
     section = "\n".join([HEADING, "",
                          provenance(f"flock /tmp/meshscope-cpu.lock .venv/bin/python {command}",
                                     note, versions(), f"load average at the end "
