@@ -220,3 +220,32 @@ def test_a_file_that_is_not_read_says_why(tmp_path):
         snapshot.read(typed)
     assert str(e.value) == (f"{typed}: $.segments[0].blocks[1].size: Expected `int`, got "
                             f"`str` (not a usable memory snapshot)")
+
+
+def test_the_largest_moment_holds_the_blocks_live_then(tmp_path):
+    """A log whose largest moment is followed at once by a free: 4 MiB at A (t=1), 4 MiB at
+    A+4 (t=2: 8 MiB, the largest), A+4 freed (t=3), 2 MiB at A+4 (t=4). At the end 6 MiB live;
+    at the largest moment the two 4 MiB blocks, made at their own sites — by construction
+    (the free right after the moment must be undone to see it)."""
+    A = 0x3000_0000
+
+    def act(action, addr, size, t, i=0):
+        return {"action": action, "addr": addr, "size": size * MiB, "stream": 0,
+                "time_us": t, "frames": _frames(i) if action == "alloc" else []}
+    log = [act("segment_alloc", A, 10, 0), act("alloc", A, 4, 1, 1),
+           act("alloc", A + 4 * MiB, 4, 2, 2), act("free_completed", A + 4 * MiB, 4, 3),
+           act("alloc", A + 4 * MiB, 2, 4, 3)]
+    blocks = [{"address": A, "size": 4 * MiB, "state": "active_allocated",
+               "frames": _frames(1)},
+              {"address": A + 4 * MiB, "size": 2 * MiB, "state": "active_allocated",
+               "frames": _frames(3)},
+              {"address": A + 6 * MiB, "size": 4 * MiB, "state": "inactive", "frames": []}]
+    doc = {"segments": [{"device": 0, "address": A, "total_size": 10 * MiB, "stream": 0,
+                         "segment_type": "large", "blocks": blocks}], "device_traces": [log]}
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(doc))
+    _, live, (s,) = snapshot.analyse(0, snapshot.read(path), "r.json")
+    assert (s["allocated_bytes"], s["largest_allocated_bytes"], s["largest_at_us"]) == \
+        (6 * MiB, 8 * MiB, 2)
+    assert {r["site"]: r["bytes"] for r in live} == {
+        "make1 (layer1.py:11)": 4 * MiB, "make2 (layer2.py:12)": 4 * MiB}
