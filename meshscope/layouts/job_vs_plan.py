@@ -43,6 +43,7 @@ from meshscope.analysis.compare import Side
 from meshscope.analysis.compare.quantities import unattributed
 from meshscope.analysis.compare.ranking import Predicted, RunRow
 from meshscope.collectors.run_dir import NOT_TRACES, TRACE_SUFFIXES, TRACES
+from meshscope.layouts.ranked import predicted_of
 from meshscope.vocabulary import COMM_DIMS, PARALLEL_DIMS
 
 __all__ = ["JobDescription", "JobVsPlan", "TermRow", "job_vs_plan", "render"]
@@ -90,21 +91,7 @@ class JobDescription:
 
     def predicted(self) -> Predicted:
         """The row as the comparison's ``Predicted`` (the table's plan ms and plan MB)."""
-        row, est = self.row, self.row.estimate
-        peak = row.peak
-        return Predicted(
-            source=self.source,
-            step_time_us=est.step_time_us if est else None,
-            tokens_per_s=est.tokens_per_s if est else None,
-            compute_us=est.compute_us if est else None,
-            exposed_comm_us=dict(est.exposed_comm_us) if est else {},
-            bubble_fraction=est.bubble_fraction if est and row.candidate.pp > 1 else None,
-            peak_memory_bytes=peak.total_bytes,
-            memory_terms={"params_bytes": peak.params_bytes, "grads_bytes": peak.grads_bytes,
-                          "optimizer_bytes": peak.optimizer_bytes,
-                          "buffers_bytes": peak.buffers_bytes,
-                          "activations_bytes": peak.activations_bytes},
-            comm_bytes=dict(row.comm_bytes))
+        return predicted_of(self.row, self.source, self.row.candidate.pp)
 
 
 @dataclasses.dataclass(frozen=True)

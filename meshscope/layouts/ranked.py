@@ -99,15 +99,22 @@ def _predicted(info: RunInfo, planner) -> Predicted | None:
     row = planner(spec, cand)
     if row is None:
         return None
+    return predicted_of(row, planner.source if hasattr(planner, "source") else "plan",
+                        cand.pp)
+
+
+def predicted_of(row, source: str, pp: int) -> Predicted:
+    """A planner's row (``plan_one``'s) as the comparison's ``Predicted``; the bubble only
+    where the layout has a pipeline (``pp`` > 1)."""
     peak = row.peak
     est = row.estimate
     return Predicted(
-        source=planner.source if hasattr(planner, "source") else "plan",
+        source=source,
         step_time_us=est.step_time_us if est else None,
         tokens_per_s=est.tokens_per_s if est else None,
         compute_us=est.compute_us if est else None,
         exposed_comm_us=dict(est.exposed_comm_us) if est else {},
-        bubble_fraction=est.bubble_fraction if est and cand.pp > 1 else None,
+        bubble_fraction=est.bubble_fraction if est and pp > 1 else None,
         peak_memory_bytes=peak.total_bytes,
         memory_terms={"params_bytes": peak.params_bytes, "grads_bytes": peak.grads_bytes,
                       "optimizer_bytes": peak.optimizer_bytes,
