@@ -17,6 +17,7 @@ from meshscope.parallel.config import PRESETS
 from meshscope.parallel.layout import parse_layout
 from meshscope.theory import params as theory_params
 from meshscope.theory.schedules import in_flight
+from pipeline_replay import replayed_bubble
 
 # meta-llama/Llama-2-7b-hf's config.json (Hugging Face), the fields the planner reads.
 LLAMA2_7B = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008,
@@ -115,42 +116,6 @@ def _torch_order(schedule: str, p: int, m: int, v: int) -> dict:
     return {rank: s._calculate_single_rank_operations(rank) for rank in range(p)}
 
 
-def _replayed_bubble(order: dict, stages: int, fwd: float, bwd: float) -> float:
-    """Each rank runs its actions in torch's order, each as soon as its rank is free and its
-    input is there (a forward after the previous stage's forward of that microbatch, a
-    backward after the next stage's backward, the last stage's after its own forward):
-    the share of the makespan a rank waits."""
-    from torch.distributed.pipelining.schedules import _ComputationType as kind
-
-    todo = {r: [a for a in ops if a is not None and a.computation_type in
-                (kind.FORWARD, kind.FULL_BACKWARD)] for r, ops in order.items()}
-    done: dict[tuple, float] = {}
-    free = dict.fromkeys(todo, 0.0)
-    busy = dict.fromkeys(todo, 0.0)
-    moved = True
-    while moved:
-        moved = False
-        for r, actions in todo.items():
-            while actions:
-                a = actions[0]
-                st, mb = a.stage_index, a.microbatch_index
-                if a.computation_type == kind.FORWARD:
-                    key, need, took = ("F", st, mb), [("F", st - 1, mb)] if st else [], fwd
-                else:
-                    key, took = ("B", st, mb), bwd
-                    need = [("B", st + 1, mb)] if st < stages - 1 else [("F", st, mb)]
-                if any(n not in done for n in need):
-                    break
-                done[key] = free[r] = max([free[r], *(done[n] for n in need)]) + took
-                busy[r] += took
-                actions.pop(0)
-                moved = True
-    assert not any(todo.values()), "torch's order deadlocks"
-    makespan = max(free.values())
-    assert max(busy.values()) - min(busy.values()) < 1e-9      # every rank: the same work
-    return 1 - busy[0] / makespan
-
-
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b", "interleaved-1f1b"])
 def test_bubble_closed_form_agrees_with_torchs_own_schedules(schedule):
     """The planner's and the analysis' closed forms of the bubble against torch's own pipeline
@@ -159,8 +124,9 @@ def test_bubble_closed_form_agrees_with_torchs_own_schedules(schedule):
     for p in (2, 3, 4):
         for m in (p, 2 * p, 3 * p):
             for v in ((2, 3) if schedule == "interleaved-1f1b" else (1,)):
-                torch_says = _replayed_bubble(_torch_order(schedule, p, m, v), p * v,
-                                              1 / v, 2 / v)
+                # a backward twice a forward: its input and weight halves each a forward
+                torch_says = replayed_bubble(_torch_order(schedule, p, m, v), p * v,
+                                             1 / v, 1 / v, 1 / v)
                 assert torch_says > 0
                 assert theory_fraction(schedule, p, m, v) == pytest.approx(torch_says), \
                     (schedule, p, m, v)

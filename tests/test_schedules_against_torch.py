@@ -28,6 +28,7 @@ import pytest
 
 from meshscope.analysis.pipeline.bubble import theory_fraction as analysis_theory
 from meshscope.theory.schedules import bubble_fraction
+from pipeline_replay import replayed_bubble
 
 
 def _torch_order(schedule: str, p: int, m: int, v: int) -> dict:
@@ -49,51 +50,12 @@ def _torch_order(schedule: str, p: int, m: int, v: int) -> dict:
     return {rank: s._calculate_single_rank_operations(rank) for rank in range(p)}
 
 
-def _replayed_bubble(order: dict, stages: int, chunk: float) -> float:
-    """The share of the makespan rank 0 waits (module docstring); every rank does the same
-    work, and the replay must finish (torch's order never deadlocks)."""
-    from torch.distributed.pipelining.schedules import _ComputationType as kind
-
-    runs = (kind.FORWARD, kind.FULL_BACKWARD, kind.BACKWARD_INPUT, kind.BACKWARD_WEIGHT)
-
-    def actions(a):
-        return list(a.sub_actions) if a.computation_type == kind.OVERLAP_F_B else [a]
-    todo = {r: [x for a in ops if a is not None for x in actions(a)
-                if x.computation_type in runs] for r, ops in order.items()}
-    done: dict[tuple, float] = {}
-    free = dict.fromkeys(todo, 0.0)
-    busy = dict.fromkeys(todo, 0.0)
-    moved = True
-    while moved:
-        moved = False
-        for r, queue in todo.items():
-            while queue:
-                a = queue[0]
-                st, mb, c = a.stage_index, a.microbatch_index, a.computation_type
-                if c == kind.FORWARD:
-                    key, need, took = ("F", st, mb), [("F", st - 1, mb)] if st else [], chunk
-                elif c == kind.BACKWARD_WEIGHT:
-                    key, need, took = ("W", st, mb), [("I", st, mb)], chunk
-                else:
-                    key = ("I", st, mb)
-                    took = 2 * chunk if c == kind.FULL_BACKWARD else chunk
-                    need = [("I", st + 1, mb)] if st < stages - 1 else [("F", st, mb)]
-                if any(n not in done for n in need):
-                    break
-                done[key] = free[r] = max([free[r], *(done[n] for n in need)]) + took
-                busy[r] += took
-                queue.pop(0)
-                moved = True
-    assert not any(todo.values()), "torch's order deadlocks"
-    assert max(busy.values()) - min(busy.values()) < 1e-9      # every rank: the same work
-    return 1 - busy[0] / max(free.values())
-
-
 def test_looped_bfs_closed_form_is_torchs():
     for p in (2, 3, 4):
         for m in (p, 2 * p, 3 * p):
             for v in (2, 3):
-                torch_says = _replayed_bubble(_torch_order("looped-bfs", p, m, v), p * v, 1 / v)
+                torch_says = replayed_bubble(_torch_order("looped-bfs", p, m, v), p * v,
+                                             1 / v, 1 / v, 1 / v)
                 assert torch_says > 0
                 assert bubble_fraction("looped-bfs", p, m, v) == pytest.approx(torch_says)
                 assert analysis_theory("looped-bfs", p, m, v) == pytest.approx(torch_says)
@@ -113,10 +75,11 @@ def test_torchs_zero_bubble_orders_leave_p_minus_1_forward_slots():
     to below; ZB-V with m = p leaves more than p − 1 slots."""
     for schedule, p, m in _zero_bubble_cases():
         v = 2
-        torch_says = _replayed_bubble(_torch_order(schedule, p, m, v), p * v, 1 / v)
+        torch_says = replayed_bubble(_torch_order(schedule, p, m, v), p * v,
+                                     1 / v, 1 / v, 1 / v)
         idle_chunks = torch_says / (1 - torch_says) * 3 * m * v     # busy: 3·m·v chunks
         assert idle_chunks == pytest.approx(p - 1), (schedule, p, m)
-    short = _replayed_bubble(_torch_order("zbv", 2, 2, 2), 4, 0.5)
+    short = replayed_bubble(_torch_order("zbv", 2, 2, 2), 4, 0.5, 0.5, 0.5)
     assert short / (1 - short) * 3 * 2 * 2 > 1 + 1e-9
 
 
@@ -125,5 +88,5 @@ def test_torchs_zero_bubble_orders_leave_p_minus_1_forward_slots():
                    "item 3, docs/testing.md)")
 def test_the_zero_bubble_closed_form_is_torchs():
     for schedule, p, m in _zero_bubble_cases():
-        torch_says = _replayed_bubble(_torch_order(schedule, p, m, 2), p * 2, 0.5)
+        torch_says = replayed_bubble(_torch_order(schedule, p, m, 2), p * 2, 0.5, 0.5, 0.5)
         assert bubble_fraction(schedule, p, m, 2) == pytest.approx(torch_says), (schedule, p, m)
