@@ -30,7 +30,9 @@ ratio           measured / planned, where both are known and planned is not 0
 ``GEMMs`` is the time the trace's 16-bit matrix products took on the GPU against what the
 device's bf16 curve expects at the same shapes (``layouts.plan.trace_gemms``, the whole trace,
 not per step): ``plan --from`` the same trace scales every GEMM curve by planned / measured,
-so its factor is 1 / this ratio, and with ``--from`` given the ratio is 1.
+so its factor is 1 / this ratio, and with ``--from`` given the ratio is close to 1, not 1
+(0.987 on the corpus' H100 trace: ``GemmCurve.scaled`` scales the curve's peak rate, not its
+fixed cost per product, which the measured times include).
 """
 from __future__ import annotations
 
