@@ -131,6 +131,11 @@ class Section:
     tabs: str | None = None
 
 
+def as_tabs(sections: Sequence[Section], name: str) -> list[Section]:
+    """``sections`` as the tabs of one tab bar called ``name`` (``Section.tabs``)."""
+    return [dataclasses.replace(s, tabs=name) for s in sections]
+
+
 def missing(id_: str, what: str, run_id: str | None = None, *,
             schema_version: int | None = None, why: str | None = None) -> Note:
     """The note for a table or key this report does not have. A report older than this

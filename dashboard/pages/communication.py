@@ -23,14 +23,12 @@ when it is opened (the three figures drawn one after the other took 2–3 s in t
 """
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..sections import Figure, Note, Section, Table, ms
+from ..sections import Figure, Note, Section, Table, as_tabs, ms
 from .common import (COLOURS, LAYOUT, MANY_RANKS, TOP_K, absent, many_ranks, PageContext,
                      rank_label, top_ranks)
 
@@ -254,8 +252,7 @@ def sections(ctx: PageContext) -> list[Section]:
         first = [s for s in out if s.title in ("Overlap", "Bandwidth")]
         head = Section(" and ".join(s.title or "" for s in first), [
             i for s in first for i in s.items])
-        out = [dataclasses.replace(s, tabs="communication-tabs")
-               for s in [head, *[s for s in out if s not in first]]]
+        out = as_tabs([head, *[s for s in out if s not in first]], "communication-tabs")
     return out
 
 

@@ -30,16 +30,14 @@ and the ranked findings with their evidence, cost and remedy.
 """
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import plotly.graph_objects as go
 
 from meshscope.analysis.report.model import human_bytes
 from meshscope.analysis.report import reader
 
-from ..sections import (Facts, Figure, Link, Note, Section, Table, clip, evidence_cell,
-                        evidence_text, fmt, place_text, shown_at)
+from ..sections import (Facts, Figure, Link, Note, Section, Table, as_tabs, clip,
+                        evidence_cell, evidence_text, fmt, place_text, shown_at)
 from . import device
 from .common import (COLOURS, DIMS, LAYOUT, TOP_K, PageContext, absent, distribution_figure,
                      finding_title, many_ranks, rank_label, straggler_text, top_ranks)
@@ -381,6 +379,6 @@ def sections(ctx: PageContext) -> list[Section]:
     if gpu is not None:
         out.append(gpu)
     if many_ranks(ctx.report):     # the mesh, the breakdown and the GPU's idle: tabs
-        out[2:] = [dataclasses.replace(sec, tabs="overview-tabs") for sec in out[2:]]
+        out[2:] = as_tabs(out[2:], "overview-tabs")
     out.append(Section("Findings", [findings_table(ctx)]))
     return out

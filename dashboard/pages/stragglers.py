@@ -21,15 +21,14 @@ after the other, took 2–3.5 s in the browser at 1,024 ranks (docs/benchmarks.m
 """
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
 from meshscope.analysis.report import reader
 
-from ..sections import Facts, Figure, Note, Section, Table, clip, evidence_text, ms
+from ..sections import (Facts, Figure, Note, Section, Table, as_tabs, clip, evidence_text,
+                        ms)
 from .common import (COLOURS, LAYOUT, TOP_K, absent, distribution_figure, many_ranks,
                      PageContext, rank_label, rank_ranges, straggler_text, top_ranks)
 
@@ -101,7 +100,7 @@ def heatmap_figure(ctx: PageContext) -> go.Figure | None:
         y=[rank_label(int(r), ctx.report) for r in grid.index], text=text,
         texttemplate="%{text}" if per_cell and slow.any() else None, colorbar={"title": "ms"},
         # Red only where the analysis found slow steps: no alarm colour without a finding.
-        colorscale="YlOrRd" if bool((cols["slow"] & ~cols["warmup"]).any()) else "Blues",
+        colorscale="YlOrRd" if slow.any() else "Blues",
         hovertemplate="%{y}, step %{x}: %{z:.2f} ms<extra></extra>",
         xgap=0 if many else 1, ygap=0 if many else 1))
     # Profiled columns outlined in black, warm-up ones in a dotted grey: marked, not flagged.
@@ -292,5 +291,5 @@ def sections(ctx: PageContext) -> list[Section]:
                                              "arrival skew on.")]))
     out.append(Section("Clocks", clock_section(ctx)))
     if many_ranks(ctx.report):      # one section at a time: a tab each (module docstring)
-        out[1:] = [dataclasses.replace(sec, tabs="stragglers-tabs") for sec in out[1:]]
+        out[1:] = as_tabs(out[1:], "stragglers-tabs")
     return out
