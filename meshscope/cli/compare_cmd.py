@@ -130,7 +130,9 @@ def compare_cmd(paths, conditions, allow_unmeasured, junit_out, markdown_out, as
             job = _job(model_json, seq_len, global_batch, micro_batch_size, job_device, style,
                        dp_mode, recompute, precision, flags["layout"], from_runs)
         elif from_runs:
-            traces = [r for r in from_runs if pathlib.Path(r).is_file()]
+            from .plan_inputs import split_from
+
+            _, traces = split_from(from_runs)
             if traces:
                 fail(f"--from {traces[0]}: a trace file calibrates a GPU job's GEMMs; "
                      f"describe the job with --model-json (and --layout, --global-batch)")
@@ -226,7 +228,7 @@ def _job(model_json, seq_len, global_batch, micro_batch_size, device, style, dp_
     from meshscope.layouts.plan.job_step import JobOptions
     from meshscope.parallel.layout import LayoutError, parse_layout
 
-    from .plan_inputs import job_setup, model_spec, training_setup
+    from .plan_inputs import job_setup, model_spec, split_from, training_setup
 
     if not layout:
         fail("--model-json describes a GPU job's model; give its layout with --layout "
@@ -240,7 +242,7 @@ def _job(model_json, seq_len, global_batch, micro_batch_size, device, style, dp_
              "step, over every data-parallel rank)")
     if micro_batch_size < 1:
         fail(f"--micro-batch-size {micro_batch_size}: at least 1")
-    runs = [r for r in from_runs if not pathlib.Path(r).is_file()]
+    runs, _ = split_from(from_runs)
     if runs or len(from_runs) > 1:
         fail(f"--from {(runs or from_runs)[0]}: with --model-json, --from takes one trace file "
              f"(its GEMMs' achieved rate calibrates the device)")

@@ -36,7 +36,8 @@ from meshscope.vocabulary import PARALLEL_DIMS
 from .common import fail
 from .layout_choices import assumed_rates, baseline_model, choice_options, csv_values, \
     layouts_of, model_overrides
-from .plan_inputs import apply_pipeline_options, job_setup, model_spec, training_setup
+from .plan_inputs import (apply_pipeline_options, job_setup, model_spec, split_from,
+                          training_setup)
 
 
 @click.command("plan")
@@ -325,7 +326,7 @@ def _calibrated(from_runs, given, spec, world, global_batch, dims, rates, base_c
     calibration measures, or a run it cannot read, ends the command (exit 2)."""
     # imported only with --from (pandas, 0.4 s; as plan_inputs._calibrated_device does)
     from meshscope.layouts.ranked import CompareError, calibrated_planner, measured
-    traces = [r for r in from_runs if pathlib.Path(r).is_file()]
+    _, traces = split_from(from_runs)
     if traces:
         fail(f"--from {traces[0]}: a trace file calibrates a GPU job's GEMMs; give the model "
              f"(--model-json) and a GPU --framework (megatron, deepspeed, torch), or a run "

@@ -30,6 +30,13 @@ from .common import fail
 from .layout_choices import csv_values
 
 
+def split_from(from_runs) -> tuple[list[str], list[str]]:
+    """``--from`` values as (run folders, trace files): a file is anyone's Kineto trace (it
+    calibrates a GPU job's GEMMs), anything else a run of the runner."""
+    traces = [r for r in from_runs if pathlib.Path(r).is_file()]
+    return [r for r in from_runs if r not in traces], traces
+
+
 def model_spec(model, model_json, seq_len, overrides, notes, block=None):
     """The model: ``--model-json`` (a Hugging Face config.json or meshscope's fields) or a
     preset with ``overrides``; ``--block gpt`` makes its MLP a plain two-matrix one."""
@@ -87,7 +94,7 @@ def training_setup(framework, style, precision, optimizer, recompute, attention,
         if style:
             framework = {"fsdp": "torch", "deepspeed": "deepspeed"}.get(style, "megatron")
         else:
-            runs = [r for r in from_runs if not pathlib.Path(r).is_file()]  # traces apart
+            runs, _ = split_from(from_runs)
             framework = "megatron" if model_json and not runs else "runner"
     if precision is None:
         precision = "fp32" if framework == "runner" else "mixed"
