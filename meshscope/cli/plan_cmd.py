@@ -17,8 +17,7 @@ import click
 from meshscope.layouts.plan import CommModel, ModelSpec, Rates, plan
 from meshscope.layouts.plan.enumerate import ChoiceError, enumerate_candidates
 from meshscope.layouts.plan.job_candidates import job_candidates
-from meshscope.layouts.plan.job_step import (JobOptions, throughput_range_of,
-                                              uncertainty_of)
+from meshscope.layouts.plan.job_step import JobOptions, uncertainty_of
 from meshscope.layouts.plan.render import render_plan
 from meshscope.layouts.plan.devices import lookup
 from meshscope.layouts.plan.enumerate import divisors
@@ -628,8 +627,6 @@ def _print(p, as_json, detail, top) -> None:
     """Print the plan: as JSON with every term (its warnings on stderr), or as the text
     table (every term with ``detail``); ``top`` keeps the first N layouts. Returns
     nothing."""
-    if p.device is not None and p.throughput_range is None:
-        p.throughput_range = throughput_range_of(p.model, p.training)
     if as_json:
         for w in p.warnings:
             click.echo(f"meshscope: warning: {w}", err=True)

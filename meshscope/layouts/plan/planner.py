@@ -19,7 +19,7 @@ from meshscope.theory.schedules import bubble_fraction as theory_fraction
 from .candidate import Candidate
 from .comm_model import CommModel
 from .cost import Rates, StepEstimate, predict
-from .job_step import JobOptions, ThroughputRange, predict_job
+from .job_step import JobOptions, ThroughputRange, predict_job, throughput_range_of
 from .memory import MemoryEstimate, memory
 from .precision import Precision, precision_of
 from .spec import ModelSpec
@@ -82,7 +82,13 @@ class Plan:
     searched: tuple[str, ...] = ()            # the knobs searched within each layout
     fit_changes: list = dataclasses.field(default_factory=list)   # search.Change, none fits
     not_shown_over_memory: int = 0            # layouts of the search that fit no variant
-    throughput_range: ThroughputRange | None = None   # a MoE job's, instead of a point
+
+    @property
+    def throughput_range(self) -> ThroughputRange | None:
+        """A MoE GPU job's throughput range, instead of a point (``throughput_range_of``);
+        None without a device (no throughput) and for other jobs."""
+        return throughput_range_of(self.model, self.training) if self.device is not None \
+            else None
 
     def row(self, name: str) -> PlanRow | None:
         return next((r for r in self.rows if r.name == name), None)
