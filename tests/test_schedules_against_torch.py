@@ -16,12 +16,13 @@ stage's: the balanced case the closed form speaks of, ``theory/schedules.py``).
 What torch's orders say:
 
 - looped BFS: the bubble is ``(p−1)/(v·m+p−1)``, meshscope's closed form, in every case;
-- ZB1P, ZB-V and DualPipeV: the bubble is *not* 0, the closed form's "ideal": torch's orders
-  leave p − 1 chunk-forward slots idle — ``(p−1)/(3·v·m+p−1)`` (a third of what interleaving
-  alone leaves: ZB-H1's, Qi et al. 2024) for ZB1P at every m, and for ZB-V and DualPipeV
-  from m = 2p (DualPipeV refuses fewer microbatches than stages, 2p; ZB-V with m = p leaves
-  more). ``test_the_zero_bubble_closed_form_is_torchs`` holds the closed form to that and fails
-  until it is changed (a strict xfail: the lead decides; ``docs/testing.md``)."""
+- ZB1P, ZB-V and DualPipeV: the bubble is not 0: torch's orders leave p − 1 chunk-forward
+  slots idle — ``(p−1)/(3·v·m+p−1)`` (a third of what interleaving alone leaves: ZB-H1's,
+  Qi et al. 2024) for ZB1P from m = p, for DualPipeV (meshscope's layout check asks m ≥ 2p,
+  its stages) and for ZB-V from m = ⌈(3p−1)/2⌉; ZB-V below that leaves 4p − 2m − 2 slots
+  (its warm-up does not fill), ZB1P with m < p more than p − 1. The closed form
+  (``theory/schedules.idle_microbatches``) gives all of these but the last, where its p − 1 is
+  a lower bound; ``test_the_zero_bubble_closed_form_is_torchs`` holds it to torch's."""
 from __future__ import annotations
 
 import pytest
@@ -70,6 +71,13 @@ def _zero_bubble_cases():
             yield "dualpipev", p, m
 
 
+def _zbv_short_cases():
+    """ZB-V with fewer microbatches than 2p: from one microbatch up."""
+    for p in (2, 3, 4):
+        for m in range(1, 2 * p):
+            yield "zbv", p, m
+
+
 def test_torchs_zero_bubble_orders_leave_p_minus_1_forward_slots():
     """What torch's orders give (module docstring), for the record the closed form is held
     to below; ZB-V with m = p leaves more than p − 1 slots."""
@@ -83,10 +91,20 @@ def test_torchs_zero_bubble_orders_leave_p_minus_1_forward_slots():
     assert short / (1 - short) * 3 * 2 * 2 > 1 + 1e-9
 
 
-@pytest.mark.xfail(strict=True, reason="theory/schedules.bubble_fraction gives the zero-bubble "
-                   "schedules 0; torch's own orders leave p-1 chunk-forward slots (issue 52 "
-                   "item 3, docs/testing.md)")
 def test_the_zero_bubble_closed_form_is_torchs():
-    for schedule, p, m in _zero_bubble_cases():
+    for schedule, p, m in [*_zero_bubble_cases(), *_zbv_short_cases()]:
         torch_says = replayed_bubble(_torch_order(schedule, p, m, 2), p * 2, 0.5, 0.5, 0.5)
         assert bubble_fraction(schedule, p, m, 2) == pytest.approx(torch_says), (schedule, p, m)
+        assert analysis_theory(schedule, p, m, 2) == pytest.approx(torch_says), (schedule, p, m)
+    # ZB-V with m = p = 4 idles 6 chunk slots (4p − 2m − 2), twice p − 1
+    assert bubble_fraction("zbv", 4, 4, 2) == pytest.approx(6 / (3 * 2 * 4 + 6))
+
+
+def test_zb1p_with_fewer_microbatches_than_ranks_is_a_lower_bound():
+    """ZB1P with m < p: torch's warm-up leaves more than p − 1 slots; the closed form's p − 1
+    is below it (the module docstring), never above."""
+    for p in (3, 4):
+        for m in range(1, p):
+            torch_says = replayed_bubble(_torch_order("zero-bubble", p, m, 2), p * 2,
+                                         0.5, 0.5, 0.5)
+            assert 0 < bubble_fraction("zero-bubble", p, m, 2) < torch_says, (p, m)

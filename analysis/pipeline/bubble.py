@@ -11,8 +11,9 @@ charged for it, as in the schedule diagrams; time a rank spends before the pipel
 
 Theory, for p stages, m microbatches and v virtual stages per rank, as a fraction of the
 pipeline window (Huang et al., 2019; Narayanan et al., 2021): GPipe and 1F1B (p−1)/(m+p−1);
-interleaved 1F1B and looped BFS (p−1)/(v·m+p−1); zero-bubble schedules 0 when F, B and W are
-balanced (``meshscope/theory/schedules.py`` holds the closed forms).
+interleaved 1F1B and looped BFS (p−1)/(v·m+p−1); the zero-bubble schedules (ZB1P, ZB-V,
+DualPipeV) (p−1)/(3·v·m+p−1) when F, I and W are balanced, as torch's own orders leave
+(``meshscope/theory/schedules.py`` holds the closed forms and where each holds).
 
 ``bubble_table`` columns: rank, stage, step, window_start_us (the pipeline window's start, µs
 from the step's earliest start over all ranks — the origin of ``critical_path.parquet`` and

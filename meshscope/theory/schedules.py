@@ -7,18 +7,31 @@ microbatch goes down the ranks and back up. ``parallel.pipeline`` maps each name
 ``torch.distributed.pipelining`` class; everything that only validates, plans or analyses reads
 this table, so it never imports torch.
 
-**The bubble** (``bubble_fraction``). With p pipeline ranks, m microbatches and v stages per
-rank, when every forward and backward takes the same time (Narayanan et al., 2021, §2.2):
+**The bubble** (``bubble_fraction``, from ``idle_microbatches``). With p pipeline ranks, m
+microbatches and v stages per rank, when every forward and backward takes the same time
+(Narayanan et al., 2021, §2.2), a rank is idle for ``idle_microbatches`` times one microbatch's
+compute on it (forward and backward through all its layers) while it computes m of them; the
+bubble is that idle time over the step, idle/(m + idle):
 
-- GPipe (Huang et al., 2019) and 1F1B (PipeDream-Flush): the bubble is (p−1)/m of the ideal
-  time, i.e. (p−1)/(m+p−1) of the step — the first stage waits p−1 forward slots for the last
-  to start, and the last waits p−1 backward slots at the end;
+- GPipe (Huang et al., 2019) and 1F1B (PipeDream-Flush): p−1 microbatches, a bubble of
+  (p−1)/(m+p−1) — the first stage waits p−1 forward slots for the last to start, and the last
+  waits p−1 backward slots at the end;
 - interleaved 1F1B (Narayanan et al., 2021, §2.2.2) and looped BFS (Lamy-Poirier, 2023) loop
-  each microbatch v times round the ranks, so each slot is v times shorter:
-  (p−1)/(v·m+p−1);
+  each microbatch v times round the ranks, so each slot is v times shorter: (p−1)/v, a bubble
+  of (p−1)/(v·m+p−1);
 - the zero-bubble schedules (ZB1P, ZB-V; Qi et al., 2024) and DualPipeV (DeepSeek-V3 report,
-  2024) fill the bubble with the deferred weight-gradient work: 0 when forward, input-gradient
-  and weight-gradient times are balanced (on a real machine they are not, exactly).
+  2024) split the backward into its input gradient (I) and its weight gradient (W) and move
+  the W to fill the drain; with a chunk's F, I and W equal (a microbatch on a rank is 3·v
+  chunk slots), torch's own action orders (``torch.distributed.pipelining``, replayed in
+  ``tests/test_schedules_against_torch.py``) leave p−1 chunk-forward slots idle — (p−1)/(3v)
+  microbatches, a bubble of (p−1)/(3·v·m+p−1), ZB-H1's figure in Qi et al. 2024 (a third of
+  interleaving's). That holds for ZB1P from m = p, for DualPipeV (which needs m ≥ 2p), and for
+  ZB-V from m = ⌈(3p−1)/2⌉. Below that, ZB-V's order leaves 4p−2m−2 chunk slots (its warm-up
+  does not fill: p = 4, m = 4 leaves 6, not 3), which the function gives; ZB1P with m < p
+  leaves more than p−1 (torch's warm-up for fewer microbatches than ranks, a count that
+  depends on v), where the function's p−1 is a lower bound. When F, I and W are not equal the
+  idle time is (p−1)·(F + I − W) chunk time (Qi et al., §3), which the planner's calibrated
+  excess (``layouts/plan/calibrate.py``) and the analysis' measured bubble stand for.
 
 **Activations in flight** (``in_flight``): how many microbatches' activations a pipeline rank
 holds at its peak, the factor a stage's activation memory is multiplied by: all m for GPipe and
@@ -62,18 +75,31 @@ def stages_of_rank(rank: int, p: int, v: int, placement: str) -> list[int]:
     return [rank + i * p for i in range(v)]
 
 
-def bubble_fraction(schedule: str | None, p: int, m: int, v: int = 1) -> float:
-    """The schedule's bubble as a fraction of the pipeline's step time (0 without a pipeline,
-    p ≤ 1); ``ValueError`` for a schedule not in ``SCHEDULES``."""
+def idle_microbatches(schedule: str | None, p: int, m: int, v: int = 1) -> float:
+    """How long a pipeline rank is idle in a step, in microbatches' compute on that rank (the
+    module docstring): p−1, (p−1)/v, or the zero-bubble schedules' idle chunk-forward slots
+    over the 3·v slots of a microbatch; 0 without a pipeline (p ≤ 1); ``ValueError`` for a
+    schedule not in ``SCHEDULES``."""
     if p <= 1:
         return 0.0
     if schedule not in SCHEDULES:
         raise ValueError(f"unknown schedule {schedule!r} (known: {', '.join(SCHEDULES)})")
     if schedule in FILL_THEN_DRAIN:
-        return (p - 1) / (m + p - 1)
+        return float(p - 1)
     if schedule in INTERLEAVED:
-        return (p - 1) / (v * m + p - 1)
-    return 0.0  # zero-bubble, zbv, dualpipev: the ideal
+        return (p - 1) / v
+    idle_chunk_slots = p - 1
+    if schedule == "zbv":      # its warm-up leaves more below m = (3p−1)/2
+        idle_chunk_slots = max(p - 1, 4 * p - 2 * m - 2)
+    return idle_chunk_slots / (3 * v)
+
+
+def bubble_fraction(schedule: str | None, p: int, m: int, v: int = 1) -> float:
+    """The schedule's bubble as a fraction of the pipeline's step time, idle/(m + idle) with
+    ``idle_microbatches`` (0 without a pipeline, p ≤ 1); ``ValueError`` for a schedule not in
+    ``SCHEDULES``."""
+    idle = idle_microbatches(schedule, p, m, v)
+    return idle / (m + idle) if idle else 0.0
 
 
 def in_flight(schedule: str | None, p: int, m: int, v: int, rank: int) -> float:

@@ -19,10 +19,11 @@ p pipeline ranks, v stages per rank:
   bucket, FSDP's all-gathers are prefetched behind compute except the first of each pass.
   A calibrated ``exposure[dim]`` (measured exposed time / modelled transfer time) replaces
   these rules for a dimension the calibration run had.
-- **pipeline**: T = T_mb · (m + (p−1)/v · e) for the fill-and-drain schedules (GPipe, 1F1B,
-  interleaved 1F1B, looped BFS: the bubble (p−1)/(v·m+p−1) of ``bubble.py`` when e = 1; e is a
-  calibrated measured-over-theory excess), T = T_mb · m for the zero-bubble schedules, T_mb
-  the slowest rank's compute and blocking communication per microbatch.
+- **pipeline**: T = T_mb · (m + i · e), i the schedule's idle microbatches
+  (``theory/schedules.idle_microbatches``: p−1 for GPipe and 1F1B, (p−1)/v interleaved or
+  looped BFS, (p−1)/(3v) for the zero-bubble schedules — the bubble of ``bubble_fraction``
+  when e = 1; e is a calibrated measured-over-theory excess), T_mb the slowest rank's compute
+  and blocking communication per microbatch.
 - **step** = T + exposed data-parallel communication + optimizer (κ · local parameters · a
   calibrated or assumed cost per parameter, plus tensor parallelism's optimizer all-reduces)
   + a calibrated fixed overhead per step.
@@ -36,6 +37,7 @@ import dataclasses
 
 from meshscope.theory.flops import head_training_flops_per_token, layer_training_flops_per_token
 from meshscope.theory.schedules import bubble_fraction as theory_fraction
+from meshscope.theory.schedules import idle_microbatches
 
 from .candidate import Candidate
 from .comm_model import CommModel
@@ -248,11 +250,9 @@ def _rank_time(spec: ModelSpec, cand: Candidate, rates: Rates, comm: CommModel,
 
 def _pipeline_us(per_mb_us: float, cand: Candidate, rates: Rates) -> float:
     """The microbatches' time on the slowest rank through the schedule: ``per_mb_us`` × (m +
-    the calibrated fill and drain) for a schedule with a bubble, × m otherwise."""
+    the schedule's idle microbatches × the calibrated excess)."""
     m, p, v = cand.microbatches, cand.pp, cand.v
-    if p > 1 and theory_fraction(cand.schedule, p, m, v) > 0:
-        return per_mb_us * (m + (p - 1) / v * rates.bubble_excess)
-    return per_mb_us * m
+    return per_mb_us * (m + idle_microbatches(cand.schedule, p, m, v) * rates.bubble_excess)
 
 
 def exposed_comm_by_dim(blocking_us: dict[str, float], dp_us: float, opt_comm_us: float

@@ -17,8 +17,10 @@ For the slowest pipeline rank, with m microbatches, p pipeline ranks and v stage
    node), the two links at once. Hidden communication still slows
    the compute beside it by ``CONTENTION`` of its time (NCCL's kernels take SMs and memory
    bandwidth).
-3. **pipeline**: T_mb · (m + (p − 1)/v) for 1F1B, interleaved and GPipe (the bubble is the
-   second term), T_mb · m for the zero-bubble schedules.
+3. **pipeline**: T_mb · (m + i), i the schedule's idle microbatches
+   (``theory/schedules.idle_microbatches``: p − 1 for GPipe and 1F1B, (p − 1)/v interleaved,
+   (p − 1)/(3v) for the zero-bubble schedules, whose weight gradients fill all but p − 1
+   chunk-forward slots; the bubble is the second term).
 4. **optimizer**: the bytes the update reads and writes per local parameter (Adam in mixed
    precision: the fp32 gradient, master weight and two moments read and written, the 16-bit
    weight written) over the achieved memory bandwidth; on the host's with ``offload``.
@@ -32,7 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from meshscope.theory.schedules import bubble_fraction as theory_fraction
+from meshscope.theory.schedules import idle_microbatches
 
 from .candidate import Candidate
 from .cost import StepEstimate, exposed_comm_by_dim
@@ -334,8 +336,7 @@ def predict_job(spec: ModelSpec, cand: Candidate, t: Training, device: DeviceSpe
                 for r in range(p)]
     crit = max(per_rank, key=lambda x: x.t_mb_us)
     t_mb = crit.t_mb_us
-    fill = theory_fraction(cand.schedule, p, m, v) > 0 if p > 1 else False
-    pipe = t_mb * (m + ((p - 1) / v if fill else 0.0))
+    pipe = t_mb * (m + idle_microbatches(cand.schedule, p, m, v))
     bubble = pipe - t_mb * m
     tail = max(x.dp_us + x.dp_contention_us + x.optimizer_us + x.opt_comm_us
                for x in per_rank)
@@ -394,7 +395,7 @@ UNCERTAINTY = {"dense": 0.07, "fp8": 0.09, "moe": 0.24, "fsdp": 0.10}
 # The spread of the planner's error on the published reference set's MoE jobs, fitted rows
 # apart: the 10th and 90th percentile of predicted / published − 1
 # (``python bench/plan_accuracy.py --references`` prints them under the family table).
-MOE_ERROR_PERCENTILES = (-0.139, 1.713)
+MOE_ERROR_PERCENTILES = (-0.144, 1.713)
 MOE_RANGE_REASON = (
     "a dropless MoE layer waits on the host — a sync for its token counts each forward, "
     "then a few hundred small kernel launches — which the planner does not time (no public "

@@ -31,7 +31,7 @@ import bisect
 import dataclasses
 from typing import Callable
 
-from meshscope.theory.schedules import bubble_fraction as theory_fraction
+from meshscope.theory.schedules import idle_microbatches
 
 from .candidate import DP_MODES, ZERO_STAGE, Candidate
 from .devices import DeviceSpec
@@ -225,8 +225,7 @@ def step_lower_bound_us(spec: ModelSpec, c: Candidate, training: Training, devic
     mb = max(microbatch_work(spec, c, t, device, r, derate).compute_us
              for r in {0, c.pp - 1})
     p, m, v = c.pp, c.microbatches, c.v
-    fill = p > 1 and theory_fraction(c.schedule, p, m, v) > 0
-    return mb * (m + ((p - 1) / v if fill else 0.0)) + options.step_overhead_us
+    return mb * (m + idle_microbatches(c.schedule, p, m, v)) + options.step_overhead_us
 
 
 def fastest(cands: list[Candidate], bound_us: Callable[[Candidate], float],
