@@ -87,6 +87,12 @@ def test_the_last_stage_holds_the_output_head():
     novocab = whatif.stage_work_units(_pp_run(2, stage_layers=[[0, 1], [2, 3]],
                                               model={**_dense(4), "vocab_size": None}))
     assert novocab[0] == pytest.approx(placed[0]) and novocab[1] == pytest.approx(placed[0])
+    # key/value heads without query heads say nothing: one head, as many key/value heads
+    headless = {**_dense(4), "n_heads": None}
+    assert whatif.stage_work_units(_pp_run(2, stage_layers=[[0, 1], [2, 3]],
+                                           model={**headless, "n_kv_heads": 2})) == \
+        pytest.approx(whatif.stage_work_units(_pp_run(2, stage_layers=[[0, 1], [2, 3]],
+                                                      model=headless)))
 
 
 def test_an_moe_model_without_top_k_or_period_counts_top_2_every_layer():
