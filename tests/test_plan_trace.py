@@ -28,9 +28,10 @@ def meshscope(*args):
     return r.exit_code, r.stdout, r.stderr
 
 
-def _trace(path, kernel_us, *, shapes=True, device="NVIDIA H100 80GB HBM3"):
-    """One bf16 aten::mm of 4096³ whose kernel took ``kernel_us``, an fp32 one (not
-    counted), and two launches of 3 and 5 µs."""
+def _trace(path, kernel_us, *, shapes=True, device="NVIDIA H100 80GB HBM3", memset_us=0.0):
+    """One bf16 aten::mm of 4096³ whose kernel took ``kernel_us`` (after a memset of
+    ``memset_us`` it launched, when given), an fp32 one (not counted), and two launches of 3
+    and 5 µs."""
     args = {"External id": 1, "Input type": ["c10::BFloat16", "c10::BFloat16"]}
     if shapes:
         args["Input Dims"] = [[N, N], [N, N]]
@@ -49,6 +50,13 @@ def _trace(path, kernel_us, *, shapes=True, device="NVIDIA H100 80GB HBM3"):
         {"ph": "X", "cat": "kernel", "name": "sm90_xmma_gemm_f32", "pid": 0, "tid": 7,
          "ts": 520.0, "dur": 900.0, "args": {"correlation": 8}},
     ]
+    if memset_us:
+        events += [
+            {"ph": "X", "cat": "cuda_runtime", "name": "cudaMemsetAsync", "pid": 1, "tid": 1,
+             "ts": 105.0, "dur": 2.0, "args": {"correlation": 6}},
+            {"ph": "X", "cat": "gpu_memset", "name": "Memset (Device)", "pid": 0, "tid": 7,
+             "ts": 108.0, "dur": memset_us, "args": {"correlation": 6}}]
+    path.parent.mkdir(parents=True, exist_ok=True)
     with gzip.open(path, "wt") as f:
         json.dump({"traceEvents": events, "deviceProperties": [{"name": device}]}, f)
     return path
@@ -61,6 +69,24 @@ def test_a_hand_made_trace_measures_its_gemm_and_launches(tmp_path):
     assert t.gemm_flops / (t.gemm_kernel_us * 1e-6) == pytest.approx(FLOPS / 250e-6)
     assert t.launches == 2 and t.launch_host_us == pytest.approx(4.0)
     assert lookup(t.device_name).name == "H100-SXM"
+
+
+def test_a_memset_the_gemm_launched_is_its_time_in_the_report_and_the_plan(tmp_path):
+    """cuBLAS zeroes a split-K product's output with a cudaMemsetAsync inside the operator: the
+    one reading (the report's ``gemm_table``) counts it as the product's device time, in the
+    trace read by ``plan --from`` and in the report analysed from it alike (the corpus' H100
+    trace: 143 µs of memsets in 9.0 ms). The healthy neighbour: the fp32 product beside it,
+    with no memset, is not counted at all."""
+    from meshscope.analysis.gpu import kernels
+    from meshscope.analysis.report import analyze
+
+    path = _trace(tmp_path / "run" / "t.json.gz", 250.0, memset_us=10.0)
+    t = read_trace(path)
+    assert t.gemm_kernel_us == pytest.approx(260.0) and t.gemm_calls == 1
+    report = analyze.analyze(path.parent, workers=1).gpu.gemms
+    sixteen = report[report["dtype"] == "c10::BFloat16"]
+    assert sixteen["kernel_us"].sum() == pytest.approx(t.gemm_kernel_us)
+    assert kernels.gemm_shape("aten::mm", [[N, 64], [64, 32]]) == (N, 32, 64, 1)
 
 
 def test_the_trace_gemm_rate_replaces_the_curve_and_the_plan_says_so(tmp_path):
@@ -87,7 +113,7 @@ def test_the_corpus_h100_trace_calibrates_a_plan():
     """The corpus' H100 trace (Qwen1.5-0.5B, TraceLens): real bf16 GEMMs at a rate an H100
     can reach, and launches that cost the host microseconds."""
     t = read_trace(shared_trace(H100_TRACE))
-    assert "H100" in t.device_name and len(t.gemms) > 10
+    assert "H100" in t.device_name and t.gemm_calls > 10
     tflops = t.gemm_flops / (t.gemm_kernel_us * 1e-6) / 1e12
     assert 100 < tflops < lookup("H100").peak_bf16 / 1e12
     assert 1.0 < t.launch_host_us < 50.0

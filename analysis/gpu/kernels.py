@@ -37,6 +37,7 @@ peak). Rows are aggregated by (op, shapes, dtype): ``calls`` counts them.
 from __future__ import annotations
 
 import json
+import math
 import re
 
 import numpy as np
@@ -147,10 +148,12 @@ def category_totals(rank: int, dev: pd.DataFrame) -> pd.DataFrame:
     return g.assign(rank=rank)[["rank", "category", "count", "total_us"]]
 
 
-def gemm_flops(op: str, dims) -> float | None:
-    """2·M·N·K (times the batch) of one matrix-multiplication call from its ``Input Dims``;
-    None when the shapes do not fit the op (the trace's values are not trusted: any list of
-    lists of integers, or anything else, gives a number or None, never an error)."""
+def gemm_shape(op: str, dims) -> tuple[int, int, int, int] | None:
+    """(M, N, K, batch) of one matrix-multiplication call from its ``Input Dims``: the product
+    of an M×K and a K×N matrix, ``batch`` times (bmm, baddbmm; 1 otherwise; ``linear`` and
+    ``matmul`` fold the input's leading dimensions into M). None when the shapes do not fit
+    the op (the trace's values are not trusted: any list of lists of integers, or anything
+    else, gives a shape or None, never an error)."""
     if not isinstance(dims, list):
         return None
     shapes = []
@@ -167,11 +170,11 @@ def gemm_flops(op: str, dims) -> float | None:
     if op == "aten::mm" and len(shapes) >= 2 and mat(shapes[0]) and mat(shapes[1]) \
             and shapes[0][1] == shapes[1][0]:
         (m, k), n = shapes[0], shapes[1][1]
-        return 2.0 * m * n * k
+        return m, n, k, 1
     if op == "aten::addmm" and len(shapes) >= 3 and mat(shapes[1]) and mat(shapes[2]) \
             and shapes[1][1] == shapes[2][0]:
         (m, k), n = shapes[1], shapes[2][1]
-        return 2.0 * m * n * k
+        return m, n, k, 1
     if op in ("aten::bmm", "aten::baddbmm"):
         i = 0 if op == "aten::bmm" else 1
         if len(shapes) < i + 2:
@@ -179,17 +182,27 @@ def gemm_flops(op: str, dims) -> float | None:
         a, b = shapes[i], shapes[i + 1]
         if a is not None and b is not None and len(a) == 3 and len(b) == 3 \
                 and a[0] == b[0] and a[2] == b[1]:
-            return 2.0 * a[0] * a[1] * a[2] * b[2]
+            return a[1], b[2], a[2], a[0]
         return None
     if op == "aten::linear" and len(nonempty) >= 2 and mat(nonempty[1]) and nonempty[0] \
             and nonempty[0][-1] == nonempty[1][1]:
         x, w = nonempty[0], nonempty[1]
-        return 2.0 * float(np.prod(x[:-1])) * x[-1] * w[0]
+        return math.prod(x[:-1]), w[0], x[-1], 1
     if op == "aten::matmul" and len(nonempty) >= 2 and len(nonempty[0]) >= 2 \
             and len(nonempty[1]) == 2 and nonempty[0][-1] == nonempty[1][0]:
         x, w = nonempty[0], nonempty[1]
-        return 2.0 * float(np.prod(x[:-1])) * x[-1] * w[1]
+        return math.prod(x[:-1]), w[1], x[-1], 1
     return None
+
+
+def gemm_flops(op: str, dims) -> float | None:
+    """2·M·N·K (times the batch) of one matrix-multiplication call from its ``Input Dims``
+    (``gemm_shape``); None when the shapes do not fit the op."""
+    shape = gemm_shape(op, dims)
+    if shape is None:
+        return None
+    m, n, k, batch = shape
+    return 2.0 * m * n * k * batch
 
 
 def _innermost(ops: pd.DataFrame) -> pd.DataFrame:

@@ -263,7 +263,7 @@ def _trace_calibrated_device(path: pathlib.Path, dev: DeviceSpec | None,
     curves = {p: c.scaled(factor, f"{c.source}; × {factor:.3f} through the GEMMs of "
                                   f"{path.name}") for p, c in base.curves.items()}
     notes.append(f"replaced from {path.name} ({t.device_name or base.name}): the GEMM rate — "
-                 f"every GEMM curve × {factor:.3f}: its {len(t.gemms)} 16-bit GEMMs ran at "
+                 f"every GEMM curve × {factor:.3f}: its {t.gemm_calls} 16-bit GEMMs ran at "
                  f"{t.gemm_flops / (t.gemm_kernel_us * 1e-6) / 1e12:.0f} TFLOP/s (η "
                  f"{measured_eta:.3f} of the bf16 peak) where the curve expects η "
                  f"{expected_eta:.3f} at their shapes; the training derate still applies")

@@ -27,24 +27,23 @@ planned         the planner's number for the described layout (``StepEstimate``,
 ratio           measured / planned, where both are known and planned is not 0
 =============== =============================================================================
 
-``GEMMs`` is the time the trace's 16-bit matrix products took on the GPU against what the
-device's bf16 curve expects at the same shapes (``layouts.plan.trace_gemms``, the whole trace,
-not per step): ``plan --from`` the same trace scales every GEMM curve by planned / measured,
-so its factor is 1 / this ratio, and with ``--from`` given the ratio is close to 1, not 1
-(0.987 on the corpus' H100 trace: ``GemmCurve.scaled`` scales the curve's peak rate, not its
-fixed cost per product, which the measured times include).
+``GEMMs`` is the time the report's 16-bit matrix products took on the GPU (its ``gemms``
+table: the profiled steps) against what the device's bf16 curve expects at the same shapes
+(``layouts.plan.trace_gemms``, the one reading ``plan --from TRACE`` makes of the same trace,
+over the whole trace): ``plan --from`` the same trace scales every GEMM curve by planned /
+measured, so its factor is 1 / this ratio where the profiled steps hold the trace's GEMMs (the
+corpus' H100 trace), and with ``--from`` given the ratio is close to 1, not 1 (0.990 on the
+corpus' H100 trace: ``GemmCurve.scaled`` scales the curve's peak rate, not its fixed cost per
+product, which the measured times include).
 """
 from __future__ import annotations
 
 import dataclasses
 import functools
-import os
-import pathlib
 
 from meshscope.analysis.compare import Side
 from meshscope.analysis.compare.quantities import unattributed
 from meshscope.analysis.compare.ranking import Predicted, RunRow
-from meshscope.collectors.run_dir import NOT_TRACES, TRACE_SUFFIXES, TRACES
 from meshscope.layouts.ranked import predicted_of
 from meshscope.vocabulary import COMM_DIMS, PARALLEL_DIMS
 
@@ -130,59 +129,28 @@ class JobVsPlan:
 NO_DEVICE = "no --device (memory and traffic only)"
 
 
-def trace_files(folder: pathlib.Path) -> list[pathlib.Path]:
-    """The Kineto traces in ``folder`` or its ``traces/`` folder (as analyse finds them
-    there; meshscope's own JSON files are not traces)."""
-    out = []
-    for d in (folder, folder / TRACES):
-        try:
-            with os.scandir(d) as it:
-                out += [pathlib.Path(e.path) for e in it
-                        if e.name.endswith(TRACE_SUFFIXES) and e.name not in NOT_TRACES
-                        and e.is_file()]
-        except OSError:
-            continue
-    return sorted(out)
-
-
 def _gemms(side: Side, job: JobDescription) -> TermRow:
-    """The trace's 16-bit GEMMs: their kernels' time against the (calibrated) device curve's
-    at their shapes."""
-    from meshscope.layouts.plan.trace_gemms import SIXTEEN_BIT, TraceError, read_trace
+    """The report's 16-bit GEMMs (its ``gemms`` table, the one reading ``plan --from TRACE``
+    makes too: ``layouts.plan.trace_gemms``): their kernels' time against the (calibrated)
+    device curve's at their shapes."""
+    from meshscope.layouts.plan.trace_gemms import expected_gemm_us, gemms_of_table
 
-    label = "GEMMs (whole trace)"
+    label = "GEMMs"
     if job.device is None:
         return TermRow(label, "us", None, None, not_planned=NO_DEVICE)
-    unshaped = TermRow(label, "us", None, None,
-                       not_measured="no 16-bit aten::mm / addmm / bmm with input shapes and "
-                                    "kernels (record the trace with record_shapes=True)",
-                       not_planned="nothing measured to plan")
-    if side.has_table("gemms") and "dtype" in side.table("gemms") \
-            and not side.table("gemms")["dtype"].isin(SIXTEEN_BIT).any():
-        return unshaped         # the report's GEMM table has none: no trace read again
-    # the compared folder, or for a report folder the run's beside it or the one its
-    # summary names (``source``)
-    folders = [pathlib.Path(side.path), pathlib.Path(side.report_dir).parent]
-    if side.summary.source:
-        folders.append(pathlib.Path(side.summary.source))
-    files = next((f for f in map(trace_files, folders) if f), [])
-    if not files:
+    if not side.has_table("gemms"):
         return TermRow(label, "us", None, None,
-                       not_measured=f"no trace file in {side.path} or the folder its report "
-                                    f"names",
+                       not_measured="the report has no GEMM table (written by an older "
+                                    "meshscope: analyse the traces again)",
                        not_planned="nothing measured to plan")
-    measured = planned = 0.0
-    curve, peak = job.device.curve("bf16"), job.device.peak_flops["bf16"]
-    for f in files:
-        try:
-            t = read_trace(f)
-        except TraceError:
-            continue
-        measured += t.gemm_kernel_us
-        planned += sum(curve.time_us(g.m, g.n, g.k, peak) * g.count for g in t.gemms)
+    gemms = gemms_of_table(side.table("gemms"))
+    measured = sum(g.kernel_us for g in gemms)
     if not measured:
-        return unshaped
-    return TermRow(label, "us", measured, planned)
+        return TermRow(label, "us", None, None,
+                       not_measured="no 16-bit matrix products with input shapes and kernels "
+                                    "(record the trace with record_shapes=True)",
+                       not_planned="nothing measured to plan")
+    return TermRow(label, "us", measured, expected_gemm_us(gemms, job.device))
 
 
 def job_vs_plan(side: Side, row: RunRow, job: JobDescription) -> JobVsPlan:

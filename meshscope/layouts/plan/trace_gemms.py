@@ -1,13 +1,17 @@
-"""The GEMMs and kernel launches of anyone's Kineto trace, for ``plan --from TRACE``.
+"""The GEMMs and kernel launches of anyone's Kineto trace, for ``plan --from TRACE`` and the
+GEMMs term of ``compare --detail`` (``layouts/job_vs_plan.py``).
 
-A PyTorch profiler trace recorded with ``record_shapes=True`` names each matrix product's
-operator (``aten::mm``, ``aten::addmm``, ``aten::bmm``) with its input shapes; the CUDA runtime
-call that launched its kernel lies inside the operator on the same thread, and shares its
-``correlation`` with the kernel on the GPU. From those:
+One reading of a trace's matrix products: the analysis' own (``analysis/gpu/kernels.py``:
+``gemm_table``, the report's ``gemms`` table, with ``gemm_shape`` for each product's M, N, K).
+A trace file is read by the analysis' ingest and ``gemm_table`` runs over its device events —
+the whole trace, where the report's table keeps the profiled steps' windows (on the corpus'
+H100 trace they hold the same 168 products); a report's table is read as it is
+(``gemms_of_table``). From it:
 
-- each GEMM's M, N, K (``Input Dims``) and its kernels' time on the GPU: the achieved GEMM
-  rate, held against what the device's curve expects at the same shapes
-  (``gemm_rate_factor``) — the factor the plan's GEMM curves are scaled by;
+- each 16-bit GEMM's M, N, K and its kernels' time on the GPU — every device operation its
+  operator launched, by correlation, the memsets cuBLAS issues before a split-K product among
+  them: the achieved GEMM rate, held against what the device's curve expects at the same
+  shapes (``gemm_rate_factor``), the factor the plan's GEMM curves are scaled by;
 - the host's time per kernel launch (``cudaLaunchKernel`` and its variants): measured and
   reported; the planner has no host-launch term it could replace with it (yet).
 
@@ -15,15 +19,16 @@ Only 16-bit GEMMs are counted (they calibrate the bf16 curve the plan's bf16 GEM
 """
 from __future__ import annotations
 
-import bisect
 import dataclasses
-import gzip
 import json
 import pathlib
+from typing import TYPE_CHECKING
 
 from .devices import DeviceSpec
 
-GEMM_OPS = {"aten::mm", "aten::addmm", "aten::bmm"}
+if TYPE_CHECKING:
+    import pandas as pd
+
 LAUNCHES = {"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
             "hipLaunchKernel", "hipExtModuleLaunchKernel"}
 SIXTEEN_BIT = {"c10::BFloat16", "c10::Half"}
@@ -38,8 +43,9 @@ class TraceGemm:
     m: int
     n: int
     k: int
-    count: int          # batch (bmm) products
-    kernel_us: float    # its kernels' time on the GPU
+    count: int          # products of this shape: calls × batch
+    kernel_us: float    # their kernels' time on the GPU
+    calls: int = 1      # operator calls
 
     @property
     def flops(self) -> float:
@@ -63,87 +69,63 @@ class TraceMeasures:
     def gemm_flops(self) -> float:
         return sum(g.flops for g in self.gemms)
 
-
-def _shape(name: str, dims: list) -> tuple[int, int, int, int] | None:
-    """(M, N, K, batch) of a GEMM operator's ``Input Dims``; None when they are not 2-D
-    (3-D for bmm) matrices that multiply."""
-    try:
-        if name == "aten::addmm":
-            dims = dims[1:3]
-        a, b = dims[0], dims[1]
-        if name == "aten::bmm":
-            (ba, m, k), (bb, k2, n) = a, b
-            return (m, n, k, ba) if ba == bb and k == k2 else None
-        (m, k), (k2, n) = a, b
-        return (m, n, k, 1) if k == k2 else None
-    except (TypeError, ValueError, IndexError):
-        return None
+    @property
+    def gemm_calls(self) -> int:
+        return sum(g.calls for g in self.gemms)
 
 
-def _events(path: pathlib.Path) -> tuple[list[dict], dict]:
-    try:
-        opener = gzip.open if path.name.endswith(".gz") else open
-        with opener(path, "rt") as f:
-            doc = json.load(f)
-    except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise TraceError(f"{path}: not a readable Kineto trace ({e})") from e
-    if isinstance(doc, list):
-        return doc, {}
-    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
-        raise TraceError(f"{path}: no traceEvents list (not a Kineto trace)")
-    return doc["traceEvents"], doc
+def gemms_of_table(table: pd.DataFrame) -> tuple[TraceGemm, ...]:
+    """The 16-bit rows of a ``gemm_table`` (the report's ``gemms`` table, or one made here
+    from a trace) as ``TraceGemm``: each row's shape from its op and ``shapes``
+    (``kernels.gemm_shape``), its calls and kernel time."""
+    # the analysis (pandas, the trace reader) loads when a trace or table is read, not with
+    # the CLI (``meshscope --help`` imports plan's inputs)
+    from meshscope.analysis.gpu import kernels
+
+    out = []
+    for op, shapes, dtype, calls, kernel_us in zip(table["op"], table["shapes"],
+                                                   table["dtype"], table["calls"],
+                                                   table["kernel_us"]):
+        if dtype not in SIXTEEN_BIT:
+            continue
+        shape = kernels.gemm_shape(op, json.loads(shapes))
+        if shape is None:
+            continue
+        m, n, k, batch = shape
+        out.append(TraceGemm(m, n, k, int(calls) * batch, float(kernel_us), int(calls)))
+    return tuple(out)
 
 
 def read_trace(path: pathlib.Path) -> TraceMeasures:
-    """The 16-bit GEMMs with their kernel time, and the launches' host time, of a trace."""
-    events, doc = _events(path)
-    kernel_us: dict[object, float] = {}
-    launches: dict[tuple[object, object], list[tuple[float, object]]] = {}
-    host = []
-    ops = []
-    for e in events:
-        if not isinstance(e, dict) or e.get("ph") != "X":
-            continue
-        cat, name, args = e.get("cat"), e.get("name"), e.get("args") or {}
-        if cat == "kernel" and "correlation" in args:
-            kernel_us[args["correlation"]] = kernel_us.get(args["correlation"], 0.0) \
-                + float(e.get("dur", 0.0))
-        elif cat in ("cuda_runtime", "cuda_driver") and name in LAUNCHES:
-            host.append(float(e.get("dur", 0.0)))
-            launches.setdefault((e.get("pid"), e.get("tid")), []).append(
-                (float(e.get("ts", 0.0)), args.get("correlation")))
-        elif cat == "cpu_op" and name in GEMM_OPS:
-            ops.append(e)
-    for lst in launches.values():
-        lst.sort(key=lambda x: x[0])
-    starts = {key: [x[0] for x in lst] for key, lst in launches.items()}
-    gemms = []
-    for op in ops:
-        args = op.get("args") or {}
-        types = args.get("Input type") or []
-        if not any(t in SIXTEEN_BIT for t in types):
-            continue
-        shape = _shape(op["name"], args.get("Input Dims") or [])
-        thread = (op.get("pid"), op.get("tid"))
-        lst = launches.get(thread, [])
-        if shape is None or not lst:
-            continue
-        start = float(op.get("ts", 0.0))
-        end = start + float(op.get("dur", 0.0))
-        i = bisect.bisect_left(starts[thread], start)
-        us = 0.0
-        while i < len(lst) and lst[i][0] <= end:
-            us += kernel_us.get(lst[i][1], 0.0)
-            i += 1
-        if us > 0:
-            m, n, k, b = shape
-            gemms.append(TraceGemm(m, n, k, b, us))
-    props = doc.get("deviceProperties") if isinstance(doc, dict) else None
-    device = props[0].get("name") if isinstance(props, list) and props and \
-        isinstance(props[0], dict) else None
-    return TraceMeasures(path=str(path), device_name=device, gemms=tuple(gemms),
-                         launches=len(host),
-                         launch_host_us=sum(host) / len(host) if host else 0.0)
+    """The 16-bit GEMMs with their kernel time (the report's ``gemm_table`` over the whole
+    trace), and the launches' host time, of a trace file."""
+    from meshscope.analysis.errors import InputError
+    from meshscope.analysis.gpu import host_activity, kernels
+    from meshscope.analysis.ingest.events import load_trace
+    from meshscope.analysis.report.rank_work import device_name
+
+    try:
+        trace = load_trace(pathlib.Path(path))
+    except InputError as e:
+        raise TraceError(f"{path}: not a readable Kineto trace ({e})") from e
+    ev = trace.events
+    device = ev["device"].to_numpy()
+    dev, host = ev[device], ev[~device]
+    runtime = host[(host["correlation"] >= 0) & host["cat"].isin(host_activity.RUNTIME_CATS)]
+    table = kernels.gemm_table(trace.rank, host[host["name"].isin(kernels.GEMM_OPS)], dev,
+                               runtime[["lane", "ts_us", "end_us", "correlation"]],
+                               device_name(trace.meta))
+    launch_us = runtime.loc[runtime["name"].isin(LAUNCHES), "end_us"] \
+        - runtime.loc[runtime["name"].isin(LAUNCHES), "ts_us"]
+    return TraceMeasures(path=str(path), device_name=device_name(trace.meta),
+                         gemms=gemms_of_table(table), launches=len(launch_us),
+                         launch_host_us=float(launch_us.mean()) if len(launch_us) else 0.0)
+
+
+def expected_gemm_us(gemms: tuple[TraceGemm, ...], dev: DeviceSpec) -> float:
+    """What the device's bf16 curve expects the GEMMs to take, at their shapes."""
+    curve, peak = dev.curve("bf16"), dev.peak_flops["bf16"]
+    return sum(curve.time_us(g.m, g.n, g.k, peak) * g.count for g in gemms)
 
 
 def gemm_rate_factor(t: TraceMeasures, dev: DeviceSpec) -> tuple[float, float, float]:
@@ -151,10 +133,11 @@ def gemm_rate_factor(t: TraceMeasures, dev: DeviceSpec) -> tuple[float, float, f
     curve's at the same GEMMs): the bf16 curve's time for the trace's GEMMs, at their shapes,
     over the time their kernels took. Raises TraceError without 16-bit GEMMs."""
     if not t.gemms:
-        raise TraceError(f"{t.path}: no 16-bit aten::mm / addmm / bmm with input shapes and "
-                         f"kernels (record the trace with record_shapes=True)")
-    curve, peak = dev.curve("bf16"), dev.peak_flops["bf16"]
-    expected_us = sum(curve.time_us(g.m, g.n, g.k, peak) * g.count for g in t.gemms)
+        raise TraceError(f"{t.path}: no 16-bit matrix products (aten::mm, addmm, bmm, "
+                         f"linear, …) with input shapes and kernels (record the trace with "
+                         f"record_shapes=True)")
+    peak = dev.peak_flops["bf16"]
+    expected_us = expected_gemm_us(t.gemms, dev)
     measured = t.gemm_flops / (t.gemm_kernel_us * 1e-6) / peak
     expected = t.gemm_flops / (expected_us * 1e-6) / peak
     return expected_us / t.gemm_kernel_us, measured, expected
