@@ -5,7 +5,7 @@ microbatch forward), ``fixed-work=R:MS`` (rank R's stage waits MS milliseconds i
 microbatch's forward and again in its backward — split evenly over its model chunks when it
 holds several, as in an interleaved schedule: with a small model, stage work that is a fixed
 wait, equal on every stage whatever else the machine runs — how tests whose premise is equal
-stage times get it), ``hang=R:STEP`` (at step STEP every rank joins one extra all-reduce on the
+stage times get it; several for one rank add up to one wait), ``hang=R:STEP`` (at step STEP every rank joins one extra all-reduce on the
 world group except rank R, so the others wait until the collective timeout),
 ``crash=R:STEP`` (rank R raises at the start of step STEP) and ``desync=R:STEP`` (at step STEP
 every rank joins one extra ``all_to_all_single`` on the world group, sending 2 rows to every
@@ -15,6 +15,21 @@ exactly what only the Flight Recorder can show) and ``leak=R:MB`` (rank R keeps 
 mebibytes at every step: at the start of each step it allocates a tensor of MB MiB, zeroed,
 and keeps it to the end of the run — a leak of a known size, step after step, that the
 memory analysis must name and its healthy twin must not). Several may be given.
+
+Two more move one part of a step by a known amount (issue 52: compare's oracle on real runs):
+
+- ``loader-sleep=R:MS`` — rank R's batch fetch sleeps MS milliseconds every step (the host
+  waiting for its data loader), inside the range PyTorch's DataLoader records
+  (``LOADER_RANGE``) and no operator: within the step's ``ProfilerStep`` window, before any of
+  the step's work — on CPU the step breakdown's ``idle``, on a GPU its data-loader idle. (The
+  step timer starts after the fetch, parallel/worker.py, so the timers' step time does not
+  hold it.)
+- ``dp-all-reduce=R:KIB`` — every rank of rank R's data-parallel group joins one extra
+  ``all_reduce`` of KIB KiB (float32) on that group at the start of every step, before the
+  pipeline starts: communication outside any pipeline window, so the breakdown's exposed ``dp``
+  communication grows by its duration (a larger gradient all-reduce, of a size one can state).
+  Give it once per dp group (``dp-all-reduce=0:N``, ``dp-all-reduce=2:N`` for dp=2,pp=2); a
+  layout without data parallelism refuses it.
 
 Three more make, on CPU, the hang causes a CPU job can have (issue 47), each at step STEP on the
 world group, through collectives every rank joins at the start of the step, so that each is a
@@ -50,10 +65,11 @@ if TYPE_CHECKING:
 # before anything imports torch (parallel/options.py).
 
 KINDS = ("slow-rank", "fixed-work", "hang", "crash", "desync", "leak", "size-mismatch",
-         "order-divergence", "host-stall")
+         "order-divergence", "host-stall", "loader-sleep", "dp-all-reduce")
 # How each is written on the command line (the help of ``--inject`` and its error).
 FORMS = ("slow-rank=R:MS, fixed-work=R:MS, hang=R:STEP, crash=R:STEP, desync=R:STEP, "
-         "leak=R:MB, size-mismatch=R:STEP, order-divergence=R:STEP or host-stall=R:STEP")
+         "leak=R:MB, size-mismatch=R:STEP, order-divergence=R:STEP, host-stall=R:STEP, "
+         "loader-sleep=R:MS or dp-all-reduce=R:KIB")
 # host-stall: how many group timeouts the stalled rank waits for its lock before it gives up
 # (its peers time out after one; the launcher stops it long before it would).
 HOST_STALL_FACTOR = 3
@@ -63,7 +79,8 @@ HOST_STALL_FACTOR = 3
 class Fault:
     kind: str
     rank: int
-    value: int  # milliseconds for slow-rank and fixed-work, MiB for leak, a step for the others
+    value: int  # milliseconds for slow-rank, fixed-work and loader-sleep, MiB for leak, KiB for
+    #             dp-all-reduce, a step for the others
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -80,6 +97,10 @@ def parse_fault(text: str) -> Fault:
         raise ValueError(f"--inject {text!r}: rank and value must be integers") from None
     if fault.kind == "leak" and fault.value < 1:
         raise ValueError(f"--inject {text!r}: a leak keeps at least 1 MiB a step")
+    if fault.kind == "loader-sleep" and fault.value < 1:
+        raise ValueError(f"--inject {text!r}: a loader sleep lasts at least 1 ms a step")
+    if fault.kind == "dp-all-reduce" and fault.value < 1:
+        raise ValueError(f"--inject {text!r}: the extra all-reduce holds at least 1 KiB")
     return fault
 
 
@@ -99,8 +120,11 @@ def install_module_faults(faults: list[Fault], rank: int, module: torch.nn.Modul
         if f.kind == "slow-rank" and f.rank == rank and chunk == 0:
             delay = f.value / 1000.0
             module.register_forward_pre_hook(lambda *_: time.sleep(delay))
-        if f.kind == "fixed-work" and f.rank == rank:
-            _install_fixed_work(module, f.value / 1000.0 / n_chunks)
+    # Several fixed-work entries of one rank add up to one wait, so that a run adding fixed
+    # work to another's sleeps as often as it (each sleep ends a little late on a busy host).
+    fixed_ms = sum(f.value for f in faults if f.kind == "fixed-work" and f.rank == rank)
+    if fixed_ms:
+        _install_fixed_work(module, fixed_ms / 1000.0 / n_chunks)
 
 
 def _install_fixed_work(module: torch.nn.Module, delay: float) -> None:
@@ -121,18 +145,41 @@ def _install_fixed_work(module: torch.nn.Module, delay: float) -> None:
     module.register_forward_hook(after_forward)
 
 
+# The profiler range PyTorch's DataLoader puts around each fetch (``enumerate(DataLoader)#…``):
+# an annotation, not work — on a GPU the idle it leaves is the data loader's
+# (analysis/gpu/host_activity.py), on CPU the breakdown's idle.
+LOADER_RANGE = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+
+
+def in_batch_fetch(faults: list[Fault], rank: int) -> None:
+    """Where the worker fetches a step's batch: rank ``rank``'s data loader keeps it waiting
+    as injected (``loader-sleep``), a sleep inside ``LOADER_RANGE`` and no operator."""
+    ms = sum(f.value for f in faults if f.kind == "loader-sleep" and f.rank == rank)
+    if ms:
+        from torch.profiler import record_function
+
+        with record_function(LOADER_RANGE):
+            time.sleep(ms / 1000.0)
+
+
 # What an injected leak keeps: never freed while the rank runs.
 _LEAKED: list = []
 
 
 def before_step(faults: list[Fault], rank: int, step: int, device: torch.device, *,
-                timeout_s: float = 300.0) -> None:
-    """Crash, hang, desynchronise, leak, mismatch, diverge or stall as injected for this rank
-    and step; ``timeout_s`` is the process groups' timeout (how long a host stall lasts)."""
+                timeout_s: float = 300.0, dp_group=None) -> None:
+    """Crash, hang, desynchronise, leak, mismatch, diverge, stall or all-reduce more as injected
+    for this rank and step; ``timeout_s`` is the process groups' timeout (how long a host stall
+    lasts), ``dp_group`` this rank's data-parallel group (``dp-all-reduce``; None without data
+    parallelism, where ``options.check`` refuses that fault)."""
     import torch
     import torch.distributed as dist
 
+    dp_ranks = dist.get_process_group_ranks(dp_group) if dp_group is not None else []
     for f in faults:
+        if f.kind == "dp-all-reduce" and f.rank in dp_ranks:
+            # KiB of float32: 256 elements each
+            dist.all_reduce(torch.zeros(f.value * 256, device=device), group=dp_group)
         if f.kind == "leak" and f.rank == rank:
             _LEAKED.append(torch.zeros(f.value << 20, dtype=torch.uint8, device=device))
         if f.kind == "crash" and f.rank == rank and f.value == step:

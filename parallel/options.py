@@ -70,6 +70,9 @@ def check(opts: RunOptions) -> None:
         if not 0 <= f.rank < world:
             raise LayoutError(f"--inject {f.kind}={f.rank}:{f.value}: rank {f.rank} is not in "
                               f"0..{world - 1}")
+        if f.kind == "dp-all-reduce" and opts.layout.size("dp") < 2:
+            raise LayoutError(f"--inject {f.kind}={f.rank}:{f.value}: layout {opts.layout} has "
+                              "no data parallelism (dp=1): no dp group to all-reduce on")
     if opts.nnodes < 1 or world % opts.nnodes:
         raise LayoutError(f"--nnodes {opts.nnodes} must divide the world size {world}")
     if opts.nproc_per_node is not None and opts.nproc_per_node * opts.nnodes != world:

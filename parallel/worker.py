@@ -31,7 +31,7 @@ from meshscope.collectors.step_timer import StepTimer
 from .build import RankModel, build_rank_model, local_batch
 from .data import global_batch
 from .data_parallel import no_sync, sync_expert_grads
-from .faults import before_step
+from .faults import before_step, in_batch_fetch
 from .model import lm_loss
 from .options import WorkerConfig
 from .process_exit import leave_now
@@ -136,6 +136,7 @@ def _main(config_path: str) -> None:
                                   group=rm.mesh["pp"].get_group(), schedule=conf.schedule,
                                   microbatches=conf.microbatches, loss_fn=lm_loss)
     dp_cp = layout.size("dp") * layout.size("cp")
+    dp_group = rm.mesh["dp"].get_group() if layout.size("dp") > 1 else None  # dp-all-reduce
     # With the always-on collectors off (only to measure their cost) the timers write once at
     # the end and the Flight Recorder keeps nothing.
     timer = StepTimer(steps_path(run_dir, rank), rank, cuda=device.type == "cuda",
@@ -157,12 +158,14 @@ def _main(config_path: str) -> None:
             for step in range(conf.steps):
                 x, y = global_batch(conf.seed, step, conf.global_batch, cfg.seq_len,
                                     cfg.vocab_size)
+                in_batch_fetch(faults, rank)
                 x, y = (local_batch(t, layout, rm.coords).to(device) for t in (x, y))
                 at_step_start(prof, step, conf.profile_steps)
                 if conf.memory_snapshot:
                     memory_snapshot.at_step_start(step, conf.profile_steps, device)
                 timer.start()
-                before_step(faults, rank, step, device, timeout_s=conf.timeout_s)
+                before_step(faults, rank, step, device, timeout_s=conf.timeout_s,
+                            dp_group=dp_group)
                 opt.zero_grad(set_to_none=True)
                 with timer.phase("fwd_bwd"), record_function(annotations.PIPELINE):
                     if schedule is None:
