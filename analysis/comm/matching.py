@@ -67,6 +67,9 @@ COLLECTIVE_COLUMNS = ["match_id", "pg_ranks", "dim", "step", "op", "seq", "k", "
 P2P_COLUMNS = ["match_id", "src", "dst", "step", "k", "dim", "send_us", "recv_us",
                "completion_us", "after_last_us", "send_wait_us", "recv_wait_us", "transfer_us",
                "msg_bytes"]
+#: Columns held as shared Python strings (an object column) while the analysis runs and
+#: written as text (pandas' ``str``), as they were before they were shared (``_ids``).
+WRITTEN_AS_TEXT = ("match_id",)
 #: Instance sources whose executing span is a device kernel that runs only while the message
 #: moves (once both sides' kernels are there): the only spans a p2p transfer can be read from.
 KERNEL_SOURCES = ("nccl", "custom-kernel")
@@ -125,10 +128,18 @@ def _seq_groups(inst: pd.DataFrame, groups: np.ndarray) -> set[str]:
     return set(complete[complete].index)
 
 
-def _ids(inst: pd.DataFrame, groups: np.ndarray, by_seq: set[str]) -> list[str]:
+def _ids(inst: pd.DataFrame, groups: np.ndarray, by_seq: set[str]) -> pd.Series:
     """Every row's match id: ``GROUP|seq=N`` for a group matched by sequence number,
     ``GROUP|STEP|OP|K`` for one matched by order, ``SRC>DST|STEP|K`` for a send or recv (""
-    when its peer is unknown)."""
+    when its peer is unknown).
+
+    One Python string per distinct id, shared by every rank's row of that instance (an
+    object column, like ``pg_ranks``): an id names its group (up to ~80 characters,
+    ``group_token``), and as text of its own in every row it was that many bytes a row in
+    each table that carries it (instances, bandwidth) — about 1 MB a rank of 16,160
+    collectives each, where a shared id costs a pointer a row (issue 51).
+    ``WRITTEN_AS_TEXT`` turns it back into text where the report is written."""
+    shared: dict[str, str] = {}
     ids = []
     for group, p2p, seq, step, op, k, rank, peer in zip(
             groups, inst["p2p"], inst["seq"], inst["step"], inst["op"], inst["k"],
@@ -138,12 +149,13 @@ def _ids(inst: pd.DataFrame, groups: np.ndarray, by_seq: set[str]) -> list[str]:
                 ids.append("")
                 continue
             src, dst = (rank, int(peer)) if op == "send" else (int(peer), rank)
-            ids.append(f"{src}>{dst}|{step}|{k}")
+            mid = f"{src}>{dst}|{step}|{k}"
         elif group in by_seq:
-            ids.append(f"{group}|seq={int(seq)}")
+            mid = f"{group}|seq={int(seq)}"
         else:
-            ids.append(f"{group}|{step}|{op}|{k}")
-    return ids
+            mid = f"{group}|{step}|{op}|{k}"
+        ids.append(shared.setdefault(mid, mid))
+    return pd.Series(ids, index=inst.index, dtype=object)
 
 
 def _world_fallback(inst: pd.DataFrame, ranks: list[int], trace_world: int | None

@@ -45,7 +45,7 @@ import pandas as pd
 from meshscope.analysis.comm import bandwidth_report, dims, instances, matching
 from meshscope.analysis.crossrank import clocks, program, whatif
 from meshscope.analysis.errors import InputError
-from meshscope.analysis.ingest import budgets
+from meshscope.analysis.ingest import allocator, budgets
 from meshscope.analysis.memory import gather as memory_gather
 from meshscope.analysis.pipeline import bubble, schedule
 from meshscope.analysis.records import steps as step_records
@@ -212,9 +212,14 @@ def _cross_rank(stage: RankStage, layout_map, options: AnalysisOptions) -> Repor
     # costed from its own timeline, device_findings).
     matchable = not matched.why_not and len(matched.instances) > 0 and len(ranks) > 1
     aligned = _aligned(results, matched.instances, ranks, matchable, stage.store)
+    # The instance table on the ranks' own clocks is replaced by ``aligned.instances``: let
+    # it go rather than hold every rank's rows twice (issue 51).
+    matched = dataclasses.replace(matched, instances=aligned.instances)
+    allocator.trim()        # what matching and aligning freed, given back (issue 51)
     tables = _step_tables(aligned.timelines, results, inp.run, ranks)
     recs = records_of(inp, options.warmup_steps)
     wi = _whatif(aligned, inp.run, recs.records) if matchable else None
+    allocator.trim()
     replayed = wi.step_time_us if wi is not None and np.isfinite(wi.step_time_us) else None
     st = summary.step_time(recs.throughput_summary, replayed, tables.breakdown)
     resolution = wi.resolution_us if wi is not None else whatif.resolution(

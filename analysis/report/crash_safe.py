@@ -17,6 +17,7 @@ from typing import Callable, Iterable
 import pandas as pd
 
 from meshscope.analysis.errors import InputError
+from meshscope.analysis.comm import matching
 from meshscope.analysis.report import reuse
 from meshscope.analysis.report import target as report_target
 from meshscope.analysis.report import tables as report_tables
@@ -161,9 +162,14 @@ def remove_leftovers(out: pathlib.Path) -> None:
 
 
 def _parquet_safe(df: pd.DataFrame) -> pd.DataFrame:
-    """Columns of mixed Python objects (lists, dicts) as JSON text, so parquet can hold them.
-    A shallow copy: only the columns that change are new (``df`` is left as it is)."""
+    """Columns of mixed Python objects (lists, dicts) as JSON text, so parquet can hold them;
+    the columns held as shared Python strings (``matching.WRITTEN_AS_TEXT``) as the text
+    they are written as. A shallow copy: only the columns that change are new (``df`` is
+    left as it is)."""
     out = df.copy(deep=False)
+    for col in matching.WRITTEN_AS_TEXT:
+        if col in out.columns and len(out) and out[col].dtype == object:
+            out[col] = out[col].astype("str")
     for col in out.columns:
         if out[col].dtype == object and out[col].map(
                 lambda v: isinstance(v, (list, dict, tuple))).any():

@@ -16,6 +16,15 @@ default pool had begun). The command line calls it before it imports the analysi
 API leaves its caller's process as it is (ingest alone switches pools while it builds an event
 table: ``analysis.ingest.events.parse_events``). A pool the user chose with
 ``ARROW_DEFAULT_MEMORY_POOL`` is left alone.
+
+``return_large_blocks()`` (called with it) makes the C library map every block of
+``MMAP_THRESHOLD_BYTES`` or more on its own and unmap it when it is freed. glibc raises that
+threshold by itself each time a mapped block is freed (up to 32 MB), after which the cross-rank
+stage's large, short-lived arrays (the instance table's columns as it is concatenated, matched,
+sorted and aligned; each table as it is written) came from the heap and, freed, stayed in the
+process in pieces among what is kept: at 48 ranks of the 216k-event reference trace the
+analysing process held 119 MB that ``malloc_trim`` could give back after the write (issue 51,
+docs/benchmarks.md).
 """
 from __future__ import annotations
 
@@ -23,6 +32,10 @@ import os
 import sys
 
 POOL_VARIABLE = "ARROW_DEFAULT_MEMORY_POOL"
+# Blocks of this size or more are mapped on their own (glibc's ``M_MMAP_THRESHOLD``; set, it
+# no longer rises by itself): an array of 32k float64 values and up.
+MMAP_THRESHOLD_BYTES = 256 << 10
+_M_MMAP_THRESHOLD = -3              # mallopt's parameter number (glibc's malloc.h)
 
 
 def use_system_allocator() -> bool:
@@ -31,8 +44,22 @@ def use_system_allocator() -> bool:
     if os.environ.get(POOL_VARIABLE, "system") != "system":
         return False
     os.environ[POOL_VARIABLE] = "system"
+    return_large_blocks()
     if "pyarrow" in sys.modules:     # else pyarrow reads the variable when it starts
         import pyarrow as pa
 
         pa.set_memory_pool(pa.system_memory_pool())
     return True
+
+
+def return_large_blocks() -> bool:
+    """Blocks of ``MMAP_THRESHOLD_BYTES`` or more are mapped on their own by the C library of
+    this process (and of the processes it forks) and given back when freed (module
+    docstring); False where the C library has no ``mallopt`` (not glibc)."""
+    try:
+        import ctypes
+
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))
