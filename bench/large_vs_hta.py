@@ -2,7 +2,7 @@
 
     flock /tmp/meshscope-cpu.lock .venv/bin/python bench/large_vs_hta.py \\
         [--only single,cold,ranks,ranks1024] [-n 3] [--rank-counts 16,48,128] \\
-        [--root /tmp/meshscope-large] [--keep] [--write]
+        [--root /tmp/meshscope-large] [--keep] [--write] [--against REF]
 
 Every measurement is a fresh process started the way a user starts it, timed from launch to
 exit, its peak memory taken for its largest process and for its whole process tree
@@ -38,6 +38,11 @@ other on the same inputs, so that the machine's load falls on both. What is run:
   pp = 2). Target: the whole report in under 5 minutes on 2 cores. (HTA is not run: 2.5 GB of
   gzipped traces, over 100 GB in its frames.)
 
+``--against REF`` (a git revision) checks that a change left every report as it was: the
+smallest rank count's set is analysed a second time by the tree of REF (``git archive``, run
+with the same interpreter) and the two reports compared file by file — every parquet file
+byte for byte, ``summary.json`` but its ``generated`` time.
+
 The generated traces live under ``--root`` (never in the repository) and are deleted at the
 end unless ``--keep``. ``--write`` puts the section into docs/benchmarks.md.
 """
@@ -50,7 +55,9 @@ import os
 import pathlib
 import shutil
 import statistics
+import subprocess
 import sys
+import tarfile
 import zlib
 
 if __package__ in (None, ""):   # run as a script: bench/ is not a package then
@@ -100,12 +107,49 @@ print(n)
 """
 
 
-def _analyze(path: pathlib.Path, out: pathlib.Path):
+def _analyze(path: pathlib.Path, out: pathlib.Path, keep: bool = False,
+             tree: pathlib.Path | None = None):
+    """``meshscope analyze --no-cache`` of ``path`` into ``out`` as a measured process (by the
+    source tree ``tree``: None, this one); the report removed after unless ``keep``."""
     shutil.rmtree(out, ignore_errors=True)
+    env = None if tree is None else {"PYTHONPATH": str(tree)}
     m = measure([*MESHSCOPE, "analyze", "--no-cache", str(path), "--out", str(out)],
-                timeout_s=4 * 3600, pss=True)
-    shutil.rmtree(out, ignore_errors=True)
+                env=env, cwd=ROOT if tree is None else tree, timeout_s=4 * 3600, pss=True)
+    if not keep:
+        shutil.rmtree(out, ignore_errors=True)
     return m
+
+
+def tree_at(rev: str, root: pathlib.Path) -> pathlib.Path:
+    """The source tree of git revision ``rev`` under ``root`` (``git archive``)."""
+    dest = root / f"tree-{rev.replace('/', '_')}"
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True)
+    archive = subprocess.run(["git", "archive", "--format=tar", rev], cwd=ROOT,
+                             capture_output=True, check=True).stdout
+    with tarfile.open(fileobj=__import__("io").BytesIO(archive)) as tar:
+        tar.extractall(dest, filter="tar")
+    return dest
+
+
+def report_differences(a: pathlib.Path, b: pathlib.Path) -> list[str]:
+    """The files of report ``a`` that differ from ``b``'s: parquet byte for byte,
+    summary.json but its ``generated`` time; files in one only."""
+    names = sorted({p.name for p in a.iterdir() if p.is_file()} |
+                   {p.name for p in b.iterdir() if p.is_file()})
+    out = []
+    for name in names:
+        if not ((a / name).is_file() and (b / name).is_file()):
+            out.append(f"{name} (in one only)")
+        elif name == "summary.json":
+            docs = [json.loads((d / name).read_text()) for d in (a, b)]
+            for d in docs:
+                d.pop("generated", None)
+            if docs[0] != docs[1]:
+                out.append(name)
+        elif name.endswith(".parquet") and (a / name).read_bytes() != (b / name).read_bytes():
+            out.append(name)
+    return out
 
 
 # The import floor (module docstring): what a cold process pays before any analysis can begin.
@@ -235,9 +279,11 @@ def _member(data: bytes) -> bytes:
     return c.compress(data) + c.flush()
 
 
-def ranks(root: pathlib.Path, counts: list[int]) -> tuple[list[str], list[str]]:
+def ranks(root: pathlib.Path, counts: list[int], against: str | None = None
+          ) -> tuple[list[str], list[str]]:
     """One rank, then each of ``counts`` ranks of the 1.73M-event trace (each set written,
-    analysed and removed before the next: 128 ranks are 3.9 GB of gzip)."""
+    analysed and removed before the next: 128 ranks are 3.9 GB of gzip); with ``against``,
+    the smallest set's report compared with the one the tree of that revision writes."""
     base = root / "single" / "rank1.json.gz"
     one = root / "ranks1" / "traces"
     write_ranks(one, 1, base)
@@ -245,12 +291,24 @@ def ranks(root: pathlib.Path, counts: list[int]) -> tuple[list[str], list[str]]:
     runs = {1: _analyze(one.parent, root / "ranks1-report")}
     shutil.rmtree(one.parent, ignore_errors=True)
     text_bytes = gz_bytes = 0
+    same = None
     for n in counts:
         folder = root / f"ranks{n}" / "traces"
         print(f"  ranks: writing {n} ranks …", file=sys.stderr, flush=True)
         text_bytes, gz_bytes = write_ranks(folder, n, base)
         print(f"  ranks: {n} ranks …", file=sys.stderr, flush=True)
-        runs[n] = _analyze(folder.parent, root / f"ranks{n}-report")
+        compare = against is not None and n == min(counts)
+        runs[n] = _analyze(folder.parent, root / f"ranks{n}-report", keep=compare)
+        if compare:
+            print(f"  ranks: {n} ranks by {against}'s tree …", file=sys.stderr, flush=True)
+            theirs = root / f"ranks{n}-report-{against.replace('/', '_')}"
+            _analyze(folder.parent, theirs, keep=True, tree=tree_at(against, root))
+            differ = report_differences(root / f"ranks{n}-report", theirs)
+            same = (f"- every report file of {n} ranks identical to {against}'s "
+                    f"(parquet byte for byte, summary.json but its time): "
+                    + ("yes" if not differ else f"**no** — {', '.join(differ)}"))
+            for d in (root / f"ranks{n}-report", theirs):
+                shutil.rmtree(d, ignore_errors=True)
         shutil.rmtree(folder.parent, ignore_errors=True)
         print(f"  ranks: {n} ranks {runs[n].wall_s:.1f} s, largest process "
               f"{runs[n].peak_rss_mb:,.0f} MB, all {runs[n].peak_tree_rss_mb:,.0f} MB",
@@ -282,6 +340,8 @@ def ranks(root: pathlib.Path, counts: list[int]) -> tuple[list[str], list[str]]:
             f"{met(max(grow_big, grow_tree) <= TARGETS['flat'])}; "
             f"{(m_last.peak_tree_rss_mb - m_first.peak_tree_rss_mb) / (last - first):.1f} MB "
             f"a rank beyond {first} (all processes)")
+    if same is not None:
+        verdicts.append(same)
     return lines, verdicts
 
 
@@ -318,6 +378,9 @@ def main() -> None:
     ap.add_argument("--rank-counts", default="16,48,128",
                     help="the rank counts of the ranks part (comma-separated)")
     ap.add_argument("--write", action="store_true", help="write docs/benchmarks.md")
+    ap.add_argument("--against", metavar="REF",
+                    help="also analyse the smallest rank count's set with the tree of git "
+                         "revision REF and compare the reports (module docstring)")
     a = ap.parse_args()
     parts = [p for p in a.only.split(",") if p]
     unknown = set(parts) - set(PARTS)
@@ -334,7 +397,7 @@ def main() -> None:
     try:
         for part in parts:
             lines, verdicts = {"single": single, "cold": lambda r: cold(r, a.n),
-                               "ranks": lambda r: ranks(r, counts),
+                               "ranks": lambda r: ranks(r, counts, a.against),
                                "ranks1024": ranks1024}[part](a.root)
             body += [f"**{PARTS[part]}**", "", *lines, "", *verdicts, ""]
     finally:
@@ -342,7 +405,8 @@ def main() -> None:
             shutil.rmtree(a.root, ignore_errors=True)
     command = "bench/large_vs_hta.py" + (f" --only {a.only}" if set(parts) != set(PARTS)
                                          else "") + (f" -n {a.n}" if a.n != 3 else "") + \
-        (f" --rank-counts {a.rank_counts}" if a.rank_counts != "16,48,128" else "")
+        (f" --rank-counts {a.rank_counts}" if a.rank_counts != "16,48,128" else "") + \
+        (f" --against {a.against}" if a.against else "")
     section = "\n".join([HEADING, "",
                          provenance(f"flock /tmp/meshscope-cpu.lock .venv/bin/python {command}",
                                     note, versions(), f"load average at the end "
