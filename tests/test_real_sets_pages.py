@@ -45,7 +45,7 @@ def test_every_page_and_the_html_report_of_every_real_set(real_runs):
 
 @pytest.mark.browser
 def test_every_page_of_every_real_set_in_the_browser(real_runs, tmp_path):
-    from test_dashboard_browser import _css, _texts
+    from test_dashboard_browser import _css, _texts, _wait
     pytest.importorskip("selenium.webdriver")
     root, summaries = real_runs
     from test_dashboard_server import served
@@ -58,6 +58,8 @@ def test_every_page_of_every_real_set_in_the_browser(real_runs, tmp_path):
     try:
         with served(root, tmp_path / "server.log") as (_, port):
             url = f"http://127.0.0.1:{port}"
+            d.get(f"{url}/")          # the app loads once; each page after is a client-side move
+            _wait(d, "#nav-home")
             for name, summary in summaries.items():
                 if summary is None:
                     continue
@@ -69,12 +71,12 @@ def test_every_page_of_every_real_set_in_the_browser(real_runs, tmp_path):
                         continue
                     if page == "gpu" and summary.get("device") != "gpu":
                         continue
-                    _visit(d, f"{url}/{page}?run={name}", "#run-title, #run-message, "
-                                                          "#page-error, #page-building")
+                    _move(d, url, st.ViewState(page=page, runs=(name,)),
+                          "#run-title, #run-message, #page-error, #page-building")
                     assert not _css(d, "#page-error, #run-message"), \
                         (name, page, _texts(d, "#page-error, #run-message"))
                     console.extend((name, page, e) for e in d.get_log("browser"))
-                _visit(d, f"{url}/overview?run={name}", "#run-facts")
+                _move(d, url, st.ViewState(page="overview", runs=(name,)), "#run-facts")
                 shown = f"{summary['step_time_us'] / 1e3:.2f} ms"
                 assert shown in d.find_element("css selector", "#page").text, (name, shown)
             assert "Traceback" not in (tmp_path / "server.log").read_text()
@@ -85,11 +87,41 @@ def test_every_page_of_every_real_set_in_the_browser(real_runs, tmp_path):
         d.quit()
 
 
-def _visit(d, url, ready):
-    """Load ``url`` and wait for ``ready``: test_dashboard_browser's ``_open`` without its pause
-    for screenshots (~190 pages here; the console is read after each page instead)."""
+def _move(d, url, view, ready):
+    """Go to ``view`` as a click on one of the app's links does — the URL pushed and the app's
+    Location told, no page load — and wait until its page is drawn and ``ready`` is there.
+    The nav and the page are the two outputs of one callback, so they change together: a
+    page the nav links to is drawn when its link is the bold one and points at the view's
+    run; Memory, which the nav leaves out for a run without memory records, when no link is
+    bold and the page says it has no memory (or fails). Before the app has a nav, the page is
+    loaded by its URL. ~190 pages here: loading the whole app for each (its scripts parsed
+    again) took about half of this test's time; test_dashboard_browser opens pages by URL."""
+    from selenium.common.exceptions import TimeoutException
+    from selenium.webdriver.support.ui import WebDriverWait
     from test_dashboard_browser import _wait
-    d.get(url)
+    href = view.href()
+    nav = ("const a = document.getElementById('nav-' + arguments[0]);"
+           "return a === null ? null : [a.getAttribute('href'), a.style.fontWeight];")
+    if d.execute_script("return document.getElementById('nav-overview') === null"):
+        d.get(url + href)
+        _wait(d, ready)
+        return
+    linked = d.execute_script(nav, view.page) is not None
+    if not linked and view.page != "memory":
+        raise AssertionError(f"{href}: the nav has no link to {view.page} and no page stands "
+                             f"in for it")
+    d.execute_script("window.history.pushState({}, '', arguments[0]);"
+                     "window.dispatchEvent(new CustomEvent('_dashprivate_pushstate'));", href)
+    unlinked = ("return [...document.querySelectorAll('#nav a')].every("
+                "a => a.style.fontWeight !== '600') && document.querySelector("
+                "'#memory-none, #page-error, #run-message, #page-building') !== null;")
+    try:
+        WebDriverWait(d, 45).until(
+            (lambda x: x.execute_script(nav, view.page) == [href, "600"]) if linked
+            else (lambda x: x.execute_script(unlinked)))
+    except TimeoutException:
+        raise AssertionError(f"{href} not drawn: its nav link is "
+                             f"{d.execute_script(nav, view.page)}") from None
     _wait(d, ready)
 
 
