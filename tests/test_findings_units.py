@@ -52,7 +52,16 @@ def test_the_bubble_costs_its_closed_form_and_its_remedy_doubles_the_microbatche
     (f,) = fm.findings(_inputs(bubbles=bub, schedule="1f1b", stages=2))
     assert f.id == "pipeline-bubble" and f.cost_us == pytest.approx(0.2 * 90_000.0)
     assert "8 microbatches" in f.remedy and "11%" in f.remedy     # 1/(8+1)
+    # ZB1P with 2 stages and 4 microbatches: 12 busy chunk slots (F, B, W of 4), 1 idle: 1/13
+    assert "an interleaved schedule, or a zero-bubble schedule (ZB1P" in f.remedy
+    assert "8%)" in f.remedy
     assert f.evidence["excess_explained_by"].startswith("transfer time")
+    # a zero-bubble run's bubble (2 stages, 4 microbatches, 2 chunks each: 1/(3·2·4+1) = 4%)
+    # is its finding too, and its remedy names no other schedule — only more microbatches
+    (zb,) = fm.findings(_inputs(bubbles=bub, schedule="zero-bubble", stages=2,
+                                virtual_stages=2))
+    assert zb.cost_us == pytest.approx(90_000.0 / 25)
+    assert zb.remedy == "8 microbatches would bring the closed form to 2%"      # 1/49
 
 
 def test_what_the_noise_explains_is_no_finding():

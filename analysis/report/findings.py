@@ -29,8 +29,10 @@ run *with the earlier causes fixed*, so that a symptom of one is not reported as
 - ``stage-imbalance`` — with the straggler at its peers' pace, the pipeline stages' work still
   unequal (max/mean > 1.1); cost: the replay with every stage's work at the mean.
 - ``pipeline-bubble`` — the schedule's own bubble: the closed form's fraction of the pipeline
-  window ((p−1)/(m+p−1) for GPipe and 1F1B, (p−1)/(v·m+p−1) interleaved), which a zero-bubble
-  schedule would save; the remedy gives the closed form at twice the microbatches. What the
+  window ((p−1)/(m+p−1) for GPipe and 1F1B, (p−1)/(v·m+p−1) interleaved, (p−1)/(3·v·m+p−1)
+  for the zero-bubble schedules); its cost is all of it (no schedule saves all: a zero-bubble
+  one leaves a third of interleaving's); the remedy gives the closed form at twice the
+  microbatches and, for the other schedules, ZB1P's at these microbatches. What the
   measured bubble has beyond it is the straggler's or the stage imbalance's when those exist
   (their evidence), transfer time and contention otherwise (this finding's evidence).
 - ``exposed-comm-<dim>`` — communication of one dimension that nothing hides; cost: the
@@ -64,6 +66,7 @@ from meshscope.analysis.report.finding_rules import cite
 from meshscope.analysis.report.finding_rules import ms as _ms
 from meshscope.analysis.report.finding_rules import timed as _timed
 from meshscope.analysis.report.model import Finding
+from meshscope.theory.schedules import INTERLEAVED, ZERO_BUBBLE
 from meshscope.analysis.timeline.breakdown import rank_means
 from meshscope.vocabulary import exposed_comm_id
 
@@ -317,12 +320,19 @@ def _bubble(inp: FindingInputs, causes: list[str]) -> Finding | None:
     title = (f"Pipeline bubble: the {inp.schedule} schedule leaves {theory:.0%} of the "
              f"pipeline window idle with {inp.stages} stages and {inp.microbatches} "
              f"microbatches (measured {measured:.0%})")
-    other = ("more virtual stages per rank or a zero-bubble schedule"
-             if "interleaved" in (inp.schedule or "") else "an interleaved / zero-bubble schedule")
-    remedy = (f"{2 * inp.microbatches} microbatches would bring the closed form to {twice:.0%}; "
-              f"or {other}")
+    remedy = f"{2 * inp.microbatches} microbatches would bring the closed form to {twice:.0%}"
+    if inp.schedule in ZERO_BUBBLE:
+        pass        # already the schedule that leaves least: only more microbatches help
+    else:
+        v = inp.virtual_stages if inp.schedule in INTERLEAVED else 1
+        zb = theory_fraction("zero-bubble", inp.stages, inp.microbatches, v)
+        other = ("more virtual stages per rank, or" if inp.schedule in INTERLEAVED
+                 else "an interleaved schedule, or")
+        remedy += (f"; or {other} a zero-bubble schedule (ZB1P, with these microbatches: "
+                   f"{zb:.0%})")
     return _timed("pipeline-bubble", "pp", cost, inp, title, evidence, remedy,
-                  "a schedule without bubble (zero-bubble), as the closed form counts it",
+                  "the pipeline with no idle slot at all, as the closed form counts the bubble "
+                  "(no schedule reaches it: the zero-bubble ones leave (p−1)/(3·v·m+p−1))",
                   measured=False, cites=[cite("bubbles")])
 
 
