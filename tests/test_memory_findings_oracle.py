@@ -46,7 +46,8 @@ def _one(fid: str, devices, live=None, snapshots=(), stage_of=None, replicas=Non
 def test_near_oom_names_the_fullest_rank_and_what_would_shed_its_excess():
     """Rank 0 reserves 75 of 80 GiB (93.75%), rank 1 73 (91.25%): both within the 10% margin,
     rank 0 the fuller. Below 72 GiB (90%) it must shed 3 GiB; its allocator holds 2 GiB free,
-    it grows 1 GiB a step, and its largest live group is 20 GiB of forward activations."""
+    it grows 1 GiB a step, and its largest live group is 20 GiB of gradients, which sharded
+    over the 4 data-parallel ranks would keep a quarter."""
     d = _devices({"peak_allocated_bytes": 70 * GiB, "peak_reserved_bytes": 75 * GiB,
                   "device_total_bytes": 80 * GiB, "device_total_source": "trace",
                   "fragmentation_bytes": 2 * GiB, "growth_per_step_bytes": 1 * GiB,
@@ -54,10 +55,10 @@ def test_near_oom_names_the_fullest_rank_and_what_would_shed_its_excess():
                  {"peak_allocated_bytes": 72 * GiB, "peak_reserved_bytes": 73 * GiB,
                   "device_total_bytes": 80 * GiB},
                  {"peak_allocated_bytes": 79 * GiB})          # device not known: not judged
-    live = pd.DataFrame([_live(0, "aten::mm", 20 * GiB, "forward", "Linear", "fwd"),
+    live = pd.DataFrame([_live(0, "aten::mm", 20 * GiB, "backward", "Linear", "bwd"),
                          _live(0, "(other)", 30 * GiB),
                          _live(1, "aten::bmm", 40 * GiB, "forward")])
-    f = _one("near-oom", d, live)
+    f = _one("near-oom", d, live, replicas=4)
     assert f.severity == "high" and f.dimension == "all" and f.cost_us is None
     assert f.title == ("Rank 0 peaks at 75.00 GiB of its 80.00 GiB cuda:0 (94%): within 10% "
                        "of running out")
@@ -66,12 +67,12 @@ def test_near_oom_names_the_fullest_rank_and_what_would_shed_its_excess():
                           "to_shed_bytes": pytest.approx(3 * GiB),
                           "device_total_source": "trace", "peak_step": 2,
                           "peak_op": "aten::mm"}
-    activations = mf.remedy_of(pd.Series(_live(0, "aten::mm", 20 * GiB, "forward")))
     assert f.remedy == (
         "lower the peak by at least 3.00 GiB: expandable_segments would return up to 2.00 GiB "
         "held free in the allocator's segments; the memory growing 1.00 GiB a step (a leak); "
-        "the largest allocator, aten::mm in Linear under fwd (forward), holds 20.00 GiB: "
-        + activations.text)
+        "the largest allocator, aten::mm in Linear under bwd (backward), holds 20.00 GiB: "
+        "gradients: shard them over the data-parallel ranks (ZeRO-2, FSDP) — saves 15.00 GiB "
+        "(ZeRO-2 or FSDP over the 4 data-parallel ranks keeps 1/4 of the gradients on each)")
     assert f.peak_saving_bytes == pytest.approx(3 * GiB)
     assert f.what_if == {"peak_bytes": pytest.approx(72 * GiB),
                          "assumption": "the peak 10% below the device's memory"}
@@ -91,6 +92,11 @@ def test_near_oom_without_a_known_remedy_and_at_its_edge():
                        cite("memory_devices", rank=0, device="cuda:0")]
     below = d.assign(peak_allocated_bytes=72 * GiB - MiB)
     assert _one("near-oom", below) is None
+    # the largest allocator the model's state from before the trace, one replica: bf16 halves it
+    state = pd.DataFrame([_live(0, "(before the trace)", 40 * GiB)])
+    assert _one("near-oom", d, state).remedy.startswith(
+        "lower the peak by at least 0 B: the largest allocator, memory allocated before the "
+        "trace began, holds 40.00 GiB: the model's state held from before the trace")
 
 
 def test_an_out_of_memory_snapshot_is_near_oom_by_itself():
@@ -217,12 +223,13 @@ def test_growth_edges():
 # -- fragmentation ----------------------------------------------------------------------------
 
 def test_fragmentation_names_the_rank_holding_the_most_free():
-    """Rank 0 holds 1 GiB free of 4 GiB reserved (exactly 25%), rank 1 3 of 6 GiB (50%): rank
+    """Rank 1 holds 3 GiB free of 6 GiB reserved (50%), rank 2 1 GiB of 4 (exactly 25%): rank
     1 holds more. Expandable segments would lower the peak reserved by those 3 GiB."""
-    d = _devices({"peak_allocated_bytes": 3 * GiB, "reserved_at_peak_bytes": 4 * GiB,
-                  "fragmentation_bytes": 1 * GiB},
+    d = _devices({"peak_allocated_bytes": 3 * GiB},
                  {"peak_allocated_bytes": 3 * GiB, "reserved_at_peak_bytes": 6 * GiB,
-                  "fragmentation_bytes": 3 * GiB})
+                  "fragmentation_bytes": 3 * GiB},
+                 {"peak_allocated_bytes": 3 * GiB, "reserved_at_peak_bytes": 4 * GiB,
+                  "fragmentation_bytes": 1 * GiB})
     f = _one("memory-fragmentation", d)
     assert f.title == ("Rank 1's allocator holds 3.00 GiB free in its segments at the peak "
                        "(50% of the 6.00 GiB reserved): fragmentation")
@@ -235,7 +242,7 @@ def test_fragmentation_names_the_rank_holding_the_most_free():
     assert f.peak_saving_bytes == 3 * GiB and f.what_if["peak_bytes"] == 3 * GiB
     assert f.cites == [cite("memory_devices", rank=1, device="cuda:0")]
     # the edges: exactly 25% fires, and exactly 64 MiB
-    edge = _one("memory-fragmentation", d.iloc[[0]])
+    edge = _one("memory-fragmentation", d.iloc[[2]])
     assert edge.evidence["share"] == 0.25
     small = _devices({"peak_allocated_bytes": 192 * MiB, "reserved_at_peak_bytes": 256 * MiB,
                       "fragmentation_bytes": 64 * MiB})
@@ -249,7 +256,8 @@ def test_the_largest_allocator_of_the_rank_with_the_largest_peak():
     """Rank 1 peaks highest (200 MiB); of its groups on cuda:0 the largest is 50 MiB (25%,
     the share's edge) of attention scores — a bmm in the forward; rank 0's larger group and
     rank 1's group on another device are not its."""
-    d = _devices({"peak_allocated_bytes": 100 * MiB}, {"peak_allocated_bytes": 200 * MiB})
+    d = _devices({"peak_allocated_bytes": 100 * MiB},
+                 {"peak_allocated_bytes": 200 * MiB, "device_total_bytes": 1 * GiB})
     live = pd.DataFrame([_live(0, "aten::mm", 90 * MiB, "forward"),
                          _live(1, "aten::mm", 80 * MiB, "forward", device="cuda:1"),
                          _live(1, "(other)", 120 * MiB),
@@ -259,11 +267,16 @@ def test_the_largest_allocator_of_the_rank_with_the_largest_peak():
     f = _one("largest-allocator", d, live, replicas=4)
     assert f.title == ("aten::bmm in Attention under fwd (forward) holds 50.00 MiB (25%) of "
                        "rank 1's 200.00 MiB peak on cuda:0")
-    assert f.evidence["made_by"] == "attention scores" and f.evidence["step"] == 3
-    assert (f.evidence["rank"], f.evidence["operator"], f.evidence["bytes"]) == \
-        (1, "aten::bmm", 50 * MiB)
-    assert f.evidence["share"] == 0.25 and f.evidence["data_parallel_ranks"] == 4
-    assert f.evidence["blocks"] == 3 and f.evidence["peak_bytes"] == 200 * MiB
+    # 50 MiB of a 1 GiB device is 4.9%, medium; the run leaves 80% free: one level down
+    assert f.evidence == {
+        "rank": 1, "device": "cuda:0", "step": 3, "operator": "aten::bmm",
+        "module": "Attention", "annotation": "fwd", "phase": "forward", "bytes": 50 * MiB,
+        "blocks": 3, "share": 0.25, "peak_bytes": 200 * MiB, "made_by": "attention scores",
+        "remedy_model": "fused attention never materialises the scores",
+        "data_parallel_ranks": 4, "severity_of": "the device's memory",
+        "headroom_bytes": 1 * GiB - 200 * MiB,
+        "severity_adjusted": "one level down: the run leaves over 50% of the device free"}
+    assert f.severity == "low"
     assert f.peak_saving_bytes == 50 * MiB and f.what_if == {
         "peak_bytes": 150 * MiB, "assumption": "fused attention never materialises the scores"}
     assert f.cites == [cite("memory_live", rank=1, step=3, device="cuda:0",
@@ -281,6 +294,10 @@ def test_the_largest_allocator_edges():
                                                             "forward")])) is None
     # no live groups at all
     assert _one("largest-allocator", d) is None
+    # exactly 1 MiB, half the peak: at the edge, a finding
+    two = _devices({"peak_allocated_bytes": 2 * MiB})
+    assert _one("largest-allocator", two, pd.DataFrame([_live(0, "aten::mm", MiB,
+                                                              "forward")])) is not None
     # a group made in the step itself: no saving model, its bytes are what freeing it saves
     big = _devices({"peak_allocated_bytes": 100 * MiB})
     f = _one("largest-allocator", big, pd.DataFrame([_live(0, "aten::empty", 60 * MiB)]))
@@ -330,12 +347,68 @@ def test_memory_findings_come_near_oom_first_then_by_saving():
     d2 = _devices({"peak_allocated_bytes": 100 * MiB},
                   {"peak_allocated_bytes": 300 * MiB, "growth_per_step_bytes": 20 * MiB,
                    "growth_monotone": True})
-    found = mf.memory_findings(d2, NO_LIVE, [], {0: 0, 1: 1})
+    # (stage 0 is rank 1: the stage's number is not its rank's)
+    found = mf.memory_findings(d2, NO_LIVE, [], {0: 1, 1: 0})
     assert [f.id for f in found] == ["memory-growth"]
     assert found[0].symptoms == [
-        "Stage 1 holds the most memory: its peak 300.00 MiB is 1.50× the mean of the stages "
+        "Stage 0 holds the most memory: its peak 300.00 MiB is 1.50× the mean of the stages "
         "(200.00 MiB)"]
     # the same imbalance on a rank that does not grow stays a finding of its own
     d3 = d2.assign(growth_per_step_bytes=[20 * MiB, 0.0], growth_monotone=[True, False])
-    assert sorted(f.id for f in mf.memory_findings(d3, NO_LIVE, [], {0: 0, 1: 1})) == \
+    assert sorted(f.id for f in mf.memory_findings(d3, NO_LIVE, [], {0: 1, 1: 0})) == \
         ["memory-growth", "memory-imbalance"]
+    # and without stages, by rank: rank 1 grows and holds the most
+    assert [f.id for f in mf.memory_findings(d2, NO_LIVE, [], {})] == ["memory-growth"]
+
+
+def _remedy(operator, phase, replicas):
+    return mf.remedy_of(pd.Series(_live(0, operator, 64 * MiB, phase)), replicas)
+
+
+@pytest.mark.parametrize("operator,phase,replicas,text", [
+    ("(before the trace)", None, 4,
+     "the model's state held from before the trace (its weights; in training also the "
+     "optimizer state and gradients kept between steps): shard it — FSDP (ZeRO-3) over the "
+     "data-parallel ranks, tensor or pipeline parallelism for the weights —, keep it in lower "
+     "precision (bf16 weights, an 8-bit optimizer), or offload the optimizer state to the CPU "
+     "— saves 48.00 MiB (FSDP (ZeRO-3) over the 4 data-parallel ranks keeps 1/4 of the "
+     "model's state on each)"),
+    ("aten::_softmax", "forward", 4,
+     "attention scores, most likely (unfused attention materialises them, [batch × heads, "
+     "seq, seq], through aten::_softmax): fused attention — torch.nn.functional."
+     "scaled_dot_product_attention with the flash or memory-efficient kernel — never keeps "
+     "them, freeing these 64.00 MiB"),
+    ("aten::zeros_like", "optimizer", 4,
+     "optimizer state: shard it over the data-parallel ranks (ZeRO-1, or FSDP) — saves "
+     "48.00 MiB (ZeRO-1 over the 4 data-parallel ranks keeps 1/4 of the optimizer state on "
+     "each)"),
+    ("aten::zeros_like", "optimizer", None,
+     "optimizer state: offload it to the CPU, or use an 8-bit optimizer — saves 64.00 MiB "
+     "(offloaded to the CPU, none of it stays on the device)"),
+    ("aten::mm", "backward", 1,
+     "gradients: apply the optimizer in the backward (per-parameter post-accumulate-grad "
+     "hooks) so each gradient is freed once used — saves 64.00 MiB (each gradient freed once "
+     "its parameter is updated)"),
+    ("aten::mm", "forward", 8,
+     "activations kept for the backward: activation recomputation (torch.utils.checkpoint; "
+     "full recomputation keeps only each block's input), a smaller microbatch, or "
+     "sequence/context parallelism to split the sequence — halving the microbatch saves "
+     "32.00 MiB"),
+])
+def test_each_remedy_said_whole(operator, phase, replicas, text):
+    """What an engineer reads, with the saving worked by hand: 64 MiB sharded over 4 ranks
+    keeps 16 (saves 48), halved saves 32, offloaded or fused saves all 64."""
+    assert _remedy(operator, phase, replicas).text == text
+
+
+def test_a_tensor_of_the_step_itself_is_named_how_to_find():
+    fix = _remedy("aten::empty", None, 8)
+    assert fix.text == (
+        "made by aten::empty in the step itself, outside the model's forward, backward and the "
+        "optimizer (no module or range covers it): the batch, a buffer, a workspace or a "
+        "cache. The trace does not say which: profile with with_stack=True (the Python line "
+        "that made it) or take a memory snapshot (torch.cuda.memory._record_memory_history) "
+        "whose frames name it; then make it once before the loop and reuse it, or free it "
+        "after its last use")
+    assert (fix.made_by, fix.saving_bytes, fix.model) == (
+        "unknown", None, "none: what the memory is is not in the trace")
