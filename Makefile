@@ -53,7 +53,7 @@ mutate: setup
 	mkdir -p $(MUTATE_DIR)
 	git ls-files -co --exclude-standard -z | tar --null -T - -cf - | tar -xf - -C $(MUTATE_DIR)
 	cd $(MUTATE_DIR) && MESHSCOPE_SHARED_TRACES=/nonexistent OMP_NUM_THREADS=1 \
-		nice -n 19 $(CURDIR)/$(VENV)/bin/mutmut run --max-children 2 $(MUTANTS)
+		nice -n 19 $(CURDIR)/$(VENV)/bin/mutmut run --max-children 1 $(MUTANTS)
 	cd $(MUTATE_DIR) && $(CURDIR)/$(VENV)/bin/mutmut results
 
 # Regenerate the bundled sample run directories (see samples/README.md).
