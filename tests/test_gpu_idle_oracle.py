@@ -114,3 +114,37 @@ def test_stream_idle_labels_each_gap_as_hta_does():
     assert list(rows) == ["stream 7", "stream 8"]
     empty = idle.stream_idle(0, _device([]), np.zeros(0))
     assert list(empty.columns) == idle.STREAM_COLUMNS and empty.empty
+
+
+def test_covered_us_counts_the_set_inside_each_window():
+    s = _iv((0, 10), (20, 30))
+    got = idle.covered_us(s, [5, 0, 25, 40, 12], [25, 100, 26, 50, 18])
+    assert got.tolist() == [10.0, 20.0, 1.0, 0.0, 0.0]
+    assert idle.covered_us(idle.iv.EMPTY, [0], [10]).tolist() == [0.0]
+
+
+def test_only_copies_of_pageable_or_unnamed_host_memory_block_the_host():
+    names = ["Memcpy HtoD (Pageable -> Device)", "Memcpy HtoD (Pinned -> Device)",
+             "Memcpy DtoD (Device -> Device)", "Memcpy HtoD", "Memcpy DtoH (Device -> Pageable)",
+             "HtoD_kernel", "Memcpy DtoH (Device -> Pageable)"]
+    cats = ["gpu_memcpy"] * 5 + ["kernel", "gpu_memcpy"]
+    device = pd.DataFrame({"cat": cats, "name": names})
+    ts = np.array([0.0, 10, 20, 30, 40, 50, np.nan])
+    end = ts + 5
+    lanes = np.array([H, H, H, "cpu:1:2", H, H, H], dtype=object)
+    got = idle.blocking_copies(device, ts, end, lanes)
+    assert {k: v.tolist() for k, v in got.items()} == {H: [[0, 5], [40, 45]],
+                                                       "cpu:1:2": [[30, 35]]}
+    assert idle.blocking_copies(device.iloc[[1, 2]], ts[1:3], end[1:3], lanes[1:3]) == {}
+    assert idle.blocking_copies(device.iloc[0:0], ts[:0], end[:0], lanes[:0]) == {}
+
+
+def test_synchronisations_by_thread_sorted_by_end_without_event_waits():
+    calls = pd.DataFrame({"name": ["cudaDeviceSynchronize", "cudaStreamWaitEvent",
+                                   "cudaStreamSynchronize", "cudaMemcpyAsync"],
+                          "lane": [H, H, H, "cpu:1:2"], "ts_us": [0.0, 5, 2, 7],
+                          "end_us": [30.0, 40, 10, 9]})
+    got = idle.sync_spans_by_lane(calls)
+    assert {k: (a.tolist(), b.tolist()) for k, (a, b) in got.items()} == {
+        H: ([2.0, 0.0], [10.0, 30.0]), "cpu:1:2": ([7.0], [9.0])}
+    assert idle.sync_spans_by_lane(calls.iloc[0:0]) == {}
