@@ -60,24 +60,39 @@ print(json.dumps({"growth_bytes": rss[-1] - rss[0], "faults": faults[-1] - fault
 """
 
 
+def _start_script(script: str, *args) -> subprocess.Popen:
+    """Start ``script`` in a fresh one-thread process."""
+    return subprocess.Popen([sys.executable, "-c", script, *map(str, args)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"})
+
+
+def _printed(proc: subprocess.Popen) -> dict:
+    """The JSON a script started by ``_start_script`` printed last."""
+    stdout, stderr = proc.communicate(timeout=600)
+    assert proc.returncode == 0, stderr[-2000:]
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
 def _run_script(script: str, *args) -> dict:
-    """Run ``script`` in a fresh one-thread process; the JSON it printed last."""
-    out = subprocess.run([sys.executable, "-c", script, *map(str, args)], cwd=ROOT,
-                         capture_output=True, text=True, timeout=600,
-                         env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"})
-    assert out.returncode == 0, out.stderr[-2000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return _printed(_start_script(script, *args))
+
+
+MODES = ("collectors", "no-reserve", "torch-default", "no-shapes")
 
 
 @pytest.fixture(scope="module")
 def profiled(tmp_path_factory):
-    """MODE → what SCRIPT printed for it; each mode runs once per module, in its own process."""
+    """MODE → what SCRIPT printed for it. Every mode runs once per module, each in its own
+    process, all at once: what they print is their own process' resident growth and page
+    faults, which other processes beside them do not change (one thread each)."""
     base, results = tmp_path_factory.mktemp("profiled"), {}
 
     def run(mode: str) -> dict:
-        if mode not in results:
-            results[mode] = _run_script(SCRIPT, mode, base / mode)
-            results[mode]["dir"] = base / mode
+        if not results:
+            started = {m: _start_script(SCRIPT, m, base / m) for m in MODES}
+            for m, proc in started.items():
+                results[m] = {**_printed(proc), "dir": base / m}
         return results[mode]
     return run
 
