@@ -83,10 +83,10 @@ def test_accuracy_on_the_rows_no_constant_was_fitted_on(evaluated):
 def test_the_published_layout_is_within_the_tie_band(capsys):
     """For the jobs whose publisher chose the layout (recipes, papers), every layout of the same
     job is planned: the published one is within the predicted tie band (the family's median
-    error) of the fastest that fits. Measured: 35 of 45, issue 34's three quarters (issue
-    49's 90% is not met); docs/layouts.md names the ten others (published layouts the memory
-    model says run out of memory, 2021 Megatron choices without sequence parallelism, a
-    recipe predicted 11% slower than the top)."""
+    error) of the fastest that fits. Measured: 39 of 45 since Megatron-LM's Table 1 rows run
+    at their script's micro-batch size and DDP (issue 49's 90% is not met); docs/layouts.md
+    names the six others (published layouts the memory model says run out of memory, a 2021
+    Megatron row the derate is fitted on, a recipe predicted 11% slower than the top)."""
     result = plan_accuracy.ranking_checks([r for r in ROWS if r.choice])
     assert result["rows"] >= 40
-    assert result["within"] >= 0.75 * result["rows"]
+    assert result["within"] >= 0.85 * result["rows"]
