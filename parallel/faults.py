@@ -162,6 +162,20 @@ def in_batch_fetch(faults: list[Fault], rank: int) -> None:
             time.sleep(ms / 1000.0)
 
 
+# dp-all-reduce's buffers, by (KiB, device): made once, so that a step's extra work is the
+# all-reduce alone (zeroing the buffer anew every step would add compute too).
+_DP_BUFFERS: dict = {}
+
+
+def _dp_buffer(kib: int, device: torch.device) -> torch.Tensor:
+    import torch
+
+    key = (kib, str(device))
+    if key not in _DP_BUFFERS:
+        _DP_BUFFERS[key] = torch.zeros(kib * 256, device=device)   # float32: 256 a KiB
+    return _DP_BUFFERS[key]
+
+
 # What an injected leak keeps: never freed while the rank runs.
 _LEAKED: list = []
 
@@ -178,8 +192,7 @@ def before_step(faults: list[Fault], rank: int, step: int, device: torch.device,
     dp_ranks = dist.get_process_group_ranks(dp_group) if dp_group is not None else []
     for f in faults:
         if f.kind == "dp-all-reduce" and f.rank in dp_ranks:
-            # KiB of float32: 256 elements each
-            dist.all_reduce(torch.zeros(f.value * 256, device=device), group=dp_group)
+            dist.all_reduce(_dp_buffer(f.value, device), group=dp_group)
         if f.kind == "leak" and f.rank == rank:
             _LEAKED.append(torch.zeros(f.value << 20, dtype=torch.uint8, device=device))
         if f.kind == "crash" and f.rank == rank and f.value == step:
