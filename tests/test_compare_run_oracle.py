@@ -19,9 +19,9 @@ What each part of compare's window must change by, mean over the four ranks, µs
 - ``compute``: every rank's stage waits ``2·M·X`` more (forward and backward of each
   microbatch): ``(2·M·X0·2 + 2·M·X1·2) / 4``.
 - ``bubble``: 1F1B on two stages whose last is the slower (built in: 30 ms against 20 ms a
-  phase, 230 against 120 in the candidate) runs stage 1's phases back to back, so a step's pipeline
-  lasts ``2·t0 + 2·M·t1`` (stage 0's first forward, stage 1's ``2·M`` phases, stage 0's last
-  backward; t the phase time of each stage). Each stage's bubble is that span less its own
+  phase, 230 against 120 in the candidate) runs stage 1's phases back to back, so a step's
+  pipeline lasts ``2·t0 + 2·M·t1`` (stage 0's first forward, stage 1's ``2·M`` phases,
+  stage 0's last backward; t the phase time of each stage). Each stage's bubble is that span less its own
   ``2·M·t``: the change of the span less its compute change, averaged over the stages — a
   closed form of the schedule, not of the analysis.
 - ``idle``: the data-loader sleeps' difference (one sleep a step on every rank in both jobs:
@@ -38,10 +38,13 @@ and the two runs' step spreads (the standard deviation of each run's step times 
 first, from its raw step timers) — the runs' own, nothing assumed of the machine: on a busy
 host a whole step moves, and three profiled steps may happen to agree. For
 ``exposed_comm.dp``, whose amount is read from the same steps, the spread over them of the
-exposed dp time less the scanned one. The amounts built are farther apart
-than that, and from 0, so that two parts which traded places, or a part that read another's
-empty column, would fail. And the healthy direction:
-the baseline against its repeat moves no part beyond its noise.
+exposed dp time less the scanned one. The amounts built are farther apart than that, and
+from 0, so that two parts which traded places, or a part that read another's empty column,
+would fail (the issue's pp/dp and bubble/idle swaps, docs/testing.md). And the healthy
+direction: the baseline against its repeat moves no part beyond its noise.
+
+Its time is three jobs and their analyses side by side (mostly sleeps, which hardly compete
+for the cores), then one comparison: above the 25 s the issue allowed (docs/testing.md).
 """
 from __future__ import annotations
 
