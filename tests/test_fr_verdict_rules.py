@@ -130,6 +130,9 @@ def test_a_missing_rank_is_named_with_its_last_step_and_operation():
     v = fr.diagnose(_records(per), None, pd.DataFrame())
     assert v["detail"].iloc[0].endswith(
         "; rank 2's last operation nccl:all_reduce #1 in group 0 (default_pg), completed")
+    # timers of the others only: rank 2 finished no step
+    v2 = fr.diagnose(_records(per), None, steps[steps["rank"] < 2])
+    assert "rank 2 last finished step none, its last operation" in v2["detail"].iloc[0]
     h = fr.hang(v)
     assert h.hung_ranks == [2] and h.waiting_ranks == [] and h.count == 1
     assert h.first == [fr.FirstMissed("0", "default_pg", 2, "nccl:all_reduce", [2])]
@@ -188,3 +191,9 @@ def test_the_hang_keeps_each_groups_earliest_missed_collective():
     h = fr.hang(v)
     assert h.hung_ranks == [2] and h.waiting_ranks == [5] and h.count == 3
     assert h.first == [fr.FirstMissed("a", "mesh_a", 3, "nccl:op3", [2])]
+
+
+def test_a_rank_that_never_issued_in_the_group_reached_no_sequence_number():
+    v = fr.diagnose(_records({0: [_entry("all_reduce", 1, 8)], 1: []}), None, pd.DataFrame())
+    assert v["ranks_missing"].tolist() == [[1]]
+    assert v["last_seq_of_missing"].tolist() == [{1: -1}]
