@@ -201,8 +201,11 @@ def test_korthikanti_activation_per_layer(name, a, h, setting):
 
 # Its rows are the first ten of bench/plan_references/jobs.csv (megatron-*, with the settings
 # the paper describes in §5.1 — fp16 mixed precision, full recomputation, the interleaved
-# schedule with scatter/gather — and, where it does not publish them, microbatch 1, v = 2 (3
-# when a stage's layers are odd), no sequence parallelism or gradient-reduce overlap); the
+# schedule with scatter/gather — and the micro-batch size and DDP of its own script,
+# examples/sc21/run_table_1.sh, for 1.7B–145.6B (16, 8 at 18.4B, 2 at 76.1B and 145.6B; torch
+# DDP's overlapped all-reduce up to 18.4B); the two fitted rows, 39.1B and 1008B, keep
+# microbatch 1 and v = 2 although the script gives 4 and 1F1B for 39.1B and 1F1B for 1008B
+# (docs/benchmarks.md: corrected, the refit moves every row); no sequence parallelism); the
 # table's parameter counts, in billions, as published:
 MEGATRON_BILLIONS = {"1.7b": 1.7, "3.6b": 3.6, "7.5b": 7.5, "18.4b": 18.4, "39.1b": 39.1,
                      "76.1b": 76.1, "145.6b": 145.6, "310.1b": 310.1, "529.6b": 529.6,
