@@ -21,9 +21,8 @@ Two more move one part of a step by a known amount (issue 52: compare's oracle o
 - ``loader-sleep=R:MS`` — rank R's batch fetch sleeps MS milliseconds every step (the host
   waiting for its data loader), inside the range PyTorch's DataLoader records
   (``LOADER_RANGE``) and no operator: within the step's ``ProfilerStep`` window, before any of
-  the step's work — on CPU the step breakdown's ``idle``, on a GPU its data-loader idle. (The
-  step timer starts after the fetch, parallel/worker.py, so the timers' step time does not
-  hold it.)
+  the step's work — on CPU the step breakdown's ``idle``, on a GPU its data-loader idle — and
+  within the step timers' step (they start before the fetch, parallel/worker.py).
 - ``dp-all-reduce=R:KIB`` — every rank of rank R's data-parallel group joins one extra
   ``all_reduce`` of KIB KiB (float32) on that group at the start of every step, before the
   pipeline starts: communication outside any pipeline window, so the breakdown's exposed ``dp``

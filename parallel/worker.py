@@ -156,14 +156,16 @@ def _main(config_path: str) -> None:
     try:
         with prof:
             for step in range(conf.steps):
+                at_step_start(prof, step, conf.profile_steps)
+                if conf.memory_snapshot:
+                    memory_snapshot.at_step_start(step, conf.profile_steps, device)
+                # The step's time includes fetching its batch, as a training loop's step time
+                # does: a data-loader stall (--inject loader-sleep) is time the step took.
+                timer.start()
                 x, y = global_batch(conf.seed, step, conf.global_batch, cfg.seq_len,
                                     cfg.vocab_size)
                 in_batch_fetch(faults, rank)
                 x, y = (local_batch(t, layout, rm.coords).to(device) for t in (x, y))
-                at_step_start(prof, step, conf.profile_steps)
-                if conf.memory_snapshot:
-                    memory_snapshot.at_step_start(step, conf.profile_steps, device)
-                timer.start()
                 before_step(faults, rank, step, device, timeout_s=conf.timeout_s,
                             dp_group=dp_group)
                 opt.zero_grad(set_to_none=True)
