@@ -143,3 +143,88 @@ def test_sequence_parallelism_splits_the_norms_only_with_tensor_parallelism():
         layer_activation_elements(SPEC, 0, 2, False, 1) < \
         layer_activation_elements(SPEC, 0, 1, False, 1)
     assert head_activation_elements(SPEC, 2, True) < head_activation_elements(SPEC, 2, False)
+
+
+# -- the activation count, tensor by tensor (the module docstring's list) ----------------------
+#
+# Each term is checked by what one more of something adds: a query head one logsumexp, a
+# key/value element three (k before and after RoPE, v), an FFN unit four (w1·x, silu, w3·x and
+# the product), a vocabulary entry two (logits and log-softmax) — and sequence parallelism keeps
+# each norm's two h-wide tensors at 1/t of the tokens. (The bytes against measured traces are
+# ``tests/test_sweep.py``'s, a slow suite.)
+
+def _spec(**kw) -> ModelSpec:
+    return ModelSpec(**{"dim": 64, "n_layers": 2, "n_heads": 8, "ffn_hidden": 160,
+                        "vocab_size": 300, "seq_len": 32, **kw})
+
+
+def _layer(spec, tp=1, sp=False, ep=1, i=0):
+    return layer_activation_elements(spec, i, tp, sp, ep)
+
+
+def test_one_more_of_each_dense_tensor_adds_its_elements():
+    # 16 heads instead of 8 at the same width (and key/value width): 8 more logsumexps
+    assert _layer(_spec(n_heads=16)) - _layer(_spec()) == 8
+    # grouped-query attention: 2 key/value heads of 8 dims instead of 8 — 48 fewer elements
+    # of k and v each, kept three times
+    assert _layer(_spec()) - _layer(_spec(n_kv_heads=2)) == 3 * 48
+    assert _layer(_spec(ffn_hidden=170)) - _layer(_spec()) == 4 * 10
+    # with tp = 2 the attention and FFN tensors are split: half as many more per step
+    assert _layer(_spec(ffn_hidden=170), tp=2) - _layer(_spec(), tp=2) == 2 * 10
+    assert head_activation_elements(_spec(vocab_size=400), 1, False) - \
+        head_activation_elements(_spec(), 1, False) == 2 * 100
+    # with tp the local logits shard before the all-gather too: V/t more
+    assert head_activation_elements(_spec(vocab_size=400), 2, False) - \
+        head_activation_elements(_spec(), 2, False) == 2 * 100 + 100 / 2
+
+
+def test_sequence_parallelism_keeps_each_norms_two_wide_tensors_at_one_tth():
+    """At t = 2 each norm keeps its input and normalised copy for half the tokens: h fewer
+    elements a norm, two norms a layer, one on the head."""
+    h = 64
+    assert _layer(_spec(), tp=2) - _layer(_spec(), tp=2, sp=True) == 2 * h
+    assert _layer(_spec(), tp=4) - _layer(_spec(), tp=4, sp=True) == 2 * (2 * h - 2 * h / 4)
+    assert head_activation_elements(_spec(), 2, False) - \
+        head_activation_elements(_spec(), 2, True) == h
+
+
+def test_an_moe_layers_tokens_go_through_k_experts():
+    """One more expert adds the router's two probabilities a token; one more of the top-k a
+    copy of the token through an expert (4·f_e + 3h) and, with ep > 1, its two all-to-all
+    buffers (2h)."""
+    moe = {"moe_experts": 4, "moe_top_k": 2, "moe_hidden": 96}
+    base = _layer(_spec(**moe))
+    assert _layer(_spec(**{**moe, "moe_experts": 5})) - base == 2
+    assert _layer(_spec(**{**moe, "moe_top_k": 3})) - base == 4 * 96 + 3 * 64
+    assert _layer(_spec(**moe), ep=2) - base == 2 * 2 * 64
+    assert _layer(_spec(**{**moe, "moe_top_k": 3}), ep=2) - _layer(_spec(**moe), ep=2) == \
+        4 * 96 + 3 * 64 + 2 * 64
+
+
+def test_experts_are_split_over_ep_and_not_sharded_by_zero():
+    """dp=2 × ep=2 under FSDP: the dense weights sharded over the 2 data-parallel ranks, the
+    experts split over ep (half of them on each rank), their states whole (ZeRO leaves them
+    out)."""
+    spec = _spec(moe_experts=4, moe_top_k=2, moe_hidden=96)
+    experts = sum(p.numel for i in range(2) for p in spec.layer_params(i)
+                  if p.name.startswith("expert"))
+    dense = theory_params.n_params(spec.shape) - experts
+    assert experts == 2 * 3 * 4 * 64 * 96                  # two layers of 4 SwiGLU experts
+    (est,) = memory(spec, Candidate(parse_layout("dp=2,ep=2"), dp_mode="fsdp", microbatches=1,
+                                    global_batch=2))
+    assert est.params_bytes == pytest.approx(4 * dense / 2 + 4 * experts / 2)
+    assert est.grads_bytes == pytest.approx(4 * dense / 2 + 4 * experts / 2)
+    assert est.optimizer_bytes == pytest.approx(8 * dense / 2 + 8 * experts / 2)
+    assert est.terms["grads"] == pytest.approx(est.grads_bytes)
+
+
+def test_another_frameworks_training_is_its_published_bookkeeping():
+    from meshscope.layouts.plan.job_memory import job_memory
+    from meshscope.layouts.plan.training import Training
+
+    cand = Candidate(parse_layout("dp=2"), dp_mode="ddp", microbatches=1, global_batch=2)
+    runner = memory(SPEC, cand, "fp32")
+    assert memory(SPEC, cand, "fp32", Training(framework="runner")) == runner
+    megatron = Training(framework="megatron", precision="mixed")
+    assert memory(SPEC, cand, "fp32", megatron) == job_memory(SPEC, cand, megatron)
+    assert memory(SPEC, cand, "fp32", megatron) != runner
