@@ -20,6 +20,7 @@ import plotly.graph_objects as go
 from meshscope.analysis.report.model import REPORT_SCHEMA_VERSION, Citation, Finding, human_bytes
 
 from .figure_margins import fit_margins
+from .figure_theme import for_browser, with_template
 from .state import TITLES, ViewState
 
 NOTE = {"color": "#555", "fontStyle": "italic"}
@@ -280,7 +281,7 @@ def _dash_item(item: Item):
     from dash import dcc, html
 
     if isinstance(item, Figure):
-        out = [dcc.Graph(id=item.id, figure=fit_margins(item.figure),
+        out = [dcc.Graph(id=item.id, figure=for_browser(fit_margins(item.figure)),
                          config={"displaylogo": False, "responsive": True})]
         if item.caption:
             out.append(html.P(item.caption, style={**NOTE, "fontSize": "0.9em"}))
@@ -380,7 +381,7 @@ def _title(v) -> str:
 
 def _html_item(item: Item) -> str:
     if isinstance(item, Figure):
-        div = fit_margins(item.figure).to_html(full_html=False, include_plotlyjs=False, div_id=item.id,
+        div = with_template(fit_margins(item.figure)).to_html(full_html=False, include_plotlyjs=False, div_id=item.id,
                                   config={"displaylogo": False, "responsive": True})
         cap = f'<p class="note">{_esc(item.caption)}</p>' if item.caption else ""
         return f'<div class="figure">{div}{cap}</div>'

@@ -278,3 +278,28 @@ def test_the_nav_bar_offers_the_gpu_page_for_a_gpu_run(runs):
         nav = json.dumps(r.get_json()["response"]["nav"])
         assert ('"id": "nav-gpu"' in nav) == linked, path
         assert '"id": "nav-overview"' in nav
+
+
+def test_the_gpu_page_of_many_ranks_is_tabs_below_its_headline(index):
+    """The two-rank GPU report said to be of 64 ranks (its summary's rank list): the headline
+    stays above, each section becomes a tab of ``gpu-tabs`` — the idle's figures in the
+    first, the step categories in another, drawn when opened. The report as it is (two ranks,
+    a healthy input) has no tab."""
+    import copy
+
+    from meshscope.dashboard.data import RunReport
+
+    rep = open_report(index.get(TWO_RANKS))
+    summary = copy.deepcopy(rep.summary)
+    summary["ranks"] = list(range(64))
+    many = RunReport(entry=rep.entry, summary=summary, tables=dict(rep.tables),
+                     written=rep.written, run_info=rep.run_info, mtime_ns=1)
+    out = BUILDERS["gpu"](PageContext(many, ViewState(page="gpu", runs=(TWO_RANKS,))))
+    assert out[0].tabs is None and [i.id for i in out[0].items] == ["gpu-headline"]
+    assert {s.tabs for s in out[1:]} == {"gpu-tabs"}
+    ids = [[i.id for i in s.items] for s in out[1:]]
+    assert "idle-graph" in ids[0] and "categories-graph" not in ids[0]
+    assert any("categories-graph" in x for x in ids[1:])
+    assert not [s for s in BUILDERS["gpu"](PageContext(rep, ViewState(page="gpu",
+                                                                      runs=(TWO_RANKS,))))
+                if s.tabs]

@@ -19,9 +19,16 @@ tables (docs/metrics.md), shown as they were written.
   (``stream_idle.parquet``).
 
 A run without GPU activity (the CPU runs) gets the one note ``gpu-none``.
+
+Of many ranks (``common.many_ranks``) the headline stays above and each section is a tab
+(``gpu-tabs``: the idle's distribution and its top ranks by cause, step categories, kernels,
+GEMMs, synchronisations, idle per stream), its figures drawn when it is opened: the three
+figures and five tables of the 64-GPU-rank page, drawn together, took 1.8–2.3 s in the
+browser (docs/benchmarks.md).
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 
@@ -31,7 +38,7 @@ import plotly.graph_objects as go
 from meshscope.analysis.report import reader
 
 from ..data import RunReport
-from ..sections import Cell, Figure, Link, Note, Section, Table, fmt
+from ..sections import Cell, Figure, Link, Note, Section, Table, as_tabs, fmt
 from .common import (LAYOUT, TOP_K, absent, distribution_figure, many_ranks, PageContext,
                      rank_label, top_ranks)
 
@@ -480,4 +487,10 @@ def sections(ctx: PageContext) -> list[Section]:
     si = stream_idle_table(rep, rank)
     if si is not None:
         out.append(Section(f"Idle per stream (HTA's breakdown) · {who}", [si]))
+    if many_ranks(rep):     # the headline above; each section a tab, drawn when opened
+        first = out[0]
+        head = [i for i in first.items if isinstance(i, Note)]
+        rest = [i for i in first.items if not isinstance(i, Note)]
+        out = [Section(None, head)] + as_tabs(
+            [dataclasses.replace(first, items=rest), *out[1:]], "gpu-tabs")
     return out
