@@ -23,8 +23,12 @@ DualPipeV overlaps a forward and a backward chunk (DeepSeek-V3 report, 2024).
 """
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterable, Iterator
+
 import torch
 from torch.distributed.pipelining import PipelineStage, schedules
+from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.profiler import record_function
 
 from meshscope.collectors import annotations
@@ -95,3 +99,30 @@ def build_schedule(modules: dict[int, torch.nn.Module], *, num_stages: int, devi
         return cls(stages, microbatches, loss_fn=loss_fn)
     (stage,) = stages
     return cls(stage, microbatches, loss_fn=loss_fn)
+
+
+@contextlib.contextmanager
+def dp_sync_left_to_stages(modules: Iterable[torch.nn.Module]) -> Iterator[None]:
+    """Run a schedule step with every DDP-wrapped stage module in ``no_sync``, so that the only
+    backward whose gradients DDP reduces is the one the stage marks as the last.
+
+    The stage already runs each microbatch's forward and each non-last backward under
+    ``no_sync``, and arms DDP's reducer itself before the last backward
+    (``PipelineStage.backward_maybe_with_nosync`` calls ``reducer.prepare_for_backward``).
+    One forward escapes that in torch 2.13: the first step's metadata inference
+    (``PipelineStage._forward_metadata_inference``) calls the DDP module with gradients on
+    and outside ``no_sync``, whose ``_post_forward`` arms the reducer; that inference never
+    runs a backward through the parameters, so the first real backward — a non-last one —
+    then reduces its gradients and records its parameter order for the bucket rebuild, and
+    the last backward records them again. When no forward runs between those two backwards
+    (the first stage of 1F1B with as many microbatches as stages: F0 F1 B0 B1), DDP's
+    bucket rebuild at the next forward finds twice the parameters and fails
+    (``params_.size() == rebuilt_param_indices_.size()``, reducer.cpp). Under ``no_sync``
+    the inference's forward leaves the reducer alone; nothing else changes (every other
+    forward already ran under it, and the last backward's ``prepare_for_backward`` does not
+    look at it). FSDP stages are left to the stage's own handling."""
+    with contextlib.ExitStack() as stack:
+        for module in modules:
+            if isinstance(module, DDP):
+                stack.enter_context(module.no_sync())
+        yield

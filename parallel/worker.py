@@ -65,15 +65,18 @@ def _step_without_pp(rm: RankModel, x, y, microbatches: int) -> float:
 
 
 def _step_with_pp(rm: RankModel, schedule, x, y) -> float | None:
+    from .pipeline import dp_sync_left_to_stages  # imported already when pp > 1
+
     losses: list = []
-    if rm.has_first and rm.has_last:
-        schedule.step(x, target=y, losses=losses)
-    elif rm.has_first:
-        schedule.step(x)
-    elif rm.has_last:
-        schedule.step(target=y, losses=losses)
-    else:
-        schedule.step()
+    with dp_sync_left_to_stages(rm.modules.values()):
+        if rm.has_first and rm.has_last:
+            schedule.step(x, target=y, losses=losses)
+        elif rm.has_first:
+            schedule.step(x)
+        elif rm.has_last:
+            schedule.step(target=y, losses=losses)
+        else:
+            schedule.step()
     return torch.stack([loss.detach() for loss in losses]).mean().item() if rm.has_last else None
 
 
