@@ -160,33 +160,3 @@ def test_a_rank_picker_reaches_every_rank_of_many(many, sample):
     # a few ranks: every rank is drawn already, the overview needs no picker
     assert _rank_picker(sample, "overview") is None
 
-
-def test_the_timeline_of_many_ranks_draws_each_kind_as_one_line_of_strokes(many):
-    """Of many ranks the segments are one line trace per kind (a stroke per segment, a break
-    between them) instead of a bar each. Hand-made segments: every rank computes 0–1 ms;
-    ranks 48–63 then wait 10·r µs, so the 16 lanes drawn are theirs, each with one compute
-    stroke 0 → 1 ms and one wait stroke 1 ms → (1000 + 10·r) µs, the wait thinner."""
-    rows = [(r, "compute", 0.0, 1000.0) for r in range(RANKS)] + \
-        [(r, "wait", 1000.0, 1000.0 + 10.0 * r) for r in range(48, RANKS)]
-    seg = pd.DataFrame(rows, columns=["rank", "kind", "start_us", "end_us"])
-    fig = timeline.timeline_figure(_ctx(many, "timeline"), seg, [], many.steps[0])
-    assert not [t for t in fig.data if t.type == "bar"]
-    lines = {t.name: t for t in fig.data if t.type == "scatter" and t.mode == "lines"}
-    assert set(lines) == {"compute", "wait"}
-
-    def strokes(t):
-        xs, ys = list(t.x), list(t.y)
-        assert xs[2::3] == [None] * (len(xs) // 3) and ys[2::3] == [None] * (len(ys) // 3)
-        return sorted((int(y.split()[1]), a, b) for a, b, y in zip(xs[0::3], xs[1::3],
-                                                                     ys[0::3]))
-    assert strokes(lines["compute"]) == [(r, 0.0, 1.0) for r in range(48, RANKS)]
-    assert strokes(lines["wait"]) == [(r, 1.0, round(1.0 + r / 100, 3))
-                                      for r in range(48, RANKS)]
-    assert lines["wait"].line.width < lines["compute"].line.width
-
-
-def test_the_timeline_of_a_few_ranks_keeps_its_bars(sample):
-    seg, arrows, _ = timeline._segments(_ctx(sample, "timeline"), sample.steps[0])
-    fig = timeline.timeline_figure(_ctx(sample, "timeline"), seg, arrows, sample.steps[0])
-    assert {t.name for t in fig.data if t.type == "bar"} >= {"compute"}
-    assert not [t for t in fig.data if t.type == "scatter" and t.mode == "lines"]

@@ -158,19 +158,16 @@ def timeline_figure(ctx: PageContext, seg: pd.DataFrame, arrows: list, step: int
     # communication or bubble, so it is drawn last, over them.
     kinds = ["compute", "bubble"] + \
         sorted(k for k in seg["kind"].unique() if k.startswith("comm")) + ["wait"]
-    lines = many_ranks(ctx.report)      # of many ranks: a line trace per kind (_lane_lines)
     for kind in kinds:
         g = seg[seg["kind"] == kind]
         if g.empty:
-            continue
-        if lines:
-            _lane_lines(fig, kind, g, label)
             continue
         fig.add_bar(name=kind, orientation="h", y=[label[r] for r in g["rank"]],
                     base=(g["start_us"] / 1e3).round(3).tolist(),
                     x=((g["end_us"] - g["start_us"]) / 1e3).round(3).tolist(),
                     marker_color=COLOURS.get(kind, "#E45756"), marker_line_width=0,
-                    width=_width(kind),
+                    width=0.8 if kind in ("compute", "bubble") else 0.45 if kind != "wait"
+                    else 0.25,
                     hovertemplate=f"%{{y}} {kind}<br>%{{base:.2f}} ms, %{{x:.3f}} ms long"
                                   "<extra></extra>")
     cp = ctx.report.table("critical_path")
@@ -187,41 +184,12 @@ def timeline_figure(ctx: PageContext, seg: pd.DataFrame, arrows: list, step: int
         fig.add_annotation(x=b / 1e3, y=label.get(waiter), ax=b / 1e3, ay=label.get(culprit),
                            xref="x", yref="y", axref="x", ayref="y", showarrow=True,
                            arrowhead=2, arrowwidth=1.2, arrowcolor="#333", text="")
-    lanes_layout(fig, title, "ms from the earliest rank's step start", order, LANE_PX)
+    lanes_layout(fig, title, "ms from the earliest rank's step start", order, 34)
     if end_us is not None:         # the whole step, from its window's start
         fig.update_xaxes(range=[0, end_us / 1e3])
     if ctx.state.rank in label:    # ?rank=R: that rank's lane marked across the figure
         _highlight(fig, order, label[ctx.state.rank])
     return fig
-
-
-SEGMENT_WIDTHS = {"compute": 0.8, "bubble": 0.8, "wait": 0.25}    # of a lane; comm: 0.45
-LANE_PX = 34             # a lane's height in pixels (lanes_layout's row_px)
-
-
-def _width(kind: str) -> float:
-    return SEGMENT_WIDTHS.get(kind, 0.45)
-
-
-def _lane_lines(fig: go.Figure, kind: str, g: pd.DataFrame, label: dict) -> None:
-    """The segments ``g`` of one kind as one line trace: each segment a stroke from its start
-    to its end along its lane, as thick as its bar would be (``SEGMENT_WIDTHS`` of
-    ``LANE_PX``), the segments apart by a break (None). The picture of the bars in one SVG
-    path instead of one per bar: the 64-GPU-rank timeline's 1,792 bars were 284–393 ms of
-    the page's drawing (docs/benchmarks.md). The hover names the lane, the kind and the time
-    of the end pointed at."""
-    n = len(g)
-    xs: list = [None] * (3 * n)
-    ys: list = [None] * (3 * n)
-    xs[0::3] = (g["start_us"] / 1e3).round(3).tolist()
-    xs[1::3] = (g["end_us"] / 1e3).round(3).tolist()
-    lanes = [label[r] for r in g["rank"]]
-    ys[0::3] = lanes
-    ys[1::3] = lanes
-    fig.add_scatter(name=kind, mode="lines", x=xs, y=ys, connectgaps=False,
-                    line={"color": COLOURS.get(kind, "#E45756"),
-                          "width": round(_width(kind) * LANE_PX, 1)},
-                    hovertemplate=f"%{{y}} {kind}<br>%{{x:.2f}} ms<extra></extra>")
 
 
 def lane_ranks(ctx: PageContext, seg: pd.DataFrame) -> list[int]:
