@@ -16,6 +16,11 @@ from .rank_start import rank_start_method
 
 LOGS = "logs"  # RUN/logs/: each rank's stdout and stderr (launch.RunLogs)
 DP_MODES = ("ddp", "fsdp", "zero2")  # --dp-mode (parallel/data_parallel.py)
+# Schedules whose backward torch 2.13 splits into input and weight gradients; the weight
+# gradients are computed with ``torch.autograd.grad`` and added to ``.grad`` by hand
+# (``pipelining._backward.stage_backward_weight``), so DDP's gradient hooks never fire for
+# them: pytorch/pytorch#144530 (open).
+SPLIT_BACKWARD_SCHEDULES = ("zero-bubble", "zbv", "dualpipev")
 
 
 @dataclasses.dataclass
@@ -66,6 +71,7 @@ def check(opts: RunOptions) -> None:
         raise LayoutError(f"unknown --dp-mode {opts.dp_mode!r} (known: {', '.join(DP_MODES)})")
     if opts.layout.size("ep") > 1 and opts.dp_mode != "ddp":
         raise LayoutError(f"expert parallelism runs with --dp-mode ddp only, not {opts.dp_mode}")
+    _check_ddp_under_split_backward(opts)
     for f in opts.faults:
         if not 0 <= f.rank < world:
             raise LayoutError(f"--inject {f.kind}={f.rank}:{f.value}: rank {f.rank} is not in "
@@ -98,6 +104,25 @@ def check(opts: RunOptions) -> None:
 
     if opts.node_rank == 0 and out.exists() and not all(others(p) for p in out.iterdir()):
         raise LayoutError(f"output directory {out} exists and is not empty (choose a new one)")
+
+
+def _check_ddp_under_split_backward(opts: RunOptions) -> None:
+    """DDP (``--dp-mode ddp`` without tensor parallelism, which makes it ``replicate``) under
+    a split-backward schedule would train to wrong losses silently: every stage but the
+    first computes its weight gradients outside autograd's accumulation, DDP never reduces
+    them, and each data-parallel replica updates those stages with its own gradients
+    (checked: dp=2,pp=2 with zero-bubble, zbv and dualpipev, 1e-3 to 4e-3 from one process's
+    losses by the third step)."""
+    layout = opts.layout
+    if (opts.dp_mode == "ddp" and opts.schedule in SPLIT_BACKWARD_SCHEDULES
+            and layout.size("pp") > 1 and layout.size("dp") * layout.size("cp") > 1
+            and layout.size("tp") == 1):
+        raise LayoutError(
+            f"--schedule {opts.schedule} with --dp-mode ddp (layout {layout}) is not supported: "
+            f"torch 2.13 computes a split backward's weight gradients without autograd's "
+            f"gradient hooks, so DDP never averages them over the data-parallel replicas "
+            f"(pytorch/pytorch#144530) and the replicas would train apart; use --schedule "
+            f"gpipe, 1f1b, interleaved-1f1b or looped-bfs with data parallelism")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -32,6 +32,11 @@ CASES = [
     # runs below, which other tests share.
     ("cp2-tp2", ["--layout", "cp=2,tp=2"], "tiny", None),
     ("dp2-tp2-pp2", ["--layout", "dp=2,tp=2,pp=2", "--schedule", "1f1b"], "tiny", None),
+    # DDP under pipelining with as many microbatches as stages: stage 0 runs two backwards
+    # with no forward between them (F0 F1 B0 B1), which failed DDP's bucket rebuild until
+    # parallel/pipeline.py's dp_sync_left_to_stages.
+    ("dp2-pp2-1f1b-mb2", ["--layout", "dp=2,pp=2", "--schedule", "1f1b", "--microbatches", 2],
+     "tiny", None),
 ]
 for _p in (2, 4):
     for _s in ("gpipe", "1f1b", "interleaved-1f1b", "looped-bfs", "zero-bubble", "zbv",
