@@ -238,6 +238,7 @@ def _cross_rank(stage: RankStage, layout_map, options: AnalysisOptions) -> Repor
     trust = verdict.trust({r.rank: list(r.trust) for r in results}, run_checks.run_checks(
         ranks, world, tables.breakdown, aligned.instances, aligned.offsets, st.us))
     found = verdict.with_caveats(found, trust)
+    allocator.trim()        # what the findings and checks freed, before the Report is made
     bw = bandwidth_report.bandwidth_table(aligned.instances, aligned.collectives, aligned.p2p)
     groups = summary.Groups(
         steps=report_tables.StepTimeTables(

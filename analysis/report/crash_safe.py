@@ -18,6 +18,7 @@ import pandas as pd
 
 from meshscope.analysis.errors import InputError
 from meshscope.analysis.comm import matching
+from meshscope.analysis.ingest import allocator
 from meshscope.analysis.report import reuse
 from meshscope.analysis.report import target as report_target
 from meshscope.analysis.report import tables as report_tables
@@ -76,6 +77,7 @@ def _write_folder(out: pathlib.Path, source: pathlib.Path,
             reuse.stop_point()
             table = report_tables.ordered(name, table)    # its columns, even when empty
             _parquet_safe(table).to_parquet(files.table(name), index=False)
+            allocator.trim()    # its Arrow copy and parquet buffers, given back (issue 51)
     reuse.stop_point()
     rd.write_json_atomic(files.summary, summary())
     rd.write_json_atomic(files.marker, report_target.marker())
