@@ -153,6 +153,11 @@ def test_every_stage_without_peers_is_held_to_the_other_stages_per_unit():
     assert got[0][0].tolist() == pytest.approx([11_500.0 / 10_000.0])
     assert got[1][0].tolist() == pytest.approx([23_000.0 / 20_000.0])
     assert got[2][0].tolist() == pytest.approx([10_000.0 / 13_000.0])
+    # a stage whose rank did no work of its own has nothing to scale: no reference
+    idle = {0: RankStep(0, 0.0, [Point(END, 10_000.0, 10_000.0)]),
+            1: RankStep(1, 0.0, [Point(END, 10_000.0, 0.0)])}
+    got = whatif.reference_scales(StepGraph(0, idle, {}), _pp_run(2), {}, {})
+    assert got[1][1] == "none" and got[1][0].tolist() == [1.0]
 
 
 # -- the savings table and the stage balance --------------------------------------------------
@@ -233,9 +238,23 @@ def test_the_savings_tables_other_columns():
     assert res.step_time_us == pytest.approx(33_200.0)
     # the resolution: the given noise over √2 steps, above the floor
     assert res.resolution_us == pytest.approx(max(1e9 / np.sqrt(2), res.floor_us))
+    # every wait charged, per step: stage 1's 20 ms at "a" to stage 0, stage 0's 9.1 ms at "g"
+    # to stage 1
+    assert sorted((st, w, c, round(us, 6)) for st, w, c, us, _ in res.charged) == [
+        (0, 0, 1, 9_100.0), (0, 1, 0, 20_000.0), (1, 0, 1, 9_100.0), (1, 1, 0, 20_000.0)]
     # one critical path of both steps, numbered afresh
     assert res.critical_path.index.tolist() == list(range(len(res.critical_path)))
     assert set(res.critical_path["step"]) == {0, 1}
+
+
+def test_without_a_given_noise_it_is_the_replayed_steps_spread():
+    """Three steps whose rank 2 is 0, 1 and 3 ms slower: makespans m, m + 1, m + 3 ms, their
+    median absolute deviation 1 ms — noise 1.4826 ms (a normal's σ from its MAD)."""
+    from test_straggler_oracle import _step
+
+    graphs = {s: _step(s, {2: slow}) for s, slow in enumerate((0.0, 1_000.0, 3_000.0))}
+    res = whatif.analyse(graphs, None, {"ar": "all_reduce"}, {}, noise_us=None)
+    assert res.noise_us == pytest.approx(1.4826 * 1_000.0)
 
 
 def test_no_steps_give_the_documented_empty_tables():
