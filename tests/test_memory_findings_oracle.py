@@ -112,6 +112,7 @@ def test_an_out_of_memory_snapshot_is_near_oom_by_itself():
                        "1.00 MiB free (10.00 MiB allocated, 12.00 MiB reserved; snapshot "
                        "rank3.pickle): the device held 12 MiB")
     assert f.evidence["snapshot"] == "rank3.pickle" and f.evidence["requested_bytes"] == 2 * MiB
+    assert (f.evidence["rank"], f.evidence["device"]) == (3, "cuda:1")
     assert f.remedy == "the batch halves; or expandable segments"
     assert f.peak_saving_bytes is None and f.what_if["peak_bytes"] is None
     assert f.cites == [cite("summary", page="memory", field="memory.snapshots",
@@ -200,7 +201,11 @@ def test_growth_names_every_growing_rank_and_when_the_device_fills():
     assert f.evidence["peak_bytes"] == 400 * MiB
     assert f.peak_saving_bytes == 8 * MiB
     assert f.what_if["peak_bytes"] == 392 * MiB
-    assert f.remedy.startswith("find what each step keeps")
+    assert f.dimension == "all" and f.evidence["device"] == "cuda:0"
+    assert f.remedy == ("find what each step keeps (tensors appended to a list, a loss "
+                        "accumulated without .item() or .detach() keeping its graph, a cache "
+                        "that never evicts); the growing operator is in memory_live at the last "
+                        "peak")
     assert f.cites == [cite("memory_devices", rank=1, device="cuda:0"),
                        cite("memory_steps", rank=1, device="cuda:0")]
     # one rank, no device memory: no "ranks", no estimate of when
@@ -238,7 +243,10 @@ def test_fragmentation_names_the_rank_holding_the_most_free():
                           "peak_allocated_bytes": 3 * GiB, "threshold_share": 0.25,
                           "severity_of": "the peak (the device's memory is not known)",
                           "headroom_bytes": None, "severity_adjusted": None}
-    assert f.remedy.startswith("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
+    assert f.dimension == "all"
+    assert f.remedy == ("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (segments grow in "
+                        "place instead of new ones being cut); or allocate the largest buffers "
+                        "first and keep their sizes fixed")
     assert f.peak_saving_bytes == 3 * GiB and f.what_if["peak_bytes"] == 3 * GiB
     assert f.cites == [cite("memory_devices", rank=1, device="cuda:0")]
     # the edges: exactly 25% fires, and exactly 64 MiB
