@@ -202,7 +202,7 @@ def test_an_moe_layers_tokens_go_through_k_experts():
 
 
 def test_experts_are_split_over_ep_and_not_sharded_by_zero():
-    """dp=2 × ep=2 under FSDP: the dense weights sharded over the 2 data-parallel ranks, the
+    """dp=4 with ep=2 under FSDP: the dense weights sharded over the 4 data-parallel ranks, the
     experts split over ep (half of them on each rank), their states whole (ZeRO leaves them
     out)."""
     spec = _spec(moe_experts=4, moe_top_k=2, moe_hidden=96)
@@ -210,11 +210,11 @@ def test_experts_are_split_over_ep_and_not_sharded_by_zero():
                   if p.name.startswith("expert"))
     dense = theory_params.n_params(spec.shape) - experts
     assert experts == 2 * 3 * 4 * 64 * 96                  # two layers of 4 SwiGLU experts
-    (est,) = memory(spec, Candidate(parse_layout("dp=2,ep=2"), dp_mode="fsdp", microbatches=1,
-                                    global_batch=2))
-    assert est.params_bytes == pytest.approx(4 * dense / 2 + 4 * experts / 2)
-    assert est.grads_bytes == pytest.approx(4 * dense / 2 + 4 * experts / 2)
-    assert est.optimizer_bytes == pytest.approx(8 * dense / 2 + 8 * experts / 2)
+    (est,) = memory(spec, Candidate(parse_layout("dp=4,ep=2"), dp_mode="fsdp", microbatches=1,
+                                    global_batch=4))
+    assert est.params_bytes == pytest.approx(4 * dense / 4 + 4 * experts / 2)
+    assert est.grads_bytes == pytest.approx(4 * dense / 4 + 4 * experts / 2)
+    assert est.optimizer_bytes == pytest.approx(8 * dense / 4 + 8 * experts / 2)
     assert est.terms["grads"] == pytest.approx(est.grads_bytes)
 
 
