@@ -34,13 +34,24 @@ bytecode: setup
 demo: bytecode
 	$(VENV)/bin/meshscope demo
 
-# --durations: the slowest tests named at the end of every run, to keep the suite's time in view.
+# Two pytest runs. First the tests that run in one process (-m "not slow and not browser") on
+# TEST_WORKERS cores at once (pytest-xdist, --dist loadfile: each file on one worker, so its
+# module fixtures are made once); then the multi-process (slow) and browser tests one at a
+# time: their jobs' ranks and the browser use the cores themselves, and a job's premises (fixed
+# waits timed against each other) hold only when it does not share the machine with another.
+# Both always run; the target fails if either did. --durations: the slowest tests named at the
+# end of each, to keep the suite's time in view.
+TEST_WORKERS ?= 2
 test: bytecode
-	$(PY) -m pytest -q -rs --durations=25
+	$(PY) -m pytest -q -rs --durations=15 -n $(TEST_WORKERS) --dist loadfile \
+		-m "not slow and not browser"; one=$$?; \
+	$(PY) -m pytest -q -rs --durations=25 -m "slow or browser"; many=$$?; \
+	test $$one -eq 0 && test $$many -eq 0
 
 # The loop while developing: the suite without its multi-process (slow) and browser tests.
 test-fast: bytecode
-	OMP_NUM_THREADS=1 $(PY) -m pytest -q -rs -m "not slow and not browser"
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -rs -n $(TEST_WORKERS) --dist loadfile \
+		-m "not slow and not browser"
 
 # Mutation testing (docs/testing.md; not in CI: it takes an hour and more). mutmut works on a copy
 # of the working tree in MUTATE_DIR (results kept there between runs: a second run only tests

@@ -227,6 +227,9 @@ def test_every_shipped_sample_is_trusted():
         assert all(r.verdict == "trusted" for r in s.trust.ranks)
 
 
+# slow: it reads conftest.real_gpu_sets, the session's analysis of every corpus set, which the
+# slow tests share (make test runs those in a pytest run of their own, after the others)
+@pytest.mark.slow
 def test_every_shared_gpu_set_has_a_verdict_and_whole_jobs_of_one_rank_are_trusted(
         real_gpu_sets):
     """Every set gets a verdict; a set that is the whole job (world size 1, or none stated) is
