@@ -148,3 +148,34 @@ def test_synchronisations_by_thread_sorted_by_end_without_event_waits():
     assert {k: (a.tolist(), b.tolist()) for k, (a, b) in got.items()} == {
         H: ([2.0, 0.0], [10.0, 30.0]), "cpu:1:2": ([7.0], [9.0])}
     assert idle.sync_spans_by_lane(calls.iloc[0:0]) == {}
+
+
+def test_without_launch_ends_the_call_is_an_instant_and_a_sync_blocks_the_queue():
+    """No end of the launching call given: it takes no time — the host part up to 60, the
+    queue after. A synchronisation on the launching thread from 60 to 80 blocks it: sync."""
+    out = idle.causes(_iv((0, 100)), np.array([100.0]), np.array([60.0]),
+                      np.array([H], dtype=object), {H: {}}, H, {})
+    assert out["launch"].tolist() == [] and out["queued"].tolist() == [[60, 100]]
+    assert out["other"].tolist() == [[0, 60]]
+    synced = _causes({"sync": _iv((60, 80))})
+    assert synced["sync"].tolist() == [[60, 80]] and synced["launch"].tolist() == []
+    assert synced["queued"].tolist() == [[80, 100]]
+
+
+def test_a_copy_without_a_name_blocks_nothing():
+    device = pd.DataFrame({"cat": ["gpu_memcpy", "gpu_memcpy"],
+                           "name": [None, "Memcpy DtoH (Device -> Pageable)"]})
+    got = idle.blocking_copies(device, np.array([0.0, 10.0]), np.array([5.0, 15.0]),
+                               np.array([H, H], dtype=object))
+    assert {k: v.tolist() for k, v in got.items()} == {H: [[10, 15]]}
+
+
+def test_sync_idle_is_charged_to_the_call_it_lies_in_or_follows():
+    """A synchronisation 0-10 µs: 5 µs of sync idle inside it (5-10) and 20 after it (10-30,
+    within 50 µs of its end): 25 µs charged to it; a copy call charges only what lies in it."""
+    calls = pd.DataFrame({"name": ["cudaDeviceSynchronize", "cudaMemcpyAsync"],
+                          "lane": [H, H], "ts_us": [0.0, 100.0], "end_us": [10.0, 110.0]})
+    got = idle.charged_sync(calls, _iv((5, 30), (105, 107)))
+    assert got["idle_after_us"].tolist() == [25.0, 2.0]
+    none = idle.charged_sync(calls, idle.iv.EMPTY)
+    assert none["idle_after_us"].tolist() == [0.0, 0.0]
