@@ -13,18 +13,14 @@ from meshscope.analysis.memory import rank_memory
 from meshscope.analysis.report import memory_findings as mf
 from meshscope.analysis.report.finding_rules import cite
 
+from test_memory_units import DEVICE_ROW
+
 MiB, GiB = 1 << 20, 1 << 30
 NO_LIVE = pd.DataFrame(columns=rank_memory.LIVE_COLUMNS)
 
 
 def _devices(*rows: dict) -> pd.DataFrame:
-    base = {"device": "cuda:0", "totals": "absolute", "events": 10, "steps": 3,
-            "peak_step": 2, "peak_us": 1.0, "peak_op": "aten::mm", "peak_module": None,
-            "peak_annotation": None, "peak_reserved_bytes": None,
-            "reserved_at_peak_bytes": None, "fragmentation_bytes": None,
-            "growth_per_step_bytes": 0.0, "growth_steps": 2, "growth_monotone": False,
-            "device_total_bytes": None, "device_total_source": None, "stage": None}
-    return pd.DataFrame([{**base, "rank": r, **kw} for r, kw in enumerate(rows)])
+    return pd.DataFrame([{**DEVICE_ROW, "rank": r, **kw} for r, kw in enumerate(rows)])
 
 
 def _live(rank: int, operator: str, nbytes: float, phase=None, module=None, annotation=None,

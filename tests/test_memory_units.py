@@ -196,14 +196,18 @@ def test_rank_tables_group_live_blocks_by_what_made_them():
 
 # -- findings -------------------------------------------------------------------------------
 
+# One rank's memory_devices row, the fields a test does not set (test_memory_findings_oracle
+# reads it too).
+DEVICE_ROW = {"device": "cuda:0", "totals": "absolute", "events": 10, "steps": 3,
+              "peak_step": 2, "peak_us": 1.0, "peak_op": "aten::mm", "peak_module": None,
+              "peak_annotation": None, "peak_reserved_bytes": None,
+              "reserved_at_peak_bytes": None, "fragmentation_bytes": None,
+              "growth_per_step_bytes": 0.0, "growth_steps": 2, "growth_monotone": False,
+              "device_total_bytes": None, "device_total_source": None, "stage": None}
+
+
 def _devices(**rows) -> pd.DataFrame:
-    base = {"device": "cuda:0", "totals": "absolute", "events": 10, "steps": 3,
-            "peak_step": 2, "peak_us": 1.0, "peak_op": "aten::mm", "peak_module": None,
-            "peak_annotation": None, "peak_reserved_bytes": None,
-            "reserved_at_peak_bytes": None, "fragmentation_bytes": None,
-            "growth_per_step_bytes": 0.0, "growth_steps": 2, "growth_monotone": False,
-            "device_total_bytes": None, "device_total_source": None, "stage": None}
-    return pd.DataFrame([{**base, "rank": r, **kw} for r, kw in rows.items()])
+    return pd.DataFrame([{**DEVICE_ROW, "rank": r, **kw} for r, kw in rows.items()])
 
 
 def _ids(devices, live=None, snapshots=(), stage_of=None):
