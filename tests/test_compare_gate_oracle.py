@@ -209,7 +209,7 @@ def test_a_dimension_a_run_cannot_tell_apart_is_not_measured(tmp_path, cpu):
     with pytest.raises(gate.GateError) as e:
         gate.evaluate(gate.parse("exposed_comm.dp>+1ms"), base, open_side(blind))
     assert "blind does not measure exposed_comm.dp (its communication carries no mesh names" \
-        in str(e.value) and "give --layout to attribute it" in str(e.value)
+        in str(e.value) and "analyze it with the job's --layout, and --rank-order" in str(e.value)
     # the operation form too, and the unknown dimension itself is measured
     with pytest.raises(gate.GateError):
         gate.evaluate(gate.parse("exposed_comm.dp.all_reduce>+1ms"), base, open_side(blind))

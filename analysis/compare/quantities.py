@@ -170,7 +170,8 @@ def unattributed(side: Side, name: str) -> str | None:
     if not unknown:
         return None
     return (f"its communication carries no mesh names, so none of it can be told to be "
-            f"{dim}: it is filed under 'unknown' (give --layout to attribute it)")
+            f"{dim}: it is filed under 'unknown' (analyze it with the job's --layout, and "
+            f"--rank-order where its ranks are laid out otherwise, to attribute it)")
 
 
 def measure(side: Side, name: str) -> Measure | None:
