@@ -107,6 +107,12 @@ CPU_CATS = ("cpu_op", "python_function")
 STEP_RANGE_RE = re.compile(r"^ProfilerStep#\d+$")
 
 
+def runtime_calls(host: pd.DataFrame) -> pd.DataFrame:
+    """The host's CUDA/HIP runtime and driver calls that launched device work (a correlation
+    id): the rows that tie a kernel, copy or memset to the call that issued it."""
+    return host[(host["correlation"] >= 0) & host["cat"].isin(RUNTIME_CATS)]
+
+
 def host_kind(name: pd.Series, cat: pd.Series, kind: pd.Series,
               dur: pd.Series | None = None) -> np.ndarray:
     """The ``HOST_KINDS`` label of each host event ("" for annotations and other ranges).

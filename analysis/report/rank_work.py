@@ -339,9 +339,7 @@ def _kernel_tables(trace: ingest.RankTrace, steps: step_windows.StepWindows, row
     in_dev = dev[inside]
     graph = set(host.loc[host["name"].isin(host_activity.GRAPH_LAUNCH_NAMES),
                          "correlation"].tolist())
-    launch_calls = host[(host["correlation"] >= 0)
-                        & host["cat"].isin(host_activity.RUNTIME_CATS)][
-        ["lane", "ts_us", "end_us", "correlation"]]
+    launch_calls = host_activity.runtime_calls(host)[["lane", "ts_us", "end_us", "correlation"]]
     return {
         "kernels": kernels.kernel_table(r, in_dev, graph),
         "kernel_totals": kernels.kernel_totals(

@@ -270,7 +270,7 @@ def launches(host: pd.DataFrame, device: pd.DataFrame) -> tuple[np.ndarray, np.n
 def launch_calls(host: pd.DataFrame, device: pd.DataFrame
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(``launch_times``, the end of each launching call, its lane — None where unknown)."""
-    calls = host[(host["correlation"] >= 0) & host["cat"].isin(host_activity.RUNTIME_CATS)]
+    calls = host_activity.runtime_calls(host)
     if calls.empty or device.empty:
         nan = np.full(len(device), np.nan)
         return nan, nan.copy(), np.full(len(device), None, dtype=object)

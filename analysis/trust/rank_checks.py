@@ -86,9 +86,7 @@ def rank_checks(rank: int, events: pd.DataFrame, damage: Damage,
               _cut_short(rank, events, dev, host, host_steps),
               _precision(rank, events)]
     if len(dev):
-        launches = host[(host["correlation"] >= 0)
-                        & host["cat"].isin(host_activity.RUNTIME_CATS)] \
-            .drop_duplicates("correlation")
+        launches = host_activity.runtime_calls(host).drop_duplicates("correlation")
         checks += [_zero(rank, dev), _skew(rank, dev, launches), _overlap(rank, dev),
                    _dropped(rank, dev, launches)]
     return checks

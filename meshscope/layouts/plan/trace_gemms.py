@@ -111,12 +111,12 @@ def read_trace(path: pathlib.Path) -> TraceMeasures:
     ev = trace.events
     device = ev["device"].to_numpy()
     dev, host = ev[device], ev[~device]
-    runtime = host[(host["correlation"] >= 0) & host["cat"].isin(host_activity.RUNTIME_CATS)]
+    runtime = host_activity.runtime_calls(host)
     table = kernels.gemm_table(trace.rank, host[host["name"].isin(kernels.GEMM_OPS)], dev,
                                runtime[["lane", "ts_us", "end_us", "correlation"]],
                                device_name(trace.meta))
-    launch_us = runtime.loc[runtime["name"].isin(LAUNCHES), "end_us"] \
-        - runtime.loc[runtime["name"].isin(LAUNCHES), "ts_us"]
+    launches = runtime[runtime["name"].isin(LAUNCHES)]
+    launch_us = launches["end_us"] - launches["ts_us"]
     return TraceMeasures(path=str(path), device_name=device_name(trace.meta),
                          gemms=gemms_of_table(table), launches=len(launch_us),
                          launch_host_us=float(launch_us.mean()) if len(launch_us) else 0.0)
