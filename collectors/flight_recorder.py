@@ -84,6 +84,16 @@ DUMP_WAIT_S = 30.0
 _FIRST: dict[str, str | None] = {}
 
 
+def hold_dumps(timeout_s: float = DUMP_WAIT_S) -> None:
+    """Wait for a dump another thread of this process is writing, then keep any other from
+    starting — for a process about to end with ``os._exit`` (``process_exit.leave_now``), which
+    would cut that dump short and leave its temporary file behind: a rank whose main thread
+    raised ends while its SIGTERM thread dumps, or the SIGTERM thread ends while the main
+    thread dumps. Never released: the process is leaving. A dump that hangs is waited for
+    ``timeout_s`` at most."""
+    _DUMP_LOCK.acquire(timeout=timeout_s)
+
+
 def dump(run: pathlib.Path, rank: int, reason: str, error: str | None = None) -> pathlib.Path:
     """Write this rank's Flight Recorder buffer; never raises (a dump must not mask the error
     that prompted it) — a failure to dump is recorded in the file instead. Dumps of one
@@ -262,7 +272,8 @@ def write_torch_dump(rank: int) -> pathlib.Path | None:
     raw = c10d._dump_fr_trace()
     path = pathlib.Path(f"{prefix}{rank}")
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")    # mode as the umask says
+    # One temporary file per writing thread (mode as the umask says).
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     with open(tmp, "wb") as f:
         f.write(raw)
     os.replace(tmp, path)

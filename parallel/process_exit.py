@@ -13,11 +13,27 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import Callable
+
+# What must finish before this process ends (``before_leaving``), e.g. a Flight Recorder dump
+# another thread is writing: ``os._exit`` stops every thread where it stands.
+_BEFORE_LEAVING: list[Callable[[], None]] = []
+
+
+def before_leaving(wait: Callable[[], None]) -> None:
+    """Have ``leave_now`` call ``wait`` (in the order given) before it ends the process."""
+    _BEFORE_LEAVING.append(wait)
 
 
 def leave_now(code: int = 0) -> None:
-    """Flush this process's stdout, stderr and logging handlers, then end it with ``code``
-    (no ``atexit`` handlers, no module teardown)."""
+    """Wait for what ``before_leaving`` names, flush this process's stdout, stderr and logging
+    handlers, then end it with ``code`` (no ``atexit`` handlers, no module teardown)."""
+    for wait in _BEFORE_LEAVING:
+        try:
+            wait()
+        except Exception as e:  # noqa: BLE001 - leaving anyway; say why it did not wait
+            print(f"meshscope: leaving without waiting for {wait.__name__}: "
+                  f"{type(e).__name__}: {e}", file=sys.stderr)
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         try:

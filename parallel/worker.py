@@ -34,7 +34,7 @@ from .data_parallel import no_sync, sync_expert_grads
 from .faults import before_step, in_batch_fetch
 from .model import lm_loss
 from .options import WorkerConfig
-from .process_exit import leave_now
+from .process_exit import before_leaving, leave_now
 
 
 def _device() -> tuple[torch.device, str]:
@@ -92,8 +92,8 @@ def _record_on_sigterm(on_term) -> None:
         signal.sigwait({signal.SIGTERM})
         try:
             on_term()
-        finally:
-            os._exit(128 + signal.SIGTERM)
+        finally:    # after a dump the main thread may have begun meanwhile (before_leaving)
+            leave_now(128 + signal.SIGTERM)
 
     threading.Thread(target=wait, name="meshscope-sigterm", daemon=True).start()
 
@@ -118,6 +118,7 @@ class _AtomicErrorFile(ErrorHandler):
 def _main(config_path: str) -> None:
     conf = WorkerConfig.read(pathlib.Path(config_path))
     run_dir, layout, cfg, faults = conf.run_dir, conf.layout, conf.model, list(conf.faults)
+    before_leaving(flight_recorder.hold_dumps)  # never end a rank in the middle of a dump
     on_term: list = []  # what to save if the launcher stops this rank, filled in below
     _record_on_sigterm(lambda: [f() for f in on_term])
     device, backend = _device()
@@ -204,5 +205,9 @@ main = record(_main, error_handler=_AtomicErrorFile())
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    try:
+        main(sys.argv[1])
+    except BaseException:  # noqa: BLE001 - recorded by main's error handler; the exit says so
+        traceback.print_exc()  # as an uncaught error would, then leave as a forked rank does
+        leave_now(1)           # (rank_start.forked_rank): not before a dump under way ends
     leave_now(0)  # everything written; skip torch's teardown (parallel/process_exit.py)

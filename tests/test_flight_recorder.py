@@ -262,3 +262,62 @@ print(d["reason"], "|", d["error"], "|", sorted(p.name for p in (run / "comms").
                           timeout=120, env={**os.environ, "TORCH_FR_BUFFER_SIZE": "100"})
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == "exception | RuntimeError: boom | ['rank0.json'] ['_dump_0']"
+
+
+_LEAVING = """
+import os, pathlib, signal, sys, threading, time
+import torch, torch.distributed as dist
+tmp, port, case = pathlib.Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port,
+                  TORCH_FR_DUMP_TEMP_FILE=str(tmp / "fr" / "_dump_"))
+from meshscope.parallel import worker                  # as a rank does: SIGTERM blocked first
+if case == "sigterm-thread-leaves":
+    worker._record_on_sigterm(lambda: None)
+dist.init_process_group("gloo", rank=0, world_size=1)
+for _ in range(2000):                                   # a full buffer: a dump takes a while
+    dist.all_reduce(torch.ones(4))
+from meshscope.collectors import flight_recorder as fr
+from meshscope.parallel.process_exit import before_leaving, leave_now
+before_leaving(fr.hold_dumps)                           # what worker._main registers
+run, started = tmp / "run", threading.Event()
+if case == "main-leaves":       # the main thread raised and leaves while SIGTERM's thread dumps
+    def dumper():
+        started.set()
+        fr.dump(run, 0, "terminated", "stopped by the launcher")
+    threading.Thread(target=dumper, daemon=True).start()
+    started.wait(); time.sleep(0.05)
+    leave_now(1)
+else:                           # SIGTERM's thread ends the rank while the main thread dumps
+    def stopper():
+        started.wait(); time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGTERM)
+    threading.Thread(target=stopper, daemon=True).start()
+    started.set()
+    fr.dump(run, 0, "exception", "RuntimeError: boom")
+    time.sleep(60)                                      # the SIGTERM thread ends the process
+"""
+
+
+@pytest.mark.parametrize("case, code", [("main-leaves", 1),
+                                        ("sigterm-thread-leaves", 128 + 15)])
+def test_a_rank_never_ends_in_the_middle_of_a_dump(tmp_path, case, code):
+    """A clean-clone CI run found ``fr/._dump_0.<pid>.tmp`` beside the injected hang job's
+    dumps: a rank ends with ``os._exit`` (``process_exit.leave_now``) and so stops every other
+    thread where it stands. Both ways a real rank ends are built here, on a one-rank gloo
+    group with 2,000 entries in its buffer (a dump takes a good part of a second): the main
+    thread leaving 50 ms after the SIGTERM thread began a dump, and the SIGTERM thread
+    (``worker._record_on_sigterm``) ending the process 50 ms after the main thread began one.
+    Either way the process ends with its own code only once the dump is whole: the runner's
+    JSON with its entries, PyTorch's pickle, no temporary file."""
+    script = tmp_path / "leaving.py"
+    script.write_text(_LEAVING)
+    port = str(29550 + (case == "main-leaves"))
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path), port, case],
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "TORCH_FR_BUFFER_SIZE": "2000"})
+    assert proc.returncode == code, proc.stderr[-2000:]
+    assert sorted(p.name for p in (tmp_path / "fr").iterdir()) == ["_dump_0"]
+    assert sorted(p.name for p in (tmp_path / "run" / "comms").iterdir()) == ["rank0.json"]
+    ours = json.loads((tmp_path / "run" / "comms" / "rank0.json").read_text())
+    theirs = pickle.loads((tmp_path / "fr" / "_dump_0").read_bytes())
+    assert len(ours["flight_recorder"]["entries"]) == len(theirs["entries"]) == 2000
