@@ -95,6 +95,17 @@ def test_near_oom_without_a_known_remedy_and_at_its_edge():
         "trace began, holds 40.00 GiB: the model's state held from before the trace")
 
 
+def test_near_oom_of_a_peak_no_step_holds_cites_the_device_only():
+    """A memory_devices row whose peak no profiled step holds (``peak_step`` empty: a row
+    from another writer, or a peak before the first step) is still judged — 76 of 80 GiB, 4 GiB
+    above 90% of the device — and its evidence says no step rather than failing on it."""
+    d = _devices({"peak_allocated_bytes": 76 * GiB, "device_total_bytes": 80 * GiB,
+                  "peak_step": None})
+    f = _one("near-oom", d)
+    assert f.evidence["peak_step"] is None and f.evidence["to_shed_bytes"] == 4 * GiB
+    assert f.cites == [cite("memory_devices", rank=0, device="cuda:0")]
+
+
 def test_an_out_of_memory_snapshot_is_near_oom_by_itself():
     oom = {"rank": 3, "device": "cuda:1", "source": "rank3.pickle",
            "oom": {"requested_bytes": 2 * MiB, "device_free_bytes": 1 * MiB,

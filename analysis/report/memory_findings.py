@@ -188,19 +188,20 @@ def near_oom(main: pd.DataFrame, snapshots: list[dict], live: pd.DataFrame,
         title = (f"Rank {int(worst['rank'])} peaks at {human_bytes(peak)} of its "
                  f"{human_bytes(total)} {worst['device']} ({worst_share:.0%}): within "
                  f"{NEAR_OOM_MARGIN:.0%} of running out")
+        step = _num(worst.get("peak_step"))     # None where no step held the peak
         evidence = {"rank": int(worst["rank"]), "device": worst["device"], "peak_bytes": peak,
                     "device_total_bytes": total, "share": worst_share,
                     "margin": NEAR_OOM_MARGIN, "to_shed_bytes": shed,
                     "device_total_source": worst.get("device_total_source"),
-                    "peak_step": int(worst["peak_step"]), "peak_op": worst.get("peak_op")}
+                    "peak_step": None if step is None else int(step),
+                    "peak_op": worst.get("peak_op")}
         remedy = ("lower the peak by at least " + human_bytes(shed) + ": "
                   + ("; ".join(options) if options else
                      "activation recomputation, a ZeRO/FSDP stage that shards more, or a "
                      "smaller microbatch"))
         saving = max(shed, 0.0)
         cites = [cite("memory_steps", rank=worst["rank"], step=worst["peak_step"],
-                      device=str(worst["device"]))] if _num(worst.get("peak_step")) is not None \
-            else []
+                      device=str(worst["device"]))] if step is not None else []
         cites += _device(worst)
     else:
         o = oom["oom"]
