@@ -228,3 +228,29 @@ def test_another_frameworks_training_is_its_published_bookkeeping():
     megatron = Training(framework="megatron", precision="mixed")
     assert memory(SPEC, cand, "fp32", megatron) == job_memory(SPEC, cand, megatron)
     assert memory(SPEC, cand, "fp32", megatron) != runner
+
+
+def test_fp8_gemms_keep_a_transposed_fp8_copy_of_each_weight():
+    """Megatron with Transformer Engine, fp8 GEMMs: a 16-bit weight is cast to fp8 and
+    transposed for the backward (2 bytes a parameter of the fp8 linears); fp8 weights
+    (``fp8_params``, TE's Float8Tensor) need no cast but still keep the transpose
+    (``update_usage(columnwise_usage=True)`` creates ``_transpose``): 1 byte. The fp8 linears
+    of this model are each layer's q, k, v, o (4·h² — as many key/value heads as heads) and
+    its SwiGLU's three (3·h·f); a bf16 job keeps neither copy."""
+    from meshscope.layouts.plan.training import Training
+    h, f, layers = SPEC.dim, SPEC.ffn_hidden, SPEC.n_layers
+    fp8_linear = layers * (4 * h * h + 3 * h * f)
+    cand = Candidate(parse_layout("dp=2"), microbatches=1, dp_mode="zero1", global_batch=2)
+
+    def terms(**kw):
+        t = Training(framework="megatron", **kw)
+        return memory(SPEC, cand, training=t)[0].terms
+
+    cast = terms(precision="fp8")
+    assert cast["fp8_weight_copies"] == pytest.approx(2 * fp8_linear)
+    assert "fp8_weight_transposes" not in cast
+    held = terms(precision="fp8", fp8_params=True)
+    assert held["fp8_weight_transposes"] == pytest.approx(fp8_linear)
+    assert "fp8_weight_copies" not in held
+    plain = terms(precision="mixed")
+    assert "fp8_weight_copies" not in plain and "fp8_weight_transposes" not in plain

@@ -28,7 +28,13 @@ Per pipeline rank r, over the stages it holds:
     ``deepspeed_allgather_bucket`` (ZeRO-1/2): ``reduce_bucket_size`` and
     ``allgather_bucket_size`` 16-bit elements;
   - ``fp8_weight_copies``: a GEMM in fp8 keeps its weight cast to fp8 and transposed (1 + 1
-    bytes a parameter of the fp8 layers), unless the weights are fp8 already;
+    bytes a parameter of the fp8 layers); ``fp8_weight_transposes``: with fp8 weights
+    (``fp8_params``) the cast goes but the transpose stays, 1 byte a parameter — Transformer
+    Engine's ``Float8Tensor.update_usage(columnwise_usage=True)`` creates ``_transpose`` for
+    the backward's GEMMs wherever fp8 GEMMs take only the TN layout (Hopper:
+    ``non_tn_fp8_gemm_supported()`` is false below compute capability 10); on Blackwell a
+    per-tensor fp8 weight needs none, so both terms over-count there by 1 byte a parameter
+    (not modelled: the memory model does not know the device);
   - ``moe_dispatch_buffers``: the all-to-all's send and receive buffers of one MoE layer's
     routed tokens (T · k · capacity factor · h, 16-bit, each way);
   - Megatron keeps none beyond these (its gradient buffer *is* the gradients).
@@ -180,8 +186,14 @@ def _buffers(spec, cand, t, r, dense, units, terms, experts_local=0.0) -> float:
         elif zero == 0:
             add("ddp_bucket_copy", dense * (4 if t.main_grads_fp32 or t.precision == "fp32"
                                             else 2))
-    if t.precision == "fp8" and not t.fp8_params and t.job_style == "megatron":
-        add("fp8_weight_copies", 2 * fp8_weights(spec, cand, r, t))
+    if t.precision == "fp8" and t.job_style == "megatron":
+        if t.fp8_params:
+            # Transformer Engine's fp8 weights (Float8Tensor) still keep a transposed copy
+            # for the backward's GEMMs (``update_usage(columnwise_usage=True)`` creates
+            # ``_transpose`` where fp8 GEMMs take only the TN layout): 1 byte a parameter
+            add("fp8_weight_transposes", fp8_weights(spec, cand, r, t))
+        else:
+            add("fp8_weight_copies", 2 * fp8_weights(spec, cand, r, t))
     ep = cand.layout.size("ep")
     moe_layers = any(spec.is_moe_layer(i) for s in cand.stages_of(r) for i in layers_of[s])
     if moe_layers and ep > 1:
