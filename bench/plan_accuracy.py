@@ -19,8 +19,9 @@
    row's TFLOP/s a GPU and % of peak), Megatron's theoretical_memory_usage for a 70B
    configuration, Korthikanti et al.'s Table 2 at their Table 3 configurations, DeepSpeed's
    documented estimator outputs, the ZeRO paper's Fig. 1 and the Playbook's figures.
-   ``--fit`` refits the A100 GEMM curve on the two rows ``FIT_ROWS`` and prints its constants
-   (what ``meshscope/layouts/plan/job_step.py``'s ``A100_CURVE`` holds).
+   ``--fit`` refits the constants on the rows ``jobs.csv`` marks ``fit`` and prints them:
+   ``job_compute.TRAINING_DERATE`` (the ten rows of Megatron-LM's Table 1) and each custom
+   device's ``clock_fraction``.
 
 Prints markdown tables. Wrap it in ``flock /tmp/meshscope-cpu.lock`` on a shared machine.
 """
