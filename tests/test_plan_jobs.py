@@ -286,6 +286,41 @@ def test_torchtitan_float8_tensor_parallelism_gathers_the_forward_in_float8():
         tp_bytes(meg, "all_gather")
 
 
+def test_torch_context_parallel_gathers_the_query_heads_k_v_once_a_pass():
+    """torch's ring attention as torchtitan runs it: K, V repeated to the query heads
+    (Llama 3 8B: 32 heads, 8 key/value heads; tp 2 keeps 16) and all-gathered once a layer's
+    forward and once its backward (torch's default ALL_GATHER rotation), full recomputation
+    gathering once more; dK, dV passed on in fp32 at each of the cp steps. A microbatch of 1
+    sequence of 8192 tokens on cp 4: 2048 tokens a rank, K and V of 128 each at 2 bytes. With
+    ample attention to hide behind, all of it hides but each layer's last dK, dV (waited for
+    after the ring's loop): 1/cp of those sends; with none, nothing hides. Megatron's ring
+    (not claimed) keeps its sends of the key/value heads."""
+    from meshscope.layouts.plan.job_step import _torch_ring_hidden_us
+    cand = Candidate(parse_layout("dp=2,cp=4,tp=2"), microbatches=2, global_batch=4,
+                     dp_mode="fsdp")
+    kv = 1 * 16 * 2048 * (128 + 128) * 2               # one rank's K and V, query heads
+    layers_mb = L8.n_layers * 2                           # a step: 32 layers, 2 microbatches
+    topo = Topology.for_device(H100)
+    for recompute, forwards in (("none", 1), ("full", 2)):
+        t = Training(framework="torch", precision="mixed", recompute=recompute)
+        rows = [x for x in transfers(L8, cand, training=t) if x.dim == "cp" and x.pp_rank == 0]
+        gathers = sorted((x.count, x.msg_bytes) for x in rows if x.op == "all_gather")
+        assert gathers == sorted([(forwards * layers_mb, 4 * kv), (layers_mb, 4 * kv)])
+        (sends,) = [x for x in rows if x.op == "send"]
+        assert (sends.count, sends.msg_bytes) == (4 * layers_mb, 2 * kv)
+        assert _torch_ring_hidden_us(cand, topo, rows, 0.0, 1.0) == 0.0
+        per_mb = sum(topo.comm_for(cand, "cp", x.op).time_us(x.op, 4, x.msg_bytes) * x.count
+                     for x in rows) / 2
+        last = topo.comm_for(cand, "cp", "send").time_us("send", 4, sends.msg_bytes) \
+            * sends.count / 4 / 2
+        assert _torch_ring_hidden_us(cand, topo, rows, 1e12, 1.0) == pytest.approx(
+            per_mb - last)
+    meg = [x for x in transfers(L8, cand, training=Training(framework="megatron",
+                                                            precision="mixed"))
+           if x.dim == "cp"]
+    assert {x.op for x in meg} == {"send", "recv"}
+
+
 def test_distributed_optimizer_gathers_are_hidden_behind_the_forward():
     """Megatron's overlap-grad-reduce and overlap-param-gather hide ZeRO-1's gradient
     reduce-scatter behind the backward and its weight all-gather behind the next forward: 8B

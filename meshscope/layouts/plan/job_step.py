@@ -11,7 +11,9 @@ For the slowest pipeline rank, with m microbatches, p pipeline ranks and v stage
    (per style: Megatron, FSDP, DeepSpeed; ``--overlap dim=f`` sets one) — cp's ring behind
    the attention it feeds, dp's reduce-scatter / all-reduce behind the last microbatch's
    backward, the distributed optimizer's and FSDP's weight gathers behind the forward they
-   precede (all but the first) — and the rest is exposed. An MoE layer's token dispatch and
+   precede (all but the first) — and the rest is exposed (torch's own ring attention, whose
+   K, V all-gather hides behind one ring step only: ``_torch_ring_hidden_us``). An MoE
+   layer's token dispatch and
    combine split between the network and NVLink as its dispatcher sends them
    (``moe_dispatch.py``: an NCCL all-to-all sends every routed copy, DeepEP one copy a remote
    node), the two links at once. Hidden communication still slows
@@ -175,6 +177,11 @@ def _microbatch_comm_us(cand: Candidate, t: Training, topo: Topology, opts: JobO
         frac = _overlap(t, opts, dim)
         if dim == "pp" and v > 1 and t.job_style == "megatron" and "pp" not in dict(t.overlap):
             frac = 1.0      # Megatron overlaps the interleaved schedule's sends
+        if dim == "cp" and any(x.op == "all_gather" for x in rows):
+            hide = _torch_ring_hidden_us(cand, topo, rows, attention_forward_us, frac)
+            exposed[dim] = per_mb - hide
+            hidden += hide
+            continue
         window = attention_forward_us * 3.5 if dim == "cp" else compute_mb_us
         behind_wgrad = 0.0
         if dim == "tp":
@@ -184,6 +191,32 @@ def _microbatch_comm_us(cand: Candidate, t: Training, topo: Topology, opts: JobO
         exposed[dim] = per_mb - hide
         hidden += hide
     return exposed, hidden
+
+
+def _torch_ring_hidden_us(cand: Candidate, topo: Topology, rows: list[Transfer],
+                          attention_forward_us: float, frac: float) -> float:
+    """The time a microbatch of torch's ring attention (``traffic._torch_cp_transfers``)
+    hides behind its own steps, at most ``frac`` of each operation. The code's order
+    (``_templated_ring_attention`` and its backward): the all-gather of K, V is issued before
+    the first ring step's attention and waited for before the second, so it hides behind one
+    step, 1/cp of the layer's forward attention (its backward: 2.5 times that); each step's
+    dK, dV exchange is waited for after the next step's attention backward, so cp − 1 of the
+    cp hide behind one step each, and the last one (waited for after the loop) behind none.
+    The layers of a rank are alike, so the sums over them stand for each layer's."""
+    m, cp = cand.microbatches, cand.layout.size("cp")
+    step_fwd = attention_forward_us / cp        # one ring step, every layer of the rank
+    # layer-microbatches of the step: the dK, dV sends are cp of each
+    layer_mbs = sum(x.count for x in rows if x.op == "send") / cp
+    hidden = 0.0
+    for x in rows:
+        total = _t(topo, cand, x) / m
+        if x.op == "all_gather":
+            passes = x.count / layer_mbs     # the forwards (with the recomputed ones)
+            window = passes * step_fwd * (2.5 if "backward" in x.what else 1.0)
+            hidden += min(total * frac, window)
+        else:       # dK, dV: cp a layer, the last one exposed
+            hidden += min(total * (cp - 1) / cp * frac, (cp - 1) * 2.5 * step_fwd)
+    return hidden
 
 
 def _chunked_hidden_us(total_us: float, bucket_us: float, frac: float, pass_us: float,
@@ -389,7 +422,7 @@ def scale_device(device: DeviceSpec, factor: float, source: str) -> DeviceSpec:
 # the published reference set's rows that no constant was fitted on
 # (``python bench/plan_accuracy.py --references``; docs/layouts.md has the table). Layouts
 # predicted within it of the fastest are ties.
-UNCERTAINTY = {"dense": 0.08, "fp8": 0.09, "moe": 0.23, "fsdp": 0.10}
+UNCERTAINTY = {"dense": 0.08, "fp8": 0.09, "moe": 0.23, "fsdp": 0.09}
 
 
 # The spread of the planner's error on the published reference set's MoE jobs, fitted rows

@@ -38,7 +38,10 @@ sequence.
 
 **cp** (``parallel/context_parallel.py``), per layer and microbatch: the forward ring makes
 cp − 1 exchanges of K, V and the keys' positions, the backward ring cp exchanges of K, V,
-positions, dK and dV; each exchange is one send and one receive per tensor.
+positions, dK and dV; each exchange is one send and one receive per tensor. A GPU job of the
+``torch`` framework runs torch's own ring instead (``_torch_cp_transfers``): K and V repeated
+to the query heads and all-gathered once a layer's forward and once its backward, dK and dV
+passed on in fp32 at every step of the backward.
 
 **ep** (``parallel/moe.py``), per MoE layer and microbatch: the per-expert counts (E int64)
 first, then the tokens' dispatch and combine all-to-alls in forward and their two mirrors in
@@ -379,12 +382,43 @@ def _pp_transfers(spec, cand, prec, r, stage, sh, scatter=False) -> list[Transfe
     return out
 
 
-def _cp_transfers(spec, cand, prec, r, stage, groups, sh) -> list[Transfer]:
+# torch's context parallelism (``torch.distributed.tensor.experimental.context_parallel``, as
+# torchtitan runs it): what moves, per layer and microbatch (``_torch_cp_transfers``)
+TORCH_CP_GATHER_FORWARD = "ring attention K, V all-gathered at the query heads (forward)"
+TORCH_CP_GATHER_BACKWARD = "ring attention K, V all-gathered at the query heads (backward)"
+TORCH_CP_GRADS = "ring attention dK, dV passed on (fp32)"
+
+
+def _torch_cp_transfers(spec, cand, prec, r, stage, n_layers, sh, recompute) -> list[Transfer]:
+    """torch's ring attention as torchtitan runs it (torch 2.6 to 2.13,
+    ``tensor/experimental/_attention.py``): the model repeats K and V to the query heads
+    before SDPA (torchtitan's ``repeat_kv``), and the ring's default rotation
+    (``_cp_options.rotate_method = ALL_GATHER``, ``_AllGatherRotater``) all-gathers them once
+    a layer's forward, and again in its backward (full recomputation: once more); the backward
+    passes each step's dK, dV on to the next rank (``_RotateMethod.ALL_TO_ALL``), accumulated
+    in fp32 (``convert_to_f32``): cp sends a layer."""
+    cp, tp = cand.layout.size("cp"), cand.layout.size("tp")
+    v_width = spec.v_head_dim or spec.head_width
+    kv = sh.b_mb * (spec.n_heads // tp) * sh.s * (spec.head_width + v_width) * prec.act_bytes
+    forwards = 2 if recompute == "full" else 1
+    n = n_layers * sh.m
+    return [Transfer(r, "cp", "all_gather", f"stage {stage} {TORCH_CP_GATHER_FORWARD}",
+                     "microbatch", forwards * n, cp * kv, cp),
+            Transfer(r, "cp", "all_gather", f"stage {stage} {TORCH_CP_GATHER_BACKWARD}",
+                     "microbatch", n, cp * kv, cp),
+            Transfer(r, "cp", "send", f"stage {stage} {TORCH_CP_GRADS}", "microbatch",
+                     cp * n, kv * 4 / prec.act_bytes, cp)]
+
+
+def _cp_transfers(spec, cand, prec, r, stage, groups, sh, torch_ring=False,
+                  recompute="none") -> list[Transfer]:
     cp = cand.layout.size("cp")
     if cp == 1:
         return []
     tp = cand.layout.size("tp")
     n_layers = len(groups) - 1
+    if torch_ring:
+        return _torch_cp_transfers(spec, cand, prec, r, stage, n_layers, sh, recompute)
     kv = sh.b_mb * (spec.kv_heads // tp) * sh.s * spec.head_width * prec.act_bytes
     pos = sh.s * prec.act_bytes
     per_layer = {kv: 2 * (cp - 1) + 4 * cp, pos: (cp - 1) + cp}
@@ -454,7 +488,9 @@ def transfers(spec: ModelSpec, cand: Candidate, precision: Precision | str = "fp
             out += tp_rows
             out += _pp_transfers(spec, cand, prec, r, stage, sh,
                                  scatter=job and training.framework == "megatron")
-            out += _cp_transfers(spec, cand, prec, r, stage, groups, sh)
+            out += _cp_transfers(spec, cand, prec, r, stage, groups, sh,
+                                 torch_ring=job and training.framework == "torch",
+                                 recompute=training.recompute if job else "none")
             out += _ep_transfers(spec, cand, prec, r, stage, layers_of[stage], sh,
                                  (training.capacity_factor or 1.0) if job else 1.0)
     return out
