@@ -38,6 +38,8 @@ TABLE_COLUMNS = ["rank", "step", "match_id", "pg_ranks", "dim", "op", "backend_o
 SUMMARY_COLUMNS = ["dim", "op", "group_size", "size_bucket", "instances", "msg_bytes",
                    "transfer_us", "busbw_gbps", "busbw_max_gbps", "baseline_busbw_gbps",
                    "efficiency"]
+# The columns of the per-operation table the summary reads (a caller may give it those alone).
+SUMMARY_READS = ["dim", "op", "group_size", "msg_bytes", "dur_us", "transfer_us", "busbw_gbps"]
 
 
 def bandwidth_table(inst: pd.DataFrame, collectives: pd.DataFrame,

@@ -59,6 +59,7 @@ from meshscope.analysis.report.result import Report
 from meshscope.analysis.report import summary
 from meshscope.analysis.report.model import REPORT_SCHEMA_VERSION
 from meshscope.analysis.report import spill
+from meshscope.analysis.report import table_parts
 from meshscope.analysis.report import tables as report_tables
 from meshscope.analysis.timeline import breakdown, segments
 from meshscope.analysis.timeline.rank_timeline import RankTimeline
@@ -239,24 +240,39 @@ def _cross_rank(stage: RankStage, layout_map, options: AnalysisOptions) -> Repor
         ranks, world, tables.breakdown, aligned.instances, aligned.offsets, st.us))
     found = verdict.with_caveats(found, trust)
     allocator.trim()        # what the findings and checks freed, before the Report is made
-    bw = bandwidth_report.bandwidth_table(aligned.instances, aligned.collectives, aligned.p2p)
+    # The report's tables with rows per rank kept on disk from here to the write (the
+    # largest: a row per instance and rank), the bandwidth table made a slice of the
+    # instance table at a time (issue 51, ``table_parts``).
+    kept = table_parts.PartStore(options.cache_dir)
+    bw = _bandwidth(aligned, kept)
+    bw_summary = bandwidth_report.bandwidth_summary(
+        bw.columns(bandwidth_report.SUMMARY_READS), options.baseline)
+    inst = _in_parts(aligned.instances, kept, "instances")
+
+    def kept_table(table: pd.DataFrame, name: str) -> pd.DataFrame:
+        return report_tables.on_disk(_in_parts(table, kept, name))
     groups = summary.Groups(
         steps=report_tables.StepTimeTables(
             breakdown=tables.breakdown, exposed_comm=tables.exposed_comm,
-            operator_totals=tables.operator_totals, trace_overlap=tables.trace_overlap,
-            timeline=segments.segments(aligned.timelines, tables.windows,
-                                       wi.charged if wi else []),
+            operator_totals=kept_table(tables.operator_totals, "operator_totals"),
+            trace_overlap=tables.trace_overlap,
+            timeline=kept_table(segments.segments(aligned.timelines, tables.windows,
+                                                  wi.charged if wi else []), "timeline"),
             idle=tables.idle),
         records=recs.tables,
         pipeline=tables.pipeline,
         comm=report_tables.CommTables(
-            instances=aligned.instances, collectives=aligned.collectives,
-            clock_offsets=aligned.offsets, bandwidth=bw,
-            bandwidth_summary=bandwidth_report.bandwidth_summary(bw, options.baseline)),
+            instances=report_tables.on_disk(inst), collectives=aligned.collectives,
+            clock_offsets=aligned.offsets, bandwidth=report_tables.on_disk(bw),
+            bandwidth_summary=bw_summary),
         graph=report_tables.GraphTables(whatif=wi.table, critical_path=wi.critical_path,
                                         rank_waits=wi.savings) if wi
         else report_tables.GraphTables.empty(),
-        gpu=tables.gpu, memory=report_tables.MemoryTables(**mem.tables))
+        gpu=dataclasses.replace(tables.gpu, kernel_totals=kept_table(
+            tables.gpu.kernel_totals, "kernel_totals")),
+        memory=report_tables.MemoryTables(**{
+            **mem.tables, "memory_curve": kept_table(mem.tables["memory_curve"],
+                                                     "memory_curve")}))
     facts = summary.Facts(
         source=inp.path, run=run, ranks=ranks, missing_ranks=sorted(expected - set(ranks)),
         problems=[*inp.problems, *mem.problems],
@@ -273,6 +289,38 @@ def _cross_rank(stage: RankStage, layout_map, options: AnalysisOptions) -> Repor
         findings=found, memory=memory_facts(mem), flight_recorder_ranks=list(inp.flight.ranks),
         environments=[r.environment for r in results], trust=trust)
     return Report.of(facts, groups, on_gpu)
+
+
+# Rows of a report table made into one part of those kept on disk (``table_parts``): the
+# bandwidth of this many instance rows is computed at a time. A part's numeric column is
+# 512 kB, over the size the C library maps on its own and gives back when freed
+# (``process_memory.MMAP_THRESHOLD_BYTES``), so a part read back and let go leaves no holes in
+# the heap; it is also a row group of the written file (``table_parts.ROWS_PER_GROUP``).
+ROWS_PER_PART = 65_536
+
+
+def _in_parts(table: pd.DataFrame, store: table_parts.PartStore,
+              name: str) -> table_parts.TableParts:
+    """``table`` on disk in parts of ``ROWS_PER_PART`` rows."""
+    out = store.table(name, list(table.columns))
+    out.append(table.iloc[:0])
+    for start in range(0, len(table), ROWS_PER_PART):
+        out.append(table.iloc[start:start + ROWS_PER_PART])
+    return out
+
+
+def _bandwidth(aligned: Aligned, store: table_parts.PartStore) -> table_parts.TableParts:
+    """The bandwidth table (``comm/bandwidth_report``) of ``ROWS_PER_PART`` instance rows
+    at a time, on disk in parts: its rows are each a function of its instance row and of
+    the matched operation's, so the parts put together are the table made whole."""
+    inst = aligned.instances
+    out = store.table("bandwidth", report_tables.COLUMNS["bandwidth"])
+    out.append(bandwidth_report.bandwidth_table(inst.iloc[:0], aligned.collectives,
+                                                aligned.p2p))
+    for start in range(0, len(inst), ROWS_PER_PART):
+        out.append(bandwidth_report.bandwidth_table(inst.iloc[start:start + ROWS_PER_PART],
+                                                    aligned.collectives, aligned.p2p))
+    return out
 
 
 def _matched_instances(inp: inputs.Inputs, results: list[rank_work.RankResult],

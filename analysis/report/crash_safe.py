@@ -19,18 +19,23 @@ import pandas as pd
 from meshscope.analysis.errors import InputError
 from meshscope.analysis.comm import matching
 from meshscope.analysis.ingest import allocator
-from meshscope.analysis.report import reuse
+from meshscope.analysis.report import reuse, spill
 from meshscope.analysis.report import target as report_target
+from meshscope.analysis.report import table_parts
 from meshscope.analysis.report import tables as report_tables
 from meshscope.collectors import report_lock
 from meshscope.collectors import run_dir as rd
 
+# A table to write: in memory, or on disk in parts (``table_parts``).
+Table = pd.DataFrame | table_parts.TableParts
+
 
 def write_folder(out: pathlib.Path, source: pathlib.Path,
-                 tables: Iterable[tuple[str, pd.DataFrame | None]],
+                 tables: Iterable[tuple[str, Table | None]],
                  summary: Callable[[], dict]) -> pathlib.Path:
     """Write a report to ``out`` — each (name, table) of ``tables`` as NAME.parquet in its
-    columns' order (``report/tables.py``; None: not written), then ``summary()`` as
+    columns' order (``report/tables.py``; None: not written; a table in parts on disk,
+    ``table_parts.TableParts``, streamed from its parts), then ``summary()`` as
     summary.json —, crash-safe: first its key is removed (a report that a killed run leaves
     is made again by the next), then the whole report is written to a new hidden folder
     beside ``out``, what else ``out`` holds (the trace cache ``.cache/``, exports) is moved
@@ -58,7 +63,7 @@ def write_folder(out: pathlib.Path, source: pathlib.Path,
 
 
 def _write_folder(out: pathlib.Path, source: pathlib.Path,
-                  tables: Iterable[tuple[str, pd.DataFrame | None]],
+                  tables: Iterable[tuple[str, Table | None]],
                   summary: Callable[[], dict]) -> pathlib.Path:
     """``write_folder``, its lock held."""
     why = report_target.problem(out, source)        # as a writer it waited for left it
@@ -73,7 +78,13 @@ def _write_folder(out: pathlib.Path, source: pathlib.Path,
     own = [files.summary, files.marker]    # every file this report may hold
     for name, table in tables:
         own.append(files.table(name))
-        if table is not None:
+        if isinstance(table, table_parts.TableParts):     # streamed from its parts
+            reuse.stop_point()
+            table_parts.write_parquet(
+                table, files.table(name),
+                lambda part, name=name: _parquet_safe(report_tables.ordered(name, part)))
+            allocator.trim()
+        elif table is not None:
             reuse.stop_point()
             table = report_tables.ordered(name, table)    # its columns, even when empty
             _parquet_safe(table).to_parquet(files.table(name), index=False)
@@ -151,6 +162,8 @@ def remove_leftovers(out: pathlib.Path) -> None:
         for f in found:
             m = re.match(r"\d+", f.name[len(pattern.split("*")[0]):])
             if m and int(m.group()) != os.getpid() and _alive(int(m.group())):
+                continue
+            if f.name in spill.OPEN:        # this process' store in use (table_parts)
                 continue
             if f.is_dir() and not f.is_symlink():
                 if folder == out.parent:          # a report folder of a killed write

@@ -74,6 +74,10 @@ class Report(Groups):
     def write(self, out: pathlib.Path) -> pathlib.Path:
         """Write the report to ``out`` — every table of the registry as parquet and
         ``summary.json`` (``summary.document``) —, crash-safe and durable
-        (``crash_safe.write_folder``)."""
-        return crash_safe.write_folder(out, self.source, self.tables(),
+        (``crash_safe.write_folder``); a table held on disk in parts written from them by
+        streaming (``table_parts.write_parquet``)."""
+        stored = (item for group in (self.steps, self.records, self.pipeline, self.comm,
+                                     self.graph, self.gpu, self.memory)
+                  for item in group.stored())
+        return crash_safe.write_folder(out, self.source, stored,
                                        lambda: document(self.summary))

@@ -46,6 +46,10 @@ LARGE = ("timeline", "operations", "gpu", "operators", "memory", "meta")
 # the cross-rank stage reads every rank's several times; the other values once or twice.
 CACHE_BYTES = 32 << 20
 _DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
+# The names of this process' stores still open: a report written while one is (the report's
+# tables kept in parts, ``table_parts``, live until written) leaves it where it is
+# (``crash_safe.remove_leftovers`` removes this process' other ``.tmp-`` entries).
+OPEN: set[str] = set()
 
 
 class RankStore:
@@ -65,6 +69,7 @@ class RankStore:
             self._name = name
             self._fd = os.open(name, _DIR_FLAGS, dir_fd=self._parent_fd)
             self.dir = parent / name
+            OPEN.add(name)
         except OSError:
             self._close_fds()
             self.dir = None
@@ -137,6 +142,8 @@ class RankStore:
     def close(self) -> None:
         self._held.clear()
         self._cache.clear()
+        if self.dir is not None:
+            OPEN.discard(self._name)
         if self._fd is not None:
             try:
                 for name in os.listdir(self._fd):       # only files this store wrote

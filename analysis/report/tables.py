@@ -18,7 +18,7 @@ table lacks added empty — what ``Report.write`` stores for an empty table.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterator, TypeVar
+from typing import Any, Iterator, TypeVar, cast
 
 import pandas as pd
 
@@ -35,6 +35,7 @@ from meshscope.analysis.pipeline import bubble, schedule
 from meshscope.analysis.records import flight_recorder as fr_records
 from meshscope.analysis.records import hang_causes
 from meshscope.analysis.records import steps
+from meshscope.analysis.report import table_parts
 from meshscope.analysis.timeline import breakdown as step_breakdown
 from meshscope.analysis.timeline import operators, segments
 
@@ -45,12 +46,30 @@ def _table(columns: list[str]) -> Any:
 
 
 class _Tables:
-    """What every group of tables can do: name its tables, be made empty."""
+    """What every group of tables can do: name its tables, be made empty.
+
+    A table may be held on disk in parts (``table_parts.TableParts``, put in with
+    ``on_disk``: the analysis does so for its tables with rows per rank — the instance and
+    bandwidth tables, a row per collective instance and rank, the largest —, issue 51):
+    reading the field gives the whole table back as a DataFrame, ``stored`` the parts
+    themselves (what the report's write streams)."""
+
+    def __getattribute__(self, name: str) -> Any:
+        value = object.__getattribute__(self, name)
+        if isinstance(value, table_parts.TableParts):
+            return value.frame()
+        return value
 
     def items(self) -> Iterator[tuple[str, pd.DataFrame]]:
         """(table name, table) of every table of the group, in field order."""
         for f in dataclasses.fields(self):  # type: ignore[arg-type]
             yield f.name, getattr(self, f.name)
+
+    def stored(self) -> Iterator[tuple[str, pd.DataFrame | table_parts.TableParts]]:
+        """(table name, table) of every table of the group as it is held: a table kept on
+        disk as its ``TableParts``, not read back."""
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            yield f.name, object.__getattribute__(self, f.name)
 
     @classmethod
     def empty(cls: type[_G], **given: pd.DataFrame) -> _G:
@@ -152,6 +171,12 @@ COLUMNS: dict[str, list[str]] = {name: cols for group in GROUPS
 NAMES: tuple[str, ...] = tuple(COLUMNS)
 GPU: tuple[str, ...] = tuple(GPU_COLUMNS)
 MEMORY: tuple[str, ...] = tuple(_columns(MemoryTables))
+
+
+def on_disk(table: table_parts.TableParts) -> pd.DataFrame:
+    """``table`` as the value of a group's field: the field reads as the whole table
+    (``_Tables``), the report's write streams its parts (``_Tables.stored``)."""
+    return cast(pd.DataFrame, table)
 
 
 def empty(name: str) -> pd.DataFrame:
