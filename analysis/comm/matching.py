@@ -217,7 +217,10 @@ def match(instances: pd.DataFrame, ranks: list[int], *, world_size: int | None =
     """``instances``: the instance tables of all ranks, concatenated. ``world_size``: the job's
     (run.json's) world size; ``trace_world``: the world size the traces' ``distributedInfo``
     states (for the world-group fallback)."""
-    inst = instances.copy()
+    # A new table sharing ``instances``' columns (pandas copies a column when it is written,
+    # copy-on-write): the match id is the only column added (issue 51: a deep copy was every
+    # rank's rows once more while the table was matched).
+    inst = instances.copy(deep=False)
     notes: list[str] = []
     matched_on = None
     world = _world_fallback(inst, ranks, trace_world) if world_size is None else None

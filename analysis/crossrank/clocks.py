@@ -231,7 +231,9 @@ def align_instances(inst: pd.DataFrame, offsets: pd.DataFrame) -> pd.DataFrame:
         return inst
     applied = applied_by_rank(offsets)
     shift = inst["rank"].map(applied).fillna(0.0).astype(float)
-    out = inst.copy()
+    # Only the time columns are new: pandas copies a column on write (copy-on-write), so the
+    # other columns are shared with ``inst`` rather than the whole table copied (issue 51).
+    out = inst.copy(deep=False)
     for c in TIME_COLUMNS:
         out[c] = to_aligned_us(out[c], shift)
     return out
