@@ -294,7 +294,8 @@ def test_torch_context_parallel_gathers_the_query_heads_k_v_once_a_pass():
     sequence of 8192 tokens on cp 4: 2048 tokens a rank, K and V of 128 each at 2 bytes. With
     ample attention to hide behind, all of it hides but each layer's last dK, dV (waited for
     after the ring's loop): 1/cp of those sends; with none, nothing hides. Megatron's ring
-    (not claimed) keeps its sends of the key/value heads."""
+    (not claimed) keeps its sends of the key/value heads. Memory: the ring's buffers beside a
+    layer's attention backward."""
     from meshscope.layouts.plan.job_step import _torch_ring_hidden_us
     cand = Candidate(parse_layout("dp=2,cp=4,tp=2"), microbatches=2, global_batch=4,
                      dp_mode="fsdp")
@@ -315,10 +316,16 @@ def test_torch_context_parallel_gathers_the_query_heads_k_v_once_a_pass():
             * sends.count / 4 / 2
         assert _torch_ring_hidden_us(cand, topo, rows, 1e12, 1.0) == pytest.approx(
             per_mb - last)
-    meg = [x for x in transfers(L8, cand, training=Training(framework="megatron",
-                                                            precision="mixed"))
-           if x.dim == "cp"]
+    meg_t = Training(framework="megatron", precision="mixed")
+    meg = [x for x in transfers(L8, cand, training=meg_t) if x.dim == "cp"]
     assert {x.op for x in meg} == {"send", "recv"}
+    # beside a layer's attention backward the ring holds every rank's K, V (4 kv), fp32 dQ,
+    # dK, dV (dQ is half of K and V: 4·(kv/4 + kv/2)) and the fp32 dK, dV sent and received
+    # (2 · 2 kv): 11 kv; Megatron's ring (not claimed) none of it
+    torch_t = Training(framework="torch", precision="mixed")
+    assert memory(L8, cand, training=torch_t)[0].terms["cp_ring_buffers"] == \
+        pytest.approx(11 * kv)
+    assert "cp_ring_buffers" not in memory(L8, cand, training=meg_t)[0].terms
 
 
 def test_distributed_optimizer_gathers_are_hidden_behind_the_forward():

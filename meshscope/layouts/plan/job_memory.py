@@ -37,6 +37,9 @@ Per pipeline rank r, over the stages it holds:
     (not modelled: the memory model does not know the device);
   - ``moe_dispatch_buffers``: the all-to-all's send and receive buffers of one MoE layer's
     routed tokens (T · k · capacity factor · h, 16-bit, each way);
+  - ``cp_ring_buffers`` (``torch`` with context parallelism): torch's ring attention beside a
+    layer's attention backward — the K, V of every cp rank all-gathered at the query heads,
+    the fp32 dQ, dK, dV accumulators and the fp32 dK, dV passed on and received;
   - Megatron keeps none beyond these (its gradient buffer *is* the gradients).
 
 - **activations**: per layer ``layer_activation_bytes``, the embedding's on the first stage and
@@ -200,7 +203,24 @@ def _buffers(spec, cand, t, r, dense, units, terms, experts_local=0.0) -> float:
         cf = t.capacity_factor or 1.0
         add("moe_dispatch_buffers", 2 * sh.tokens * spec.moe_top_k * cf * spec.dim
             * t.act_bytes / (tp if cand.sp else 1))
+    cp = cand.layout.size("cp")
+    if t.framework == "torch" and cp > 1:
+        add("cp_ring_buffers", torch_ring_buffer_bytes(spec, cand, t))
     return total
+
+
+def torch_ring_buffer_bytes(spec: ModelSpec, cand: Candidate, t: Training) -> float:
+    """What torch's ring attention (``traffic._torch_cp_transfers``) holds beside a layer's
+    attention backward: the all-gathered K, V of every cp rank at the query heads, the fp32
+    accumulators of dQ, dK, dV (``convert_to_f32``) and the dK, dV being passed on and
+    received (fp32)."""
+    cp, tp = cand.layout.size("cp"), cand.layout.size("tp")
+    sh = shape_of(spec, cand)
+    heads = sh.b_mb * (spec.n_heads // tp) * sh.s
+    v_width = spec.v_head_dim or spec.head_width
+    kv = heads * (spec.head_width + v_width)               # K and V elements a rank
+    q = heads * spec.head_width
+    return cp * kv * t.act_bytes + 4 * (q + kv) + 2 * 4 * kv
 
 
 def job_memory(spec: ModelSpec, cand: Candidate, t: Training,
