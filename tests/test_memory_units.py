@@ -145,6 +145,24 @@ def test_innermost_range_per_thread():
         == ["outer", "a", "outer", "c", "b", "outer", None]
 
 
+def test_innermost_range_found_past_many_closed_ranges_and_where_ranges_cross():
+    # outer [0, 10,000] holds 600 short ranges [10k + 10, 10k + 15], k = 0 … 599 (more than
+    # one search block each side of a query), then x [7,000, 7,100] crosses into y
+    # [7,050, 7,200]; nothing covers 12,000, and nothing starts before -1
+    short = np.arange(600) * 10.0 + 10
+    starts = np.concatenate([[0.0], short, [7_000.0, 7_050.0]])
+    ends = np.concatenate([[10_000.0], short + 5, [7_100.0, 7_200.0]])
+    names = ["outer"] + [f"s{k}" for k in range(600)] + ["x", "y"]
+    times = np.array([-1.0, 12.0, 17.0, 5_998.0, 5_992.0, 7_020.0, 7_080.0, 7_150.0,
+                      9_000.0, 10_000.0, 12_000.0])
+    assert operators.innermost(starts, ends, names, times) == [
+        None, "s0", "outer", "outer", "s598", "x", "y", "y", "outer", "outer", None]
+    # the same answers with the queries in any order
+    order = np.array([10, 3, 0, 7, 1, 9, 4, 2, 8, 6, 5])
+    assert operators.innermost_index(starts, ends, times[order]).tolist() == \
+        [-1, 0, -1, 602, 1, 0, 599, 0, 0, 602, 601]
+
+
 def test_operator_module_and_range_of_an_allocation():
     ev = pd.DataFrame({
         "name": ["ProfilerStep#3", "nn.Module: Linear_0", "aten::linear", "aten::mm",
