@@ -92,6 +92,13 @@ def rank_checks(rank: int, events: pd.DataFrame, damage: Damage,
     return checks
 
 
+def _names_where(names: pd.Series, test) -> np.ndarray:
+    """Which rows of ``names`` pass ``test`` (a pattern's ``match`` or ``search``) as text, each
+    distinct name tested once; a missing name does not."""
+    codes, uniques = pd.factorize(names)
+    return np.array([test(str(u)) is not None for u in uniques] + [False], dtype=bool)[codes]
+
+
 def _bad_durations(rank: int, damage: Damage, kept: int) -> Measured:
     bad = {(f, w): n for (f, a, w), n in damage.items() if a == DROPPED and f in ("ts", "dur")}
     n = sum(bad.values())
@@ -132,7 +139,7 @@ def _over_long(rank: int, events: pd.DataFrame, host_steps) -> Measured:
     inside = step >= 0
     long_ = inside & (end - ts > hi - lo) & (end > hi)
     if long_.any():
-        long_ &= ~events["name"].astype(str).str.match(_ENCLOSING_RE).to_numpy()
+        long_ &= ~_names_where(events["name"], _ENCLOSING_RE.match)
     n = int(long_.sum())
     profiled = float(sum(b - a for a, b in host_steps.values()))
     excess = float((end[long_] - hi[long_]).sum()) if n else 0.0
@@ -162,8 +169,8 @@ def _skew(rank: int, dev: pd.DataFrame, launches: pd.DataFrame) -> Measured:
     sev = ("untrustworthy" if share > SKEW_UNTRUSTED_PCT else "caveat") if n else None
     text = ""
     if n:
-        g = pd.DataFrame({"stream": dev["lane"].astype(str).to_numpy()[early],
-                          "kind": dev["cat"].astype(str).to_numpy()[early],
+        g = pd.DataFrame({"stream": dev["lane"][early].astype(str).to_numpy(),
+                          "kind": dev["cat"][early].astype(str).to_numpy(),
                           "lead": lead[early]}).groupby(["stream", "kind"])["lead"] \
             .agg(["size", "max"]).sort_values("size", ascending=False)
         where = "; ".join(f"{k} on {s}: {int(r['size']):,} (up to {r['max']:,.0f} µs)"
@@ -197,7 +204,7 @@ def _overlap(rank: int, dev: pd.DataFrame) -> Measured:
 
 
 def _dropped(rank: int, dev: pd.DataFrame, launches: pd.DataFrame) -> Measured:
-    kernel_launches = launches[launches["name"].astype(str).str.contains(KERNEL_LAUNCH_RE)]
+    kernel_launches = launches[_names_where(launches["name"], KERNEL_LAUNCH_RE.search)]
     last_start = float(dev["ts_us"].max())
     seen = set(dev["correlation"].tolist())
     lost = kernel_launches[(kernel_launches["ts_us"] < last_start)
@@ -205,10 +212,13 @@ def _dropped(rank: int, dev: pd.DataFrame, launches: pd.DataFrame) -> Measured:
     # Device activity without its launch, after its stream's first launched activity (what
     # runs before it was launched before the profiler started).
     known = dev["correlation"].isin(set(launches["correlation"].tolist())).to_numpy()
-    lanes = dev["lane"].astype(str).to_numpy()
+    lanes, _ = pd.factorize(dev["lane"])        # -1: no lane, in no stream
     ts = dev["ts_us"].to_numpy()
-    first = pd.Series(ts[known]).groupby(lanes[known]).min()
-    after = ts > pd.Series(lanes).map(first).to_numpy(dtype=np.float64, na_value=np.inf)
+    first = np.full(lanes.max() + 2 if len(lanes) else 1, np.inf)
+    mine = known & (lanes >= 0)
+    np.minimum.at(first, lanes[mine], ts[mine])
+    first[-1] = np.inf
+    after = ts > first[lanes]
     orphans = int((~known & after).sum())
     n = len(lost) + orphans
     of = max(len(kernel_launches), 1)
@@ -229,13 +239,13 @@ def _cut_short(rank: int, events: pd.DataFrame, dev: pd.DataFrame, host: pd.Data
     a, b = host_steps[last]
     ts = events["ts_us"].to_numpy()
     inner = (ts >= a) & (ts < b)
-    inner[inner] = ~events["name"][inner].astype(str).str.match(_ENCLOSING_RE).to_numpy()
+    inner[inner] = ~_names_where(events["name"][inner], _ENCLOSING_RE.match)
     latest = float(ts[inner].max()) if inner.any() else a
     tail = b - latest
     # Cut: nothing starts in the step's last part, nor after it (a trace that goes on past
     # the step was not cut inside it).
     later = ts >= b
-    later[later] = ~events["name"][later].astype(str).str.match(_ENCLOSING_RE).to_numpy()
+    later[later] = ~_names_where(events["name"][later], _ENCLOSING_RE.match)
     cut = tail > CUT_TAIL_SHARE * (b - a) and not later.any()
     text, gap, n_after = "", 0.0, 0
     if cut:
@@ -243,7 +253,7 @@ def _cut_short(rank: int, events: pd.DataFrame, dev: pd.DataFrame, host: pd.Data
                 f"{tail / 1e3:,.1f} ms of {(b - a) / 1e3:,.1f} ms")
     elif len(dev):
         calls = host[host["correlation"] >= 0]
-        kl = calls[calls["name"].astype(str).str.contains(KERNEL_LAUNCH_RE).to_numpy()]
+        kl = calls[_names_where(calls["name"], KERNEL_LAUNCH_RE.search)]
         dev_end = float(dev["end_us"].max())
         after = kl["ts_us"].to_numpy() > dev_end
         n_after = int(after.sum())
