@@ -317,6 +317,28 @@ def test_gemm_flops_from_recorded_shapes(op, dims, flops):
     assert gemm_flops(op, dims) == flops
 
 
+def test_gemm_rows_sum_each_calls_kernels_and_read_repeated_arguments_alike():
+    """One thread's four aten::mm calls of a 4×8 by 8×2 product (128 FLOPs each): the first
+    launches one kernel of 2 µs, the second two of 3 and 5 µs, the third a launch whose kernel
+    the trace lacks (no kernel time: left out), the fourth has arguments that do not parse
+    (left out); a call on another thread launches nothing."""
+    import pandas as pd
+    from meshscope.analysis.gpu.kernels import gemm_table
+    args = json.dumps({"dims": [[4, 8], [8, 2]], "types": ["float", "float"]})
+    host = pd.DataFrame({
+        "name": ["aten::mm"] * 5, "lane": ["cpu:1:1"] * 4 + ["cpu:1:2"],
+        "ts_us": [0.0, 20.0, 40.0, 60.0, 0.0], "end_us": [10.0, 30.0, 50.0, 70.0, 10.0],
+        "call_args": [args, args, args, "{not json", args]})
+    launches = pd.DataFrame({"lane": ["cpu:1:1"] * 5, "ts_us": [1.0, 21.0, 22.0, 41.0, 61.0],
+                             "end_us": [2.0, 22.0, 23.0, 42.0, 62.0],
+                             "correlation": [1, 2, 3, 4, 5]})
+    dev = pd.DataFrame({"correlation": [1, 2, 3, 5], "dur_us": [2.0, 3.0, 5.0, 7.0]})
+    rows = gemm_table(0, host, dev, launches, None)
+    assert rows[["op", "shapes", "dtype", "calls", "flops", "kernel_us"]].to_dict("records") \
+        == [{"op": "aten::mm", "shapes": "[[4, 8], [8, 2]]", "dtype": "float", "calls": 2,
+             "flops": 256.0, "kernel_us": 10.0}]
+
+
 @pytest.mark.parametrize("name, category", [
     ("void cudnn::detail::dgrad_engine<float, 512, 6, 5, 3, 3, 3, false>", "convolution"),
     ("volta_scudnn_128x64_relu_interior_nn_v1", "convolution"),

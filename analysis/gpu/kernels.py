@@ -218,6 +218,21 @@ def _innermost(ops: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(keep) if keep else ops
 
 
+def _gemm_call(name: str, args) -> tuple[float, str, str] | None:
+    """(flops, shapes as text, dtype) of one GEMM call of op ``name`` from its recorded
+    arguments (``call_args``' JSON text); None when they do not parse or give no FLOPs."""
+    try:
+        parsed = json.loads(args)
+    except (TypeError, ValueError):
+        return None
+    dims, types = parsed.get("dims") or [], parsed.get("types") or []
+    flops = gemm_flops(name, dims)
+    if not flops:
+        return None
+    dtype = next((t for t in types if isinstance(t, str) and t), "")
+    return flops, json.dumps(dims), dtype
+
+
 def gemm_table(rank: int, host: pd.DataFrame, dev: pd.DataFrame, launch_lane_ts: pd.DataFrame,
                device_name: str | None) -> pd.DataFrame:
     """The rank's matrix multiplications with shapes (module docstring). ``host``: its host
@@ -230,28 +245,32 @@ def gemm_table(rank: int, host: pd.DataFrame, dev: pd.DataFrame, launch_lane_ts:
     kernel_us = dev.groupby("correlation")["dur_us"].sum()
     calls = launch_lane_ts[launch_lane_ts["correlation"].isin(kernel_us.index)]
     rows = []
+    of_call: dict = {}              # (op, arguments) → _gemm_call's answer, made once each
     for lane, g in ops.groupby("lane", sort=False):
         c = calls[calls["lane"] == lane].sort_values("ts_us")
         if c.empty:
             continue
         cts = c["ts_us"].to_numpy()
-        for name, ts, end, args in zip(g["name"], g["ts_us"], g["end_us"], g["call_args"]):
-            lo, hi = np.searchsorted(cts, ts, "left"), np.searchsorted(cts, end, "right")
+        # Each launching call's kernel time (0 where it launched none), so that an operator's
+        # is the sum over the calls inside it, as ``Series.sum`` adds them (NaN as 0).
+        k_of_call = kernel_us.reindex(c["correlation"]).to_numpy(dtype=np.float64)
+        k_of_call = np.where(np.isnan(k_of_call), 0.0, k_of_call)
+        lows = np.searchsorted(cts, g["ts_us"].to_numpy(), "left").tolist()
+        highs = np.searchsorted(cts, g["end_us"].to_numpy(), "right").tolist()
+        for name, args, lo, hi in zip(g["name"], g["call_args"], lows, highs):
             if hi <= lo:
                 continue
-            try:
-                parsed = json.loads(args)
-            except (TypeError, ValueError):
+            key = (name, args)
+            if key not in of_call:
+                of_call[key] = _gemm_call(name, args)
+            call = of_call[key]
+            if call is None:
                 continue
-            dims, types = parsed.get("dims") or [], parsed.get("types") or []
-            flops = gemm_flops(name, dims)
-            if not flops:
-                continue
-            k_us = float(kernel_us.reindex(c["correlation"].iloc[lo:hi]).sum())
+            k_us = float(k_of_call[lo:hi].sum())
             if k_us <= 0:
                 continue
-            dtype = next((t for t in types if isinstance(t, str) and t), "")
-            rows.append({"op": name, "shapes": json.dumps(dims), "dtype": dtype,
+            flops, shapes, dtype = call
+            rows.append({"op": name, "shapes": shapes, "dtype": dtype,
                          "flops": flops, "kernel_us": k_us})
     if not rows:
         return pd.DataFrame(columns=GEMM_COLUMNS)
