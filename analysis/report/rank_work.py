@@ -78,9 +78,10 @@ def rank_work(path: pathlib.Path, opts: RankOptions) -> RankResult:
 
     Once the steps are known (``step_windows.step_windows``), the tables that need nothing else
     of the timeline (``_beside_timeline``: the operations, the memory tables, the operators,
-    the kernel tables) are made beside the rest of the timeline — in a forked copy of this
-    process when this process reads one large trace on every core (``parts.on_cores``,
-    ``pool.Beside``), else after it here. The same functions of the same table either way."""
+    the trust checks, the kernel tables) are made beside the rest of the timeline — in a
+    forked copy of this process when this process reads one large trace on every core
+    (``parts.on_cores``, ``pool.Beside``), else after it here. The same functions of the same
+    table either way."""
     trace = ingest.load_trace(path, comm_kernel_re=opts.comm_kernel_re,
                               rank_regex=opts.rank_regex, cache_dir=opts.cache_dir)
     steps = step_windows.step_windows(trace, step_annotation=opts.step_annotation)
@@ -99,19 +100,21 @@ def rank_work(path: pathlib.Path, opts: RankOptions) -> RankResult:
     notes += [f"rank {trace.rank}: {n}" for n in tl.notes]
     notes += _device_notes(trace, tl)
     rows = _gpu_rows(trace) if tl.on_gpu else None    # selected once for both GPU table sets
-    own = _timeline_gpu_tables(trace, tl, rows) if rows is not None else {}
+    own = _timeline_gpu_tables(trace, tl, rows, steps) if rows is not None else {}
+    # Everything this process makes of the rank is made before it waits for the forked copy's
+    # tables (``beside.result``), so that the two run side by side to the end.
+    overlap = breakdown.trace_overlap(tl)
     side = beside.result() if beside is not None else _beside_timeline(trace, steps, rows)
     both = {**own, **side["gpu"]}
     gpu = {name: both[name] for name in report_tables.GPU} if tl.on_gpu else {}
     return RankResult(
         identity=identity(trace.path, trace.rank, trace.meta), on_gpu=tl.on_gpu, timeline=tl,
-        trace_overlap=breakdown.trace_overlap(tl), operations=side["operations"],
+        trace_overlap=overlap, operations=side["operations"],
         meta=instances.small_meta(trace.meta),
         problems=list(getattr(trace, "problems", []) or []),
         gpu=gpu, notes=notes, operators=side["operators"], device_name=device_name(trace.meta),
         environment=environment_of(trace.meta, tl.window_source),
-        memory=side["memory"],
-        trust=rank_checks.rank_checks(trace.rank, trace.events, trace.damage, tl.host_steps),
+        memory=side["memory"], trust=side["trust"],
         implausible=validate.step_windows_problem(
             tl.host_steps if tl.window_source != "trace" else {}, tl.span))
 
@@ -125,9 +128,12 @@ BESIDE_EVENTS = 400_000
 def _beside_timeline(trace: ingest.RankTrace, steps: step_windows.StepWindows,
                      rows: GpuRows | None = None) -> dict:
     """The rank's tables that need only its steps (``rank_work``): its operations, memory
-    tables, operators and, on a GPU, its kernel tables (from ``rows`` when given, else
-    selected here: a forked copy selects its own)."""
-    return {"operations": instances.extract(trace, steps.on_gpu),
+    tables, operators, the checks of its trace (``trust``: of its profiled steps' host
+    ranges, the timeline's ``host_steps``) and, on a GPU, its kernel tables (from ``rows``
+    when given, else selected here: a forked copy selects its own)."""
+    return {"trust": rank_checks.rank_checks(trace.rank, trace.events, trace.damage,
+                                             steps.host_steps),
+            "operations": instances.extract(trace, steps.on_gpu),
             "memory": rank_memory.rank_tables(trace.rank, trace.memory, trace.events,
                                               trace.meta, steps.host_steps),
             "operators": _operators(trace, steps.host_steps),
@@ -300,12 +306,14 @@ def _gpu_rows(trace: ingest.RankTrace) -> GpuRows:
     return GpuRows(dev=dev, host=ev.loc[wanted, _HOST_COLUMNS])
 
 
-def _timeline_gpu_tables(trace: ingest.RankTrace, tl: timeline.RankTimeline, rows: GpuRows
-                         ) -> dict[str, pd.DataFrame]:
-    """``step_categories``, ``stream_idle``, ``sync_calls`` (``report_tables.GPU``)."""
+def _timeline_gpu_tables(trace: ingest.RankTrace, tl: timeline.RankTimeline, rows: GpuRows,
+                         steps: step_windows.StepWindows) -> dict[str, pd.DataFrame]:
+    """``step_categories``, ``stream_idle``, ``sync_calls`` (``report_tables.GPU``). The
+    launches of ``rows.dev`` are ``steps.launch`` (the same device rows, in the same order)."""
     ev, dev, host = trace.events, rows.dev, rows.host
     r = trace.rank
-    launch_ts, _ = step_windows.launches(host, dev)
+    launch_ts = steps.launch[0] if steps.launch is not None else \
+        step_windows.launches(host, dev)[0]
     sel = step_windows.complete_steps(dev, host, {**tl.host_steps, **tl.startup})
     sync_idle = tl.idle_causes.get("sync", np.zeros((0, 2)))
     calls = host_activity.blocking_copy_calls(host_activity.sync_calls(host), host, sync_idle)
@@ -343,7 +351,9 @@ def _kernel_tables(trace: ingest.RankTrace, steps: step_windows.StepWindows, row
     return {
         "kernels": kernels.kernel_table(r, in_dev, graph),
         "kernel_totals": kernels.kernel_totals(
-            r, dev, step_windows.device_step_of(steps.host_steps, host, dev)),
+            r, dev, step_windows.device_step_of(
+                steps.host_steps, host, dev, steps.launch[0] if steps.launch is not None
+                else None)),
         "kernel_categories": kernels.category_totals(r, in_dev),
         "gemms": kernels.gemm_table(r, host, in_dev, launch_calls, device_name(trace.meta)),
     }

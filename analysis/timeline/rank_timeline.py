@@ -219,7 +219,7 @@ def build(trace: RankTrace, run=None, step_annotation: re.Pattern | None = None,
     captures, replays = graph_use(host)
     windows = window_set(steps, span)
     main = _main_lane(host)
-    sets = _device_sets(dev, host, windows, main) if not dev.empty else \
+    sets = _device_sets(dev, host, windows, main, w.launch) if not dev.empty else \
         _host_sets(host, windows, main)
     scopes = _scopes(host)
     pipe = host[host["name"] == annotations.PIPELINE]
@@ -251,10 +251,12 @@ class _Sets:
 
 
 def _device_sets(dev: pd.DataFrame, host: pd.DataFrame, windows: np.ndarray,
-                 main) -> _Sets:
+                 main, launch: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+                 ) -> _Sets:
     """A GPU rank's sets from its device events: kernels by kind, the waits of compute
     blocked behind receiving communication, and the idle between them by what the host did
-    (``gpu/idle.py``)."""
+    (``gpu/idle.py``). ``launch``: ``launch_calls(host, dev)`` (``StepWindows.launch``),
+    made here when not given."""
     compute = _iv(dev[dev["kind"] == classify.COMPUTE])
     comm_ev = dev[dev["kind"] == classify.COMMUNICATION]
     other = _iv(dev[dev["kind"] == classify.MEMORY])
@@ -263,7 +265,8 @@ def _device_sets(dev: pd.DataFrame, host: pd.DataFrame, windows: np.ndarray,
     waits, until = wt.wait_regions(iv.intersect(wt.gpu_blocked(compute, comm), windows),
                                    receiving["end_us"].to_numpy(),
                                    begun=receiving["ts_us"].to_numpy())
-    launch_ts, launch_end, launch_lane = launch_calls(host, dev)
+    launch_ts, launch_end, launch_lane = launch if launch is not None else \
+        launch_calls(host, dev)
     sets = sets_in_blocks(host_activity.thread_sets, host)
     for lane, spans in gpu_idle.blocking_copies(dev, launch_ts, launch_end,
                                                 launch_lane).items():

@@ -297,8 +297,8 @@ def _covers(ts: float, end: float, first: float | None, last: float | None) -> b
 
 
 def device_step_windows(host_steps: dict[int, tuple[float, float]], host: pd.DataFrame,
-                        device: pd.DataFrame, numbers: dict[int, int] | None = None
-                        ) -> dict[int, tuple[float, float]]:
+                        device: pd.DataFrame, numbers: dict[int, int] | None = None,
+                        launch_ts: np.ndarray | None = None) -> dict[int, tuple[float, float]]:
     """The steps on the device's timeline (docs/metrics.md, "Step window").
 
     A device event belongs to the step whose host range holds the runtime call that launched
@@ -313,7 +313,8 @@ def device_step_windows(host_steps: dict[int, tuple[float, float]], host: pd.Dat
 
     ``numbers`` (``HostSteps.numbers``): where step numbers repeat, the number each step's
     range carries; a GPU-side ``ProfilerStep#N`` then belongs to the step of number N whose
-    host range began last before it.
+    host range began last before it. ``launch_ts``: ``launch_times(host, device)`` when the
+    caller has it already.
     """
     keys = sorted(host_steps)
     if not keys:
@@ -322,7 +323,7 @@ def device_step_windows(host_steps: dict[int, tuple[float, float]], host: pd.Dat
     dev_first: dict[int, float] = {}
     before = -np.inf
     if not device.empty:
-        step, early = _launching_step(host_steps, host, device)
+        step, early = _launching_step(host_steps, host, device, launch_ts)
         ts, end = device["ts_us"].to_numpy(), device["end_us"].to_numpy()
         for k in keys:
             mine = step == k
@@ -373,23 +374,25 @@ NO_STEP = -1
 
 
 def device_step_of(host_steps: dict[int, tuple[float, float]], host: pd.DataFrame,
-                   device: pd.DataFrame) -> np.ndarray:
+                   device: pd.DataFrame, launch_ts: np.ndarray | None = None) -> np.ndarray:
     """For each device event, the step it belongs to — the step whose host range holds the
     runtime call that launched it (an event without one: the step whose range holds its
     start), as ``device_step_windows`` assigns them — or ``NO_STEP`` (-1) for an event that no
-    profiled step launched."""
+    profiled step launched. ``launch_ts``: ``launch_times(host, device)`` when the caller has
+    it already."""
     if not host_steps or device.empty:
         return np.full(len(device), NO_STEP, dtype=np.int64)
-    return _launching_step(host_steps, host, device)[0]
+    return _launching_step(host_steps, host, device, launch_ts)[0]
 
 
 def _launching_step(host_steps: dict[int, tuple[float, float]], host: pd.DataFrame,
-                    device: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+                    device: pd.DataFrame, launch_ts: np.ndarray | None = None
+                    ) -> tuple[np.ndarray, np.ndarray]:
     """(``device_step_of``, whether each event was launched before the first step began)."""
     keys = sorted(host_steps)
     starts = np.array([host_steps[k][0] for k in keys])
     ends = np.array([host_steps[k][1] for k in keys])
-    t = launch_times(host, device)
+    t = launch_times(host, device) if launch_ts is None else launch_ts
     t = np.where(np.isnan(t), device["ts_us"].to_numpy(), t)   # no launch record: its start
     i = np.searchsorted(starts, t, side="right") - 1
     inside = (i >= 0) & (t < ends[np.clip(i, 0, None)])
@@ -414,6 +417,10 @@ class StepWindows:
     source: str
     notes: list[str]
     on_gpu: bool
+    # ``launch_calls`` of the trace's device events (in table order), made once here for
+    # everything after that joins a device event to its launch (``rank_timeline.build``, the
+    # GPU tables); None on a trace without device events.
+    launch: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
 
 def step_windows(trace: RankTrace, step_annotation: re.Pattern | None = None) -> StepWindows:
@@ -431,6 +438,7 @@ def step_windows(trace: RankTrace, step_annotation: re.Pattern | None = None) ->
         host_steps, clip_notes = clipped_to(host_steps, profiler_span(ev), got.numbers,
                                             source)
         notes += clip_notes
+    launch = launch_calls(host, dev) if not dev.empty else None
     first: list[int] = []
     if host_steps:
         work, calls = startup_work(host)
@@ -449,7 +457,7 @@ def step_windows(trace: RankTrace, step_annotation: re.Pattern | None = None) ->
                 f" ms of the trace before it and {(span[1] - last_dev) / 1e3:,.1f} ms after it "
                 f"are not counted (start-up, or device work begun before the profiler)")
     else:
-        steps = device_step_windows(host_steps, host, dev, got.numbers)
+        steps = device_step_windows(host_steps, host, dev, got.numbers, launch[0])
     profiled = host_steps                 # HTA's whole-trace selection reads every step
     startup: dict[int, tuple[float, float]] = {}
     if first:
@@ -472,7 +480,8 @@ def step_windows(trace: RankTrace, step_annotation: re.Pattern | None = None) ->
         steps = {k: w for k, w in steps.items() if k not in startup}
         host_steps = {k: w for k, w in host_steps.items() if k not in startup}
     return StepWindows(span=span, host_steps=host_steps, steps=steps, startup=startup,
-                       profiled=profiled, source=source, notes=notes, on_gpu=not dev.empty)
+                       profiled=profiled, source=source, notes=notes, on_gpu=not dev.empty,
+                       launch=launch)
 
 
 def complete_steps(dev: pd.DataFrame, host: pd.DataFrame,
