@@ -328,6 +328,32 @@ def test_torch_context_parallel_gathers_the_query_heads_k_v_once_a_pass():
     assert "cp_ring_buffers" not in memory(L8, cand, training=meg_t)[0].terms
 
 
+def test_fsdp_under_torch_pipelining_reduces_after_the_stage_backward():
+    """torch's pipelining runs a FSDP stage's backwards without gradient sync and reduces
+    after the last one (``run_post_backward``): a torch FSDP job with a pipeline exposes its
+    whole gradient reduce-scatter. DDP under the same pipelining syncs during the last
+    backward (its hooks fire), and Megatron's distributed optimizer reduces behind the last
+    microbatch's backward (neither claimed): both hide most of theirs."""
+    topo = Topology.for_device(H100)
+
+    def reduce_and_exposed(layout, framework, dp_mode):
+        cand = Candidate(parse_layout(layout), microbatches=4, global_batch=8, dp_mode=dp_mode)
+        t = Training(framework=framework, precision="mixed")
+        rows = [x for x in transfers(L8, cand, training=t)
+                if x.dim == "dp" and x.op in ("reduce_scatter", "all_reduce")]
+        reduce_us = max(sum(topo.comm_for(cand, "dp", x.op).time_us(x.op, x.group_size,
+                                                                    x.msg_bytes) * x.count
+                            for x in rows if x.pp_rank == r) for r in range(cand.pp))
+        est = predict_job(L8, cand, t, H100, topo)
+        return reduce_us, est.exposed_comm_us.get("dp", 0.0)
+
+    reduce_us, exposed = reduce_and_exposed("dp=2,pp=2", "torch", "fsdp")
+    assert exposed >= reduce_us > 0
+    for framework, mode in (("torch", "ddp"), ("megatron", "zero1")):
+        reduce_us, exposed = reduce_and_exposed("dp=2,pp=2", framework, mode)
+        assert exposed < 0.5 * reduce_us
+
+
 def test_distributed_optimizer_gathers_are_hidden_behind_the_forward():
     """Megatron's overlap-grad-reduce and overlap-param-gather hide ZeRO-1's gradient
     reduce-scatter behind the backward and its weight all-gather behind the next forward: 8B

@@ -257,10 +257,17 @@ def _dp_comm_us(cand: Candidate, t: Training, topo: Topology, opts: JobOptions,
     # one chunk's reduction (gather) run behind the other chunks' backwards (forwards), p
     # microbatches of a chunk apart; the last (first) chunk's behind its own microbatch
     chunked = t.job_style == "megatron" and cand.pp > 1 and cand.v > 1
+    # FSDP under torch's pipelining reduces a stage's gradients after its last backward has
+    # run whole (``_PipelineStageBase.backward_maybe_with_nosync``: no gradient sync until
+    # ``last_backward``, then ``run_post_backward`` and FSDP's final callback, which syncs the
+    # reduction back to the default stream): nothing of the stage's own backward hides it
+    after_backward = t.framework == "torch" and cand.pp > 1 and cand.zero_stage == 3
     if red_t:
         bw = max(1.0, topo.comm_for(cand, "dp").busbw_gbps * 1e3)
         bucket = min(red_t, 25e6 / bw)      # the last bucket waits for the backward
-        if chunked:
+        if after_backward:
+            hide = 0.0
+        elif chunked:
             hide = _chunked_hidden_us(red_t, bucket, frac, backward, cand.pp, cand.v)
         else:
             hide = min(max(0.0, red_t - bucket) * frac, backward)
