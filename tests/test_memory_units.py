@@ -100,6 +100,8 @@ def test_series_split_devices_and_rebuild_totals_from_bytes():
     assert s.reserved is None
     assert series.device_label(1, 3) == "cuda:3" and series.device_label(12, 0) == "xpu:0"
     assert series.device_label(0, -1) == "cpu" and series.device_label(-1, -1) == "unknown"
+    # c10's DeviceType 5 (IDEEP) has no name here: its number, as the docstring says
+    assert series.device_label(5, 0) == "device5:0" and series.device_label(5, -1) == "device5"
 
 
 def test_step_peaks_boundaries_and_growth():
