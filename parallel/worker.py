@@ -84,12 +84,23 @@ def _record_on_sigterm(on_term) -> None:
     """When torchrun stops this rank (SIGTERM, after another rank failed), run ``on_term`` and
     exit. A Python signal handler would only run once the main thread returns from the C++
     call it is blocked in — a collective waiting for the failed rank may not return before the
-    launcher's SIGKILL — so SIGTERM is blocked here, before any other thread exists, and a
-    dedicated thread waits for it."""
+    launcher's SIGKILL — so a dedicated thread waits for it: SIGTERM's handler is Python's C
+    handler, which writes the signal's number to a pipe (``signal.set_wakeup_fd``) in
+    whichever thread the signal reaches, and the thread reads that pipe. The signal is blocked
+    in the threads started from here on (gloo's, the profiler's), so it reaches the waiting
+    thread or a thread that was there before (torch's OpenMP pool when ``OMP_NUM_THREADS`` is
+    unset): its default action, ending the process at once — in the middle of a dump —, is
+    never taken. Called from the main thread (``signal.signal`` must be)."""
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    signal.signal(signal.SIGTERM, lambda signum, frame: None)  # noted by the pipe, not here
+    signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
 
     def wait():
-        signal.sigwait({signal.SIGTERM})
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+        while signal.SIGTERM not in os.read(read_end, 64):
+            pass
         try:
             on_term()
         finally:    # after a dump the main thread may have begun meanwhile (before_leaving)

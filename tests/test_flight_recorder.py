@@ -270,7 +270,10 @@ import torch, torch.distributed as dist
 tmp, port, case = pathlib.Path(sys.argv[1]), sys.argv[2], sys.argv[3]
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port,
                   TORCH_FR_DUMP_TEMP_FILE=str(tmp / "fr" / "_dump_"))
-from meshscope.parallel import worker                  # as a rank does: SIGTERM blocked first
+from meshscope.parallel import worker
+# A thread started before the rank blocks SIGTERM (torch's OpenMP pool is one where
+# OMP_NUM_THREADS is unset): the signal may reach it instead of the waiting thread.
+threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
 if case == "sigterm-thread-leaves":
     worker._record_on_sigterm(lambda: None)
 dist.init_process_group("gloo", rank=0, world_size=1)
@@ -306,9 +309,12 @@ def test_a_rank_never_ends_in_the_middle_of_a_dump(tmp_path, case, code):
     thread where it stands. Both ways a real rank ends are built here, on a one-rank gloo
     group with 2,000 entries in its buffer (a dump takes a good part of a second): the main
     thread leaving 50 ms after the SIGTERM thread began a dump, and the SIGTERM thread
-    (``worker._record_on_sigterm``) ending the process 50 ms after the main thread began one.
-    Either way the process ends with its own code only once the dump is whole: the runner's
-    JSON with its entries, PyTorch's pickle, no temporary file."""
+    (``worker._record_on_sigterm``) ending the process 50 ms after the main thread began one —
+    with a thread started before SIGTERM was blocked, which the signal may reach (a CI run
+    without ``OMP_NUM_THREADS``, where torch's OpenMP pool is such a thread, was killed by
+    the signal's default action: exit -15, no dump). Either way the process ends with its own
+    code only once the dump is whole: the runner's JSON with its entries, PyTorch's pickle, no
+    temporary file."""
     script = tmp_path / "leaving.py"
     script.write_text(_LEAVING)
     port = str(29550 + (case == "main-leaves"))
