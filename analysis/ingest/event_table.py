@@ -154,3 +154,11 @@ def _categorical(column: pa.ChunkedArray) -> pd.Categorical:
     rank[-1] = -1                               # a null's code, -1, indexes this
     return pd.Categorical.from_codes(rank[codes],
                                      categories=pd.Index([values[i] for i in order], dtype=str))
+
+
+def names_where(names: pd.Series, test) -> np.ndarray:
+    """Which rows of a name column (``name`` of the event table, categorical: few distinct
+    values) pass ``test`` — a predicate of the text, or a pattern's ``match`` / ``search`` —,
+    each distinct name tested once; a missing name does not."""
+    codes, uniques = pd.factorize(names)
+    return np.array([bool(test(str(u))) for u in uniques] + [False], dtype=bool)[codes]

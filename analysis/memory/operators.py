@@ -20,6 +20,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from meshscope.analysis.ingest.event_table import names_where
+
 MODULE_PREFIX = "nn.Module: "
 OPERATOR_CATS = ("cpu_op",)
 ANNOTATION_CATS = ("user_annotation",)
@@ -91,13 +93,6 @@ def _names_at(names: pd.Series, found: np.ndarray) -> list:
     return out
 
 
-def _starting_with(names: pd.Series, prefix: str) -> np.ndarray:
-    """Which rows of ``names`` start with ``prefix`` (as their text: a missing one does not),
-    each distinct name tested once."""
-    codes, uniques = pd.factorize(names)
-    return np.array([str(u).startswith(prefix) for u in uniques] + [False], dtype=bool)[codes]
-
-
 def context(events: pd.DataFrame, lanes: np.ndarray, times: np.ndarray
             ) -> tuple[list, list, list]:
     """(operator, module, annotation) of each (``lanes[i]``, ``times[i]``): the innermost
@@ -112,7 +107,7 @@ def context(events: pd.DataFrame, lanes: np.ndarray, times: np.ndarray
     cat = events["cat"]
     is_op = cat.isin(OPERATOR_CATS).to_numpy()
     is_mod = ((cat == "python_function").to_numpy()
-              & _starting_with(events["name"], MODULE_PREFIX)) \
+              & names_where(events["name"], lambda n: n.startswith(MODULE_PREFIX))) \
         if (cat == "python_function").any() else np.zeros(len(events), dtype=bool)
     is_note = cat.isin(ANNOTATION_CATS).to_numpy()
     lanes = np.asarray(lanes, dtype=object)
@@ -142,7 +137,7 @@ def in_backward(events: pd.DataFrame, lanes: np.ndarray, times: np.ndarray) -> n
     if n == 0 or events is None or events.empty:
         return out
     mask = events["cat"].isin(OPERATOR_CATS).to_numpy() \
-        & _starting_with(events["name"], BACKWARD_PREFIX)
+        & names_where(events["name"], lambda n: n.startswith(BACKWARD_PREFIX))
     if not mask.any():
         return out
     lanes = np.asarray(lanes, dtype=object)

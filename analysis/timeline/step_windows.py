@@ -24,6 +24,7 @@ from meshscope.collectors import annotations
 
 from meshscope.analysis.gpu import host_activity
 from meshscope.analysis import intervals as iv
+from meshscope.analysis.ingest.event_table import names_where
 from meshscope.analysis.ingest.events import RankTrace
 
 
@@ -175,10 +176,9 @@ STARTUP_SHARE = 0.5
 
 
 def _names_matching(frame: pd.DataFrame, test) -> np.ndarray:
-    """Which rows of ``frame`` have a name for which ``test(name)`` holds (each distinct name
-    tested once)."""
-    codes, names = pd.factorize(frame["name"])
-    return np.array([bool(test(n)) for n in names] + [False])[codes]
+    """Which rows of ``frame`` have a name for which ``test(name)`` holds
+    (``event_table.names_where``)."""
+    return names_where(frame["name"], test)
 
 
 def startup_work(host: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:

@@ -44,6 +44,7 @@ import numpy as np
 import pandas as pd
 
 from meshscope.analysis.gpu import host_activity
+from meshscope.analysis.ingest.event_table import names_where
 from meshscope.analysis.ingest.validate import DROPPED, Damage
 from meshscope.analysis.trust.measured import Measured, graded, pct
 from meshscope.vocabulary import TrustCheckId as C
@@ -92,13 +93,6 @@ def rank_checks(rank: int, events: pd.DataFrame, damage: Damage,
     return checks
 
 
-def _names_where(names: pd.Series, test) -> np.ndarray:
-    """Which rows of ``names`` pass ``test`` (a pattern's ``match`` or ``search``) as text, each
-    distinct name tested once; a missing name does not."""
-    codes, uniques = pd.factorize(names)
-    return np.array([test(str(u)) is not None for u in uniques] + [False], dtype=bool)[codes]
-
-
 def _bad_durations(rank: int, damage: Damage, kept: int) -> Measured:
     bad = {(f, w): n for (f, a, w), n in damage.items() if a == DROPPED and f in ("ts", "dur")}
     n = sum(bad.values())
@@ -139,7 +133,7 @@ def _over_long(rank: int, events: pd.DataFrame, host_steps) -> Measured:
     inside = step >= 0
     long_ = inside & (end - ts > hi - lo) & (end > hi)
     if long_.any():
-        long_ &= ~_names_where(events["name"], _ENCLOSING_RE.match)
+        long_ &= ~names_where(events["name"], _ENCLOSING_RE.match)
     n = int(long_.sum())
     profiled = float(sum(b - a for a, b in host_steps.values()))
     excess = float((end[long_] - hi[long_]).sum()) if n else 0.0
@@ -204,7 +198,7 @@ def _overlap(rank: int, dev: pd.DataFrame) -> Measured:
 
 
 def _dropped(rank: int, dev: pd.DataFrame, launches: pd.DataFrame) -> Measured:
-    kernel_launches = launches[_names_where(launches["name"], KERNEL_LAUNCH_RE.search)]
+    kernel_launches = launches[names_where(launches["name"], KERNEL_LAUNCH_RE.search)]
     last_start = float(dev["ts_us"].max())
     seen = set(dev["correlation"].tolist())
     lost = kernel_launches[(kernel_launches["ts_us"] < last_start)
@@ -239,13 +233,13 @@ def _cut_short(rank: int, events: pd.DataFrame, dev: pd.DataFrame, host: pd.Data
     a, b = host_steps[last]
     ts = events["ts_us"].to_numpy()
     inner = (ts >= a) & (ts < b)
-    inner[inner] = ~_names_where(events["name"][inner], _ENCLOSING_RE.match)
+    inner[inner] = ~names_where(events["name"][inner], _ENCLOSING_RE.match)
     latest = float(ts[inner].max()) if inner.any() else a
     tail = b - latest
     # Cut: nothing starts in the step's last part, nor after it (a trace that goes on past
     # the step was not cut inside it).
     later = ts >= b
-    later[later] = ~_names_where(events["name"][later], _ENCLOSING_RE.match)
+    later[later] = ~names_where(events["name"][later], _ENCLOSING_RE.match)
     cut = tail > CUT_TAIL_SHARE * (b - a) and not later.any()
     text, gap, n_after = "", 0.0, 0
     if cut:
@@ -253,7 +247,7 @@ def _cut_short(rank: int, events: pd.DataFrame, dev: pd.DataFrame, host: pd.Data
                 f"{tail / 1e3:,.1f} ms of {(b - a) / 1e3:,.1f} ms")
     elif len(dev):
         calls = host[host["correlation"] >= 0]
-        kl = calls[_names_where(calls["name"], KERNEL_LAUNCH_RE.search)]
+        kl = calls[names_where(calls["name"], KERNEL_LAUNCH_RE.search)]
         dev_end = float(dev["end_us"].max())
         after = kl["ts_us"].to_numpy() > dev_end
         n_after = int(after.sum())
