@@ -39,6 +39,37 @@ def run_index_in_tmp(tmp_path_factory):
     yield
 
 
+def _samples_fingerprint() -> list[tuple[str, int]]:
+    """Each entry of a shipped sample's folder and of its report folder, with its modification
+    time: what a test that wrote into ``samples/`` changes (a re-analysis in place rewrites
+    ``report/``; a cached one adds ``report/.cache``)."""
+    out = []
+    for sample in sorted((ROOT / "samples").iterdir()):
+        if not sample.is_dir():
+            continue
+        for folder in (sample, sample / "report"):
+            if folder.is_dir():
+                out += [(e.path, e.stat(follow_symlinks=False).st_mtime_ns)
+                        for e in os.scandir(folder)]
+    return sorted(out)
+
+
+@pytest.fixture(autouse=True)
+def samples_stay_as_shipped(request):
+    """``samples/`` is read-only to the suite: a test that analyses a sample works on a copy.
+    A test after which a sample's folder or report changed fails, naming what changed —
+    ``test_sample_regression`` compares the shipped reports byte for byte and would otherwise
+    fail later, in whichever test ran next, depending on the order. (Under ``-n`` a test in
+    the other worker may be the writer; the paths named say which sample.)"""
+    before = _samples_fingerprint()
+    yield
+    after = _samples_fingerprint()
+    if after != before:
+        changed = sorted(set(before) ^ set(after))
+        pytest.fail(f"{request.node.nodeid} (or a test beside it) changed samples/: "
+                    + ", ".join(sorted({p for p, _ in changed}))[:2000], pytrace=False)
+
+
 def meshscope(*args, timeout=600, check=False, env=None) -> subprocess.CompletedProcess:
     """Run ``meshscope ARGS`` in a fresh interpreter (``env``: variables to add); returns the
     completed process."""

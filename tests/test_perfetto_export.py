@@ -59,8 +59,12 @@ def _check_format(doc: dict) -> None:
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
-    out = tmp_path_factory.mktemp("pf") / "trace.json.gz"
-    proc = meshscope("export", SAMPLES / SAMPLE, "--perfetto", out, check=True)
+    """The sample exported from a copy: ``export`` keeps its parsed traces in the report's
+    ``.cache``, and ``samples/`` is read-only to the suite."""
+    root = tmp_path_factory.mktemp("pf")
+    run, out = root / SAMPLE, root / "trace.json.gz"
+    shutil.copytree(SAMPLES / SAMPLE, run, ignore=shutil.ignore_patterns(".cache"))
+    proc = meshscope("export", run, "--perfetto", out, check=True)
     return _load(out), proc
 
 
@@ -296,17 +300,19 @@ def test_report_breakdown_thread_is_the_reports_timeline_or_a_note(tmp_path):
     """The export draws the report's own timeline rows (one slice each, on the "report
     breakdown" thread); a report whose timeline table predates the step anchor gets no such
     thread and a note saying why — the segments are never rebuilt from the traces."""
-    seg = pd.read_parquet(SAMPLES / SAMPLE / "report" / "timeline.parquet")
-    s = export(SAMPLES / SAMPLE, tmp_path / "a.json", report_dir=SAMPLES / SAMPLE / "report")
+    run = tmp_path / SAMPLE                     # a copy: export writes the report's .cache
+    shutil.copytree(SAMPLES / SAMPLE, run, ignore=shutil.ignore_patterns(".cache"))
+    seg = pd.read_parquet(run / "report" / "timeline.parquet")
+    s = export(run, tmp_path / "a.json", report_dir=run / "report")
     doc = _load(tmp_path / "a.json")
     got = Counter(e["pid"] for e in doc["traceEvents"]
                   if e["ph"] == "X" and e.get("tid") == SEGMENTS_TID)
     assert got == Counter(seg["rank"].astype(int).tolist())
     assert not any("step anchor" in n for n in s.notes)
     old = tmp_path / "old-report"
-    shutil.copytree(SAMPLES / SAMPLE / "report", old, ignore=shutil.ignore_patterns(".cache"))
+    shutil.copytree(run / "report", old, ignore=shutil.ignore_patterns(".cache"))
     seg.drop(columns=["step_start_us"]).to_parquet(old / "timeline.parquet", index=False)
-    s = export(SAMPLES / SAMPLE, tmp_path / "b.json", report_dir=old)
+    s = export(run, tmp_path / "b.json", report_dir=old)
     doc = _load(tmp_path / "b.json")
     assert not [e for e in doc["traceEvents"] if e.get("tid") == SEGMENTS_TID]
     assert any("step anchor" in n for n in s.notes)
