@@ -40,13 +40,22 @@ hidden, f FFN width, a heads, kv = key/value width, t = tp):
 - each RMSNorm: its input, x·rsqrt(mean x²) and the rsqrt (≈ 2h + 1), plus its output as the
   next linear's input (h) — with sequence parallelism the norm works on 1/t of the tokens
   and the linears save the all-gathered input, so 2h/t + 1 + h;
-- attention: q and k before and after RoPE, v, the attention output and its logsumexp (CPU and
-  flash SDPA keep no s × s matrix), the re-laid-out output saved by wo: (4h + 3kv + a)/t;
+- attention: q and k after RoPE and v (what SDPA saves; RoPE multiplies by constant tables, so
+  autograd keeps the tables, not the unrotated q and k), the attention output and its
+  logsumexp (CPU and flash SDPA keep no s × s matrix), the re-laid-out output saved by wo:
+  (3h + 2kv + a)/t;
 - SwiGLU: w1·x, silu(w1·x), w3·x and their product: 4f/t; an MoE layer instead keeps each
   token's k copies through its experts (k·(4·f_e + 3h), and 2k·h for the all-to-all buffers
   with ep > 1) and the router's probabilities (2E);
 - the last stage adds the final norm and 2V (logits and log-softmax; with tp the local V/t
-  before the all-gather as well); the first stage the token ids (8 bytes a token).
+  before the all-gather as well); the first stage the token ids (8 bytes a token). Autograd
+  saves only the log-softmax of the two, but the logits are alive beside it while the loss
+  is computed — the end of forward, where a rank's activations peak.
+
+A dense layer's count is exactly the elements autograd saves for the runner's block
+(``tests/test_plan_memory_terms.py`` counts them with ``torch.autograd.graph.
+saved_tensors_hooks``); until 2026-12-07 it also counted the unrotated q and k (h + kv too
+many a token and layer).
 
 Korthikanti et al. (2022, Table 2) count 34·s·b·h + 5·a·s²·b bytes per layer for a GPT block
 with dropout in 16-bit; ours is that bookkeeping for this block. A pipeline rank holds
@@ -100,7 +109,7 @@ def layer_activation_elements(spec: ModelSpec, i: int, tp: int, sp: bool, ep: in
     """Elements autograd keeps per token for layer ``i`` on one rank (see the docstring)."""
     h, kv, a = spec.dim, spec.kv_dim, spec.n_heads
     norm = (2 * h / tp + 1 + h) if (sp and tp > 1) else (3 * h + 1)
-    attention = (4 * h + 3 * kv + a) / tp
+    attention = (3 * h + 2 * kv + a) / tp
     if spec.is_moe_layer(i):
         k = spec.moe_top_k
         ffn = k * (4 * spec.expert_hidden + 3 * h) + (2 * k * h if ep > 1 else 0) \
