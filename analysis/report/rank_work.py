@@ -312,8 +312,7 @@ def _timeline_gpu_tables(trace: ingest.RankTrace, tl: timeline.RankTimeline, row
     launches of ``rows.dev`` are ``steps.launch`` (the same device rows, in the same order)."""
     ev, dev, host = trace.events, rows.dev, rows.host
     r = trace.rank
-    launch_ts = steps.launch[0] if steps.launch is not None else \
-        step_windows.launches(host, dev)[0]
+    launch_ts = _launch_times(steps, rows)
     sel = step_windows.complete_steps(dev, host, {**tl.host_steps, **tl.startup})
     sync_idle = tl.idle_causes.get("sync", np.zeros((0, 2)))
     calls = host_activity.blocking_copy_calls(host_activity.sync_calls(host), host, sync_idle)
@@ -334,6 +333,13 @@ def _timeline_gpu_tables(trace: ingest.RankTrace, tl: timeline.RankTimeline, row
     }
 
 
+def _launch_times(steps: step_windows.StepWindows, rows: GpuRows) -> np.ndarray:
+    """When each of ``rows.dev`` was launched: the step windows' own launches where they were
+    found with them (the same device rows, in the same order), else read from the host rows."""
+    return steps.launch[0] if steps.launch is not None else \
+        step_windows.launches(rows.host, rows.dev)[0]
+
+
 def _kernel_tables(trace: ingest.RankTrace, steps: step_windows.StepWindows, rows: GpuRows
                    ) -> dict[str, pd.DataFrame]:
     """``kernels``, ``kernel_totals``, ``kernel_categories``, ``gemms`` (``report_tables.GPU``)."""
@@ -351,9 +357,8 @@ def _kernel_tables(trace: ingest.RankTrace, steps: step_windows.StepWindows, row
     return {
         "kernels": kernels.kernel_table(r, in_dev, graph),
         "kernel_totals": kernels.kernel_totals(
-            r, dev, step_windows.device_step_of(
-                steps.host_steps, host, dev, steps.launch[0] if steps.launch is not None
-                else None)),
+            r, dev, step_windows.device_step_of(steps.host_steps, host, dev,
+                                                _launch_times(steps, rows))),
         "kernel_categories": kernels.category_totals(r, in_dev),
         "gemms": kernels.gemm_table(r, host, in_dev, launch_calls, device_name(trace.meta)),
     }
