@@ -1,6 +1,7 @@
 """What the cross-rank stage holds at once (issue 51 item 1): the instance rows as Python dicts
 of a bounded number of rows (whole ranks, ``analyze.ROWS_PER_TABLE``), never of 64 ranks; one
-step's dependency graph at a time (``program.StepGraphs``), never every step's. Counted on a
+step's dependency graph at a time (``program.StepGraphs``), never every step's; one or two ranks'
+aligned timelines at a time, never every rank's (``rank_order.in_rank_order``). Counted on a
 small synthetic pipeline run (dp=2 × pp=2, 5 profiled steps), the report compared with the one
 made with every rank's rows in a table of their own."""
 import gc
@@ -14,6 +15,7 @@ from conftest import ROOT
 from meshscope.analysis.comm import instances
 from meshscope.analysis.crossrank import program
 from meshscope.analysis.report import analyze as analyze_mod
+from meshscope.analysis.report import spill
 
 STEPS = 5
 RANKS = 4
@@ -30,10 +32,12 @@ def run(tmp_path_factory):
 
 def _analysed(run, rows_per_table: int):
     """The report with ``rows_per_table``; the row counts of the instance tables made, the
-    step graphs built and the most of them alive at once."""
+    step graphs built and the most of them alive at once, the aligned timelines read back from
+    the rank store (with no read cache) and the most of them alive at once."""
     made: list[int] = []
     alive: weakref.WeakSet = weakref.WeakSet()
-    seen = {"built": 0, "most_alive": 0}
+    timelines: list[weakref.ref] = []        # (a timeline is a dataclass: not hashable)
+    seen = {"built": 0, "most_alive": 0, "timelines_read": 0, "timelines_alive": 0}
 
     class Counted(program.StepGraph):
         def __init__(self, *a, **k):
@@ -44,6 +48,17 @@ def _analysed(run, rows_per_table: int):
             seen["most_alive"] = max(seen["most_alive"], len(alive))
 
     make = instances.table_of
+    read = spill.RankStore.read
+
+    def counted_read(store, key):
+        value = read(store, key)
+        if key[0] == "aligned":
+            gc.collect()
+            timelines.append(weakref.ref(value))
+            seen["timelines_read"] += 1
+            seen["timelines_alive"] = max(seen["timelines_alive"],
+                                          sum(t() is not None for t in timelines))
+        return value
 
     def table_of(rows):
         made.append(len(rows))
@@ -53,6 +68,8 @@ def _analysed(run, rows_per_table: int):
         mp.setattr(analyze_mod, "ROWS_PER_TABLE", rows_per_table)
         mp.setattr(analyze_mod.instances, "table_of", table_of)
         mp.setattr(program, "StepGraph", Counted)
+        mp.setattr(spill, "CACHE_BYTES", 0)        # every read a new object: none kept
+        mp.setattr(spill.RankStore, "read", counted_read)
         report = analyze_mod.analyze(run, workers=1)
     return report, made, seen
 
@@ -75,6 +92,15 @@ def test_one_step_graph_at_a_time(default):
     assert seen["built"] == 2 * STEPS
     # ...the next built while the one before is let go: never more than two at once.
     assert seen["most_alive"] <= 2
+
+
+def test_one_or_two_aligned_timelines_at_a_time(default):
+    # The step tables, the pipeline's tables, the timeline segments and each step's graph read
+    # every rank's timeline in rank order; the one before is let go when the next is read
+    # (``sorted(timelines.items())`` held all four).
+    _, _, seen = default
+    assert seen["timelines_read"] >= 5 * RANKS
+    assert seen["timelines_alive"] <= 2
 
 
 def test_instance_rows_made_into_tables_of_whole_ranks(default, per_rank):

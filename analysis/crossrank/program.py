@@ -24,6 +24,7 @@ import pandas as pd
 from meshscope.analysis.crossrank.graph import CALL, END, WAIT, Operation, Point, RankStep, \
     StepGraph
 from meshscope.analysis import intervals as iv
+from meshscope.analysis.rank_order import in_rank_order
 
 
 def _own(a: float, b: float, waits: np.ndarray) -> float:
@@ -106,7 +107,7 @@ class StepGraphs(Mapping):
             raise KeyError(step)
         empty = self._slim.iloc[:0]
         ranks = {}
-        for r, tl in sorted(self._timelines.items()):
+        for r, tl in in_rank_order(self._timelines):
             if step not in tl.steps:
                 continue
             mine = self._rows.get((r, step))

@@ -32,6 +32,7 @@ import pandas as pd
 
 from meshscope.analysis import intervals as iv
 from meshscope.analysis.timeline.rank_timeline import RankTimeline
+from meshscope.analysis.rank_order import in_rank_order
 from meshscope.collectors.run_info import RunInfo
 from meshscope.theory.schedules import SCHEDULES, bubble_fraction
 
@@ -116,7 +117,7 @@ def bubble_table(timelines: dict[int, RankTimeline], windows: dict[int, dict[int
     for tl in timelines.values():
         for step, (start, _) in tl.steps.items():
             origin[step] = min(origin.get(step, start), start)
-    for rank, tl in sorted(timelines.items()):
+    for rank, tl in in_rank_order(timelines):
         stage = _stage_of(rank, tl, run)
         for step, window in sorted(windows.get(rank, {}).items()):
             total = iv.length(window)

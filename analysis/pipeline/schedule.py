@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from meshscope.analysis.timeline.rank_timeline import RankTimeline
+from meshscope.analysis.rank_order import in_rank_order
 
 MB_COLUMNS = ["rank", "step", "stage", "chunk", "mb", "phase", "start_us", "end_us", "dur_us"]
 PHASE_COLUMNS = ["rank", "step", "warmup_us", "steady_us", "cooldown_us"]
@@ -36,7 +37,7 @@ IMBALANCE_COLUMNS = ["stage", "compute_per_mb_us", "ratio_to_mean"]
 def microbatch_table(timelines: dict[int, RankTimeline],
                      windows: dict[int, dict[int, object]]) -> pd.DataFrame:
     parts: dict[str, list[np.ndarray]] = {c: [] for c in MB_COLUMNS}
-    for rank, tl in sorted(timelines.items()):
+    for rank, tl in in_rank_order(timelines):
         mb = tl.microbatches
         if mb.empty:
             continue

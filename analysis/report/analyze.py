@@ -38,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import pathlib
+from typing import Mapping
 
 import numpy as np
 import pandas as pd
@@ -55,6 +56,7 @@ from meshscope.analysis.report.always_on import Records, records_of
 from meshscope.analysis.report.memory_findings import memory_findings
 from meshscope.analysis.report.memory_stage import memory_facts, memory_of
 from meshscope.analysis.report.options import AnalysisOptions
+from meshscope.analysis.rank_order import in_rank_order
 from meshscope.analysis.report.result import Report
 from meshscope.analysis.report import summary
 from meshscope.analysis.report.model import REPORT_SCHEMA_VERSION
@@ -403,16 +405,10 @@ def _step_tables(timelines: dict[int, RankTimeline], results: list[rank_work.Ran
     """Pipeline windows, the step breakdown, bubbles (``timeline/breakdown``, ``pipeline/``)."""
     pipelined = run is not None and run.pipeline_stages > 1
     windows = bubble.pipeline_windows(timelines, run) if pipelined else {}
-    wide, long_rows = [], []
-    for r, tl in sorted(timelines.items()):
-        rows, exposed_rows = breakdown.step_tables(tl, windows.get(r))
-        wide += rows
-        long_rows += exposed_rows
+    wide, long_rows, idle_rows = _breakdown_rows(timelines, windows)
     bd = pd.DataFrame(wide, columns=breakdown.COLUMNS)
     exposed = pd.DataFrame(long_rows, columns=breakdown.EXPOSED_COLUMNS)
-    idle = pd.DataFrame([row for r, tl in sorted(timelines.items())
-                         for row in breakdown.idle_rows(tl, windows.get(r))],
-                        columns=breakdown.IDLE_COLUMNS)
+    idle = pd.DataFrame(idle_rows, columns=breakdown.IDLE_COLUMNS)
     by_rank = sorted(results, key=lambda x: x.rank)
     gpus = [r.gpu for r in by_rank]         # each rank's read once (a spilled result's file)
     gpu = report_tables.GpuTables(**{
@@ -432,6 +428,22 @@ def _step_tables(timelines: dict[int, RankTimeline], results: list[rank_work.Ran
                           bubbles=bub, microbatches=mb,
                           pipeline_phases=schedule.phase_table(mb, windows),
                           stage_imbalance=schedule.imbalance_table(mb)))
+
+
+def _breakdown_rows(timelines: Mapping[int, RankTimeline], windows: dict
+                    ) -> tuple[list, list, list]:
+    """The rows of the step breakdown, its exposed communication and idle
+    (``timeline/breakdown``), every rank's in rank order: one rank's timeline read at a time
+    (``rank_order``), none held once done."""
+    wide: list = []
+    exposed: list = []
+    idle: list = []
+    for r, tl in in_rank_order(timelines):
+        rows, exposed_rows = breakdown.step_tables(tl, windows.get(r))
+        wide += rows
+        exposed += exposed_rows
+        idle += breakdown.idle_rows(tl, windows.get(r))
+    return wide, exposed, idle
 
 
 def _whatif(aligned: Aligned, run: RunInfo | None,

@@ -38,6 +38,7 @@ import numpy as np
 import pandas as pd
 
 from meshscope.analysis.timeline.breakdown import credit_by_dim, step_sets
+from meshscope.analysis.rank_order import in_rank_order
 
 RESOLUTION = 2000
 COLUMNS = ["rank", "step", "kind", "dim", "cause", "start_us", "end_us", "step_start_us"]
@@ -58,15 +59,20 @@ def segments(timelines: dict, windows: dict, charged: list[tuple]) -> pd.DataFra
     """``timelines``: rank → aligned ``RankTimeline``; ``windows``: rank → step → pipeline
     window (the breakdown's, empty without a pipeline); ``charged``: (step, waiter, cause, µs,
     end) of the graph's waits."""
-    steps = sorted(set().union(*(tl.steps for tl in timelines.values()))) if timelines else []
+    # Each step's earliest start and latest end over the ranks, in one pass over the timelines
+    # (read from disk on access, ``report/spill``), before the rows: a rank's at a time.
+    span_of: dict[int, tuple[float, float]] = {}
+    for tl in timelines.values():
+        for step, (a, b) in tl.steps.items():
+            lo, hi = span_of.get(step, (a, b))
+            span_of[step] = (min(lo, a), max(hi, b))
     cause_at = {(step, w, round(end, 1)): c for step, w, c, _, end in charged}
     rows = []
-    for step in steps:
-        spans = [tl.steps[step] for tl in timelines.values() if step in tl.steps]
-        t0 = min(a for a, _ in spans)
-        width = max(b for _, b in spans) - t0
+    for step in sorted(span_of):
+        t0, last_end = span_of[step]
+        width = last_end - t0
         gap = width / RESOLUTION if width > 0 else 0.0
-        for r, tl in sorted(timelines.items()):
+        for r, tl in in_rank_order(timelines):
             if step not in tl.steps:
                 continue
             a, b = tl.steps[step]
