@@ -301,17 +301,29 @@ def _complete_events(evs: list[decode.Event], reading: "Reading", damage: Damage
     """The batch's complete events: its ``X`` events and the ``B``/``E`` pairs it closes
     (``reading.pair``); its ``[memory]`` instants go to ``reading.memory``; an event of no
     known phase is dropped and counted."""
-    xs = [e for e in evs if e.ph == "X"]
-    if len(xs) < len(evs):
-        rest = [e for e in evs if e.ph != "X"]
-        unknown = sum(1 for e in rest if not isinstance(e.ph, str) or e.ph not in KNOWN_PHASES)
-        if unknown:     # no kind at all, or none of the trace format's: not guessed
-            damage.drop("ph", "missing, or not one of the trace format's event phases", unknown)
-        pairs = [e for e in rest if e.ph == "B" or e.ph == "E"]
+    phases = [e.ph for e in evs]
+    n_x = phases.count("X")
+    if n_x == len(evs):
+        return evs
+    try:
+        met = set(phases)                           # at C speed: the phases met
+    except TypeError:                               # a phase that is a list or an object
+        met = None
+    if met is None:
+        unknown = sum(1 for p in phases if not isinstance(p, str) or p not in KNOWN_PHASES)
+    else:               # each phase that is not one of the format's, counted where it is
+        unknown = sum(phases.count(p) for p in met
+                      if not isinstance(p, str) or p not in KNOWN_PHASES)
+    del phases
+    xs = [e for e in evs if e.ph == "X"] if n_x else []
+    if unknown:     # no kind at all, or none of the trace format's: not guessed
+        damage.drop("ph", "missing, or not one of the trace format's event phases", unknown)
+    if met is None or "B" in met or "E" in met:
+        pairs = [e for e in evs if e.ph == "B" or e.ph == "E"]
         if pairs:
             xs += reading.pair(pairs, damage)
-        ms = [e for e in rest if e.ph in _INSTANT and e.name == _MEMORY]
-        del rest
+    if met is None or "i" in met or "I" in met:
+        ms = [e for e in evs if (e.ph == "i" or e.ph == "I") and e.name == _MEMORY]
         if ms:
             cols = memory_events.columns(ms, _cpu_lanes([e.pid for e in ms],
                                                         [e.tid for e in ms]), damage)
@@ -348,8 +360,11 @@ def _lanes(xs: list[decode.Event], args: list, device: pa.Array, damage: Damage)
     """Each event's lane: ``cpu:<pid>:<tid>``, a device event's ``gpu:<device>:<stream>``
     (its arguments' device and stream where it has them); a thread-less event is read on a
     lane of its own and counted."""
-    lane = _cpu_lanes([e.pid for e in xs], [e.tid for e in xs])
-    threadless = sum(1 for e in xs if e.pid is None or e.tid is None)
+    pids, tids = [e.pid for e in xs], [e.tid for e in xs]
+    lane = _cpu_lanes(pids, tids)
+    threadless = sum(1 for p, t in zip(pids, tids) if p is None or t is None) if (
+        pids.count(None) or tids.count(None)) else 0
+    del pids, tids
     if threadless:      # read, on a lane of their own ("cpu:None:None"), and said so
         damage.ignore("pid/tid", "missing: the event's thread is unknown", threadless)
     if pc.any(device).as_py():
@@ -368,7 +383,9 @@ def _collective_meta(names: list, name: pa.Array, cat: pa.Array, args: list,
     (``comm_meta.from_record``), else a ``gloo:``/``nccl:``-style host range's input
     dimensions and types (``comm_meta.from_host_range``)."""
     found = []
-    for i in [i for i, a in enumerate(args) if a is not None and a.coll_name is not None]:
+    colls = [a.coll_name if a is not None else None for a in args]
+    for i in ([i for i, c in enumerate(colls) if c is not None]
+              if colls.count(None) < len(colls) else ()):
         meta = comm_meta.from_record(args[i], damage)
         if meta is not None:
             found.append((i, meta))

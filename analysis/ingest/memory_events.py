@@ -65,17 +65,20 @@ def is_memory(e) -> bool:
 
 
 def _int_or(values: list, lo: int, hi: int, missing, field: str, why: str,
-            damage: Damage) -> list:
+            damage: Damage) -> list | np.ndarray:
     """Each value when it is an integer in [lo, hi], else ``missing`` (a value present but
-    unusable is counted as ignored under ``field``)."""
-    if values and set(map(type, values)) == {int}:
-        # All integers (a real trace's): checked at once, the list itself returned.
+    unusable is counted as ignored under ``field``): as an int64 array when all are such
+    integers (a real trace's, checked at once), else as a list."""
+    kinds = set(map(type, values))
+    if kinds == {int}:
         try:
             arr = np.array(values, dtype=np.int64)
         except OverflowError:
             arr = None
         if arr is not None and int(arr.min()) >= lo and int(arr.max()) <= hi:
-            return values
+            return arr
+    elif kinds == {type(None)}:             # a field the trace does not have (PyTorch 1.8's
+        return [missing] * len(values)      # totals): nothing to count
     out = []
     bad = 0
     for v in values:
@@ -89,20 +92,43 @@ def _int_or(values: list, lo: int, hi: int, missing, field: str, why: str,
     return out
 
 
+def _times(ms: list) -> tuple[np.ndarray, np.ndarray]:
+    """(float64 ``ts`` of each event, NaN where not a number; whether it is missing)."""
+    ts = [e.ts for e in ms]
+    if set(map(type, ts)) <= {int, float}:      # a real trace's: converted at once
+        try:
+            return np.array(ts, dtype=np.float64), np.zeros(len(ts), dtype=bool)
+        except OverflowError:                   # an integer beyond the float range
+            pass
+    return (np.array([v if type(v) in _NUMBER else np.nan for v in ts], dtype=np.float64),
+            np.array([v is None for v in ts], dtype=bool))
+
+
+def _sizes(size: list) -> tuple[list | np.ndarray, np.ndarray]:
+    """(``Bytes`` of each event, whether it is an integer within 64 bits)."""
+    if set(map(type, size)) == {int}:           # a real trace's: checked at once
+        try:
+            arr = np.array(size, dtype=np.int64)
+        except OverflowError:
+            arr = None
+        if arr is not None and int(arr.min()) >= -INT64_MAX:
+            return arr, np.ones(len(size), dtype=bool)
+    return size, np.array([type(v) is int and -INT64_MAX <= v <= INT64_MAX for v in size],
+                          dtype=bool)
+
+
 def columns(ms: list, lanes: pa.Array, damage: Damage) -> dict[str, pa.Array] | None:
     """The columns of one batch's ``[memory]`` events (``ms``, decoded ``decode.Event``;
     ``lanes`` their ``cpu:<pid>:<tid>``), None when none is usable; what was dropped or
-    ignored is counted in ``damage``."""
+    ignored is counted in ``damage``. Each field is read in one pass and checked at once
+    where all its values are what a real trace holds (``_times``, ``_sizes``, ``_int_or``);
+    one value at a time only where they are not."""
     if not ms:
         return None
     args = [e.args for e in ms]
-    ts = np.array([e.ts if type(e.ts) in _NUMBER else np.nan for e in ms], dtype=np.float64) \
-        if ms else np.zeros(0)
-    size = [a.mem_bytes if a is not None else None for a in args]
-    ts_missing = np.array([e.ts is None for e in ms], dtype=bool)
+    ts, ts_missing = _times(ms)
     ts_bad = ~np.isfinite(ts) & ~ts_missing
-    size_ok = np.array([type(v) is int and -INT64_MAX <= v <= INT64_MAX for v in size],
-                       dtype=bool)
+    size, size_ok = _sizes([a.mem_bytes if a is not None else None for a in args])
     keep = np.ones(len(ms), dtype=bool)
     for field, why, bad in (("[memory].ts", "missing", ts_missing),
                             ("[memory].ts", "not a finite number", ts_bad),
@@ -112,31 +138,33 @@ def columns(ms: list, lanes: pa.Array, damage: Damage) -> dict[str, pa.Array] | 
         keep &= ~bad
     if not keep.any():
         return None
+    every = bool(keep.all())
     idx = np.flatnonzero(keep)
-    pick = (lambda xs: [xs[i] for i in idx]) if not keep.all() else (lambda xs: xs)
-    args = pick(args)
-
-    def arg(attr):
-        return [getattr(a, attr) if a is not None else None for a in args]
-
-    totals = {}
-    for attr, col, key in (("mem_allocated", "total_allocated", "Total Allocated"),
-                           ("mem_reserved", "total_reserved", "Total Reserved")):
-        totals[col] = pa.array(_int_or(arg(attr), 0, INT64_MAX, None, f"[memory].args.{key}",
-                                       "not an integer from 0 to 2^63-1", damage), pa.int64())
+    if not every:
+        args = [args[i] for i in idx]
+        size = size[idx] if isinstance(size, np.ndarray) else [size[i] for i in idx]
+    fields = {      # (values, lo, hi, missing, argument, why)
+        "total_allocated": ([a.mem_allocated if a is not None else None for a in args],
+                            0, INT64_MAX, None, "Total Allocated",
+                            "not an integer from 0 to 2^63-1"),
+        "total_reserved": ([a.mem_reserved if a is not None else None for a in args],
+                           0, INT64_MAX, None, "Total Reserved",
+                           "not an integer from 0 to 2^63-1"),
+        "addr": ([a.mem_addr if a is not None else None for a in args],
+                 0, UINT64_MAX, 0, "Addr", "not an integer from 0 to 2^64-1"),
+        "device_type": ([a.mem_device_type if a is not None else None for a in args],
+                        0, 255, -1, "Device Type", "not an integer from 0 to 255"),
+        "device_id": ([a.mem_device_id if a is not None else None for a in args],
+                      -1, 1 << 20, -1, "Device Id", "not an integer from -1 to 2^20"),
+    }
+    typed = {col: pa.array(_int_or(values, lo, hi, missing, f"[memory].args.{key}", why,
+                                   damage), SCHEMA.field(col).type)
+             for col, (values, lo, hi, missing, key, why) in fields.items()}
     return {
-        "ts_us": pa.array(ts[idx]),
-        "bytes": pa.array(pick(size), pa.int64()),
-        **totals,
-        "addr": pa.array(_int_or(arg("mem_addr"), 0, UINT64_MAX, 0, "[memory].args.Addr",
-                                 "not an integer from 0 to 2^64-1", damage), pa.uint64()),
-        "device_type": pa.array(_int_or(arg("mem_device_type"), 0, 255, -1,
-                                        "[memory].args.Device Type",
-                                        "not an integer from 0 to 255", damage), pa.int16()),
-        "device_id": pa.array(_int_or(arg("mem_device_id"), -1, 1 << 20, -1,
-                                      "[memory].args.Device Id",
-                                      "not an integer from -1 to 2^20", damage), pa.int32()),
-        "lane": lanes.take(pa.array(idx)) if not keep.all() else lanes,
+        "ts_us": pa.array(ts if every else ts[idx]),
+        "bytes": pa.array(size, pa.int64()),
+        **typed,
+        "lane": lanes if every else lanes.take(pa.array(idx)),
     }
 
 
