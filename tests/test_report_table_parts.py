@@ -7,7 +7,9 @@ stage that makes them to the write (``report/table_parts.py``, issue 51 item 1):
   rows is written whole, the same bytes as before;
 - after ``analyze`` the analysing process holds no instance or bandwidth table in pandas: the
   report holds their parts (counted among the live objects on a small synthetic run), and the
-  report written from parts of a few rows each equals the one written with the default parts.
+  report written from parts of a few rows each equals the one written with the default parts;
+- frames appended a rank at a time (``Cut``: the memory curve) become the parts the whole
+  table cut every so many rows would be.
 """
 from __future__ import annotations
 
@@ -119,6 +121,28 @@ def test_the_folder_goes_with_its_last_table(tmp_path):
     del t
     gc.collect()
     assert not folder.exists()
+
+
+def test_frames_cut_as_they_come_are_the_parts_of_the_whole_table(tmp_path):
+    # A rank's memory curve at a time (issue 51): frames of 0, 7, 13, 1 and 9 rows (and a
+    # None), cut into parts of 10 rows, are the 30 rows in order as parts of 10, 10, 10 —
+    # what the 30 rows put together (the frames with rows, as the memory tables were
+    # joined) and cut every 10 rows give — and read back equal.
+    sizes = [0, 7, 13, 1, 9]
+    starts = [sum(sizes[:i]) for i in range(len(sizes))]
+    frames = [_instances(a, n, named=True) for a, n in zip(starts, sizes)]
+    whole = pd.concat([f for f in frames if len(f)], ignore_index=True)
+    store = table_parts.PartStore(tmp_path)
+    table = store.table("t", list(whole.columns))
+    cut = table_parts.Cut(table, 10, list(whole.columns))
+    for f in frames[:2] + [None] + frames[2:]:
+        cut.add(f)
+    assert cut.close() is table
+    assert [len(p) for p in table.parts()] == [10, 10, 10]
+    for part, start in zip(table.parts(), (0, 10, 20)):
+        pd.testing.assert_frame_equal(part.reset_index(drop=True),
+                                      whole.iloc[start:start + 10].reset_index(drop=True))
+    pd.testing.assert_frame_equal(table.frame(), whole)
 
 
 # A small synthetic pipeline run, analysed with the default parts and with parts (and row

@@ -43,11 +43,16 @@ class Memory:
     device_memory_bytes: int | None
 
 
+def empty(name: str) -> pd.DataFrame:
+    """The memory table ``name`` without rows (its columns, of no type)."""
+    return pd.DataFrame(columns=TABLES[name])
+
+
 def _concat(parts: list[pd.DataFrame], name: str) -> pd.DataFrame:
     parts = [p for p in parts if p is not None and len(p)]
     cols = TABLES[name]
     if not parts:
-        return pd.DataFrame(columns=cols)
+        return empty(name)
     return pd.concat(parts, ignore_index=True).reindex(columns=cols)
 
 

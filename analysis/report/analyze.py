@@ -229,7 +229,12 @@ def _cross_rank(stage: RankStage, layout_map, options: AnalysisOptions) -> Repor
         recs.records.noise_us,
         tables.breakdown["step"].nunique() if len(tables.breakdown) else 1)
     on_gpu = any(r.on_gpu for r in results)
-    mem = memory_of(results, inp, options)
+    # The report's tables with rows per rank kept on disk from the stage that makes them to
+    # the write (the largest: a row per instance and rank; the memory curve, ~5,000 rows a
+    # device, as each rank's is read), the bandwidth table made a slice of the instance table
+    # at a time (issue 51, ``table_parts``).
+    kept = table_parts.PartStore(options.cache_dir)
+    mem = memory_of(results, inp, options, kept, ROWS_PER_PART)
     run = inp.run
     world = run.world_size if run is not None else \
         max((r.identity.world_size or 0 for r in results), default=0) or None
@@ -242,10 +247,6 @@ def _cross_rank(stage: RankStage, layout_map, options: AnalysisOptions) -> Repor
         ranks, world, tables.breakdown, aligned.instances, aligned.offsets, st.us))
     found = verdict.with_caveats(found, trust)
     allocator.trim()        # what the findings and checks freed, before the Report is made
-    # The report's tables with rows per rank kept on disk from here to the write (the
-    # largest: a row per instance and rank), the bandwidth table made a slice of the
-    # instance table at a time (issue 51, ``table_parts``).
-    kept = table_parts.PartStore(options.cache_dir)
     bw = _bandwidth(aligned, kept)
     bw_summary = bandwidth_report.bandwidth_summary(
         bw.columns(bandwidth_report.SUMMARY_READS), options.baseline)
@@ -272,9 +273,7 @@ def _cross_rank(stage: RankStage, layout_map, options: AnalysisOptions) -> Repor
         else report_tables.GraphTables.empty(),
         gpu=dataclasses.replace(tables.gpu, kernel_totals=kept_table(
             tables.gpu.kernel_totals, "kernel_totals")),
-        memory=report_tables.MemoryTables(**{
-            **mem.tables, "memory_curve": kept_table(mem.tables["memory_curve"],
-                                                     "memory_curve")}))
+        memory=report_tables.MemoryTables(**mem.tables))
     facts = summary.Facts(
         source=inp.path, run=run, ranks=ranks, missing_ranks=sorted(expected - set(ranks)),
         problems=[*inp.problems, *mem.problems],

@@ -103,6 +103,45 @@ class TableParts:
         return pd.concat([p[names] for p in self.parts()], ignore_index=True)
 
 
+class Cut:
+    """Frames appended to ``table`` as parts of exactly ``rows`` rows each (the last one
+    fewer): the parts the frames put together (``pd.concat``) and cut every ``rows`` rows
+    would make, without the whole table held at once — what a stage that makes a table a rank
+    at a time keeps on disk as it goes (the memory curve, issue 51). ``close()`` appends the
+    rows left; an empty or None frame adds none."""
+
+    def __init__(self, table: TableParts, rows: int, columns: list[str]):
+        self._table = table
+        self._rows = rows
+        self._columns = list(columns)
+        self._held: list[pd.DataFrame] = []
+        self._count = 0
+
+    def add(self, frame: pd.DataFrame | None) -> None:
+        if frame is None or not len(frame):
+            return
+        self._held.append(frame)
+        self._count += len(frame)
+        if self._count >= self._rows:
+            self._flush(whole_parts_only=True)
+
+    def close(self) -> TableParts:
+        """The table, with every row appended."""
+        if self._held:
+            self._flush(whole_parts_only=False)
+        return self._table
+
+    def _flush(self, whole_parts_only: bool) -> None:
+        joined = pd.concat(self._held, ignore_index=True).reindex(columns=self._columns)
+        self._held = []
+        full = len(joined) - len(joined) % self._rows if whole_parts_only else len(joined)
+        for start in range(0, full, self._rows):
+            self._table.append(joined.iloc[start:start + self._rows])
+        if full < len(joined):
+            self._held = [joined.iloc[full:].copy()]    # not a view that keeps ``joined``
+        self._count = len(joined) - full
+
+
 def write_parquet(table: TableParts, path: pathlib.Path,
                   prepare: Callable[[pd.DataFrame], pd.DataFrame]) -> None:
     """``table`` as parquet at ``path``, each group of parts made ready by ``prepare`` (the
