@@ -25,6 +25,7 @@ import pathlib
 import platform
 import re
 import shutil
+import signal
 import sys
 import uuid
 
@@ -182,6 +183,13 @@ class RankFailure:
     def peer_lost(self) -> bool:
         return any(p in self.message for p in _PEER_LOST)
 
+    @property
+    def stopped(self) -> bool:
+        """Ended by a SIGTERM (the launcher's stop once another rank failed: exit code 143,
+        or −15 where the signal's default action ran) without an error of its own."""
+        return self.error_file is None and self.exit_code in (128 + signal.SIGTERM,
+                                                              -signal.SIGTERM)
+
 
 def _from_torch(rank: int, pf, exit_code: int | None) -> RankFailure:
     """A ``ProcessFailure`` (torch's reading of a rank's error file) as a RankFailure."""
@@ -242,10 +250,12 @@ def _rank_failures(err, log_dir: pathlib.Path) -> list[RankFailure]:
 
 def _cause(failures: list[RankFailure]) -> RankFailure:
     """The failure that caused the others: the first of the ranks whose own error is not the
-    loss of a peer, else the first. Error files record the second only, so a rank that raised
-    and the peer it left behind often fail "at once"; by time alone the victim could be named
-    (torch's ``get_first_failure`` takes whichever it lists first)."""
-    return min(failures, key=lambda f: (f.peer_lost, f.timestamp_s, f.rank))
+    loss of a peer, nor the launcher's stop, else the first. Error files record the second
+    only, so a rank that raised and the peer it left behind often fail "at once"; by time
+    alone the victim could be named (torch's ``get_first_failure`` takes whichever it lists
+    first) — and a rank the launcher stopped, which torch dates when it sees it gone, in the
+    same second as the raise, would win on its lower rank."""
+    return min(failures, key=lambda f: (f.peer_lost, f.stopped, f.timestamp_s, f.rank))
 
 
 def _failure_message(err, log_dir: pathlib.Path) -> str:

@@ -2,6 +2,7 @@
 (the error files ``@record`` writes), without starting a job."""
 import json
 
+import pytest
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
 
 from meshscope.parallel.launch import _failure_message
@@ -47,6 +48,33 @@ def test_a_rank_torch_did_not_report_is_found_by_its_error_file(tmp_path):
     text = _failure_message(err, tmp_path)
     assert text.startswith("rank 1 failed: InjectedCrash: injected crash on rank 1 at step 0")
     assert text.endswith("; ranks 0 were stopped")
+
+
+@pytest.mark.parametrize("exit_code", [143, -15])
+def test_a_rank_the_launcher_stopped_is_not_the_cause(tmp_path, exit_code):
+    """With ranks started as fresh interpreters torch reports every rank gone — those the
+    launcher stopped with SIGTERM (143, or −15 where the signal's default action ran) dated
+    when torch saw them gone, no error file. A clean-clone CI run named such a rank, dated in
+    the raise's second and lower in rank, instead of the rank that raised; here it is even
+    dated earlier. The stopped rank is never the cause while a rank raised its own error."""
+    stopped = ProcessFailure(local_rank=0, pid=1000, exitcode=exit_code,
+                             error_file=str(tmp_path / "rank0.error.json"))
+    later = int(stopped.timestamp) + 5
+    err = ChildFailedError("worker", {
+        0: stopped,
+        1: _failure(tmp_path, 1, "InjectedCrash: injected crash on rank 1 at step 2", later)})
+    text = _failure_message(err, tmp_path)
+    assert text.startswith("rank 1 failed (exit code 1): InjectedCrash: injected crash")
+    assert text.endswith("; ranks 0 were stopped")
+
+
+def test_when_every_rank_was_stopped_the_first_is_named(tmp_path):
+    """The healthy reading of the rule: with no other failure, a stop is all there is to
+    name (the first by time, then by rank)."""
+    err = ChildFailedError("worker", {r: ProcessFailure(
+        local_rank=r, pid=1000 + r, exitcode=143, error_file=str(tmp_path / f"rank{r}.x"))
+        for r in (2, 1)})
+    assert _failure_message(err, tmp_path).startswith("rank 1 failed (exit code 143)")
 
 
 def test_a_rank_with_no_error_file_is_named_with_its_signal_and_log(tmp_path, capsys):
