@@ -162,22 +162,39 @@ def _world_fallback(inst: pd.DataFrame, ranks: list[int], trace_world: int | Non
                     ) -> pd.DataFrame | None:
     """The instances on the world group, when no op has a group, every rank of the job has a
     trace, and all ranks issued the same sequence of collectives in each step; else None."""
-    coll = inst[~inst["p2p"]]
-    if coll.empty or (coll["pg_ranks"] != "").any() or coll["pg_name"].notna().any():
+    # A mask and the columns read, not a copy of every collective row (issue 51: the whole
+    # table once more was the peak of matching when the traces name their groups).
+    is_coll = ~inst["p2p"]
+    if not is_coll.any() or (inst["pg_ranks"][is_coll] != "").any() or \
+            inst["pg_name"][is_coll].notna().any():
         return None
     if trace_world is None or trace_world != len(ranks) or sorted(ranks) != list(range(trace_world)):
         return None
-    seqs = {r: tuple(zip(g["step"], g["op"])) for r, g in coll.groupby("rank")}
-    if len(seqs) != len(ranks) or len(set(seqs.values())) != 1:
+    coll = inst.loc[is_coll, ["rank", "step", "op"]]
+    # Each rank's (step, op) sequence against the first rank's, one rank's at a time (a tuple
+    # of every rank's was ~0.3 kB a collective row, held at once).
+    first: tuple[list, list] | None = None
+    seen = 0
+    for _, g in coll.groupby("rank"):
+        seen += 1
+        mine = (g["step"].tolist(), g["op"].tolist())
+        if first is None:
+            first = mine
+        elif mine != first:
+            return None
+    if seen != len(ranks):
         return None
     world = ",".join(map(str, range(trace_world)))
-    out = inst.copy()
+    # A new table sharing ``inst``'s columns: the four columns written below are copied as
+    # they are written (copy-on-write), not every column of every rank's rows (issue 51).
+    out = inst.copy(deep=False)
     mask = ~out["p2p"]
     out.loc[mask, "pg_ranks"] = world
     out.loc[mask, "group_size"] = trace_world
     out.loc[mask, "dim_source"] = np.where(out.loc[mask, "dim"] == "unknown", "world",
                                            out.loc[mask, "dim_source"])
-    out.loc[mask, "k"] = out[mask].groupby(["rank", "step", "op"]).cumcount()
+    keys = ["rank", "step", "op"]
+    out.loc[mask, "k"] = out.loc[mask, keys].groupby(keys).cumcount()
     return out
 
 
@@ -188,10 +205,11 @@ def _why_not(inst: pd.DataFrame, ranks: list[int], world_size: int | None) -> li
     if world_size and len(ranks) < world_size:
         why.append(f"only {len(ranks)} of the job's {world_size} ranks have a trace: "
                    f"collectives whose other ranks are absent have nothing to match")
-    coll = inst[~inst["p2p"]]
-    nogroup = coll[(coll["pg_ranks"] == "") & coll["pg_name"].isna()]
-    if len(nogroup):
-        why.append(f"{len(nogroup)} collectives with no known process group (no run.json and "
+    # The columns read of the collective rows, not a copy of every column (issue 51).
+    coll = inst.loc[~inst["p2p"], ["pg_ranks", "pg_name", "seq", "step", "op", "rank"]]
+    nogroup = int(((coll["pg_ranks"] == "") & coll["pg_name"].isna()).sum())
+    if nogroup:
+        why.append(f"{nogroup} collectives with no known process group (no run.json and "
                    f"no group arguments on them in the traces)")
     for group, g in coll[coll["pg_ranks"] != ""].groupby("pg_ranks"):
         members = [int(x) for x in group.split(",")]
@@ -243,9 +261,16 @@ def match(instances: pd.DataFrame, ranks: list[int], *, world_size: int | None =
     return Matched(inst, matched_on, why, notes)
 
 
+# The instance columns ``collective_table`` reads.
+_COLLECTIVE_READS = ["match_id", "rank", "arrival_us", "end_us", "exec_ts_us", "exec_end_us",
+                     "msg_bytes", "pg_ranks", "dim", "step", "op", "seq", "k"]
+
+
 def collective_table(inst: pd.DataFrame) -> pd.DataFrame:
     """Per matched collective (module docstring); ``inst`` on aligned clocks."""
-    coll = inst[~inst["p2p"] & (inst["match_id"] != "")]
+    # The columns read, of the collective rows: not every column of them, a whole copy of
+    # the instance table three times over as it was filtered, extended and sorted (issue 51).
+    coll = inst.loc[~inst["p2p"] & (inst["match_id"] != ""), _COLLECTIVE_READS]
     coll = coll[coll.groupby("match_id")["rank"].transform("size") >= 2]
     if coll.empty:
         out = pd.DataFrame(columns=COLLECTIVE_COLUMNS)
