@@ -175,12 +175,6 @@ LONG_LAUNCH_US = host_activity.LONG_LAUNCH_US
 STARTUP_SHARE = 0.5
 
 
-def _names_matching(frame: pd.DataFrame, test) -> np.ndarray:
-    """Which rows of ``frame`` have a name for which ``test(name)`` holds
-    (``event_table.names_where``)."""
-    return names_where(frame["name"], test)
-
-
 def startup_work(host: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:
     """(The host's start-up work as an interval set, its calls: name, ts_us, end_us).
     Start-up work: the runtime and driver calls that set up rather than launch
@@ -189,17 +183,17 @@ def startup_work(host: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:
     as a capture (``host_activity.CAPTURE_ANNOTATION_RE``)."""
     ts, end = host["ts_us"].to_numpy(), host["end_us"].to_numpy()
     runtime = host["cat"].isin(host_activity.RUNTIME_CATS).to_numpy()
-    setup = runtime & _names_matching(host, host_activity.STARTUP_RE.match)
-    blocking = _names_matching(host, lambda n: n in host_activity.SYNC_NAMES
-                               or n in host_activity.COPY_NAMES)
+    setup = runtime & names_where(host["name"], host_activity.STARTUP_RE.match)
+    blocking = names_where(host["name"], lambda n: n in host_activity.SYNC_NAMES
+                           or n in host_activity.COPY_NAMES)
     slow = runtime & ~setup & ~blocking & (end - ts >= LONG_LAUNCH_US)
     named = host["cat"].isin(("user_annotation", "cpu_op", "python_function")).to_numpy() & \
-        _names_matching(host, host_activity.CAPTURE_ANNOTATION_RE.search)
+        names_where(host["name"], host_activity.CAPTURE_ANNOTATION_RE.search)
     picked = np.flatnonzero(setup | slow | named)
     parts = [np.column_stack([ts[picked], end[picked]])]
-    begin = np.flatnonzero(runtime & _names_matching(host, lambda n: "BeginCapture" in n))
+    begin = np.flatnonzero(runtime & names_where(host["name"], lambda n: "BeginCapture" in n))
     if len(begin):
-        ends = np.flatnonzero(runtime & _names_matching(host, lambda n: "EndCapture" in n))
+        ends = np.flatnonzero(runtime & names_where(host["name"], lambda n: "EndCapture" in n))
         lane = host["lane"].to_numpy()
         for ln in pd.unique(lane[begin]):
             e = np.sort(end[ends[lane[ends] == ln]])
@@ -245,10 +239,10 @@ def graph_use(host: pd.DataFrame) -> tuple[int, int]:
     """(graph captures, graph replays) in the trace: captures are ``…BeginCapture`` calls (or,
     without them, graph instantiations) and ranges named as a capture; replays are graph
     launches (``cudaGraphLaunch``, ``hipGraphLaunch``)."""
-    begins = int(_names_matching(host, lambda n: "BeginCapture" in n).sum())
-    inst = int(_names_matching(host, lambda n: "GraphInstantiate" in n).sum())
+    begins = int(names_where(host["name"], lambda n: "BeginCapture" in n).sum())
+    inst = int(names_where(host["name"], lambda n: "GraphInstantiate" in n).sum())
     named = int((host["cat"].isin(("user_annotation", "cpu_op", "python_function")).to_numpy()
-                 & _names_matching(host, host_activity.CAPTURE_ANNOTATION_RE.search)).sum())
+                 & names_where(host["name"], host_activity.CAPTURE_ANNOTATION_RE.search)).sum())
     replays = int(host["name"].isin(host_activity.GRAPH_LAUNCH_NAMES).sum())
     return (begins or inst) + named, replays
 
