@@ -64,20 +64,28 @@ def is_memory(e) -> bool:
     return e.ph in INSTANT_PHASES and e.name == NAME
 
 
+def _int64_at_once(values: list, lo: int, hi: int) -> np.ndarray | None:
+    """``values`` as an int64 array when every one is a Python integer in [lo, hi] — a real
+    trace's, checked at once —, else None (an empty list, another type, a value out of range
+    or beyond 64 bits: the caller checks one value at a time)."""
+    if not values or set(map(type, values)) != {int}:
+        return None
+    try:
+        arr = np.array(values, dtype=np.int64)
+    except OverflowError:
+        return None
+    return arr if int(arr.min()) >= lo and int(arr.max()) <= hi else None
+
+
 def _int_or(values: list, lo: int, hi: int, missing, field: str, why: str,
             damage: Damage) -> list | np.ndarray:
     """Each value when it is an integer in [lo, hi], else ``missing`` (a value present but
     unusable is counted as ignored under ``field``): as an int64 array when all are such
     integers (a real trace's, checked at once), else as a list."""
-    kinds = set(map(type, values))
-    if kinds == {int}:
-        try:
-            arr = np.array(values, dtype=np.int64)
-        except OverflowError:
-            arr = None
-        if arr is not None and int(arr.min()) >= lo and int(arr.max()) <= hi:
-            return arr
-    elif kinds == {type(None)}:             # a field the trace does not have (PyTorch 1.8's
+    arr = _int64_at_once(values, lo, hi)
+    if arr is not None:
+        return arr
+    if values.count(None) == len(values):   # a field the trace does not have (PyTorch 1.8's
         return [missing] * len(values)      # totals): nothing to count
     out = []
     bad = 0
@@ -106,13 +114,9 @@ def _times(ms: list) -> tuple[np.ndarray, np.ndarray]:
 
 def _sizes(size: list) -> tuple[list | np.ndarray, np.ndarray]:
     """(``Bytes`` of each event, whether it is an integer within 64 bits)."""
-    if set(map(type, size)) == {int}:           # a real trace's: checked at once
-        try:
-            arr = np.array(size, dtype=np.int64)
-        except OverflowError:
-            arr = None
-        if arr is not None and int(arr.min()) >= -INT64_MAX:
-            return arr, np.ones(len(size), dtype=bool)
+    arr = _int64_at_once(size, -INT64_MAX, INT64_MAX)
+    if arr is not None:
+        return arr, np.ones(len(size), dtype=bool)
     return size, np.array([type(v) is int and -INT64_MAX <= v <= INT64_MAX for v in size],
                           dtype=bool)
 
