@@ -48,7 +48,6 @@ def memory_of(results: list[rank_work.RankResult], inp: inputs.Inputs,
         tables = dict(r.memory)
         cut.add(tables.pop(name, None))
         per_rank[r.rank] = tables
-        del tables
     mem = memory_gather.gather(per_rank, inp.run, files, options.device_memory,
                                budgets.current().trace_bytes)
     return dataclasses.replace(mem, tables={
