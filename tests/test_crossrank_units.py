@@ -358,6 +358,45 @@ def test_a_large_group_is_named_in_match_ids_by_a_short_token():
     assert m.instances.groupby("match_id")["rank"].nunique().eq(512).all()
 
 
+def test_collective_table_of_known_arrivals():
+    """Collective b: ranks 0, 2, 1 arrive at 10, 20, 30 µs; their kernels run 15–50, 25–51 and
+    30–52 (the last rank's, 22 µs, is the operation); rank 0's row has no seq and no bytes.
+    Collective a: ranks 1 and 0 arrive together at 5 µs, without executing spans; the tie keeps
+    the table's order, so rank 0 (the later row) is last. Left out: c (one rank), a send/recv
+    and a row without an id."""
+    nan = float("nan")
+    inst = pd.DataFrame({
+        "match_id": ["b", "a", "c", "b", "a", "p", "b", ""],
+        "rank": [1, 1, 0, 0, 0, 0, 2, 2],
+        "p2p": [False, False, False, False, False, True, False, False],
+        "arrival_us": [30.0, 5.0, 1.0, 10.0, 5.0, 0.0, 20.0, 0.0],
+        "end_us": [52.0, 11.0, 2.0, 50.0, 9.0, 1.0, 51.0, 1.0],
+        "exec_ts_us": [30.0, nan, nan, 15.0, nan, nan, 25.0, nan],
+        "exec_end_us": [52.0, nan, nan, 50.0, nan, nan, 51.0, nan],
+        "msg_bytes": pd.array([1024, 64, 8, None, 64, 8, 1024, 8], dtype="Int64"),
+        "seq": pd.array([7, None, None, None, None, None, 7, None], dtype="Int64"),
+        "pg_ranks": ["0,1,2", "0,1", "0", "0,1,2", "0,1", "", "0,1,2", ""],
+        "dim": ["dp", "tp", "dp", "dp", "tp", "pp", "dp", "dp"],
+        "step": [3, 3, 3, 3, 3, 3, 3, 3], "op": ["all_reduce"] * 8,
+        "k": [0, 1, 2, 0, 1, 0, 0, 0]})
+    out = matching.collective_table(inst).set_index("match_id")
+    assert out.index.tolist() == ["a", "b"]
+    b = out.loc["b"]
+    assert (b["n_ranks"], b["first_arrival_us"], b["last_arrival_us"]) == (3, 10.0, 30.0)
+    assert (b["skew_us"], b["holdup_us"], b["last_rank"]) == (20.0, 10.0, 1)
+    assert (b["completion_us"], b["after_last_us"], b["transfer_us"]) == (51.0, 21.0, 22.0)
+    assert (b["seq"], b["msg_bytes"], b["pg_ranks"], b["dim"], b["k"]) == \
+        (7, 1024, "0,1,2", "dp", 0)
+    a = out.loc["a"]
+    assert (a["n_ranks"], a["skew_us"], a["holdup_us"], a["last_rank"]) == (2, 0.0, 0.0, 0)
+    assert (a["completion_us"], a["after_last_us"], a["transfer_us"]) == (10.0, 5.0, 5.0)
+    assert pd.isna(a["seq"]) and a["msg_bytes"] == 64 and a["dim"] == "tp"
+    assert str(out["seq"].dtype) == "Int64" and str(out["msg_bytes"].dtype) == "Int64"
+    # No id that two ranks share: an empty table of the same columns.
+    assert matching.collective_table(inst[inst["match_id"] == "c"]).columns.tolist() == \
+        matching.COLLECTIVE_COLUMNS
+
+
 def test_p2p_table_pairs_one_send_with_one_recv():
     """m1: a send (bytes unknown on the sender) and its recv; m2: two sends and a recv (not a
     pair); m3: a send alone. Only m1 becomes a row, its bytes from the receiver."""

@@ -191,8 +191,9 @@ def _world_fallback(inst: pd.DataFrame, ranks: list[int], trace_world: int | Non
     mask = ~out["p2p"]
     out.loc[mask, "pg_ranks"] = world
     out.loc[mask, "group_size"] = trace_world
-    out.loc[mask, "dim_source"] = np.where(out.loc[mask, "dim"] == "unknown", "world",
-                                           out.loc[mask, "dim_source"])
+    # Masked in place of a text array: np.where made every row's dimension source a Python
+    # string of its own on the way (issue 51).
+    out["dim_source"] = out["dim_source"].mask(mask & (out["dim"] == "unknown"), "world")
     keys = ["rank", "step", "op"]
     out.loc[mask, "k"] = out.loc[mask, keys].groupby(keys).cumcount()
     return out
@@ -261,39 +262,45 @@ def match(instances: pd.DataFrame, ranks: list[int], *, world_size: int | None =
     return Matched(inst, matched_on, why, notes)
 
 
-# The instance columns ``collective_table`` reads.
-_COLLECTIVE_READS = ["match_id", "rank", "arrival_us", "end_us", "exec_ts_us", "exec_end_us",
-                     "msg_bytes", "pg_ranks", "dim", "step", "op", "seq", "k"]
+# The columns a matched collective takes from its rows: each the first value that is not
+# null, in the order of arrival.
+_COLLECTIVE_FIRST = ("pg_ranks", "dim", "step", "op", "seq", "k")
 
 
 def collective_table(inst: pd.DataFrame) -> pd.DataFrame:
-    """Per matched collective (module docstring); ``inst`` on aligned clocks."""
-    # The columns read, of the collective rows: not every column of them, a whole copy of
-    # the instance table three times over as it was filtered, extended and sorted (issue 51).
-    coll = inst.loc[~inst["p2p"] & (inst["match_id"] != ""), _COLLECTIVE_READS]
-    coll = coll[coll.groupby("match_id")["rank"].transform("size") >= 2]
-    if coll.empty:
+    """Per matched collective (module docstring); ``inst`` on aligned clocks.
+
+    Grouped by integer codes of the match ids over the few columns each figure reads, a
+    column or two at a time (``_Collectives``): grouping a frame of the read columns by the
+    ids themselves held that frame, its sorted copy and a hash table of every row's id at once,
+    the largest step of alignment at many ranks (issue 51)."""
+    c = _Collectives.of(inst)
+    if c is None:
         out = pd.DataFrame(columns=COLLECTIVE_COLUMNS)
         out["seq"] = pd.array([], dtype="Int64")
         out["msg_bytes"] = pd.array([], dtype="Int64")
         return out
-    coll = coll.assign(span=coll["exec_end_us"] - coll["exec_ts_us"])
-    by_arrival = coll.sort_values(["match_id", "arrival_us"], kind="stable")
-    g = by_arrival.groupby("match_id", sort=False)
-    first = g.first()
-    agg = g.agg(n_ranks=("rank", "size"), first_arrival_us=("arrival_us", "min"),
-                last_arrival_us=("arrival_us", "max"), completion_us=("end_us", "median"),
-                span=("span", "min"), msg_bytes=("msg_bytes", "max"))
-    second = g["arrival_us"].nth(-2)
-    second.index = by_arrival.loc[second.index, "match_id"]
+    arrival = c.column("arrival_us")
+    agg = pd.DataFrame({"n_ranks": c.sizes()}, index=c.index)
+    agg["first_arrival_us"] = c.by_id(arrival.groupby(c.codes, sort=False).min())
+    agg["last_arrival_us"] = c.by_id(arrival.groupby(c.codes, sort=False).max())
+    agg["completion_us"] = c.by_id(c.column("end_us").groupby(c.codes, sort=False).median())
+    span = c.column("exec_end_us") - c.column("exec_ts_us")
+    agg["span"] = c.by_id(span.groupby(c.codes, sort=False).min())
+    del span
+    agg["msg_bytes"] = c.by_id(c.column("msg_bytes").groupby(c.codes, sort=False).max())
+    # The second-to-last arrival of each (its row's position → its collective).
+    second = arrival.groupby(c.codes, sort=False).nth(-2)
+    second.index = c.index[c.codes[second.index.to_numpy()]]
+    del arrival
     agg["holdup_us"] = agg["last_arrival_us"] - second.reindex(agg.index)
-    agg["last_rank"] = g["rank"].last()
+    agg["last_rank"] = c.by_id(c.column("rank").groupby(c.codes, sort=False).last())
     agg["skew_us"] = agg["last_arrival_us"] - agg["first_arrival_us"]
     after = (agg["completion_us"] - agg["last_arrival_us"]).clip(lower=0.0)
     agg["transfer_us"] = agg["span"].where(agg["span"].notna(), after).clip(lower=0.0)
     agg["after_last_us"] = after
-    for col in ("pg_ranks", "dim", "step", "op", "seq", "k"):
-        agg[col] = first[col]
+    for col in _COLLECTIVE_FIRST:
+        agg[col] = c.by_id(c.column(col).groupby(c.codes, sort=False).first())
     out = agg.reset_index()[COLLECTIVE_COLUMNS]
     out["step"] = out["step"].astype("int64")
     out["k"] = out["k"].astype("int64")
@@ -301,6 +308,54 @@ def collective_table(inst: pd.DataFrame) -> pd.DataFrame:
     out["seq"] = pd.array(out["seq"].tolist(), dtype="Int64")
     out["msg_bytes"] = pd.array(out["msg_bytes"].tolist(), dtype="Int64")
     return out
+
+
+@dataclasses.dataclass(frozen=True)
+class _Collectives:
+    """The collective rows of an instance table that ``collective_table`` reads: those whose
+    match id two ranks or more share, as positions in the table (``rows``) ordered by id, then
+    by arrival (stably: rows of equal arrival keep their order in the table); ``codes``, each
+    row's collective, 0, 1, … in the ids' sorted order; ``index``, the ids by code (named
+    ``match_id``: the collective table's rows, in that order)."""
+    inst: pd.DataFrame
+    rows: np.ndarray
+    codes: np.ndarray
+    index: pd.Index
+
+    @classmethod
+    def of(cls, inst: pd.DataFrame) -> "_Collectives | None":
+        """None where no collective row has an id that two rows share."""
+        ids = inst["match_id"].to_numpy()
+        rows = np.flatnonzero(~inst["p2p"].to_numpy(dtype=bool) & (ids != ""))
+        codes, uniques = pd.factorize(ids[rows], sort=True)
+        if not len(codes):
+            return None
+        counts = np.bincount(codes)
+        shared = counts[codes] >= 2
+        if not shared.any():
+            return None
+        rows, codes = rows[shared], codes[shared]
+        order = np.lexsort((inst["arrival_us"].to_numpy(dtype=np.float64)[rows], codes))
+        rows, codes = rows[order], codes[order]
+        kept = np.flatnonzero(counts >= 2)                  # old code → new, 0, 1, …
+        new = np.full(len(counts), -1, dtype=np.int64)
+        new[kept] = np.arange(len(kept))
+        return cls(inst, rows, new[codes],
+                   pd.Index(np.asarray(uniques, dtype=object)[kept], name="match_id",
+                            dtype=object))
+
+    def column(self, name: str) -> pd.Series:
+        """The column ``name`` of the rows, in their order, labelled by position."""
+        col = self.inst[name].iloc[self.rows]
+        return col.set_axis(pd.RangeIndex(len(col)))
+
+    def sizes(self) -> np.ndarray:
+        """Rows per collective, by code."""
+        return np.bincount(self.codes)
+
+    def by_id(self, per_code: pd.Series) -> pd.Series:
+        """A per-collective result of ``groupby(codes)`` labelled by match id."""
+        return per_code.set_axis(self.index[per_code.index.to_numpy()])
 
 
 def _holds_other_p2p(inst: pd.DataFrame, side: pd.DataFrame) -> np.ndarray:
