@@ -4,6 +4,7 @@ world group, the layout map of foreign traces."""
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from meshscope.analysis.comm import dims, matching
 from meshscope.analysis.crossrank import clocks, whatif
@@ -395,6 +396,36 @@ def test_collective_table_of_known_arrivals():
     # No id that two ranks share: an empty table of the same columns.
     assert matching.collective_table(inst[inst["match_id"] == "c"]).columns.tolist() == \
         matching.COLLECTIVE_COLUMNS
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from(["b|seq=2", "a|0|all_reduce|1", "0>1|0|0", "a|0|all_reduce|0",
+                                 "é|1", "Z"]), max_size=40),
+       st.integers(min_value=1, max_value=7))
+def test_match_id_codes_are_pandas_factorize_in_chunks(ids, chunk):
+    """``id_codes`` factorizes a few rows at a time; its answer is ``pd.factorize``'s, in the
+    order of first appearance and sorted, whatever the chunk."""
+    values = np.array(ids, dtype=object)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(matching, "ID_CHUNK_ROWS", chunk)
+        for sort in (False, True):
+            codes, uniques = matching.id_codes(values, sort=sort)
+            theirs, their_uniques = pd.factorize(values, sort=sort)
+            assert codes.tolist() == theirs.tolist()
+            assert list(uniques) == list(their_uniques)
+
+
+def test_clock_offsets_read_a_rank_s_known_end_of_a_collective():
+    """Rank 1 has two rows of collective a, the first without an end: its known end (10 s
+    late, like its end of b) is the evidence; a send/recv row is not."""
+    nan = float("nan")
+    inst = pd.DataFrame({
+        "rank": [0, 1, 1, 0, 1, 0], "p2p": [False, False, False, False, False, True],
+        "match_id": ["a", "a", "a", "b", "b", "a"],
+        "end_us": [100.0, nan, 10_000_100.0, 200.0, 10_000_202.0, 5.0]})
+    off = clocks.clock_offsets(inst, None, [0, 1]).set_index("rank")
+    assert off.loc[1, "offset_us"] == pytest.approx(10_000_001.0)     # median of 0 and 2 µs
+    assert off.loc[1, "n"] == 2
 
 
 def test_p2p_table_pairs_one_send_with_one_recv():

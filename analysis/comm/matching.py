@@ -262,6 +262,34 @@ def match(instances: pd.DataFrame, ranks: list[int], *, world_size: int | None =
     return Matched(inst, matched_on, why, notes)
 
 
+# Match ids factorized this many rows at a time (``id_codes``): pandas sizes its hash table to
+# the rows it is given, about 80 bytes a row for Python strings, where a job has far fewer
+# distinct ids than rows (every rank's row of an operation shares one).
+ID_CHUNK_ROWS = 65_536
+
+
+def id_codes(ids: np.ndarray, sort: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Integer codes of ``ids`` (an object array of match ids) and the distinct ids by code,
+    in the order they first appear — or, with ``sort``, in sorted order: ``pd.factorize``'s
+    answer, made ``ID_CHUNK_ROWS`` rows at a time so that its hash table is sized to a chunk
+    rather than to every rank's rows (issue 51)."""
+    known: dict = {}
+    codes = np.empty(len(ids), dtype=np.int64)
+    for lo in range(0, len(ids), ID_CHUNK_ROWS):
+        chunk, distinct = pd.factorize(ids[lo:lo + ID_CHUNK_ROWS], use_na_sentinel=False)
+        local = np.fromiter((known.setdefault(x, len(known)) for x in distinct),
+                            dtype=np.int64, count=len(distinct))
+        codes[lo:lo + len(chunk)] = local[chunk]
+    uniques = np.empty(len(known), dtype=object)
+    uniques[:] = list(known)
+    if not sort:
+        return codes, uniques
+    order = np.argsort(uniques, kind="stable")
+    position = np.empty_like(order)
+    position[order] = np.arange(len(order))
+    return position[codes], uniques[order]
+
+
 # The columns a matched collective takes from its rows: each the first value that is not
 # null, in the order of arrival.
 _COLLECTIVE_FIRST = ("pg_ranks", "dim", "step", "op", "seq", "k")
@@ -327,7 +355,7 @@ class _Collectives:
         """None where no collective row has an id that two rows share."""
         ids = inst["match_id"].to_numpy()
         rows = np.flatnonzero(~inst["p2p"].to_numpy(dtype=bool) & (ids != ""))
-        codes, uniques = pd.factorize(ids[rows], sort=True)
+        codes, uniques = id_codes(ids[rows], sort=True)
         if not len(codes):
             return None
         counts = np.bincount(codes)
@@ -341,8 +369,7 @@ class _Collectives:
         new = np.full(len(counts), -1, dtype=np.int64)
         new[kept] = np.arange(len(kept))
         return cls(inst, rows, new[codes],
-                   pd.Index(np.asarray(uniques, dtype=object)[kept], name="match_id",
-                            dtype=object))
+                   pd.Index(uniques[kept], name="match_id", dtype=object))
 
     def column(self, name: str) -> pd.Series:
         """The column ``name`` of the rows, in their order, labelled by position."""
