@@ -66,6 +66,7 @@ from __future__ import annotations
 
 import bisect
 import sys
+from typing import Iterable
 
 import numpy as np
 import pandas as pd
@@ -248,6 +249,24 @@ def table_of(rows: list[dict]) -> pd.DataFrame:
     if not rows:
         return empty()
     return _typed(pd.DataFrame(rows, columns=INSTANCE_COLUMNS))
+
+
+def joined(tables: Iterable[pd.DataFrame]) -> pd.DataFrame:
+    """One instance table of ``tables`` (``table_of``'s, in order), joined a column at a
+    time: each table's columns taken out as copies of their own (the table let go), then each
+    column of the result joined and its pieces dropped before the next — the pieces and one
+    joined column at most, not the pieces and the whole table beside them as one
+    ``pd.concat`` of the tables (issue 51: the instance table is the cross-rank stage's
+    largest, a row per operation and rank)."""
+    pieces: dict[str, list[pd.Series]] = {c: [] for c in INSTANCE_COLUMNS}
+    for table in tables:
+        for c in INSTANCE_COLUMNS:
+            pieces[c].append(table[c].copy(deep=True))
+        del table
+    if not pieces["rank"]:
+        return empty()
+    return pd.DataFrame({c: pd.concat(pieces.pop(c), ignore_index=True)
+                         for c in INSTANCE_COLUMNS}, copy=False)
 
 
 def finalize_rows(raw: pd.DataFrame, *, rank: int, meta: dict, timeline,

@@ -259,8 +259,10 @@ def _cross_rank(stage: RankStage, layout_map, options: AnalysisOptions) -> Repor
             breakdown=tables.breakdown, exposed_comm=tables.exposed_comm,
             operator_totals=kept_table(tables.operator_totals, "operator_totals"),
             trace_overlap=tables.trace_overlap,
-            timeline=kept_table(segments.segments(aligned.timelines, tables.windows,
-                                                  wi.charged if wi else []), "timeline"),
+            timeline=report_tables.on_disk(_cut_in_parts(
+                segments.segment_frames(aligned.timelines, tables.windows,
+                                        wi.charged if wi else []),
+                kept, "timeline", segments.COLUMNS)),
             idle=tables.idle),
         records=recs.tables,
         pipeline=tables.pipeline,
@@ -310,6 +312,19 @@ def _in_parts(table: pd.DataFrame, store: table_parts.PartStore,
     return out
 
 
+def _cut_in_parts(frames, store: table_parts.PartStore, name: str,
+                  columns: list[str]) -> table_parts.TableParts:
+    """The table of ``frames`` (in order; none: a table of ``columns`` without rows) on disk
+    in parts of ``ROWS_PER_PART`` rows as they come — the parts ``_in_parts`` cuts the whole
+    table into, without the whole table made first."""
+    out = store.table(name, columns)
+    out.append(pd.DataFrame(columns=columns))
+    cut = table_parts.Cut(out, ROWS_PER_PART, columns)
+    for frame in frames:
+        cut.add(frame)
+    return cut.close()
+
+
 def _bandwidth(aligned: Aligned, store: table_parts.PartStore) -> table_parts.TableParts:
     """The bandwidth table (``comm/bandwidth_report``) of ``ROWS_PER_PART`` instance rows
     at a time, on disk in parts: its rows are each a function of its instance row and of
@@ -328,8 +343,7 @@ def _matched_instances(inp: inputs.Inputs, results: list[rank_work.RankResult],
                        ranks: list[int], layout_map) -> matching.Matched:
     """The collective-instance table of every rank (``_instance_tables``), matched across
     ranks (``comm/matching``); each rank's times still on its own clock."""
-    inst = pd.concat(list(_instance_tables(results, inp, inp.run, layout_map)),
-                     ignore_index=True)
+    inst = instances.joined(_instance_tables(results, inp, inp.run, layout_map))
     trace_world = max((r.identity.world_size or 0 for r in results), default=0) or None
     return matching.match(inst, ranks, world_size=inp.run.world_size if inp.run else None,
                           trace_world=trace_world)
