@@ -78,3 +78,19 @@ def test_waits_are_drawn_over_the_communication_and_bubble_they_lie_in():
     bubble = table[table["kind"] == "bubble"]
     assert comm[["start_us", "end_us"]].to_numpy().tolist() == [[30.0, 45.0]]
     assert bubble[["start_us", "end_us"]].to_numpy().tolist() == [[60.0, 80.0]]
+
+
+def test_segments_come_a_few_ranks_at_a_time_in_the_whole_table_s_order():
+    """The report keeps the segments on disk as they are made (issue 51): in frames of whole
+    ranks' steps once their rows reach the frame size, which put together are the table."""
+    whole = segments.segments({0: RANK0, 1: RANK1}, WINDOWS, [])
+    frames = list(segments.segment_frames({0: RANK0, 1: RANK1}, WINDOWS, [],
+                                          rows_per_frame=1))
+    assert [f["rank"].unique().tolist() for f in frames] == [[0], [1]]
+    pd.testing.assert_frame_equal(pd.concat(frames, ignore_index=True), whole)
+    big = list(segments.segment_frames({0: RANK0, 1: RANK1}, WINDOWS, [],
+                                       rows_per_frame=len(whole) + 1))
+    assert len(big) == 1
+    pd.testing.assert_frame_equal(big[0], whole)
+    assert list(segments.segment_frames({}, WINDOWS, [])) == []
+    assert segments.segments({}, WINDOWS, []).columns.tolist() == segments.COLUMNS

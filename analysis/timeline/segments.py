@@ -34,6 +34,8 @@ holds.
 """
 from __future__ import annotations
 
+from typing import Iterator
+
 import numpy as np
 import pandas as pd
 
@@ -59,6 +61,21 @@ def segments(timelines: dict, windows: dict, charged: list[tuple]) -> pd.DataFra
     """``timelines``: rank → aligned ``RankTimeline``; ``windows``: rank → step → pipeline
     window (the breakdown's, empty without a pipeline); ``charged``: (step, waiter, cause, µs,
     end) of the graph's waits."""
+    frames = list(segment_frames(timelines, windows, charged))
+    return pd.concat(frames, ignore_index=True) if len(frames) > 1 else \
+        frames[0] if frames else pd.DataFrame(columns=COLUMNS)
+
+
+# Rows of the segments made into one frame at a time (``segment_frames``): as Python tuples a
+# row is about 200 bytes, and every rank's rows at once were a rank count of megabytes while
+# the report was put together (issue 51); a frame of this many rows is a part of the kept table.
+ROWS_PER_FRAME = 65_536
+
+
+def segment_frames(timelines: dict, windows: dict, charged: list[tuple],
+                   rows_per_frame: int = ROWS_PER_FRAME) -> Iterator[pd.DataFrame]:
+    """``segments``' rows, in its order, as frames of whole ranks' steps made once their rows
+    reach ``rows_per_frame`` (the last one fewer; none without rows)."""
     # Each step's earliest start and latest end over the ranks, in one pass over the timelines
     # (read from disk on access, ``report/spill``), before the rows: a rank's at a time.
     span_of: dict[int, tuple[float, float]] = {}
@@ -90,7 +107,11 @@ def segments(timelines: dict, windows: dict, charged: list[tuple]) -> pd.DataFra
                 cause = cause_at.get((step, r, round(float(e), 1)), -1)
                 rows.append((r, step, "wait", dim, int(cause), max(s, a) - t0, min(e, b) - t0,
                              t0))
-    return pd.DataFrame(rows, columns=COLUMNS)
+            if len(rows) >= rows_per_frame:
+                yield pd.DataFrame(rows, columns=COLUMNS)
+                rows = []
+    if rows:
+        yield pd.DataFrame(rows, columns=COLUMNS)
 
 
 def _wait_dims(waits: np.ndarray, comm_by_dim: dict[str, np.ndarray]) -> list[str]:
