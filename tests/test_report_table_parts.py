@@ -107,6 +107,13 @@ def test_parts_read_back_by_column_and_whole(tmp_path):
                                   pd.concat(frames, ignore_index=True)[["rank", "seq"]])
     empty = table_parts.PartStore(tmp_path).table("e", ["a", "b"])
     assert list(empty.frame().columns) == ["a", "b"] and empty.rows == 0
+    # Read a column at a time, parts whose types differ are reconciled as pandas joins them.
+    a = pd.DataFrame({"rank": [0] * 3, "bytes": [1] * 3, "dim": [None] * 3})
+    b = pd.DataFrame({"rank": [1] * 2, "bytes": [1.5] * 2, "dim": ["dp"] * 2})
+    for parts in ([a, b], [b, a]):
+        mixed = _parts(tmp_path, parts)
+        pd.testing.assert_frame_equal(mixed.columns(["dim", "bytes"]),
+                                      pd.concat(parts, ignore_index=True)[["dim", "bytes"]])
 
 
 def test_the_folder_goes_with_its_last_table(tmp_path):

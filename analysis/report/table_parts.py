@@ -97,10 +97,20 @@ class TableParts:
         return pd.concat(list(self.parts()), ignore_index=True)
 
     def columns(self, names: list[str]) -> pd.DataFrame:
-        """Only the columns ``names`` of every row, read part by part."""
+        """Only the columns ``names`` of every row, read part by part: each part's columns
+        taken as copies of their own (the part let go), then each column joined and its pieces
+        dropped before the next — the pieces and one joined column at most, not the pieces
+        and the whole result beside them (issue 51: the bandwidth summary's read of the
+        bandwidth table, a row per instance and rank)."""
         if not self._parts:
             return self.frame()[names]
-        return pd.concat([p[names] for p in self.parts()], ignore_index=True)
+        pieces: dict[str, list[pd.Series]] = {n: [] for n in names}
+        for part in self.parts():
+            for n in names:
+                pieces[n].append(part[n].copy(deep=True))
+            del part
+        return pd.DataFrame({n: pd.concat(pieces.pop(n), ignore_index=True) for n in names},
+                            copy=False)
 
 
 class Cut:
