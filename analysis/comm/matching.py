@@ -206,31 +206,21 @@ def _why_not(inst: pd.DataFrame, ranks: list[int], world_size: int | None) -> li
     if world_size and len(ranks) < world_size:
         why.append(f"only {len(ranks)} of the job's {world_size} ranks have a trace: "
                    f"collectives whose other ranks are absent have nothing to match")
-    # Masks, and each group's rows as positions, not copies of the collective rows' columns
-    # (issue 51: two of them were the peak of matching at many ranks).
-    coll = ~inst["p2p"].to_numpy(dtype=bool)
-    pg_ranks = inst["pg_ranks"].to_numpy()
-    unnamed = pg_ranks == ""
-    nogroup = int((coll & unnamed & inst["pg_name"].isna().to_numpy()).sum())
+    # The columns read of the collective rows, not a copy of every column (issue 51).
+    coll = inst.loc[~inst["p2p"], ["pg_ranks", "pg_name", "seq", "step", "op", "rank"]]
+    nogroup = int(((coll["pg_ranks"] == "") & coll["pg_name"].isna()).sum())
     if nogroup:
         why.append(f"{nogroup} collectives with no known process group (no run.json and "
                    f"no group arguments on them in the traces)")
-    rows = np.flatnonzero(coll & ~unnamed & inst["pg_ranks"].notna().to_numpy())
-    codes, groups = id_codes(pg_ranks[rows], sort=True)
-    order = np.argsort(codes, kind="stable")           # each group's rows, in table order
-    sizes = np.bincount(codes, minlength=len(groups))
-    ends = np.cumsum(sizes)
-    for group, lo, hi in zip(groups, ends - sizes, ends):
-        mine = rows[order[lo:hi]]
+    for group, g in coll[coll["pg_ranks"] != ""].groupby("pg_ranks"):
         members = [int(x) for x in group.split(",")]
         absent = [r for r in members if r not in ranks]
         if absent:
             why.append(f"group {{{group[:60]}}}: {len(absent)} of its {len(members)} ranks have "
                        f"no trace")
             continue
-        if inst["seq"].iloc[mine].notna().all():
+        if g["seq"].notna().all():
             continue
-        g = inst[["step", "op", "rank"]].iloc[mine]
         counts = g.groupby(["step", "op", "rank"]).size().unstack("rank")
         uneven = counts[counts.nunique(axis=1) > 1]
         if not uneven.empty:
@@ -279,8 +269,7 @@ ID_CHUNK_ROWS = 65_536
 
 
 def id_codes(ids: np.ndarray, sort: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """Integer codes of ``ids`` (an object array of shared strings: match ids, groups' rank
-    lists) and the distinct ids by code,
+    """Integer codes of ``ids`` (an object array of match ids) and the distinct ids by code,
     in the order they first appear — or, with ``sort``, in sorted order: ``pd.factorize``'s
     answer, made ``ID_CHUNK_ROWS`` rows at a time so that its hash table is sized to a chunk
     rather than to every rank's rows (issue 51)."""
