@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from meshscope.analysis import codes
 from meshscope.analysis.comm import dims, matching
 from meshscope.analysis.crossrank import clocks, whatif
 from meshscope.analysis.crossrank.graph import (CALL, END, WAIT, Operation, Point, RankStep,
@@ -407,11 +408,11 @@ def test_match_id_codes_are_pandas_factorize_in_chunks(ids, chunk):
     order of first appearance and sorted, whatever the chunk."""
     values = np.array(ids, dtype=object)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(matching, "ID_CHUNK_ROWS", chunk)
+        mp.setattr(codes, "ID_CHUNK_ROWS", chunk)
         for sort in (False, True):
-            codes, uniques = matching.id_codes(values, sort=sort)
+            found, uniques = codes.id_codes(values, sort=sort)
             theirs, their_uniques = pd.factorize(values, sort=sort)
-            assert codes.tolist() == theirs.tolist()
+            assert found.tolist() == theirs.tolist()
             assert list(uniques) == list(their_uniques)
 
 

@@ -61,6 +61,8 @@ import hashlib
 import numpy as np
 import pandas as pd
 
+from meshscope.analysis.codes import id_codes
+
 COLLECTIVE_COLUMNS = ["match_id", "pg_ranks", "dim", "step", "op", "seq", "k", "n_ranks",
                       "first_arrival_us", "last_arrival_us", "skew_us", "holdup_us",
                       "last_rank", "completion_us", "transfer_us", "after_last_us", "msg_bytes"]
@@ -260,34 +262,6 @@ def match(instances: pd.DataFrame, ranks: list[int], *, world_size: int | None =
         everywhere = len(coll) and set(coll) <= by_seq
         matched_on = ("group_seq" if everywhere else "group_order" if len(coll) else None)
     return Matched(inst, matched_on, why, notes)
-
-
-# Match ids factorized this many rows at a time (``id_codes``): pandas sizes its hash table to
-# the rows it is given, about 80 bytes a row for Python strings, where a job has far fewer
-# distinct ids than rows (every rank's row of an operation shares one).
-ID_CHUNK_ROWS = 65_536
-
-
-def id_codes(ids: np.ndarray, sort: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """Integer codes of ``ids`` (an object array of match ids) and the distinct ids by code,
-    in the order they first appear — or, with ``sort``, in sorted order: ``pd.factorize``'s
-    answer, made ``ID_CHUNK_ROWS`` rows at a time so that its hash table is sized to a chunk
-    rather than to every rank's rows (issue 51)."""
-    known: dict = {}
-    codes = np.empty(len(ids), dtype=np.int64)
-    for lo in range(0, len(ids), ID_CHUNK_ROWS):
-        chunk, distinct = pd.factorize(ids[lo:lo + ID_CHUNK_ROWS], use_na_sentinel=False)
-        local = np.fromiter((known.setdefault(x, len(known)) for x in distinct),
-                            dtype=np.int64, count=len(distinct))
-        codes[lo:lo + len(chunk)] = local[chunk]
-    uniques = np.empty(len(known), dtype=object)
-    uniques[:] = list(known)
-    if not sort:
-        return codes, uniques
-    order = np.argsort(uniques, kind="stable")
-    position = np.empty_like(order)
-    position[order] = np.arange(len(order))
-    return position[codes], uniques[order]
 
 
 # The columns a matched collective takes from its rows: each the first value that is not

@@ -43,7 +43,7 @@ import heapq
 import numpy as np
 import pandas as pd
 
-from meshscope.analysis.comm.matching import id_codes
+from meshscope.analysis.codes import id_codes
 from meshscope.analysis.records.steps import MAD_TO_SIGMA
 
 COLUMNS = ["rank", "offset_us", "uncertainty_us", "n", "source", "applied_us"]
