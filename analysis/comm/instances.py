@@ -71,6 +71,7 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
+from meshscope.analysis.column_join import joined_by_column
 from meshscope.analysis.comm import gloo_rows, nccl_rows
 from meshscope.analysis.comm.bandwidth import ALL_GATHER, RECV, REDUCE_SCATTER, canonical_op
 from meshscope.analysis.comm.dims import attribute
@@ -252,21 +253,11 @@ def table_of(rows: list[dict]) -> pd.DataFrame:
 
 
 def joined(tables: Iterable[pd.DataFrame]) -> pd.DataFrame:
-    """One instance table of ``tables`` (``table_of``'s, in order), joined a column at a
-    time: each table's columns taken out as copies of their own (the table let go), then each
-    column of the result joined and its pieces dropped before the next — the pieces and one
-    joined column at most, not the pieces and the whole table beside them as one
-    ``pd.concat`` of the tables (issue 51: the instance table is the cross-rank stage's
-    largest, a row per operation and rank)."""
-    pieces: dict[str, list[pd.Series]] = {c: [] for c in INSTANCE_COLUMNS}
-    for table in tables:
-        for c in INSTANCE_COLUMNS:
-            pieces[c].append(table[c].copy(deep=True))
-        del table
-    if not pieces["rank"]:
-        return empty()
-    return pd.DataFrame({c: pd.concat(pieces.pop(c), ignore_index=True)
-                         for c in INSTANCE_COLUMNS}, copy=False)
+    """One instance table of ``tables`` (``table_of``'s, in order), joined a column at a time
+    (``column_join``): the instance table is the cross-rank stage's largest, a row per
+    operation and rank, and one ``pd.concat`` held it twice (issue 51)."""
+    out = joined_by_column(tables, INSTANCE_COLUMNS)
+    return empty() if out is None else out
 
 
 def finalize_rows(raw: pd.DataFrame, *, rank: int, meta: dict, timeline,

@@ -35,6 +35,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from meshscope.analysis.column_join import joined_by_column
 from meshscope.analysis.report import spill
 
 # Rows of a table written as one row group: a table up to this size is written whole, as it
@@ -97,20 +98,11 @@ class TableParts:
         return pd.concat(list(self.parts()), ignore_index=True)
 
     def columns(self, names: list[str]) -> pd.DataFrame:
-        """Only the columns ``names`` of every row, read part by part: each part's columns
-        taken as copies of their own (the part let go), then each column joined and its pieces
-        dropped before the next — the pieces and one joined column at most, not the pieces
-        and the whole result beside them (issue 51: the bandwidth summary's read of the
-        bandwidth table, a row per instance and rank)."""
-        if not self._parts:
-            return self.frame()[names]
-        pieces: dict[str, list[pd.Series]] = {n: [] for n in names}
-        for part in self.parts():
-            for n in names:
-                pieces[n].append(part[n].copy(deep=True))
-            del part
-        return pd.DataFrame({n: pd.concat(pieces.pop(n), ignore_index=True) for n in names},
-                            copy=False)
+        """Only the columns ``names`` of every row, read part by part and joined a column at a
+        time (``column_join``: the bandwidth summary reads seven columns of the bandwidth
+        table, a row per instance and rank, issue 51)."""
+        out = joined_by_column(self.parts(), names) if self._parts else None
+        return self.frame()[names] if out is None else out
 
 
 class Cut:
