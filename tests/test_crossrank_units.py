@@ -365,10 +365,10 @@ def test_collective_table_of_known_arrivals():
     30–52 (the last rank's, 22 µs, is the operation); rank 0's row has no seq and no bytes.
     Collective a: ranks 1 and 0 arrive together at 5 µs, without executing spans; the tie keeps
     the table's order, so rank 0 (the later row) is last. Left out: c (one rank), a send/recv
-    and a row without an id."""
+    row that carries b's id, and a row without an id."""
     nan = float("nan")
     inst = pd.DataFrame({
-        "match_id": ["b", "a", "c", "b", "a", "p", "b", ""],
+        "match_id": ["b", "a", "c", "b", "a", "b", "b", ""],
         "rank": [1, 1, 0, 0, 0, 0, 2, 2],
         "p2p": [False, False, False, False, False, True, False, False],
         "arrival_us": [30.0, 5.0, 1.0, 10.0, 5.0, 0.0, 20.0, 0.0],
@@ -418,12 +418,13 @@ def test_match_id_codes_are_pandas_factorize_in_chunks(ids, chunk):
 
 def test_clock_offsets_read_a_rank_s_known_end_of_a_collective():
     """Rank 1 has two rows of collective a, the first without an end: its known end (10 s
-    late, like its end of b) is the evidence; a send/recv row is not."""
+    late, like its end of b) is the evidence; rank 0's send/recv row before its row of a is
+    not."""
     nan = float("nan")
     inst = pd.DataFrame({
-        "rank": [0, 1, 1, 0, 1, 0], "p2p": [False, False, False, False, False, True],
-        "match_id": ["a", "a", "a", "b", "b", "a"],
-        "end_us": [100.0, nan, 10_000_100.0, 200.0, 10_000_202.0, 5.0]})
+        "rank": [0, 0, 1, 1, 0, 1], "p2p": [True, False, False, False, False, False],
+        "match_id": ["a", "a", "a", "a", "b", "b"],
+        "end_us": [5.0, 100.0, nan, 10_000_100.0, 200.0, 10_000_202.0]})
     off = clocks.clock_offsets(inst, None, [0, 1]).set_index("rank")
     assert off.loc[1, "offset_us"] == pytest.approx(10_000_001.0)     # median of 0 and 2 µs
     assert off.loc[1, "n"] == 2
