@@ -276,6 +276,73 @@ def test_a_rank_that_exited_and_one_that_left_no_dump_are_told_by_their_errors(t
         by["no-dump"]["evidence"]
 
 
+def _stage_backward_traceback(error: BaseException) -> str:
+    """The traceback the runner prints (``traceback.print_exc``) when torch's own pipelining
+    ``stage_backward`` runs a backward that raises ``error``: torch wraps it in a
+    ``RuntimeError`` whose message starts on the line after its name."""
+    import traceback
+
+    import torch
+    from torch.distributed.pipelining._backward import stage_backward
+
+    class Fail(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x.sum()
+
+        @staticmethod
+        def backward(ctx, grad):
+            raise error
+
+    x = torch.ones(2, 3, requires_grad=True)
+    try:
+        stage_backward(Fail.apply(x), None, [x])
+    except RuntimeError:
+        return traceback.format_exc()
+    raise AssertionError("torch's stage_backward did not raise")
+
+
+@pytest.mark.parametrize("wrapped, exited", [
+    (RuntimeError("[gloo/transport/tcp/pair.cc:553] Connection closed by peer "
+                  "[127.0.0.1]:25321. This is typically caused by a remote worker crashing."),
+     False),
+    (MemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"), True)])
+def test_a_pipeline_stage_s_wrapped_error_is_judged_by_the_error_it_wraps(tmp_path, wrapped,
+                                                                         exited):
+    """torch's pipelining wraps a stage's failed backward in ``RuntimeError: <newline> Failed
+    to run stage backward: …``; the error it wraps comes earlier in the traceback. A rank whose
+    peer crashed fails so (a clean-clone CI run's dp=2,pp=2 crash job: rank 2 raised this while
+    its log's last line naming an error was the bare ``RuntimeError:``, and it was called a
+    cause). The dp4-ddp sample edited so: rank 1 raised the injected crash; rank 2's dump holds
+    torch's wrapper and its log the traceback of torch's own ``stage_backward``. A lost peer
+    wrapped is a symptom; an error of its own wrapped is the rank's cause, named."""
+    import shutil
+
+    from conftest import ROOT
+
+    from meshscope.analysis.records.hang_causes import last_error
+
+    run = tmp_path / "crashed"
+    shutil.copytree(ROOT / "samples" / "dp4-ddp", run, ignore=shutil.ignore_patterns("report"))
+    log = _stage_backward_traceback(wrapped)
+    wrapper = log.rstrip().splitlines()
+    head = max(i for i, ln in enumerate(wrapper) if ln.startswith("RuntimeError:"))
+    assert wrapper[head].strip() == "RuntimeError:"                   # torch's own form
+    assert "Failed to run stage backward:" in wrapper[head + 1]
+    (run / "logs" / "rank2.stderr.log").write_text(log)
+    assert last_error(run / "logs" / "rank2.stderr.log") == f"{type(wrapped).__name__}: {wrapped}"
+    for rank, error in ((1, "InjectedCrash: injected crash on rank 1 at step 3"),
+                        (2, "RuntimeError: " + "\n".join(wrapper[head + 1:]))):
+        dump = json.loads((run / "comms" / f"rank{rank}.json").read_text())
+        dump.update(reason="exception", error=error)
+        (run / "comms" / f"rank{rank}.json").write_text(json.dumps(dump))
+    doc = json.loads(meshscope("analyze", run, "--json", check=True).stdout)
+    by = {c["cause"]: c for c in doc["hang_causes"]}
+    assert by["exited"]["ranks"] == ([1, 2] if exited else [1])
+    if exited:
+        assert "its log: MemoryError: CUDA out of memory" in by["exited"]["evidence"]
+
+
 def test_the_shipped_healthy_runs_have_no_cause():
     """Every shipped sample — healthy runs of the runner, their Flight Recorder dumps read —
     names no cause and no hang."""

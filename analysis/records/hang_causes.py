@@ -41,6 +41,7 @@ A healthy job — every entry completed, every rank with a dump — has no row.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import pathlib
 import re
 
@@ -175,16 +176,47 @@ class _Buffers:
                    for r in self.records.ranks if r != rank)
 
 
+#: An error that says a rank timed out waiting, or lost a peer that had stopped: what a hang
+#: does to the ranks that wait, a symptom, not why the job stopped.
+SYMPTOM_RE = re.compile(r"timed out|time ?out|watchdog caught|connection closed by peer|"
+                        r"connection reset|remote worker|communicator was aborted|"
+                        r"\baborted\b", re.I)
+
+
+#: torch's pipelining wraps the error of a stage's step in this, its cause only in the chained
+#: exception (most often a peer's send or receive that failed): judged by the error it wraps,
+#: which the rank's log prints before it (``last_error``); a symptom where there is no log.
+WRAPPER_RE = re.compile(r"Failed to run stage (?:backward|forward)", re.I)
+
+
 #: How much of the end of a rank's stderr log is read for its error.
 LOG_TAIL_BYTES = 64 * 1024
 _ERROR_LINE = re.compile(r"^(?:[\w.]+\.)?\w*(?:Error|Exception|Interrupt|Exit)\b.*$|"
                          r"^torch\.\w+\.\w*Error\b.*$")
 
 
+def _exceptions(text: str) -> list[str]:
+    """Each exception a log's text names, in order: its line (``RuntimeError: …``), and where
+    that line's message is empty — torch's pipelining starts its message with a newline — the
+    message's lines after it, up to the first blank line, joined with single spaces."""
+    lines = text.splitlines()
+    out = []
+    for i, line in enumerate(lines):
+        head = line.strip()
+        if not _ERROR_LINE.match(head):
+            continue
+        if head.endswith(":"):
+            rest = itertools.takewhile(str.strip, lines[i + 1:])
+            head = " ".join([head, *(ln.strip() for ln in rest)])
+        out.append(head)
+    return out
+
+
 def last_error(path: pathlib.Path) -> str | None:
-    """The last line of ``path`` (a rank's stderr log) that names an exception — a Python
-    traceback ends with it (``RuntimeError: …``) — read from its last ``LOG_TAIL_BYTES``;
-    None without one (or without the file)."""
+    """The last exception that ``path`` (a rank's stderr log) names — a Python traceback ends
+    with it (``RuntimeError: …``) — read from its last ``LOG_TAIL_BYTES``; None without one
+    (or without the file). Where torch's pipelining wrapped an error (``WRAPPER_RE``), the
+    traceback prints the error it wrapped first: that one is the rank's error."""
     try:
         with open(path, "rb") as f:
             f.seek(0, 2)
@@ -192,8 +224,9 @@ def last_error(path: pathlib.Path) -> str | None:
             tail = f.read().decode("utf-8", "replace")
     except OSError:
         return None
-    found = [ln.strip() for ln in tail.splitlines() if _ERROR_LINE.match(ln.strip())]
-    return found[-1][:300] if found else None
+    found = _exceptions(tail)
+    unwrapped = [e for e in found if not WRAPPER_RE.search(e)] or found
+    return unwrapped[-1][:300] if unwrapped else None
 
 
 def log_errors(run_path: pathlib.Path | None, ranks) -> dict[int, str]:
@@ -259,19 +292,6 @@ def _no_dump(records: FlightRecords, run: RunInfo | None, errors: dict[int, str]
                                            f"Recorder dump: whatever stopped them cannot be "
                                            f"read from their side"
                                            + (f"; {said}" if said else ""))]
-
-
-#: An error that says a rank timed out waiting, or lost a peer that had stopped: what a hang
-#: does to the ranks that wait, a symptom, not why the job stopped.
-SYMPTOM_RE = re.compile(r"timed out|time ?out|watchdog caught|connection closed by peer|"
-                        r"connection reset|remote worker|communicator was aborted|"
-                        r"\baborted\b", re.I)
-
-
-#: torch's pipelining wraps the error of a stage's step in this, its cause only in the chained
-#: exception (most often a peer's send or receive that failed): a symptom, unless the rank's
-#: log names another error.
-WRAPPER_RE = re.compile(r"Failed to run stage (?:backward|forward)", re.I)
 
 
 def _symptom(error: str, logged: str | None) -> bool:
