@@ -317,9 +317,7 @@ def _cut_in_parts(frames, store: table_parts.PartStore, name: str,
     """The table of ``frames`` (in order; none: a table of ``columns`` without rows) on disk
     in parts of ``ROWS_PER_PART`` rows as they come — the parts ``_in_parts`` cuts the whole
     table into, without the whole table made first."""
-    out = store.table(name, columns)
-    out.append(pd.DataFrame(columns=columns))
-    cut = table_parts.Cut(out, ROWS_PER_PART, columns)
+    cut = store.cut(name, columns, ROWS_PER_PART)
     for frame in frames:
         cut.add(frame)
     return cut.close()

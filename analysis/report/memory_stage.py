@@ -39,9 +39,7 @@ def memory_of(results: list[rank_work.RankResult], inp: inputs.Inputs,
                                     options.device_memory, budgets.current().trace_bytes)
     name = "memory_curve"
     columns = memory_gather.TABLES[name]
-    curve = kept.table(name, columns)
-    curve.append(memory_gather.empty(name))
-    cut = table_parts.Cut(curve, rows_per_part, columns)
+    cut = kept.cut(name, columns, rows_per_part, memory_gather.empty(name))
     per_rank = {}
     last = {r.rank: r for r in results}     # a rank's last result, as the mapping above
     for r in (last[k] for k in sorted(last)):       # each rank's tables read once, in turn

@@ -58,6 +58,14 @@ class PartStore:
         self._count += 1
         return TableParts(self, f"table{self._count}", columns)
 
+    def cut(self, name: str, columns: list[str], rows: int,
+            empty: pd.DataFrame | None = None) -> Cut:
+        """A new table ``name`` made of frames as they come, kept in parts of ``rows`` rows
+        (``Cut``); without rows, it is ``empty`` (a frame of ``columns`` when not given)."""
+        table = self.table(name, columns)
+        table.append(pd.DataFrame(columns=columns) if empty is None else empty)
+        return Cut(table, rows, columns)
+
     def close(self) -> None:
         self._finalizer()
 

@@ -62,8 +62,7 @@ def segments(timelines: dict, windows: dict, charged: list[tuple]) -> pd.DataFra
     window (the breakdown's, empty without a pipeline); ``charged``: (step, waiter, cause, µs,
     end) of the graph's waits."""
     frames = list(segment_frames(timelines, windows, charged))
-    return pd.concat(frames, ignore_index=True) if len(frames) > 1 else \
-        frames[0] if frames else pd.DataFrame(columns=COLUMNS)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=COLUMNS)
 
 
 # Rows of the segments made into one frame at a time (``segment_frames``): as Python tuples a
