@@ -360,6 +360,22 @@ def test_a_large_group_is_named_in_match_ids_by_a_short_token():
     assert m.instances.groupby("match_id")["rank"].nunique().eq(512).all()
 
 
+def test_why_a_large_group_was_not_matched_names_its_ranks_as_ranges():
+    """A 128-rank group without sequence numbers where rank 4 saw two all-reduces and the
+    others three, and a group of which ranks 130-131 have no trace: each reason names its
+    group and its ranks by ranges — one line a reader can take in, not every rank's count
+    (about 1,500 characters at 128 ranks before)."""
+    ops = {r: ["all_reduce"] * (2 if r == 4 else 3) for r in range(130)}
+    inst = _bare_instances(ops)
+    inst["pg_ranks"] = np.where(inst["rank"] < 128, ",".join(map(str, range(128))),
+                                ",".join(map(str, range(128, 132))))
+    why = matching.match(inst, list(range(130)), world_size=132).why_not
+    assert "group {0–127}: ranks saw different numbers of all_reduce in step 0 (3 on ranks " \
+           "0–3, 5–127; 2 on rank 4); the traces are incomplete or subsampled" in why
+    assert "group {128–131}: 2 of its 4 ranks have no trace" in why
+    assert max(map(len, why)) < 150
+
+
 def test_collective_table_of_known_arrivals():
     """Collective b: ranks 0, 2, 1 arrive at 10, 20, 30 µs; their kernels run 15–50, 25–51 and
     30–52 (the last rank's, 22 µs, is the operation); rank 0's row has no seq and no bytes.

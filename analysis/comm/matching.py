@@ -62,6 +62,7 @@ import numpy as np
 import pandas as pd
 
 from meshscope.analysis.codes import id_codes
+from meshscope.analysis.rank_text import ranges
 
 COLLECTIVE_COLUMNS = ["match_id", "pg_ranks", "dim", "step", "op", "seq", "k", "n_ranks",
                       "first_arrival_us", "last_arrival_us", "skew_us", "holdup_us",
@@ -218,8 +219,8 @@ def _why_not(inst: pd.DataFrame, ranks: list[int], world_size: int | None) -> li
         members = [int(x) for x in group.split(",")]
         absent = [r for r in members if r not in ranks]
         if absent:
-            why.append(f"group {{{group[:60]}}}: {len(absent)} of its {len(members)} ranks have "
-                       f"no trace")
+            why.append(f"group {{{ranges(members)}}}: {len(absent)} of its {len(members)} "
+                       f"ranks have no trace")
             continue
         if g["seq"].notna().all():
             continue
@@ -227,9 +228,12 @@ def _why_not(inst: pd.DataFrame, ranks: list[int], world_size: int | None) -> li
         uneven = counts[counts.nunique(axis=1) > 1]
         if not uneven.empty:
             step, op = uneven.index[0]
-            seen = uneven.iloc[0].dropna().astype(int).to_dict()
-            why.append(f"group {{{group}}}: ranks saw different numbers of {op} in step {step} "
-                       f"({seen}); the traces are incomplete or subsampled")
+            seen = uneven.iloc[0].dropna().astype(int)
+            told = "; ".join(f"{n} on {'rank' if (seen == n).sum() == 1 else 'ranks'} "
+                             f"{ranges(seen.index[seen == n])}"
+                             for n in sorted(seen.unique(), reverse=True))
+            why.append(f"group {{{ranges(members)}}}: ranks saw different numbers of {op} in "
+                       f"step {step} ({told}); the traces are incomplete or subsampled")
     return why
 
 
@@ -273,10 +277,10 @@ def collective_table(inst: pd.DataFrame) -> pd.DataFrame:
     """Per matched collective (module docstring); ``inst`` on aligned clocks.
 
     Grouped by integer codes of the match ids over the few columns each figure reads, a
-    column or two at a time (``_Collectives``): grouping a frame of the read columns by the
+    column or two at a time (``_CollectiveRows``): grouping a frame of the read columns by the
     ids themselves held that frame, its sorted copy and a hash table of every row's id at once,
     the largest step of alignment at many ranks (issue 51)."""
-    c = _Collectives.of(inst)
+    c = _CollectiveRows.of(inst)
     if c is None:
         out = pd.DataFrame(columns=COLLECTIVE_COLUMNS)
         out["seq"] = pd.array([], dtype="Int64")
@@ -313,7 +317,7 @@ def collective_table(inst: pd.DataFrame) -> pd.DataFrame:
 
 
 @dataclasses.dataclass(frozen=True)
-class _Collectives:
+class _CollectiveRows:
     """The collective rows of an instance table that ``collective_table`` reads: those whose
     match id two ranks or more share, as positions in the table (``rows``) ordered by id, then
     by arrival (stably: rows of equal arrival keep their order in the table); ``codes``, each
@@ -325,7 +329,7 @@ class _Collectives:
     index: pd.Index
 
     @classmethod
-    def of(cls, inst: pd.DataFrame) -> "_Collectives | None":
+    def of(cls, inst: pd.DataFrame) -> "_CollectiveRows | None":
         """None where no collective row has an id that two rows share."""
         ids = inst["match_id"].to_numpy()
         rows = np.flatnonzero(~inst["p2p"].to_numpy(dtype=bool) & (ids != ""))

@@ -35,6 +35,7 @@ from typing import Iterable, NamedTuple
 
 import numpy as np
 
+from meshscope.analysis.rank_text import ranges
 from meshscope.collectors.flight_recorder import Dump, Entry
 from meshscope.collectors.run_info import MAX_WORLD_SIZE
 
@@ -266,18 +267,3 @@ class FlightRecords:
                 out.last_frames[rank] = []
         return out
 
-
-def ranges(ranks: Iterable[int]) -> str:
-    """``[0, 1, 2, 5, 7, 8]`` → ``0–2, 5, 7–8``."""
-    out: list[str] = []
-    run: list[int] = []
-    for r in sorted(set(ranks)):
-        if run and r == run[-1] + 1:
-            run.append(r)
-            continue
-        if run:
-            out.append(f"{run[0]}–{run[-1]}" if len(run) > 1 else str(run[0]))
-        run = [r]
-    if run:
-        out.append(f"{run[0]}–{run[-1]}" if len(run) > 1 else str(run[0]))
-    return ", ".join(out)

@@ -61,7 +61,8 @@ from meshscope.analysis.errors import InputError
 from meshscope.analysis.ingest import validate
 from meshscope.analysis.ingest.events import RANKLESS_KEY
 from meshscope.analysis.ingest.rank_naming import NO_RANK, name_rank
-from meshscope.analysis.records.fr_table import FlightRecords, ranges
+from meshscope.analysis.rank_text import ranges
+from meshscope.analysis.records.fr_table import FlightRecords
 from meshscope.collectors import run_dir as rd, step_timer
 from meshscope.collectors import flight_recorder, fr_forms, torch_dumps
 from meshscope.collectors.flight_recorder import read_dump
