@@ -41,6 +41,11 @@ def test_the_timeline_and_the_instances_land_on_the_same_reference_times():
     aligned = clocks.align_instances(inst, offsets)
     tl = _timeline().shifted(applied[1])
     assert aligned.loc[0, "call_ts_us"] == 100.0 and aligned.loc[0, "end_us"] == 150.0
+    # The table on the rank's own clock is left as it is; shifted in place (what the analysis
+    # does with a table nobody else holds) it becomes the aligned one.
+    assert inst.loc[0, "call_ts_us"] == AHEAD_US + 100.0
+    clocks.shift_instances(inst, offsets)
+    pd.testing.assert_frame_equal(inst, aligned)
     assert tl.comm.tolist() == [[100.0, 150.0]]                 # where the instance is
     assert tl.comm_by_dim["dp"].tolist() == [[100.0, 150.0]]
     assert tl.compute.tolist() == [[0.0, 100.0], [150.0, 300.0]]

@@ -238,6 +238,12 @@ def test_no_group_information_matches_on_the_world_group():
     odd = _bare_instances({0: ["all_reduce"], 1: ["broadcast"]})
     assert matching.match(odd, [0, 1], trace_world=2).matched_on != "world"
     assert matching.match(inst, [0, 1], trace_world=8).why_not
+    # The first match left its table as it was (the second, on it, found no group); matched
+    # in place, the table given is the one returned, the same as a new one.
+    assert set(inst["pg_ranks"]) == {""} and "match_id" not in inst
+    own = matching.match(inst, [0, 1], trace_world=2, in_place=True)
+    assert own.instances is inst
+    pd.testing.assert_frame_equal(own.instances, m.instances)
 
 
 def test_a_group_with_one_rank_missing_seq_matches_on_order():

@@ -161,18 +161,18 @@ def _ids(inst: pd.DataFrame, groups: np.ndarray, by_seq: set[str]) -> pd.Series:
     return pd.Series(ids, index=inst.index, dtype=object)
 
 
-def _world_fallback(inst: pd.DataFrame, ranks: list[int], trace_world: int | None
-                    ) -> pd.DataFrame | None:
-    """The instances on the world group, when no op has a group, every rank of the job has a
-    trace, and all ranks issued the same sequence of collectives in each step; else None."""
+def _world_fallback(inst: pd.DataFrame, ranks: list[int], trace_world: int | None) -> bool:
+    """Puts ``inst``'s collectives on the world group (its group, size, dimension source and
+    order columns written), when no op has a group, every rank of the job has a trace, and all
+    ranks issued the same sequence of collectives in each step; whether it did."""
     # A mask and the columns read, not a copy of every collective row (issue 51: the whole
     # table once more was the peak of matching when the traces name their groups).
     is_coll = ~inst["p2p"]
     if not is_coll.any() or (inst["pg_ranks"][is_coll] != "").any() or \
             inst["pg_name"][is_coll].notna().any():
-        return None
+        return False
     if trace_world is None or trace_world != len(ranks) or sorted(ranks) != list(range(trace_world)):
-        return None
+        return False
     coll = inst.loc[is_coll, ["rank", "step", "op"]]
     # Each rank's (step, op) sequence against the first rank's, one rank's at a time (a tuple
     # of every rank's was ~0.3 kB a collective row, held at once).
@@ -184,22 +184,19 @@ def _world_fallback(inst: pd.DataFrame, ranks: list[int], trace_world: int | Non
         if first is None:
             first = mine
         elif mine != first:
-            return None
+            return False
     if seen != len(ranks):
-        return None
+        return False
     world = ",".join(map(str, range(trace_world)))
-    # A new table sharing ``inst``'s columns: the four columns written below are copied as
-    # they are written (copy-on-write), not every column of every rank's rows (issue 51).
-    out = inst.copy(deep=False)
-    mask = ~out["p2p"]
-    out.loc[mask, "pg_ranks"] = world
-    out.loc[mask, "group_size"] = trace_world
+    mask = ~inst["p2p"]
+    inst.loc[mask, "pg_ranks"] = world
+    inst.loc[mask, "group_size"] = trace_world
     # Masked in place of a text array: np.where made every row's dimension source a Python
     # string of its own on the way (issue 51).
-    out["dim_source"] = out["dim_source"].mask(mask & (out["dim"] == "unknown"), "world")
+    inst["dim_source"] = inst["dim_source"].mask(mask & (inst["dim"] == "unknown"), "world")
     keys = ["rank", "step", "op"]
-    out.loc[mask, "k"] = out.loc[mask, keys].groupby(keys).cumcount()
-    return out
+    inst.loc[mask, "k"] = inst.loc[mask, keys].groupby(keys).cumcount()
+    return True
 
 
 def _why_not(inst: pd.DataFrame, ranks: list[int], world_size: int | None) -> list[str]:
@@ -209,22 +206,33 @@ def _why_not(inst: pd.DataFrame, ranks: list[int], world_size: int | None) -> li
     if world_size and len(ranks) < world_size:
         why.append(f"only {len(ranks)} of the job's {world_size} ranks have a trace: "
                    f"collectives whose other ranks are absent have nothing to match")
-    # The columns read of the collective rows, not a copy of every column (issue 51).
-    coll = inst.loc[~inst["p2p"], ["pg_ranks", "pg_name", "seq", "step", "op", "rank"]]
-    nogroup = int(((coll["pg_ranks"] == "") & coll["pg_name"].isna()).sum())
+    # Positions of the collective rows and of each group's, not frames of them: a frame of the
+    # six columns read, and each group's rows taken from it, were two copies of every
+    # collective row at once, the peak of matching at many ranks (issue 51).
+    is_coll = ~inst["p2p"].to_numpy(dtype=bool)
+    pg_ranks = inst["pg_ranks"].to_numpy()
+    nogroup = int((is_coll & (pg_ranks == "") & inst["pg_name"].isna().to_numpy()).sum())
     if nogroup:
         why.append(f"{nogroup} collectives with no known process group (no run.json and "
                    f"no group arguments on them in the traces)")
-    for group, g in coll[coll["pg_ranks"] != ""].groupby("pg_ranks"):
+    rows = np.flatnonzero(is_coll & (pg_ranks != ""))
+    codes, groups = pd.factorize(pg_ranks[rows], sort=True)     # no group (NaN): code -1
+    order = np.argsort(codes, kind="stable")                     # each group's rows in order
+    bounds = np.searchsorted(codes[order], np.arange(len(groups) + 1))
+    has_seq = inst["seq"].notna().to_numpy()
+    for i, group in enumerate(groups):
         members = [int(x) for x in group.split(",")]
         absent = [r for r in members if r not in ranks]
         if absent:
             why.append(f"group {{{ranges(members)}}}: {len(absent)} of its {len(members)} "
                        f"ranks have no trace")
             continue
-        if g["seq"].notna().all():
+        mine = rows[order[bounds[i]:bounds[i + 1]]]
+        if has_seq[mine].all():
             continue
-        counts = g.groupby(["step", "op", "rank"]).size().unstack("rank")
+        keys = ["step", "op", "rank"]
+        g = pd.DataFrame({c: inst[c].to_numpy()[mine] for c in keys})
+        counts = g.groupby(keys).size().unstack("rank")
         uneven = counts[counts.nunique(axis=1) > 1]
         if not uneven.empty:
             step, op = uneven.index[0]
@@ -238,19 +246,19 @@ def _why_not(inst: pd.DataFrame, ranks: list[int], world_size: int | None) -> li
 
 
 def match(instances: pd.DataFrame, ranks: list[int], *, world_size: int | None = None,
-          trace_world: int | None = None) -> Matched:
+          trace_world: int | None = None, in_place: bool = False) -> Matched:
     """``instances``: the instance tables of all ranks, concatenated. ``world_size``: the job's
     (run.json's) world size; ``trace_world``: the world size the traces' ``distributedInfo``
-    states (for the world-group fallback)."""
-    # A new table sharing ``instances``' columns (pandas copies a column when it is written,
-    # copy-on-write): the match id is the only column added (issue 51: a deep copy was every
-    # rank's rows once more while the table was matched).
-    inst = instances.copy(deep=False)
+    states (for the world-group fallback). ``in_place``: ``instances`` itself is matched (the
+    world group's columns written into it, the match id added), for a caller that holds no
+    other use for it — not a new table beside it (issue 51: the world group's four columns
+    of every rank's rows, twice)."""
+    # Else a new table sharing ``instances``' columns (pandas copies a column when it is
+    # written, copy-on-write), not a deep copy of every rank's rows (issue 51).
+    inst = instances if in_place else instances.copy(deep=False)
     notes: list[str] = []
     matched_on = None
-    world = _world_fallback(inst, ranks, trace_world) if world_size is None else None
-    if world is not None:
-        inst = world
+    if world_size is None and _world_fallback(inst, ranks, trace_world):
         matched_on = "world"
         notes.append(f"no process-group information in the traces: collectives were matched "
                      f"on the world group (all {len(ranks)} ranks issue the same sequence)")

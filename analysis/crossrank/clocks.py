@@ -242,17 +242,25 @@ def to_aligned_us(times_us, applied_us):
 
 def align_instances(inst: pd.DataFrame, offsets: pd.DataFrame) -> pd.DataFrame:
     """The instance table with each rank's applied offset subtracted from its times
-    (``to_aligned_us``)."""
+    (``to_aligned_us``); ``inst`` is left as it is."""
     if inst.empty or offsets.empty:
         return inst
-    applied = applied_by_rank(offsets)
-    shift = inst["rank"].map(applied).fillna(0.0).astype(float)
     # Only the time columns are new: pandas copies a column on write (copy-on-write), so the
     # other columns are shared with ``inst`` rather than the whole table copied (issue 51).
     out = inst.copy(deep=False)
-    for c in TIME_COLUMNS:
-        out[c] = to_aligned_us(out[c], shift)
+    shift_instances(out, offsets)
     return out
+
+
+def shift_instances(inst: pd.DataFrame, offsets: pd.DataFrame) -> None:
+    """``align_instances`` on ``inst`` itself: each time column replaced by its aligned one,
+    so that a table nobody else holds is not kept on both clocks at once (issue 51: the six
+    time columns of every rank's rows, twice, while the cross-rank stage aligned them)."""
+    if inst.empty or offsets.empty:
+        return
+    shift = inst["rank"].map(applied_by_rank(offsets)).fillna(0.0).astype(float)
+    for c in TIME_COLUMNS:
+        inst[c] = to_aligned_us(inst[c], shift)
 
 
 def describe(offsets: pd.DataFrame, step_us: float | None) -> list[str]:

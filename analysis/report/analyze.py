@@ -214,10 +214,9 @@ def _cross_rank(stage: RankStage, layout_map, options: AnalysisOptions) -> Repor
     # One rank has nobody to wait for: no cross-rank graph (its exposed communication is
     # costed from its own timeline, device_findings).
     matchable = not matched.why_not and len(matched.instances) > 0 and len(ranks) > 1
+    # The instance table is aligned in place: its times on the ranks' own clocks are not held
+    # beside the aligned ones (issue 51); ``matched.instances`` is ``aligned.instances`` after.
     aligned = _aligned(results, matched.instances, ranks, matchable, stage.store)
-    # The instance table on the ranks' own clocks is replaced by ``aligned.instances``: let
-    # it go rather than hold every rank's rows twice (issue 51).
-    matched = dataclasses.replace(matched, instances=aligned.instances)
     allocator.trim()        # what matching and aligning freed, given back (issue 51)
     tables = _step_tables(aligned.timelines, results, inp.run, ranks)
     recs = records_of(inp, options.warmup_steps)
@@ -344,7 +343,7 @@ def _matched_instances(inp: inputs.Inputs, results: list[rank_work.RankResult],
     inst = instances.joined(_instance_tables(results, inp, inp.run, layout_map))
     trace_world = max((r.identity.world_size or 0 for r in results), default=0) or None
     return matching.match(inst, ranks, world_size=inp.run.world_size if inp.run else None,
-                          trace_world=trace_world)
+                          trace_world=trace_world, in_place=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -364,23 +363,26 @@ class Aligned:
 def _aligned(results: list[rank_work.RankResult], inst: pd.DataFrame, ranks: list[int],
              matchable: bool, store: spill.RankStore | None = None) -> Aligned:
     """The clock offsets (only where the instances matched), applied to every rank's
-    timeline and to the instances; each timeline's communication split by dimension from
+    timeline and to the instances — ``inst`` itself, whose times are replaced by the aligned
+    ones (``clocks.shift_instances``); each timeline's communication split by dimension from
     the aligned instances (``dims.interval_sets``). The aligned timelines are kept in
     ``store`` when there is one (``spill.RankStore.timelines``), one rank's at a time."""
     hosts = {r.rank: r.meta.get("host_name") for r in results}
     offsets = clocks.clock_offsets(inst, matching.p2p_table(inst), ranks, hosts) \
         if matchable else _empty(clocks.COLUMNS)
     applied = clocks.applied_by_rank(offsets)
-    inst = clocks.align_instances(inst, offsets)
+    clocks.shift_instances(inst, offsets)       # the table is the caller's no more
     rows = inst.groupby("rank").indices if len(inst) else {}
-    spans = inst[dims.INTERVAL_COLUMNS]       # the columns interval_sets reads, taken once
+    # The columns interval_sets reads, a rank's rows at a time (every rank's at once were a
+    # copy of five columns of the whole table, issue 51).
+    spans = [inst.columns.get_loc(c) for c in dims.INTERVAL_COLUMNS]
 
     def aligned_timelines():
         for r in results:     # each rank's timeline on the common clock replaces its own
             tl = r.timeline.shifted(applied.get(r.rank, 0.0))
             r.timeline = None
             mine = rows.get(r.rank)
-            by_op = dims.interval_sets(spans.iloc[mine], tl.waits, tl.wait_until) \
+            by_op = dims.interval_sets(inst.iloc[mine, spans], tl.waits, tl.wait_until) \
                 if mine is not None else {}
             yield r.rank, dataclasses.replace(tl, comm_by_dim=dims.by_dimension(by_op),
                                               comm_by_dim_op=by_op)
