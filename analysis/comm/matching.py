@@ -206,33 +206,22 @@ def _why_not(inst: pd.DataFrame, ranks: list[int], world_size: int | None) -> li
     if world_size and len(ranks) < world_size:
         why.append(f"only {len(ranks)} of the job's {world_size} ranks have a trace: "
                    f"collectives whose other ranks are absent have nothing to match")
-    # Positions of the collective rows and of each group's, not frames of them: a frame of the
-    # six columns read, and each group's rows taken from it, were two copies of every
-    # collective row at once, the peak of matching at many ranks (issue 51).
-    is_coll = ~inst["p2p"].to_numpy(dtype=bool)
-    pg_ranks = inst["pg_ranks"].to_numpy()
-    nogroup = int((is_coll & (pg_ranks == "") & inst["pg_name"].isna().to_numpy()).sum())
+    # The columns read of the collective rows, not a copy of every column (issue 51).
+    coll = inst.loc[~inst["p2p"], ["pg_ranks", "pg_name", "seq", "step", "op", "rank"]]
+    nogroup = int(((coll["pg_ranks"] == "") & coll["pg_name"].isna()).sum())
     if nogroup:
         why.append(f"{nogroup} collectives with no known process group (no run.json and "
                    f"no group arguments on them in the traces)")
-    rows = np.flatnonzero(is_coll & (pg_ranks != ""))
-    codes, groups = pd.factorize(pg_ranks[rows], sort=True)     # no group (NaN): code -1
-    order = np.argsort(codes, kind="stable")                     # each group's rows in order
-    bounds = np.searchsorted(codes[order], np.arange(len(groups) + 1))
-    has_seq = inst["seq"].notna().to_numpy()
-    for i, group in enumerate(groups):
+    for group, g in coll[coll["pg_ranks"] != ""].groupby("pg_ranks"):
         members = [int(x) for x in group.split(",")]
         absent = [r for r in members if r not in ranks]
         if absent:
             why.append(f"group {{{ranges(members)}}}: {len(absent)} of its {len(members)} "
                        f"ranks have no trace")
             continue
-        mine = rows[order[bounds[i]:bounds[i + 1]]]
-        if has_seq[mine].all():
+        if g["seq"].notna().all():
             continue
-        keys = ["step", "op", "rank"]
-        g = pd.DataFrame({c: inst[c].to_numpy()[mine] for c in keys})
-        counts = g.groupby(keys).size().unstack("rank")
+        counts = g.groupby(["step", "op", "rank"]).size().unstack("rank")
         uneven = counts[counts.nunique(axis=1) > 1]
         if not uneven.empty:
             step, op = uneven.index[0]
