@@ -374,7 +374,7 @@ def _aligned(results: list[rank_work.RankResult], inst: pd.DataFrame, ranks: lis
     clocks.shift_instances(inst, offsets)       # the table is the caller's no more
     rows = inst.groupby("rank").indices if len(inst) else {}
     # The columns interval_sets reads, a rank's rows at a time (every rank's at once were a
-    # copy of five columns of the whole table, issue 51).
+    # copy of seven columns of the whole table, issue 51).
     spans = [inst.columns.get_loc(c) for c in dims.INTERVAL_COLUMNS]
 
     def aligned_timelines():
