@@ -119,18 +119,6 @@ def _group_keys(inst: pd.DataFrame) -> np.ndarray:
     return out
 
 
-def _seq_groups(inst: pd.DataFrame, groups: np.ndarray) -> set[str]:
-    """The groups (``_group_keys``) whose every collective, on every rank, has a sequence
-    number: only those match by seq. One rank without seq (its Flight Recorder dump missing, or
-    not joined to its trace) puts the whole group on order, so that its ranks' ids still
-    meet."""
-    coll = ~inst["p2p"].to_numpy(dtype=bool)
-    if not coll.any():
-        return set()
-    complete = pd.Series(inst["seq"].notna().to_numpy()[coll]).groupby(groups[coll]).all()
-    return set(complete[complete].index)
-
-
 def _ids(inst: pd.DataFrame, groups: np.ndarray, by_seq: set[str]) -> pd.Series:
     """Every row's match id: ``GROUP|seq=N`` for a group matched by sequence number,
     ``GROUP|STEP|OP|K`` for one matched by order, ``SRC>DST|STEP|K`` for a send or recv (""
@@ -161,77 +149,214 @@ def _ids(inst: pd.DataFrame, groups: np.ndarray, by_seq: set[str]) -> pd.Series:
     return pd.Series(ids, index=inst.index, dtype=object)
 
 
-def _world_fallback(inst: pd.DataFrame, ranks: list[int], trace_world: int | None) -> bool:
-    """Puts ``inst``'s collectives on the world group (its group, size, dimension source and
-    order columns written), when no op has a group, every rank of the job has a trace, and all
-    ranks issued the same sequence of collectives in each step; whether it did."""
-    # A mask and the columns read, not a copy of every collective row (issue 51: the whole
-    # table once more was the peak of matching when the traces name their groups).
-    is_coll = ~inst["p2p"]
-    if not is_coll.any() or (inst["pg_ranks"][is_coll] != "").any() or \
-            inst["pg_name"][is_coll].notna().any():
-        return False
-    if trace_world is None or trace_world != len(ranks) or sorted(ranks) != list(range(trace_world)):
-        return False
-    coll = inst.loc[is_coll, ["rank", "step", "op"]]
-    # Each rank's (step, op) sequence against the first rank's, one rank's at a time (a tuple
-    # of every rank's was ~0.3 kB a collective row, held at once).
-    first: tuple[list, list] | None = None
-    seen = 0
-    for _, g in coll.groupby("rank"):
-        seen += 1
-        mine = (g["step"].tolist(), g["op"].tolist())
-        if first is None:
-            first = mine
-        elif mine != first:
+@dataclasses.dataclass(frozen=True)
+class CollectiveCounts:
+    """An instance table's collective rows counted per (pg_ranks, step, op, rank)
+    (``counts``, sorted; pg_ranks "" where a row names no group's ranks), the ranks with any
+    row (``present``) and its rows (``rows``): what the run checks read of it
+    (``trust/run_checks``), without the table."""
+    counts: pd.Series
+    present: frozenset[int]
+    rows: int
+
+    @classmethod
+    def of(cls, inst: pd.DataFrame) -> "CollectiveCounts":
+        """Of a whole table (its columns rank, step, op, p2p and pg_ranks)."""
+        present = frozenset(int(r) for r in pd.unique(inst["rank"])) if len(inst) else \
+            frozenset()
+        coll = inst.loc[~inst["p2p"].astype(bool), list(COUNTED_BY)]
+        return cls(_counted(coll), present, len(inst))
+
+
+# What collective rows are counted by (``CollectiveCounts``).
+COUNTED_BY = ("pg_ranks", "step", "op", "rank")
+
+
+def _counted(coll: pd.DataFrame) -> pd.Series:
+    return coll.groupby(list(COUNTED_BY)).size()
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """How the rows of an instance table are matched, decided from all of them
+    (``MatchStats.plan``) and applied to any part of whole (rank, step) rows (``finish``):
+    ``world``, the world size when the collectives are put on the world group (else None);
+    ``by_seq``, the groups (``_group_keys``) matched by sequence number."""
+    world: int | None
+    by_seq: frozenset[str]
+    matched_on: str | None
+    why_not: list[str]
+    notes: list[str]
+
+
+class MatchStats:
+    """What matching needs to know of every rank's rows before it names any operation,
+    gathered a table at a time (``feed``; each table of whole ranks): whether the world-group
+    fallback applies (no collective names a group; every rank issued the same sequence of
+    (step, op) collectives), which groups have a sequence number on every collective, and
+    the collective rows counted per (group's ranks, step, op, rank) (``counts``: what
+    ``why_not`` and the run checks' collective counts read). Kept small: a few numbers per
+    group, step, op and rank, and one rank's sequence — so that the cross-rank stage can
+    match an instance table it never holds whole (issue 51)."""
+
+    def __init__(self) -> None:
+        self.rows = 0
+        self.present: set[int] = set()          # ranks with any row
+        self._has_coll = False
+        self._grouped = False                   # a collective names its group
+        self._same_sequence = True
+        self._sequence: tuple[list, list] | None = None
+        self._coll_ranks: set[int] = set()
+        self._nogroup = 0
+        self._seq_by_key: dict[str, bool] = {}      # ``_group_keys`` → every coll. has seq
+        self._seq_by_ranks: dict[str, bool] = {}    # pg_ranks → every coll. has seq
+        self._counts: list[pd.Series] = []
+        self._seq_step: dict[tuple[str, int], int] = {}   # (group, seq) → its step
+        #: Whether one (group, sequence number) is in two steps (on two ranks, or twice on
+        #: one): its rows are then not all in one step's rows, which an id by sequence number
+        #: would join across steps.
+        self.seq_in_two_steps = False
+
+    def feed(self, inst: pd.DataFrame) -> None:
+        """The rows of ``inst`` (whole ranks: a rank's rows all in one table)."""
+        if inst.empty:
+            return
+        self.rows += len(inst)
+        self.present.update(int(r) for r in pd.unique(inst["rank"]))
+        is_coll = ~inst["p2p"].to_numpy(dtype=bool)
+        if not is_coll.any():
+            return
+        self._has_coll = True
+        coll = inst.loc[is_coll, ["pg_ranks", "pg_name", "seq", "step", "op", "rank"]]
+        named = coll["pg_ranks"] != ""
+        self._grouped |= bool(named.any() or coll["pg_name"].notna().any())
+        self._nogroup += int((~named & coll["pg_name"].isna()).sum())
+        # Each rank's (step, op) sequence against the first one's, one rank at a time (a tuple
+        # of every rank's was ~0.3 kB a collective row, held at once).
+        for r, g in coll[["rank", "step", "op"]].groupby("rank"):
+            self._coll_ranks.add(int(r))
+            mine = (g["step"].tolist(), g["op"].tolist())
+            if self._sequence is None:
+                self._sequence = mine
+            elif mine != self._sequence:
+                self._same_sequence = False
+        has_seq = coll["seq"].notna()
+        keys = _group_keys(coll)
+        for key, ok in has_seq.groupby(keys).all().items():
+            self._seq_by_key[key] = self._seq_by_key.get(key, True) and bool(ok)
+        if has_seq.any():
+            mask = has_seq.to_numpy()
+            seen = pd.DataFrame({"key": keys[mask], "seq": coll["seq"].to_numpy()[mask],
+                                 "step": coll["step"].to_numpy()[mask]}).drop_duplicates()
+            for key, seq, step in zip(seen["key"], seen["seq"].tolist(), seen["step"].tolist()):
+                if self._seq_step.setdefault((key, int(seq)), int(step)) != int(step):
+                    self.seq_in_two_steps = True
+        for key, ok in has_seq.groupby(coll["pg_ranks"]).all().items():
+            self._seq_by_ranks[key] = self._seq_by_ranks.get(key, True) and bool(ok)
+        self._counts.append(_counted(coll))
+
+    def counts(self) -> pd.Series:
+        """Collective rows per (pg_ranks, step, op, rank), sorted; pg_ranks "" where the
+        row names no group's ranks."""
+        if not self._counts:
+            return pd.Series([], dtype="int64", index=pd.MultiIndex.from_arrays(
+                [[], [], [], []], names=["pg_ranks", "step", "op", "rank"]))
+        if len(self._counts) > 1:
+            self._counts = [pd.concat(self._counts).groupby(level=[0, 1, 2, 3]).sum()]
+        return self._counts[0]
+
+    def collective_counts(self, plan: "Plan | None") -> CollectiveCounts:
+        """``counts`` of the table as ``plan`` matched it: a collective put on the world
+        group counted under its ranks."""
+        counts = self.counts()
+        if plan is not None and plan.world is not None and len(counts):
+            frame = counts.rename("n").reset_index()
+            frame["pg_ranks"] = frame["pg_ranks"].where(
+                frame["pg_ranks"] != "", ",".join(map(str, range(plan.world))))
+            counts = frame.groupby(list(COUNTED_BY))["n"].sum().rename(None)
+        return CollectiveCounts(counts, frozenset(self.present), self.rows)
+
+    def _world_applies(self, ranks: list[int], trace_world: int | None) -> bool:
+        """No op names a group, every rank of the job has a trace, and all ranks issued the
+        same sequence of collectives in each step."""
+        if not self._has_coll or self._grouped:
             return False
-    if seen != len(ranks):
-        return False
-    world = ",".join(map(str, range(trace_world)))
-    mask = ~inst["p2p"]
-    inst.loc[mask, "pg_ranks"] = world
-    inst.loc[mask, "group_size"] = trace_world
-    # Masked in place of a text array: np.where made every row's dimension source a Python
-    # string of its own on the way (issue 51).
-    inst["dim_source"] = inst["dim_source"].mask(mask & (inst["dim"] == "unknown"), "world")
-    keys = ["rank", "step", "op"]
-    inst.loc[mask, "k"] = inst.loc[mask, keys].groupby(keys).cumcount()
-    return True
+        if trace_world is None or trace_world != len(ranks) or \
+                sorted(ranks) != list(range(trace_world)):
+            return False
+        return self._same_sequence and len(self._coll_ranks) == len(ranks)
 
+    def plan(self, ranks: list[int], *, world_size: int | None,
+             trace_world: int | None) -> Plan:
+        if world_size is None and self._world_applies(ranks, trace_world):
+            world = ",".join(map(str, range(trace_world or 0)))
+            # Every collective is on the world group, its ranks' sequences the same: nothing
+            # for ``why_not`` to name.
+            by_seq = frozenset([group_token(world)] if all(self._seq_by_key.values())
+                               else [])
+            return Plan(trace_world, by_seq, "world", [], [
+                f"no process-group information in the traces: collectives were matched "
+                f"on the world group (all {len(ranks)} ranks issue the same sequence)"])
+        by_seq = frozenset(k for k, ok in self._seq_by_key.items() if ok)
+        matched_on = None
+        if self.rows and self._has_coll:
+            matched_on = "group_seq" if all(self._seq_by_key.values()) else "group_order"
+        return Plan(None, by_seq, matched_on, self._why_not(ranks, world_size), [])
 
-def _why_not(inst: pd.DataFrame, ranks: list[int], world_size: int | None) -> list[str]:
-    why = []
-    if inst.empty:
+    def _why_not(self, ranks: list[int], world_size: int | None) -> list[str]:
+        why: list[str] = []
+        if not self.rows:
+            return why
+        if world_size and len(ranks) < world_size:
+            why.append(f"only {len(ranks)} of the job's {world_size} ranks have a trace: "
+                       f"collectives whose other ranks are absent have nothing to match")
+        if self._nogroup:
+            why.append(f"{self._nogroup} collectives with no known process group (no "
+                       f"run.json and no group arguments on them in the traces)")
+        counts = self.counts()
+        named = counts[counts.index.get_level_values("pg_ranks") != ""]
+        for group, g in named.groupby(level="pg_ranks"):
+            members = [int(x) for x in str(group).split(",")]
+            absent = [r for r in members if r not in ranks]
+            if absent:
+                why.append(f"group {{{ranges(members)}}}: {len(absent)} of its "
+                           f"{len(members)} ranks have no trace")
+                continue
+            if self._seq_by_ranks[group]:
+                continue
+            per_rank = g.droplevel("pg_ranks").unstack("rank")
+            uneven = per_rank[per_rank.nunique(axis=1) > 1]
+            if not uneven.empty:
+                step, op = uneven.index[0]
+                seen = uneven.iloc[0].dropna().astype(int)
+                told = "; ".join(f"{n} on {'rank' if (seen == n).sum() == 1 else 'ranks'} "
+                                 f"{ranges(seen.index[seen == n])}"
+                                 for n in sorted(seen.unique(), reverse=True))
+                why.append(f"group {{{ranges(members)}}}: ranks saw different numbers of {op} "
+                           f"in step {step} ({told}); the traces are incomplete or subsampled")
         return why
-    if world_size and len(ranks) < world_size:
-        why.append(f"only {len(ranks)} of the job's {world_size} ranks have a trace: "
-                   f"collectives whose other ranks are absent have nothing to match")
-    # The columns read of the collective rows, not a copy of every column (issue 51).
-    coll = inst.loc[~inst["p2p"], ["pg_ranks", "pg_name", "seq", "step", "op", "rank"]]
-    nogroup = int(((coll["pg_ranks"] == "") & coll["pg_name"].isna()).sum())
-    if nogroup:
-        why.append(f"{nogroup} collectives with no known process group (no run.json and "
-                   f"no group arguments on them in the traces)")
-    for group, g in coll[coll["pg_ranks"] != ""].groupby("pg_ranks"):
-        members = [int(x) for x in group.split(",")]
-        absent = [r for r in members if r not in ranks]
-        if absent:
-            why.append(f"group {{{ranges(members)}}}: {len(absent)} of its {len(members)} "
-                       f"ranks have no trace")
-            continue
-        if g["seq"].notna().all():
-            continue
-        counts = g.groupby(["step", "op", "rank"]).size().unstack("rank")
-        uneven = counts[counts.nunique(axis=1) > 1]
-        if not uneven.empty:
-            step, op = uneven.index[0]
-            seen = uneven.iloc[0].dropna().astype(int)
-            told = "; ".join(f"{n} on {'rank' if (seen == n).sum() == 1 else 'ranks'} "
-                             f"{ranges(seen.index[seen == n])}"
-                             for n in sorted(seen.unique(), reverse=True))
-            why.append(f"group {{{ranges(members)}}}: ranks saw different numbers of {op} in "
-                       f"step {step} ({told}); the traces are incomplete or subsampled")
-    return why
+
+
+def finish(inst: pd.DataFrame, plan: Plan) -> pd.DataFrame:
+    """``inst`` (whole (rank, step) rows of the table ``plan`` was made of) matched in place:
+    put on the world group where ``plan`` says so (its group, size, dimension source and
+    order columns written), each row's ``match_id`` added."""
+    if inst.empty:
+        inst["match_id"] = pd.Series(dtype=str)
+        return inst
+    if plan.world is not None:
+        mask = ~inst["p2p"]
+        if mask.any():
+            inst.loc[mask, "pg_ranks"] = ",".join(map(str, range(plan.world)))
+            inst.loc[mask, "group_size"] = plan.world
+            # Masked in place of a text array: np.where made every row's dimension source a
+            # Python string of its own on the way (issue 51).
+            inst["dim_source"] = inst["dim_source"].mask(mask & (inst["dim"] == "unknown"),
+                                                         "world")
+            keys = ["rank", "step", "op"]
+            inst.loc[mask, "k"] = inst.loc[mask, keys].groupby(keys).cumcount()
+    inst["match_id"] = _ids(inst, _group_keys(inst), set(plan.by_seq))
+    return inst
 
 
 def match(instances: pd.DataFrame, ranks: list[int], *, world_size: int | None = None,
@@ -241,28 +366,16 @@ def match(instances: pd.DataFrame, ranks: list[int], *, world_size: int | None =
     states (for the world-group fallback). ``in_place``: ``instances`` itself is matched (the
     world group's columns written into it, the match id added), for a caller that holds no
     other use for it — not a new table beside it (issue 51: the world group's four columns
-    of every rank's rows, twice)."""
+    of every rank's rows, twice). The same as ``MatchStats`` fed the whole table, its
+    ``plan`` and ``finish``: what the cross-rank stage does a part at a time."""
     # Else a new table sharing ``instances``' columns (pandas copies a column when it is
     # written, copy-on-write), not a deep copy of every rank's rows (issue 51).
     inst = instances if in_place else instances.copy(deep=False)
-    notes: list[str] = []
-    matched_on = None
-    if world_size is None and _world_fallback(inst, ranks, trace_world):
-        matched_on = "world"
-        notes.append(f"no process-group information in the traces: collectives were matched "
-                     f"on the world group (all {len(ranks)} ranks issue the same sequence)")
-    why = _why_not(inst, ranks, world_size)
-    if inst.empty:
-        inst["match_id"] = pd.Series(dtype=str)
-        return Matched(inst, None, why, notes)
-    groups = _group_keys(inst)
-    by_seq = _seq_groups(inst, groups)
-    inst["match_id"] = _ids(inst, groups, by_seq)
-    if matched_on is None:
-        coll = groups[~inst["p2p"].to_numpy(dtype=bool)]
-        everywhere = len(coll) and set(coll) <= by_seq
-        matched_on = ("group_seq" if everywhere else "group_order" if len(coll) else None)
-    return Matched(inst, matched_on, why, notes)
+    stats = MatchStats()
+    stats.feed(inst)
+    plan = stats.plan(ranks, world_size=world_size, trace_world=trace_world)
+    finish(inst, plan)
+    return Matched(inst, plan.matched_on, plan.why_not, plan.notes)
 
 
 # The columns a matched collective takes from its rows: each the first value that is not

@@ -93,7 +93,7 @@ class _Collectives:
                 np.where(first, 2 * t + 1, 2 * t))
 
 
-def _ends_by_rank(inst: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+def ends_by_rank(inst: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """Each matched collective's end on each rank: a collective × rank matrix (NaN where the
     rank took no part, or its end is unknown; a rank's first known end where it has several
     rows of one id), and the ranks of its columns, ascending. Filled from integer codes of the
@@ -112,9 +112,25 @@ def _ends_by_rank(inst: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     return e, ranks
 
 
-def _collective_pairs(inst: pd.DataFrame) -> _Collectives:
-    """The collectives' evidence (``_Collectives``) from the instance table."""
-    e, ranks = _ends_by_rank(inst)
+def stacked_ends(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """The matrices of ``ends_by_rank`` of parts of an instance table whose collectives
+    are each all in one part, put together: their rows one under another, a column per rank
+    of any part (NaN where a part has none of that rank)."""
+    parts = [(e, r) for e, r in parts if e.size]
+    if not parts:
+        return np.full((0, 0), np.nan), np.zeros(0, dtype=np.int64)
+    ranks = np.unique(np.concatenate([r for _, r in parts]))
+    out = np.full((sum(len(e) for e, _ in parts), len(ranks)), np.nan)
+    row = 0
+    for e, r in parts:
+        out[row:row + len(e), np.searchsorted(ranks, r)] = e
+        row += len(e)
+    return out, ranks
+
+
+def _collective_pairs(e: np.ndarray, ranks: np.ndarray) -> _Collectives:
+    """The collectives' evidence (``_Collectives``) from their ends by rank
+    (``ends_by_rank``)."""
     parts: list[tuple] = []
     if e.size:
         # One rank against all later ranks at once: a rank count of numpy passes over the
@@ -165,13 +181,20 @@ def _p2p_pairs(p2p: pd.DataFrame) -> dict[tuple[int, int], tuple[float, float, i
 SOURCES = ("collectives", "send/recv")
 
 
-def clock_offsets(inst: pd.DataFrame, p2p: pd.DataFrame | None, ranks: list[int],
-                  hosts: dict[int, str | None] | None = None) -> pd.DataFrame:
+def clock_offsets(inst: pd.DataFrame | None, p2p: pd.DataFrame | None, ranks: list[int],
+                  hosts: dict[int, str | None] | None = None,
+                  ends: tuple[np.ndarray, np.ndarray] | None = None) -> pd.DataFrame:
     """Per rank offset against the lowest rank (module docstring); ``hosts``: rank → the
-    host its trace was recorded on (None when unknown)."""
+    host its trace was recorded on (None when unknown). ``ends``: the collectives' ends by
+    rank (``ends_by_rank``) where the caller has them and not ``inst`` (the cross-rank stage
+    gathers them a part of the table at a time, ``stacked_ends``)."""
     if not ranks:
         return pd.DataFrame(columns=COLUMNS)
-    colls, p2ps = _collective_pairs(inst), _p2p_pairs(p2p)
+    if ends is None:
+        assert inst is not None, "clock_offsets needs the instance table or its ends"
+        ends = ends_by_rank(inst)
+    colls, p2ps = _collective_pairs(*ends), _p2p_pairs(p2p)
+    del ends
     ranks = sorted(int(r) for r in ranks)
     # For each rank, the send/recv estimates it gives of other ranks once its own offset is
     # known (the collectives' come from ``_Collectives.gives``).

@@ -16,7 +16,7 @@ the rank's own.
 """
 from __future__ import annotations
 
-from typing import Iterator, Mapping
+from typing import Iterator, Mapping, Protocol
 
 import numpy as np
 import pandas as pd
@@ -82,6 +82,31 @@ def operations(collectives: pd.DataFrame, p2p: pd.DataFrame, step: int) -> dict[
     return out
 
 
+# The columns of its instance rows a rank's program reads (``rank_step``).
+STEP_COLUMNS = ["match_id", "arrival_us", "end_us"]
+
+
+class StepRows(Protocol):
+    """A rank's aligned instance rows of a step, ``STEP_COLUMNS`` of them in the table's
+    order (none: a frame without rows)."""
+
+    def rows_of(self, rank: int, step: int) -> pd.DataFrame: ...
+
+
+class TableRows:
+    """``StepRows`` of a whole instance table: each rank's rows of each step taken when its
+    program is built, from the columns it reads (a table per rank and step held all at once
+    grew with the rank count)."""
+
+    def __init__(self, inst: pd.DataFrame):
+        self._slim = inst[STEP_COLUMNS]
+        self._rows = inst.groupby(["rank", "step"]).indices if len(inst) else {}
+
+    def rows_of(self, rank: int, step: int) -> pd.DataFrame:
+        mine = self._rows.get((rank, step))
+        return self._slim.iloc[mine] if mine is not None else self._slim.iloc[:0]
+
+
 class StepGraphs(Mapping):
     """step → its graph over every rank that has that step (timelines and ``inst`` aligned),
     each built when it is asked for and not kept: every step's graph held at once was every
@@ -89,15 +114,12 @@ class StepGraphs(Mapping):
     one step's is the ranks' points of that step. ``operations(step)``: the step's matched
     operations alone, without building its graph."""
 
-    def __init__(self, timelines: Mapping, inst: pd.DataFrame, collectives: pd.DataFrame,
-                 p2p: pd.DataFrame):
+    def __init__(self, timelines: Mapping, inst: "pd.DataFrame | StepRows",
+                 collectives: pd.DataFrame, p2p: pd.DataFrame):
         self._timelines, self._collectives, self._p2p = timelines, collectives, p2p
         self._steps = sorted(set().union(*(tl.steps for tl in timelines.values()))) \
             if timelines else []
-        # Each rank's rows of each step taken when its program is built, from the columns it
-        # reads: a table per rank and step held all at once grew with the rank count.
-        self._slim = inst[["match_id", "arrival_us", "end_us"]]
-        self._rows = inst.groupby(["rank", "step"]).indices if len(inst) else {}
+        self._rows = TableRows(inst) if isinstance(inst, pd.DataFrame) else inst
 
     def operations(self, step: int) -> dict[str, Operation]:
         return operations(self._collectives, self._p2p, step)
@@ -105,14 +127,12 @@ class StepGraphs(Mapping):
     def __getitem__(self, step: int) -> StepGraph:
         if step not in self._steps:
             raise KeyError(step)
-        empty = self._slim.iloc[:0]
         ranks = {}
         for r, tl in in_rank_order(self._timelines):
             if step not in tl.steps:
                 continue
-            mine = self._rows.get((r, step))
-            ranks[r] = rank_step(r, tl.steps[step], self._slim.iloc[mine] if mine is not None
-                                 else empty, tl.waits, tl.wait_until)
+            ranks[r] = rank_step(r, tl.steps[step], self._rows.rows_of(r, step), tl.waits,
+                                 tl.wait_until)
         return StepGraph(step, ranks, self.operations(step))
 
     def __iter__(self) -> Iterator[int]:
@@ -125,7 +145,7 @@ class StepGraphs(Mapping):
         return step in self._steps
 
 
-def step_graphs(timelines: Mapping, inst: pd.DataFrame, collectives: pd.DataFrame,
+def step_graphs(timelines: Mapping, inst: pd.DataFrame | StepRows, collectives: pd.DataFrame,
                 p2p: pd.DataFrame) -> StepGraphs:
     """step → its graph over every rank that has that step, built on access (``StepGraphs``)."""
     return StepGraphs(timelines, inst, collectives, p2p)

@@ -43,7 +43,7 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-from meshscope.analysis.comm import bandwidth_report, dims, instances, matching
+from meshscope.analysis.comm import bandwidth_report, dims, instances
 from meshscope.analysis.crossrank import clocks, program, whatif
 from meshscope.analysis.errors import InputError
 from meshscope.analysis.ingest import allocator, budgets
@@ -51,7 +51,7 @@ from meshscope.analysis.memory import gather as memory_gather
 from meshscope.analysis.pipeline import bubble, schedule
 from meshscope.analysis.records import steps as step_records
 from meshscope.analysis.report import device_findings, engines, findings as findings_mod
-from meshscope.analysis.report import inputs, rank_work, without_traces
+from meshscope.analysis.report import inputs, instance_blocks, rank_work, without_traces
 from meshscope.analysis.report.always_on import Records, records_of
 from meshscope.analysis.report.memory_findings import memory_findings
 from meshscope.analysis.report.memory_stage import memory_facts, memory_of
@@ -210,17 +210,27 @@ def _cross_rank(stage: RankStage, layout_map, options: AnalysisOptions) -> Repor
     → the dependency graph's what-if → the findings → the Report (module docstring)."""
     inp, results = stage.inputs, stage.results
     ranks = sorted(r.rank for r in results)
-    matched = _matched_instances(inp, results, ranks, layout_map)
+    blocks = _instance_blocks(inp, results, layout_map, options)
+    try:
+        return _cross_rank_of(stage, blocks, ranks, options)
+    finally:
+        blocks.close()
+
+
+def _cross_rank_of(stage: RankStage, blocks: instance_blocks.InstanceBlocks, ranks: list[int],
+                   options: AnalysisOptions) -> Report:
+    inp, results = stage.inputs, stage.results
+    trace_world = max((r.identity.world_size or 0 for r in results), default=0) or None
+    matched = blocks.plan(ranks, world_size=inp.run.world_size if inp.run else None,
+                          trace_world=trace_world)
     # One rank has nobody to wait for: no cross-rank graph (its exposed communication is
     # costed from its own timeline, device_findings).
-    matchable = not matched.why_not and len(matched.instances) > 0 and len(ranks) > 1
-    # The instance table is aligned in place: its times on the ranks' own clocks are not held
-    # beside the aligned ones (issue 51); ``matched.instances`` is ``aligned.instances`` after.
-    aligned = _aligned(results, matched.instances, ranks, matchable, stage.store)
+    matchable = not matched.why_not and blocks.rows > 0 and len(ranks) > 1
+    aligned = _aligned(results, blocks, ranks, matchable, stage.store)
     allocator.trim()        # what matching and aligning freed, given back (issue 51)
     tables = _step_tables(aligned.timelines, results, inp.run, ranks)
     recs = records_of(inp, options.warmup_steps)
-    wi = _whatif(aligned, inp.run, recs.records) if matchable else None
+    wi = _whatif(aligned, blocks, inp.run, recs.records) if matchable else None
     allocator.trim()
     replayed = wi.step_time_us if wi is not None and np.isfinite(wi.step_time_us) else None
     st = summary.step_time(recs.throughput_summary, replayed, tables.breakdown)
@@ -243,13 +253,14 @@ def _cross_rank(stage: RankStage, layout_map, options: AnalysisOptions) -> Repor
                       replicas=run.size("dp") if run is not None else world)
     expected = set(range(run.world_size)) if run is not None else set()
     trust = verdict.trust({r.rank: list(r.trust) for r in results}, run_checks.run_checks(
-        ranks, world, tables.breakdown, aligned.instances, aligned.offsets, st.us))
+        ranks, world, tables.breakdown, blocks.counts(), aligned.offsets, st.us))
     found = verdict.with_caveats(found, trust)
     allocator.trim()        # what the findings and checks freed, before the Report is made
-    bw = _bandwidth(aligned, kept)
+    inst = _cut_in_parts(blocks.frames(), kept, "instances", blocks.columns,
+                         empty=blocks.empty_matched())
+    bw = _bandwidth(inst, blocks.empty_matched(), aligned, kept)
     bw_summary = bandwidth_report.bandwidth_summary(
         bw.columns(bandwidth_report.SUMMARY_READS), options.baseline)
-    inst = _in_parts(aligned.instances, kept, "instances")
 
     def kept_table(table: pd.DataFrame, name: str) -> pd.DataFrame:
         return report_tables.on_disk(_in_parts(table, kept, name))
@@ -312,38 +323,35 @@ def _in_parts(table: pd.DataFrame, store: table_parts.PartStore,
 
 
 def _cut_in_parts(frames, store: table_parts.PartStore, name: str,
-                  columns: list[str]) -> table_parts.TableParts:
-    """The table of ``frames`` (in order; none: a table of ``columns`` without rows) on disk
-    in parts of ``ROWS_PER_PART`` rows as they come — the parts ``_in_parts`` cuts the whole
-    table into, without the whole table made first."""
-    cut = store.cut(name, columns, ROWS_PER_PART)
+                  columns: list[str], empty: pd.DataFrame | None = None) -> table_parts.TableParts:
+    """The table of ``frames`` (in order; none: ``empty``, else a table of ``columns`` without
+    rows) on disk in parts of ``ROWS_PER_PART`` rows as they come — the parts ``_in_parts``
+    cuts the whole table into, without the whole table made first."""
+    cut = store.cut(name, columns, ROWS_PER_PART, empty)
     for frame in frames:
         cut.add(frame)
     return cut.close()
 
 
-def _bandwidth(aligned: Aligned, store: table_parts.PartStore) -> table_parts.TableParts:
-    """The bandwidth table (``comm/bandwidth_report``) of ``ROWS_PER_PART`` instance rows
-    at a time, on disk in parts: its rows are each a function of its instance row and of
-    the matched operation's, so the parts put together are the table made whole."""
-    inst = aligned.instances
+def _bandwidth(inst: table_parts.TableParts, empty: pd.DataFrame, aligned: Aligned,
+               store: table_parts.PartStore) -> table_parts.TableParts:
+    """The bandwidth table (``comm/bandwidth_report``) of each part of the instance table
+    (``ROWS_PER_PART`` rows; ``empty``: the table without rows), on disk in parts: its rows
+    are each a function of its instance row and of the matched operation's, so the parts put
+    together are the table made whole."""
     out = store.table("bandwidth", report_tables.COLUMNS["bandwidth"])
-    out.append(bandwidth_report.bandwidth_table(inst.iloc[:0], aligned.collectives,
-                                                aligned.p2p))
-    for start in range(0, len(inst), ROWS_PER_PART):
-        out.append(bandwidth_report.bandwidth_table(inst.iloc[start:start + ROWS_PER_PART],
-                                                    aligned.collectives, aligned.p2p))
+    out.append(bandwidth_report.bandwidth_table(empty, aligned.collectives, aligned.p2p))
+    for part in inst.parts():
+        out.append(bandwidth_report.bandwidth_table(part, aligned.collectives, aligned.p2p))
     return out
 
 
-def _matched_instances(inp: inputs.Inputs, results: list[rank_work.RankResult],
-                       ranks: list[int], layout_map) -> matching.Matched:
-    """The collective-instance table of every rank (``_instance_tables``), matched across
-    ranks (``comm/matching``); each rank's times still on its own clock."""
-    inst = instances.joined(_instance_tables(results, inp, inp.run, layout_map))
-    trace_world = max((r.identity.world_size or 0 for r in results), default=0) or None
-    return matching.match(inst, ranks, world_size=inp.run.world_size if inp.run else None,
-                          trace_world=trace_world, in_place=True)
+def _instance_blocks(inp: inputs.Inputs, results: list[rank_work.RankResult], layout_map,
+                     options: AnalysisOptions) -> instance_blocks.InstanceBlocks:
+    """The collective-instance table of every rank (``_instance_tables``) in pieces of a rank
+    and a step (``instance_blocks``), each rank's times still on its own clock."""
+    return instance_blocks.InstanceBlocks.collect(
+        _instance_tables(results, inp, inp.run, layout_map), options.cache_dir)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -353,45 +361,38 @@ class Aligned:
     timeline shifted with its communication split by dimension (``comm_by_dim``), and the
     notes that describe the alignment."""
     offsets: pd.DataFrame
-    instances: pd.DataFrame
     collectives: pd.DataFrame
     p2p: pd.DataFrame
     timelines: dict[int, RankTimeline]
     notes: list[str]
 
 
-def _aligned(results: list[rank_work.RankResult], inst: pd.DataFrame, ranks: list[int],
-             matchable: bool, store: spill.RankStore | None = None) -> Aligned:
+def _aligned(results: list[rank_work.RankResult], blocks: instance_blocks.InstanceBlocks,
+             ranks: list[int], matchable: bool,
+             store: spill.RankStore | None = None) -> Aligned:
     """The clock offsets (only where the instances matched), applied to every rank's
-    timeline and to the instances — ``inst`` itself, whose times are replaced by the aligned
-    ones (``clocks.shift_instances``); each timeline's communication split by dimension from
-    the aligned instances (``dims.interval_sets``). The aligned timelines are kept in
-    ``store`` when there is one (``spill.RankStore.timelines``), one rank's at a time."""
+    timeline and to the instances (``blocks.align``: kept aligned, a step's rows at a time);
+    each timeline's communication split by dimension from the rank's aligned instances
+    (``dims.interval_sets``). The aligned timelines are kept in ``store`` when there is one
+    (``spill.RankStore.timelines``), one rank's at a time."""
     hosts = {r.rank: r.meta.get("host_name") for r in results}
-    offsets = clocks.clock_offsets(inst, matching.p2p_table(inst), ranks, hosts) \
-        if matchable else _empty(clocks.COLUMNS)
+    offsets = blocks.clock_offsets(ranks, hosts) if matchable else _empty(clocks.COLUMNS)
     applied = clocks.applied_by_rank(offsets)
-    clocks.shift_instances(inst, offsets)       # the table is the caller's no more
-    rows = inst.groupby("rank").indices if len(inst) else {}
-    # The columns interval_sets reads, a rank's rows at a time (every rank's at once were a
-    # copy of seven columns of the whole table, issue 51).
-    spans = [inst.columns.get_loc(c) for c in dims.INTERVAL_COLUMNS]
+    collectives, p2p = blocks.align(offsets)
 
     def aligned_timelines():
         for r in results:     # each rank's timeline on the common clock replaces its own
             tl = r.timeline.shifted(applied.get(r.rank, 0.0))
             r.timeline = None
-            mine = rows.get(r.rank)
-            by_op = dims.interval_sets(inst.iloc[mine, spans], tl.waits, tl.wait_until) \
-                if mine is not None else {}
+            by_op = dims.interval_sets(blocks.rank_rows(r.rank, dims.INTERVAL_COLUMNS),
+                                       tl.waits, tl.wait_until) \
+                if blocks.has_rows(r.rank) else {}
             yield r.rank, dataclasses.replace(tl, comm_by_dim=dims.by_dimension(by_op),
                                               comm_by_dim_op=by_op)
     timelines = store.timelines(aligned_timelines()) if store is not None else \
         dict(aligned_timelines())
     step_windows = [b - a for tl in timelines.values() for a, b in tl.steps.values()]
-    return Aligned(offsets=offsets, instances=inst,
-                   collectives=matching.collective_table(inst), p2p=matching.p2p_table(inst),
-                   timelines=timelines,
+    return Aligned(offsets=offsets, collectives=collectives, p2p=p2p, timelines=timelines,
                    notes=clocks.describe(offsets, float(np.median(step_windows))
                                          if step_windows else None))
 
@@ -459,20 +460,15 @@ def _breakdown_rows(timelines: Mapping[int, RankTimeline], windows: dict
     return wide, exposed, idle
 
 
-def _whatif(aligned: Aligned, run: RunInfo | None,
+def _whatif(aligned: Aligned, blocks: instance_blocks.InstanceBlocks, run: RunInfo | None,
             records: step_records.StepRecords) -> whatif.WhatIf:
-    """Each step's dependency graph, its critical path, the what-if savings and the
-    straggler (``crossrank/``)."""
-    inst = aligned.instances
-    graphs = program.step_graphs(aligned.timelines, inst, aligned.collectives, aligned.p2p)
-    ops = dict(zip(inst["match_id"], inst["op"]))
-    # The bytes of the operations ``ops`` calls all-to-alls alone: the what-if reads no other
-    # (``whatif.reference_scales``, expert parallelism); a key per instance row of every rank
-    # was ~3 MB a rank of 16,160 collectives (issue 51).
-    a2a = inst[inst["match_id"].isin([m for m, op in ops.items() if op == "all_to_all"])]
-    out_bytes = {(int(r), m): float(b) for r, m, b in
-                 zip(a2a["rank"], a2a["match_id"], a2a["out_bytes"]) if not pd.isna(b)}
-    return whatif.analyse(graphs, run, ops, out_bytes, records.noise_us)
+    """Each step's dependency graph (each rank's aligned rows of the step read from
+    ``blocks``), its critical path, the what-if savings and the straggler (``crossrank/``);
+    of the instances the what-if reads each match id's op and the bytes of the all-to-alls
+    alone (``whatif.reference_scales``, expert parallelism: a key per instance row of every
+    rank was ~3 MB a rank of 16,160 collectives, issue 51)."""
+    graphs = program.step_graphs(aligned.timelines, blocks, aligned.collectives, aligned.p2p)
+    return whatif.analyse(graphs, run, blocks.ops, blocks.a2a_bytes, records.noise_us)
 
 
 def _findings(inp: inputs.Inputs, tables: StepTables, recs: Records, aligned: Aligned,

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from meshscope.analysis.comm.matching import CollectiveCounts
 from meshscope.analysis.trust.measured import Measured, pct
 from meshscope.vocabulary import TrustCheckId as C
 
@@ -26,11 +27,13 @@ OFFSET_UNTRUSTED_PCT = 10.0
 
 
 def run_checks(ranks: list[int], world_size: int | None, breakdown: pd.DataFrame,
-               instances: pd.DataFrame, offsets: pd.DataFrame,
+               instances: pd.DataFrame | CollectiveCounts, offsets: pd.DataFrame,
                step_us: float | None) -> list[Measured]:
     """Every check across ranks (module docstring), passed or not. ``breakdown``: the step
     breakdown (its ``rank`` and ``step`` say which steps each rank profiled); ``instances``:
-    the aligned instance table; ``offsets``: ``clock_offsets``; ``step_us``: the headline."""
+    the aligned instance table, or its collectives counted (``matching.CollectiveCounts``: the
+    cross-rank stage does not hold the table whole); ``offsets``: ``clock_offsets``;
+    ``step_us``: the headline."""
     return [_missing(ranks, world_size), _steps(breakdown), _counts(instances, breakdown),
             _offsets(offsets, step_us)]
 
@@ -66,24 +69,26 @@ def _steps(breakdown: pd.DataFrame) -> Measured:
                          f"that profiled them")
 
 
-def _counts(instances: pd.DataFrame, breakdown: pd.DataFrame) -> Measured:
-    if instances.empty:
+def _counts(instances: pd.DataFrame | CollectiveCounts, breakdown: pd.DataFrame) -> Measured:
+    cc = instances if isinstance(instances, CollectiveCounts) else \
+        CollectiveCounts.of(instances)
+    if not cc.rows:
         return Measured(C.COLLECTIVE_COUNTS, None, (), 0)
-    coll = instances[~instances["p2p"].astype(bool) & (instances["pg_ranks"] != "")]
+    counts = cc.counts[cc.counts.index.get_level_values("pg_ranks") != ""]
     if not breakdown.empty:
         sets = breakdown.groupby("rank")["step"].agg(lambda s: set(int(x) for x in s))
         common = set.intersection(*sets.tolist()) if len(sets) else set()
-        coll = coll[coll["step"].isin(common)]
-    present = set(int(r) for r in instances["rank"].unique())
+        counts = counts[counts.index.get_level_values("step").isin(common)]
+    present = cc.present
     uneven, groups, example = set(), 0, ""
-    for group, g in coll.groupby("pg_ranks"):
+    for group, g in counts.groupby(level="pg_ranks"):
         members = [int(x) for x in str(group).split(",") if int(x) in present]
         if len(members) < 2:
             continue
         groups += 1
-        counts = g.groupby(["op", "rank"]).size().unstack("rank") \
+        per_rank = g.groupby(level=["op", "rank"]).sum().unstack("rank") \
             .reindex(columns=members).fillna(0).astype(int)
-        bad = counts[counts.nunique(axis=1) > 1]
+        bad = per_rank[per_rank.nunique(axis=1) > 1]
         if len(bad):
             row = bad.iloc[0]
             uneven |= {int(r) for r, v in row.items() if v != row.max()}
