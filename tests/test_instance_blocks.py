@@ -178,9 +178,20 @@ def run(tmp_path_factory):
 
 def test_a_run_analysed_with_its_pieces_on_disk_gives_the_same_report(run, tmp_path):
     in_memory = analyze_mod.analyze(run, workers=1)
+    seen: list[int] = []             # the rows of each table the collective table is made of
+    whole_table = matching.collective_table
+
+    def counted(inst):
+        seen.append(len(inst))
+        return whole_table(inst)
+
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(instance_blocks, "IN_MEMORY_ROWS", 0)
+        mp.setattr(instance_blocks.matching, "collective_table", counted)
         on_disk = analyze_mod.analyze(run, workers=1)
+    # Never the whole table: each step's rows of every rank, one step after another.
+    per_step = on_disk.comm.instances.groupby("step").size()
+    assert seen == per_step.tolist() and max(seen) < per_step.sum()
     for name in ("instances", "collectives", "clock_offsets", "bandwidth"):
         pd.testing.assert_frame_equal(getattr(on_disk.comm, name),
                                       getattr(in_memory.comm, name), obj=name)
@@ -190,3 +201,24 @@ def test_a_run_analysed_with_its_pieces_on_disk_gives_the_same_report(run, tmp_p
     # The collective table of the run, made a step at a time, is the whole table's.
     pd.testing.assert_frame_equal(in_memory.comm.collectives, matching.collective_table(inst))
     assert np.isfinite(in_memory.comm.collectives["completion_us"]).all()
+
+
+def test_clock_pairs_made_a_few_ranks_at_a_time_equal_all_at_once(monkeypatch):
+    # Eight ranks whose clocks run r × 1 ms ahead (known by construction), the pairs' medians
+    # made one partner rank at a time (``PAIR_BYTES`` of one column) and all at once.
+    rng = np.random.default_rng(7)
+    rows = []
+    for r in range(8):
+        for k in range(40):
+            t = 10_000.0 * k + rng.normal(0.0, 5.0)
+            rows.append(_row(r, 1, "all_reduce", k, t, pg_ranks=",".join(map(str, range(8))),
+                             group_size=8, call_ts_us=t + 1_000.0 * r,
+                             arrival_us=t - 50.0 + 1_000.0 * r,
+                             end_us=t + 1_000.0 * r + rng.normal(0.0, 2.0)))
+    m = matching.match(instances.table_of(rows), list(range(8)), world_size=8)
+    at_once = clocks.clock_offsets(m.instances, None, list(range(8)), {})
+    monkeypatch.setattr(clocks, "PAIR_BYTES", 1)
+    one_by_one = clocks.clock_offsets(m.instances, None, list(range(8)), {})
+    pd.testing.assert_frame_equal(one_by_one, at_once)
+    assert at_once["offset_us"].tolist() == pytest.approx([1_000.0 * r for r in range(8)],
+                                                          abs=20.0)

@@ -50,6 +50,10 @@ COLUMNS = ["rank", "offset_us", "uncertainty_us", "n", "source", "applied_us"]
 SAME_HOST_US = 50_000.0
 
 
+# The differences of one rank's ends against others' made at once (``_collective_pairs``).
+PAIR_BYTES = 4 << 20
+
+
 def _column_medians(x: np.ndarray, n: np.ndarray) -> np.ndarray:
     """The median of each column's ``n`` values that are not NaN (the mean of the middle two
     for an even count); ``np.nanmedian`` does the same through masked arrays, far slower."""
@@ -133,18 +137,22 @@ def _collective_pairs(e: np.ndarray, ranks: np.ndarray) -> _Collectives:
     (``ends_by_rank``)."""
     parts: list[tuple] = []
     if e.size:
-        # One rank against all later ranks at once: a rank count of numpy passes over the
-        # matrix.
+        # One rank against the later ranks, as many at once as make ``PAIR_BYTES`` of
+        # differences: a few numpy passes per rank, and each pass's arrays (the differences,
+        # their sorted copies) bounded — against every later rank at once they were the
+        # matrix's size four times over (issue 51: 16,160 collectives × 128 ranks, 66 MB).
+        width = max(1, PAIR_BYTES // (8 * len(e)))
         for i in range(len(ranks) - 1):
-            d = e[:, i:i + 1] - e[:, i + 1:]
-            n = np.count_nonzero(~np.isnan(d), axis=0)
-            shared = np.flatnonzero(n)
-            if not shared.size:
-                continue
-            d, n = d[:, shared], n[shared]
-            med = _column_medians(d, n)
-            mad = _column_medians(np.abs(d - med), n) * MAD_TO_SIGMA
-            parts.append((np.full(len(shared), ranks[i]), ranks[i + 1 + shared], med, mad, n))
+            for lo in range(i + 1, len(ranks), width):
+                d = e[:, i:i + 1] - e[:, lo:lo + width]
+                n = np.count_nonzero(~np.isnan(d), axis=0)
+                shared = np.flatnonzero(n)
+                if not shared.size:
+                    continue
+                d, n = d[:, shared], n[shared]
+                med = _column_medians(d, n)
+                mad = _column_medians(np.abs(d - med), n) * MAD_TO_SIGMA
+                parts.append((np.full(len(shared), ranks[i]), ranks[lo + shared], med, mad, n))
     a, b, est, unc, n = (np.concatenate(x) for x in zip(*parts)) if parts else \
         (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0),
          np.zeros(0, dtype=np.int64))

@@ -12,10 +12,12 @@ operations and own-clock timeline once their replacements exist, ``RankStage``):
    ``engines.py``): each trace reduced to its small tables (timeline, operations); the event
    table never leaves the worker.
 3. **Cross-rank**, here, on those small tables — clocks first, because every figure after
-   them compares ranks: ``_matched_instances`` (the collective-instance table,
-   ``comm/instances``: Flight Recorder join, groups, dimensions; matched across ranks,
-   ``comm/matching``) → ``_aligned`` → ``Aligned`` (clock offsets applied to every rank's times
-   and instances, ``crossrank/clocks``; per-dimension communication sets) → ``_step_tables``
+   them compares ranks: ``_instance_blocks`` (the collective-instance table,
+   ``comm/instances``: Flight Recorder join, groups, dimensions; kept in pieces of a rank and
+   a step and never put together, ``instance_blocks``; how it is matched across ranks decided
+   from sums over its rows, ``comm/matching``) → ``_aligned`` → ``Aligned`` (matched, clock
+   offsets applied to every rank's times and instances a step at a time, ``crossrank/clocks``;
+   the collective and send/recv tables; per-dimension communication sets) → ``_step_tables``
    → ``StepTables`` (pipeline windows, the step breakdown and bubbles, ``timeline/breakdown``,
    ``pipeline/``) → ``records_of`` → ``Records`` (step-timer records and Flight Recorder
    verdicts, ``always_on.py``) → ``_whatif`` (each step's dependency graph, critical path and
@@ -205,12 +207,10 @@ def _per_rank(inp: inputs.Inputs, opts: rank_work.RankOptions,
 
 
 def _cross_rank(stage: RankStage, layout_map, options: AnalysisOptions) -> Report:
-    """Stage 3 and 4, one named step after another, each returning a new value: the matched
-    instances → everything on the common clock → the per-step tables → the always-on records
-    → the dependency graph's what-if → the findings → the Report (module docstring)."""
-    inp, results = stage.inputs, stage.results
-    ranks = sorted(r.rank for r in results)
-    blocks = _instance_blocks(inp, results, layout_map, options)
+    """Stage 3 and 4 (``_cross_rank_of``) on the instance table's pieces, whose folder is
+    removed after (the report's tables are kept apart, ``table_parts``)."""
+    ranks = sorted(r.rank for r in stage.results)
+    blocks = _instance_blocks(stage.inputs, stage.results, layout_map, options)
     try:
         return _cross_rank_of(stage, blocks, ranks, options)
     finally:
@@ -219,6 +219,9 @@ def _cross_rank(stage: RankStage, layout_map, options: AnalysisOptions) -> Repor
 
 def _cross_rank_of(stage: RankStage, blocks: instance_blocks.InstanceBlocks, ranks: list[int],
                    options: AnalysisOptions) -> Report:
+    """One named step after another, each returning a new value: the matching plan →
+    everything on the common clock → the per-step tables → the always-on records → the
+    dependency graph's what-if → the findings → the Report (module docstring)."""
     inp, results = stage.inputs, stage.results
     trace_world = max((r.identity.world_size or 0 for r in results), default=0) or None
     matched = blocks.plan(ranks, world_size=inp.run.world_size if inp.run else None,

@@ -48,7 +48,7 @@ from meshscope.analysis.crossrank.program import STEP_COLUMNS
 from meshscope.analysis.report import spill
 
 # Rows of the instance table held in memory (each piece a frame); past it, every piece is a
-# file of the analysis' private folder: ~16 MB of the table, about one 1.73M-event GPU rank.
+# file of the analysis' private folder: ~16 MB of the table, four ranks of a 1.73M-event trace.
 IN_MEMORY_ROWS = 65_536
 _A2A = "all_to_all"
 
