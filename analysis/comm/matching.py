@@ -19,6 +19,13 @@ in the same operation, and says how it matched:
 different numbers of an op in a step — a trace cut short or subsampled — or no group at all);
 when it is not empty no cross-rank figure is computed.
 
+``match`` is three parts, so that a caller can match a table it never holds whole (the
+cross-rank stage, ``report/instance_blocks``): ``MatchStats`` gathers what the decision needs
+of every row, a table of whole ranks at a time; its ``plan`` decides (``Plan``: the world
+group or not, the groups matched by sequence number, ``matched_on``, ``why_not``); ``finish``
+applies it to any rows that hold whole (rank, step) pieces. ``CollectiveCounts``, the
+collectives counted per group, step, op and rank, is what the run checks read of the table.
+
 ``collective_table(instances)`` — one row per matched collective (times on aligned clocks):
 match_id, pg_ranks, dim, step, op, seq, k, n_ranks, first_arrival_us, last_arrival_us,
 skew_us (last − first arrival), holdup_us (last − second-last arrival: how long the last
