@@ -10,6 +10,7 @@ import sys
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 
 from conftest import ROOT
@@ -222,3 +223,37 @@ def test_clock_pairs_made_a_few_ranks_at_a_time_equal_all_at_once(monkeypatch):
     pd.testing.assert_frame_equal(one_by_one, at_once)
     assert at_once["offset_us"].tolist() == pytest.approx([1_000.0 * r for r in range(8)],
                                                           abs=20.0)
+
+
+def test_no_rank_table_is_kept_once_cut_into_pieces_on_disk(monkeypatch):
+    # The tables are let go as they are cut: once every piece is on disk, nothing of the
+    # collect step holds their columns — Python's and numpy's memory, nor Arrow's (the text
+    # columns). Twenty copies of the hand-made ranks, 40 times their rows each.
+    import gc
+    import tracemalloc
+
+    monkeypatch.setattr(instance_blocks, "IN_MEMORY_ROWS", 0)
+    sizes = []
+
+    def tables():
+        for copy in range(20):
+            for t in _tables(seq=False):
+                t = pd.concat([t] * 40, ignore_index=True)
+                t["rank"] += 3 * copy
+                sizes.append(int(t.memory_usage(deep=True).sum()))
+                yield t
+                del t
+
+    gc.collect()
+    tracemalloc.start()
+    # Python's and numpy's memory (traced), and Arrow's (the text columns: not traced).
+    before = tracemalloc.get_traced_memory()[0], pa.total_allocated_bytes()
+    b = instance_blocks.InstanceBlocks.collect(tables())
+    gc.collect()
+    kept = tracemalloc.get_traced_memory()[0] - before[0]
+    kept_arrow = pa.total_allocated_bytes() - before[1]
+    tracemalloc.stop()
+    assert b.rows == 20 * 51 * 40 and len(sizes) == 60
+    assert kept < 0.1 * sum(sizes), (kept, sum(sizes))
+    assert kept_arrow < 0.02 * sum(sizes), (kept_arrow, sum(sizes))
+    b.close()
