@@ -70,6 +70,7 @@ import pandas as pd
 
 from meshscope.analysis.codes import id_codes
 from meshscope.analysis.rank_text import ranges
+from meshscope.collectors.run_info import ranks_key
 
 COLLECTIVE_COLUMNS = ["match_id", "pg_ranks", "dim", "step", "op", "seq", "k", "n_ranks",
                       "first_arrival_us", "last_arrival_us", "skew_us", "holdup_us",
@@ -267,7 +268,7 @@ class MatchStats:
         row names no group's ranks."""
         if not self._counts:
             return pd.Series([], dtype="int64", index=pd.MultiIndex.from_arrays(
-                [[], [], [], []], names=["pg_ranks", "step", "op", "rank"]))
+                [[]] * len(COUNTED_BY), names=list(COUNTED_BY)))
         if len(self._counts) > 1:
             self._counts = [pd.concat(self._counts).groupby(level=[0, 1, 2, 3]).sum()]
         return self._counts[0]
@@ -279,7 +280,7 @@ class MatchStats:
         if plan is not None and plan.world is not None and len(counts):
             frame = counts.rename("n").reset_index()
             frame["pg_ranks"] = frame["pg_ranks"].where(
-                frame["pg_ranks"] != "", ",".join(map(str, range(plan.world))))
+                frame["pg_ranks"] != "", ranks_key(range(plan.world)))
             counts = frame.groupby(list(COUNTED_BY))["n"].sum().rename(None)
         return CollectiveCounts(counts, frozenset(self.present), self.rows)
 
@@ -296,7 +297,7 @@ class MatchStats:
     def plan(self, ranks: list[int], *, world_size: int | None,
              trace_world: int | None) -> Plan:
         if world_size is None and self._world_applies(ranks, trace_world):
-            world = ",".join(map(str, range(trace_world or 0)))
+            world = ranks_key(range(trace_world or 0))
             # Every collective is on the world group, its ranks' sequences the same: nothing
             # for ``why_not`` to name.
             by_seq = frozenset([group_token(world)] if all(self._seq_by_key.values())
@@ -354,7 +355,7 @@ def finish(inst: pd.DataFrame, plan: Plan) -> pd.DataFrame:
     if plan.world is not None:
         mask = ~inst["p2p"]
         if mask.any():
-            inst.loc[mask, "pg_ranks"] = ",".join(map(str, range(plan.world)))
+            inst.loc[mask, "pg_ranks"] = ranks_key(range(plan.world))
             inst.loc[mask, "group_size"] = plan.world
             # Masked in place of a text array: np.where made every row's dimension source a
             # Python string of its own on the way (issue 51).
