@@ -167,3 +167,84 @@ def test_an_unmatched_send_has_no_bandwidth():
         inst, pd.DataFrame(columns=["match_id", "transfer_us"]), matching.p2p_table(inst))
     assert len(table) == 1 and pd.isna(table["transfer_us"].iloc[0])
     assert pd.isna(table["busbw_gbps"].iloc[0])
+
+
+def _summary_rows():
+    """A bandwidth table whose summary is known by construction: per (dim, op, group_size,
+    bucket), the values below, in an order that mixes the groups."""
+    rows = [  # dim, op, group_size, msg_bytes, transfer_us, busbw_gbps
+        ("tp", "all_reduce", 4, 1 << 20, 10.0, 1.0),
+        ("dp", "all_reduce", 8, 3 << 20, 40.0, 8.0),
+        ("tp", "all_reduce", 4, (1 << 20) + 7, 30.0, 3.0),
+        ("dp", "all_reduce", 8, 2 << 20, 20.0, 2.0),
+        ("tp", "all_reduce", 4, 1 << 20, np.nan, np.nan),       # counted, not in the medians
+        ("pp", "send", None, None, np.nan, np.nan),              # no group size, no bytes
+        ("tp", "all_reduce", 4, (1 << 20) + 1, 20.0, 5.0),
+        ("dp", "all_reduce", 8, 1024, 1.0, 0.5),                 # another bucket
+        ("dp", "all_reduce", 8, 2 << 20, 30.0, 4.0),
+    ]
+    t = pd.DataFrame(rows, columns=["dim", "op", "group_size", "msg_bytes", "transfer_us",
+                                    "busbw_gbps"])
+    return t.astype({"dim": "str", "op": "str", "group_size": "Int64", "msg_bytes": "Int64"})
+
+
+def test_bandwidth_summary_medians_by_construction():
+    from meshscope.analysis.comm import bandwidth_report
+
+    out = bandwidth_report.bandwidth_summary(_summary_rows())
+    assert list(out.columns) == bandwidth_report.SUMMARY_COLUMNS
+    got = [(r.dim, r.op, None if pd.isna(r.group_size) else int(r.group_size),
+            int(r.size_bucket), int(r.instances),
+            None if pd.isna(r.msg_bytes) else float(r.msg_bytes),
+            None if pd.isna(r.transfer_us) else r.transfer_us,
+            None if pd.isna(r.busbw_gbps) else r.busbw_gbps,
+            None if pd.isna(r.busbw_max_gbps) else r.busbw_max_gbps)
+           for r in out.itertuples()]
+    assert got == [
+        # sorted by dim, op, group size, bucket; 2, 2 and 3 MiB are all in the 2 MiB bucket
+        ("dp", "all_reduce", 8, 1024, 1, 1024.0, 1.0, 0.5, 0.5),
+        ("dp", "all_reduce", 8, 2 << 20, 3, float(2 << 20), 30.0, 4.0, 8.0),
+        ("pp", "send", None, -1, 1, None, None, None, None),
+        # four rows; the medians of the three known values (the middle one) and of the bytes
+        # of all four (the mean of the two middle ones)
+        ("tp", "all_reduce", 4, 1 << 20, 4, (1 << 20) + 0.5, 20.0, 3.0, 5.0),
+    ]
+    assert out["efficiency"].isna().all()
+
+
+@pytest.mark.parametrize("rows_per_part", [1, 2, 4, 9])
+def test_bandwidth_summary_of_parts_is_that_of_the_table(rows_per_part):
+    """Given as parts read one after another (the report's bandwidth table on disk, issue 51),
+    the summary is the same, in the same order and types, wherever the parts cut the groups;
+    each part is read once for the groups and once for each column (so ``table`` is a
+    function giving them afresh)."""
+    from meshscope.analysis.comm import bandwidth_report
+
+    t = _summary_rows()
+    reads = []
+
+    def parts():
+        reads.append(1)
+        yield t.iloc[:0]
+        for start in range(0, len(t), rows_per_part):
+            yield t.iloc[start:start + rows_per_part]
+    pd.testing.assert_frame_equal(bandwidth_report.bandwidth_summary(parts),
+                                  bandwidth_report.bandwidth_summary(t), check_exact=True)
+    assert len(reads) == 4
+    empty = bandwidth_report.bandwidth_summary(lambda: iter([t.iloc[:0]]))
+    assert list(empty.columns) == bandwidth_report.SUMMARY_COLUMNS and empty.empty
+
+
+def test_bandwidth_summary_of_parts_whose_types_differ():
+    """Parts whose columns' types differ (a part with no dimension at all holds object nulls, a
+    part's group sizes floats) are summarised as the table pandas makes of them."""
+    from meshscope.analysis.comm import bandwidth_report
+
+    t = _summary_rows()
+    a = t.iloc[:4].assign(dim=pd.Series([None] * 4, dtype=object))
+    b = t.iloc[4:].astype({"group_size": "float64"})
+    whole = pd.concat([a, b], ignore_index=True)
+    out = bandwidth_report.bandwidth_summary(lambda: iter([a, b]))
+    pd.testing.assert_frame_equal(out, bandwidth_report.bandwidth_summary(whole),
+                                  check_exact=True)
+    assert out["dim"].isna().sum() == 2        # the first part's two groups, kept apart

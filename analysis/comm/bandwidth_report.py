@@ -28,6 +28,8 @@ group size and ``efficiency`` = median busbw / baseline busbw.
 """
 from __future__ import annotations
 
+from typing import Callable, Iterable
+
 import numpy as np
 import pandas as pd
 
@@ -38,8 +40,7 @@ TABLE_COLUMNS = ["rank", "step", "match_id", "pg_ranks", "dim", "op", "backend_o
 SUMMARY_COLUMNS = ["dim", "op", "group_size", "size_bucket", "instances", "msg_bytes",
                    "transfer_us", "busbw_gbps", "busbw_max_gbps", "baseline_busbw_gbps",
                    "efficiency"]
-# The columns of the per-operation table the summary reads (a caller may give it those alone).
-SUMMARY_READS = ["dim", "op", "group_size", "msg_bytes", "dur_us", "transfer_us", "busbw_gbps"]
+_KEYS = ["dim", "op", "group_size", "size_bucket"]
 
 
 def bandwidth_table(inst: pd.DataFrame, collectives: pd.DataFrame,
@@ -71,16 +72,67 @@ def bandwidth_table(inst: pd.DataFrame, collectives: pd.DataFrame,
                          group="group_size")
 
 
-def bandwidth_summary(table: pd.DataFrame, baseline: pd.DataFrame | None = None
-                      ) -> pd.DataFrame:
-    """Per (dim, op, group size, size bucket) (module docstring)."""
-    if table.empty:
+def bandwidth_summary(table: pd.DataFrame | Callable[[], Iterable[pd.DataFrame]],
+                      baseline: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Per (dim, op, group size, size bucket) (module docstring), of ``table``, or of the parts
+    that ``table()`` gives one after another (``table_parts.TableParts.parts``: the bandwidth
+    table of a big run, a row per operation and rank, is never read whole, issue 51).
+
+    The groups are found part by part and numbered over the parts; then each column whose
+    statistics are taken is read from the parts alone (float64, as pandas takes the statistics
+    of a number column), its values put in the order of their groups, and each group's median
+    (the middle value, or the mean of the two middle ones) and maximum taken of its slice, its
+    missing values left out. The same groups, in the same order, and the same numbers as one
+    ``groupby`` of the whole table; held at once, a group number and one column's value a row
+    (12 bytes), not the table's key columns and a sorted copy of its columns.
+    """
+    parts = (lambda: [table]) if isinstance(table, pd.DataFrame) else table
+    keys: list[pd.DataFrame] = []          # each part's groups, in the order of its numbers
+    numbers: list[np.ndarray] = []         # each row's group, numbered over the parts' groups
+    seen = 0                               # the groups of the parts before
+    for part in parts():
+        if len(part):
+            g = part[_KEYS[:3]].assign(size_bucket=size_buckets(part["msg_bytes"])).groupby(
+                _KEYS, dropna=False, sort=False)
+            numbers.append((g.ngroup().to_numpy() + seen).astype(np.int32))
+            keys.append(g.size().index.to_frame(index=False))
+            seen += len(keys[-1])
+        del part
+    if not keys:
         return pd.DataFrame(columns=SUMMARY_COLUMNS)
-    t = table.assign(size_bucket=size_buckets(table["msg_bytes"]))
-    g = t.groupby(["dim", "op", "group_size", "size_bucket"], dropna=False)
-    out = g.agg(instances=("dur_us", "size"), msg_bytes=("msg_bytes", "median"),
-                transfer_us=("transfer_us", "median"), busbw_gbps=("busbw_gbps", "median"),
-                busbw_max_gbps=("busbw_gbps", "max")).reset_index()
+    # The parts' groups made one (sorted, as a groupby of the whole table sorts them), and the
+    # rows in the order of their groups.
+    groups = pd.concat(keys, ignore_index=True).groupby(_KEYS, dropna=False, sort=True)
+    group = groups.ngroup().to_numpy().astype(np.int32)[np.concatenate(numbers)]
+    del numbers
+    order = np.argsort(group, kind="stable")
+    edges = np.concatenate([[0], np.cumsum(np.bincount(group, minlength=groups.ngroups))])
+    del group
+
+    def by_group(column: str, *stats: Callable[[np.ndarray], float]) -> list[pd.Series]:
+        """Each of ``stats`` of each group's values of ``column`` (as float64, as pandas takes
+        them of a number column, missing values left out; NaN for a group without values),
+        typed as pandas types them (Float64 of a nullable column)."""
+        joined, start, nullable = np.empty(len(order)), 0, False
+        for p in parts():
+            nullable |= isinstance(p[column].array, (pd.arrays.IntegerArray,
+                                                     pd.arrays.FloatingArray))
+            joined[start:start + len(p)] = p[column].to_numpy(np.float64, na_value=np.nan)
+            start += len(p)
+        ordered = joined[order]
+        del joined
+        out = np.full((len(stats), len(edges) - 1), np.nan)
+        for i, (lo, hi) in enumerate(zip(edges[:-1], edges[1:])):
+            values = ordered[lo:hi][~np.isnan(ordered[lo:hi])]
+            if len(values):
+                out[:, i] = [stat(values) for stat in stats]
+        return [pd.Series(pd.array(o, dtype="Float64") if nullable else o) for o in out]
+    transfer_us, = by_group("transfer_us", np.median)
+    busbw_gbps, busbw_max_gbps = by_group("busbw_gbps", np.median, np.max)
+    msg_bytes, = by_group("msg_bytes", np.median)
+    out = groups.size().index.to_frame(index=False).assign(
+        instances=np.diff(edges), msg_bytes=msg_bytes, transfer_us=transfer_us,
+        busbw_gbps=busbw_gbps, busbw_max_gbps=busbw_max_gbps)
     out["baseline_busbw_gbps"] = np.nan
     if baseline is not None and not baseline.empty:
         b = baseline.assign(op=baseline["op"].map(canonical_op),

@@ -262,8 +262,9 @@ def _cross_rank_of(stage: RankStage, blocks: instance_blocks.InstanceBlocks, ran
     inst = _cut_in_parts(blocks.frames(), kept, "instances", blocks.columns,
                          empty=blocks.empty_matched())
     bw = _bandwidth(inst, blocks.empty_matched(), aligned, kept)
-    bw_summary = bandwidth_report.bandwidth_summary(
-        bw.columns(bandwidth_report.SUMMARY_READS), options.baseline)
+    allocator.trim()
+    bw_summary = bandwidth_report.bandwidth_summary(bw.parts, options.baseline)
+    allocator.trim()
 
     def kept_table(table: pd.DataFrame, name: str) -> pd.DataFrame:
         return report_tables.on_disk(_in_parts(table, kept, name))

@@ -10,8 +10,8 @@ write: the analysing process grew ~2 MB a rank of the 216k-event reference trace
 appended as they are made; the report holds the handle, not the rows.
 
 - ``frame()`` reads the whole table back (what ``report.comm.bandwidth`` gives a notebook or a
-  test: ``report/tables.py`` reads a group's field through it), ``columns(names)`` only some of
-  its columns (what a later stage computes on), ``parts()`` one part at a time.
+  test: ``report/tables.py`` reads a group's field through it), ``parts()`` one part at a time
+  (what a later stage computes on: the bandwidth summary).
 - ``crash_safe`` writes it by streaming (``write_parquet``): a table of at most
   ``ROWS_PER_GROUP`` rows is put together and written as before (the same bytes: one row
   group), a larger one a row group of about ``ROWS_PER_GROUP`` rows at a time through
@@ -35,7 +35,6 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from meshscope.analysis.column_join import joined_by_column
 from meshscope.analysis.report import spill
 
 # Rows of a table written as one row group: a table up to this size is written whole, as it
@@ -104,13 +103,6 @@ class TableParts:
             return self._empty if self._empty is not None else \
                 pd.DataFrame(columns=self._columns)
         return pd.concat(list(self.parts()), ignore_index=True)
-
-    def columns(self, names: list[str]) -> pd.DataFrame:
-        """Only the columns ``names`` of every row, read part by part and joined a column at a
-        time (``column_join``: the bandwidth summary reads seven columns of the bandwidth
-        table, a row per instance and rank, issue 51)."""
-        out = joined_by_column(self.parts(), names) if self._parts else None
-        return self.frame()[names] if out is None else out
 
 
 class Cut:
