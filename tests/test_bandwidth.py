@@ -248,3 +248,33 @@ def test_bandwidth_summary_of_parts_whose_types_differ():
     pd.testing.assert_frame_equal(out, bandwidth_report.bandwidth_summary(whole),
                                   check_exact=True)
     assert out["dim"].isna().sum() == 2        # the first part's two groups, kept apart
+
+
+def test_bandwidth_summary_is_pandas_groupby_of_the_whole_table():
+    """Against pandas' own grouped median and maximum of the whole table (its sort of the
+    groups, its median of an even count, its missing values), on a random table of many
+    groups given as parts of 1,000 rows."""
+    from meshscope.analysis.comm import bandwidth_report
+
+    rng = np.random.default_rng(7)
+    n = 20_000
+    t = pd.DataFrame({
+        "dim": pd.array(rng.choice(["dp", "tp", "pp", "unknown"], n), dtype="str"),
+        "op": pd.array(rng.choice(["all_reduce", "all_gather", "send"], n), dtype="str"),
+        "group_size": pd.array(rng.choice([2, 4, 8], n), dtype="Int64"),
+        "msg_bytes": pd.array(rng.integers(0, 1 << 24, n), dtype="Int64"),
+        "transfer_us": rng.choice([1.0, 2.5, 7.0, 11.0], n) * rng.integers(1, 4, n),
+        "busbw_gbps": rng.random(n) * 100})
+    t.loc[rng.random(n) < 0.05, "group_size"] = pd.NA
+    t.loc[rng.random(n) < 0.05, "msg_bytes"] = pd.NA
+    t.loc[rng.random(n) < 0.1, "transfer_us"] = np.nan
+    t.loc[rng.random(n) < 0.1, "busbw_gbps"] = np.nan
+    expected = t.assign(size_bucket=bw.size_buckets(t["msg_bytes"])).groupby(
+        ["dim", "op", "group_size", "size_bucket"], dropna=False).agg(
+        instances=("transfer_us", "size"), msg_bytes=("msg_bytes", "median"),
+        transfer_us=("transfer_us", "median"), busbw_gbps=("busbw_gbps", "median"),
+        busbw_max_gbps=("busbw_gbps", "max")).reset_index()
+    got = bandwidth_report.bandwidth_summary(
+        lambda: (t.iloc[s:s + 1000] for s in range(0, n, 1000)))
+    assert len(expected) > 200 and expected["group_size"].isna().any()
+    pd.testing.assert_frame_equal(got[list(expected.columns)], expected, check_exact=True)
