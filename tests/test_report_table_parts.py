@@ -16,6 +16,7 @@ from __future__ import annotations
 import gc
 import sys
 
+import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
@@ -209,3 +210,24 @@ def test_a_report_written_from_small_parts_equals_the_default(written):
     assert "match_id" in matching.WRITTEN_AS_TEXT    # the shared ids went out as text
     ids = pq.read_table(parts / "instances.parquet").schema.field("match_id").type
     assert str(ids) in ("string", "large_string")
+
+
+def test_an_empty_part_keeps_nothing_of_the_table_it_was_cut_from(tmp_path):
+    # ``_in_parts`` appends ``table.iloc[:0]`` first: a view of the table's columns, which
+    # kept the whole table alive as long as its parts (to the write), until it was copied.
+    import tracemalloc
+
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    t = pd.DataFrame({"rank": np.arange(1 << 20), "bytes": np.ones(1 << 20)})
+    made = tracemalloc.get_traced_memory()[0] - base
+    parts = table_parts.PartStore(tmp_path).table("t", ["rank", "bytes"])
+    parts.append(t.iloc[:0])
+    del t
+    gc.collect()
+    left = tracemalloc.get_traced_memory()[0] - base
+    tracemalloc.stop()
+    assert made >= 16 << 20 and left < made / 10, (made, left)
+    assert parts.rows == 0
+    assert parts.frame().dtypes.to_dict() == {"rank": np.dtype("int64"),
+                                              "bytes": np.dtype("float64")}

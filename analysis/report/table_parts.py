@@ -86,7 +86,9 @@ class TableParts:
         the table ``frame()`` gives while none has, its columns' types as made)."""
         if not len(part):
             if self._empty is None:
-                self._empty = part.iloc[:0]
+                # A copy: an empty slice is a view that keeps the whole table it was cut from
+                # alive (``_in_parts`` gives ``table.iloc[:0]``), as instance_blocks found.
+                self._empty = part.iloc[:0].copy()
             return
         self._store._store.write((self._key, self._parts), part)
         self._parts += 1
