@@ -115,10 +115,10 @@ def bandwidth_summary(table: pd.DataFrame | Callable[[], Iterable[pd.DataFrame]]
         typed as pandas types them (Float64 of a nullable column)."""
         joined, start, nullable = np.empty(len(order)), 0, False
         for p in parts():
-            nullable |= isinstance(p[column].array, (pd.arrays.IntegerArray,
-                                                     pd.arrays.FloatingArray))
-            joined[start:start + len(p)] = p[column].to_numpy(np.float64, na_value=np.nan)
-            start += len(p)
+            col = p[column]
+            nullable |= isinstance(col.array, (pd.arrays.IntegerArray, pd.arrays.FloatingArray))
+            joined[start:start + len(col)] = col.to_numpy(np.float64, na_value=np.nan)
+            start += len(col)
         ordered = joined[order]
         del joined
         out = np.full((len(stats), len(edges) - 1), np.nan)
